@@ -1,0 +1,62 @@
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Errors raised while reading the shared vocabulary from outside input.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// A chat message could not be read from JSON.
+    #[error("invalid chat message: {0}")]
+    InvalidMessage(#[from] serde_json::Error),
+}
+
+/// Why a tool call failed, as the model is told.
+///
+/// The model sees `{"error": {"kind": "<kind>", "message": "..."}}` in the tool message, so it
+/// can tell a typo in its own arguments (retry) from a tool that is down (apologise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ToolErrorKind {
+    /// The model named a tool that is not registered.
+    UnknownTool,
+    /// The arguments were not JSON, or did not match the tool's schema.
+    ToolArgsInvalid,
+    /// The tool ran and reported a failure (or panicked).
+    ToolError,
+    /// The call was refused by the approver.
+    ApprovalDenied,
+    /// The call waits for an approval that has not arrived yet.
+    ApprovalPending,
+    /// A guardrail blocked the call or its result.
+    GuardrailBlocked,
+    /// A per-run limit (calls, time) was reached.
+    RunLimitExceeded,
+    /// The tool did not finish within its time limit.
+    Timeout,
+    /// The call was cancelled, usually because the caller interrupted.
+    Cancelled,
+}
+
+impl ToolErrorKind {
+    /// The kind's name as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::UnknownTool => "UnknownTool",
+            Self::ToolArgsInvalid => "ToolArgsInvalid",
+            Self::ToolError => "ToolError",
+            Self::ApprovalDenied => "ApprovalDenied",
+            Self::ApprovalPending => "ApprovalPending",
+            Self::GuardrailBlocked => "GuardrailBlocked",
+            Self::RunLimitExceeded => "RunLimitExceeded",
+            Self::Timeout => "Timeout",
+            Self::Cancelled => "Cancelled",
+        }
+    }
+}
+
+impl fmt::Display for ToolErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,29 @@
+//! Streaming LLM clients for crewline.
+//!
+//! Everything that talks to a model goes through the [`LlmClient`] trait: a streamed chat
+//! completion yields [`StreamItem`]s (text deltas, the turn's completed tool calls, the finish
+//! reason, token usage). Two clients ship here:
+//!
+//! - [`OpenAiClient`]: OpenAI and any OpenAI-compatible server, parsed leniently so the odd
+//!   shapes real servers send never break a turn;
+//! - [`ScriptedLlm`]: a deterministic, offline model for tests, examples and demos.
+//!
+//! Tool-call deltas are put together by the [`ToolCallAssembler`], which both clients use.
+
+mod assembler;
+mod client;
+mod error;
+mod openai;
+mod request;
+mod scripted;
+mod stream;
+
+pub use assembler::{ToolCallAssembler, ToolCallDelta};
+pub use client::LlmClient;
+#[cfg(any(test, feature = "mock"))]
+pub use client::MockLlmClient;
+pub use error::LlmError;
+pub use openai::{OpenAiClient, OpenAiClientBuilder};
+pub use request::{ChatRequest, RequestOptions, ToolChoice};
+pub use scripted::{Reply, ScriptedLlm};
+pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};

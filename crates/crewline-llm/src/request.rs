@@ -1,0 +1,97 @@
+use crewline_core::{Message, ToolDefinition};
+use serde_json::{Map, Value};
+
+/// One chat-completion request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatRequest {
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolDefinition>,
+    /// Whether (and which) tools the model may call; `None` leaves it to the server.
+    pub tool_choice: Option<ToolChoice>,
+    /// Per-request overrides of the client's settings.
+    pub options: RequestOptions,
+}
+
+impl ChatRequest {
+    /// A request for `messages` with no tools.
+    pub fn new(messages: Vec<Message>) -> Self {
+        Self {
+            messages,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the tools the model may call.
+    pub fn with_tools(mut self, tools: Vec<ToolDefinition>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the tool choice.
+    pub fn with_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+
+    /// Sets the per-request overrides.
+    pub fn with_options(mut self, options: RequestOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+/// Whether the model may call tools in this request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must answer in text.
+    None,
+    /// The model must call some tool.
+    Required,
+    /// The model must call this tool.
+    Function(String),
+}
+
+impl ToolChoice {
+    /// The OpenAI `tool_choice` value.
+    pub fn to_openai(&self) -> Value {
+        match self {
+            Self::Auto => Value::from("auto"),
+            Self::None => Value::from("none"),
+            Self::Required => Value::from("required"),
+            Self::Function(name) => {
+                serde_json::json!({"type": "function", "function": {"name": name}})
+            }
+        }
+    }
+}
+
+/// Settings that one request may override; unset fields keep the client's values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestOptions {
+    /// The model name.
+    pub model: Option<String>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// The most tokens to generate.
+    pub max_tokens: Option<u32>,
+    /// Other body fields, sent as they are (`top_p`, `seed`, vendor extensions...).
+    pub extra: Map<String, Value>,
+}
+
+impl RequestOptions {
+    /// These options with `other`'s set fields taking precedence.
+    pub fn merged_with(&self, other: &RequestOptions) -> RequestOptions {
+        let mut extra = self.extra.clone();
+        extra.extend(other.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        RequestOptions {
+            model: other.model.clone().or_else(|| self.model.clone()),
+            temperature: other.temperature.or(self.temperature),
+            max_tokens: other.max_tokens.or(self.max_tokens),
+            extra,
+        }
+    }
+}

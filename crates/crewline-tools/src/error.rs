@@ -1,0 +1,21 @@
+/// Why a tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Another tool already has this name.
+    #[error("a tool named `{0}` is already registered; tool names must be unique")]
+    DuplicateName(String),
+    /// The name is not one a model can call.
+    #[error(
+        "`{0}` is not a valid tool name: use 1 to 64 characters from a-z, A-Z, 0-9, `_` and `-`"
+    )]
+    InvalidName(String),
+    /// The argument schema is unusable.
+    #[error("the argument schema of tool `{name}` is invalid: {reason}")]
+    InvalidSchema {
+        /// The tool.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+}

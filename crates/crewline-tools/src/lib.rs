@@ -1,0 +1,24 @@
+//! Tools for crewline agents.
+//!
+//! A [`Tool`] has a name, a description, a JSON Schema for its arguments and an async body. The
+//! [`ToolRegistry`] holds an agent's tools, gives the model their OpenAI definitions (with
+//! schemas normalised so that strict mode and the common compatible servers accept them), and
+//! runs the model's tool calls: every call gets exactly one [`ToolResult`](crewline_core::ToolResult),
+//! in call order, and no failure (unknown tool, bad arguments, an error, a panic) ever escapes as
+//! anything but an error result the model can read.
+//!
+//! Most tools are written with `#[function_tool]` from the `crewline` crate.
+
+mod error;
+mod registry;
+mod schema;
+mod tool;
+
+#[doc(hidden)]
+#[path = "macro_support.rs"]
+pub mod __private;
+
+pub use error::RegistryError;
+pub use registry::{DEFAULT_MAX_CONCURRENCY, ToolRegistry, ToolRun};
+pub use schema::{normalize_schema, schema_for};
+pub use tool::{Tool, ToolError, ToolProvider};

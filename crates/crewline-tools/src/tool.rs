@@ -1,0 +1,140 @@
+use std::{fmt, sync::Arc};
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// Something the model can call.
+///
+/// Implement it by hand for tools whose schema is only known at run time; otherwise use
+/// `#[function_tool]`, which writes this impl from a Rust function.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The name the model calls the tool by (`[a-zA-Z0-9_-]{1,64}`).
+    fn name(&self) -> &str;
+
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+
+    /// The JSON Schema of the arguments object, as written; the registry normalises it.
+    fn parameters(&self) -> Value;
+
+    /// Runs the tool on arguments that already match [`Tool::parameters`].
+    ///
+    /// A returned string is the model's content as is; any other value is JSON-encoded.
+    async fn call(&self, arguments: Value) -> Result<Value, ToolError>;
+}
+
+/// A type whose methods are tools: what `#[tools]` on an impl block implements.
+pub trait ToolProvider: Send + Sync + 'static {
+    /// The tools of `agent`, each holding its own reference to it.
+    fn tools(agent: &Arc<Self>) -> Vec<Arc<dyn Tool>>;
+}
+
+/// A tool's own failure.
+///
+/// `message` is what the model reads, so write it for the model ("No flights on that date;
+/// ask for another date"). `detail` is for operators (logs, ledger) and never reaches the model.
+///
+/// Any `std::error::Error` converts into it with `?`; its text then becomes the message.
+pub struct ToolError {
+    message: String,
+    detail: Option<Box<dyn std::error::Error + Send + Sync>>,
+    invalid_arguments: bool,
+}
+
+impl ToolError {
+    /// A failure with a message for the model.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            detail: None,
+            invalid_arguments: false,
+        }
+    }
+
+    /// A failure caused by the model's arguments (reported as `ToolArgsInvalid`, so the model
+    /// knows to correct them and retry).
+    pub fn invalid_arguments(message: impl Into<String>) -> Self {
+        Self {
+            invalid_arguments: true,
+            ..Self::new(message)
+        }
+    }
+
+    /// Whether the model's arguments caused this failure.
+    pub fn is_invalid_arguments(&self) -> bool {
+        self.invalid_arguments
+    }
+
+    /// Attaches the operator's detail (kept out of the model's view).
+    pub fn with_detail(
+        mut self,
+        detail: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// What the model reads.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The operator's detail, if any.
+    pub fn detail(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.detail.as_deref()
+    }
+}
+
+impl fmt::Debug for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolError")
+            .field("message", &self.message)
+            .field("detail", &self.detail)
+            .field("invalid_arguments", &self.invalid_arguments)
+            .finish()
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(detail) = &self.detail {
+            write!(f, " ({detail})")?;
+        }
+        Ok(())
+    }
+}
+
+// ToolError deliberately does not implement std::error::Error, so that this blanket impl (the
+// one that makes `?` work on any error inside a tool) does not overlap `From<T> for T`.
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
+    fn from(error: E) -> Self {
+        Self {
+            message: error.to_string(),
+            detail: Some(Box::new(error)),
+            invalid_arguments: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_std_error_converts_with_its_text_as_the_model_message() {
+        let io = std::io::Error::other("disk on fire");
+        let error: ToolError = io.into();
+        assert_eq!(error.message(), "disk on fire");
+        assert!(error.detail().is_some());
+    }
+
+    #[test]
+    fn detail_stays_apart_from_the_model_message() {
+        let error = ToolError::new("Weather service unavailable, try later")
+            .with_detail("upstream 503 from api.weather.example");
+        assert_eq!(error.message(), "Weather service unavailable, try later");
+        assert!(error.to_string().contains("upstream 503"));
+    }
+}
