@@ -1,5 +1,35 @@
 //! Assembles streamed tool-call deltas into whole tool calls.
-// SKELETON: the helper owning this file replaces the bodies.
+//!
+//! Servers stream a tool call in pieces: the OpenAI shape is one delta with `index`, `id` and
+//! `name`, then argument fragments that carry only the `index`. Compatible servers vary, so the
+//! [`ToolCallAssembler`] accepts any mix of the shapes below and never panics.
+//!
+//! # Rules
+//!
+//! - **Which call a delta belongs to.** `index` is the primary key; indexes need not start at 0
+//!   or be dense, and several calls may share one chunk. If the index belongs to a call that
+//!   already has a *different* id, the server is reusing the index (some send every call with
+//!   index 0): the delta goes to the call with that id if one with the same index is known,
+//!   else it opens a new call. A delta without an index goes to the call with its id; with an
+//!   id never seen it opens a new call; with neither it continues the call the previous delta
+//!   went to (or opens one). Empty `id` strings count as absent.
+//! - **Empty deltas** (no id, no name, no argument text) carry nothing and are ignored; they do
+//!   not open a call.
+//! - **Ids** may arrive in any delta of a call; the first one wins. Calls without an id get
+//!   `call_<n>` (`n` = the call's 0-based position), with a suffix if that is taken. Ids in the
+//!   output are unique: a call repeating an earlier call's id gets a synthesised one, so every
+//!   tool result can be matched to one call.
+//! - **Names** may arrive in any delta, in pieces. A piece equal to the whole name so far is a
+//!   resend (some servers repeat the name on every delta) and is ignored; any other piece is
+//!   appended.
+//! - **Arguments** are the fragments concatenated byte for byte; empty (or all-whitespace)
+//!   arguments become `{}`.
+//! - **Calls without a name** are kept, with an empty name, and logged: the tool registry
+//!   answers them with `UnknownTool`, so the model learns from its mistake rather than the call
+//!   vanishing silently.
+//! - **Order** is the order in which calls first appeared.
+
+use std::collections::{HashMap, HashSet};
 
 use crewline_core::ToolCall;
 
@@ -16,9 +46,55 @@ pub struct ToolCallDelta {
     pub arguments: Option<String>,
 }
 
-/// Puts streamed [`ToolCallDelta`]s together into [`ToolCall`]s.
+impl ToolCallDelta {
+    /// A delta for the call at `index`, with no content yet.
+    pub fn at(index: u32) -> Self {
+        Self {
+            index: Some(index),
+            ..Self::default()
+        }
+    }
+
+    /// This delta with the call's id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// This delta with (a piece of) the tool name.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// This delta with a piece of the arguments' JSON text.
+    pub fn arguments(mut self, arguments: impl Into<String>) -> Self {
+        self.arguments = Some(arguments.into());
+        self
+    }
+}
+
+/// One call being assembled.
 #[derive(Debug, Default)]
-pub struct ToolCallAssembler {}
+struct Partial {
+    index: Option<u32>,
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// Puts streamed [`ToolCallDelta`]s together into [`ToolCall`]s (see the module docs for the
+/// rules).
+#[derive(Debug, Default)]
+pub struct ToolCallAssembler {
+    calls: Vec<Partial>,
+    /// The call each index currently stands for (an index may be reused, see the rules).
+    by_index: HashMap<u32, usize>,
+    /// The call of each id, first call wins.
+    by_id: HashMap<String, usize>,
+    /// The call the previous delta went to.
+    last: Option<usize>,
+}
 
 impl ToolCallAssembler {
     /// An assembler with no calls yet.
@@ -27,17 +103,157 @@ impl ToolCallAssembler {
     }
 
     /// Adds one fragment.
-    pub fn push(&mut self, _delta: ToolCallDelta) {
-        todo!()
+    pub fn push(&mut self, delta: ToolCallDelta) {
+        let id = delta.id.filter(|id| !id.is_empty());
+        let name = delta.name.filter(|name| !name.is_empty());
+        let arguments = delta.arguments.filter(|args| !args.is_empty());
+        if id.is_none() && name.is_none() && arguments.is_none() {
+            return;
+        }
+        let position = self.resolve(delta.index, id.as_deref());
+        self.last = Some(position);
+        let Some(call) = self.calls.get_mut(position) else {
+            return; // `resolve` only returns positions of existing calls.
+        };
+        if let Some(id) = id
+            && call.id.is_none()
+        {
+            call.id = Some(id.clone());
+            self.by_id.entry(id).or_insert(position);
+        }
+        if let Some(name) = name
+            && name != call.name
+        {
+            call.name.push_str(&name);
+        }
+        if let Some(arguments) = arguments {
+            call.arguments.push_str(&arguments);
+        }
     }
 
-    /// Whether no fragment has been added.
+    /// Adds fragments in order.
+    pub fn push_all(&mut self, deltas: impl IntoIterator<Item = ToolCallDelta>) {
+        for delta in deltas {
+            self.push(delta);
+        }
+    }
+
+    /// Whether no call has been started.
     pub fn is_empty(&self) -> bool {
-        todo!()
+        self.calls.is_empty()
+    }
+
+    /// The number of calls started so far.
+    pub fn len(&self) -> usize {
+        self.calls.len()
     }
 
     /// The assembled calls, in the order they first appeared.
     pub fn finish(self) -> Vec<ToolCall> {
-        todo!()
+        let real_ids: HashSet<&str> = self.calls.iter().filter_map(|c| c.id.as_deref()).collect();
+        // Ids handed out so far; synthesised ones must avoid every real id of the turn too.
+        let mut used: HashSet<String> = HashSet::with_capacity(self.calls.len());
+        let mut out = Vec::with_capacity(self.calls.len());
+        for (position, call) in self.calls.iter().enumerate() {
+            let id = match &call.id {
+                Some(id) if !used.contains(id) => id.clone(),
+                original => {
+                    let id = synthesise_id(position, |c| used.contains(c) || real_ids.contains(c));
+                    if let Some(original) = original {
+                        tracing::warn!(
+                            original = %original,
+                            replacement = %id,
+                            "tool call repeats an earlier call's id; gave it a fresh one"
+                        );
+                    }
+                    id
+                }
+            };
+            used.insert(id.clone());
+            if call.name.is_empty() {
+                tracing::warn!(
+                    id = %id,
+                    "tool call without a name; keeping it so the model hears UnknownTool"
+                );
+            }
+            let arguments = if call.arguments.trim().is_empty() {
+                String::from("{}")
+            } else {
+                call.arguments.clone()
+            };
+            out.push(ToolCall::new(id, call.name.clone(), arguments));
+        }
+        out
     }
+
+    /// The position of the call a delta with this index and id belongs to, opening one if
+    /// needed.
+    fn resolve(&mut self, index: Option<u32>, id: Option<&str>) -> usize {
+        let known = id.and_then(|id| self.by_id.get(id).copied());
+        let Some(index) = index else {
+            return match (known, id) {
+                (Some(position), _) => position,
+                (None, Some(_)) => self.open(None),
+                (None, None) => match self.last {
+                    Some(position) => position,
+                    None => self.open(None),
+                },
+            };
+        };
+        let index_of = |position: usize| self.calls.get(position).and_then(|c| c.index);
+        match self.by_index.get(&index).copied() {
+            Some(current) => {
+                let current_id = self.calls.get(current).and_then(|c| c.id.as_deref());
+                match (id, current_id) {
+                    (Some(new), Some(old)) if new != old => match known {
+                        // A fragment of an earlier call sent under the same (reused) index.
+                        Some(position) if index_of(position) == Some(index) => {
+                            self.by_index.insert(index, position);
+                            position
+                        }
+                        // The server reuses the index for another call.
+                        _ => self.open(Some(index)),
+                    },
+                    _ => current,
+                }
+            }
+            None => match known {
+                // A call first seen without an index now gets one.
+                Some(position) if index_of(position).is_none() => {
+                    if let Some(call) = self.calls.get_mut(position) {
+                        call.index = Some(index);
+                    }
+                    self.by_index.insert(index, position);
+                    position
+                }
+                _ => self.open(Some(index)),
+            },
+        }
+    }
+
+    /// Opens a new call and returns its position.
+    fn open(&mut self, index: Option<u32>) -> usize {
+        let position = self.calls.len();
+        self.calls.push(Partial {
+            index,
+            ..Partial::default()
+        });
+        if let Some(index) = index {
+            self.by_index.insert(index, position);
+        }
+        position
+    }
+}
+
+/// `call_<position>`, or `call_<position>_<k>` for the first `k` that is free.
+fn synthesise_id(position: usize, taken: impl Fn(&str) -> bool) -> String {
+    let base = format!("call_{position}");
+    if !taken(&base) {
+        return base;
+    }
+    // Terminates: each candidate is distinct and only finitely many ids are taken.
+    (1_usize..)
+        .map(|k| format!("{base}_{k}"))
+        .find(|candidate| !taken(candidate))
+        .unwrap_or(base)
 }

@@ -1,12 +1,28 @@
 //! A deterministic, offline chat model.
-// SKELETON: the helper owning this file replaces the bodies.
+//!
+//! [`ScriptedLlm`] streams the way a real OpenAI model does — text in word-sized pieces, tool
+//! calls as deltas put together by the [`ToolCallAssembler`], a finish reason and token usage —
+//! so code tested against it behaves the same against a real server.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::VecDeque,
+    fmt,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
 
 use async_trait::async_trait;
+use crewline_core::{Message, ToolCall};
+use futures::{StreamExt, stream};
 use serde_json::Value;
 
-use crate::{ChatRequest, LlmClient, LlmError, LlmStream};
+use crate::{
+    ChatRequest, FinishReason, LlmClient, LlmError, LlmStream, StreamItem, ToolCallAssembler,
+    ToolCallDelta, ToolChoice, Usage,
+};
+
+/// What a scripted model says when told not to call tools but scripted to call some.
+const NO_TOOLS_FALLBACK: &str = "I wasn't able to finish that with my tools.";
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
@@ -26,19 +42,399 @@ pub enum Reply {
     CutAfter(String),
 }
 
+impl Reply {
+    /// A text answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text(text.into())
+    }
+
+    /// A call of one tool with these arguments (`null` is sent as `{}`).
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        Self::tool_calls([(name, arguments)])
+    }
+
+    /// Calls of several tools, in this order.
+    pub fn tool_calls<N: Into<String>>(calls: impl IntoIterator<Item = (N, Value)>) -> Self {
+        Self::ToolCalls {
+            text: String::new(),
+            calls: calls
+                .into_iter()
+                .map(|(name, args)| (name.into(), args))
+                .collect(),
+        }
+    }
+
+    /// This reply saying `text` (before its tool calls, if any); a `Fail` is unchanged.
+    pub fn with_text(self, text: impl Into<String>) -> Self {
+        let text = text.into();
+        match self {
+            Self::Text(_) => Self::Text(text),
+            Self::ToolCalls { calls, .. } => Self::ToolCalls { text, calls },
+            Self::CutAfter(_) => Self::CutAfter(text),
+            fail @ Self::Fail(_) => fail,
+        }
+    }
+}
+
 type Responder = dyn Fn(&ChatRequest) -> Reply + Send + Sync;
+
+/// Where the replies come from.
+enum Source {
+    /// A fixed script, played in order.
+    Script,
+    /// A function of each request.
+    Function(Box<Responder>),
+}
+
+/// State shared by every clone of one model.
+struct Shared {
+    source: Source,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Replies not played yet (script models only).
+    script: VecDeque<Reply>,
+    /// Scripted replies handed out so far.
+    played: usize,
+    /// Every request received, in order.
+    requests: Vec<ChatRequest>,
+}
+
+/// How text is cut into [`StreamItem::Text`] pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunking {
+    /// One piece per word, each with the whitespace that follows it.
+    Words,
+    /// Pieces of this many chars; 0 sends the whole text at once.
+    Chars(usize),
+}
 
 /// A deterministic, offline model: plays a script of [`Reply`]s, or answers with a function
 /// of the request.
+///
+/// Clones share the script and the request log; the streaming settings belong to each handle.
 #[derive(Clone)]
 pub struct ScriptedLlm {
-    _responder: Arc<Responder>,
-    _chunk_delay: Duration,
+    shared: Arc<Shared>,
+    chunk_delay: Duration,
+    chunking: Chunking,
+}
+
+impl ScriptedLlm {
+    /// A model that answers the requests with these replies, one each, in order.
+    pub fn new(replies: impl IntoIterator<Item = Reply>) -> Self {
+        let state = State {
+            script: replies.into_iter().collect(),
+            ..State::default()
+        };
+        Self::with_source(Source::Script, state)
+    }
+
+    /// A model that answers each request with `respond(request)`, e.g. reading tool results.
+    pub fn from_fn(respond: impl Fn(&ChatRequest) -> Reply + Send + Sync + 'static) -> Self {
+        Self::with_source(Source::Function(Box::new(respond)), State::default())
+    }
+
+    fn with_source(source: Source, state: State) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                source,
+                state: Mutex::new(state),
+            }),
+            chunk_delay: Duration::ZERO,
+            chunking: Chunking::Words,
+        }
+    }
+
+    /// This model pausing `delay` before each streamed item, like a real model's pace.
+    pub fn with_chunk_delay(mut self, delay: Duration) -> Self {
+        self.chunk_delay = delay;
+        self
+    }
+
+    /// This model streaming text in pieces of `chars` chars (0: all at once) instead of words.
+    pub fn with_chunk_chars(mut self, chars: usize) -> Self {
+        self.chunking = Chunking::Chars(chars);
+        self
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// The replies left in the script; `None` for a [`from_fn`](Self::from_fn) model.
+    pub fn remaining(&self) -> Option<usize> {
+        match self.shared.source {
+            Source::Script => Some(self.lock().script.len()),
+            Source::Function(_) => None,
+        }
+    }
+
+    /// The contents of the tool messages that end `request`: the results of the latest round
+    /// of tool calls (empty if the last message is not a tool result).
+    pub fn last_tool_results(request: &ChatRequest) -> Vec<&str> {
+        let mut results: Vec<&str> = request
+            .messages
+            .iter()
+            .rev()
+            .map_while(|message| match message {
+                Message::Tool { content, .. } => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        results.reverse();
+        results
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere while holding the lock leaves the log usable; keep serving tests.
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Logs `request` and picks its reply; returns the reply and the 1-based request number.
+    fn next_reply(&self, request: &ChatRequest) -> (Result<Reply, LlmError>, usize) {
+        let (scripted, turn) = {
+            let mut state = self.lock();
+            state.requests.push(request.clone());
+            let turn = state.requests.len();
+            let scripted = match self.shared.source {
+                Source::Script => match state.script.pop_front() {
+                    Some(reply) => {
+                        state.played += 1;
+                        Some(Ok(reply))
+                    }
+                    None => Some(Err(LlmError::Script(format!(
+                        "script exhausted after {} replies",
+                        state.played
+                    )))),
+                },
+                Source::Function(_) => None,
+            };
+            (scripted, turn)
+        };
+        // The function runs outside the lock so it may itself look at `requests()`.
+        let reply = match (scripted, &self.shared.source) {
+            (Some(reply), _) => reply,
+            (None, Source::Function(respond)) => Ok(respond(request)),
+            (None, Source::Script) => Err(LlmError::Script("no reply".to_owned())),
+        };
+        (reply, turn)
+    }
+
+    /// The items a real model would stream for `reply`.
+    fn items_for(
+        &self,
+        reply: Reply,
+        request: &ChatRequest,
+        turn: usize,
+    ) -> Vec<Result<StreamItem, LlmError>> {
+        let mut items = Vec::new();
+        let (text, calls, cut) = match reply {
+            Reply::Text(text) => (text, Vec::new(), false),
+            Reply::CutAfter(text) => (text, Vec::new(), true),
+            Reply::ToolCalls { text, calls } => {
+                if request.tool_choice == Some(ToolChoice::None) && !calls.is_empty() {
+                    // Told not to call tools, a real model answers in words.
+                    let text = if text.is_empty() {
+                        NO_TOOLS_FALLBACK.to_owned()
+                    } else {
+                        text
+                    };
+                    (text, Vec::new(), false)
+                } else {
+                    (text, calls, false)
+                }
+            }
+            // Handled before streaming starts; kept total so no input can panic.
+            Reply::Fail(error) => return vec![Err(error)],
+        };
+        items.extend(
+            chunk_text(&text, self.chunking)
+                .into_iter()
+                .map(|piece| Ok(StreamItem::Text(piece))),
+        );
+        if cut {
+            items.push(Err(LlmError::StreamCut(format!(
+                "scripted cut after {} chars",
+                text.chars().count()
+            ))));
+            return items;
+        }
+        let calls = assemble_calls(&calls, turn);
+        let mut completion_chars = text.chars().count();
+        if calls.is_empty() {
+            items.push(Ok(StreamItem::Finish(FinishReason::Stop)));
+        } else {
+            completion_chars += calls.iter().map(call_chars).sum::<usize>();
+            items.push(Ok(StreamItem::ToolCalls(calls)));
+            items.push(Ok(StreamItem::Finish(FinishReason::ToolCalls)));
+        }
+        items.push(Ok(StreamItem::Usage(usage(request, completion_chars))));
+        items
+    }
 }
 
 #[async_trait]
 impl LlmClient for ScriptedLlm {
-    async fn stream_chat(&self, _request: ChatRequest) -> Result<LlmStream, LlmError> {
-        todo!()
+    async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
+        let (reply, turn) = self.next_reply(&request);
+        let reply = match reply? {
+            Reply::Fail(error) => return Err(error),
+            reply => reply,
+        };
+        let items = self.items_for(reply, &request, turn);
+        let delay = self.chunk_delay;
+        // Everything is computed up front and the stream only owns the items (and a sleep),
+        // so dropping it stops it at once: there is no task to outlive it.
+        if delay.is_zero() {
+            Ok(stream::iter(items).boxed())
+        } else {
+            Ok(stream::iter(items)
+                .then(move |item| async move {
+                    tokio::time::sleep(delay).await;
+                    item
+                })
+                .boxed())
+        }
+    }
+}
+
+impl fmt::Debug for ScriptedLlm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        let mut debug = f.debug_struct("ScriptedLlm");
+        match self.shared.source {
+            Source::Script => debug.field("remaining", &state.script.len()),
+            Source::Function(_) => debug.field("responder", &"<fn>"),
+        };
+        debug
+            .field("requests", &state.requests.len())
+            .field("chunk_delay", &self.chunk_delay)
+            .field("chunking", &self.chunking)
+            .finish()
+    }
+}
+
+/// `text` cut into the pieces a model would stream; they concatenate to `text` exactly.
+fn chunk_text(text: &str, chunking: Chunking) -> Vec<String> {
+    match chunking {
+        Chunking::Chars(0) if !text.is_empty() => vec![text.to_owned()],
+        Chunking::Chars(0) => Vec::new(),
+        Chunking::Chars(size) => {
+            let chars: Vec<char> = text.chars().collect();
+            chars.chunks(size).map(|c| c.iter().collect()).collect()
+        }
+        Chunking::Words => {
+            let mut pieces = Vec::new();
+            let mut current = String::new();
+            let mut after_space = false;
+            let mut has_word = false;
+            for c in text.chars() {
+                // A new piece starts at each word that follows whitespace, so every piece is a
+                // word plus the whitespace after it (leading whitespace joins the first word).
+                let space = c.is_whitespace();
+                if after_space && !space && has_word {
+                    pieces.push(std::mem::take(&mut current));
+                    has_word = false;
+                }
+                after_space = space;
+                has_word |= !space;
+                current.push(c);
+            }
+            if !current.is_empty() {
+                pieces.push(current);
+            }
+            pieces
+        }
+    }
+}
+
+/// The calls as OpenAI streams them, put back together by the [`ToolCallAssembler`].
+///
+/// Each call opens with a delta carrying index, id, name and empty arguments; its arguments
+/// follow in fragments. The first two calls open in the same chunk and their fragments
+/// alternate, so the scripted model exercises the same assembly paths as a real server.
+fn assemble_calls(calls: &[(String, Value)], turn: usize) -> Vec<ToolCall> {
+    let mut heads = Vec::with_capacity(calls.len());
+    let mut fragments = Vec::with_capacity(calls.len());
+    for (k, (name, arguments)) in calls.iter().enumerate() {
+        let index = u32::try_from(k).unwrap_or(u32::MAX);
+        heads.push(
+            ToolCallDelta::at(index)
+                .id(format!("call_{turn}_{k}"))
+                .name(name.clone())
+                .arguments(""),
+        );
+        let json = match arguments {
+            Value::Null => "{}".to_owned(),
+            other => other.to_string(),
+        };
+        fragments.push(
+            split_fragments(&json)
+                .into_iter()
+                .map(|piece| ToolCallDelta::at(index).arguments(piece))
+                .collect::<Vec<_>>(),
+        );
+    }
+    let mut chunks: Vec<Vec<ToolCallDelta>> = Vec::new();
+    let mut heads = heads.into_iter();
+    let mut fragments = fragments.into_iter();
+    // The first two calls: heads in one chunk, then their fragments alternating.
+    chunks.push(heads.by_ref().take(2).collect());
+    let first: Vec<_> = fragments.by_ref().take(2).collect();
+    let longest = first.iter().map(Vec::len).max().unwrap_or(0);
+    for i in 0..longest {
+        for call in &first {
+            if let Some(delta) = call.get(i) {
+                chunks.push(vec![delta.clone()]);
+            }
+        }
+    }
+    // Any further calls, one after the other.
+    for (head, rest) in heads.zip(fragments) {
+        chunks.push(vec![head]);
+        chunks.extend(rest.into_iter().map(|delta| vec![delta]));
+    }
+    let mut assembler = ToolCallAssembler::new();
+    for chunk in chunks {
+        assembler.push_all(chunk);
+    }
+    assembler.finish()
+}
+
+/// Arguments JSON in about three fragments, cut on char boundaries.
+fn split_fragments(json: &str) -> Vec<String> {
+    let chars: Vec<char> = json.chars().collect();
+    let size = chars.len().div_ceil(3).max(1);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+fn call_chars(call: &ToolCall) -> usize {
+    call.name.chars().count() + call.arguments.chars().count()
+}
+
+/// Deterministic usage: about one token per four chars, as a rough English average.
+fn usage(request: &ChatRequest, completion_chars: usize) -> Usage {
+    let prompt_chars: usize = request
+        .messages
+        .iter()
+        .map(|m| {
+            m.text().map_or(0, |t| t.chars().count())
+                + m.tool_calls().iter().map(call_chars).sum::<usize>()
+        })
+        .sum();
+    let tokens = |chars: usize| u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX);
+    let prompt_tokens = tokens(prompt_chars);
+    let completion_tokens = tokens(completion_chars);
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: prompt_tokens.saturating_add(completion_tokens),
     }
 }

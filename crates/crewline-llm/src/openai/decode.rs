@@ -1,0 +1,391 @@
+//! Turns parsed chunks into [`StreamItem`]s, and a whole answer into a [`ChatResponse`].
+
+use std::collections::VecDeque;
+
+use crate::{ChatResponse, FinishReason, LlmError, StreamItem, ToolCallAssembler, Usage};
+
+use super::wire::{Choice, Chunk, error_message};
+
+/// What the stream reader should do after a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Read on.
+    Continue,
+    /// The chunk ended the answer with an error; stop reading.
+    Stop,
+}
+
+/// The items one streamed answer has produced but not handed out yet.
+pub(crate) type Pending = VecDeque<Result<StreamItem, LlmError>>;
+
+/// The state of one streamed answer: the tool calls being put together and whether the model
+/// has finished.
+#[derive(Debug, Default)]
+pub(crate) struct Decoder {
+    tools: ToolCallAssembler,
+    finished: bool,
+    last_usage: Option<Usage>,
+}
+
+impl Decoder {
+    /// A decoder at the start of an answer.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the model has said why it stopped.
+    pub(crate) fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Reads one chunk, appending what it yields to `out` in the contract's order: text, then
+    /// (on finish) the tool calls and the finish reason, then usage.
+    pub(crate) fn push(&mut self, chunk: Chunk, out: &mut Pending) -> Flow {
+        if let Some(message) = chunk.error.as_ref().and_then(error_message) {
+            out.push_back(Err(LlmError::Api {
+                status: None,
+                message,
+            }));
+            return Flow::Stop;
+        }
+        if let Some(choice) = first_choice(chunk.choices) {
+            self.push_choice(choice, out);
+        }
+        if let Some(usage) = chunk.usage.as_ref().and_then(|u| u.to_usage())
+            // Some servers repeat the running usage on every chunk; say it once per value.
+            && self.last_usage != Some(usage)
+        {
+            self.last_usage = Some(usage);
+            out.push_back(Ok(StreamItem::Usage(usage)));
+        }
+        Flow::Continue
+    }
+
+    fn push_choice(&mut self, choice: Choice, out: &mut Pending) {
+        let reason = choice
+            .finish_reason
+            .as_deref()
+            .and_then(FinishReason::parse);
+        let body = choice.into_body();
+        if self.finished {
+            // The contract puts text and calls before `Finish`; a server that sends more after
+            // it is not followed.
+            if body.is_some_and(|b| b.content.as_deref().is_some_and(|t| !t.is_empty())) {
+                tracing::debug!("text after finish_reason ignored");
+            }
+            return;
+        }
+        if let Some(body) = body {
+            if let Some(text) = body.content.filter(|t| !t.is_empty()) {
+                out.push_back(Ok(StreamItem::Text(text)));
+            }
+            for call in body.tool_calls {
+                self.tools.push(call.into_delta(None));
+            }
+        }
+        if let Some(reason) = reason {
+            self.finish(reason, out);
+        }
+    }
+
+    fn finish(&mut self, reason: FinishReason, out: &mut Pending) {
+        self.finished = true;
+        let tools = std::mem::replace(&mut self.tools, ToolCallAssembler::new());
+        if !tools.is_empty() {
+            out.push_back(Ok(StreamItem::ToolCalls(tools.finish())));
+        }
+        out.push_back(Ok(StreamItem::Finish(reason)));
+    }
+
+    /// Ends the answer when the server closed the stream cleanly: without a finish reason the
+    /// answer was cut (a real server always sends one), and half-streamed tool calls are not
+    /// handed out, since their arguments may be truncated.
+    pub(crate) fn end(&mut self, out: &mut Pending) {
+        if self.finished {
+            return;
+        }
+        let dropped_calls = if self.tools.is_empty() {
+            String::new()
+        } else {
+            "; unfinished tool calls were dropped".to_owned()
+        };
+        out.push_back(Err(LlmError::StreamCut(format!(
+            "the server closed the stream before the model finished (no finish_reason){dropped_calls}"
+        ))));
+    }
+}
+
+/// The choice at index 0 (a missing index counts as 0).
+fn first_choice(choices: Vec<Choice>) -> Option<Choice> {
+    choices.into_iter().find(|c| c.position() == 0)
+}
+
+/// Reads a whole non-streamed answer.
+pub(crate) fn response(chunk: Chunk) -> Result<ChatResponse, LlmError> {
+    if let Some(message) = chunk.error.as_ref().and_then(error_message) {
+        return Err(LlmError::Api {
+            status: None,
+            message,
+        });
+    }
+    let usage = chunk.usage.as_ref().and_then(|u| u.to_usage());
+    let choice = first_choice(chunk.choices).ok_or_else(|| {
+        LlmError::InvalidResponse("the answer has no choice at index 0".to_owned())
+    })?;
+    let finish_reason = choice
+        .finish_reason
+        .as_deref()
+        .and_then(FinishReason::parse);
+    let mut response = ChatResponse {
+        finish_reason,
+        usage,
+        ..ChatResponse::default()
+    };
+    if let Some(message) = choice.message.or(choice.delta) {
+        response.content = message.content.unwrap_or_default();
+        // Whole calls go through the assembler too, so ids, names and empty arguments follow
+        // the same rules as streamed ones.
+        let mut tools = ToolCallAssembler::new();
+        for (position, call) in message.tool_calls.into_iter().enumerate() {
+            tools.push(call.into_delta(u32::try_from(position).ok()));
+        }
+        response.tool_calls = tools.finish();
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use crewline_core::ToolCall;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// Decodes a whole stream of JSON chunks, as if the server closed it cleanly afterwards.
+    fn decode(chunks: &[Value]) -> Vec<Result<StreamItem, LlmError>> {
+        let mut decoder = Decoder::new();
+        let mut out = Pending::new();
+        for value in chunks {
+            let chunk: Chunk = serde_json::from_value(value.clone()).expect("chunk");
+            if decoder.push(chunk, &mut out) == Flow::Stop {
+                return out.into();
+            }
+        }
+        decoder.end(&mut out);
+        out.into()
+    }
+
+    fn text(t: &str) -> StreamItem {
+        StreamItem::Text(t.to_owned())
+    }
+
+    fn usage(p: u32, c: u32) -> StreamItem {
+        StreamItem::Usage(Usage {
+            prompt_tokens: p,
+            completion_tokens: c,
+            total_tokens: p + c,
+        })
+    }
+
+    fn ok_items(items: Vec<Result<StreamItem, LlmError>>) -> Vec<StreamItem> {
+        items.into_iter().map(|i| i.expect("no error")).collect()
+    }
+
+    #[test]
+    fn text_finish_and_usage_in_order() {
+        let items = decode(&[
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}),
+        ]);
+        assert_eq!(
+            ok_items(items),
+            vec![
+                StreamItem::Text("Hel".into()),
+                StreamItem::Text("lo".into()),
+                StreamItem::Finish(FinishReason::Stop),
+                StreamItem::Usage(Usage {
+                    prompt_tokens: 5,
+                    completion_tokens: 2,
+                    total_tokens: 7
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn every_odd_shape_still_yields_the_turn() {
+        let items = decode(&[
+            json!({"created": 1.7e9, "choices": [{"delta": null}]}),
+            json!({"choices": [{"delta": {"content": null}, "finish_reason": ""}]}),
+            json!({"choices": [{"delta": {"content": "Hi"}, "finish_reason": ""}], "usage": {}}),
+            json!({"choices": null, "usage": null, "x_vendor": true}),
+            json!({"choices": [{"index": 1, "delta": {"content": "other choice"}}]}),
+            json!({"choices": [{"delta": {"content": " there"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}),
+        ]);
+        assert_eq!(
+            items
+                .into_iter()
+                .map(|i| i.expect("ok"))
+                .collect::<Vec<_>>(),
+            vec![
+                StreamItem::Text("Hi".into()),
+                StreamItem::Text(" there".into()),
+                StreamItem::Finish(FinishReason::Length),
+                StreamItem::Usage(Usage {
+                    prompt_tokens: 1,
+                    completion_tokens: 2,
+                    total_tokens: 3
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn tool_calls_come_before_finish() {
+        let items = decode(&[
+            json!({"choices": [{"delta": {"content": "Checking."}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [
+                {"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": ""}},
+                {"index": 1, "id": "b", "type": "function", "function": {"name": "g", "arguments": "{}"}}
+            ]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"x\":"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        assert_eq!(
+            ok_items(items),
+            vec![
+                StreamItem::Text("Checking.".into()),
+                StreamItem::ToolCalls(vec![
+                    ToolCall::new("a", "f", r#"{"x":1}"#),
+                    ToolCall::new("b", "g", "{}"),
+                ]),
+                StreamItem::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn index_less_deltas_and_object_arguments() {
+        let items = decode(&[
+            json!({"choices": [{"delta": {"tool_calls": [
+                {"id": "c1", "function": {"name": "lookup", "arguments": {"q": "x"}}}
+            ]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        assert_eq!(
+            ok_items(items),
+            vec![
+                StreamItem::ToolCalls(vec![ToolCall::new("c1", "lookup", r#"{"q":"x"}"#)]),
+                StreamItem::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stream_without_finish_reason_is_cut() {
+        let items = decode(&[json!({"choices": [{"delta": {"content": "Hal"}}]})]);
+        assert_eq!(items[0].as_ref().ok(), Some(&text("Hal")));
+        assert!(
+            matches!(&items[1], Err(LlmError::StreamCut(m)) if m.contains("finish_reason")),
+            "{items:?}"
+        );
+        assert_eq!(items.len(), 2);
+    }
+
+    #[test]
+    fn unfinished_tool_calls_are_not_handed_out_on_a_cut() {
+        let items = decode(&[json!({"choices": [{"delta": {"tool_calls": [
+            {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"x\""}}
+        ]}}]})]);
+        assert_eq!(items.len(), 1);
+        assert!(
+            matches!(&items[0], Err(LlmError::StreamCut(_))),
+            "{items:?}"
+        );
+    }
+
+    #[test]
+    fn an_error_mid_stream_is_an_api_error_without_status() {
+        let items = decode(&[
+            json!({"choices": [{"delta": {"content": "Hi"}}]}),
+            json!({"error": {"message": "The server had an error", "type": "server_error"}}),
+            json!({"choices": [{"delta": {"content": "never read"}}]}),
+        ]);
+        assert_eq!(items[0].as_ref().ok(), Some(&text("Hi")));
+        assert!(
+            matches!(&items[1], Err(LlmError::Api { status: None, message }) if message == "The server had an error"),
+            "{items:?}"
+        );
+        assert_eq!(items.len(), 2);
+    }
+
+    #[test]
+    fn repeated_running_usage_is_reported_once_per_value() {
+        let items = decode(&[
+            json!({"choices": [{"delta": {"content": "a"}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}),
+            json!({"choices": [{"delta": {}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}),
+        ]);
+        assert_eq!(
+            ok_items(items),
+            vec![
+                text("a"),
+                usage(1, 1),
+                StreamItem::Finish(FinishReason::Stop),
+                usage(1, 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn finish_is_said_once_and_later_text_is_ignored() {
+        let items = decode(&[
+            json!({"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]}),
+            json!({"choices": [{"delta": {"content": "b"}, "finish_reason": "stop"}]}),
+        ]);
+        assert_eq!(
+            ok_items(items),
+            vec![text("a"), StreamItem::Finish(FinishReason::Stop)]
+        );
+    }
+
+    #[test]
+    fn whole_answer_is_read_leniently() {
+        let chunk: Chunk = serde_json::from_value(json!({
+            "id": "x", "object": "chat.completion", "created": 1.5,
+            "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}},
+                {"function": {"name": "g", "arguments": {"b": 2}}}
+            ]}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+        }))
+        .expect("chunk");
+        let response = response(chunk).expect("response");
+        assert_eq!(response.content, "");
+        assert_eq!(
+            response.tool_calls,
+            vec![
+                ToolCall::new("c1", "f", r#"{"a":1}"#),
+                ToolCall::new("call_1", "g", r#"{"b":2}"#),
+            ]
+        );
+        assert_eq!(response.finish_reason, Some(FinishReason::ToolCalls));
+        assert_eq!(response.usage.map(|u| u.total_tokens), Some(12));
+    }
+
+    #[test]
+    fn whole_answer_errors() {
+        let chunk: Chunk =
+            serde_json::from_value(json!({"error": {"message": "nope"}})).expect("chunk");
+        assert!(matches!(
+            response(chunk),
+            Err(LlmError::Api { status: None, .. })
+        ));
+        let chunk: Chunk = serde_json::from_value(json!({"choices": []})).expect("chunk");
+        assert!(matches!(response(chunk), Err(LlmError::InvalidResponse(_))));
+    }
+}

@@ -1,0 +1,596 @@
+//! The OpenAI-compatible streaming client.
+//!
+//! Requests are plain JSON bodies sent through async-openai's bring-your-own-types calls, and
+//! answers are read with our own lenient types (see `wire`), so the small differences between
+//! OpenAI-compatible servers never break a turn.
+//!
+//! Time limits: the connection must be up within `connect_timeout`; the answer's headers *and*
+//! its first event must arrive within `first_byte_timeout` of the request (retries included);
+//! after that, no two events may be more than `idle_timeout` apart. Retries (connect errors,
+//! 429, 5xx) happen only before the first byte: once text may have been spoken, a failure is
+//! reported, never replayed.
+
+mod body;
+mod decode;
+mod http;
+mod wire;
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use async_openai::{Client, config::OpenAIConfig, types::stream::StreamResponse};
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::header::HeaderValue;
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::{ChatRequest, ChatResponse, LlmClient, LlmError, LlmStream, RequestOptions};
+
+use self::{
+    decode::{Decoder, Flow, Pending},
+    http::StreamFailure,
+    wire::Chunk,
+};
+
+/// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
+const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_MAX_RETRIES: usize = 2;
+
+/// A client for OpenAI and OpenAI-compatible servers (vLLM, Ollama, Groq, OpenRouter...).
+///
+/// Cheap to clone: clones share the connection pool.
+#[derive(Clone)]
+pub struct OpenAiClient {
+    inner: Client<OpenAIConfig>,
+    defaults: RequestOptions,
+    base_url: String,
+    api_key: ApiKey,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+    max_retries: usize,
+}
+
+impl fmt::Debug for OpenAiClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiClient")
+            .field("model", &self.defaults.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .field("temperature", &self.defaults.temperature)
+            .field("max_tokens", &self.defaults.max_tokens)
+            .field("extra", &self.defaults.extra)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_retries", &self.max_retries)
+            .finish()
+    }
+}
+
+/// An API key that never shows in `Debug` output.
+#[derive(Clone)]
+struct ApiKey(Arc<str>);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
+
+impl ApiKey {
+    /// `message` with the key blanked out, in case a server echoes it in an error.
+    fn scrub(&self, message: String) -> String {
+        if self.0.len() >= 4 && message.contains(&*self.0) {
+            message.replace(&*self.0, "<redacted>")
+        } else {
+            message
+        }
+    }
+
+    fn scrub_error(&self, error: LlmError) -> LlmError {
+        match error {
+            LlmError::Api { status, message } => LlmError::Api {
+                status,
+                message: self.scrub(message),
+            },
+            LlmError::Connect(m) => LlmError::Connect(self.scrub(m)),
+            LlmError::StreamCut(m) => LlmError::StreamCut(self.scrub(m)),
+            LlmError::InvalidResponse(m) => LlmError::InvalidResponse(self.scrub(m)),
+            other => other,
+        }
+    }
+}
+
+/// Settings for an [`OpenAiClient`].
+#[derive(Clone)]
+pub struct OpenAiClientBuilder {
+    model: Option<String>,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    read_env: bool,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+    extra: Map<String, Value>,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+    max_retries: usize,
+}
+
+impl Default for OpenAiClientBuilder {
+    fn default() -> Self {
+        Self {
+            model: None,
+            base_url: None,
+            api_key: None,
+            read_env: true,
+            temperature: None,
+            max_tokens: None,
+            extra: Map::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+        }
+    }
+}
+
+impl fmt::Debug for OpenAiClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiClientBuilder")
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("read_env", &self.read_env)
+            .field("temperature", &self.temperature)
+            .field("max_tokens", &self.max_tokens)
+            .field("extra", &self.extra)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_retries", &self.max_retries)
+            .finish()
+    }
+}
+
+impl OpenAiClientBuilder {
+    /// The model to use (required).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The API base URL, e.g. `http://localhost:8000/v1` (default: `OPENAI_BASE_URL`, else
+    /// `https://api.openai.com/v1`).
+    pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = Some(base_url.into());
+        self
+    }
+
+    /// The API key (default: `OPENAI_API_KEY`).
+    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = Some(api_key.into());
+        self
+    }
+
+    /// Whether `build()` may fall back to `OPENAI_API_KEY` and `OPENAI_BASE_URL` (default
+    /// `true`); turn off to depend on nothing but the builder.
+    pub fn read_env(mut self, read_env: bool) -> Self {
+        self.read_env = read_env;
+        self
+    }
+
+    /// The default sampling temperature.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// The default limit of generated tokens (sent as `max_tokens`).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// An extra body parameter sent with every request (`top_p`, `seed`, vendor fields...).
+    pub fn extra(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.extra.insert(key.into(), value);
+        self
+    }
+
+    /// The time limit for opening a connection (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The time limit from sending a request to its answer's headers and first event,
+    /// retries included (default 30 s). A non-streaming [`LlmClient::chat`] gets this plus
+    /// the idle timeout for its whole answer.
+    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.first_byte_timeout = timeout;
+        self
+    }
+
+    /// The longest allowed gap between two events of a streamed answer (default 60 s).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// How many times a request is retried before its first byte (default 2).
+    pub fn max_retries(mut self, max_retries: usize) -> Self {
+        self.max_retries = max_retries;
+        self
+    }
+
+    /// Checks the settings and builds the client.
+    pub fn build(self) -> Result<OpenAiClient, LlmError> {
+        let model = self.model.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
+            LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
+        })?;
+        let api_key = self
+            .api_key
+            .or_else(|| env_var(self.read_env, "OPENAI_API_KEY"))
+            .filter(|k| !k.trim().is_empty())
+            .ok_or(LlmError::MissingApiKey)?;
+        let base_url = self
+            .base_url
+            .or_else(|| env_var(self.read_env, "OPENAI_BASE_URL"))
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let base_url = check_base_url(&base_url)?;
+        if let Some(temperature) = self.temperature {
+            body::temperature_value(temperature)?;
+        }
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("first_byte_timeout", self.first_byte_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(LlmError::Config(format!("{name} must be more than zero")));
+            }
+        }
+
+        // The key travels only in this header, marked sensitive so no HTTP layer logs it; it
+        // replaces async-openai's own `Authorization` (built from an empty key) on every
+        // attempt.
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {}", api_key.trim()))
+            .map_err(|_| {
+                LlmError::Config(
+                    "the API key has characters that cannot go in an HTTP header".to_owned(),
+                )
+            })?;
+        authorization.set_sensitive(true);
+        // Org and project ids are left empty on purpose: async-openai would read them from the
+        // environment and panic on values that are not valid headers.
+        let config = OpenAIConfig::new()
+            .with_api_base(base_url.clone())
+            .with_api_key("")
+            .with_org_id("")
+            .with_project_id("");
+
+        // No total `timeout` here: it would cut long streams. First-byte and idle limits are
+        // enforced around each await instead.
+        let http = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .build()
+            .map_err(|e| LlmError::Config(format!("could not set up the HTTP client: {e}")))?;
+
+        Ok(OpenAiClient {
+            inner: http::client(config, http, authorization, self.max_retries),
+            defaults: RequestOptions {
+                model: Some(model),
+                temperature: self.temperature,
+                max_tokens: self.max_tokens,
+                extra: self.extra,
+            },
+            base_url,
+            api_key: ApiKey(Arc::from(api_key.trim())),
+            connect_timeout: self.connect_timeout,
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            max_retries: self.max_retries,
+        })
+    }
+}
+
+/// The variable's value, if reading the environment is allowed and it is set.
+fn env_var(allowed: bool, name: &str) -> Option<String> {
+    if allowed {
+        std::env::var(name).ok()
+    } else {
+        None
+    }
+}
+
+/// The base URL without a trailing slash (async-openai appends `/chat/completions`).
+fn check_base_url(base_url: &str) -> Result<String, LlmError> {
+    let trimmed = base_url.trim().trim_end_matches('/');
+    let url = reqwest::Url::parse(trimmed)
+        .map_err(|e| LlmError::Config(format!("invalid base URL {trimmed:?}: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(LlmError::Config(format!(
+            "invalid base URL {trimmed:?}: the scheme must be http or https"
+        )));
+    }
+    Ok(trimmed.to_owned())
+}
+
+impl OpenAiClient {
+    /// Settings for a client.
+    pub fn builder() -> OpenAiClientBuilder {
+        OpenAiClientBuilder::default()
+    }
+
+    /// A client for `model`, with the key from `OPENAI_API_KEY` and the URL from
+    /// `OPENAI_BASE_URL` (or OpenAI's).
+    pub fn from_env(model: impl Into<String>) -> Result<Self, LlmError> {
+        Self::builder().model(model).build()
+    }
+
+    /// The default model.
+    pub fn model(&self) -> &str {
+        self.defaults.model.as_deref().unwrap_or_default()
+    }
+
+    /// The API base URL requests go to.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The debug span of one request.
+    fn span(&self, request: &ChatRequest, stream: bool) -> tracing::Span {
+        let model = request
+            .options
+            .model
+            .as_deref()
+            .unwrap_or_else(|| self.model());
+        tracing::debug_span!(
+            "llm_request",
+            model = %model,
+            messages = request.messages.len(),
+            tools = request.tools.len(),
+            stream
+        )
+    }
+
+    /// Sends the streaming request and waits for the answer's headers.
+    async fn open_stream(
+        &self,
+        body: Value,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<StreamResponse<Chunk>, LlmError> {
+        let opened = tokio::time::timeout_at(
+            deadline,
+            self.inner.chat().create_stream_byot::<Value, Chunk>(body),
+        )
+        .await;
+        match opened {
+            Err(_) => {
+                tracing::warn!(timeout = ?self.first_byte_timeout, "no answer before the first-byte time limit");
+                Err(LlmError::Timeout(self.first_byte_timeout))
+            }
+            Ok(Err(error)) => {
+                let error = self
+                    .api_key
+                    .scrub_error(http::request_error(error, self.connect_timeout));
+                tracing::warn!(%error, "request failed before the first byte");
+                Err(error)
+            }
+            Ok(Ok(events)) => {
+                tracing::debug!(
+                    time_to_headers_ms = started.elapsed().as_millis() as u64,
+                    "answer headers received"
+                );
+                Ok(events)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LlmClient for OpenAiClient {
+    async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
+        let span = self.span(&request, true);
+        let body = body::build(&self.defaults, &request, true)?;
+        let started = Instant::now();
+        let deadline = started + self.first_byte_timeout;
+        let events = self
+            .open_stream(body, started, deadline)
+            .instrument(span.clone())
+            .await?;
+        let reader = Reader {
+            events: Some(events),
+            decoder: Decoder::new(),
+            pending: Pending::new(),
+            first_event_deadline: Some(deadline),
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            started,
+            api_key: self.api_key.clone(),
+        };
+        let stream = futures::stream::unfold(reader, move |reader| {
+            reader.next_item().instrument(span.clone())
+        });
+        Ok(stream.fuse().boxed())
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
+        let span = self.span(&request, false);
+        let body = body::build(&self.defaults, &request, false)?;
+        // The server usually sends nothing until the whole answer is written, so the answer
+        // gets both limits together.
+        let limit = self.first_byte_timeout.saturating_add(self.idle_timeout);
+        let started = Instant::now();
+        let answer =
+            tokio::time::timeout(limit, self.inner.chat().create_byot::<Value, Chunk>(body))
+                .instrument(span.clone())
+                .await;
+        let result = match answer {
+            Err(_) => Err(LlmError::Timeout(limit)),
+            Ok(Err(error)) => Err(self
+                .api_key
+                .scrub_error(http::request_error(error, self.connect_timeout))),
+            Ok(Ok(chunk)) => decode::response(chunk).map_err(|e| self.api_key.scrub_error(e)),
+        };
+        span.in_scope(|| match &result {
+            Ok(_) => tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "answer received"
+            ),
+            Err(error) => tracing::warn!(%error, "chat request failed"),
+        });
+        result
+    }
+}
+
+/// Reads one streamed answer; dropping it drops async-openai's event stream, whose reader task
+/// then ends and closes the connection.
+struct Reader {
+    /// `None` once the answer is over (finished, failed, timed out).
+    events: Option<StreamResponse<Chunk>>,
+    decoder: Decoder,
+    pending: Pending,
+    /// Until the first event arrives, the deadline left over from the first-byte limit.
+    first_event_deadline: Option<Instant>,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+    started: Instant,
+    api_key: ApiKey,
+}
+
+impl Reader {
+    /// The next item, or `None` at the end.
+    async fn next_item(mut self) -> Option<(Result<crate::StreamItem, LlmError>, Self)> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                let item = item.map_err(|e| self.api_key.scrub_error(e));
+                return Some((item, self));
+            }
+            let events = self.events.as_mut()?;
+            let next = match self.first_event_deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, events.next())
+                    .await
+                    .map_err(|_| LlmError::Timeout(self.first_byte_timeout)),
+                None => tokio::time::timeout(self.idle_timeout, events.next())
+                    .await
+                    .map_err(|_| LlmError::Timeout(self.idle_timeout)),
+            };
+            match next {
+                Err(timeout) => {
+                    tracing::warn!(error = %timeout, "the stream stalled");
+                    self.stop(Err(timeout));
+                }
+                Ok(None) => {
+                    self.events = None;
+                    self.decoder.end(&mut self.pending);
+                    tracing::debug!(
+                        elapsed_ms = self.started.elapsed().as_millis() as u64,
+                        finished = self.decoder.finished(),
+                        "stream ended"
+                    );
+                }
+                Ok(Some(Ok(chunk))) => {
+                    if self.first_event_deadline.take().is_some() {
+                        tracing::debug!(
+                            time_to_first_event_ms = self.started.elapsed().as_millis() as u64,
+                            "first event received"
+                        );
+                    }
+                    if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
+                        tracing::warn!("the server reported an error mid-stream");
+                        self.events = None;
+                    }
+                }
+                Ok(Some(Err(error))) => match http::stream_error(error) {
+                    StreamFailure::Blank => {}
+                    StreamFailure::Fatal(error) => {
+                        tracing::warn!(%error, "the stream failed");
+                        self.stop(Err(error));
+                    }
+                },
+            }
+        }
+    }
+
+    /// Ends the answer with `item` and lets the connection go at once.
+    fn stop(&mut self, item: Result<crate::StreamItem, LlmError>) {
+        self.events = None;
+        self.pending.push_back(item);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> OpenAiClientBuilder {
+        OpenAiClient::builder()
+            .model("m")
+            .api_key("sk-secret-123456")
+            .base_url("http://127.0.0.1:9/v1/")
+            .read_env(false)
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_key() {
+        let builder = builder();
+        assert!(!format!("{builder:?}").contains("sk-secret"));
+        let client = builder.build().expect("client");
+        let debug = format!("{client:?}");
+        assert!(!debug.contains("sk-secret"), "{debug}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+    }
+
+    #[test]
+    fn trailing_slash_is_trimmed_from_the_base_url() {
+        assert_eq!(
+            builder().build().expect("client").base_url(),
+            "http://127.0.0.1:9/v1"
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_config_errors() {
+        let cases = [
+            OpenAiClient::builder().api_key("k").read_env(false).build(),
+            builder().model(" ").build(),
+            builder().base_url("ftp://x").build(),
+            builder().base_url("not a url").build(),
+            builder().temperature(f32::INFINITY).build(),
+            builder().idle_timeout(Duration::ZERO).build(),
+            builder().api_key("bad\nkey").build(),
+        ];
+        for case in cases {
+            let err = case.expect_err("invalid settings");
+            assert!(matches!(err, LlmError::Config(_)), "{err:?}");
+            assert!(!err.to_string().contains("bad\nkey"));
+        }
+    }
+
+    #[test]
+    fn missing_or_blank_key_is_missing_api_key() {
+        let no_key = OpenAiClient::builder().model("m").read_env(false).build();
+        assert!(matches!(no_key, Err(LlmError::MissingApiKey)));
+        let blank = builder().api_key("  ").build();
+        assert!(matches!(blank, Err(LlmError::MissingApiKey)));
+    }
+
+    #[test]
+    fn echoed_keys_are_scrubbed_from_errors() {
+        let key = ApiKey(Arc::from("sk-secret-123456"));
+        let error = key.scrub_error(LlmError::Api {
+            status: Some(401),
+            message: "Incorrect API key provided: sk-secret-123456".to_owned(),
+        });
+        assert!(!error.to_string().contains("sk-secret"), "{error}");
+    }
+}

@@ -1,0 +1,445 @@
+//! Lenient serde types for what OpenAI-compatible servers send back.
+//!
+//! Servers that call themselves OpenAI-compatible differ in small ways, and none of those ways
+//! may break a voice turn. Every field here is optional and defaulted, unknown fields are
+//! ignored, and a field of the wrong type is read as absent instead of failing the whole chunk:
+//!
+//! - `choices` missing, `null` or `[]` (a usage-only chunk); a malformed choice is skipped;
+//! - choice `index` missing (read as 0), `delta` / `message` / `content` `null`;
+//! - `content` as a string or as an array of `{"text": ..}` parts;
+//! - `finish_reason` `""` or `null` (not finished yet);
+//! - tool-call deltas without `index` or `id`, `arguments` as a JSON string or as an object;
+//! - `usage` `null` or `{}` (ignored), or with only some of the counts;
+//! - `object`, `created` (sometimes a float), `model`, `id`... are never read;
+//! - an `error` object (or string) mid-stream or in a 200 answer.
+
+use serde::{Deserialize, Deserializer, de::DeserializeOwned};
+use serde_json::Value;
+
+use crate::{ToolCallDelta, Usage};
+
+/// One streamed chunk, or a whole non-streamed answer (same envelope).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Chunk {
+    /// The choices; only index 0 is used.
+    #[serde(deserialize_with = "lenient_vec")]
+    pub(crate) choices: Vec<Choice>,
+    /// Token counts, usually in a last chunk with no choices.
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) usage: Option<WireUsage>,
+    /// An error the server reports in place of (or in the middle of) an answer.
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) error: Option<Value>,
+}
+
+/// One choice of a chunk (`delta`) or of a whole answer (`message`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Choice {
+    /// The choice's position; missing means 0.
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) index: Option<u32>,
+    /// What this chunk adds (streaming).
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) delta: Option<Delta>,
+    /// The whole message (non-streaming; a few servers also stream it this way).
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) message: Option<Delta>,
+    /// Why the model stopped; `""` means it has not.
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) finish_reason: Option<String>,
+}
+
+impl Choice {
+    /// The choice's position, 0 when the server left it out.
+    pub(crate) fn position(&self) -> u32 {
+        self.index.unwrap_or(0)
+    }
+
+    /// The delta, or the message when a server streams that instead.
+    pub(crate) fn into_body(self) -> Option<Delta> {
+        self.delta.or(self.message)
+    }
+}
+
+/// The text and tool calls a chunk adds (or a whole message holds).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Delta {
+    /// The text, as a string or as content parts.
+    #[serde(deserialize_with = "lenient_text")]
+    pub(crate) content: Option<String>,
+    /// Tool-call fragments (whole calls in a non-streamed answer).
+    #[serde(deserialize_with = "lenient_vec")]
+    pub(crate) tool_calls: Vec<WireToolCall>,
+}
+
+/// One tool-call fragment.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct WireToolCall {
+    #[serde(deserialize_with = "lenient")]
+    index: Option<u32>,
+    #[serde(deserialize_with = "lenient")]
+    id: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    function: Option<WireFunction>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireFunction {
+    #[serde(deserialize_with = "lenient")]
+    name: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    arguments: Option<Value>,
+}
+
+impl WireToolCall {
+    /// The fragment for the [`crate::ToolCallAssembler`]; `fallback_index` stands in for a
+    /// missing `index` when the caller knows the position (whole, non-streamed calls).
+    pub(crate) fn into_delta(self, fallback_index: Option<u32>) -> ToolCallDelta {
+        let (name, arguments) = match self.function {
+            Some(function) => (function.name, function.arguments.and_then(arguments_text)),
+            None => (None, None),
+        };
+        ToolCallDelta {
+            index: self.index.or(fallback_index),
+            id: self.id,
+            name,
+            arguments,
+        }
+    }
+}
+
+/// Arguments as JSON text: strings as they are, objects (sent by some servers) re-encoded.
+fn arguments_text(value: Value) -> Option<String> {
+    match value {
+        Value::Null => None,
+        Value::String(text) => Some(text),
+        other => Some(other.to_string()),
+    }
+}
+
+/// Token counts as sent; any of them may be missing.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct WireUsage {
+    #[serde(deserialize_with = "lenient_count")]
+    prompt_tokens: Option<u32>,
+    #[serde(deserialize_with = "lenient_count")]
+    completion_tokens: Option<u32>,
+    #[serde(deserialize_with = "lenient_count")]
+    total_tokens: Option<u32>,
+}
+
+impl WireUsage {
+    /// The usage, or `None` when the object carries no counts at all (`"usage": {}`).
+    pub(crate) fn to_usage(&self) -> Option<Usage> {
+        if self.prompt_tokens.is_none()
+            && self.completion_tokens.is_none()
+            && self.total_tokens.is_none()
+        {
+            return None;
+        }
+        let prompt_tokens = self.prompt_tokens.unwrap_or(0);
+        let completion_tokens = self.completion_tokens.unwrap_or(0);
+        Some(Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: self
+                .total_tokens
+                .unwrap_or_else(|| prompt_tokens.saturating_add(completion_tokens)),
+        })
+    }
+}
+
+/// The message of an `error` value, or `None` when it is empty (`null`, `{}`, `""`).
+pub(crate) fn error_message(error: &Value) -> Option<String> {
+    let message = match error {
+        Value::Null => return None,
+        Value::String(text) => text.clone(),
+        Value::Object(fields) if fields.is_empty() => return None,
+        Value::Object(fields) => match fields.get("message") {
+            Some(Value::String(text)) => text.clone(),
+            _ => error.to_string(),
+        },
+        other => other.to_string(),
+    };
+    (!message.trim().is_empty()).then_some(message)
+}
+
+/// Reads an HTTP error body the way different servers write it: OpenAI's
+/// `{"error": {"message"}}`, `{"error": "..."}`, vLLM's top-level `{"message"}`, FastAPI's
+/// `{"detail"}`, or plain text. Returns `None` for an empty body.
+pub(crate) fn error_body_message(body: &[u8]) -> Option<String> {
+    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+        let found = value
+            .get("error")
+            .and_then(error_message)
+            .or_else(|| value.get("message").and_then(error_message))
+            .or_else(|| value.get("detail").and_then(error_message));
+        if found.is_some() {
+            return found;
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    (!text.is_empty()).then(|| snippet(text, 500))
+}
+
+/// At most `max` characters of `text`, marked when cut.
+pub(crate) fn snippet(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+/// Reads a value of type `T`, or `None` when it is `null` or of another shape.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    let value = Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
+/// Reads an array, skipping elements of another shape; anything but an array is empty.
+fn lenient_vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    Ok(match Value::deserialize(deserializer)? {
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|item| serde_json::from_value(item).ok())
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// Reads content sent as a string or as an array of parts with `text`.
+fn lenient_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(deserializer)? {
+        Value::String(text) => Some(text),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|part| match part {
+                    Value::String(text) => Some(text.as_str()),
+                    other => other.get("text").and_then(Value::as_str),
+                })
+                .collect(),
+        ),
+        _ => None,
+    })
+}
+
+/// Reads a token count sent as an integer or a float.
+fn lenient_count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u32>, D::Error> {
+    Ok(match Value::deserialize(deserializer)? {
+        Value::Number(number) => number
+            .as_u64()
+            .or_else(|| {
+                // Float counts (`12.0`) come from servers that do their maths in floats.
+                number
+                    .as_f64()
+                    .filter(|f| f.is_finite() && *f >= 0.0)
+                    .map(|f| f as u64)
+            })
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn chunk(value: Value) -> Chunk {
+        serde_json::from_value(value).expect("every JSON object is a chunk")
+    }
+
+    #[test]
+    fn openai_shape_is_read() {
+        let c = chunk(json!({
+            "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000,
+            "model": "gpt-4o", "system_fingerprint": "fp",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"},
+                         "logprobs": null, "finish_reason": null}]
+        }));
+        assert_eq!(c.choices.len(), 1);
+        let body = c.choices[0].delta.as_ref().expect("delta");
+        assert_eq!(body.content.as_deref(), Some("Hi"));
+        assert_eq!(c.choices[0].finish_reason, None);
+        assert!(c.usage.is_none() && c.error.is_none());
+    }
+
+    #[test]
+    fn odd_envelopes_are_read_as_absent_fields() {
+        // No `object`, float `created`, `choices: null`, `usage: {}`.
+        let c = chunk(json!({"created": 1.7e9, "choices": null, "usage": {}}));
+        assert!(c.choices.is_empty());
+        assert_eq!(c.usage.and_then(|u| u.to_usage()), None);
+
+        let c = chunk(json!({"choices": [], "usage": null}));
+        assert!(c.choices.is_empty() && c.usage.is_none());
+
+        // `choices` of the wrong type, unknown fields everywhere.
+        let c = chunk(json!({"choices": "nope", "x_vendor": {"a": 1}}));
+        assert!(c.choices.is_empty());
+    }
+
+    #[test]
+    fn choice_without_index_and_null_delta_is_read() {
+        let c = chunk(json!({"choices": [{"delta": null, "finish_reason": ""}]}));
+        let choice = &c.choices[0];
+        assert_eq!(choice.position(), 0);
+        assert!(choice.delta.as_ref().is_none());
+        assert_eq!(choice.finish_reason.as_deref(), Some(""));
+
+        let c = chunk(json!({"choices": [{"index": 0, "delta": {"content": null}}]}));
+        assert_eq!(
+            c.choices[0].delta.as_ref().and_then(|d| d.content.clone()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_malformed_choice_is_skipped_not_fatal() {
+        let c = chunk(json!({"choices": [7, {"index": 0, "delta": {"content": "ok"}}]}));
+        assert_eq!(c.choices.len(), 1);
+        assert_eq!(
+            c.choices[0]
+                .delta
+                .as_ref()
+                .and_then(|d| d.content.as_deref()),
+            Some("ok")
+        );
+    }
+
+    #[test]
+    fn content_parts_are_joined() {
+        let c = chunk(json!({"choices": [{"delta": {"content": [
+            {"type": "text", "text": "Hel"}, {"type": "text", "text": "lo"}
+        ]}}]}));
+        assert_eq!(
+            c.choices[0]
+                .delta
+                .as_ref()
+                .and_then(|d| d.content.as_deref()),
+            Some("Hello")
+        );
+    }
+
+    #[test]
+    fn tool_call_arguments_as_object_become_json_text() {
+        let c = chunk(json!({"choices": [{"delta": {"tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+        ]}}]}));
+        let mut c = c;
+        let delta = c
+            .choices
+            .remove(0)
+            .delta
+            .expect("delta")
+            .tool_calls
+            .remove(0);
+        let delta = delta.into_delta(None);
+        assert_eq!(delta.index, None, "no index on the wire stays absent");
+        assert_eq!(delta.id.as_deref(), Some("c1"));
+        assert_eq!(delta.name.as_deref(), Some("get_weather"));
+        assert_eq!(delta.arguments.as_deref(), Some(r#"{"city":"Oslo"}"#));
+    }
+
+    #[test]
+    fn tool_call_fallback_index_only_fills_a_missing_one() {
+        let with: WireToolCall = serde_json::from_value(json!({"index": 3})).expect("call");
+        assert_eq!(with.into_delta(Some(0)).index, Some(3));
+        let without: WireToolCall = serde_json::from_value(json!({})).expect("call");
+        assert_eq!(without.into_delta(Some(1)).index, Some(1));
+    }
+
+    #[test]
+    fn usage_counts_are_read_leniently() {
+        let usage = |v: Value| {
+            serde_json::from_value::<WireUsage>(v)
+                .expect("usage")
+                .to_usage()
+        };
+        assert_eq!(
+            usage(json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})),
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4,
+                total_tokens: 7
+            })
+        );
+        // Floats, and a missing total computed from the parts.
+        assert_eq!(
+            usage(json!({"prompt_tokens": 3.0, "completion_tokens": 4})),
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 4,
+                total_tokens: 7
+            })
+        );
+        assert_eq!(usage(json!({})), None);
+        assert_eq!(usage(json!({"prompt_tokens": "many"})), None);
+    }
+
+    #[test]
+    fn error_objects_strings_and_empties() {
+        assert_eq!(
+            error_message(&json!({"message": "overloaded", "type": "server_error"})),
+            Some("overloaded".to_owned())
+        );
+        assert_eq!(error_message(&json!("boom")), Some("boom".to_owned()));
+        assert_eq!(
+            error_message(&json!({"code": 500})),
+            Some(r#"{"code":500}"#.to_owned())
+        );
+        assert_eq!(error_message(&json!({})), None);
+        assert_eq!(error_message(&Value::Null), None);
+        let c = chunk(json!({"error": {"message": "rate limited mid-stream"}}));
+        assert_eq!(
+            c.error.as_ref().and_then(error_message).as_deref(),
+            Some("rate limited mid-stream")
+        );
+    }
+
+    #[test]
+    fn http_error_bodies_of_every_server_style() {
+        let read = |body: &str| error_body_message(body.as_bytes());
+        assert_eq!(
+            read(r#"{"error": {"message": "bad model", "type": "invalid_request_error"}}"#),
+            Some("bad model".to_owned())
+        );
+        assert_eq!(
+            read(r#"{"object": "error", "message": "too long", "code": 400}"#),
+            Some("too long".to_owned())
+        );
+        assert_eq!(
+            read(r#"{"detail": "Not Found"}"#),
+            Some("Not Found".to_owned())
+        );
+        assert_eq!(
+            read("upstream connect error"),
+            Some("upstream connect error".to_owned())
+        );
+        assert_eq!(read("  "), None);
+    }
+
+    #[test]
+    fn snippet_cuts_on_char_boundaries() {
+        assert_eq!(snippet("héllo", 2), "hé…");
+        assert_eq!(snippet("hi", 5), "hi");
+    }
+}
