@@ -18,4 +18,7 @@ pub enum RegistryError {
         /// What is wrong.
         reason: String,
     },
+    /// No tool has this name (from [`ToolRegistry::subset`](crate::ToolRegistry::subset)).
+    #[error("no tool named `{0}` is registered")]
+    UnknownTool(String),
 }
