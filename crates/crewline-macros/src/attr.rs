@@ -1,0 +1,189 @@
+//! Parsing of the macros' own attributes: `#[function_tool(..)]`, `#[tools(..)]` and the
+//! `#[arg(..)]` attribute on tool arguments.
+
+use proc_macro2::{Span, TokenStream};
+use syn::{
+    Attribute, Expr, LitStr, Meta, Path, Token,
+    meta::{ParseNestedMeta, parser},
+    parse::Parser,
+    spanned::Spanned,
+};
+
+/// Whether an attribute is `#[function_tool]` (under any path, such as `crewline::function_tool`).
+pub(crate) fn is_function_tool(attr: &Attribute) -> bool {
+    last_segment_is(attr.path(), "function_tool")
+}
+
+/// Whether an attribute is an argument's `#[arg(..)]`.
+pub(crate) fn is_arg(attr: &Attribute) -> bool {
+    attr.path().is_ident("arg")
+}
+
+fn last_segment_is(path: &Path, name: &str) -> bool {
+    path.segments
+        .last()
+        .is_some_and(|segment| segment.ident == name)
+}
+
+/// The path generated code uses to reach `crewline` (`::crewline` unless `crate = path`).
+pub(crate) fn default_crate_path() -> Path {
+    syn::parse_quote!(::crewline)
+}
+
+/// The options of `#[function_tool(name = "..", description = "..", crate = path)]`.
+#[derive(Default)]
+pub(crate) struct ToolOptions {
+    pub(crate) name: Option<LitStr>,
+    pub(crate) description: Option<LitStr>,
+    pub(crate) krate: Option<Path>,
+}
+
+impl ToolOptions {
+    /// Parses the arguments of a `#[function_tool(..)]` macro invocation.
+    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
+        let mut options = Self::default();
+        parser(|meta| options.parse_meta(&meta)).parse2(tokens)?;
+        Ok(options)
+    }
+
+    /// Parses a `#[function_tool]` attribute found on a method by `#[tools]`.
+    pub(crate) fn from_attribute(attr: &Attribute) -> syn::Result<Self> {
+        match &attr.meta {
+            Meta::Path(_) => Ok(Self::default()),
+            Meta::List(list) => Self::parse(list.tokens.clone()),
+            Meta::NameValue(meta) => Err(syn::Error::new_spanned(
+                meta,
+                "expected `#[function_tool]` or `#[function_tool(name = \"..\", description = \"..\")]`",
+            )),
+        }
+    }
+
+    fn parse_meta(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+        if meta.path.is_ident("name") {
+            set_once(&mut self.name, meta, "name", |meta| meta.value()?.parse())
+        } else if meta.path.is_ident("description") {
+            set_once(&mut self.description, meta, "description", |meta| {
+                let description: LitStr = meta.value()?.parse()?;
+                if description.value().trim().is_empty() {
+                    return Err(syn::Error::new_spanned(
+                        &description,
+                        "the description must not be empty: the model reads it to decide when to call the tool",
+                    ));
+                }
+                Ok(description)
+            })
+        } else if meta.path.is_ident("crate") {
+            set_once(&mut self.krate, meta, "crate", parse_crate_path)
+        } else {
+            Err(meta.error(format!(
+                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"` or `crate = path`",
+                path_text(&meta.path)
+            )))
+        }
+    }
+}
+
+/// The options of `#[tools(crate = path)]`.
+#[derive(Default)]
+pub(crate) struct ImplOptions {
+    pub(crate) krate: Option<Path>,
+}
+
+impl ImplOptions {
+    /// Parses the arguments of a `#[tools(..)]` macro invocation.
+    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
+        let mut options = Self::default();
+        parser(|meta| {
+            if meta.path.is_ident("crate") {
+                set_once(&mut options.krate, &meta, "crate", parse_crate_path)
+            } else {
+                Err(meta.error(format!(
+                    "unknown `#[tools]` option `{}`; the only option is `crate = path` (put `name`/`description` on each `#[function_tool]` method)",
+                    path_text(&meta.path)
+                )))
+            }
+        })
+        .parse2(tokens)?;
+        Ok(options)
+    }
+}
+
+/// An argument's default value.
+pub(crate) enum ArgDefault {
+    /// `#[arg(default)]`: `Default::default()`.
+    Trait(Span),
+    /// `#[arg(default = expr)]`.
+    Expr(Expr),
+}
+
+/// The options of `#[arg(default [= expr], description = "..")]` on one argument.
+#[derive(Default)]
+pub(crate) struct ArgOptions {
+    pub(crate) default: Option<ArgDefault>,
+    pub(crate) description: Option<LitStr>,
+}
+
+impl ArgOptions {
+    /// Merges every `#[arg(..)]` in `attrs`.
+    pub(crate) fn from_attributes(attrs: &[Attribute]) -> syn::Result<Self> {
+        let mut options = Self::default();
+        for attr in attrs.iter().filter(|attr| is_arg(attr)) {
+            let Meta::List(_) = &attr.meta else {
+                return Err(syn::Error::new_spanned(
+                    attr,
+                    "expected `#[arg(default = ..)]`, `#[arg(default)]` or `#[arg(description = \"..\")]`",
+                ));
+            };
+            attr.parse_nested_meta(|meta| options.parse_meta(&meta))?;
+        }
+        Ok(options)
+    }
+
+    fn parse_meta(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+        if meta.path.is_ident("default") {
+            set_once(&mut self.default, meta, "default", |meta| {
+                if meta.input.peek(Token![=]) {
+                    Ok(ArgDefault::Expr(meta.value()?.parse()?))
+                } else {
+                    Ok(ArgDefault::Trait(meta.path.span()))
+                }
+            })
+        } else if meta.path.is_ident("description") {
+            set_once(&mut self.description, meta, "description", |meta| {
+                meta.value()?.parse()
+            })
+        } else {
+            Err(meta.error(format!(
+                "unknown `#[arg]` option `{}`; expected `default = expr`, `default` or `description = \"..\"`",
+                path_text(&meta.path)
+            )))
+        }
+    }
+}
+
+fn set_once<T>(
+    slot: &mut Option<T>,
+    meta: &ParseNestedMeta<'_>,
+    key: &str,
+    parse: impl FnOnce(&ParseNestedMeta<'_>) -> syn::Result<T>,
+) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(meta.error(format!("`{key}` is given more than once")));
+    }
+    *slot = Some(parse(meta)?);
+    Ok(())
+}
+
+/// `crate = path` or `crate = "path"`.
+fn parse_crate_path(meta: &ParseNestedMeta<'_>) -> syn::Result<Path> {
+    let value = meta.value()?;
+    if value.peek(LitStr) {
+        value.parse::<LitStr>()?.parse()
+    } else {
+        value.parse()
+    }
+}
+
+fn path_text(path: &Path) -> String {
+    quote::quote!(#path).to_string().replace(' ', "")
+}
