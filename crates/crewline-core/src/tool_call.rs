@@ -187,10 +187,8 @@ mod tests {
         assert_eq!(content["error"]["kind"], "Timeout");
         assert_eq!(content["error"]["message"], "took longer than 5s");
         assert_eq!(result.error_kind(), Some(ToolErrorKind::Timeout));
-        assert_eq!(
-            result.to_message(),
-            Message::tool("call_9", result.content.clone())
-        );
+        let expected = Message::tool("call_9", result.content.clone());
+        assert_eq!(result.to_message(), expected);
     }
 
     #[test]

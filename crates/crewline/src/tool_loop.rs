@@ -1,11 +1,16 @@
 //! The `generate_response` tool loop.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
-use crewline_core::{Context, ToolCall};
-use crewline_llm::{LlmClient, LlmError, RequestOptions, Usage};
+use crewline_core::{Context, Message, ToolCall, ToolErrorKind, ToolResult};
+use crewline_llm::{
+    ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
+};
 use crewline_tools::{ToolRegistry, ToolRun};
-use futures::stream::BoxStream;
+use futures::{StreamExt, stream::BoxStream};
 
 /// How many tool rounds a turn may take by default.
 pub const MAX_TOOL_ROUNDS: usize = 4;
@@ -108,8 +113,231 @@ impl ToolLoop {
         self
     }
 
-    /// Runs one turn on `context`.
-    pub fn run<'a>(&'a self, _context: &'a mut Context) -> TurnStream<'a> {
-        todo!()
+    /// Sets the most tool rounds per turn.
+    pub fn with_max_tool_rounds(mut self, rounds: usize) -> Self {
+        self.config.max_tool_rounds = rounds;
+        self
+    }
+
+    /// Runs each round's tool calls concurrently (`true`, the default) or in call order.
+    pub fn with_parallel_tools(mut self, parallel: bool) -> Self {
+        self.config.parallel_tools = parallel;
+        self
+    }
+
+    /// The loop's settings.
+    pub fn config(&self) -> &ToolLoopConfig {
+        &self.config
+    }
+
+    /// The loop's tools.
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        &self.tools
+    }
+
+    /// Runs one turn on `context`: the documented `generate_response` loop.
+    ///
+    /// 1. Streams a chat request with the registry's tools; each text piece is yielded as
+    ///    [`TurnEvent::Text`] as soon as it arrives.
+    /// 2. Appends one assistant message with the round's text and tool calls.
+    /// 3. Without tool calls the turn is over ([`TurnEvent::Done`]). Otherwise the tools run
+    ///    (parallel or sequential) and one `tool` message per call is appended.
+    /// 4. Repeats, at most `max_tool_rounds` times; then one last request with
+    ///    `tool_choice: "none"` makes sure the caller gets an answer instead of silence.
+    ///
+    /// Dropping the stream (barge-in) cancels the LLM request and any running tools at once.
+    /// The context is then left consistent: the text streamed so far is kept as the assistant's
+    /// message, and every tool call in it has a result (`Cancelled` for those that had not
+    /// finished), so the next request is valid.
+    ///
+    /// An LLM failure ends the stream with a [`TurnError`] after the text that did arrive.
+    pub fn run<'a>(&'a self, context: &'a mut Context) -> TurnStream<'a> {
+        Box::pin(async_stream::stream! {
+            let turn_started = Instant::now();
+            let span = tracing::debug_span!("turn", max_rounds = self.config.max_tool_rounds);
+            let mut state = TurnState::new(context);
+            let mut report = TurnReport::default();
+            let definitions = self.tools.definitions();
+            let mut tool_rounds = 0;
+            loop {
+                let forced_final = tool_rounds >= self.config.max_tool_rounds;
+                let mut request = ChatRequest::new(state.context.messages().to_vec())
+                    .with_options(self.config.options.clone());
+                if !definitions.is_empty() {
+                    request.tools = definitions.clone();
+                    if forced_final {
+                        request.tool_choice = Some(ToolChoice::None);
+                    }
+                }
+                let round_started = Instant::now();
+                let mut round = RoundReport::default();
+                let mut llm_stream = match self.llm.stream_chat(request).await {
+                    Ok(stream) => stream,
+                    Err(error) => {
+                        span.in_scope(|| tracing::warn!(%error, "LLM request failed"));
+                        yield Err(TurnError::Llm(error));
+                        return;
+                    }
+                };
+                let mut calls = Vec::new();
+                while let Some(item) = llm_stream.next().await {
+                    match item {
+                        Ok(StreamItem::Text(text)) => {
+                            if text.is_empty() {
+                                continue;
+                            }
+                            round.time_to_first_token.get_or_insert_with(|| round_started.elapsed());
+                            report.time_to_first_token.get_or_insert_with(|| turn_started.elapsed());
+                            state.text.push_str(&text);
+                            yield Ok(TurnEvent::Text(text));
+                        }
+                        Ok(StreamItem::ToolCalls(new_calls)) => {
+                            round.time_to_first_token.get_or_insert_with(|| round_started.elapsed());
+                            calls.extend(new_calls);
+                        }
+                        Ok(StreamItem::Usage(usage)) => {
+                            report.usage += usage;
+                            round.usage = Some(usage);
+                        }
+                        Ok(StreamItem::Finish(_)) => {}
+                        Err(error) => {
+                            span.in_scope(|| tracing::warn!(%error, "LLM stream failed mid-way"));
+                            yield Err(TurnError::Llm(error));
+                            return;
+                        }
+                    }
+                }
+                drop(llm_stream);
+
+                if forced_final && !calls.is_empty() {
+                    // Some servers ignore `tool_choice: "none"`. Calls we will not run must not
+                    // enter the context, or the next request would be invalid.
+                    span.in_scope(|| tracing::warn!(calls = calls.len(), "model called tools after the round cap; ignoring them"));
+                    calls.clear();
+                }
+                if calls.is_empty() {
+                    state.commit_text();
+                    round.duration = round_started.elapsed();
+                    report.rounds.push(round);
+                    report.hit_round_cap = forced_final && tool_rounds > 0;
+                    report.total = turn_started.elapsed();
+                    span.in_scope(|| report.trace());
+                    yield Ok(TurnEvent::Done(report));
+                    return;
+                }
+
+                state.begin_tools(calls);
+                for call in state.calls.clone() {
+                    yield Ok(TurnEvent::ToolStarted(call));
+                }
+                let calls = state.calls.clone();
+                let mut runs = self.tools.execute_each(&calls, self.config.parallel_tools);
+                while let Some((index, run)) = runs.next().await {
+                    round.tools.push((run.result.name.clone(), run.latency));
+                    if let Some(slot) = state.results.get_mut(index) {
+                        *slot = Some(run.result.clone());
+                    }
+                    yield Ok(TurnEvent::ToolFinished(run));
+                }
+                drop(runs);
+                state.commit_tools();
+                round.duration = round_started.elapsed();
+                span.in_scope(|| tracing::debug!(
+                    round = report.rounds.len(),
+                    ttft_ms = round.time_to_first_token.map(|d| d.as_secs_f64() * 1e3),
+                    duration_ms = round.duration.as_secs_f64() * 1e3,
+                    tools = round.tools.len(),
+                    "tool round finished"
+                ));
+                report.rounds.push(round);
+                tool_rounds += 1;
+            }
+        })
+    }
+}
+
+impl TurnReport {
+    fn trace(&self) {
+        tracing::info!(
+            rounds = self.rounds.len(),
+            ttft_ms = self.time_to_first_token.map(|d| d.as_secs_f64() * 1e3),
+            total_ms = self.total.as_secs_f64() * 1e3,
+            prompt_tokens = self.usage.prompt_tokens,
+            completion_tokens = self.usage.completion_tokens,
+            hit_round_cap = self.hit_round_cap,
+            "turn finished"
+        );
+    }
+}
+
+/// What a turn has said and asked for but not yet written into the context.
+///
+/// Everything reaches the context through here, and `Drop` writes whatever is pending, so a
+/// turn dropped at any await point (barge-in) still leaves a valid conversation.
+struct TurnState<'a> {
+    context: &'a mut Context,
+    /// Text of the current round not yet in the context.
+    text: String,
+    /// Tool calls of the current round, while they run.
+    calls: Vec<ToolCall>,
+    /// Their results, by call position, as they finish.
+    results: Vec<Option<ToolResult>>,
+}
+
+impl<'a> TurnState<'a> {
+    fn new(context: &'a mut Context) -> Self {
+        Self {
+            context,
+            text: String::new(),
+            calls: Vec::new(),
+            results: Vec::new(),
+        }
+    }
+
+    fn commit_text(&mut self) {
+        if !self.text.is_empty() {
+            self.context
+                .add(Message::assistant(std::mem::take(&mut self.text)));
+        }
+    }
+
+    fn begin_tools(&mut self, calls: Vec<ToolCall>) {
+        self.results = vec![None; calls.len()];
+        self.calls = calls;
+    }
+
+    /// Writes the round's assistant message and one result per call, in call order; calls
+    /// without a result (the turn was dropped) are answered as cancelled.
+    fn commit_tools(&mut self) {
+        let calls = std::mem::take(&mut self.calls);
+        let results = std::mem::take(&mut self.results);
+        let text = std::mem::take(&mut self.text);
+        let answers: Vec<Message> = calls
+            .iter()
+            .zip(results)
+            .map(|(call, result)| {
+                result
+                    .unwrap_or_else(|| {
+                        ToolResult::error(
+                            call,
+                            ToolErrorKind::Cancelled,
+                            "The caller interrupted before this tool finished, so it was cancelled.",
+                        )
+                    })
+                    .to_message()
+            })
+            .collect();
+        self.context.add(Message::assistant_with_tools(text, calls));
+        self.context.add_many(answers);
+    }
+}
+
+impl Drop for TurnState<'_> {
+    fn drop(&mut self) {
+        if self.calls.is_empty() {
+            self.commit_text();
+        } else {
+            self.commit_tools();
+        }
     }
 }
