@@ -25,5 +25,5 @@ pub use client::MockLlmClient;
 pub use error::LlmError;
 pub use openai::{OpenAiClient, OpenAiClientBuilder};
 pub use request::{ChatRequest, RequestOptions, ToolChoice};
-pub use scripted::{Reply, ScriptedLlm};
+pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptedLlm};
 pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use crewline_core::{Message, ToolDefinition};
 use serde_json::{Map, Value};
 
@@ -6,8 +8,8 @@ use serde_json::{Map, Value};
 pub struct ChatRequest {
     /// The conversation so far.
     pub messages: Vec<Message>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolDefinition>,
+    /// The tools the model may call (shared: the same list goes with every round's request).
+    pub tools: Arc<[ToolDefinition]>,
     /// Whether (and which) tools the model may call; `None` leaves it to the server.
     pub tool_choice: Option<ToolChoice>,
     /// Per-request overrides of the client's settings.
@@ -24,8 +26,8 @@ impl ChatRequest {
     }
 
     /// Sets the tools the model may call.
-    pub fn with_tools(mut self, tools: Vec<ToolDefinition>) -> Self {
-        self.tools = tools;
+    pub fn with_tools(mut self, tools: impl Into<Arc<[ToolDefinition]>>) -> Self {
+        self.tools = tools.into();
         self
     }
 

@@ -98,9 +98,15 @@ struct State {
     script: VecDeque<Reply>,
     /// Scripted replies handed out so far.
     played: usize,
-    /// Every request received, in order.
-    requests: Vec<ChatRequest>,
+    /// The latest requests received, oldest first (at most [`REQUEST_LOG_LIMIT`]).
+    requests: VecDeque<ChatRequest>,
+    /// How many requests were received in all.
+    received: usize,
 }
+
+/// How many requests a [`ScriptedLlm`] remembers for [`ScriptedLlm::requests`]; older ones are
+/// forgotten so a long-running demo or load test does not grow without bound.
+pub const REQUEST_LOG_LIMIT: usize = 256;
 
 /// How text is cut into [`StreamItem::Text`] pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,9 +166,9 @@ impl ScriptedLlm {
         self
     }
 
-    /// Every request received so far, in order.
+    /// The requests received so far, in order (the latest [`REQUEST_LOG_LIMIT`] of them).
     pub fn requests(&self) -> Vec<ChatRequest> {
-        self.lock().requests.clone()
+        self.lock().requests.iter().cloned().collect()
     }
 
     /// The replies left in the script; `None` for a [`from_fn`](Self::from_fn) model.
@@ -201,8 +207,12 @@ impl ScriptedLlm {
     fn next_reply(&self, request: &ChatRequest) -> (Result<Reply, LlmError>, usize) {
         let (scripted, turn) = {
             let mut state = self.lock();
-            state.requests.push(request.clone());
-            let turn = state.requests.len();
+            if state.requests.len() == REQUEST_LOG_LIMIT {
+                state.requests.pop_front();
+            }
+            state.requests.push_back(request.clone());
+            state.received += 1;
+            let turn = state.received;
             let scripted = match self.shared.source {
                 Source::Script => match state.script.pop_front() {
                     Some(reply) => {
@@ -314,7 +324,7 @@ impl fmt::Debug for ScriptedLlm {
             Source::Function(_) => debug.field("responder", &"<fn>"),
         };
         debug
-            .field("requests", &state.requests.len())
+            .field("requests", &state.received)
             .field("chunk_delay", &self.chunk_delay)
             .field("chunking", &self.chunking)
             .finish()

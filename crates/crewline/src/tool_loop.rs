@@ -5,7 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crewline_core::{Context, Message, ToolCall, ToolErrorKind, ToolResult};
+use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
 use crewline_llm::{
     ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };
@@ -41,6 +41,8 @@ impl Default for ToolLoopConfig {
 pub struct ToolLoop {
     llm: Arc<dyn LlmClient>,
     tools: Arc<ToolRegistry>,
+    /// The registry's definitions, computed once: every request of every turn sends them.
+    definitions: Arc<[ToolDefinition]>,
     config: ToolLoopConfig,
 }
 
@@ -101,6 +103,7 @@ impl ToolLoop {
     /// A loop over `llm` with `tools`, with default settings.
     pub fn new(llm: Arc<dyn LlmClient>, tools: Arc<ToolRegistry>) -> Self {
         Self {
+            definitions: tools.definitions().into(),
             llm,
             tools,
             config: ToolLoopConfig::default(),
@@ -157,14 +160,13 @@ impl ToolLoop {
             let span = tracing::debug_span!("turn", max_rounds = self.config.max_tool_rounds);
             let mut state = TurnState::new(context);
             let mut report = TurnReport::default();
-            let definitions = self.tools.definitions();
             let mut tool_rounds = 0;
             loop {
                 let forced_final = tool_rounds >= self.config.max_tool_rounds;
                 let mut request = ChatRequest::new(state.context.messages().to_vec())
                     .with_options(self.config.options.clone());
-                if !definitions.is_empty() {
-                    request.tools = definitions.clone();
+                if !self.definitions.is_empty() {
+                    request.tools = self.definitions.clone();
                     if forced_final {
                         request.tool_choice = Some(ToolChoice::None);
                     }
