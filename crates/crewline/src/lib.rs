@@ -24,12 +24,25 @@
 //! # Ok(()) }
 //! ```
 
+mod call;
+mod crew;
+mod node;
+mod observer;
+mod session;
 mod tool_loop;
 
+pub use call::{CallControl, CallError, Handoff};
+pub use crew::{Crew, DEFAULT_INBOX_CAPACITY, GraphError};
 pub use crewline_core as core;
 pub use crewline_llm as llm;
 pub use crewline_macros::{function_tool, tools};
+pub use crewline_protocol as protocol;
 pub use crewline_tools as tool;
+pub use node::{
+    BackgroundAgent, BackgroundNode, NodeError, NodeHandle, NodeSpec, OutputAgent, OutputNode,
+};
+pub use observer::{NoopObserver, Observer, TurnOutcome};
+pub use session::{DispatchError, Session, SessionSetup};
 pub use tool_loop::{
     MAX_TOOL_ROUNDS, RoundReport, ToolLoop, ToolLoopConfig, TurnError, TurnEvent, TurnReport,
     TurnStream,
@@ -46,8 +59,9 @@ struct ReadmeDoctests;
 /// The names most crews need, in one import.
 pub mod prelude {
     pub use crate::{
-        MAX_TOOL_ROUNDS, ToolLoop, ToolLoopConfig, TurnError, TurnEvent, TurnReport, function_tool,
-        tools,
+        BackgroundAgent, BackgroundNode, CallControl, Crew, MAX_TOOL_ROUNDS, NodeError, NodeHandle,
+        OutputAgent, OutputNode, SessionSetup, ToolLoop, ToolLoopConfig, TurnError, TurnEvent,
+        TurnReport, TurnStream, function_tool, tools,
     };
     pub use crewline_core::{
         Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult,
@@ -56,6 +70,7 @@ pub mod prelude {
         ChatRequest, LlmClient, LlmError, OpenAiClient, Reply, RequestOptions, ScriptedLlm,
         StreamItem, ToolChoice, Usage,
     };
+    pub use crewline_protocol::{Event, EventBody};
     pub use crewline_tools::{Tool, ToolError, ToolProvider, ToolRegistry};
     pub use futures::StreamExt;
 }

@@ -1,0 +1,310 @@
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// When an event happened, kept exactly as it arrived so forwarded events keep it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Timestamp {
+    /// An ISO 8601 (or `YYYY-MM-DD HH:MM:SS`) string.
+    Text(String),
+    /// Unix seconds.
+    Unix(f64),
+}
+
+/// One protocol event: what happened and when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// When it happened.
+    pub timestamp: Timestamp,
+    /// What happened.
+    pub body: EventBody,
+}
+
+/// What an event says, by type.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum EventBody {
+    /// `system.init`: the platform's handshake, always the first frame.
+    SystemInit(SystemInit),
+    /// `system.user.joined`.
+    UserJoined,
+    /// `system.user.started_speaking`.
+    UserStartedSpeaking,
+    /// `system.user.stopped_speaking`.
+    UserStoppedSpeaking,
+    /// `system.llm.request`: the platform asks for an LLM turn.
+    LlmRequest(LlmRequest),
+    /// `system.control.interrupt`: the caller barged in.
+    Interrupt,
+    /// `system.output_agent.update_settings` (deprecated: parsed, not acted on).
+    UpdateSettings {
+        /// The new settings.
+        settings: Map<String, Value>,
+    },
+    /// `agent.transcript.update`: a message to add to the conversation.
+    TranscriptUpdate(TranscriptUpdate),
+    /// `agent.ready`: the crew's handshake answer.
+    AgentReady,
+    /// `agent.error`.
+    AgentError(AgentError),
+    /// `agent.llm.response.start`.
+    ResponseStart {
+        /// The id of the turn, also used as `turn_id` in tool logs.
+        request_id: Option<String>,
+    },
+    /// `agent.llm.response.chunk`.
+    ResponseChunk {
+        /// A piece of the answer.
+        text: String,
+    },
+    /// `agent.llm.response.end`.
+    ResponseEnd,
+    /// `agent.speak`: out-of-turn speech.
+    Speak {
+        /// What to say.
+        text: String,
+    },
+    /// `agent.end_call`.
+    EndCall,
+    /// `agent.transfer_call`.
+    TransferCall(TransferCall),
+    /// `agent.log`: an entry on the call's event timeline.
+    Log {
+        /// The entry's name (e.g. `tool_call_start`).
+        name: String,
+        /// Its data.
+        payload: Map<String, Value>,
+    },
+    /// `agent.control.mute_user`.
+    MuteUser,
+    /// `agent.control.unmute_user`.
+    UnmuteUser,
+    /// `agent.control.interrupt`: the crew asks the platform to stop speaking.
+    AgentInterrupt,
+}
+
+/// The `system.init` handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemInit {
+    /// The platform's protocol version.
+    pub version: String,
+    /// Who is calling and how.
+    pub session_context: SessionContext,
+    /// Settings for the output node.
+    #[serde(default)]
+    pub output_agent_settings: Option<OutputAgentSettings>,
+}
+
+/// The call's context, from the handshake.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionContext {
+    /// Per-call variables (the ones the agent prompt is rendered from).
+    #[serde(default)]
+    pub initial_variables: Map<String, Value>,
+    /// The channel.
+    pub conversation_type: ConversationType,
+    /// The caller's identity on telephony; `None` on web calls and chat.
+    #[serde(default)]
+    pub caller: Option<Caller>,
+}
+
+/// The channel of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConversationType {
+    /// An inbound phone call.
+    #[serde(rename = "telephonyInbound")]
+    TelephonyInbound,
+    /// An outbound phone call.
+    #[serde(rename = "telephonyOutbound")]
+    TelephonyOutbound,
+    /// A text chat.
+    #[serde(rename = "chat")]
+    Chat,
+    /// A call from a web page.
+    #[serde(rename = "webcall")]
+    Webcall,
+    /// A supervisor agent.
+    #[serde(rename = "supervisor_agent")]
+    SupervisorAgent,
+}
+
+/// The caller's identity on a phone call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Caller {
+    /// The caller's number.
+    #[serde(default)]
+    pub user_number: Option<String>,
+    /// The number dialled.
+    #[serde(default)]
+    pub agent_number: Option<String>,
+    /// `inbound` or `outbound`.
+    #[serde(default)]
+    pub direction: Option<String>,
+    /// The platform's call id.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Any other keys the platform sends, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Settings of the output node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputAgentSettings {
+    /// Whether the caller may interrupt the agent.
+    #[serde(default = "yes")]
+    pub interruptible: bool,
+    /// Any other keys the platform sends, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for OutputAgentSettings {
+    fn default() -> Self {
+        Self {
+            interruptible: true,
+            extra: Map::new(),
+        }
+    }
+}
+
+/// `system.llm.request`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct LlmRequest {
+    /// The platform's authoritative conversation, as OpenAI chat messages (kept as sent, so
+    /// the echo is faithful; read them with `crewline_core::Message::from_json`).
+    #[serde(default)]
+    pub messages: Option<Vec<Value>>,
+    /// Extra parameters for the model.
+    #[serde(default)]
+    pub extra_params: Map<String, Value>,
+}
+
+/// `agent.transcript.update`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscriptUpdate {
+    /// Who spoke.
+    pub role: TranscriptRole,
+    /// What was said.
+    pub content: String,
+}
+
+/// Who spoke, in a transcript update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptRole {
+    /// The caller.
+    User,
+    /// The agent.
+    Assistant,
+}
+
+/// `agent.error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentError {
+    /// What went wrong.
+    pub message: String,
+    /// Whether the call can go on.
+    #[serde(default)]
+    pub severity: Severity,
+    /// Details (`node_name`, `error_class`, `traceback` for node errors).
+    #[serde(default)]
+    pub payload: Map<String, Value>,
+}
+
+/// How bad an `agent.error` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The call goes on.
+    #[default]
+    Warning,
+    /// The turn (or call) failed.
+    Fatal,
+}
+
+/// `agent.transfer_call`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferCall {
+    /// Where to transfer the call.
+    pub transfer_call_number: String,
+    /// How.
+    #[serde(default)]
+    pub transfer_options: TransferOptions,
+    /// What the caller hears while waiting.
+    #[serde(default)]
+    pub on_hold_music: Option<HoldMusic>,
+}
+
+/// How a call is transferred.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TransferOptions {
+    /// Cold or warm.
+    #[serde(default, rename = "type")]
+    pub kind: TransferType,
+    /// What the receiving agent hears privately (warm transfer).
+    #[serde(default, alias = "privateHandoffOption")]
+    pub private_handoff_option: Option<HandoffOption>,
+    /// What both sides hear (warm transfer).
+    #[serde(default, alias = "publicHandoffOption")]
+    pub public_handoff_option: Option<HandoffOption>,
+}
+
+/// Cold or warm transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferType {
+    /// Hand the call over at once.
+    #[default]
+    ColdTransfer,
+    /// Brief the receiving agent first.
+    WarmTransfer,
+}
+
+/// A hand-off message for a warm transfer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandoffOption {
+    /// Generated from a prompt, or said as is.
+    #[serde(rename = "type")]
+    pub kind: HandoffKind,
+    /// The prompt or the text.
+    pub prompt: String,
+}
+
+/// How a hand-off message is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HandoffKind {
+    /// Generated from the prompt.
+    Prompt,
+    /// Said as written.
+    Static,
+}
+
+/// What the caller hears on hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldMusic {
+    /// A ringtone.
+    Ringtone,
+    /// Relaxing sounds.
+    RelaxingSound,
+    /// Uplifting beats.
+    UpliftingBeats,
+    /// Silence.
+    None,
+}
+
+impl Event {
+    /// An event stamped with the current local time, in the reference's format.
+    pub fn now(body: EventBody) -> Self {
+        // SKELETON: the protocol helper writes the real timestamp.
+        Self {
+            timestamp: Timestamp::Unix(0.0),
+            body,
+        }
+    }
+}

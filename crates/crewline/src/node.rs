@@ -1,0 +1,260 @@
+//! Nodes: the agents of a crew, and the handle they act through.
+
+use std::{error::Error as StdError, fmt};
+
+use async_trait::async_trait;
+use crewline_core::Context;
+use crewline_protocol::{Event, EventBody, SessionContext};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use crate::{CallControl, TurnStream};
+
+/// The agent behind an output node: it holds the conversation and answers LLM requests.
+///
+/// The framework does the protocol work around it: `start` / `chunk` / `end` for each request,
+/// context sync from the platform's messages and transcripts, barge-in, tool logs, errors.
+#[async_trait]
+pub trait OutputAgent: Send + 'static {
+    /// The conversation, kept in sync with the platform by the framework.
+    fn context(&mut self) -> &mut Context;
+
+    /// Streams one answer; usually `self.tool_loop.run(&mut self.context)`.
+    fn generate_response(&mut self) -> TurnStream<'_>;
+
+    /// Runs once when the node starts (after `agent.ready`): a greeting goes here.
+    async fn on_start(&mut self, _node: &NodeHandle) -> Result<(), NodeError> {
+        Ok(())
+    }
+
+    /// Runs for every event, after the framework's own routing.
+    async fn on_event(&mut self, _event: &Event, _node: &NodeHandle) -> Result<(), NodeError> {
+        Ok(())
+    }
+}
+
+/// The agent behind a background node: it observes the call without speaking.
+#[async_trait]
+pub trait BackgroundAgent: Send + 'static {
+    /// Runs once when the node starts.
+    async fn on_start(&mut self, _node: &NodeHandle) -> Result<(), NodeError> {
+        Ok(())
+    }
+
+    /// Runs for every event that reaches the node.
+    async fn on_event(&mut self, event: &Event, node: &NodeHandle) -> Result<(), NodeError>;
+}
+
+/// An output node: a named [`OutputAgent`] with its settings.
+pub struct OutputNode {
+    pub(crate) name: String,
+    pub(crate) agent: Box<dyn OutputAgent>,
+    pub(crate) interruptible: bool,
+    pub(crate) echo: bool,
+}
+
+impl OutputNode {
+    /// An interruptible output node that echoes the events it processes, as the reference does.
+    pub fn new(name: impl Into<String>, agent: impl OutputAgent) -> Self {
+        Self {
+            name: name.into(),
+            agent: Box::new(agent),
+            interruptible: true,
+            echo: true,
+        }
+    }
+
+    /// Whether the caller may interrupt this node (default `true`).
+    pub fn interruptible(mut self, interruptible: bool) -> Self {
+        self.interruptible = interruptible;
+        self
+    }
+
+    /// Whether the events this node processes are forwarded on (default `true`, like the
+    /// reference, so the platform receives the same stream).
+    pub fn echo_events(mut self, echo: bool) -> Self {
+        self.echo = echo;
+        self
+    }
+}
+
+/// A background node: a named [`BackgroundAgent`].
+pub struct BackgroundNode {
+    pub(crate) name: String,
+    pub(crate) agent: Box<dyn BackgroundAgent>,
+    pub(crate) forward: bool,
+}
+
+impl BackgroundNode {
+    /// A background node that keeps the events it observes to itself, as in the reference.
+    pub fn new(name: impl Into<String>, agent: impl BackgroundAgent) -> Self {
+        Self {
+            name: name.into(),
+            agent: Box::new(agent),
+            forward: false,
+        }
+    }
+
+    /// Whether the events it observes are forwarded to its children (default `false`).
+    pub fn forward_events(mut self, forward: bool) -> Self {
+        self.forward = forward;
+        self
+    }
+}
+
+/// Either kind of node, as added to a [`Crew`](crate::Crew).
+pub enum NodeSpec {
+    /// An output node.
+    Output(OutputNode),
+    /// A background node.
+    Background(BackgroundNode),
+}
+
+impl NodeSpec {
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Output(node) => &node.name,
+            Self::Background(node) => &node.name,
+        }
+    }
+}
+
+impl From<OutputNode> for NodeSpec {
+    fn from(node: OutputNode) -> Self {
+        Self::Output(node)
+    }
+}
+
+impl From<BackgroundNode> for NodeSpec {
+    fn from(node: BackgroundNode) -> Self {
+        Self::Background(node)
+    }
+}
+
+/// What a node's code acts through: sending events on, logging to the call's timeline, and
+/// the call's controls.
+#[derive(Clone)]
+pub struct NodeHandle {
+    pub(crate) name: std::sync::Arc<str>,
+    pub(crate) outputs: std::sync::Arc<[mpsc::Sender<Event>]>,
+    pub(crate) call: CallControl,
+}
+
+impl NodeHandle {
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The call's controls (speak, end, transfer).
+    pub fn call(&self) -> &CallControl {
+        &self.call
+    }
+
+    /// The call's context from the handshake.
+    pub fn session_context(&self) -> &SessionContext {
+        self.call.session_context()
+    }
+
+    /// Sends an event to this node's children (or to the platform from a leaf).
+    pub async fn send(&self, event: Event) {
+        if let Some((last, rest)) = self.outputs.split_last() {
+            for output in rest {
+                // A closed output means that node stopped: the session is ending.
+                let _ = output.send(event.clone()).await;
+            }
+            let _ = last.send(event).await;
+        }
+    }
+
+    /// Sends a body stamped now.
+    pub async fn emit(&self, body: EventBody) {
+        self.send(Event::now(body)).await;
+    }
+
+    /// Adds an `agent.log` entry to the call's event timeline.
+    pub async fn log(&self, name: impl Into<String>, payload: Map<String, Value>) {
+        self.emit(EventBody::Log {
+            name: name.into(),
+            payload,
+        })
+        .await;
+    }
+}
+
+impl fmt::Debug for NodeHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeHandle")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// An error raised by node code; it reaches the platform as `agent.error`.
+#[derive(Debug, Clone)]
+pub struct NodeError {
+    class: String,
+    message: String,
+    traceback: String,
+}
+
+impl NodeError {
+    /// An error with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            class: "NodeError".to_owned(),
+            message: message.into(),
+            traceback: String::new(),
+        }
+    }
+
+    /// An error from a panic in node code.
+    pub(crate) fn panic(message: String) -> Self {
+        Self {
+            class: "Panic".to_owned(),
+            traceback: format!("panicked: {message}"),
+            message,
+        }
+    }
+
+    /// The error's class (the Rust type's name), as `error_class` in `agent.error`.
+    pub fn class(&self) -> &str {
+        &self.class
+    }
+
+    /// What went wrong.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The chain of causes, one per line, as `traceback` in `agent.error`.
+    pub fn traceback(&self) -> &str {
+        &self.traceback
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.class, self.message)
+    }
+}
+
+// Like `ToolError`, NodeError is not itself `std::error::Error`, so that `?` works on any error.
+impl<E: StdError + Send + Sync + 'static> From<E> for NodeError {
+    fn from(error: E) -> Self {
+        let full = std::any::type_name::<E>();
+        let class = full.rsplit("::").next().unwrap_or(full).to_owned();
+        let mut traceback = format!("{class}: {error}");
+        let mut source = error.source();
+        while let Some(cause) = source {
+            traceback.push_str(&format!("\ncaused by: {cause}"));
+            source = cause.source();
+        }
+        Self {
+            class,
+            message: error.to_string(),
+            traceback,
+        }
+    }
+}
