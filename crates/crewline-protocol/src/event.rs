@@ -1,14 +1,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// When an event happened, kept exactly as it arrived so forwarded events keep it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Timestamp {
-    /// An ISO 8601 (or `YYYY-MM-DD HH:MM:SS`) string.
-    Text(String),
-    /// Unix seconds.
-    Unix(f64),
-}
+use crate::Timestamp;
 
 /// One protocol event: what happened and when.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +15,10 @@ pub struct Event {
 /// What an event says, by type.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
+// `SystemInit` is the big variant (a few hundred bytes with serde_json's ordered maps), but it
+// arrives once per call; boxing it would change a type other crates build and match on, to
+// save a memcpy that costs far less than encoding the frame.
+#[allow(clippy::large_enum_variant)]
 pub enum EventBody {
     /// `system.init`: the platform's handshake, always the first frame.
     SystemInit(SystemInit),
@@ -128,7 +125,7 @@ pub enum ConversationType {
 }
 
 /// The caller's identity on a phone call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Caller {
     /// The caller's number.
     #[serde(default)]
@@ -301,10 +298,62 @@ pub enum HoldMusic {
 impl Event {
     /// An event stamped with the current local time, in the reference's format.
     pub fn now(body: EventBody) -> Self {
-        // SKELETON: the protocol helper writes the real timestamp.
         Self {
-            timestamp: Timestamp::Unix(0.0),
+            timestamp: Timestamp::now(),
             body,
+        }
+    }
+
+    /// An event with a given timestamp (e.g. one forwarded with its original timestamp).
+    pub fn with_timestamp(timestamp: impl Into<Timestamp>, body: EventBody) -> Self {
+        Self {
+            timestamp: timestamp.into(),
+            body,
+        }
+    }
+
+    /// Whether this is the platform's barge-in (`system.control.interrupt`), which must
+    /// overtake queued events.
+    pub fn is_interrupt(&self) -> bool {
+        matches!(self.body, EventBody::Interrupt)
+    }
+}
+
+impl EventBody {
+    /// The wire `type` of this event, e.g. `agent.llm.response.chunk`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::SystemInit(_) => "system.init",
+            Self::UserJoined => "system.user.joined",
+            Self::UserStartedSpeaking => "system.user.started_speaking",
+            Self::UserStoppedSpeaking => "system.user.stopped_speaking",
+            Self::LlmRequest(_) => "system.llm.request",
+            Self::Interrupt => "system.control.interrupt",
+            Self::UpdateSettings { .. } => "system.output_agent.update_settings",
+            Self::TranscriptUpdate(_) => "agent.transcript.update",
+            Self::AgentReady => "agent.ready",
+            Self::AgentError(_) => "agent.error",
+            Self::ResponseStart { .. } => "agent.llm.response.start",
+            Self::ResponseChunk { .. } => "agent.llm.response.chunk",
+            Self::ResponseEnd => "agent.llm.response.end",
+            Self::Speak { .. } => "agent.speak",
+            Self::EndCall => "agent.end_call",
+            Self::TransferCall(_) => "agent.transfer_call",
+            Self::Log { .. } => "agent.log",
+            Self::MuteUser => "agent.control.mute_user",
+            Self::UnmuteUser => "agent.control.unmute_user",
+            Self::AgentInterrupt => "agent.control.interrupt",
+        }
+    }
+}
+
+impl AgentError {
+    /// An error with an empty payload.
+    pub fn new(message: impl Into<String>, severity: Severity) -> Self {
+        Self {
+            message: message.into(),
+            severity,
+            payload: Map::new(),
         }
     }
 }

@@ -28,6 +28,7 @@ mod call;
 mod crew;
 mod node;
 mod observer;
+mod runner;
 mod session;
 mod tool_loop;
 

@@ -3,11 +3,16 @@
 
 use std::sync::Arc;
 
-use crewline_protocol::{Caller, Event, SessionContext, SystemInit};
+use tokio::task::JoinHandle;
+
+use crewline_protocol::{Caller, ConversationType, Event, EventBody, SessionContext, SystemInit};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::{CallControl, Crew, GraphError, NoopObserver, Observer};
+use crate::{
+    CallControl, Crew, GraphError, NodeHandle, NodeSpec, NoopObserver, Observer,
+    runner::{NodeIo, run_background, run_output},
+};
 
 /// What a crew's setup code gets for one call: the handshake, the call's controls, and
 /// whether this is the startup dry run.
@@ -32,7 +37,21 @@ impl SessionSetup {
 
     /// The setup used by the startup check: a synthetic web call that nothing is sent to.
     pub fn dry_run() -> Self {
-        todo!()
+        let init = SystemInit {
+            version: "dry-run".to_owned(),
+            session_context: SessionContext {
+                initial_variables: Map::new(),
+                conversation_type: ConversationType::Webcall,
+                caller: None,
+            },
+            output_agent_settings: None,
+        };
+        // The receiver is dropped at once: anything sent during a dry run goes nowhere.
+        let (outbound, _) = mpsc::channel(1);
+        Self {
+            dry_run: true,
+            ..Self::new(init, outbound)
+        }
     }
 
     /// Reports this session's measurements to `observer`.
@@ -85,21 +104,193 @@ pub enum DispatchError {
 }
 
 /// A running call.
-pub struct Session {}
+///
+/// Dropping it stops every node at once; [`Session::shutdown`] also waits for them.
+pub struct Session {
+    /// Inboxes of the nodes without parents, where platform events enter.
+    roots: Vec<Inbox>,
+    /// Interrupt lines of the interruptible nodes, which bypass the inboxes.
+    interrupts: Vec<Inbox>,
+    tasks: Vec<JoinHandle<()>>,
+    observer: Arc<dyn Observer>,
+}
+
+/// Where one node takes events in.
+struct Inbox {
+    node: Arc<str>,
+    sender: mpsc::Sender<Event>,
+    /// Whether platform interrupts reach this node on its interrupt line instead.
+    interruptible: bool,
+}
+
+/// How many interrupts may wait on a node's interrupt line; more are redundant.
+const INTERRUPT_LINE_CAPACITY: usize = 4;
 
 impl Session {
     /// Checks and starts `crew`: sends `agent.ready`, then starts the nodes.
-    pub async fn start(_crew: Crew, _setup: SessionSetup) -> Result<Session, GraphError> {
-        todo!()
+    ///
+    /// `agent.ready` goes out before any node starts, so a greeting spoken from a node's
+    /// start can never precede it.
+    pub async fn start(crew: Crew, setup: SessionSetup) -> Result<Session, GraphError> {
+        let children = crew.topology()?;
+        let capacity = crew.inbox_capacity;
+        let platform_interruptible = setup
+            .init()
+            .output_agent_settings
+            .as_ref()
+            .is_none_or(|settings| settings.interruptible);
+
+        let count = crew.nodes.len();
+        let mut has_parent = vec![false; count];
+        for child in children.iter().flatten() {
+            has_parent[*child] = true;
+        }
+        let (inbox_senders, inbox_receivers): (Vec<_>, Vec<_>) =
+            (0..count).map(|_| mpsc::channel::<Event>(capacity)).unzip();
+
+        // The platform learns the crew is ready before any node can speak.
+        if setup
+            .outbound
+            .send(Event::now(EventBody::AgentReady))
+            .await
+            .is_err()
+        {
+            tracing::debug!("the platform left before agent.ready");
+        }
+
+        let mut roots = Vec::new();
+        let mut interrupts = Vec::new();
+        let mut tasks = Vec::with_capacity(count);
+        for (index, (spec, inbox)) in crew.nodes.into_iter().zip(inbox_receivers).enumerate() {
+            let name: Arc<str> = Arc::from(spec.name());
+            let outputs: Arc<[mpsc::Sender<Event>]> = if children[index].is_empty() {
+                Arc::from(vec![setup.outbound.clone()])
+            } else {
+                children[index]
+                    .iter()
+                    .map(|&c| inbox_senders[c].clone())
+                    .collect()
+            };
+            let handle = NodeHandle {
+                name: name.clone(),
+                outputs,
+                call: setup.call.clone(),
+            };
+            let interruptible = matches!(&spec, NodeSpec::Output(node) if node.interruptible)
+                && platform_interruptible;
+            let interrupt = if interruptible {
+                let (sender, receiver) = mpsc::channel(INTERRUPT_LINE_CAPACITY);
+                interrupts.push(Inbox {
+                    node: name.clone(),
+                    sender,
+                    interruptible,
+                });
+                Some(receiver)
+            } else {
+                None
+            };
+            if !has_parent[index] {
+                roots.push(Inbox {
+                    node: name.clone(),
+                    sender: inbox_senders[index].clone(),
+                    interruptible,
+                });
+            }
+            let io = NodeIo {
+                handle,
+                inbox,
+                interrupt,
+                observer: setup.observer.clone(),
+            };
+            let span = tracing::debug_span!("node", node = %name);
+            let task = match spec {
+                NodeSpec::Output(node) => {
+                    tokio::spawn(tracing::Instrument::instrument(run_output(node, io), span))
+                }
+                NodeSpec::Background(node) => tokio::spawn(tracing::Instrument::instrument(
+                    run_background(node, io),
+                    span,
+                )),
+            };
+            tasks.push(task);
+        }
+        Ok(Session {
+            roots,
+            interrupts,
+            tasks,
+            observer: setup.observer,
+        })
     }
 
     /// Delivers one event from the platform; interrupts overtake queued work. Never blocks.
-    pub fn dispatch(&self, _event: Event) -> Result<(), DispatchError> {
-        todo!()
+    ///
+    /// An interrupt goes straight to every interruptible node on its interrupt line, so the
+    /// running generation stops at once whatever is queued; other events enter the roots'
+    /// inboxes in order. A full inbox drops the event (counted) rather than stall the socket
+    /// reader, which must stay free to read the next interrupt.
+    pub fn dispatch(&self, event: Event) -> Result<(), DispatchError> {
+        let interrupt = matches!(event.body, EventBody::Interrupt);
+        let mut result = Ok(());
+        let mut delivered = false;
+        if interrupt {
+            for line in &self.interrupts {
+                match line.sender.try_send(event.clone()) {
+                    Ok(()) => delivered = true,
+                    // Interrupts already waiting there will do the same work.
+                    Err(mpsc::error::TrySendError::Full(_)) => delivered = true,
+                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                }
+            }
+        }
+        for root in &self.roots {
+            if interrupt && root.interruptible {
+                continue;
+            }
+            match root.sender.try_send(event.clone()) {
+                Ok(()) => delivered = true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.observer.event_dropped("inbox_full");
+                    tracing::warn!(node = %root.node, event = event.body.type_name(), "inbox full, event dropped");
+                    result = Err(DispatchError::Full(root.node.to_string()));
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+        if !delivered && result.is_ok() {
+            self.observer.event_dropped("session_closed");
+            return Err(DispatchError::Closed);
+        }
+        result
+    }
+
+    /// Whether any node is still running.
+    pub fn is_running(&self) -> bool {
+        self.tasks.iter().any(|task| !task.is_finished())
     }
 
     /// Stops every node and waits until all of the session's tasks have ended.
-    pub async fn shutdown(self) {
-        todo!()
+    ///
+    /// Running generations and tools are cancelled (a synchronous tool already running on
+    /// the blocking pool finishes on its own; its result is discarded).
+    pub async fn shutdown(mut self) {
+        let tasks = std::mem::take(&mut self.tasks);
+        for task in &tasks {
+            task.abort();
+        }
+        for task in tasks {
+            if let Err(error) = task.await
+                && error.is_panic()
+            {
+                tracing::error!(%error, "a node task panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }

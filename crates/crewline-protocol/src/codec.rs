@@ -1,0 +1,354 @@
+//! Reading and writing events as JSON frames.
+
+use serde::de::DeserializeOwned;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+use crate::{
+    AgentError, Event, EventBody, LlmRequest, SystemInit, Timestamp, TranscriptUpdate, TransferCall,
+};
+
+/// The deepest nesting of arrays and objects a frame may have (the frame itself is level 1).
+///
+/// Below serde_json's own limit (128), so every over-deep frame gets [`DecodeError::TooDeep`]
+/// from a cheap scan before any parsing, and parsing never recurses deeper than this.
+pub const MAX_DEPTH: usize = 100;
+
+/// Why a frame could not be read as an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The frame is not UTF-8.
+    #[error("frame is not valid UTF-8")]
+    NotUtf8,
+    /// The frame is not JSON (serde's message says where).
+    #[error("frame is not JSON: {0}")]
+    NotJson(String),
+    /// The frame is JSON but not an object.
+    #[error("frame is not a JSON object")]
+    NotAnObject,
+    /// The object has no `type`, or it is not a string.
+    #[error("frame has no string `type`")]
+    MissingType,
+    /// The `type` is not one this protocol knows.
+    #[error("unknown event type `{0}`")]
+    UnknownType(String),
+    /// A field of a known event is missing or has the wrong shape.
+    #[error("invalid `{event_type}` event: {message}")]
+    InvalidFields {
+        /// The event's `type`.
+        event_type: String,
+        /// What is wrong, starting with the field's name.
+        message: String,
+    },
+    /// The frame nests arrays or objects deeper than [`MAX_DEPTH`].
+    #[error("frame nests deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+}
+
+impl DecodeError {
+    /// A stable snake_case name of the error kind, for logs and metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotUtf8 => "not_utf8",
+            Self::NotJson(_) => "not_json",
+            Self::NotAnObject => "not_an_object",
+            Self::MissingType => "missing_type",
+            Self::UnknownType(_) => "unknown_type",
+            Self::InvalidFields { .. } => "invalid_fields",
+            Self::TooDeep => "too_deep",
+        }
+    }
+}
+
+/// Reads one frame (binary or text payload) as an event.
+///
+/// Lenient like the reference: unknown extra fields are ignored, `null` counts as absent for
+/// optional and defaulted fields, and a missing timestamp is filled with now. Unlike the
+/// reference, a timestamp that is not a string or a number is also replaced by now rather
+/// than failing the frame, and one that cannot be parsed is kept as it is. Never panics.
+pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| DecodeError::NotUtf8)?;
+    decode_str(text)
+}
+
+/// Reads one frame given as text (see [`decode`]).
+pub fn decode_str(text: &str) -> Result<Event, DecodeError> {
+    if nesting_exceeds(text.as_bytes(), MAX_DEPTH) {
+        return Err(DecodeError::TooDeep);
+    }
+    let value: Value = serde_json::from_str(text).map_err(|err| {
+        // Unreachable after the scan, but a recursion error must never read as "not JSON".
+        if err.to_string().starts_with("recursion limit exceeded") {
+            DecodeError::TooDeep
+        } else {
+            DecodeError::NotJson(err.to_string())
+        }
+    })?;
+    let Value::Object(mut map) = value else {
+        return Err(DecodeError::NotAnObject);
+    };
+    let event_type = match map.remove("type") {
+        Some(Value::String(event_type)) => event_type,
+        _ => return Err(DecodeError::MissingType),
+    };
+    let timestamp = match map.remove("timestamp") {
+        Some(Value::String(text)) => Timestamp::Text(text),
+        Some(Value::Number(number)) => Timestamp::Unix(number),
+        _ => Timestamp::now(),
+    };
+    let mut fields = Fields { map };
+    match decode_body(&event_type, &mut fields) {
+        Ok(body) => Ok(Event { timestamp, body }),
+        Err(BodyError::Unknown) => Err(DecodeError::UnknownType(event_type)),
+        Err(BodyError::Invalid(message)) => Err(DecodeError::InvalidFields {
+            event_type,
+            message,
+        }),
+    }
+}
+
+/// Why a body could not be read: the type is unknown, or a field is wrong.
+enum BodyError {
+    Unknown,
+    Invalid(String),
+}
+
+impl From<String> for BodyError {
+    fn from(message: String) -> Self {
+        Self::Invalid(message)
+    }
+}
+
+fn decode_body(event_type: &str, f: &mut Fields) -> Result<EventBody, BodyError> {
+    Ok(match event_type {
+        "system.init" => EventBody::SystemInit(SystemInit {
+            version: f.required("version")?,
+            session_context: f.required("session_context")?,
+            output_agent_settings: f.optional("output_agent_settings")?,
+        }),
+        "system.user.joined" => EventBody::UserJoined,
+        "system.user.started_speaking" => EventBody::UserStartedSpeaking,
+        "system.user.stopped_speaking" => EventBody::UserStoppedSpeaking,
+        "system.llm.request" => EventBody::LlmRequest(LlmRequest {
+            messages: f.optional("messages")?,
+            extra_params: f.or_default("extra_params")?,
+        }),
+        "system.control.interrupt" => EventBody::Interrupt,
+        "system.output_agent.update_settings" => EventBody::UpdateSettings {
+            settings: f.or_default("settings")?,
+        },
+        "agent.transcript.update" => EventBody::TranscriptUpdate(TranscriptUpdate {
+            role: f.required("role")?,
+            content: f.required("content")?,
+        }),
+        "agent.ready" => EventBody::AgentReady,
+        "agent.error" => EventBody::AgentError(AgentError {
+            message: f.required("message")?,
+            severity: f.or_default("severity")?,
+            payload: f.or_default("payload")?,
+        }),
+        "agent.llm.response.start" => EventBody::ResponseStart {
+            request_id: f.optional("request_id")?,
+        },
+        "agent.llm.response.chunk" => EventBody::ResponseChunk {
+            text: f.required("text")?,
+        },
+        "agent.llm.response.end" => EventBody::ResponseEnd,
+        "agent.speak" => EventBody::Speak {
+            text: f.required("text")?,
+        },
+        "agent.end_call" => EventBody::EndCall,
+        "agent.transfer_call" => {
+            // camelCase is accepted on input, as for the handoff options inside.
+            f.alias("transferCallNumber", "transfer_call_number");
+            f.alias("transferOptions", "transfer_options");
+            f.alias("onHoldMusic", "on_hold_music");
+            EventBody::TransferCall(TransferCall {
+                transfer_call_number: f.required("transfer_call_number")?,
+                transfer_options: f.or_default("transfer_options")?,
+                on_hold_music: f.optional("on_hold_music")?,
+            })
+        }
+        "agent.log" => EventBody::Log {
+            name: f.required("name")?,
+            payload: f.or_default("payload")?,
+        },
+        "agent.control.mute_user" => EventBody::MuteUser,
+        "agent.control.unmute_user" => EventBody::UnmuteUser,
+        "agent.control.interrupt" => EventBody::AgentInterrupt,
+        _ => return Err(BodyError::Unknown),
+    })
+}
+
+/// The remaining fields of a frame, taken out one by one so each error names its field.
+struct Fields {
+    map: Map<String, Value>,
+}
+
+impl Fields {
+    /// Present and not `null`.
+    fn take(&mut self, name: &str) -> Option<Value> {
+        self.map.remove(name).filter(|value| !value.is_null())
+    }
+
+    /// Uses `alias` when `name` is absent.
+    fn alias(&mut self, alias: &str, name: &str) {
+        if !self.map.contains_key(name)
+            && let Some(value) = self.map.remove(alias)
+        {
+            self.map.insert(name.to_owned(), value);
+        }
+    }
+
+    fn required<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, String> {
+        match self.map.remove(name) {
+            Some(value) => convert(name, value),
+            None => Err(format!("missing field `{name}`")),
+        }
+    }
+
+    fn optional<T: DeserializeOwned>(&mut self, name: &str) -> Result<Option<T>, String> {
+        self.take(name)
+            .map(|value| convert(name, value))
+            .transpose()
+    }
+
+    fn or_default<T: DeserializeOwned + Default>(&mut self, name: &str) -> Result<T, String> {
+        Ok(self.optional(name)?.unwrap_or_default())
+    }
+}
+
+fn convert<T: DeserializeOwned>(name: &str, value: Value) -> Result<T, String> {
+    serde_json::from_value(value).map_err(|err| format!("{name}: {err}"))
+}
+
+/// Whether arrays and objects nest deeper than `limit`, by a scan that never recurses.
+fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Writes an event as the reference does: `type`, `timestamp`, then the event's fields in the
+/// reference's order, optional fields as `null`. Compact JSON, non-ASCII as UTF-8.
+pub fn encode(event: &Event) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    encode_into(event, &mut out);
+    out
+}
+
+/// [`encode`] as a `String` (for text frames and logs).
+pub fn encode_string(event: &Event) -> String {
+    let mut out = Vec::with_capacity(128);
+    encode_into(event, &mut out);
+    // serde_json writes only valid UTF-8; the lossy path is never taken.
+    String::from_utf8(out)
+        .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
+}
+
+/// Appends the encoding of `event` to `out` (reuse one buffer on hot paths).
+pub fn encode_into(event: &Event, out: &mut Vec<u8>) {
+    let start = out.len();
+    // Writing to a Vec cannot fail, and every map key is a string, so serialization cannot
+    // fail either; should it ever, leave no half-written frame behind.
+    if serde_json::to_writer(&mut *out, event).is_err() {
+        out.truncate(start);
+    }
+}
+
+impl Serialize for Event {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // Written field by field, straight to the output: no intermediate map or Value, which
+        // keeps the per-chunk cost of a turn to formatting alone.
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", self.body.type_name())?;
+        map.serialize_entry("timestamp", &self.timestamp)?;
+        match &self.body {
+            EventBody::SystemInit(init) => {
+                map.serialize_entry("version", &init.version)?;
+                map.serialize_entry("session_context", &init.session_context)?;
+                map.serialize_entry("output_agent_settings", &init.output_agent_settings)?;
+            }
+            EventBody::LlmRequest(request) => {
+                map.serialize_entry("messages", &request.messages)?;
+                map.serialize_entry("extra_params", &request.extra_params)?;
+            }
+            EventBody::UpdateSettings { settings } => {
+                map.serialize_entry("settings", settings)?;
+            }
+            EventBody::TranscriptUpdate(update) => {
+                map.serialize_entry("role", &update.role)?;
+                map.serialize_entry("content", &update.content)?;
+            }
+            EventBody::AgentError(error) => {
+                map.serialize_entry("message", &error.message)?;
+                map.serialize_entry("severity", &error.severity)?;
+                map.serialize_entry("payload", &error.payload)?;
+            }
+            EventBody::ResponseStart { request_id } => {
+                map.serialize_entry("request_id", request_id)?;
+            }
+            EventBody::ResponseChunk { text } | EventBody::Speak { text } => {
+                map.serialize_entry("text", text)?;
+            }
+            EventBody::TransferCall(transfer) => {
+                map.serialize_entry("transfer_call_number", &transfer.transfer_call_number)?;
+                map.serialize_entry("transfer_options", &transfer.transfer_options)?;
+                map.serialize_entry("on_hold_music", &transfer.on_hold_music)?;
+            }
+            EventBody::Log { name, payload } => {
+                map.serialize_entry("name", name)?;
+                map.serialize_entry("payload", payload)?;
+            }
+            EventBody::UserJoined
+            | EventBody::UserStartedSpeaking
+            | EventBody::UserStoppedSpeaking
+            | EventBody::Interrupt
+            | EventBody::AgentReady
+            | EventBody::ResponseEnd
+            | EventBody::EndCall
+            | EventBody::MuteUser
+            | EventBody::UnmuteUser
+            | EventBody::AgentInterrupt => {}
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nesting_scan_ignores_brackets_in_strings() {
+        assert!(!nesting_exceeds(br#"{"a":"[[[[[[\"[[["}"#, 2));
+        assert!(nesting_exceeds(br#"{"a":[[1]]}"#, 2));
+        assert!(!nesting_exceeds(br#"{"a":[[1]]}"#, 3));
+        assert!(!nesting_exceeds(br#"]]]]{}"#, 1));
+    }
+}

@@ -1,0 +1,413 @@
+//! The tasks that run nodes: the framework's protocol work around user agents.
+
+use std::{collections::VecDeque, panic::AssertUnwindSafe, sync::Arc, time::Instant};
+
+use crewline_core::{Message, Role};
+use crewline_protocol::{
+    AgentError, Event, EventBody, LlmRequest, Severity, TranscriptRole, TranscriptUpdate,
+};
+use crewline_tools::ToolRun;
+use futures::{FutureExt, StreamExt};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use crate::{
+    BackgroundNode, NodeError, NodeHandle, Observer, OutputNode, TurnError, TurnEvent, TurnOutcome,
+    TurnReport,
+};
+
+/// A node's connections to the rest of the session.
+pub(crate) struct NodeIo {
+    pub(crate) handle: NodeHandle,
+    pub(crate) inbox: mpsc::Receiver<Event>,
+    /// The interrupt line, for interruptible nodes.
+    pub(crate) interrupt: Option<mpsc::Receiver<Event>>,
+    pub(crate) observer: Arc<dyn Observer>,
+}
+
+/// Waits for the next interrupt on an optional line (forever when there is none).
+async fn next_interrupt(line: &mut Option<mpsc::Receiver<Event>>) -> Option<Event> {
+    match line {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The text of a panic payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic with a non-string payload".to_owned())
+}
+
+/// The `agent.error` for a failure of `method` in node code.
+fn error_event(node: &str, method: &str, error: &NodeError, severity: Severity) -> Event {
+    let mut payload = Map::new();
+    payload.insert("node_name".into(), Value::from(node));
+    payload.insert("error_class".into(), Value::from(error.class()));
+    payload.insert("traceback".into(), Value::from(error.traceback()));
+    Event::now(EventBody::AgentError(AgentError {
+        message: format!("{} in {node}.{method}: {}", error.class(), error.message()),
+        severity,
+        payload,
+    }))
+}
+
+/// Runs a future of node code, turning a panic into a [`NodeError`].
+async fn guarded<F>(future: F) -> Result<(), NodeError>
+where
+    F: std::future::Future<Output = Result<(), NodeError>>,
+{
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(result) => result,
+        Err(payload) => Err(NodeError::panic(panic_text(payload.as_ref()))),
+    }
+}
+
+/// Reports a failure of node code to the platform and the observer.
+async fn report(io: &NodeIo, method: &str, error: &NodeError, severity: Severity) {
+    tracing::warn!(node = io.handle.name(), method, %error, "node code failed");
+    io.observer.node_error(io.handle.name(), severity);
+    io.handle
+        .send(error_event(io.handle.name(), method, error, severity))
+        .await;
+}
+
+/// Runs a background node until its inbox closes.
+pub(crate) async fn run_background(mut node: BackgroundNode, mut io: NodeIo) {
+    if let Err(error) = guarded(node.agent.on_start(&io.handle)).await {
+        report(&io, "on_start", &error, Severity::Warning).await;
+    }
+    while let Some(event) = io.inbox.recv().await {
+        if let Err(error) = guarded(node.agent.on_event(&event, &io.handle)).await {
+            report(&io, "process_event", &error, Severity::Warning).await;
+        }
+        if node.forward {
+            io.handle.send(event).await;
+        }
+    }
+}
+
+/// An output node at work: its agent, and events kept back from its inbox by an interrupt.
+struct OutputRunner {
+    node: OutputNode,
+    io: NodeIo,
+    /// Events that were queued when an interrupt purged stale work, to process first.
+    kept: VecDeque<Event>,
+}
+
+/// Runs an output node until its inbox closes.
+pub(crate) async fn run_output(node: OutputNode, io: NodeIo) {
+    let mut runner = OutputRunner {
+        node,
+        io,
+        kept: VecDeque::new(),
+    };
+    if let Err(error) = guarded(runner.node.agent.on_start(&runner.io.handle)).await {
+        report(&runner.io, "on_start", &error, Severity::Fatal).await;
+    }
+    loop {
+        let event = if let Some(event) = runner.kept.pop_front() {
+            event
+        } else {
+            tokio::select! {
+                biased;
+                Some(interrupt) = next_interrupt(&mut runner.io.interrupt) => {
+                    runner.interrupted(interrupt).await;
+                    continue;
+                }
+                event = runner.io.inbox.recv() => match event {
+                    Some(event) => event,
+                    None => break,
+                },
+            }
+        };
+        runner.process(event).await;
+    }
+}
+
+impl OutputRunner {
+    fn interruptible(&self) -> bool {
+        self.io.interrupt.is_some()
+    }
+
+    /// Handles one event in order: framework routing, the user's hook, then the echo.
+    async fn process(&mut self, event: Event) {
+        match &event.body {
+            // Interruptible nodes got this on their interrupt line already.
+            EventBody::Interrupt if self.interruptible() => return,
+            EventBody::LlmRequest(request) => {
+                let request = request.clone();
+                if self.io.handle.call().is_handed_off() {
+                    tracing::debug!("call handed off; LLM request not answered");
+                } else if !self.answer(&request).await {
+                    // The reference never echoes a request whose answer was interrupted.
+                    return;
+                }
+            }
+            EventBody::TranscriptUpdate(update) => self.add_transcript(update),
+            _ => {}
+        }
+        self.after_routing(event).await;
+    }
+
+    /// The user's hook, then the echo (when on).
+    async fn after_routing(&mut self, event: Event) {
+        let hook = self.node.agent.on_event(&event, &self.io.handle);
+        if let Err(error) = guarded(hook).await {
+            report(&self.io, "on_event", &error, Severity::Fatal).await;
+        }
+        if self.node.echo {
+            self.io.handle.send(event).await;
+        }
+    }
+
+    /// An interrupt arrived on the interrupt line while no generation was running: drop the
+    /// stale generation work still queued (never a transcript), then process the interrupt.
+    async fn interrupted(&mut self, interrupt: Event) {
+        while let Ok(event) = self.io.inbox.try_recv() {
+            match event.body {
+                EventBody::LlmRequest(_) => {
+                    tracing::debug!("stale LLM request dropped by an interrupt");
+                }
+                EventBody::Interrupt => {}
+                _ => self.kept.push_back(event),
+            }
+        }
+        self.after_routing(interrupt).await;
+    }
+
+    fn add_transcript(&mut self, update: &TranscriptUpdate) {
+        let context = self.node.agent.context();
+        let message = match update.role {
+            TranscriptRole::User => Message::user(update.content.clone()),
+            TranscriptRole::Assistant => {
+                // The tool loop already recorded what the agent said; the platform's copy of
+                // the same words would be a duplicate.
+                if context.last().is_some_and(|last| {
+                    last.role() == Role::Assistant && last.text() == Some(update.content.as_str())
+                }) {
+                    return;
+                }
+                Message::assistant(update.content.clone())
+            }
+        };
+        context.add(message);
+    }
+
+    /// Takes the platform's authoritative conversation, keeping the agent's system prompts.
+    fn sync_context(&mut self, messages: &[Value]) {
+        let mut incoming = Vec::with_capacity(messages.len());
+        for value in messages {
+            match Message::from_json(value.clone()) {
+                Ok(message) => incoming.push(message),
+                Err(error) => {
+                    tracing::warn!(%error, "unreadable message in system.llm.request skipped")
+                }
+            }
+        }
+        if !incoming.iter().any(|m| m.role() != Role::System) {
+            return;
+        }
+        let context = self.node.agent.context();
+        let has_prompt = context.messages().iter().any(|m| m.role() == Role::System);
+        if !has_prompt {
+            // An agent without a prompt of its own takes the platform's.
+            context.add_many(
+                incoming
+                    .iter()
+                    .filter(|m| m.role() == Role::System)
+                    .cloned(),
+            );
+        }
+        context.replace(incoming);
+    }
+
+    /// Answers one LLM request: `start`, chunks and tool logs, `end`. Returns `false` when an
+    /// interrupt stopped it (the interrupt has then been processed too).
+    async fn answer(&mut self, request: &LlmRequest) -> bool {
+        let received = Instant::now();
+        if let Some(messages) = &request.messages {
+            self.sync_context(messages);
+        }
+        let turn_id = uuid::Uuid::new_v4().simple().to_string();
+        let handle = self.io.handle.clone();
+        let observer = self.io.observer.clone();
+        observer.turn_started();
+        handle
+            .emit(EventBody::ResponseStart {
+                request_id: Some(turn_id.clone()),
+            })
+            .await;
+        handle.call().begin_generation(&turn_id);
+
+        let mut interrupt = None;
+        let mut failure: Option<NodeError> = None;
+        let mut report: Option<TurnReport> = None;
+        let mut first_chunk = true;
+        let mut tool_arguments = std::collections::HashMap::new();
+        {
+            let mut turn = self.node.agent.generate_response();
+            loop {
+                let next = AssertUnwindSafe(turn.next()).catch_unwind();
+                let item = tokio::select! {
+                    biased;
+                    Some(event) = next_interrupt(&mut self.io.interrupt) => {
+                        interrupt = Some(event);
+                        break;
+                    }
+                    item = next => item,
+                };
+                match item {
+                    Ok(Some(Ok(TurnEvent::Text(text)))) => {
+                        if first_chunk {
+                            first_chunk = false;
+                            observer.first_chunk(received.elapsed());
+                        }
+                        handle.emit(EventBody::ResponseChunk { text }).await;
+                    }
+                    Ok(Some(Ok(TurnEvent::ToolStarted(call)))) => {
+                        let arguments = arguments_json(&call.arguments);
+                        handle
+                            .emit(tool_started(&turn_id, &call, arguments.clone()))
+                            .await;
+                        tool_arguments.insert(call.id, arguments);
+                    }
+                    Ok(Some(Ok(TurnEvent::ToolFinished(run)))) => {
+                        observer.tool_finished(
+                            &run.result.name,
+                            run.latency,
+                            run.result.error_kind(),
+                        );
+                        let arguments = tool_arguments
+                            .remove(&run.result.tool_call_id)
+                            .unwrap_or_else(|| Value::Object(Map::new()));
+                        handle.emit(tool_finished(&turn_id, &run, arguments)).await;
+                    }
+                    Ok(Some(Ok(TurnEvent::Done(done)))) => report = Some(done),
+                    Ok(Some(Err(error))) => {
+                        failure = Some(turn_error(error));
+                        break;
+                    }
+                    Ok(None) => break,
+                    Err(payload) => {
+                        failure = Some(NodeError::panic(panic_text(payload.as_ref())));
+                        break;
+                    }
+                }
+            }
+            // Dropping the turn here cancels the model request and any running tools.
+        }
+
+        let completed = interrupt.is_none() && failure.is_none();
+        if let Some(handoff) = handle.call().finish_generation(completed) {
+            handle.emit(handoff.into_body()).await;
+        }
+        if let Some(error) = &failure {
+            self.io.observer.node_error(handle.name(), Severity::Fatal);
+            tracing::warn!(%error, "generation failed");
+            handle
+                .send(error_event(
+                    handle.name(),
+                    "generate_response",
+                    error,
+                    Severity::Fatal,
+                ))
+                .await;
+        }
+        handle.emit(EventBody::ResponseEnd).await;
+        let outcome = match (&interrupt, &failure) {
+            (Some(_), _) => TurnOutcome::Interrupted,
+            (None, Some(_)) => TurnOutcome::Failed,
+            (None, None) => TurnOutcome::Completed,
+        };
+        observer.turn_finished(outcome, report.as_ref());
+        match interrupt {
+            Some(event) => {
+                self.interrupted(event).await;
+                false
+            }
+            None => true,
+        }
+    }
+}
+
+fn turn_error(error: TurnError) -> NodeError {
+    match error {
+        TurnError::Llm(error) => NodeError::from(error),
+    }
+}
+
+/// The arguments of a call as JSON, `{}` when they are not a JSON object (as the reference).
+fn arguments_json(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => Value::Object(Map::new()),
+    }
+}
+
+fn tool_log(name: &str, payload: Value) -> EventBody {
+    let payload = match payload {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    EventBody::Log {
+        name: name.to_owned(),
+        payload,
+    }
+}
+
+fn tool_started(turn_id: &str, call: &crewline_core::ToolCall, arguments: Value) -> EventBody {
+    tool_log(
+        "tool_call_start",
+        json!({
+            "turn_id": turn_id,
+            "tool_call_id": call.id,
+            "function_name": call.name,
+            "context": {"arguments": arguments},
+        }),
+    )
+}
+
+/// The end (or error) log of a call; `arguments` as logged at its start, like the reference.
+fn tool_finished(turn_id: &str, run: &ToolRun, arguments: Value) -> EventBody {
+    let result = &run.result;
+    let latency = u64::try_from(run.latency.as_millis()).unwrap_or(u64::MAX);
+    if result.is_error {
+        let error: Value = serde_json::from_str(&result.content).unwrap_or(Value::Null);
+        let message = error
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or(&result.content)
+            .to_owned();
+        tool_log(
+            "tool_call_error",
+            json!({
+                "turn_id": turn_id,
+                "tool_call_id": result.tool_call_id,
+                "function_name": result.name,
+                "context": {"arguments": arguments},
+                "error": message,
+                "error_kind": error.pointer("/error/kind").cloned().unwrap_or(Value::Null),
+                "latency": latency,
+                "success": false,
+            }),
+        )
+    } else {
+        let response = serde_json::from_str::<Value>(&result.content)
+            .unwrap_or_else(|_| Value::String(result.content.clone()));
+        tool_log(
+            "tool_call_end",
+            json!({
+                "turn_id": turn_id,
+                "tool_call_id": result.tool_call_id,
+                "function_name": result.name,
+                "context": {"arguments": arguments, "response": response},
+                "latency": latency,
+                "success": true,
+            }),
+        )
+    }
+}
