@@ -1,0 +1,532 @@
+//! One WebSocket connection: one call, one session.
+//!
+//! The connection's task reads frames and dispatches them; a writer task encodes the
+//! session's outbound events as binary frames. Every way out (the platform hanging up, a
+//! socket error, an oversized frame, the drain deadline) shuts the session down and ends
+//! both tasks.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use axum::{
+    body::Bytes,
+    extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code},
+};
+use crewline::{
+    Observer, Session, SessionSetup,
+    protocol::{AgentError, DecodeError, Event, EventBody, Severity, SystemInit},
+};
+use futures::{
+    SinkExt, StreamExt,
+    stream::{SplitSink, SplitStream},
+};
+use serde_json::{Map, Value};
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+    time::Instant,
+};
+use tracing::Instrument;
+
+use crate::{
+    SetupError,
+    metrics::{ErrorKind, FrameDrop, HandshakeFailure},
+    state::Service,
+};
+
+/// How many outbound events may wait for the socket.
+const OUTBOUND_CAPACITY: usize = 1024;
+/// Bad frames logged at `warn` per call; later ones are logged at `debug`.
+const LOUD_BAD_FRAMES: u32 = 10;
+/// The longest error text put into `agent.error` or a log line.
+const MAX_ERROR_TEXT: usize = 1000;
+
+/// Close code and reason at the drain deadline.
+const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
+
+/// Serves one call on `socket` until it ends.
+pub(crate) async fn run(socket: WebSocket, service: Arc<Service>) {
+    let _active = service.state.metrics.call_started();
+    let started = Instant::now();
+    let (sink, stream) = socket.split();
+    let (outbound, events) = mpsc::channel(OUTBOUND_CAPACITY);
+    let (close, close_requests) = oneshot::channel();
+    let writer = tokio::spawn(write_frames(sink, events, close_requests).in_current_span());
+    let mut connection = Connection {
+        service,
+        stream,
+        writer,
+        writer_done: false,
+        close: Some(close),
+        outbound,
+    };
+    let end = connection.serve().await;
+    tracing::info!(end = %end, duration = ?started.elapsed(), "call ended");
+}
+
+/// Why a call ended.
+enum End {
+    /// The handshake or the setup failed.
+    Handshake(HandshakeFailure),
+    /// The platform closed the socket.
+    PeerClosed,
+    /// The connection broke.
+    SocketError,
+    /// A frame over the limit arrived.
+    TooBig,
+    /// The drain deadline passed.
+    ShuttingDown,
+}
+
+impl fmt::Display for End {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Handshake(reason) => write!(f, "handshake failed ({})", reason.as_str()),
+            Self::PeerClosed => f.write_str("platform closed"),
+            Self::SocketError => f.write_str("socket error"),
+            Self::TooBig => f.write_str("frame too large"),
+            Self::ShuttingDown => f.write_str("server shutting down"),
+        }
+    }
+}
+
+/// A failed handshake or setup: what the platform is told.
+struct Failure {
+    reason: HandshakeFailure,
+    /// The `agent.error` message; `None` when the platform is already gone.
+    message: Option<String>,
+    code: u16,
+    close_reason: &'static str,
+}
+
+impl Failure {
+    fn new(
+        reason: HandshakeFailure,
+        message: String,
+        code: u16,
+        close_reason: &'static str,
+    ) -> Self {
+        Self {
+            reason,
+            message: Some(message),
+            code,
+            close_reason,
+        }
+    }
+
+    fn closed() -> Self {
+        Self {
+            reason: HandshakeFailure::Closed,
+            message: None,
+            code: close_code::NORMAL,
+            close_reason: "",
+        }
+    }
+
+    fn shutting_down() -> Self {
+        Self::new(
+            HandshakeFailure::ShuttingDown,
+            "the server is shutting down".to_owned(),
+            SHUTDOWN_CLOSE.0,
+            SHUTDOWN_CLOSE.1,
+        )
+    }
+
+    fn too_big(size: usize, max: usize) -> Self {
+        Self::new(
+            HandshakeFailure::TooBig,
+            too_big_message(size, max),
+            close_code::SIZE,
+            "frame too large",
+        )
+    }
+
+    fn setup(error: SetupError) -> Self {
+        let (reason, close_reason) = match &error {
+            SetupError::Failed(_) => (HandshakeFailure::SetupFailed, "crew setup failed"),
+            SetupError::Panicked(_) => (HandshakeFailure::SetupPanicked, "crew setup failed"),
+            SetupError::TimedOut(_) => (HandshakeFailure::SetupTimeout, "crew setup timed out"),
+            SetupError::InvalidGraph(_) => (HandshakeFailure::InvalidGraph, "invalid crew"),
+        };
+        Self::new(reason, error.to_string(), close_code::ERROR, close_reason)
+    }
+}
+
+fn too_big_message(size: usize, max: usize) -> String {
+    format!("a frame of {size} bytes is over this server's limit of {max} bytes")
+}
+
+struct Connection {
+    service: Arc<Service>,
+    stream: SplitStream<WebSocket>,
+    writer: JoinHandle<()>,
+    writer_done: bool,
+    close: Option<oneshot::Sender<CloseFrame>>,
+    outbound: mpsc::Sender<Event>,
+}
+
+impl Connection {
+    async fn serve(&mut self) -> End {
+        match self.open().await {
+            Ok(session) => self.run_session(session).await,
+            Err(failure) => {
+                let reason = failure.reason;
+                self.service.state.metrics.handshake_failed(reason);
+                self.fail(failure).await;
+                End::Handshake(reason)
+            }
+        }
+    }
+
+    /// The handshake, the crew's setup, and the session's start.
+    async fn open(&mut self) -> Result<Session, Failure> {
+        let state = Arc::clone(&self.service.state);
+        if state.close_calls.is_cancelled() {
+            return Err(Failure::shutting_down());
+        }
+        let init = self.handshake().await?;
+        if let Some(call_id) = init
+            .session_context
+            .caller
+            .as_ref()
+            .and_then(|caller| caller.call_id.as_deref())
+        {
+            tracing::Span::current().record("call_id", call_id);
+        }
+        tracing::info!(
+            conversation_type = ?init.session_context.conversation_type,
+            version = %truncate(&init.version, 40),
+            "call started"
+        );
+
+        let observer: Arc<dyn Observer> = Arc::clone(&state.metrics) as Arc<dyn Observer>;
+        let setup = SessionSetup::new(init, self.outbound.clone()).with_observer(observer);
+        let for_user = setup.clone();
+        let crew = tokio::select! {
+            () = state.close_calls.cancelled() => return Err(Failure::shutting_down()),
+            crew = self.service.run_setup(move || for_user) => crew,
+        };
+        let crew = crew.map_err(|error| {
+            tracing::error!(%error, "the crew's setup failed");
+            Failure::setup(error)
+        })?;
+        Session::start(crew, setup).await.map_err(|error| {
+            tracing::error!(%error, "the crew's graph is invalid");
+            Failure::setup(SetupError::InvalidGraph(error))
+        })
+    }
+
+    /// Waits for the first frame, which must be `system.init`.
+    async fn handshake(&mut self) -> Result<SystemInit, Failure> {
+        let timeout = self.service.config.handshake_timeout;
+        let deadline = Instant::now() + timeout;
+        let close_calls = self.service.state.close_calls.clone();
+        loop {
+            let next = tokio::select! {
+                () = close_calls.cancelled() => return Err(Failure::shutting_down()),
+                next = tokio::time::timeout_at(deadline, self.stream.next()) => next,
+            };
+            let message = match next {
+                Err(_) => {
+                    tracing::warn!(?timeout, "no system.init in time");
+                    return Err(Failure::new(
+                        HandshakeFailure::Timeout,
+                        format!("handshake timeout: no system.init within {timeout:?}"),
+                        close_code::POLICY,
+                        "handshake timeout",
+                    ));
+                }
+                Ok(None) => return Err(Failure::closed()),
+                Ok(Some(Err(error))) => {
+                    return Err(match too_big(error) {
+                        Some((size, max)) => {
+                            self.service.state.metrics.frame_dropped(FrameDrop::TooBig);
+                            tracing::warn!(size, max, "handshake frame too large");
+                            Failure::too_big(size, max)
+                        }
+                        None => Failure::closed(),
+                    });
+                }
+                Ok(Some(Ok(message))) => message,
+            };
+            let decoded = match &message {
+                Message::Binary(bytes) => crewline::protocol::decode(bytes),
+                Message::Text(text) => crewline::protocol::decode(text.as_str().as_bytes()),
+                Message::Close(_) => return Err(Failure::closed()),
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            return match decoded {
+                Ok(Event {
+                    body: EventBody::SystemInit(init),
+                    ..
+                }) => Ok(init),
+                Ok(event) => {
+                    let got = event.body.type_name();
+                    tracing::warn!(got, "the first frame is not system.init");
+                    Err(Failure::new(
+                        HandshakeFailure::NotInit,
+                        format!("expected system.init as the first frame, got {got}"),
+                        close_code::POLICY,
+                        "expected system.init first",
+                    ))
+                }
+                Err(error) => {
+                    let error = truncate(&error.to_string(), MAX_ERROR_TEXT).into_owned();
+                    tracing::warn!(%error, "the first frame is not a valid system.init");
+                    Err(Failure::new(
+                        HandshakeFailure::BadFrame,
+                        format!("expected system.init as the first frame: {error}"),
+                        close_code::POLICY,
+                        "invalid handshake",
+                    ))
+                }
+            };
+        }
+    }
+
+    /// Reads and dispatches frames until the call ends, then stops everything.
+    async fn run_session(&mut self, session: Session) -> End {
+        let metrics = Arc::clone(&self.service.state.metrics);
+        let close_calls = self.service.state.close_calls.clone();
+        let mut bad_frames = 0u32;
+        let end = loop {
+            let next = tokio::select! {
+                biased;
+                () = close_calls.cancelled() => break End::ShuttingDown,
+                _ = &mut self.writer, if !self.writer_done => {
+                    self.writer_done = true;
+                    metrics.error(ErrorKind::Socket);
+                    break End::SocketError;
+                }
+                next = self.stream.next() => next,
+            };
+            let message = match next {
+                None => break End::PeerClosed,
+                Some(Err(error)) => {
+                    if let Some((size, max)) = too_big(error) {
+                        metrics.frame_dropped(FrameDrop::TooBig);
+                        tracing::warn!(size, max, "frame too large: closing the call");
+                        session.shutdown().await;
+                        self.send_error(too_big_message(size, max), "too_big");
+                        self.close(close_code::SIZE, "frame too large").await;
+                        return End::TooBig;
+                    }
+                    metrics.error(ErrorKind::Socket);
+                    break End::SocketError;
+                }
+                Some(Ok(message)) => message,
+            };
+            let bytes: &[u8] = match &message {
+                Message::Binary(bytes) => bytes,
+                Message::Text(text) => text.as_str().as_bytes(),
+                Message::Close(frame) => {
+                    tracing::debug!(code = frame.as_ref().map(|f| f.code), "the platform closed");
+                    break End::PeerClosed;
+                }
+                // Pongs are answered by the WebSocket layer as pings are read.
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            match crewline::protocol::decode(bytes) {
+                Ok(event) => {
+                    if let Err(error) = session.dispatch(event) {
+                        // The session counts and logs what it drops.
+                        tracing::debug!(%error, "event not delivered");
+                    }
+                }
+                Err(error) => {
+                    bad_frames = bad_frames.saturating_add(1);
+                    metrics.frame_dropped(frame_drop(&error));
+                    let kind = error.kind();
+                    let error = truncate(&error.to_string(), 200).into_owned();
+                    if bad_frames <= LOUD_BAD_FRAMES {
+                        tracing::warn!(
+                            kind,
+                            bytes = bytes.len(),
+                            %error,
+                            "dropped an inbound frame"
+                        );
+                    } else {
+                        tracing::debug!(kind, bytes = bytes.len(), %error, "dropped an inbound frame");
+                    }
+                }
+            }
+        };
+        session.shutdown().await;
+        match end {
+            End::ShuttingDown => self.close(SHUTDOWN_CLOSE.0, SHUTDOWN_CLOSE.1).await,
+            _ => self.abandon().await,
+        }
+        end
+    }
+
+    /// Queues an `agent.error` (fatal) for the platform.
+    fn send_error(&self, message: String, reason: &str) {
+        let mut payload = Map::new();
+        payload.insert("reason".to_owned(), Value::String(reason.to_owned()));
+        let event = Event::now(EventBody::AgentError(AgentError {
+            message: truncate(&message, MAX_ERROR_TEXT).into_owned(),
+            severity: Severity::Fatal,
+            payload,
+        }));
+        if self.outbound.try_send(event).is_err() {
+            tracing::debug!("agent.error not queued: the outbound queue is full or closed");
+        }
+    }
+
+    /// Tells the platform why the call cannot go on, then closes.
+    async fn fail(&mut self, failure: Failure) {
+        match failure.message {
+            Some(message) => {
+                self.send_error(message, failure.reason.as_str());
+                self.close(failure.code, failure.close_reason).await;
+            }
+            None => self.abandon().await,
+        }
+    }
+
+    /// Sends queued events and a close frame, then waits (bounded) for the platform's close.
+    async fn close(&mut self, code: u16, reason: &'static str) {
+        let timeout = self.service.config.close_timeout;
+        if let Some(close) = self.close.take() {
+            let _ = close.send(CloseFrame {
+                code,
+                reason: Utf8Bytes::from_static(reason),
+            });
+        }
+        self.join_writer(timeout).await;
+        // Read until the platform answers the close (or goes away).
+        let drained = tokio::time::timeout(timeout, async {
+            while let Some(Ok(_)) = self.stream.next().await {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::debug!("the platform did not answer the close frame in time");
+        }
+    }
+
+    /// Ends a call whose platform is gone: no frames to send, finish the closing handshake.
+    async fn abandon(&mut self) {
+        self.close.take();
+        if !self.writer_done {
+            self.writer.abort();
+            let _ = (&mut self.writer).await;
+            self.writer_done = true;
+        }
+        // Flushes a pending reply to the platform's close frame, if any.
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while let Some(Ok(_)) = self.stream.next().await {}
+        })
+        .await;
+    }
+
+    /// Waits for the writer to finish, aborting it after `timeout`.
+    async fn join_writer(&mut self, timeout: Duration) {
+        if self.writer_done {
+            return;
+        }
+        if tokio::time::timeout(timeout, &mut self.writer)
+            .await
+            .is_err()
+        {
+            tracing::debug!("the writer did not finish in time: aborting it");
+            self.writer.abort();
+            let _ = (&mut self.writer).await;
+        }
+        self.writer_done = true;
+    }
+}
+
+/// Encodes each event as a binary frame; on a close request, sends what is queued and the
+/// close frame, then stops. Stops at the first socket error.
+async fn write_frames(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut events: mpsc::Receiver<Event>,
+    mut close: oneshot::Receiver<CloseFrame>,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            frame = &mut close => {
+                let queued = events.len();
+                for _ in 0..queued {
+                    let Ok(event) = events.try_recv() else { break };
+                    if sink.feed(binary(&event)).await.is_err() {
+                        return;
+                    }
+                }
+                match frame {
+                    Ok(frame) => {
+                        if let Err(error) = sink.send(Message::Close(Some(frame))).await {
+                            tracing::debug!(%error, "could not send the close frame");
+                        }
+                    }
+                    Err(_) => {
+                        let _ = sink.flush().await;
+                    }
+                }
+                return;
+            }
+            event = events.recv() => {
+                let Some(event) = event else {
+                    // Unreachable while the connection holds a sender; wait for the close.
+                    if let Ok(frame) = close.await {
+                        let _ = sink.send(Message::Close(Some(frame))).await;
+                    }
+                    return;
+                };
+                if let Err(error) = sink.feed(binary(&event)).await {
+                    tracing::debug!(%error, "socket write failed");
+                    return;
+                }
+                if events.is_empty()
+                    && let Err(error) = sink.flush().await
+                {
+                    tracing::debug!(%error, "socket write failed");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn binary(event: &Event) -> Message {
+    Message::Binary(Bytes::from(crewline::protocol::encode(event)))
+}
+
+/// The size and limit when `error` is an oversized frame or message.
+fn too_big(error: axum::Error) -> Option<(usize, usize)> {
+    use tungstenite::error::{CapacityError, Error};
+    match error.into_inner().downcast::<Error>() {
+        Ok(error) => match *error {
+            Error::Capacity(CapacityError::MessageTooLong { size, max_size }) => {
+                Some((size, max_size))
+            }
+            _ => None,
+        },
+        Err(_) => None,
+    }
+}
+
+/// The metrics label of a decode error.
+fn frame_drop(error: &DecodeError) -> FrameDrop {
+    match error.kind() {
+        "not_utf8" => FrameDrop::NotUtf8,
+        "not_json" => FrameDrop::NotJson,
+        "not_an_object" => FrameDrop::NotAnObject,
+        "missing_type" => FrameDrop::MissingType,
+        "unknown_type" => FrameDrop::UnknownType,
+        "too_deep" => FrameDrop::TooDeep,
+        _ => FrameDrop::InvalidFields,
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a char boundary, with `…` when cut.
+fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end]).into()
+}

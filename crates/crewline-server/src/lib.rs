@@ -1,0 +1,43 @@
+//! crewline-server: serves a crew to the voice platform over WebSocket, wire-compatible with
+//! the `smallestai.atoms.crew` reference server.
+//!
+//! - `GET /ws`: one WebSocket connection is one call. The first frame must be `system.init`;
+//!   the crew's setup code builds the call's [`Crew`](crewline::Crew), the session answers
+//!   `agent.ready` and runs until the platform hangs up.
+//! - `GET /`, `/health`, `/ready`: the reference's status endpoints, with a live
+//!   `active_sessions` count; `/ready` is 200 only after a dry run of the setup code passed.
+//! - `GET /metrics`: Prometheus text (see [`Metrics`]).
+//!
+//! Better than the reference: malformed frames are logged, counted and dropped without ending
+//! the call; a failed handshake gets `agent.error` (fatal) and a close frame with a reason;
+//! optional shared-secret authentication; a frame size limit; graceful drain on shutdown.
+//!
+//! ```no_run
+//! use crewline::{Crew, SessionSetup};
+//! use crewline_server::CrewServer;
+//!
+//! async fn setup(session: SessionSetup) -> Result<Crew, std::io::Error> {
+//!     let _ = session.session_context();
+//!     let crew = Crew::new();
+//!     Ok(crew)
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), crewline_server::ServerError> {
+//!     CrewServer::new(setup).run().await
+//! }
+//! ```
+
+mod connection;
+mod error;
+mod http;
+mod metrics;
+mod server;
+mod state;
+
+pub use error::{BoxError, ServerError, SetupError};
+pub use metrics::{ErrorKind, FrameDrop, HandshakeFailure, METRICS_CONTENT_TYPE, Metrics};
+pub use server::{
+    CrewServer, DEFAULT_BIND, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_FRAME_BYTES, DEFAULT_SETUP_TIMEOUT, ServerHandle,
+};

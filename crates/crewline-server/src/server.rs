@@ -1,0 +1,322 @@
+//! [`CrewServer`]: the builder, serving, and graceful drain.
+
+use std::{
+    future::{Future, IntoFuture},
+    net::SocketAddr,
+    sync::Arc,
+    time::Duration,
+};
+
+use crewline::{Crew, SessionSetup};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    BoxError, Metrics, ServerError,
+    state::{Config, Readiness, Service, SetupFn, State},
+};
+
+/// The default address: every interface, port 8080 (what the platform's pods expect).
+pub const DEFAULT_BIND: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+/// The default largest inbound WebSocket frame or message: 1 MiB.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 1 << 20;
+/// The default time the platform has to send `system.init`: 10 s, like the reference.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time live calls get to finish after a shutdown signal: 30 s.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default time the crew's setup code gets, per call and for the dry run: 30 s.
+pub const DEFAULT_SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a closing handshake may take before the socket is dropped.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves a crew over the platform's WebSocket protocol, one session per connection.
+///
+/// ```no_run
+/// use crewline::{Crew, SessionSetup};
+/// use crewline_server::CrewServer;
+///
+/// async fn setup(session: SessionSetup) -> Result<Crew, std::io::Error> {
+///     let crew = Crew::new();
+///     // crew.add_node(...);
+///     let _ = session;
+///     Ok(crew)
+/// }
+///
+/// # async fn run() -> Result<(), crewline_server::ServerError> {
+/// CrewServer::new(setup).run().await
+/// # }
+/// ```
+pub struct CrewServer {
+    config: Config,
+    setup: Arc<SetupFn>,
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for CrewServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrewServer")
+            .field("bind", &self.config.bind)
+            .field("auth", &self.config.auth_token.is_some())
+            .field("max_frame_bytes", &self.config.max_frame_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CrewServer {
+    /// A server whose calls each get the crew that `setup` builds from the call's handshake.
+    pub fn new<F, Fut, E>(setup: F) -> Self
+    where
+        F: Fn(SessionSetup) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Crew, E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        let setup: Arc<SetupFn> = Arc::new(move |session: SessionSetup| {
+            let future = setup(session);
+            Box::pin(async move { future.await.map_err(Into::into) }) as crate::state::SetupFuture
+        });
+        Self {
+            config: Config {
+                bind: DEFAULT_BIND,
+                auth_token: None,
+                max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+                handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+                drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+                setup_timeout: DEFAULT_SETUP_TIMEOUT,
+                close_timeout: CLOSE_TIMEOUT,
+            },
+            setup,
+            state: Arc::new(State::new()),
+        }
+    }
+
+    /// The address [`run`](Self::run) listens on (default `0.0.0.0:8080`).
+    pub fn bind(mut self, addr: impl Into<SocketAddr>) -> Self {
+        self.config.bind = addr.into();
+        self
+    }
+
+    /// Requires this shared secret on `/ws`, as `Authorization: Bearer <token>` or `?token=`.
+    pub fn auth_token(mut self, token: impl Into<String>) -> Self {
+        self.config.auth_token = Some(Arc::from(token.into()));
+        self
+    }
+
+    /// The largest inbound frame and message, in bytes (default 1 MiB).
+    pub fn max_frame_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_frame_bytes = bytes.max(1);
+        self
+    }
+
+    /// How long the platform has to send `system.init` after connecting (default 10 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handshake_timeout = timeout;
+        self
+    }
+
+    /// How long live calls may go on after the shutdown signal (default 30 s).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.config.drain_timeout = timeout;
+        self
+    }
+
+    /// How long the crew's setup code may take, per call and for the dry run (default 30 s).
+    pub fn setup_timeout(mut self, timeout: Duration) -> Self {
+        self.config.setup_timeout = timeout;
+        self
+    }
+
+    /// A handle to watch and stop the server, valid before and after it starts serving.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            state: Arc::clone(&self.state),
+        }
+    }
+
+    fn service(&self) -> Arc<Service> {
+        Arc::new(Service {
+            config: self.config.clone(),
+            setup: Arc::clone(&self.setup),
+            state: Arc::clone(&self.state),
+        })
+    }
+
+    /// The routes, to mount in an app or serve yourself; starts the dry run (inside a Tokio
+    /// runtime; otherwise at the first request).
+    ///
+    /// Draining needs [`serve_with_shutdown`](Self::serve_with_shutdown) or
+    /// [`ServerHandle::shutdown`] with one of the `serve` methods.
+    pub fn router(&self) -> axum::Router {
+        let service = self.service();
+        service.start_dry_run();
+        crate::http::router(service)
+    }
+
+    /// Serves on `listener` until [`ServerHandle::shutdown`] is called.
+    pub async fn serve(self, listener: TcpListener) -> Result<(), ServerError> {
+        self.serve_with_shutdown(listener, std::future::pending())
+            .await
+    }
+
+    /// Serves on `listener`; when `signal` completes, drains and returns.
+    ///
+    /// Draining: new calls get 503 and `/ready` turns 503 (`draining`) while the port stays
+    /// open; live calls go on until they end or the drain timeout passes, when they are
+    /// closed with 1001 `server shutting down` and their sessions shut down.
+    pub async fn serve_with_shutdown<S>(
+        self,
+        listener: TcpListener,
+        signal: S,
+    ) -> Result<(), ServerError>
+    where
+        S: Future<Output = ()> + Send + 'static,
+    {
+        let service = self.service();
+        service.start_dry_run();
+        match listener.local_addr() {
+            Ok(addr) => tracing::info!(%addr, "crew server listening"),
+            Err(error) => tracing::warn!(%error, "crew server listening on an unknown address"),
+        }
+        let app = crate::http::router(Arc::clone(&service));
+        let stop_http = CancellationToken::new();
+        let stopped = stop_http.clone();
+        let mut server = tokio::spawn(
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.cancelled().await })
+                .into_future(),
+        );
+        let state = Arc::clone(&service.state);
+        tokio::select! {
+            result = &mut server => return join_result(result),
+            () = signal => tracing::info!("shutdown signal received"),
+            () = state.shutdown_requested.cancelled() => tracing::info!("shutdown requested"),
+        }
+        drain(&service).await;
+        stop_http.cancel();
+        join_result(server.await)
+    }
+
+    /// Binds the configured address and serves until SIGTERM or SIGINT, then drains.
+    pub async fn run(self) -> Result<(), ServerError> {
+        let addr = self.config.bind;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { addr, source })?;
+        self.serve_with_shutdown(listener, shutdown_signal()).await
+    }
+}
+
+fn join_result(
+    result: Result<std::io::Result<()>, tokio::task::JoinError>,
+) -> Result<(), ServerError> {
+    match result {
+        Ok(served) => served.map_err(ServerError::Io),
+        Err(error) => Err(ServerError::Task(error.to_string())),
+    }
+}
+
+/// Refuses new calls, waits for live ones up to the drain timeout, then closes them.
+async fn drain(service: &Service) {
+    let state = &service.state;
+    state.start_draining();
+    state.calls.close();
+    let live = state.metrics.active_sessions();
+    tracing::info!(
+        live,
+        timeout = ?service.config.drain_timeout,
+        "draining: new calls are refused, live calls may finish"
+    );
+    if tokio::time::timeout(service.config.drain_timeout, state.calls.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            live = state.metrics.active_sessions(),
+            "drain timeout: closing the live calls"
+        );
+        state.close_calls.cancel();
+        // Each call shuts its session down and runs a closing handshake of bounded length.
+        let grace = service.config.close_timeout * 3;
+        if tokio::time::timeout(grace, state.calls.wait())
+            .await
+            .is_err()
+        {
+            tracing::error!(
+                live = state.metrics.active_sessions(),
+                "some calls did not close in time; leaving them behind"
+            );
+        }
+    }
+    tracing::info!("drained");
+}
+
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}
+
+/// Watches and stops a [`CrewServer`]; cheap to clone.
+#[derive(Clone)]
+pub struct ServerHandle {
+    state: Arc<State>,
+}
+
+impl std::fmt::Debug for ServerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandle")
+            .field("active_sessions", &self.active_sessions())
+            .field("ready", &self.is_ready())
+            .field("draining", &self.is_draining())
+            .finish()
+    }
+}
+
+impl ServerHandle {
+    /// Calls in progress now.
+    pub fn active_sessions(&self) -> usize {
+        self.state.metrics.active_sessions()
+    }
+
+    /// The server's measurements (also served as `GET /metrics`).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.state.metrics
+    }
+
+    /// Whether the dry run succeeded and the server is not draining.
+    pub fn is_ready(&self) -> bool {
+        self.state.readiness() == Readiness::Ready && !self.state.is_draining()
+    }
+
+    /// Whether the server is refusing new calls because it is shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.state.is_draining()
+    }
+
+    /// Starts a graceful shutdown, as the shutdown signal does.
+    pub fn shutdown(&self) {
+        self.state.shutdown_requested.cancel();
+    }
+}

@@ -1,0 +1,171 @@
+//! What the server's routes and calls share: settings, readiness, the live calls, metrics.
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    panic::AssertUnwindSafe,
+    pin::Pin,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use crewline::{Crew, SessionSetup};
+use futures::FutureExt;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+use crate::{BoxError, Metrics, SetupError};
+
+/// The boxed future of a crew's setup code.
+pub(crate) type SetupFuture = Pin<Box<dyn Future<Output = Result<Crew, BoxError>> + Send>>;
+
+/// A crew's setup code, type-erased.
+pub(crate) type SetupFn = dyn Fn(SessionSetup) -> SetupFuture + Send + Sync;
+
+/// The server's settings.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) bind: SocketAddr,
+    pub(crate) auth_token: Option<Arc<str>>,
+    pub(crate) max_frame_bytes: usize,
+    pub(crate) handshake_timeout: Duration,
+    pub(crate) drain_timeout: Duration,
+    pub(crate) setup_timeout: Duration,
+    pub(crate) close_timeout: Duration,
+}
+
+/// Whether the crew's setup code is known to work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// The dry run has not finished yet.
+    Pending,
+    /// The dry run succeeded.
+    Ready,
+    /// The dry run failed; the reason is shown on `/ready`.
+    Failed(String),
+}
+
+/// State that lives as long as the server and is shared with [`ServerHandle`]s.
+///
+/// [`ServerHandle`]: crate::ServerHandle
+pub(crate) struct State {
+    pub(crate) metrics: Arc<Metrics>,
+    readiness: RwLock<Readiness>,
+    dry_run_started: AtomicBool,
+    draining: AtomicBool,
+    /// Asks a running `serve` to begin its drain (as its shutdown signal does).
+    pub(crate) shutdown_requested: CancellationToken,
+    /// Fired at the drain deadline: every live call closes with 1001.
+    pub(crate) close_calls: CancellationToken,
+    /// Every accepted call, to wait for them at shutdown.
+    pub(crate) calls: TaskTracker,
+    next_session: AtomicU64,
+}
+
+impl State {
+    pub(crate) fn new() -> Self {
+        Self {
+            metrics: Arc::new(Metrics::new()),
+            readiness: RwLock::new(Readiness::Pending),
+            dry_run_started: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            shutdown_requested: CancellationToken::new(),
+            close_calls: CancellationToken::new(),
+            calls: TaskTracker::new(),
+            next_session: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn readiness(&self) -> Readiness {
+        self.readiness
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_readiness(&self, readiness: Readiness) {
+        *self
+            .readiness
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = readiness;
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn next_session_id(&self) -> u64 {
+        self.next_session.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The settings, the setup code and the state: what the routes and calls run on.
+pub(crate) struct Service {
+    pub(crate) config: Config,
+    pub(crate) setup: Arc<SetupFn>,
+    pub(crate) state: Arc<State>,
+}
+
+impl Service {
+    /// Starts the startup dry run in the background, once; needs a Tokio runtime.
+    pub(crate) fn start_dry_run(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.state.dry_run_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let service = Arc::clone(self);
+        runtime.spawn(async move {
+            let result = service
+                .run_setup(SessionSetup::dry_run)
+                .await
+                .and_then(|crew| crew.validate().map_err(SetupError::from));
+            match result {
+                Ok(()) => {
+                    tracing::info!("dry run of the crew's setup succeeded: ready");
+                    service.state.set_readiness(Readiness::Ready);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "dry run of the crew's setup failed: not ready");
+                    service
+                        .state
+                        .set_readiness(Readiness::Failed(error.to_string()));
+                }
+            }
+        });
+    }
+
+    /// Runs the setup code on the setup `make_setup` builds, with the setup timeout; errors
+    /// and panics (also in `make_setup`) become [`SetupError`]s.
+    pub(crate) async fn run_setup(
+        &self,
+        make_setup: impl FnOnce() -> SessionSetup + Send,
+    ) -> Result<Crew, SetupError> {
+        let setup_fn = Arc::clone(&self.setup);
+        let run = AssertUnwindSafe(async move { setup_fn(make_setup()).await }).catch_unwind();
+        match tokio::time::timeout(self.config.setup_timeout, run).await {
+            Err(_) => Err(SetupError::TimedOut(self.config.setup_timeout)),
+            Ok(Err(panic)) => Err(SetupError::Panicked(panic_message(panic.as_ref()))),
+            Ok(Ok(Err(error))) => Err(SetupError::Failed(error)),
+            Ok(Ok(Ok(crew))) => Ok(crew),
+        }
+    }
+}
+
+/// The message of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}

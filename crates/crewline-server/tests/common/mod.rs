@@ -1,0 +1,406 @@
+//! Test helpers: a real server on 127.0.0.1:0, a raw HTTP client, a WebSocket client and a
+//! tiny crew whose answers depend on the call's variables and the caller's words.
+#![allow(dead_code, unreachable_pub)]
+
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use crewline::{
+    Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
+    core::{Context, Message},
+    llm::{Reply, ScriptedLlm},
+    tool::ToolRegistry,
+};
+use crewline_server::{CrewServer, ServerError, ServerHandle};
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::oneshot,
+    task::JoinHandle,
+};
+use tokio_tungstenite::{
+    MaybeTlsStream, WebSocketStream, connect_async,
+    tungstenite::{self, Message as WsMessage, protocol::CloseFrame},
+};
+
+/// How long any single wait may take before a test fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A server running on a free loopback port.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub handle: ServerHandle,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), ServerError>>>,
+}
+
+impl TestServer {
+    /// Serves `server` on 127.0.0.1:0; `shutdown` starts its drain.
+    pub async fn start(server: CrewServer) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let handle = server.handle();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.serve_with_shutdown(listener, async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            handle,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Starts the server and waits until `/ready` answers 200.
+    pub async fn ready(server: CrewServer) -> Self {
+        let server = Self::start(server).await;
+        server.wait_for_ready().await;
+        server
+    }
+
+    pub async fn wait_for_ready(&self) {
+        let addr = self.addr;
+        eventually("/ready to answer 200", || async move {
+            http_get(addr, "/ready").await.status == 200
+        })
+        .await;
+    }
+
+    pub fn ws_url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    pub async fn get(&self, path: &str) -> HttpResponse {
+        http_get(self.addr, path).await
+    }
+
+    /// Opens a call and completes the handshake (waits for `agent.ready`).
+    pub async fn call(&self, name: &str) -> Client {
+        let mut client = Client::connect(&self.ws_url()).await;
+        client.send(&init_frame(name)).await;
+        let ready = client.recv().await;
+        assert_eq!(ready["type"], "agent.ready", "{ready}");
+        client
+    }
+
+    /// Sends the shutdown signal.
+    pub fn signal_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Waits for `serve_with_shutdown` to return.
+    pub async fn join(&mut self) -> Result<(), ServerError> {
+        let task = self.task.take().expect("joined twice");
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("the server did not stop")
+            .expect("the server task panicked")
+    }
+
+    /// Waits until the server reports `n` live calls.
+    pub async fn wait_for_active(&self, n: usize) {
+        let handle = self.handle.clone();
+        eventually(&format!("{n} active sessions"), || {
+            let handle = handle.clone();
+            async move { handle.active_sessions() == n }
+        })
+        .await;
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Polls `check` until it holds, failing after [`WAIT`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An HTTP response, read whole.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// `GET path` over a fresh connection.
+pub async fn http_get(addr: SocketAddr, path: &str) -> HttpResponse {
+    http_request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// Sends a raw request and reads the whole response (bodies have a Content-Length).
+pub async fn http_request(addr: SocketAddr, request: &str) -> HttpResponse {
+    let run = async {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.expect("read");
+        raw
+    };
+    let raw = tokio::time::timeout(WAIT, run).await.expect("HTTP timeout");
+    let text = String::from_utf8(raw).expect("utf-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("a full response");
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+/// A platform-side WebSocket client.
+pub struct Client {
+    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Self {
+        let (ws, _) = tokio::time::timeout(WAIT, connect_async(url))
+            .await
+            .expect("connect timeout")
+            .expect("connect");
+        Self { ws }
+    }
+
+    /// Sends a JSON frame as binary, like the platform.
+    pub async fn send(&mut self, frame: &Value) {
+        self.ws
+            .send(WsMessage::binary(frame.to_string().into_bytes()))
+            .await
+            .expect("send");
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws.send(WsMessage::text(text)).await.expect("send");
+    }
+
+    pub async fn send_bytes(&mut self, bytes: Vec<u8>) {
+        self.ws.send(WsMessage::binary(bytes)).await.expect("send");
+    }
+
+    /// The next data frame (asserted binary), skipping pings and pongs.
+    pub async fn recv(&mut self) -> Value {
+        loop {
+            let message = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("timed out waiting for a frame")
+                .expect("the socket closed")
+                .expect("socket error");
+            match message {
+                WsMessage::Binary(bytes) => {
+                    return serde_json::from_slice(&bytes).expect("a JSON frame");
+                }
+                WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
+                other => panic!("expected a binary frame, got {other:?}"),
+            }
+        }
+    }
+
+    /// Frames up to and including the first of type `until`.
+    pub async fn recv_until(&mut self, until: &str) -> Vec<Value> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.recv().await;
+            let done = frame["type"] == until;
+            frames.push(frame);
+            if done {
+                return frames;
+            }
+        }
+    }
+
+    /// Data frames until the server's close frame; returns them and the close frame.
+    pub async fn recv_until_close(&mut self) -> (Vec<Value>, Option<CloseFrame>) {
+        let mut frames = Vec::new();
+        loop {
+            let next = tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("timed out waiting for the close");
+            match next {
+                Some(Ok(WsMessage::Binary(bytes))) => {
+                    frames.push(serde_json::from_slice(&bytes).expect("a JSON frame"));
+                }
+                Some(Ok(WsMessage::Close(frame))) => {
+                    // Keep reading so the client's reply to the close goes out.
+                    let _ = tokio::time::timeout(WAIT, async {
+                        while let Some(Ok(_)) = self.ws.next().await {}
+                    })
+                    .await;
+                    return (frames, frame);
+                }
+                Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
+                Some(Ok(other)) => panic!("unexpected frame {other:?}"),
+                Some(Err(error)) => panic!("socket error before a close frame: {error}"),
+                None => panic!("the socket ended without a close frame"),
+            }
+        }
+    }
+
+    /// Asks for one LLM turn and returns its frames (through `end`) and the spoken text.
+    pub async fn turn(&mut self, words: &str) -> (Vec<Value>, String) {
+        self.send(&json!({"type": "agent.transcript.update", "role": "user", "content": words}))
+            .await;
+        self.send(&llm_request(words)).await;
+        let frames = self.recv_until("agent.llm.response.end").await;
+        let text = spoken(&frames);
+        (frames, text)
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+        // Read until the server answers the close.
+        let _ = tokio::time::timeout(WAIT, async {
+            while let Some(Ok(_)) = self.ws.next().await {}
+        })
+        .await;
+    }
+}
+
+/// The text of the chunks among `frames`.
+pub fn spoken(frames: &[Value]) -> String {
+    frames
+        .iter()
+        .filter(|f| f["type"] == "agent.llm.response.chunk")
+        .filter_map(|f| f["text"].as_str())
+        .collect()
+}
+
+/// The types of `frames`.
+pub fn types(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| f["type"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+/// The platform's handshake, as in the reference fixtures, with `name` as a variable.
+pub fn init_frame(name: &str) -> Value {
+    json!({
+        "type": "system.init",
+        "timestamp": "2030-01-02T03:04:00.000000",
+        "version": "1.0",
+        "session_context": {
+            "initial_variables": {"name": name},
+            "conversation_type": "webcall",
+            "caller": null
+        },
+        "output_agent_settings": {"interruptible": true}
+    })
+}
+
+pub fn llm_request(words: &str) -> Value {
+    json!({"type": "system.llm.request", "messages": [{"role": "user", "content": words}]})
+}
+
+/// What the test crew answers `words` on a call whose `name` variable is `name`.
+pub fn expected_answer(name: &str, words: &str) -> String {
+    format!("Hello {name}, you said: {words}")
+}
+
+/// An output agent that streams the answer of a scripted model.
+pub struct EchoAgent {
+    context: Context,
+    tool_loop: ToolLoop,
+}
+
+impl OutputAgent for EchoAgent {
+    fn context(&mut self) -> &mut Context {
+        &mut self.context
+    }
+
+    fn generate_response(&mut self) -> TurnStream<'_> {
+        self.tool_loop.run(&mut self.context)
+    }
+}
+
+/// The test crew, answering word by word with `chunk_delay` between pieces.
+pub fn echo_crew(setup: &SessionSetup, chunk_delay: Duration) -> Crew {
+    let name = setup
+        .initial_variables()
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("stranger")
+        .to_owned();
+    let llm = ScriptedLlm::from_fn(move |request| {
+        let words = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                Message::User { content } => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Reply::text(expected_answer(&name, &words))
+    })
+    .with_chunk_delay(chunk_delay);
+    let agent = EchoAgent {
+        context: Context::with_system("You echo."),
+        tool_loop: ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())),
+    };
+    let mut crew = Crew::new();
+    crew.add_node(OutputNode::new("echo", agent));
+    crew
+}
+
+/// Setup code building [`echo_crew`] without delays.
+pub async fn echo_setup(setup: SessionSetup) -> Result<Crew, Infallible> {
+    Ok(echo_crew(&setup, Duration::ZERO))
+}
+
+/// Whether `error` is an HTTP refusal of the upgrade with `status`.
+pub fn refused_with(error: &tungstenite::Error, status: u16) -> bool {
+    matches!(error, tungstenite::Error::Http(response) if response.status().as_u16() == status)
+}
