@@ -1,0 +1,226 @@
+//! `crewline demo`: the weather crew served on a local port and a short scripted call driven
+//! through a real WebSocket with the platform client: a greeting, a weather question with two
+//! parallel tool calls, a barge-in while the answer streams, and a last turn.
+
+use std::{io, io::Write, net::SocketAddr, time::Duration};
+
+use crewline::{llm::LlmError, tool::RegistryError};
+use crewline_server::CrewServer;
+use tokio::net::TcpListener;
+
+use crate::{
+    crew::{ModelChoice, WEATHER_SERVICE_DELAY, WeatherCrew, demo_model},
+    platform::{
+        ClientStats, CrewFrame, PlatformClient, PlatformConfig, PlatformError, Timeouts,
+        TurnSummary,
+    },
+    render::{TurnPrinter, ms},
+};
+
+/// How long the server gets to finish after the call, before it is stopped hard.
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the demo runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoConfig {
+    /// The scripted model's pause before each streamed piece.
+    pub chunk_delay: Duration,
+    /// Which model the crew uses.
+    pub model: ModelChoice,
+    /// The pretend weather service's latency per call.
+    pub service_delay: Duration,
+    /// Barge in once this many chunks of the long answer have arrived.
+    pub interrupt_after_chunks: usize,
+    /// The platform client's timeouts.
+    pub timeouts: Timeouts,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        Self {
+            chunk_delay: Duration::from_millis(40),
+            model: ModelChoice::FromEnv,
+            service_delay: WEATHER_SERVICE_DELAY,
+            interrupt_after_chunks: 3,
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// The demo's call, one step at a time: (label, what the caller says, barge in?).
+pub const SCRIPT: [(&str, &str, bool); 4] = [
+    ("greeting", "Hi there!", false),
+    (
+        "weather: two cities, tools in parallel",
+        "What's the weather in Paris and Tokyo?",
+        false,
+    ),
+    ("barge-in", "Tell me a long story about the weather.", true),
+    ("final turn", "Sorry, never mind. Thanks, bye!", false),
+];
+
+/// One turn of the demo call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoTurn {
+    /// What the step shows.
+    pub label: String,
+    /// What the caller said.
+    pub user: String,
+    /// Everything that happened.
+    pub summary: TurnSummary,
+}
+
+/// What the demo call did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoReport {
+    /// The crew's WebSocket address (a free local port).
+    pub url: String,
+    /// The model used.
+    pub model: String,
+    /// From connecting to `agent.ready`.
+    pub connect_time: Duration,
+    /// The turns, in order.
+    pub turns: Vec<DemoTurn>,
+    /// Echoes skipped, undecodable and stray frames.
+    pub stats: ClientStats,
+}
+
+/// Why the demo failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// The model could not be set up.
+    #[error("could not set up the model: {0}")]
+    Llm(#[from] LlmError),
+    /// The crew's tools could not be registered.
+    #[error("could not register the crew's tools: {0}")]
+    Registry(#[from] RegistryError),
+    /// The local port could not be bound.
+    #[error("could not listen on 127.0.0.1: {0}")]
+    Bind(io::Error),
+    /// The server stopped with an error.
+    #[error("the crew server failed: {0}")]
+    Server(String),
+    /// The call failed.
+    #[error(transparent)]
+    Platform(#[from] PlatformError),
+    /// Writing the output failed.
+    #[error("could not write the output: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Serves the weather crew on 127.0.0.1 (a free port), drives the scripted call, prints it
+/// to `out`, stops the server, and returns what happened.
+pub async fn run_demo<W: Write>(config: DemoConfig, out: W) -> Result<DemoReport, DemoError> {
+    let (llm, model) = demo_model(config.model, config.chunk_delay)?;
+    let crew = WeatherCrew::new(llm, config.service_delay)?;
+    let server = CrewServer::new(crew.setup_fn()).drain_timeout(Duration::from_secs(2));
+    let handle = server.handle();
+    let listener = TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(DemoError::Bind)?;
+    let addr: SocketAddr = listener.local_addr().map_err(DemoError::Bind)?;
+    let mut serving = tokio::spawn(server.serve(listener));
+
+    let url = format!("ws://{addr}/ws");
+    let call = tokio::select! {
+        result = drive_call(&url, &model, &config, out) => result,
+        // The server ending first is a failure; the call cannot go on without it.
+        ended = &mut serving => Err(DemoError::Server(match ended {
+            Ok(Ok(())) => "it stopped during the call".to_owned(),
+            Ok(Err(error)) => error.to_string(),
+            Err(error) => error.to_string(),
+        })),
+    };
+
+    handle.shutdown();
+    if !serving.is_finished() {
+        match tokio::time::timeout(SERVER_STOP_TIMEOUT, &mut serving).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "the crew server stopped with an error"),
+            Ok(Err(error)) => tracing::warn!(%error, "the crew server task failed"),
+            Err(_) => {
+                tracing::warn!("the crew server did not stop in time; stopping it hard");
+                serving.abort();
+            }
+        }
+    }
+    call
+}
+
+async fn drive_call<W: Write>(
+    url: &str,
+    model: &str,
+    config: &DemoConfig,
+    out: W,
+) -> Result<DemoReport, DemoError> {
+    let mut printer = TurnPrinter::new(out);
+    printer.line(&format!(
+        "crewline demo: the weather crew on {url} ({model})"
+    ))?;
+    let mut platform = PlatformConfig::new(url);
+    platform.timeouts = config.timeouts;
+    platform
+        .initial_variables
+        .insert("name".to_owned(), "Ada".into());
+    let connecting = tokio::time::Instant::now();
+    let mut client = PlatformClient::connect(platform).await?;
+    let connect_time = connecting.elapsed();
+    printer.line(&format!(
+        "system.init sent, agent.ready after {}",
+        ms(connect_time)
+    ))?;
+
+    let mut turns = Vec::with_capacity(SCRIPT.len());
+    for (label, user, barge_in) in SCRIPT {
+        printer.line("")?;
+        printer.line(&format!("── {label} ──"))?;
+        printer.line(&format!("you>   {user}"))?;
+        let mut turn = client.user_turn(user)?;
+        let mut chunks = 0;
+        let summary = loop {
+            let Some(frame) = turn.next().await? else {
+                break turn.finish().await?;
+            };
+            printer.frame(&frame)?;
+            if matches!(frame.frame, CrewFrame::Chunk { .. }) {
+                chunks += 1;
+                if barge_in && chunks >= config.interrupt_after_chunks {
+                    // The caller starts talking over the agent.
+                    break turn.interrupt().await?;
+                }
+            }
+        };
+        printer.summary(&summary)?;
+        if barge_in && summary.interrupt.is_none() {
+            printer.line("       (the answer ended before the barge-in)")?;
+        }
+        turns.push(DemoTurn {
+            label: label.to_owned(),
+            user: user.to_owned(),
+            summary,
+        });
+    }
+
+    let stats = client.stats();
+    client.close().await?;
+    let tools: usize = turns.iter().map(|t| t.summary.tools.len()).sum();
+    let leaked: usize = turns
+        .iter()
+        .filter_map(|t| t.summary.interrupt.as_ref())
+        .map(|r| r.leaked_chunks.len())
+        .sum();
+    printer.line("")?;
+    printer.line(&format!(
+        "demo finished: {} turns, {tools} tool calls, {leaked} leaked chunks, {} echoes skipped",
+        turns.len(),
+        stats.echoes
+    ))?;
+    Ok(DemoReport {
+        url: url.to_owned(),
+        model: model.to_owned(),
+        connect_time,
+        turns,
+        stats,
+    })
+}

@@ -1,0 +1,224 @@
+//! The weather voice crew: the reference SDK's weather agent built only from crewline's public
+//! API (an [`OutputAgent`] running a [`ToolLoop`] over a registry that `#[tools]` fills).
+//!
+//! Shared by the `voice_agent`, `weather_agent` and `sentiment_background` examples and by
+//! `crewline demo` (which includes this file), so the demo runs exactly what the examples show.
+
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use crewline::{llm::ChatRequest, prelude::*, tool::RegistryError};
+use serde_json::{Value, json};
+
+/// The weather agent's system prompt.
+pub const PROMPT: &str = "You are a friendly voice assistant on a phone line. Answer in one or \
+two short spoken sentences. For weather questions use get_weather; when the caller names several \
+cities, call it once per city.";
+
+/// How long the pretend weather service takes per call.
+pub const WEATHER_SERVICE_DELAY: Duration = Duration::from_millis(300);
+
+/// The cities the pretend weather service knows.
+const CITIES: [&str; 5] = ["Paris", "Tokyo", "London", "New York", "San Francisco"];
+
+/// The pretend weather service; its `#[function_tool]` methods are the model's tools.
+#[derive(Debug, Clone)]
+pub struct WeatherService {
+    delay: Duration,
+}
+
+#[tools]
+impl WeatherService {
+    /// Get the current weather for a location.
+    ///
+    /// # Arguments
+    /// * `location` - City name, e.g. Paris
+    #[function_tool]
+    async fn get_weather(&self, location: String) -> Result<Value, ToolError> {
+        tokio::time::sleep(self.delay).await;
+        let city = location
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_lowercase();
+        let (temperature_c, conditions) = match city.as_str() {
+            "paris" => (18, "cloudy"),
+            "tokyo" => (24, "sunny"),
+            "london" => (12, "rainy"),
+            "new york" | "san francisco" => (21, "clear"),
+            _ => {
+                return Err(ToolError::new(format!(
+                    "No weather data for {location}; ask the caller for a larger city nearby."
+                )));
+            }
+        };
+        Ok(json!({"location": location, "temperature_c": temperature_c, "conditions": conditions}))
+    }
+}
+
+/// The output agent: a conversation and a tool loop.
+struct WeatherAgent {
+    context: Context,
+    tool_loop: ToolLoop,
+}
+
+#[async_trait]
+impl OutputAgent for WeatherAgent {
+    fn context(&mut self) -> &mut Context {
+        &mut self.context
+    }
+
+    fn generate_response(&mut self) -> TurnStream<'_> {
+        self.tool_loop.run(&mut self.context)
+    }
+}
+
+/// Builds the weather crew for each call; cheap to clone (the model and tools are shared).
+#[derive(Clone)]
+pub struct WeatherCrew {
+    tool_loop: ToolLoop,
+}
+
+impl std::fmt::Debug for WeatherCrew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeatherCrew").finish_non_exhaustive()
+    }
+}
+
+impl WeatherCrew {
+    /// A crew answering with `llm`, its weather service taking `service_delay` per call.
+    pub fn new(llm: Arc<dyn LlmClient>, service_delay: Duration) -> Result<Self, RegistryError> {
+        let mut registry = ToolRegistry::new();
+        registry.discover(&Arc::new(WeatherService {
+            delay: service_delay,
+        }))?;
+        // Several cities in one question become parallel calls in one round.
+        let tool_loop = ToolLoop::new(llm, Arc::new(registry)).with_parallel_tools(true);
+        Ok(Self { tool_loop })
+    }
+
+    /// The tool loop shared by every call (for running a turn outside a crew).
+    pub fn tool_loop(&self) -> &ToolLoop {
+        &self.tool_loop
+    }
+
+    /// The crew for one call: a single interruptible output node.
+    pub fn build(&self, setup: &SessionSetup) -> Crew {
+        let mut prompt = String::from(PROMPT);
+        if let Some(name) = setup
+            .initial_variables()
+            .get("name")
+            .and_then(Value::as_str)
+        {
+            prompt.push_str(&format!(" The caller's name is {name}."));
+        }
+        let agent = WeatherAgent {
+            context: Context::with_system(prompt),
+            tool_loop: self.tool_loop.clone(),
+        };
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new("weather-agent", agent));
+        crew
+    }
+
+    /// The setup function for `CrewServer::new`.
+    pub fn setup_fn(
+        self,
+    ) -> impl Fn(SessionSetup) -> std::future::Ready<Result<Crew, Infallible>> + Send + Sync + 'static
+    {
+        move |setup| std::future::ready(Ok(self.build(&setup)))
+    }
+}
+
+/// The offline stand-in for a model: greets, calls `get_weather` once per city named (all in
+/// one round, so they run in parallel), reads tool results back, tells a long story when
+/// asked (something to barge in on), and says goodbye.
+pub fn scripted_weather_model(chunk_delay: Duration) -> ScriptedLlm {
+    ScriptedLlm::from_fn(|request: &ChatRequest| match request.messages.last() {
+        Some(Message::Tool { .. }) => {
+            let answers: Vec<String> = ScriptedLlm::last_tool_results(request)
+                .into_iter()
+                .filter_map(|content| serde_json::from_str::<Value>(content).ok())
+                .map(|v| match v.get("error") {
+                    Some(error) => error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("That lookup failed.")
+                        .to_owned(),
+                    None => format!(
+                        "In {} it is {} degrees and {}.",
+                        v["location"].as_str().unwrap_or("that city"),
+                        v["temperature_c"],
+                        v["conditions"].as_str().unwrap_or("unknown")
+                    ),
+                })
+                .collect();
+            Reply::text(answers.join(" "))
+        }
+        Some(Message::User { content }) => {
+            let said = content.to_lowercase();
+            let calls: Vec<(&str, Value)> = CITIES
+                .iter()
+                .filter(|city| said.contains(&city.to_lowercase()))
+                .map(|city| ("get_weather", json!({"location": city})))
+                .collect();
+            if !calls.is_empty() {
+                Reply::tool_calls(calls).with_text("Let me check that for you.")
+            } else if said.contains("story") || said.contains("detail") {
+                Reply::text(LONG_STORY)
+            } else if said.contains("bye") || said.contains("thank") || said.contains("never mind")
+            {
+                Reply::text("No problem at all. Thanks for calling, and have a lovely day!")
+            } else {
+                Reply::text("Hi! I can tell you the weather in any big city. Which one?")
+            }
+        }
+        _ => Reply::text("How can I help?"),
+    })
+    .with_chunk_delay(chunk_delay)
+}
+
+/// A reply long enough to barge in on.
+const LONG_STORY: &str = "Once upon a time, high above the rooftops of a sleepy town, a small \
+cloud named Nimbus drifted along with the wind. Every morning she watched the baker open his \
+shop, the children run to school, and the fishermen push their boats into the silver bay. \
+Nimbus dreamed of becoming a great storm cloud, the kind that rolls over mountains with thunder \
+in its belly, but every afternoon the sun warmed her until she was thin and wispy again.";
+
+/// Which model the demo crew uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelChoice {
+    /// The real OpenAI-compatible endpoint when `OPENAI_API_KEY` is set, else the scripted one.
+    #[default]
+    FromEnv,
+    /// Always the offline scripted model.
+    Scripted,
+}
+
+/// The demo's model and a short description of it, e.g. `scripted (40 ms per chunk)`.
+pub fn demo_model(
+    choice: ModelChoice,
+    chunk_delay: Duration,
+) -> Result<(Arc<dyn LlmClient>, String), LlmError> {
+    model_named(choice, None, chunk_delay)
+}
+
+/// Like [`demo_model`], with the OpenAI model's name given (else `OPENAI_MODEL`, else
+/// gpt-4o-mini).
+pub fn model_named(
+    choice: ModelChoice,
+    name: Option<String>,
+    chunk_delay: Duration,
+) -> Result<(Arc<dyn LlmClient>, String), LlmError> {
+    if choice == ModelChoice::FromEnv && std::env::var_os("OPENAI_API_KEY").is_some() {
+        let model = name
+            .or_else(|| std::env::var("OPENAI_MODEL").ok())
+            .unwrap_or_else(|| "gpt-4o-mini".to_owned());
+        let client = OpenAiClient::builder().model(model.clone()).build()?;
+        Ok((Arc::new(client), format!("OpenAI {model}")))
+    } else {
+        let description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
+        Ok((Arc::new(scripted_weather_model(chunk_delay)), description))
+    }
+}

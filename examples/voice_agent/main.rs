@@ -1,0 +1,61 @@
+//! The reference's weather agent served as a crew: the platform connects to `/ws`, sends
+//! `system.init`, and asks for each LLM turn; the crew streams its answers, runs `get_weather`
+//! (several cities in one round run in parallel, at most `MAX_TOOL_ROUNDS` = 4 rounds) and
+//! reports tool activity as `agent.log` events. A drop-in for the same agent written with the
+//! Python SDK.
+//!
+//! ```sh
+//! cargo run --example voice_agent -- --port 8080            # scripted model, offline
+//! OPENAI_API_KEY=... cargo run --example voice_agent -- --model gpt-4o-mini
+//! crewline chat --url ws://127.0.0.1:8080/ws                 # talk to it
+//! ```
+
+// Shared with the other weather examples and `crewline demo`; not every item is used here.
+#[allow(dead_code, unreachable_pub)]
+mod crew;
+
+use std::{net::SocketAddr, time::Duration};
+
+use crewline_server::CrewServer;
+
+/// Reads `--port N` and `--model NAME` from the command line.
+fn args() -> Result<(u16, Option<String>), String> {
+    let mut port = 8080;
+    let mut model = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--port" => {
+                port = args
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .ok_or("--port needs a number")?;
+            }
+            "--model" => model = Some(args.next().ok_or("--model needs a name")?),
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}` (use --port N, --model NAME)"
+                ));
+            }
+        }
+    }
+    Ok((port, model))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let (port, model) = args()?;
+    let (llm, description) =
+        crew::model_named(crew::ModelChoice::FromEnv, model, Duration::from_millis(20))?;
+    // The model and the tools are shared by every call; each call gets its own conversation.
+    let weather = crew::WeatherCrew::new(llm, crew::WEATHER_SERVICE_DELAY)?;
+    let server = CrewServer::new(weather.setup_fn()).bind(SocketAddr::from(([0, 0, 0, 0], port)));
+    tracing::info!(port, model = %description, "weather crew listening on /ws");
+    server.run().await?;
+    Ok(())
+}
