@@ -30,11 +30,13 @@ pub(crate) fn default_crate_path() -> Path {
     syn::parse_quote!(::crewline)
 }
 
-/// The options of `#[function_tool(name = "..", description = "..", crate = path)]`.
+/// The options of `#[function_tool(name = "..", description = "..", cancellable = false,
+/// crate = path)]`.
 #[derive(Default)]
 pub(crate) struct ToolOptions {
     pub(crate) name: Option<LitStr>,
     pub(crate) description: Option<LitStr>,
+    pub(crate) cancellable: Option<syn::LitBool>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -72,11 +74,15 @@ impl ToolOptions {
                 }
                 Ok(description)
             })
+        } else if meta.path.is_ident("cancellable") {
+            set_once(&mut self.cancellable, meta, "cancellable", |meta| {
+                meta.value()?.parse()
+            })
         } else if meta.path.is_ident("crate") {
             set_once(&mut self.krate, meta, "crate", parse_crate_path)
         } else {
             Err(meta.error(format!(
-                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"` or `crate = path`",
+                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false` or `crate = path`",
                 path_text(&meta.path)
             )))
         }

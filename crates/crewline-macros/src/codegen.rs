@@ -126,6 +126,15 @@ pub(crate) fn tool_items(
         Output::Value(ty) => quote_spanned!(ty.span()=> #private::output_value(__crewline_output)),
     };
 
+    // Only written when it differs from the trait's default.
+    let cancel_on_interrupt = (!spec.cancellable).then(|| {
+        quote! {
+            fn cancel_on_interrupt(&self) -> bool {
+                false
+            }
+        }
+    });
+
     quote! {
         #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
         #[serde(crate = #serde_crate)]
@@ -146,6 +155,8 @@ pub(crate) fn tool_items(
             fn description(&self) -> &str {
                 #description
             }
+
+            #cancel_on_interrupt
 
             fn parameters(&self) -> #private::Value {
                 static SCHEMA: #private::OnceLock<#private::Value> = #private::OnceLock::new();

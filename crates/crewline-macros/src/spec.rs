@@ -62,6 +62,8 @@ pub(crate) struct ToolSpec {
     pub(crate) description: String,
     /// `async fn`?
     pub(crate) is_async: bool,
+    /// Whether a barge-in may cancel a running call.
+    pub(crate) cancellable: bool,
     /// How it takes its agent.
     pub(crate) receiver: Receiver,
     /// Its arguments, in order.
@@ -300,6 +302,7 @@ pub(crate) fn analyze(
         name,
         description,
         is_async: sig.asyncness.is_some(),
+        cancellable: options.cancellable.as_ref().is_none_or(syn::LitBool::value),
         receiver,
         args,
         output,

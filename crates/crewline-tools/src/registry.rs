@@ -320,9 +320,22 @@ impl ToolRegistry {
         let tool = Arc::clone(&entry.tool);
         // The future is created inside the guarded block too, so a hand-written `call` that
         // panics before returning its future is caught as well.
-        let outcome = AssertUnwindSafe(async move { tool.call(arguments).await })
-            .catch_unwind()
-            .await;
+        let guarded = AssertUnwindSafe(async move { tool.call(arguments).await }).catch_unwind();
+        let outcome = if entry.tool.cancel_on_interrupt() {
+            guarded.await
+        } else {
+            // A tool that must not be cut off half-way (a payment, a booking) runs as a task
+            // of its own: dropping this future (barge-in) stops waiting for it, not the tool.
+            let name = call.name.clone();
+            let task = tokio::spawn(guarded.instrument(tracing::Span::current()));
+            let mut finished = CompletionGuard { name, done: false };
+            let joined = task.await;
+            finished.done = true;
+            match joined {
+                Ok(outcome) => outcome,
+                Err(error) => Err(Box::new(error.to_string()) as Box<dyn std::any::Any + Send>),
+            }
+        };
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
@@ -533,5 +546,19 @@ mod tests {
         let message = schema_problems(&validator, &long).unwrap_or_default();
         assert!(message.len() < 2 * MAX_SCHEMA_ERROR_LEN, "{message}");
         assert!(message.ends_with('…'), "{message}");
+    }
+}
+
+/// Notes a non-cancellable tool that is left running because its caller stopped waiting.
+struct CompletionGuard {
+    name: String,
+    done: bool,
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::info!(tool = %self.name, "turn interrupted; the tool runs on to completion");
+        }
     }
 }

@@ -18,6 +18,15 @@ pub trait Tool: Send + Sync {
     /// The JSON Schema of the arguments object, as written; the registry normalises it.
     fn parameters(&self) -> Value;
 
+    /// Whether a barge-in may cancel the tool mid-call (default `true`).
+    ///
+    /// Return `false` for tools whose effect must not be cut off half-way (a payment, a
+    /// booking): the call then runs to completion even if the caller interrupts; its result is
+    /// discarded with the turn.
+    fn cancel_on_interrupt(&self) -> bool {
+        true
+    }
+
     /// Runs the tool on arguments that already match [`Tool::parameters`].
     ///
     /// A returned string is the model's content as is; any other value is JSON-encoded.

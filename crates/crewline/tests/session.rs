@@ -42,6 +42,10 @@ fn init(interruptible: bool) -> SystemInit {
 struct CallTools {
     call: CallControl,
     tool_dropped: Arc<AtomicBool>,
+    /// Lets the payment tool finish.
+    payment_gate: Arc<tokio::sync::Notify>,
+    /// Set when the payment tool finished.
+    payment_done: Arc<AtomicBool>,
 }
 
 /// Sets a flag when dropped: proves a tool's future was cancelled.
@@ -69,6 +73,14 @@ impl CallTools {
     async fn end_call(&self) -> Result<&'static str, ToolError> {
         self.call.end_call().await.map_err(ToolError::from)?;
         Ok("ending")
+    }
+
+    /// Charge the caller's card; must never be cut off half-way.
+    #[function_tool(cancellable = false)]
+    async fn charge_card(&self) -> &'static str {
+        self.payment_gate.notified().await;
+        self.payment_done.store(true, Ordering::SeqCst);
+        "charged"
     }
 
     /// Hang up, then look something up forever.
@@ -113,6 +125,7 @@ fn model(request: &ChatRequest) -> Reply {
         "weather" => Reply::tool_call("get_weather", json!({"location": "Paris"})),
         "bye" => Reply::tool_call("end_call", json!({})).with_text("Goodbye."),
         "bye slowly" => Reply::tool_call("end_then_hang", json!({})),
+        "pay" => Reply::tool_call("charge_card", json!({})),
         "long" => Reply::text("one two three four five six seven eight nine ten eleven twelve"),
         "fail" => Reply::CutAfter("I was saying".into()),
         other => Reply::text(format!("You said {other}.")),
@@ -123,6 +136,8 @@ struct Harness {
     session: Session,
     frames: mpsc::Receiver<Event>,
     tool_dropped: Arc<AtomicBool>,
+    payment_gate: Arc<tokio::sync::Notify>,
+    payment_done: Arc<AtomicBool>,
 }
 
 impl Harness {
@@ -134,9 +149,13 @@ impl Harness {
         let (outbound, frames) = mpsc::channel(1024);
         let setup = SessionSetup::new(init(interruptible), outbound);
         let tool_dropped = Arc::new(AtomicBool::new(false));
+        let payment_gate = Arc::new(tokio::sync::Notify::new());
+        let payment_done = Arc::new(AtomicBool::new(false));
         let tools = Arc::new(CallTools {
             call: setup.call().clone(),
             tool_dropped: tool_dropped.clone(),
+            payment_gate: payment_gate.clone(),
+            payment_done: payment_done.clone(),
         });
         let mut registry = ToolRegistry::new();
         registry.discover(&tools).expect("tools register");
@@ -155,6 +174,8 @@ impl Harness {
             session,
             frames,
             tool_dropped,
+            payment_gate,
+            payment_done,
         }
     }
 
@@ -584,4 +605,25 @@ async fn a_full_inbox_drops_the_event_instead_of_blocking_the_caller() {
     }
 
     assert_eq!(outcome, Err(DispatchError::Full("slow".into())));
+}
+
+#[tokio::test]
+async fn a_tool_that_opts_out_of_cancellation_finishes_after_a_barge_in() {
+    let mut h = Harness::start(true, Duration::ZERO, None).await;
+    h.next().await;
+    h.user_turn("pay");
+    h.until("agent.log").await; // the payment started
+
+    h.send(EventBody::Interrupt);
+    h.until("agent.llm.response.end").await;
+    assert!(!h.payment_done.load(Ordering::SeqCst));
+    h.payment_gate.notify_one();
+
+    tokio::time::timeout(WAIT, async {
+        while !h.payment_done.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the payment ran to completion although the turn was interrupted");
 }
