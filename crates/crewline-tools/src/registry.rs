@@ -517,6 +517,20 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
         .unwrap_or("(a panic without a message)")
 }
 
+/// Notes a non-cancellable tool that is left running because its caller stopped waiting.
+struct CompletionGuard {
+    name: String,
+    done: bool,
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::info!(tool = %self.name, "turn interrupted; the tool runs on to completion");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,19 +560,5 @@ mod tests {
         let message = schema_problems(&validator, &long).unwrap_or_default();
         assert!(message.len() < 2 * MAX_SCHEMA_ERROR_LEN, "{message}");
         assert!(message.ends_with('…'), "{message}");
-    }
-}
-
-/// Notes a non-cancellable tool that is left running because its caller stopped waiting.
-struct CompletionGuard {
-    name: String,
-    done: bool,
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::info!(tool = %self.name, "turn interrupted; the tool runs on to completion");
-        }
     }
 }
