@@ -28,6 +28,12 @@
 //! }
 //! ```
 
+// Compiles the README's code blocks as doctests (and runs those not marked `no_run`), so the
+// README cannot rot. They live here because this is the crate that sees the whole stack.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
 mod connection;
 mod error;
 mod http;

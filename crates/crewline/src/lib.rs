@@ -52,10 +52,6 @@ pub use tool_loop::{
 #[doc(hidden)]
 pub use crewline_tools::__private;
 
-// Compiles and runs the README's code blocks as doctests, so the README cannot rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;
 
 /// The names most crews need, in one import.
 pub mod prelude {
