@@ -229,6 +229,36 @@ async fn a_disconnect_mid_generation_stops_the_session_at_once() {
 }
 
 #[tokio::test]
+async fn disconnects_at_every_point_of_a_turn_leave_no_task_behind() {
+    let server = TestServer::ready(CrewServer::new(slow_setup(Duration::from_millis(50)))).await;
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let baseline = alive();
+
+    // Hang up before init, after init, mid-stream, and after a finished turn.
+    let before_init = Client::connect(&server.ws_url()).await;
+    drop(before_init);
+    let after_init = server.call("Ada").await;
+    drop(after_init);
+    let mut mid_stream = server.call("Bo").await;
+    mid_stream.send(&llm_request("a long story please")).await;
+    mid_stream.recv_until("agent.llm.response.chunk").await;
+    drop(mid_stream);
+    let mut after_turn = server.call("Cy").await;
+    after_turn.turn("hi").await;
+    drop(after_turn);
+
+    server.wait_for_active(0).await;
+    eventually(&format!("alive tasks back to {baseline}"), || async {
+        alive() <= baseline
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn drain_lets_a_live_turn_finish_refuses_new_calls_then_closes_with_1001() {
     let mut server = TestServer::ready(
         CrewServer::new(slow_setup(Duration::from_millis(100)))
