@@ -59,20 +59,6 @@ impl CallTools {
     }
 }
 
-struct SupportAgent {
-    context: Context,
-    turn_loop: ToolLoop,
-}
-
-impl OutputAgent for SupportAgent {
-    fn context(&mut self) -> &mut Context {
-        &mut self.context
-    }
-    fn generate_response(&mut self) -> TurnStream<'_> {
-        self.turn_loop.run(&mut self.context)
-    }
-}
-
 /// The offline model: goodbye ends the call, asking for a person transfers it.
 fn scripted_support_model() -> ScriptedLlm {
     ScriptedLlm::from_fn(|request: &ChatRequest| {
@@ -127,13 +113,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             registry.discover(&Arc::new(CallTools {
                 call: setup.call().clone(),
             }))?;
-            let agent = SupportAgent {
-                context: Context::with_system(
-                    "You are a support agent. End the call when the caller says goodbye; \
-                     transfer to a human when asked.",
-                ),
-                turn_loop: ToolLoop::new(llm, Arc::new(registry)),
-            };
+            let agent = LoopAgent::new(
+                "You are a support agent. End the call when the caller says goodbye; \
+                 transfer to a human when asked.",
+                ToolLoop::new(llm, Arc::new(registry)),
+            );
             let mut crew = Crew::new();
             crew.add_node(OutputNode::new("support", agent));
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(crew)

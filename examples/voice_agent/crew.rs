@@ -6,7 +6,6 @@
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
-use async_trait::async_trait;
 use crewline::{llm::ChatRequest, prelude::*, tool::RegistryError};
 use serde_json::{Value, json};
 
@@ -57,23 +56,6 @@ impl WeatherService {
     }
 }
 
-/// The output agent: a conversation and a tool loop.
-struct WeatherAgent {
-    context: Context,
-    tool_loop: ToolLoop,
-}
-
-#[async_trait]
-impl OutputAgent for WeatherAgent {
-    fn context(&mut self) -> &mut Context {
-        &mut self.context
-    }
-
-    fn generate_response(&mut self) -> TurnStream<'_> {
-        self.tool_loop.run(&mut self.context)
-    }
-}
-
 /// Builds the weather crew for each call; cheap to clone (the model and tools are shared).
 #[derive(Clone)]
 pub struct WeatherCrew {
@@ -113,10 +95,8 @@ impl WeatherCrew {
         {
             prompt.push_str(&format!(" The caller's name is {name}."));
         }
-        let agent = WeatherAgent {
-            context: Context::with_system(prompt),
-            tool_loop: self.tool_loop.clone(),
-        };
+        // The output node: this call's conversation, answered by the shared tool loop.
+        let agent = LoopAgent::new(prompt, self.tool_loop.clone());
         let mut crew = Crew::new();
         crew.add_node(OutputNode::new("weather-agent", agent));
         crew

@@ -26,6 +26,7 @@
 
 mod call;
 mod crew;
+mod loop_agent;
 mod node;
 mod observer;
 mod runner;
@@ -39,6 +40,7 @@ pub use crewline_llm as llm;
 pub use crewline_macros::{function_tool, tools};
 pub use crewline_protocol as protocol;
 pub use crewline_tools as tool;
+pub use loop_agent::LoopAgent;
 pub use node::{
     BackgroundAgent, BackgroundNode, NodeError, NodeHandle, NodeSpec, OutputAgent, OutputNode,
 };
@@ -52,13 +54,12 @@ pub use tool_loop::{
 #[doc(hidden)]
 pub use crewline_tools::__private;
 
-
 /// The names most crews need, in one import.
 pub mod prelude {
     pub use crate::{
-        BackgroundAgent, BackgroundNode, CallControl, Crew, MAX_TOOL_ROUNDS, NodeError, NodeHandle,
-        OutputAgent, OutputNode, SessionSetup, ToolLoop, ToolLoopConfig, TurnError, TurnEvent,
-        TurnReport, TurnStream, function_tool, tools,
+        BackgroundAgent, BackgroundNode, CallControl, Crew, LoopAgent, MAX_TOOL_ROUNDS, NodeError,
+        NodeHandle, OutputAgent, OutputNode, SessionSetup, ToolLoop, ToolLoopConfig, TurnError,
+        TurnEvent, TurnReport, TurnStream, function_tool, tools,
     };
     pub use crewline_core::{
         Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult,

@@ -1,0 +1,44 @@
+//! The common output agent: a conversation answered by a tool loop.
+
+use crewline_core::Context;
+
+use crate::{OutputAgent, ToolLoop, TurnStream};
+
+/// An output agent that answers every LLM request with its [`ToolLoop`] on its conversation:
+/// what most crews' output node is, without writing the [`OutputAgent`] impl by hand.
+///
+/// ```no_run
+/// # use std::sync::Arc;
+/// # use crewline::prelude::*;
+/// # fn crew(tool_loop: ToolLoop) -> Crew {
+/// let agent = LoopAgent::new("You are a friendly voice assistant.", tool_loop);
+/// let mut crew = Crew::new();
+/// crew.add_node(OutputNode::new("weather-agent", agent));
+/// # crew }
+/// ```
+pub struct LoopAgent {
+    context: Context,
+    tool_loop: ToolLoop,
+}
+
+impl LoopAgent {
+    /// An agent with `system_prompt` whose answers come from `tool_loop`.
+    pub fn new(system_prompt: impl Into<String>, tool_loop: ToolLoop) -> Self {
+        Self::with_context(Context::with_system(system_prompt), tool_loop)
+    }
+
+    /// An agent that starts from `context`.
+    pub fn with_context(context: Context, tool_loop: ToolLoop) -> Self {
+        Self { context, tool_loop }
+    }
+}
+
+impl OutputAgent for LoopAgent {
+    fn context(&mut self) -> &mut Context {
+        &mut self.context
+    }
+
+    fn generate_response(&mut self) -> TurnStream<'_> {
+        self.tool_loop.run(&mut self.context)
+    }
+}
