@@ -1,5 +1,6 @@
 //! The weather voice crew: the reference SDK's weather agent built only from crewline's public
-//! API (an [`OutputAgent`] running a [`ToolLoop`] over a registry that `#[tools]` fills).
+//! API: a `LoopAgent` (the conversation answered by a `ToolLoop`) over a registry that
+//! `#[tools]` fills.
 //!
 //! Shared by the `voice_agent`, `weather_agent` and `sentiment_background` examples and by
 //! `crewline demo` (which includes this file), so the demo runs exactly what the examples show.

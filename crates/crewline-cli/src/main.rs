@@ -37,6 +37,8 @@ enum Command {
     Chat(ChatArgs),
     /// Serve the example weather crew on a local port and drive a short scripted call.
     Demo(DemoArgs),
+    /// Serve a scriptable OpenAI-compatible mock LLM (the format of reference/mock_llm.py).
+    MockLlm(crewline_cli::mock_llm::MockLlmArgs),
 }
 
 #[derive(Debug, Args)]
@@ -116,6 +118,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Chat(args) => chat(args).await,
         Command::Demo(args) => demo(args).await,
+        Command::MockLlm(args) => crewline_cli::mock_llm::run_cli(args, std::io::stdout()).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
