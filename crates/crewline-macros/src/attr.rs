@@ -31,12 +31,18 @@ pub(crate) fn default_crate_path() -> Path {
 }
 
 /// The options of `#[function_tool(name = "..", description = "..", cancellable = false,
-/// crate = path)]`.
+/// timeout_ms = N, confirm, cache_ttl_s = N, crate = path)]`.
 #[derive(Default)]
 pub(crate) struct ToolOptions {
     pub(crate) name: Option<LitStr>,
     pub(crate) description: Option<LitStr>,
     pub(crate) cancellable: Option<syn::LitBool>,
+    /// The tool's time limit in milliseconds.
+    pub(crate) timeout_ms: Option<u64>,
+    /// Whether calls need approval (`confirm` or `confirm = bool`).
+    pub(crate) confirm: Option<bool>,
+    /// How long results are cached, in seconds.
+    pub(crate) cache_ttl_s: Option<u64>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -78,15 +84,45 @@ impl ToolOptions {
             set_once(&mut self.cancellable, meta, "cancellable", |meta| {
                 meta.value()?.parse()
             })
+        } else if meta.path.is_ident("timeout_ms") {
+            set_once(&mut self.timeout_ms, meta, "timeout_ms", |meta| {
+                positive(meta, "timeout_ms")
+            })
+        } else if meta.path.is_ident("cache_ttl_s") {
+            set_once(&mut self.cache_ttl_s, meta, "cache_ttl_s", |meta| {
+                positive(meta, "cache_ttl_s")
+            })
+        } else if meta.path.is_ident("confirm") {
+            set_once(&mut self.confirm, meta, "confirm", |meta| {
+                // A bare `confirm` means `confirm = true`.
+                if meta.input.peek(syn::Token![=]) {
+                    Ok(meta.value()?.parse::<syn::LitBool>()?.value())
+                } else {
+                    Ok(true)
+                }
+            })
         } else if meta.path.is_ident("crate") {
             set_once(&mut self.krate, meta, "crate", parse_crate_path)
         } else {
             Err(meta.error(format!(
-                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false` or `crate = path`",
+                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N` or `crate = path`",
                 path_text(&meta.path)
             )))
         }
     }
+}
+
+/// A positive integer option value (`timeout_ms = 500`).
+fn positive(meta: &ParseNestedMeta<'_>, option: &str) -> syn::Result<u64> {
+    let literal: syn::LitInt = meta.value()?.parse()?;
+    let value: u64 = literal.base10_parse()?;
+    if value == 0 {
+        return Err(syn::Error::new_spanned(
+            &literal,
+            format!("`{option}` must be greater than 0"),
+        ));
+    }
+    Ok(value)
 }
 
 /// The options of `#[tools(crate = path)]`.

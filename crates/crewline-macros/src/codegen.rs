@@ -135,6 +135,28 @@ pub(crate) fn tool_items(
         }
     });
 
+    // Only written when an option changes it; the trait's default keeps `cancellable` in step
+    // with `cancel_on_interrupt`.
+    let policy =
+        (spec.timeout_ms.is_some() || spec.confirm || spec.cache_ttl_s.is_some()).then(|| {
+            let timeout = spec
+                .timeout_ms
+                .map(|ms| quote!(.timeout(#private::Duration::from_millis(#ms))));
+            let confirm = spec.confirm.then(|| quote!(.confirm(true)));
+            let cache = spec
+                .cache_ttl_s
+                .map(|s| quote!(.cache_ttl(#private::Duration::from_secs(#s))));
+            quote! {
+                fn policy(&self) -> #private::ToolPolicy {
+                    #private::ToolPolicy::new()
+                        .cancellable(#private::Tool::cancel_on_interrupt(self))
+                        #timeout
+                        #confirm
+                        #cache
+                }
+            }
+        });
+
     quote! {
         #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
         #[serde(crate = #serde_crate)]
@@ -157,6 +179,8 @@ pub(crate) fn tool_items(
             }
 
             #cancel_on_interrupt
+
+            #policy
 
             fn parameters(&self) -> #private::Value {
                 static SCHEMA: #private::OnceLock<#private::Value> = #private::OnceLock::new();

@@ -64,6 +64,12 @@ pub(crate) struct ToolSpec {
     pub(crate) is_async: bool,
     /// Whether a barge-in may cancel a running call.
     pub(crate) cancellable: bool,
+    /// The tool's time limit in milliseconds (`None`: the executor's default).
+    pub(crate) timeout_ms: Option<u64>,
+    /// Whether calls need approval.
+    pub(crate) confirm: bool,
+    /// How long results are cached, in seconds (`None`: not cached).
+    pub(crate) cache_ttl_s: Option<u64>,
     /// How it takes its agent.
     pub(crate) receiver: Receiver,
     /// Its arguments, in order.
@@ -303,6 +309,9 @@ pub(crate) fn analyze(
         description,
         is_async: sig.asyncness.is_some(),
         cancellable: options.cancellable.as_ref().is_none_or(syn::LitBool::value),
+        timeout_ms: options.timeout_ms,
+        confirm: options.confirm.unwrap_or(false),
+        cache_ttl_s: options.cache_ttl_s,
         receiver,
         args,
         output,

@@ -7,9 +7,13 @@
 //! in call order, and no failure (unknown tool, bad arguments, an error, a panic) ever escapes as
 //! anything but an error result the model can read.
 //!
+//! Every call goes through one [`Executor`] (see [`executor`]): validation, hooks,
+//! guardrails, approval, run limits, a result cache, timeouts and cancellation, and a ledger.
+//!
 //! Most tools are written with `#[function_tool]` from the `crewline` crate.
 
 mod error;
+pub mod executor;
 mod registry;
 mod schema;
 mod tool;
@@ -19,6 +23,9 @@ mod tool;
 pub mod __private;
 
 pub use error::RegistryError;
+pub use executor::{
+    CallContext, CallError, Executor, ExecutorBuilder, ExecutorError, RunSyncError, run_sync,
+};
 pub use registry::{DEFAULT_MAX_CONCURRENCY, ToolRegistry, ToolRun};
 pub use schema::{normalize_schema, schema_for};
-pub use tool::{Tool, ToolError, ToolProvider};
+pub use tool::{Tool, ToolError, ToolPolicy, ToolProvider};

@@ -15,10 +15,13 @@ pub use schemars;
 pub use serde;
 pub use serde_json;
 pub use serde_json::Value;
-pub use std::sync::{Arc, OnceLock};
+pub use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 pub use tokio;
 
-pub use crate::{Tool, ToolError, ToolProvider, schema_for};
+pub use crate::{Tool, ToolError, ToolPolicy, ToolProvider, schema_for};
 
 /// Deserialises a tool's arguments object, reporting a mismatch as
 /// [`ToolError::invalid_arguments`] with serde's message (which names the field at fault).

@@ -1,21 +1,13 @@
 //! The registry that holds and runs an agent's tools.
 
-use std::{
-    any::Any,
-    collections::HashMap,
-    fmt,
-    panic::AssertUnwindSafe,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
 
 use crewline_core::{ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
-use futures::{FutureExt, Stream, StreamExt, stream};
+use futures::{Stream, StreamExt, stream};
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::{
-    RegistryError, Tool, ToolProvider,
+    CallContext, Executor, RegistryError, Tool, ToolProvider,
     schema::{self, Mode},
 };
 
@@ -24,16 +16,6 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 8;
 
 /// The longest tool name a model API accepts.
 const MAX_NAME_LEN: usize = 64;
-
-/// How many schema problems one `ToolArgsInvalid` message lists.
-const MAX_REPORTED_SCHEMA_ERRORS: usize = 3;
-
-/// How long one schema problem may get in a message: the validator quotes the offending value,
-/// which can be a whole paragraph the model wrote.
-const MAX_SCHEMA_ERROR_LEN: usize = 300;
-
-/// What the model reads when a tool panics; the payload itself goes to the logs only.
-const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
 
 /// One finished tool call: its result and how long it took.
 #[derive(Debug, Clone)]
@@ -45,14 +27,14 @@ pub struct ToolRun {
 }
 
 /// A registered tool with everything prepared for it at registration.
-struct Entry {
-    tool: Arc<dyn Tool>,
+pub(crate) struct Entry {
+    pub(crate) tool: Arc<dyn Tool>,
     /// What the model is shown (strict, normalised schema).
     definition: ToolDefinition,
     /// The lenient view the arguments are checked against (see [`crate::schema`]).
-    lenient: Value,
+    pub(crate) lenient: Value,
     /// Compiled once from `lenient`, so calls do not pay for it.
-    validator: jsonschema::Validator,
+    pub(crate) validator: jsonschema::Validator,
 }
 
 /// An agent's tools.
@@ -63,6 +45,7 @@ pub struct ToolRegistry {
     entries: Vec<Arc<Entry>>,
     by_name: HashMap<String, usize>,
     max_concurrency: usize,
+    executor: Arc<Executor>,
 }
 
 impl Default for ToolRegistry {
@@ -71,6 +54,7 @@ impl Default for ToolRegistry {
             entries: Vec::new(),
             by_name: HashMap::new(),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            executor: Executor::default_executor(),
         }
     }
 }
@@ -80,22 +64,8 @@ impl fmt::Debug for ToolRegistry {
         f.debug_struct("ToolRegistry")
             .field("tools", &self.names())
             .field("max_concurrency", &self.max_concurrency)
+            .field("executor", &self.executor)
             .finish()
-    }
-}
-
-/// Why one call failed: the kind and the message the model reads.
-struct Failure {
-    kind: ToolErrorKind,
-    message: String,
-}
-
-impl Failure {
-    fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
     }
 }
 
@@ -109,6 +79,18 @@ impl ToolRegistry {
     pub fn with_max_concurrency(mut self, limit: usize) -> Self {
         self.max_concurrency = limit.max(1);
         self
+    }
+
+    /// The same registry, running its calls through `executor` instead of the process-wide
+    /// default.
+    pub fn with_executor(mut self, executor: Arc<Executor>) -> Self {
+        self.executor = executor;
+        self
+    }
+
+    /// The executor the calls run through.
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
     }
 
     /// How many tools run at once at most in a parallel round.
@@ -196,7 +178,9 @@ impl ToolRegistry {
     /// A registry with only the tools `names`, in that order (for a sub-agent that may use a
     /// few of its parent's tools). Same concurrency limit.
     pub fn subset(&self, names: &[&str]) -> Result<ToolRegistry, RegistryError> {
-        let mut subset = ToolRegistry::new().with_max_concurrency(self.max_concurrency);
+        let mut subset = ToolRegistry::new()
+            .with_max_concurrency(self.max_concurrency)
+            .with_executor(Arc::clone(&self.executor));
         for name in names {
             let index = *self
                 .by_name
@@ -223,10 +207,22 @@ impl ToolRegistry {
     /// not match the schema, a tool's error and a tool's panic all become error results the
     /// model can read (`{"error": {"kind", "message"}}`).
     ///
-    /// This is the plain runner; the executor of issue #4 (timeouts, approvals, result cache,
-    /// run limits) is to wrap it, not to replace it.
+    /// Each call goes through the registry's [`Executor`]; the batch is one run (its limits
+    /// and cancellation token are shared by these calls only): use
+    /// [`execute_in`](Self::execute_in) to share a run across batches.
     pub async fn execute(&self, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
-        self.execute_timed(calls, parallel)
+        self.execute_in(calls, parallel, &self.executor.context())
+            .await
+    }
+
+    /// Like [`execute`](Self::execute), in the run of `context`.
+    pub async fn execute_in(
+        &self,
+        calls: &[ToolCall],
+        parallel: bool,
+        context: &CallContext,
+    ) -> Vec<ToolResult> {
+        self.execute_timed_in(calls, parallel, context)
             .await
             .into_iter()
             .map(|run| run.result)
@@ -235,8 +231,19 @@ impl ToolRegistry {
 
     /// Like [`execute`](Self::execute), with each call's latency.
     pub async fn execute_timed(&self, calls: &[ToolCall], parallel: bool) -> Vec<ToolRun> {
+        self.execute_timed_in(calls, parallel, &self.executor.context())
+            .await
+    }
+
+    /// Like [`execute_timed`](Self::execute_timed), in the run of `context`.
+    pub async fn execute_timed_in(
+        &self,
+        calls: &[ToolCall],
+        parallel: bool,
+        context: &CallContext,
+    ) -> Vec<ToolRun> {
         let mut slots: Vec<Option<ToolRun>> = vec![None; calls.len()];
-        let mut finished = self.execute_each(calls, parallel);
+        let mut finished = self.execute_each_in(calls, parallel, context.clone());
         while let Some((index, run)) = finished.next().await {
             if let Some(slot) = slots.get_mut(index) {
                 *slot = Some(run);
@@ -269,98 +276,28 @@ impl ToolRegistry {
         calls: &'a [ToolCall],
         parallel: bool,
     ) -> impl Stream<Item = (usize, ToolRun)> + Send + 'a {
+        self.execute_each_in(calls, parallel, self.executor.context())
+    }
+
+    /// Like [`execute_each`](Self::execute_each), in the run of `context` (whose token
+    /// cancels the running calls, e.g. on barge-in).
+    pub fn execute_each_in<'a>(
+        &'a self,
+        calls: &'a [ToolCall],
+        parallel: bool,
+        context: CallContext,
+    ) -> impl Stream<Item = (usize, ToolRun)> + Send + 'a {
         let limit = if parallel { self.max_concurrency } else { 1 };
         stream::iter(calls.iter().enumerate())
-            .map(move |(index, call)| async move { (index, self.run(call).await) })
+            .map(move |(index, call)| {
+                let context = context.clone();
+                async move { (index, self.executor.execute(self, call, &context).await) }
+            })
             .buffer_unordered(limit)
     }
 
-    /// Runs one call, timed and traced.
-    async fn run(&self, call: &ToolCall) -> ToolRun {
-        let span = tracing::info_span!("tool.call", tool = %call.name, call_id = %call.id);
-        async {
-            let started = Instant::now();
-            let outcome = self.dispatch(call).await;
-            let latency = started.elapsed();
-            let result = match outcome {
-                Ok(value) => {
-                    tracing::debug!(?latency, outcome = "ok", "tool call finished");
-                    ToolResult::from_value(call, &value)
-                }
-                Err(failure) => {
-                    tracing::debug!(?latency, outcome = %failure.kind, "tool call finished");
-                    ToolResult::error(call, failure.kind, failure.message)
-                }
-            };
-            ToolRun { result, latency }
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Checks one call's tool and arguments, then runs the tool.
-    async fn dispatch(&self, call: &ToolCall) -> Result<Value, Failure> {
-        let Some(entry) = self.entry(&call.name) else {
-            tracing::warn!("the model called an unknown tool");
-            return Err(Failure::new(
-                ToolErrorKind::UnknownTool,
-                self.unknown_tool_message(&call.name),
-            ));
-        };
-
-        let mut arguments = parse_arguments(&call.arguments).inspect_err(|failure| {
-            tracing::warn!(reason = %failure.message, "invalid tool arguments");
-        })?;
-        if let Some(message) = schema_problems(&entry.validator, &arguments) {
-            tracing::warn!(reason = %message, "tool arguments do not match the schema");
-            return Err(Failure::new(ToolErrorKind::ToolArgsInvalid, message));
-        }
-        schema::strip_absent_nulls(&entry.lenient, &mut arguments);
-
-        let tool = Arc::clone(&entry.tool);
-        // The future is created inside the guarded block too, so a hand-written `call` that
-        // panics before returning its future is caught as well.
-        let guarded = AssertUnwindSafe(async move { tool.call(arguments).await }).catch_unwind();
-        let outcome = if entry.tool.cancel_on_interrupt() {
-            guarded.await
-        } else {
-            // A tool that must not be cut off half-way (a payment, a booking) runs as a task
-            // of its own: dropping this future (barge-in) stops waiting for it, not the tool.
-            let name = call.name.clone();
-            let task = tokio::spawn(guarded.instrument(tracing::Span::current()));
-            let mut finished = CompletionGuard { name, done: false };
-            let joined = task.await;
-            finished.done = true;
-            match joined {
-                Ok(outcome) => outcome,
-                Err(error) => Err(Box::new(error.to_string()) as Box<dyn std::any::Any + Send>),
-            }
-        };
-        match outcome {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => {
-                let kind = if error.is_invalid_arguments() {
-                    ToolErrorKind::ToolArgsInvalid
-                } else {
-                    ToolErrorKind::ToolError
-                };
-                tracing::warn!(
-                    %kind,
-                    message = %error.message(),
-                    detail = error.detail().map(tracing::field::display),
-                    "tool returned an error"
-                );
-                Err(Failure::new(kind, error.message()))
-            }
-            Err(payload) => {
-                tracing::warn!(panic = %panic_text(payload.as_ref()), "tool panicked");
-                Err(Failure::new(ToolErrorKind::ToolError, PANIC_MESSAGE))
-            }
-        }
-    }
-
     /// What the model reads after calling a tool that does not exist: the tools that do.
-    fn unknown_tool_message(&self, name: &str) -> String {
+    pub(crate) fn unknown_tool_message(&self, name: &str) -> String {
         if self.entries.is_empty() {
             return format!("there is no tool named `{name}`; no tools are available");
         }
@@ -370,7 +307,7 @@ impl ToolRegistry {
         )
     }
 
-    fn entry(&self, name: &str) -> Option<&Arc<Entry>> {
+    pub(crate) fn entry(&self, name: &str) -> Option<&Arc<Entry>> {
         self.by_name
             .get(name)
             .and_then(|&index| self.entries.get(index))
@@ -435,102 +372,6 @@ fn is_valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The model's arguments as a JSON object; empty text counts as no arguments.
-fn parse_arguments(text: &str) -> Result<Value, Failure> {
-    if text.trim().is_empty() {
-        return Ok(Value::Object(serde_json::Map::new()));
-    }
-    let value: Value = serde_json::from_str(text).map_err(|e| {
-        Failure::new(
-            ToolErrorKind::ToolArgsInvalid,
-            format!("the arguments are not valid JSON: {e}"),
-        )
-    })?;
-    if !value.is_object() {
-        return Err(Failure::new(
-            ToolErrorKind::ToolArgsInvalid,
-            format!(
-                "the arguments must be a JSON object, not {}",
-                json_kind(&value)
-            ),
-        ));
-    }
-    Ok(value)
-}
-
-/// The model's view of why `arguments` do not match the schema, if they do not.
-fn schema_problems(validator: &jsonschema::Validator, arguments: &Value) -> Option<String> {
-    let mut errors = validator.iter_errors(arguments);
-    let first = errors.next()?;
-    let mut problems = vec![describe(&first)];
-    let mut more = 0usize;
-    for error in errors {
-        if problems.len() < MAX_REPORTED_SCHEMA_ERRORS {
-            problems.push(describe(&error));
-        } else {
-            more += 1;
-        }
-    }
-    let mut message = format!(
-        "the arguments do not match the tool's schema: {}",
-        problems.join("; ")
-    );
-    if more > 0 {
-        message.push_str(&format!(" (and {more} more)"));
-    }
-    Some(message)
-}
-
-/// One schema problem: where (a JSON pointer into the arguments) and what was expected.
-fn describe(error: &jsonschema::ValidationError<'_>) -> String {
-    let path = error.instance_path().as_str();
-    let location = if path.is_empty() { "/" } else { path };
-    let mut text = error.to_string();
-    if text.len() > MAX_SCHEMA_ERROR_LEN {
-        let mut end = MAX_SCHEMA_ERROR_LEN;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    format!("at `{location}`: {text}")
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// A panic's message, for the logs.
-fn panic_text(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(a panic without a message)")
-}
-
-/// Notes a non-cancellable tool that is left running because its caller stopped waiting.
-struct CompletionGuard {
-    name: String,
-    done: bool,
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::info!(tool = %self.name, "turn interrupted; the tool runs on to completion");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,22 +384,5 @@ mod tests {
         for bad in ["", "get weather", "tool.name", "naïve", &"x".repeat(65)] {
             assert!(!is_valid_name(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn empty_arguments_are_an_empty_object() {
-        for text in ["", "  \n\t"] {
-            assert!(matches!(parse_arguments(text), Ok(Value::Object(m)) if m.is_empty()));
-        }
-    }
-
-    #[test]
-    fn long_schema_errors_are_truncated_on_a_char_boundary() {
-        let validator = jsonschema::validator_for(&serde_json::json!({"type": "integer"}))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let long = Value::String("é".repeat(1_000));
-        let message = schema_problems(&validator, &long).unwrap_or_default();
-        assert!(message.len() < 2 * MAX_SCHEMA_ERROR_LEN, "{message}");
-        assert!(message.ends_with('…'), "{message}");
     }
 }

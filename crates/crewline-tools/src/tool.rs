@@ -1,4 +1,4 @@
-use std::{fmt, sync::Arc};
+use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -27,10 +27,73 @@ pub trait Tool: Send + Sync {
         true
     }
 
+    /// How the executor runs the tool: timeout, confirmation, caching, cancellation.
+    ///
+    /// The default asks for nothing special and takes `cancellable` from
+    /// [`cancel_on_interrupt`](Self::cancel_on_interrupt).
+    fn policy(&self) -> ToolPolicy {
+        ToolPolicy::default().cancellable(self.cancel_on_interrupt())
+    }
+
     /// Runs the tool on arguments that already match [`Tool::parameters`].
     ///
     /// A returned string is the model's content as is; any other value is JSON-encoded.
     async fn call(&self, arguments: Value) -> Result<Value, ToolError>;
+}
+
+/// How the executor runs one tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolPolicy {
+    /// The tool's own time limit (`None`: the executor's default).
+    pub timeout: Option<Duration>,
+    /// Whether each call needs approval first.
+    pub confirm: bool,
+    /// How long a successful result may be reused for the same arguments (`None`: never).
+    pub cache_ttl: Option<Duration>,
+    /// Whether cancelling the run (barge-in) stops the call mid-way.
+    pub cancellable: bool,
+}
+
+impl Default for ToolPolicy {
+    fn default() -> Self {
+        Self {
+            timeout: None,
+            confirm: false,
+            cache_ttl: None,
+            cancellable: true,
+        }
+    }
+}
+
+impl ToolPolicy {
+    /// The default policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With this time limit.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Whether calls need approval.
+    pub fn confirm(mut self, confirm: bool) -> Self {
+        self.confirm = confirm;
+        self
+    }
+
+    /// With results cached for `ttl`.
+    pub fn cache_ttl(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = Some(ttl);
+        self
+    }
+
+    /// Whether a cancelled run stops the call.
+    pub fn cancellable(mut self, cancellable: bool) -> Self {
+        self.cancellable = cancellable;
+        self
+    }
 }
 
 /// A type whose methods are tools: what `#[tools]` on an impl block implements.

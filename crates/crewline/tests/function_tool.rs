@@ -748,3 +748,38 @@ async fn registry_discovers_registers_describes_and_executes() {
     );
     assert_eq!(agent.count.load(Ordering::SeqCst), 2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Executor policies
+// ---------------------------------------------------------------------------------------------
+
+/// Charge the caller's card.
+#[function_tool(timeout_ms = 1500, confirm, cache_ttl_s = 60, cancellable = false)]
+async fn charge(amount: u32) -> u32 {
+    amount
+}
+
+/// Look up a fare.
+#[function_tool(confirm = false, cache_ttl_s = 5)]
+fn fare() -> u32 {
+    7
+}
+
+#[test]
+fn policy_options_become_the_tools_policy() {
+    use crewline::tool::ToolPolicy;
+    assert_eq!(
+        ChargeTool.policy(),
+        ToolPolicy::new()
+            .timeout(Duration::from_millis(1500))
+            .confirm(true)
+            .cache_ttl(Duration::from_secs(60))
+            .cancellable(false)
+    );
+    assert_eq!(
+        FareTool.policy(),
+        ToolPolicy::new().cache_ttl(Duration::from_secs(5))
+    );
+    // Without policy options the trait's default applies.
+    assert_eq!(GreetTool.policy(), ToolPolicy::new());
+}

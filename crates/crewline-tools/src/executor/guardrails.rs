@@ -1,0 +1,124 @@
+//! Stages 3 and 8: guardrails on a call's input and on its output.
+//!
+//! Error kind: [`ToolErrorKind::GuardrailBlocked`](crewline_core::ToolErrorKind::GuardrailBlocked);
+//! the model reads the guardrail's reason, the operator also gets the guardrail's name.
+
+use async_trait::async_trait;
+use crewline_core::{ToolCall, ToolErrorKind};
+use serde_json::Value;
+
+use super::CallError;
+
+/// A guardrail's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Let it through.
+    Allow,
+    /// Stop it; `reason` is written for the model.
+    Block {
+        /// Why, for the model.
+        reason: String,
+    },
+}
+
+impl Verdict {
+    /// A block with a reason for the model.
+    pub fn block(reason: impl Into<String>) -> Self {
+        Self::Block {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Checks a call's arguments before it runs and its output after.
+#[async_trait]
+pub trait Guardrail: Send + Sync {
+    /// The guardrail's name, for the operator.
+    fn name(&self) -> &str;
+
+    /// Checks the arguments (after hooks, before approval); allows by default.
+    async fn check_input(&self, _call: &ToolCall, _arguments: &Value) -> Verdict {
+        Verdict::Allow
+    }
+
+    /// Checks a successful output before the model sees it; allows by default.
+    async fn check_output(&self, _call: &ToolCall, _output: &Value) -> Verdict {
+        Verdict::Allow
+    }
+}
+
+/// Which side of the call a guardrail blocked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Input,
+    Output,
+}
+
+/// Runs `guardrails` in order on one side; the first block wins.
+pub(crate) async fn check(
+    guardrails: &[std::sync::Arc<dyn Guardrail>],
+    side: Side,
+    call: &ToolCall,
+    value: &Value,
+) -> Result<(), CallError> {
+    for guardrail in guardrails {
+        let verdict = match side {
+            Side::Input => guardrail.check_input(call, value).await,
+            Side::Output => guardrail.check_output(call, value).await,
+        };
+        if let Verdict::Block { reason } = verdict {
+            let what = match side {
+                Side::Input => "call",
+                Side::Output => "result",
+            };
+            return Err(CallError::new(
+                ToolErrorKind::GuardrailBlocked,
+                format!("the {what} was blocked: {reason}"),
+            )
+            .with_detail(format!("{side:?} guardrail `{}`", guardrail.name())));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    struct NoSecrets;
+
+    #[async_trait]
+    impl Guardrail for NoSecrets {
+        fn name(&self) -> &str {
+            "no-secrets"
+        }
+        async fn check_output(&self, _call: &ToolCall, output: &Value) -> Verdict {
+            if output.to_string().contains("secret") {
+                Verdict::block("the result held a secret")
+            } else {
+                Verdict::Allow
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_block_wins_and_names_the_guardrail() {
+        let rails: Vec<Arc<dyn Guardrail>> = vec![Arc::new(NoSecrets)];
+        let call = ToolCall::new("c", "t", "{}");
+        assert!(
+            check(&rails, Side::Input, &call, &json!("secret"))
+                .await
+                .is_ok()
+        );
+        let error = check(&rails, Side::Output, &call, &json!("secret"))
+            .await
+            .err();
+        let error = error.unwrap_or_else(|| panic!("expected a block"));
+        assert_eq!(error.kind, ToolErrorKind::GuardrailBlocked);
+        assert!(error.message.contains("held a secret"));
+        assert!(error.detail.as_deref().unwrap_or("").contains("no-secrets"));
+    }
+}

@@ -1,0 +1,753 @@
+//! The executor: one pipeline for every tool call, whoever makes it.
+//!
+//! Each call goes through, in order: [validation], before-[hooks], input [guardrails],
+//! [approval] (for `confirm` tools), run [limits], the result [cache] (for tools with a
+//! `cache_ttl`), the call itself under its timeout and the run's cancellation token, output
+//! guardrails and after-hooks, and finally the [ledger]. Every failure becomes a
+//! [`ToolResult`] error the model can read (`{"error": {"kind", "message"}}`); the operator gets
+//! the full detail in `tracing` and in the ledger.
+
+pub mod approval;
+pub mod cache;
+pub mod guardrails;
+pub mod hooks;
+pub mod ledger;
+pub mod limits;
+pub mod validation;
+
+use std::{
+    any::Any,
+    borrow::Cow,
+    fmt,
+    panic::AssertUnwindSafe,
+    sync::{Arc, OnceLock},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
+use futures::FutureExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use self::{
+    approval::{ApprovalDecision, ApprovalOutcome, ApprovalPort, ApprovalRecord, ApprovalRequest},
+    cache::{CacheConfig, ResultCache},
+    guardrails::{Guardrail, Side},
+    hooks::{AfterHook, BeforeHook, HookAction},
+    ledger::{LedgerRecord, LedgerSink, Outcome},
+    limits::{Run, RunLimits},
+    validation::ValidationConfig,
+};
+use crate::{ToolError, ToolPolicy, ToolRegistry, ToolRun, registry::Entry};
+
+/// The time limit of tools that set none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the model reads when a tool panics; the payload itself goes to the operator only.
+const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
+
+/// Why one call failed: its kind, the message the model reads, and the operator's detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct CallError {
+    /// The kind the model is told.
+    pub kind: ToolErrorKind,
+    /// The message written for the model.
+    pub message: String,
+    /// The full chain for the operator (logs, ledger); never shown to the model.
+    pub detail: Option<String>,
+}
+
+impl CallError {
+    /// A failure with a message for the model.
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    /// Attaches the operator's detail.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+}
+
+impl From<ToolError> for CallError {
+    fn from(error: ToolError) -> Self {
+        let kind = if error.is_invalid_arguments() {
+            ToolErrorKind::ToolArgsInvalid
+        } else {
+            ToolErrorKind::ToolError
+        };
+        Self {
+            kind,
+            message: error.message().to_owned(),
+            detail: error.detail().map(|detail| error_chain(detail)),
+        }
+    }
+}
+
+/// Why the executor could not be configured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecutorError {
+    /// [`Executor::set_default`] was called after the default was set or first used.
+    #[error("the default executor is already set (or was already used)")]
+    DefaultAlreadySet,
+}
+
+/// The per-call context: the run the call belongs to and whether the caller can wait.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    run: Run,
+    can_wait: bool,
+}
+
+impl Default for CallContext {
+    fn default() -> Self {
+        Self::new(Run::default())
+    }
+}
+
+impl CallContext {
+    /// A context for calls of `run`, whose caller can wait for approvals.
+    pub fn new(run: Run) -> Self {
+        Self {
+            run,
+            can_wait: true,
+        }
+    }
+
+    /// The same context for a caller that cannot wait: deferred approvals answer
+    /// `ApprovalPending` at once.
+    pub fn without_waiting(mut self) -> Self {
+        self.can_wait = false;
+        self
+    }
+
+    /// The run the calls belong to.
+    pub fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// Whether the caller can wait for an approval.
+    pub fn can_wait(&self) -> bool {
+        self.can_wait
+    }
+}
+
+/// What the pipeline learnt about one call, for the ledger.
+#[derive(Default)]
+struct Trace {
+    arguments: Option<Value>,
+    approval: Option<ApprovalRecord>,
+    cache_hit: bool,
+}
+
+/// Runs tool calls through the pipeline; shared by every caller.
+///
+/// Calls must run inside a Tokio runtime with its time driver enabled (timeouts).
+pub struct Executor {
+    default_timeout: Duration,
+    validation: ValidationConfig,
+    before_hooks: Vec<Arc<dyn BeforeHook>>,
+    after_hooks: Vec<Arc<dyn AfterHook>>,
+    guardrails: Vec<Arc<dyn Guardrail>>,
+    approval: Option<Arc<dyn ApprovalPort>>,
+    run_limits: RunLimits,
+    cache: Option<ResultCache>,
+    ledger: Option<Arc<dyn LedgerSink>>,
+}
+
+impl fmt::Debug for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor")
+            .field("default_timeout", &self.default_timeout)
+            .field("before_hooks", &self.before_hooks.len())
+            .field("after_hooks", &self.after_hooks.len())
+            .field("guardrails", &self.guardrails.len())
+            .field("approval", &self.approval.is_some())
+            .field("run_limits", &self.run_limits)
+            .field("cache", &self.cache.is_some())
+            .field("ledger", &self.ledger.is_some())
+            .finish()
+    }
+}
+
+impl Default for Executor {
+    fn default() -> Self {
+        ExecutorBuilder::default().build()
+    }
+}
+
+static DEFAULT_EXECUTOR: OnceLock<Arc<Executor>> = OnceLock::new();
+
+impl Executor {
+    /// A builder with every stage off but validation, the 30 s default timeout and the cache.
+    pub fn builder() -> ExecutorBuilder {
+        ExecutorBuilder::default()
+    }
+
+    /// The process-wide default executor (what a new [`ToolRegistry`] uses).
+    pub fn default_executor() -> Arc<Executor> {
+        Arc::clone(DEFAULT_EXECUTOR.get_or_init(|| Arc::new(Executor::default())))
+    }
+
+    /// Sets the process-wide default, once, before any registry uses it.
+    pub fn set_default(executor: Executor) -> Result<(), ExecutorError> {
+        DEFAULT_EXECUTOR
+            .set(Arc::new(executor))
+            .map_err(|_| ExecutorError::DefaultAlreadySet)
+    }
+
+    /// A context for a new run with the executor's run limits.
+    pub fn context(&self) -> CallContext {
+        CallContext::new(Run::new(self.run_limits))
+    }
+
+    /// A context for a new run cancelled by `token`.
+    pub fn context_with_token(&self, token: CancellationToken) -> CallContext {
+        CallContext::new(Run::with_token(self.run_limits, token))
+    }
+
+    /// The executor's time limit for tools that set none.
+    pub fn default_timeout(&self) -> Duration {
+        self.default_timeout
+    }
+
+    /// Runs one call of a tool in `tools` through the pipeline; never fails: failures are
+    /// error results.
+    ///
+    /// A call with an empty id gets a fresh `call_...` id, which its result carries.
+    pub async fn execute(
+        &self,
+        tools: &ToolRegistry,
+        call: &ToolCall,
+        context: &CallContext,
+    ) -> ToolRun {
+        let call = if call.id.is_empty() {
+            Cow::Owned(ToolCall {
+                id: fresh_call_id(),
+                ..call.clone()
+            })
+        } else {
+            Cow::Borrowed(call)
+        };
+        let span = tracing::info_span!("tool.call", tool = %call.name, call_id = %call.id);
+        async {
+            let started = Instant::now();
+            let mut trace = Trace::default();
+            let outcome = self.pipeline(tools, &call, context, &mut trace).await;
+            let latency = started.elapsed();
+            let result = match &outcome {
+                Ok(value) => {
+                    tracing::debug!(?latency, outcome = "ok", "tool call finished");
+                    ToolResult::from_value(&call, value)
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        ?latency,
+                        kind = %error.kind,
+                        message = %error.message,
+                        detail = error.detail.as_deref(),
+                        "tool call failed"
+                    );
+                    ToolResult::error(&call, error.kind, error.message.clone())
+                }
+            };
+            if let Some(ledger) = &self.ledger {
+                let record = record(&call, outcome, latency, trace);
+                if let Err(error) = ledger.record(&record) {
+                    tracing::error!(%error, "the tool ledger could not be written");
+                }
+            }
+            ToolRun { result, latency }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs [`execute`](Self::execute) from synchronous code (see [`run_sync`]).
+    pub fn execute_sync(
+        &self,
+        tools: &ToolRegistry,
+        call: &ToolCall,
+        context: &CallContext,
+    ) -> Result<ToolRun, RunSyncError> {
+        run_sync(self.execute(tools, call, context))
+    }
+
+    /// Stages 1 to 8.
+    async fn pipeline(
+        &self,
+        tools: &ToolRegistry,
+        call: &ToolCall,
+        context: &CallContext,
+        trace: &mut Trace,
+    ) -> Result<Value, CallError> {
+        let Some(entry) = tools.entry(&call.name) else {
+            return Err(CallError::new(
+                ToolErrorKind::UnknownTool,
+                tools.unknown_tool_message(&call.name),
+            ));
+        };
+        let mut arguments = self.validation.validate_text(entry, &call.arguments)?;
+        for hook in &self.before_hooks {
+            if let HookAction::Respond(value) = hook.before(call, &mut arguments).await {
+                self.keep_arguments(trace, &arguments);
+                return Ok(value);
+            }
+        }
+        self.keep_arguments(trace, &arguments);
+        guardrails::check(&self.guardrails, Side::Input, call, &arguments).await?;
+        let policy = entry.tool.policy();
+        if policy.confirm {
+            arguments = self.approve(entry, call, arguments, context, trace).await?;
+            self.keep_arguments(trace, &arguments);
+        }
+        let remaining = context.run.admit(&call.name)?;
+
+        let mut outcome = self
+            .invoke(entry, call, arguments, policy, context, remaining, trace)
+            .await;
+        if let Ok(value) = &outcome
+            && let Err(error) = guardrails::check(&self.guardrails, Side::Output, call, value).await
+        {
+            outcome = Err(error);
+        }
+        for hook in &self.after_hooks {
+            hook.after(call, &mut outcome).await;
+        }
+        outcome
+    }
+
+    /// Keeps the arguments for the ledger (only when there is one: it costs a clone).
+    fn keep_arguments(&self, trace: &mut Trace, arguments: &Value) {
+        if self.ledger.is_some() {
+            trace.arguments = Some(arguments.clone());
+        }
+    }
+
+    /// Stage 4: asks the approver; returns the arguments to run with.
+    async fn approve(
+        &self,
+        entry: &Entry,
+        call: &ToolCall,
+        arguments: Value,
+        context: &CallContext,
+        trace: &mut Trace,
+    ) -> Result<Value, CallError> {
+        let Some(approver) = &self.approval else {
+            // Fail closed: a tool that asks for confirmation never runs unconfirmed.
+            trace.approval = Some(ApprovalRecord::Denied);
+            return Err(approval::denied("no one is available to approve it")
+                .with_detail("the tool needs confirmation but the executor has no approver"));
+        };
+        let request = ApprovalRequest {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments,
+            can_wait: context.can_wait,
+        };
+        match approver.request(&request).await {
+            ApprovalOutcome::Decided(ApprovalDecision::Approve) => {
+                trace.approval = Some(ApprovalRecord::Approved);
+                Ok(request.arguments)
+            }
+            ApprovalOutcome::Decided(ApprovalDecision::ApproveWithEdits { arguments }) => {
+                trace.approval = Some(ApprovalRecord::ApprovedWithEdits);
+                self.validation
+                    .validate_value(entry, arguments)
+                    .map_err(|error| {
+                        let detail = format!("the approver's edited arguments: {}", error.message);
+                        CallError::new(
+                            ToolErrorKind::ToolArgsInvalid,
+                            "the arguments the approver edited are not valid for this tool",
+                        )
+                        .with_detail(detail)
+                    })
+            }
+            ApprovalOutcome::Decided(ApprovalDecision::Deny { reason }) => {
+                trace.approval = Some(ApprovalRecord::Denied);
+                Err(approval::denied(&reason))
+            }
+            ApprovalOutcome::Pending => {
+                trace.approval = Some(ApprovalRecord::Pending);
+                Err(approval::pending())
+            }
+        }
+    }
+
+    /// Stages 6 and 7: the cache, then the tool under its timeout and the run's token.
+    #[allow(clippy::too_many_arguments)]
+    async fn invoke(
+        &self,
+        entry: &Entry,
+        call: &ToolCall,
+        arguments: Value,
+        policy: ToolPolicy,
+        context: &CallContext,
+        remaining: Option<Duration>,
+        trace: &mut Trace,
+    ) -> Result<Value, CallError> {
+        let cached = match (&self.cache, policy.cache_ttl) {
+            (Some(cache), Some(ttl)) => {
+                let key = ResultCache::key(&call.name, &arguments);
+                if let Some(value) = cache.get(&key) {
+                    trace.cache_hit = true;
+                    return Ok(value);
+                }
+                Some((cache, key, ttl))
+            }
+            _ => None,
+        };
+
+        let timeout = policy.timeout.unwrap_or(self.default_timeout);
+        // The run's remaining tool time caps this call too; running out of it is a run limit.
+        let (limit, by_budget) = match remaining {
+            Some(left) if left < timeout => (left, true),
+            _ => (timeout, false),
+        };
+        let started = tokio::time::Instant::now();
+        let raced = call_tool(entry, call, arguments, policy.cancellable, limit, context).await;
+        context.run.spend(started.elapsed());
+        let outcome = match raced {
+            Raced::Done(Ok(Ok(value))) => Ok(value),
+            Raced::Done(Ok(Err(error))) => Err(CallError::from(error)),
+            Raced::Done(Err(payload)) => {
+                Err(CallError::new(ToolErrorKind::ToolError, PANIC_MESSAGE)
+                    .with_detail(format!("panic: {}", panic_text(payload.as_ref()))))
+            }
+            Raced::TimedOut if by_budget => Err(limits::exceeded(
+                "this turn ran out of time for tools while the tool was running",
+            )
+            .with_detail(format!("stopped after the run's remaining {limit:?}"))),
+            Raced::TimedOut => Err(CallError::new(
+                ToolErrorKind::Timeout,
+                format!(
+                    "the tool did not finish within {}; try again later or without it",
+                    human_duration(limit)
+                ),
+            )),
+            Raced::Cancelled => Err(CallError::new(
+                ToolErrorKind::Cancelled,
+                "the call was cancelled",
+            )
+            .with_detail("the run's cancellation token fired")),
+        };
+        if let (Ok(value), Some((cache, key, ttl))) = (&outcome, cached) {
+            cache.insert(key, value.clone(), ttl);
+        }
+        outcome
+    }
+}
+
+/// How the call itself ended.
+enum Raced {
+    Done(Result<Result<Value, ToolError>, Box<dyn Any + Send>>),
+    TimedOut,
+    Cancelled,
+}
+
+/// Stage 7: runs the tool, catching panics, under `limit` and (if cancellable) the token.
+async fn call_tool(
+    entry: &Entry,
+    call: &ToolCall,
+    arguments: Value,
+    cancellable: bool,
+    limit: Duration,
+    context: &CallContext,
+) -> Raced {
+    let tool = Arc::clone(&entry.tool);
+    // The future is created inside the guarded block too, so a hand-written `call` that
+    // panics before returning its future is caught as well.
+    let guarded = AssertUnwindSafe(async move { tool.call(arguments).await }).catch_unwind();
+    if cancellable {
+        // Dropping the tool's future is what stops it, on timeout and on cancellation alike.
+        tokio::select! {
+            biased;
+            () = context.run.token().cancelled() => Raced::Cancelled,
+            done = tokio::time::timeout(limit, guarded) => done.map_or(Raced::TimedOut, Raced::Done),
+        }
+    } else {
+        // A tool that must not be cut off half-way (a payment, a booking) runs as a task of
+        // its own: neither barge-in nor the timeout stops it, they only stop the waiting.
+        let task = tokio::spawn(guarded.instrument(tracing::Span::current()));
+        let mut finished = CompletionGuard {
+            name: call.name.clone(),
+            done: false,
+        };
+        let joined = tokio::time::timeout(limit, task).await;
+        finished.done = joined.is_ok();
+        match joined {
+            Ok(Ok(outcome)) => Raced::Done(outcome),
+            Ok(Err(error)) => Raced::Done(Err(Box::new(error.to_string()))),
+            Err(_) => Raced::TimedOut,
+        }
+    }
+}
+
+/// Stage 9's record of one call.
+fn record(
+    call: &ToolCall,
+    outcome: Result<Value, CallError>,
+    latency: Duration,
+    trace: Trace,
+) -> LedgerRecord {
+    let arguments = trace
+        .arguments
+        .unwrap_or_else(|| Value::String(call.arguments.clone()));
+    let (outcome, error_kind, message, detail) = match outcome {
+        Ok(_) => (Outcome::Ok, None, None, None),
+        Err(error) => (
+            Outcome::Error,
+            Some(error.kind),
+            Some(error.message),
+            error.detail,
+        ),
+    };
+    LedgerRecord {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments,
+        outcome,
+        error_kind,
+        message,
+        detail,
+        latency_us: u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
+        approval: trace.approval,
+        cache_hit: trace.cache_hit,
+        timestamp_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    }
+}
+
+/// Builds an [`Executor`].
+pub struct ExecutorBuilder {
+    executor: Executor,
+}
+
+impl Default for ExecutorBuilder {
+    fn default() -> Self {
+        Self {
+            executor: Executor {
+                default_timeout: DEFAULT_TIMEOUT,
+                validation: ValidationConfig::default(),
+                before_hooks: Vec::new(),
+                after_hooks: Vec::new(),
+                guardrails: Vec::new(),
+                approval: None,
+                run_limits: RunLimits::default(),
+                cache: Some(ResultCache::new(CacheConfig::default())),
+                ledger: None,
+            },
+        }
+    }
+}
+
+impl ExecutorBuilder {
+    /// The time limit of tools that set none (default 30 s).
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.executor.default_timeout = timeout;
+        self
+    }
+
+    /// How validation failures are reported.
+    pub fn validation(mut self, config: ValidationConfig) -> Self {
+        self.executor.validation = config;
+        self
+    }
+
+    /// Adds a before-hook (they run in the order added).
+    pub fn before_hook(mut self, hook: impl BeforeHook + 'static) -> Self {
+        self.executor.before_hooks.push(Arc::new(hook));
+        self
+    }
+
+    /// Adds an after-hook (they run in the order added).
+    pub fn after_hook(mut self, hook: impl AfterHook + 'static) -> Self {
+        self.executor.after_hooks.push(Arc::new(hook));
+        self
+    }
+
+    /// Adds a guardrail (they run in the order added; the first block wins).
+    pub fn guardrail(mut self, guardrail: impl Guardrail + 'static) -> Self {
+        self.executor.guardrails.push(Arc::new(guardrail));
+        self
+    }
+
+    /// The approver of `confirm` tools (without one, they are denied).
+    pub fn approval(mut self, approver: Arc<dyn ApprovalPort>) -> Self {
+        self.executor.approval = Some(approver);
+        self
+    }
+
+    /// The limits of runs created by [`Executor::context`] (and so by the registry).
+    pub fn run_limits(mut self, limits: RunLimits) -> Self {
+        self.executor.run_limits = limits;
+        self
+    }
+
+    /// The result cache's size (on by default; only tools with a `cache_ttl` use it).
+    pub fn cache(mut self, config: CacheConfig) -> Self {
+        self.executor.cache = Some(ResultCache::new(config));
+        self
+    }
+
+    /// Turns the result cache off.
+    pub fn no_cache(mut self) -> Self {
+        self.executor.cache = None;
+        self
+    }
+
+    /// Where each call's record goes.
+    pub fn ledger(mut self, sink: Arc<dyn LedgerSink>) -> Self {
+        self.executor.ledger = Some(sink);
+        self
+    }
+
+    /// The executor.
+    pub fn build(self) -> Executor {
+        self.executor
+    }
+}
+
+/// Why [`run_sync`] could not give the future's output.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunSyncError {
+    /// No runtime could be built.
+    #[error("could not start a runtime for the tool call: {0}")]
+    Runtime(#[from] std::io::Error),
+    /// The future panicked.
+    #[error("the tool call panicked")]
+    Panicked,
+}
+
+/// Runs `future` to completion from synchronous code.
+///
+/// With no runtime on this thread, on a new current-thread runtime. Inside a runtime (where
+/// blocking on it would deadlock or panic), on a separate thread with its own runtime while
+/// this thread waits. The future must not depend on being polled by the caller's runtime.
+///
+/// Cancelling whatever waits on this call does not stop that thread: the tool's timeout does.
+pub fn run_sync<F>(future: F) -> Result<F::Output, RunSyncError>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    fn block_on<F: Future>(future: F) -> Result<F::Output, RunSyncError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(runtime.block_on(future))
+    }
+    if tokio::runtime::Handle::try_current().is_err() {
+        return block_on(future);
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| block_on(future))
+            .join()
+            .map_err(|_| RunSyncError::Panicked)?
+    })
+}
+
+/// A fresh call id for callers that gave none.
+fn fresh_call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An error and its sources, for the operator.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A duration as the model reads it ("5s", "250ms").
+fn human_duration(duration: Duration) -> String {
+    if duration.as_millis().is_multiple_of(1000) {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{}ms", duration.as_millis())
+    }
+}
+
+/// A panic's message, for the operator.
+fn panic_text(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(a panic without a message)")
+}
+
+/// Notes a non-cancellable tool that is left running because its caller stopped waiting.
+struct CompletionGuard {
+    name: String,
+    done: bool,
+}
+
+impl Drop for CompletionGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::info!(tool = %self.name, "stopped waiting; the tool runs on to completion");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_ids_are_unique_call_ids() {
+        let (a, b) = (fresh_call_id(), fresh_call_id());
+        assert!(a.starts_with("call_") && a != b, "{a} {b}");
+    }
+
+    #[test]
+    fn tool_errors_keep_the_detail_chain_for_the_operator() {
+        let error = CallError::from(
+            ToolError::new("weather is down").with_detail(std::io::Error::other("503")),
+        );
+        assert_eq!(error.kind, ToolErrorKind::ToolError);
+        assert_eq!(error.message, "weather is down");
+        assert_eq!(error.detail.as_deref(), Some("503"));
+        let invalid = CallError::from(ToolError::invalid_arguments("bad date"));
+        assert_eq!(invalid.kind, ToolErrorKind::ToolArgsInvalid);
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_duration(Duration::from_secs(5)), "5s");
+        assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
+    }
+
+    #[test]
+    fn run_sync_works_without_a_runtime() {
+        let out = run_sync(async { 1 + 1 }).ok();
+        assert_eq!(out, Some(2));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn run_sync_inside_a_runtime_does_not_deadlock() {
+        let out = run_sync(async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            3
+        })
+        .ok();
+        assert_eq!(out, Some(3));
+    }
+}
