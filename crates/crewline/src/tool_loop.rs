@@ -160,6 +160,8 @@ impl ToolLoop {
             let span = tracing::debug_span!("turn", max_rounds = self.config.max_tool_rounds);
             let mut state = TurnState::new(context);
             let mut report = TurnReport::default();
+            // One executor run per turn: run limits (calls, tool time) count over all rounds.
+            let run = self.tools.executor().context();
             let mut tool_rounds = 0;
             loop {
                 let forced_final = tool_rounds >= self.config.max_tool_rounds;
@@ -233,7 +235,9 @@ impl ToolLoop {
                     yield Ok(TurnEvent::ToolStarted(call));
                 }
                 let calls = state.calls.clone();
-                let mut runs = self.tools.execute_each(&calls, self.config.parallel_tools);
+                let mut runs =
+                    self.tools
+                        .execute_each_in(&calls, self.config.parallel_tools, run.clone());
                 while let Some((index, run)) = runs.next().await {
                     round.tools.push((run.result.name.clone(), run.latency));
                     if let Some(slot) = state.results.get_mut(index) {

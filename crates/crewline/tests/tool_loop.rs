@@ -661,3 +661,49 @@ async fn barge_in_during_tools_cancels_them_and_leaves_no_dangling_tool_call() {
     let cancelled_result = &context.messages()[n - 1];
     assert!(cancelled_result.text().unwrap().contains("Cancelled"));
 }
+
+#[tokio::test]
+async fn run_limits_count_over_every_round_of_a_turn() {
+    use crewline::tool::{Executor, executor::limits::RunLimits};
+
+    let executor = Executor::builder()
+        .run_limits(RunLimits {
+            max_calls: Some(2),
+            ..RunLimits::default()
+        })
+        .build();
+    let mut registry = ToolRegistry::new().with_executor(Arc::new(executor));
+    registry.register(weather_tool()).unwrap();
+    let mut llm = MockLlmClient::new();
+    let round = Arc::new(AtomicUsize::new(0));
+    let counter = round.clone();
+    llm.expect_stream_chat().times(4).returning(move |_| {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        Ok(if n < 3 {
+            tool_reply(
+                "",
+                &[(&format!("call_{n}"), "get_weather", json!({"city": "Oslo"}))],
+            )
+        } else {
+            text_reply(&["Done."])
+        })
+    });
+    let turn_loop = ToolLoop::new(Arc::new(llm), Arc::new(registry));
+    let mut context = context();
+
+    let (events, error) = drive(&turn_loop, &mut context).await;
+
+    assert!(error.is_none());
+    let kinds: Vec<Option<ToolErrorKind>> = events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::ToolFinished(run) => Some(run.result.error_kind()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [None, None, Some(ToolErrorKind::RunLimitExceeded)],
+        "the third call of the turn is over the limit of two, whatever round it is in"
+    );
+}
