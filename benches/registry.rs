@@ -1,13 +1,25 @@
 //! Registry overhead per tool call: parsing, schema validation, dispatch and result encoding.
 //!
 //! Side by side: `ToolRegistry::execute` on one call versus calling the same tool body
-//! directly with already-parsed arguments, so the ratio is the registry's cost.
+//! directly with already-parsed arguments, so the ratio is the registry's cost. The `executor`
+//! group puts one call through the executor with every optional stage off, then with all of
+//! them on (hooks, guardrails, run limits, a cache miss, a memory ledger).
 
-use std::{hint::black_box, sync::Arc};
+use std::{hint::black_box, sync::Arc, time::Duration};
 
+use async_trait::async_trait;
 use crewline::prelude::*;
+use crewline::tool::{
+    Executor, ToolPolicy,
+    executor::{
+        guardrails::{Guardrail, Verdict},
+        hooks::{FnAfterHook, FnBeforeHook, HookAction},
+        ledger::MemoryLedger,
+        limits::RunLimits,
+    },
+};
 use criterion::{Criterion, criterion_group, criterion_main};
-use serde_json::json;
+use serde_json::{Value, json};
 
 struct Lookup;
 
@@ -28,8 +40,50 @@ impl Lookup {
     }
 }
 
+/// The same tool with a cache TTL so short that every lookup misses (and the result is still
+/// stored): the cost of a miss, with eviction of expired entries amortised.
+struct CachedLookup(Arc<dyn Tool>);
+
+#[async_trait]
+impl Tool for CachedLookup {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn description(&self) -> &str {
+        self.0.description()
+    }
+    fn parameters(&self) -> Value {
+        self.0.parameters()
+    }
+    fn policy(&self) -> ToolPolicy {
+        ToolPolicy::new().cache_ttl(Duration::from_nanos(1))
+    }
+    async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
+        self.0.call(arguments).await
+    }
+}
+
+/// A guardrail that inspects both sides and allows.
+struct Allow;
+
+#[async_trait]
+impl Guardrail for Allow {
+    fn name(&self) -> &str {
+        "allow"
+    }
+    async fn check_input(&self, _call: &ToolCall, arguments: &Value) -> Verdict {
+        black_box(arguments);
+        Verdict::Allow
+    }
+    async fn check_output(&self, _call: &ToolCall, output: &Value) -> Verdict {
+        black_box(output);
+        Verdict::Allow
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .expect("runtime");
     let agent = Arc::new(Lookup);
@@ -68,6 +122,55 @@ fn bench(c: &mut Criterion) {
     group.bench_function("execute_4_calls_sequential", |b| {
         b.to_async(&runtime)
             .iter(|| async { black_box(registry.execute(&four, false).await) })
+    });
+    group.finish();
+
+    let tool = registry
+        .get("order_status")
+        .map(Arc::clone)
+        .expect("registered");
+    let all_off = ToolRegistry::new()
+        .with_executor(Arc::new(Executor::builder().no_cache().build()))
+        .register_arc(Arc::clone(&tool))
+        .expect("register")
+        .clone();
+    let ledger = Arc::new(MemoryLedger::new());
+    let all_on_executor = Executor::builder()
+        .before_hook(FnBeforeHook(|_: &ToolCall, arguments: &mut Value| {
+            black_box(arguments);
+            HookAction::Continue
+        }))
+        .after_hook(FnAfterHook(
+            |_: &ToolCall, outcome: &mut Result<Value, crewline::tool::CallError>| {
+                black_box(outcome);
+            },
+        ))
+        .guardrail(Allow)
+        .run_limits(RunLimits {
+            max_calls: Some(1_000),
+            max_calls_per_tool: Some(1_000),
+            max_tool_time: Some(Duration::from_secs(3_600)),
+        })
+        .ledger(ledger.clone())
+        .build();
+    let all_on = ToolRegistry::new()
+        .with_executor(Arc::new(all_on_executor))
+        .register(CachedLookup(tool))
+        .expect("register")
+        .clone();
+
+    let mut group = c.benchmark_group("executor");
+    group.bench_function("1_call_stages_off", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { black_box(all_off.execute(&one, true).await) })
+    });
+    group.bench_function("1_call_stages_on", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let out = all_on.execute(&one, true).await;
+            // Keeps the ledger from growing over millions of iterations.
+            black_box(ledger.take());
+            black_box(out)
+        })
     });
     group.finish();
 }
