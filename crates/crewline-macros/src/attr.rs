@@ -43,6 +43,8 @@ pub(crate) struct ToolOptions {
     pub(crate) confirm: Option<bool>,
     /// How long results are cached, in seconds.
     pub(crate) cache_ttl_s: Option<u64>,
+    /// The targets of `export = "crew,mcp"` (`None`: every target).
+    pub(crate) export: Option<ExportList>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -101,14 +103,61 @@ impl ToolOptions {
                     Ok(true)
                 }
             })
+        } else if meta.path.is_ident("export") {
+            set_once(&mut self.export, meta, "export", |meta| {
+                ExportList::parse(&meta.value()?.parse()?)
+            })
         } else if meta.path.is_ident("crate") {
             set_once(&mut self.krate, meta, "crate", parse_crate_path)
         } else {
             Err(meta.error(format!(
-                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N` or `crate = path`",
+                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `export = \"crew,mcp,remote\"` or `crate = path`",
                 path_text(&meta.path)
             )))
         }
+    }
+}
+
+/// The targets of `export = "crew,mcp"`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ExportList {
+    pub(crate) crew: bool,
+    pub(crate) mcp: bool,
+    pub(crate) remote: bool,
+}
+
+impl ExportList {
+    /// Parses a comma-separated list of `crew`, `mcp` and `remote` (at least one).
+    fn parse(literal: &LitStr) -> syn::Result<Self> {
+        let mut list = Self::default();
+        let mut any = false;
+        for target in literal.value().split(',').map(str::trim) {
+            if target.is_empty() {
+                continue;
+            }
+            let slot = match target {
+                "crew" => &mut list.crew,
+                "mcp" => &mut list.mcp,
+                "remote" => &mut list.remote,
+                other => {
+                    return Err(syn::Error::new_spanned(
+                        literal,
+                        format!(
+                            "unknown export target `{other}`; the valid targets are `crew`, `mcp` and `remote`"
+                        ),
+                    ));
+                }
+            };
+            *slot = true;
+            any = true;
+        }
+        if !any {
+            return Err(syn::Error::new_spanned(
+                literal,
+                "`export` needs at least one target: `crew`, `mcp` or `remote` (separate several with commas)",
+            ));
+        }
+        Ok(list)
     }
 }
 

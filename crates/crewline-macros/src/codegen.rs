@@ -137,25 +137,55 @@ pub(crate) fn tool_items(
 
     // Only written when an option changes it; the trait's default keeps `cancellable` in step
     // with `cancel_on_interrupt`.
-    let policy =
-        (spec.timeout_ms.is_some() || spec.confirm || spec.cache_ttl_s.is_some()).then(|| {
-            let timeout = spec
-                .timeout_ms
-                .map(|ms| quote!(.timeout(#private::Duration::from_millis(#ms))));
-            let confirm = spec.confirm.then(|| quote!(.confirm(true)));
-            let cache = spec
-                .cache_ttl_s
-                .map(|s| quote!(.cache_ttl(#private::Duration::from_secs(#s))));
+    let policy = (spec.timeout_ms.is_some()
+        || spec.confirm
+        || spec.cache_ttl_s.is_some()
+        || spec.export.is_some())
+    .then(|| {
+        let timeout = spec
+            .timeout_ms
+            .map(|ms| quote!(.timeout(#private::Duration::from_millis(#ms))));
+        let confirm = spec.confirm.then(|| quote!(.confirm(true)));
+        let cache = spec
+            .cache_ttl_s
+            .map(|s| quote!(.cache_ttl(#private::Duration::from_secs(#s))));
+        let exports = spec.export.map(|list| {
+            let (crew, mcp, remote) = (list.crew, list.mcp, list.remote);
             quote! {
-                fn policy(&self) -> #private::ToolPolicy {
-                    #private::ToolPolicy::new()
-                        .cancellable(#private::Tool::cancel_on_interrupt(self))
-                        #timeout
-                        #confirm
-                        #cache
-                }
+                .exports(#private::Exports {
+                    crew: #crew,
+                    mcp: #mcp,
+                    remote: #remote,
+                })
             }
         });
+        quote! {
+            fn policy(&self) -> #private::ToolPolicy {
+                #private::ToolPolicy::new()
+                    .cancellable(#private::Tool::cancel_on_interrupt(self))
+                    #timeout
+                    #confirm
+                    #cache
+                    #exports
+            }
+        }
+    });
+
+    // Autoref specialisation (see `__private::ResultSchema`): a schema only when the type
+    // implements `JsonSchema`, without the macro having to know whether it does.
+    let result_schema = spec.result_ty.as_ref().map(|ty| {
+        quote! {
+            fn result_schema(&self) -> ::core::option::Option<#private::Value> {
+                static SCHEMA: #private::OnceLock<::core::option::Option<#private::Value>> =
+                    #private::OnceLock::new();
+                ::core::clone::Clone::clone(SCHEMA.get_or_init(|| {
+                    #[allow(unused_imports)]
+                    use #private::{JsonResultSchema as _, NoResultSchema as _};
+                    (&&#private::ResultSchema::<#ty>::new()).result_schema()
+                }))
+            }
+        }
+    });
 
     quote! {
         #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
@@ -181,6 +211,8 @@ pub(crate) fn tool_items(
             #cancel_on_interrupt
 
             #policy
+
+            #result_schema
 
             fn parameters(&self) -> #private::Value {
                 static SCHEMA: #private::OnceLock<#private::Value> = #private::OnceLock::new();

@@ -50,7 +50,11 @@ use proc_macro::TokenStream;
 ///   `T: Serialize` (`()` is `null`; a `String` is the model's content as is).
 /// - An `async fn` is awaited; a plain `fn` runs on Tokio's blocking pool, so it may block, and
 ///   a panic in it becomes a `ToolError`.
-/// - Options: `#[function_tool(name = "..", description = "..", crate = path)]`.
+/// - `Tool::result_schema` is the JSON Schema of `T` (of the `T` of `Result<T, E>`) when it
+///   implements `schemars::JsonSchema`, and `None` otherwise (and for `()`).
+/// - Options: `#[function_tool(name = "..", description = "..", crate = path)]`, the policy's
+///   `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `cancellable = false`, and
+///   `export = "crew,mcp,remote"` (the targets the tool is offered to; default: all).
 #[proc_macro_attribute]
 pub fn function_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     free_fn::expand(attr.into(), item.into()).into()

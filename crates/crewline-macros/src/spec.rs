@@ -9,7 +9,7 @@ use syn::{
 };
 
 use crate::{
-    attr::{ArgDefault, ArgOptions, ToolOptions, default_crate_path, is_arg},
+    attr::{ArgDefault, ArgOptions, ExportList, ToolOptions, default_crate_path, is_arg},
     docs,
 };
 
@@ -70,6 +70,11 @@ pub(crate) struct ToolSpec {
     pub(crate) confirm: bool,
     /// How long results are cached, in seconds (`None`: not cached).
     pub(crate) cache_ttl_s: Option<u64>,
+    /// The targets it is exported to (`None`: every target).
+    pub(crate) export: Option<ExportList>,
+    /// The type whose JSON Schema is the result schema (if it has one): the `T` of a
+    /// `Result<T, E>`, otherwise the return type (`None` for `()` and `impl Trait`).
+    pub(crate) result_ty: Option<Type>,
     /// How it takes its agent.
     pub(crate) receiver: Receiver,
     /// Its arguments, in order.
@@ -302,6 +307,12 @@ pub(crate) fn analyze(
         ReturnType::Type(_, ty) => Output::Value((**ty).clone()),
     };
 
+    let result_ty = result_type(&output).and_then(|ty| match context {
+        Context::Free => Some(ty),
+        // A return type that does not parse once `Self` is spelled out simply has no schema.
+        Context::Method { self_ty } => replace_self_in_type(&ty, self_ty).ok(),
+    });
+
     errors.finish()?;
     Ok(ToolSpec {
         fn_ident: sig.ident.clone(),
@@ -312,6 +323,8 @@ pub(crate) fn analyze(
         timeout_ms: options.timeout_ms,
         confirm: options.confirm.unwrap_or(false),
         cache_ttl_s: options.cache_ttl_s,
+        export: options.export,
+        result_ty,
         receiver,
         args,
         output,
@@ -328,6 +341,38 @@ fn is_valid_tool_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+}
+
+/// The type a tool's result schema is written from: the `T` of `Result<T, E>` (or of an alias
+/// such as `io::Result<T>`), otherwise the return type itself; `None` for `()`, for a `Result`
+/// without type arguments and for types containing `impl Trait` (which cannot be named).
+fn result_type(output: &Output) -> Option<Type> {
+    let ty = match output {
+        Output::Unit => return None,
+        Output::Value(ty) => ty.clone(),
+        Output::Result(ty) => {
+            let Type::Path(path) = ty else { return None };
+            let PathArguments::AngleBracketed(generics) = &path.path.segments.last()?.arguments
+            else {
+                return None;
+            };
+            generics.args.iter().find_map(|argument| match argument {
+                GenericArgument::Type(ty) => Some(ty.clone()),
+                _ => None,
+            })?
+        }
+    };
+    let is_unit = matches!(&ty, Type::Tuple(tuple) if tuple.elems.is_empty());
+    (!is_unit && !mentions_impl(ty.to_token_stream())).then_some(ty)
+}
+
+/// Whether `tokens` contain the `impl` keyword (an `impl Trait` type).
+fn mentions_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => ident == "impl",
+        TokenTree::Group(group) => mentions_impl(group.stream()),
+        _ => false,
+    })
 }
 
 fn is_self(ty: &Type) -> bool {

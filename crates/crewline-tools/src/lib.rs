@@ -14,6 +14,7 @@
 
 mod error;
 pub mod executor;
+mod exports;
 mod registry;
 mod schema;
 mod tool;
@@ -26,6 +27,7 @@ pub use error::RegistryError;
 pub use executor::{
     CallContext, CallError, Executor, ExecutorBuilder, ExecutorError, RunSyncError, run_sync,
 };
+pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};
 pub use registry::{DEFAULT_MAX_CONCURRENCY, ToolRegistry, ToolRun};
 pub use schema::{normalize_schema, schema_for};
 pub use tool::{Tool, ToolError, ToolPolicy, ToolProvider};

@@ -5,6 +5,7 @@
 //! macros depends on `crewline` alone (plus `serde`/`schemars` for its own argument types).
 
 use std::any::Any;
+use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use serde::Serialize;
@@ -21,7 +22,7 @@ pub use std::{
 };
 pub use tokio;
 
-pub use crate::{Tool, ToolError, ToolPolicy, ToolProvider, schema_for};
+pub use crate::{Exports, Tool, ToolError, ToolPolicy, ToolProvider, schema_for};
 
 /// Deserialises a tool's arguments object, reporting a mismatch as
 /// [`ToolError::invalid_arguments`] with serde's message (which names the field at fault).
@@ -132,6 +133,62 @@ impl<T> OpaqueDefault for DefaultValue<T> {
     }
 }
 
+/// Probes whether a tool's result type `T` implements `JsonSchema`, by autoref
+/// specialisation: `(&&ResultSchema::<T>::new()).result_schema()` picks [`JsonResultSchema`]
+/// (the type's schema) when it applies and [`NoResultSchema`] (`None`) otherwise.
+pub struct ResultSchema<T: ?Sized>(PhantomData<T>);
+
+impl<T: ?Sized> ResultSchema<T> {
+    /// The probe for `T`.
+    pub const fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T: ?Sized> Default for ResultSchema<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The result schema of a `JsonSchema` type. See [`ResultSchema`].
+pub trait JsonResultSchema {
+    /// The type's schema as schemars writes it, without the root's `$schema` and `title`;
+    /// `None` for a type whose schema is just `null` (such as `()`).
+    fn result_schema(&self) -> Option<Value>;
+}
+
+impl<T: schemars::JsonSchema> JsonResultSchema for &ResultSchema<T> {
+    fn result_schema(&self) -> Option<Value> {
+        result_schema_for::<T>()
+    }
+}
+
+/// No result schema for a type that is not `JsonSchema`. See [`ResultSchema`].
+pub trait NoResultSchema {
+    /// Always `None`.
+    fn result_schema(&self) -> Option<Value>;
+}
+
+impl<T: ?Sized> NoResultSchema for ResultSchema<T> {
+    fn result_schema(&self) -> Option<Value> {
+        None
+    }
+}
+
+/// `T`'s schema without the root's `$schema` and `title` noise; `None` when it only says `null`.
+fn result_schema_for<T: schemars::JsonSchema>() -> Option<Value> {
+    let mut schema = schema_for::<T>();
+    if let Value::Object(map) = &mut schema {
+        map.remove("$schema");
+        map.remove("title");
+        if map.len() == 1 && map.get("type") == Some(&Value::from("null")) {
+            return None;
+        }
+    }
+    Some(schema)
+}
+
 /// `Self` seen as `T`: implemented only for `T` itself.
 ///
 /// `#[tools]` makes its tool structs generic over the agent (`A: ToolProvider + SameAs<Agent>`)
@@ -188,6 +245,17 @@ mod tests {
         struct Opaque;
         assert_eq!((&&DefaultValue(5_u8)).default_json(), Some(Value::from(5)));
         assert_eq!((&&DefaultValue(Opaque)).default_json(), None);
+    }
+
+    #[test]
+    #[allow(clippy::needless_borrow)] // The double reference is the point.
+    fn autoref_specialisation_finds_result_schemas_of_json_schema_types_only() {
+        struct Opaque;
+        let schema = (&&ResultSchema::<Vec<u8>>::new()).result_schema().unwrap();
+        assert_eq!(schema["type"], "array");
+        assert!(schema.get("$schema").is_none());
+        assert_eq!((&&ResultSchema::<Opaque>::new()).result_schema(), None);
+        assert_eq!((&&ResultSchema::<()>::new()).result_schema(), None);
     }
 
     #[tokio::test]

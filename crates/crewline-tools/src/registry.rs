@@ -7,7 +7,7 @@ use futures::{Stream, StreamExt, stream};
 use serde_json::Value;
 
 use crate::{
-    CallContext, Executor, RegistryError, Tool, ToolProvider,
+    CallContext, Executor, ExportError, NameRules, RegistryError, Target, Tool, ToolProvider,
     schema::{self, Mode},
 };
 
@@ -197,6 +197,53 @@ impl ToolRegistry {
         Ok(subset)
     }
 
+    /// The definitions of the tools exported to `target` (see [`ToolPolicy::exports`]), in
+    /// registration order. The crew's tool loop should offer `definitions_for(Target::Crew)`.
+    ///
+    /// [`ToolPolicy::exports`]: crate::ToolPolicy::exports
+    pub fn definitions_for(&self, target: Target) -> Vec<ToolDefinition> {
+        self.entries
+            .iter()
+            .filter(|e| e.tool.policy().exports.allows(target))
+            .map(|e| e.definition.clone())
+            .collect()
+    }
+
+    /// A registry (same executor and concurrency limit) with only the tools exported to
+    /// `target`, in registration order; names are checked with [`NameRules::Standard`].
+    pub fn export(&self, target: Target) -> Result<ToolRegistry, ExportError> {
+        self.export_with(target, NameRules::Standard)
+    }
+
+    /// Like [`export`](Self::export), checking every exported tool's name against `rules`
+    /// (such as [`NameRules::Python`] for MCP consumers that turn tools into Python functions).
+    ///
+    /// A name the rules reject is an [`ExportError::InvalidName`] here, not at call time.
+    pub fn export_with(
+        &self,
+        target: Target,
+        rules: NameRules,
+    ) -> Result<ToolRegistry, ExportError> {
+        let mut exported = ToolRegistry::new()
+            .with_max_concurrency(self.max_concurrency)
+            .with_executor(Arc::clone(&self.executor));
+        for entry in &self.entries {
+            if !entry.tool.policy().exports.allows(target) {
+                continue;
+            }
+            let name = &entry.definition.name;
+            rules
+                .check(name)
+                .map_err(|reason| ExportError::InvalidName {
+                    tool: name.clone(),
+                    target,
+                    reason,
+                })?;
+            exported.push_shared(Arc::clone(entry));
+        }
+        Ok(exported)
+    }
+
     /// Runs `calls`, returning one result per call in call order.
     ///
     /// With `parallel`, the calls run concurrently inside the caller's task (at most
@@ -358,9 +405,13 @@ impl ToolRegistry {
     }
 
     fn push(&mut self, entry: Entry) {
+        self.push_shared(Arc::new(entry));
+    }
+
+    fn push_shared(&mut self, entry: Arc<Entry>) {
         self.by_name
             .insert(entry.definition.name.clone(), self.entries.len());
-        self.entries.push(Arc::new(entry));
+        self.entries.push(entry);
     }
 }
 

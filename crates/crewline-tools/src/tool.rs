@@ -3,6 +3,8 @@ use std::{fmt, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use serde_json::Value;
 
+use crate::Exports;
+
 /// Something the model can call.
 ///
 /// Implement it by hand for tools whose schema is only known at run time; otherwise use
@@ -17,6 +19,14 @@ pub trait Tool: Send + Sync {
 
     /// The JSON Schema of the arguments object, as written; the registry normalises it.
     fn parameters(&self) -> Value;
+
+    /// The JSON Schema of the tool's successful result, if known (default `None`).
+    ///
+    /// `#[function_tool]` fills it in from the return type (the `T` of a `Result<T, E>`) when
+    /// that type implements `schemars::JsonSchema`.
+    fn result_schema(&self) -> Option<Value> {
+        None
+    }
 
     /// Whether a barge-in may cancel the tool mid-call (default `true`).
     ///
@@ -52,6 +62,8 @@ pub struct ToolPolicy {
     pub cache_ttl: Option<Duration>,
     /// Whether cancelling the run (barge-in) stops the call mid-way.
     pub cancellable: bool,
+    /// Where the tool may be offered (crew loop, MCP, remote agents).
+    pub exports: Exports,
 }
 
 impl Default for ToolPolicy {
@@ -61,6 +73,7 @@ impl Default for ToolPolicy {
             confirm: false,
             cache_ttl: None,
             cancellable: true,
+            exports: Exports::all(),
         }
     }
 }
@@ -92,6 +105,12 @@ impl ToolPolicy {
     /// Whether a cancelled run stops the call.
     pub fn cancellable(mut self, cancellable: bool) -> Self {
         self.cancellable = cancellable;
+        self
+    }
+
+    /// Exported only as `exports` says.
+    pub fn exports(mut self, exports: Exports) -> Self {
+        self.exports = exports;
         self
     }
 }

@@ -783,3 +783,165 @@ fn policy_options_become_the_tools_policy() {
     // Without policy options the trait's default applies.
     assert_eq!(GreetTool.policy(), ToolPolicy::new());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Result schemas and export targets
+// ---------------------------------------------------------------------------------------------
+
+/// A seat on a flight.
+#[derive(Debug, Serialize, JsonSchema)]
+struct Seat {
+    /// The seat's row.
+    row: u8,
+    letter: String,
+    window: Option<bool>,
+}
+
+/// Pick a seat.
+#[function_tool]
+fn pick_seat() -> Seat {
+    Seat {
+        row: 12,
+        letter: "A".to_owned(),
+        window: Some(true),
+    }
+}
+
+/// Reserve a seat.
+#[function_tool]
+async fn reserve_seat(row: u8) -> Result<Seat, ToolError> {
+    Ok(Seat {
+        row,
+        letter: "C".to_owned(),
+        window: None,
+    })
+}
+
+/// Check in (a `Result` whose success is `()`).
+#[function_tool]
+fn check_in() -> Result<(), ToolError> {
+    Ok(())
+}
+
+/// Only for MCP clients.
+#[function_tool(export = "mcp")]
+fn mcp_status() -> String {
+    "ok".to_owned()
+}
+
+/// A name Python cannot take.
+#[function_tool(name = "def", export = " crew , mcp ")]
+fn define() -> u8 {
+    1
+}
+
+#[test]
+fn the_result_schema_comes_from_a_json_schema_return_type() {
+    let schema = PickSeatTool.result_schema().unwrap();
+    assert_eq!(schema["type"], "object");
+    assert_eq!(property(&schema, "row")["description"], "The seat's row.");
+    assert!(schema.get("$schema").is_none() && schema.get("title").is_none());
+    // As schemars writes it: `window` is optional, not strict-mode required.
+    assert_eq!(required(&schema), ["letter", "row"]);
+}
+
+#[test]
+fn the_result_schema_of_a_result_is_that_of_its_success_type() {
+    assert_eq!(
+        ReserveSeatTool.result_schema(),
+        PickSeatTool.result_schema()
+    );
+    // `u32` implements JsonSchema too.
+    assert_eq!(
+        ReadMissingFileTool.result_schema().unwrap()["type"],
+        "integer"
+    );
+}
+
+#[test]
+fn there_is_no_result_schema_without_json_schema_or_for_unit() {
+    // `Weather` is `Serialize` but not `JsonSchema`.
+    assert_eq!(GetWeatherTool.result_schema(), None);
+    assert_eq!(DoNothingTool.result_schema(), None);
+    assert_eq!(CheckInTool.result_schema(), None);
+}
+
+#[test]
+fn export_option_limits_where_the_tool_is_offered() {
+    use crewline::tool::{Exports, Target, ToolPolicy};
+    assert_eq!(
+        McpStatusTool.policy(),
+        ToolPolicy::new().exports(Exports::only(&[Target::Mcp]))
+    );
+    assert_eq!(
+        DefineTool.policy().exports,
+        Exports::only(&[Target::Crew, Target::Mcp])
+    );
+
+    let mut registry = ToolRegistry::new();
+    registry
+        .register(PickSeatTool)
+        .unwrap()
+        .register(McpStatusTool)
+        .unwrap()
+        .register(DefineTool)
+        .unwrap();
+    let crew = registry.export(Target::Crew).unwrap();
+    assert_eq!(crew.names(), ["pick_seat", "def"]);
+    assert!(crew.get("mcp_status").is_none());
+    let mcp = registry.export(Target::Mcp).unwrap();
+    assert_eq!(mcp.names(), ["pick_seat", "mcp_status", "def"]);
+    // The result schema travels with the exported tool.
+    assert!(mcp.get("pick_seat").unwrap().result_schema().is_some());
+}
+
+#[test]
+fn a_python_keyword_tool_name_is_rejected_by_the_python_rules() {
+    use crewline::tool::{ExportError, NameRules, Target};
+    let mut registry = ToolRegistry::new();
+    registry
+        .register(PickSeatTool)
+        .unwrap()
+        .register(DefineTool)
+        .unwrap();
+    let error = registry
+        .export_with(Target::Mcp, NameRules::Python)
+        .unwrap_err();
+    assert!(
+        matches!(&error, ExportError::InvalidName { tool, target: Target::Mcp, reason }
+            if tool == "def" && reason.contains("keyword")),
+        "{error:?}"
+    );
+    // Remote is not covered by its export list, so nothing there to reject.
+    assert_eq!(
+        registry
+            .export_with(Target::Remote, NameRules::Python)
+            .unwrap()
+            .names(),
+        ["pick_seat"]
+    );
+}
+
+/// An agent whose method tools have result schemas.
+struct SeatMap;
+
+#[tools]
+impl SeatMap {
+    /// The first free seat.
+    #[function_tool(export = "remote")]
+    async fn first_free(&self) -> Result<Seat, ToolError> {
+        Ok(pick_seat())
+    }
+}
+
+#[test]
+fn method_tools_have_result_schemas_and_exports_too() {
+    use crewline::tool::Target;
+    let mut registry = ToolRegistry::new();
+    registry.discover(&Arc::new(SeatMap)).unwrap();
+    let tool = registry.get("first_free").unwrap();
+    assert_eq!(tool.result_schema(), PickSeatTool.result_schema());
+    assert!(registry.export(Target::Crew).unwrap().is_empty());
+    assert!(registry.definitions_for(Target::Crew).is_empty());
+    assert_eq!(registry.export(Target::Remote).unwrap().len(), 1);
+}
