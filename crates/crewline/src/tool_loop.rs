@@ -9,7 +9,7 @@ use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, T
 use crewline_llm::{
     ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };
-use crewline_tools::{ToolRegistry, ToolRun};
+use crewline_tools::{Target, ToolRegistry, ToolRun};
 use futures::{StreamExt, stream::BoxStream};
 
 /// How many tool rounds a turn may take by default.
@@ -103,7 +103,8 @@ impl ToolLoop {
     /// A loop over `llm` with `tools`, with default settings.
     pub fn new(llm: Arc<dyn LlmClient>, tools: Arc<ToolRegistry>) -> Self {
         Self {
-            definitions: tools.definitions().into(),
+            // Only the tools exported to the crew loop are offered to its model.
+            definitions: tools.definitions_for(Target::Crew).into(),
             llm,
             tools,
             config: ToolLoopConfig::default(),

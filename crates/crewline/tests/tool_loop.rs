@@ -707,3 +707,51 @@ async fn run_limits_count_over_every_round_of_a_turn() {
         "the third call of the turn is over the limit of two, whatever round it is in"
     );
 }
+
+/// A tool exported to MCP clients only.
+struct McpOnly;
+
+#[async_trait]
+impl Tool for McpOnly {
+    fn name(&self) -> &str {
+        "admin_reset"
+    }
+    fn description(&self) -> &str {
+        "Resets an account; for operators' agents, not for callers."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    fn policy(&self) -> crewline::tool::ToolPolicy {
+        crewline::tool::ToolPolicy::default().exports(crewline::tool::Exports::only(&[
+            crewline::tool::Target::Mcp,
+        ]))
+    }
+    async fn call(&self, _arguments: Value) -> Result<Value, ToolError> {
+        Ok(json!("reset"))
+    }
+}
+
+#[tokio::test]
+async fn only_tools_exported_to_the_crew_are_offered_to_its_model() {
+    let mut registry = ToolRegistry::new();
+    registry.register(weather_tool()).unwrap();
+    registry.register(McpOnly).unwrap();
+    let mut llm = MockLlmClient::new();
+    llm.expect_stream_chat()
+        .times(1)
+        .withf(|req| {
+            req.tools
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                == ["get_weather"]
+        })
+        .returning(|_| Ok(text_reply(&["ok"])));
+    let turn_loop = ToolLoop::new(Arc::new(llm), Arc::new(registry));
+    let mut context = context();
+
+    let (_, error) = drive(&turn_loop, &mut context).await;
+
+    assert!(error.is_none());
+}
