@@ -8,6 +8,7 @@ use crewline_protocol::{
 };
 use crewline_tools::ToolRun;
 use futures::{FutureExt, StreamExt};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
@@ -138,11 +139,12 @@ impl OutputRunner {
         match &event.body {
             // Interruptible nodes got this on their interrupt line already.
             EventBody::Interrupt if self.interruptible() => return,
+            // `event` is this task's own value, so borrowing its request while answering needs
+            // no copy of the (possibly long) conversation.
             EventBody::LlmRequest(request) => {
-                let request = request.clone();
                 if self.io.handle.call().is_handed_off() {
                     tracing::debug!("call handed off; LLM request not answered");
-                } else if !self.answer(&request).await {
+                } else if !self.answer(request).await {
                     // The reference never echoes a request whose answer was interrupted.
                     return;
                 }
@@ -201,7 +203,8 @@ impl OutputRunner {
     fn sync_context(&mut self, messages: &[Value]) {
         let mut incoming = Vec::with_capacity(messages.len());
         for value in messages {
-            match Message::from_json(value.clone()) {
+            // Read from the borrowed JSON: no second deep copy of each message.
+            match Message::deserialize(value) {
                 Ok(message) => incoming.push(message),
                 Err(error) => {
                     tracing::warn!(%error, "unreadable message in system.llm.request skipped")

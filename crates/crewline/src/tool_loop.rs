@@ -231,11 +231,12 @@ impl ToolLoop {
                     return;
                 }
 
-                state.begin_tools(calls);
-                for call in state.calls.clone() {
-                    yield Ok(TurnEvent::ToolStarted(call));
+                // The state keeps the calls for the drop guard; the executor reads this copy
+                // while the state records results.
+                state.begin_tools(calls.clone());
+                for call in &calls {
+                    yield Ok(TurnEvent::ToolStarted(call.clone()));
                 }
-                let calls = state.calls.clone();
                 let mut runs =
                     self.tools
                         .execute_each_in(&calls, self.config.parallel_tools, run.clone());
