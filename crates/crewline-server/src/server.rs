@@ -51,6 +51,7 @@ pub struct CrewServer {
     config: Config,
     setup: Arc<SetupFn>,
     state: Arc<State>,
+    extra_routes: Vec<axum::Router>,
 }
 
 impl std::fmt::Debug for CrewServer {
@@ -87,7 +88,15 @@ impl CrewServer {
             },
             setup,
             state: Arc::new(State::new()),
+            extra_routes: Vec::new(),
         }
+    }
+
+    /// Serves `routes` beside the crew's own (`/ws`, `/health`, ...), e.g. an MCP endpoint
+    /// or a task API; a route that clashes with one already served panics at start-up.
+    pub fn merge(mut self, routes: axum::Router) -> Self {
+        self.extra_routes.push(routes);
+        self
     }
 
     /// The address [`run`](Self::run) listens on (default `0.0.0.0:8080`).
@@ -149,7 +158,15 @@ impl CrewServer {
     pub fn router(&self) -> axum::Router {
         let service = self.service();
         service.start_dry_run();
-        crate::http::router(service)
+        self.app(service)
+    }
+
+    /// The crew's routes with the merged extra ones.
+    fn app(&self, service: Arc<Service>) -> axum::Router {
+        self.extra_routes
+            .iter()
+            .cloned()
+            .fold(crate::http::router(service), axum::Router::merge)
     }
 
     /// Serves on `listener` until [`ServerHandle::shutdown`] is called.
@@ -177,7 +194,7 @@ impl CrewServer {
             Ok(addr) => tracing::info!(%addr, "crew server listening"),
             Err(error) => tracing::warn!(%error, "crew server listening on an unknown address"),
         }
-        let app = crate::http::router(Arc::clone(&service));
+        let app = self.app(Arc::clone(&service));
         let stop_http = CancellationToken::new();
         let stopped = stop_http.clone();
         let mut server = tokio::spawn(

@@ -56,6 +56,20 @@ async fn other_methods_get_405_in_the_reference_shape() {
 }
 
 #[tokio::test]
+async fn merged_routes_are_served_beside_the_crew_routes() {
+    let extra = axum::Router::new().route("/extra", axum::routing::get(|| async { "extra" }));
+    let server = TestServer::ready(CrewServer::new(echo_setup).merge(extra)).await;
+    let response = server.get("/extra").await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.body, "extra");
+    // The crew's own routes and the reference's 404 shape are unchanged.
+    assert_eq!(server.get("/health").await.status, 200);
+    let missing = server.get("/nowhere").await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.body, r#"{"detail":"Not Found"}"#);
+}
+
+#[tokio::test]
 async fn ready_is_503_with_the_reason_when_setup_fails() {
     let server = TestServer::start(CrewServer::new(|_setup: SessionSetup| async {
         Err::<Crew, _>(io::Error::other("OPENAI_API_KEY is not set"))
