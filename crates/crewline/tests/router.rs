@@ -599,3 +599,45 @@ fn a_valid_graph_starts_at_its_start_with_its_prompt() {
     );
     assert_eq!(router.context().messages(), [Message::system("Greet.")]);
 }
+
+#[tokio::test]
+async fn run_until_ends_the_turn_after_the_tool_round_that_met_the_condition() {
+    let state = RouterState::new();
+    let (outbound, _frames) = mpsc::channel(16);
+    let setup = SessionSetup::new(init(), outbound);
+    let mut registry = ToolRegistry::new();
+    registry
+        .discover(&Arc::new(Tools {
+            state: state.clone(),
+            call: setup.call().clone(),
+        }))
+        .expect("tools register");
+    let llm = ScriptedLlm::from_fn(model);
+    let turn_loop = ToolLoop::new(Arc::new(llm.clone()), Arc::new(registry));
+
+    let mut context = Context::with_system("intake: test.");
+    context.add(Message::user("two rounds"));
+    let mut events = Vec::new();
+    {
+        let mut turn = turn_loop.run_until(&mut context, || state.get("note").is_some());
+        while let Some(event) = turn.next().await {
+            events.push(event.expect("turn ok"));
+        }
+    }
+
+    assert_eq!(llm.requests().len(), 1, "not asked again after the round");
+    assert!(matches!(events.last(), Some(TurnEvent::Done(report)) if report.rounds.len() == 1));
+    assert!(
+        matches!(context.last(), Some(Message::Tool { .. })),
+        "the round's call and result are in the context"
+    );
+
+    // Without the condition the same turn goes on to a second round and an answer.
+    let mut context = Context::with_system("intake: test.");
+    context.add(Message::user("two rounds"));
+    let mut turn = turn_loop.run(&mut context);
+    while let Some(event) = turn.next().await {
+        event.expect("turn ok");
+    }
+    assert_eq!(llm.requests().len(), 4);
+}
