@@ -10,6 +10,8 @@ use serde_json::{Map, Value};
 /// Tools hold a clone and record what they learn (`state.set("verified", true)`); after each
 /// completed turn the router reads a snapshot to pick the next sub-agent. Setup code may seed it
 /// from the call (a call variable, the caller's number) before the first turn.
+///
+/// Every transition logs the whole state to the call's timeline: keep secrets out of it.
 #[derive(Clone, Default)]
 pub struct RouterState {
     values: Arc<Mutex<Map<String, Value>>>,
