@@ -150,7 +150,11 @@ impl DeterministicRouter {
 
     /// Makes `to` active: its prompt replaces the previous one; the conversation is kept.
     fn enter(&mut self, to: usize) {
-        tracing::info!(from = %self.stages[self.active].id, to = %self.stages[to].id, "router transition");
+        tracing::info!(
+            from = %self.stages[self.active].id,
+            to = %self.stages[to].id,
+            "router transition"
+        );
         self.active = to;
         let conversation: Vec<Message> = self
             .context
