@@ -96,6 +96,13 @@ impl CallControl {
         self.state().handed_off
     }
 
+    /// Whether a hand-off was asked for: already sent, or held until the current generation
+    /// completes. An agent stops speaking once this is true.
+    pub fn handoff_requested(&self) -> bool {
+        let state = self.state();
+        state.handed_off || state.pending.is_some()
+    }
+
     /// Says `text` to the caller now, outside a turn (`agent.speak`).
     pub async fn speak(&self, text: impl Into<String>) -> Result<(), CallError> {
         self.send(EventBody::Speak { text: text.into() }).await

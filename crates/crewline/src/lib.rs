@@ -29,6 +29,7 @@ mod crew;
 mod loop_agent;
 mod node;
 mod observer;
+pub mod router;
 mod runner;
 mod session;
 mod tool_loop;
@@ -45,6 +46,7 @@ pub use node::{
     BackgroundAgent, BackgroundNode, NodeError, NodeHandle, NodeSpec, OutputAgent, OutputNode,
 };
 pub use observer::{NoopObserver, Observer, TurnOutcome};
+pub use router::{DeterministicRouter, RouterBuilder, RouterError, RouterState, SubAgent};
 pub use session::{DispatchError, Session, SessionSetup};
 pub use tool_loop::{
     MAX_TOOL_ROUNDS, RoundReport, ToolLoop, ToolLoopConfig, TurnError, TurnEvent, TurnReport,
@@ -57,9 +59,10 @@ pub use crewline_tools::__private;
 /// The names most crews need, in one import.
 pub mod prelude {
     pub use crate::{
-        BackgroundAgent, BackgroundNode, CallControl, Crew, LoopAgent, MAX_TOOL_ROUNDS, NodeError,
-        NodeHandle, OutputAgent, OutputNode, SessionSetup, ToolLoop, ToolLoopConfig, TurnError,
-        TurnEvent, TurnReport, TurnStream, function_tool, tools,
+        BackgroundAgent, BackgroundNode, CallControl, Crew, DeterministicRouter, LoopAgent,
+        MAX_TOOL_ROUNDS, NodeError, NodeHandle, OutputAgent, OutputNode, RouterState, SessionSetup,
+        SubAgent, ToolLoop, ToolLoopConfig, TurnError, TurnEvent, TurnReport, TurnStream,
+        function_tool, tools,
     };
     pub use crewline_core::{
         Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult,

@@ -156,6 +156,18 @@ impl ToolLoop {
     ///
     /// An LLM failure ends the stream with a [`TurnError`] after the text that did arrive.
     pub fn run<'a>(&'a self, context: &'a mut Context) -> TurnStream<'a> {
+        self.run_until(context, || false)
+    }
+
+    /// Runs one turn like [`run`](Self::run), but ends it after a tool round when `done()`
+    /// holds, without asking the model again: after a tool ended or transferred the call
+    /// (see [`CallControl::handoff_requested`](crate::CallControl::handoff_requested)) the
+    /// agent must not speak.
+    pub fn run_until<'a>(
+        &'a self,
+        context: &'a mut Context,
+        done: impl Fn() -> bool + Send + 'a,
+    ) -> TurnStream<'a> {
         Box::pin(async_stream::stream! {
             let turn_started = Instant::now();
             let span = tracing::debug_span!("turn", max_rounds = self.config.max_tool_rounds);
@@ -259,6 +271,13 @@ impl ToolLoop {
                 ));
                 report.rounds.push(round);
                 tool_rounds += 1;
+                if done() {
+                    report.total = turn_started.elapsed();
+                    span.in_scope(|| tracing::debug!("turn ended after its tools by the caller's condition"));
+                    span.in_scope(|| report.trace());
+                    yield Ok(TurnEvent::Done(report));
+                    return;
+                }
             }
         })
     }

@@ -1,0 +1,261 @@
+//! Declaring a router: sub-agents, transitions, and the checks that run once at build time.
+
+use std::{collections::HashMap, sync::Arc};
+
+use crewline_core::Context;
+use crewline_llm::LlmClient;
+use crewline_tools::{RegistryError, ToolRegistry};
+use serde_json::{Map, Value};
+
+use super::{DeterministicRouter, Predicate, RouterError, RouterState, Routes, Stage};
+use crate::{ToolLoop, ToolLoopConfig};
+
+/// One specialist of a [`DeterministicRouter`]: its id, the system prompt used while it is
+/// active, and the tools (by name, from the router's registry) it may call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubAgent {
+    id: String,
+    prompt: String,
+    tools: Vec<String>,
+}
+
+impl SubAgent {
+    /// A sub-agent without tools: its replies stream straight from the model.
+    pub fn new(id: impl Into<String>, prompt: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            prompt: prompt.into(),
+            tools: Vec::new(),
+        }
+    }
+
+    /// Gives the sub-agent these tools of the router's registry (only while it is active).
+    pub fn with_tools<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.tools.extend(names.into_iter().map(Into::into));
+        self
+    }
+
+    /// The sub-agent's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The system prompt used while it is active.
+    pub fn prompt(&self) -> &str {
+        &self.prompt
+    }
+
+    /// The names of its tools.
+    pub fn tools(&self) -> &[String] {
+        &self.tools
+    }
+}
+
+/// A transition as declared, before its ids are resolved.
+struct Declared {
+    from: String,
+    to: String,
+    when: Option<Predicate>,
+}
+
+/// Declares a [`DeterministicRouter`]; [`build`](Self::build) checks the whole graph once.
+pub struct RouterBuilder {
+    start: String,
+    llm: Arc<dyn LlmClient>,
+    tools: Arc<ToolRegistry>,
+    config: ToolLoopConfig,
+    state: RouterState,
+    sub_agents: Vec<SubAgent>,
+    transitions: Vec<Declared>,
+}
+
+impl RouterBuilder {
+    pub(super) fn new(start: String, llm: Arc<dyn LlmClient>) -> Self {
+        Self {
+            start,
+            llm,
+            tools: Arc::new(ToolRegistry::new()),
+            config: ToolLoopConfig::default(),
+            state: RouterState::new(),
+            sub_agents: Vec::new(),
+            transitions: Vec::new(),
+        }
+    }
+
+    /// The registry the sub-agents take their tools from (by name).
+    pub fn tools(mut self, registry: Arc<ToolRegistry>) -> Self {
+        self.tools = registry;
+        self
+    }
+
+    /// The tool loop settings of every sub-agent (rounds, parallel tools, request options).
+    pub fn config(mut self, config: ToolLoopConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The state the transitions read; pass the clone your tools hold.
+    pub fn state(mut self, state: RouterState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// Adds a sub-agent.
+    pub fn sub_agent(mut self, sub_agent: SubAgent) -> Self {
+        self.sub_agents.push(sub_agent);
+        self
+    }
+
+    /// Adds a conditional transition `from` -> `to`, taken after a completed turn of `from`
+    /// when `when` holds on the state.
+    ///
+    /// A sub-agent's conditional transitions are tried in the order they were added, before
+    /// its default. A transition may go to any sub-agent, so skipping a step is a transition
+    /// past it; one back to `from` itself keeps `from` active while its condition holds.
+    pub fn add_transition(
+        mut self,
+        from: impl Into<String>,
+        to: impl Into<String>,
+        when: impl Fn(&Map<String, Value>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.transitions.push(Declared {
+            from: from.into(),
+            to: to.into(),
+            when: Some(Box::new(when)),
+        });
+        self
+    }
+
+    /// Adds the unconditional default `from` -> `to`, taken after a completed turn of `from`
+    /// when none of its conditional transitions holds. Without one, `from` stays active.
+    pub fn add_default(mut self, from: impl Into<String>, to: impl Into<String>) -> Self {
+        self.transitions.push(Declared {
+            from: from.into(),
+            to: to.into(),
+            when: None,
+        });
+        self
+    }
+
+    /// Checks the graph and builds the router.
+    ///
+    /// Errors name the ids at fault: no sub-agents, a duplicate id, a start or transition end
+    /// that is not a sub-agent, two defaults out of one sub-agent, a tool not in the registry.
+    /// Sub-agents no transition reaches from the start are allowed but logged as a warning.
+    pub fn build(self) -> Result<DeterministicRouter, RouterError> {
+        if self.sub_agents.is_empty() {
+            return Err(RouterError::NoSubAgents);
+        }
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(self.sub_agents.len());
+        for (i, sub) in self.sub_agents.iter().enumerate() {
+            if index.insert(sub.id.as_str(), i).is_some() {
+                return Err(RouterError::DuplicateSubAgent(sub.id.clone()));
+            }
+        }
+        let known = || self.sub_agents.iter().map(|s| s.id.clone()).collect();
+        let start = *index
+            .get(self.start.as_str())
+            .ok_or_else(|| RouterError::UnknownStart {
+                start: self.start.clone(),
+                known: known(),
+            })?;
+
+        let mut routes: Vec<Routes> = (0..self.sub_agents.len())
+            .map(|_| Routes::default())
+            .collect();
+        for declared in self.transitions {
+            let lookup = |id: &str| {
+                index
+                    .get(id)
+                    .copied()
+                    .ok_or_else(|| RouterError::UnknownSubAgent {
+                        from: declared.from.clone(),
+                        to: declared.to.clone(),
+                        missing: id.to_owned(),
+                        known: known(),
+                    })
+            };
+            let (from, to) = (lookup(&declared.from)?, lookup(&declared.to)?);
+            let out = &mut routes[from];
+            match declared.when {
+                Some(when) => out.conditional.push((to, when)),
+                None => match out.default {
+                    Some(first) => {
+                        return Err(RouterError::DuplicateDefault {
+                            from: declared.from,
+                            first: self.sub_agents[first].id.clone(),
+                            second: declared.to,
+                        });
+                    }
+                    None => out.default = Some(to),
+                },
+            }
+        }
+
+        let mut stages = Vec::with_capacity(self.sub_agents.len());
+        for sub in self.sub_agents {
+            let names: Vec<&str> = sub.tools.iter().map(String::as_str).collect();
+            let registry = self.tools.subset(&names).map_err(|error| match error {
+                RegistryError::DuplicateName(tool) => RouterError::DuplicateTool {
+                    sub_agent: sub.id.clone(),
+                    tool,
+                },
+                RegistryError::UnknownTool(tool) => RouterError::UnknownTool {
+                    sub_agent: sub.id.clone(),
+                    tool,
+                },
+                // `subset` reports only the two above; anything else is still a missing tool.
+                other => RouterError::UnknownTool {
+                    sub_agent: sub.id.clone(),
+                    tool: other.to_string(),
+                },
+            })?;
+            let tool_loop = ToolLoop::new(self.llm.clone(), Arc::new(registry))
+                .with_config(self.config.clone());
+            stages.push(Stage {
+                id: sub.id,
+                prompt: sub.prompt,
+                tool_loop,
+            });
+        }
+        warn_unreachable(&stages, &routes, start);
+
+        Ok(DeterministicRouter {
+            context: Context::with_system(stages[start].prompt.clone()),
+            stages,
+            routes,
+            active: start,
+            state: self.state,
+            node: None,
+            entered: false,
+        })
+    }
+}
+
+/// Logs the sub-agents no transition path reaches from the start: usually a missing transition.
+fn warn_unreachable(stages: &[Stage], routes: &[Routes], start: usize) {
+    let mut reached = vec![false; stages.len()];
+    let mut todo = vec![start];
+    reached[start] = true;
+    while let Some(at) = todo.pop() {
+        let targets = routes[at]
+            .conditional
+            .iter()
+            .map(|(to, _)| *to)
+            .chain(routes[at].default);
+        for to in targets {
+            if !reached[to] {
+                reached[to] = true;
+                todo.push(to);
+            }
+        }
+    }
+    for (stage, reached) in stages.iter().zip(reached) {
+        if !reached {
+            tracing::warn!(
+                sub_agent = %stage.id,
+                "no transition reaches this sub-agent from the start"
+            );
+        }
+    }
+}
