@@ -24,10 +24,10 @@ orders; never guess an order's state.";
 pub enum ChatCrewError {
     /// A voice conversation reached the chat crew.
     #[error(
-        "this crew answers text chats (conversation type `chat`), not {0:?} conversations: \
+        "this crew answers text chats (conversation type `chat`), not `{0}` conversations: \
          its markdown replies are meant to be read, not spoken"
     )]
-    NotChat(ConversationType),
+    NotChat(String),
     /// The tools could not be registered.
     #[error(transparent)]
     Registry(#[from] RegistryError),
@@ -106,7 +106,12 @@ pub fn chat_crew(setup: &SessionSetup, llm: Arc<dyn LlmClient>) -> Result<Crew, 
     let kind = setup.session_context().conversation_type;
     // The server's startup check builds the crew for a synthetic web call: let it through.
     if kind != ConversationType::Chat && !setup.is_dry_run() {
-        return Err(ChatCrewError::NotChat(kind));
+        // The type's wire name (`telephonyInbound`), as the platform's operator knows it.
+        let name = serde_json::to_value(kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| format!("{kind:?}"));
+        return Err(ChatCrewError::NotChat(name));
     }
     let mut registry = ToolRegistry::new();
     registry.discover(&Arc::new(OrderDesk))?;
