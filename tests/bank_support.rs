@@ -170,6 +170,45 @@ async fn anything_but_a_clear_yes_denies_the_transfer() {
 }
 
 #[tokio::test]
+async fn a_barge_in_during_the_transfer_does_not_stop_it_and_the_caller_is_told_next_turn() {
+    // Booking takes a while, so the caller can talk over it.
+    let books = bank::Bank::demo().with_processing_time(Duration::from_millis(500));
+    let url = serve(books.clone()).await;
+    let mut client = connect(&url).await;
+    ask_to_send_50_to_alice(&mut client, &books).await;
+
+    let mut confirm = client.user_turn("Yes.").expect("turn sent");
+    while let Some(frame) = confirm.next().await.expect("frame") {
+        if matches!(frame.frame, CrewFrame::ToolStart(_)) {
+            break;
+        }
+    }
+    let cut = confirm.interrupt().await.expect("interrupted turn ended");
+    assert_eq!(cut.tool_events(), ["tool_call_start"]);
+    assert!(cut.text.is_empty(), "{}", cut.text);
+
+    // The transfer was approved, so it is booked even though nobody waits for it any more.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while books.balance("caller") == Some(CALLER) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the transfer was booked");
+    assert_eq!(books.balance("alice"), Some(ALICE + 5_000));
+
+    // The next turn tells the caller what happened, once.
+    let told = say(&mut client, "Hello? Did it work?").await;
+    assert_eq!(
+        told.text,
+        "Done: I've sent $50.00 to Alice. Your new balance is $1,200.00."
+    );
+    let after = say(&mut client, "Thanks.").await;
+    assert!(!after.text.contains("Done"), "{}", after.text);
+    assert_eq!(books.balance("caller"), Some(CALLER - 5_000));
+}
+
+#[tokio::test]
 async fn one_callers_yes_cannot_approve_another_callers_transfer() {
     let books = bank::Bank::demo();
     let url = serve(books.clone()).await;

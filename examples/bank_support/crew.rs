@@ -8,7 +8,9 @@
 //! clear yes approves it, anything else denies it. The agent then runs the same call (same
 //! id) again, the executor collects the decision, and the transfer happens, or the model
 //! reads `ApprovalDenied` and the balance stays as it was. The model never approves anything:
-//! the decision is taken from the caller's own words, by code.
+//! the decision is taken from the caller's own words, by code. A barge-in while an approved
+//! transfer is being booked ends the turn, not the transfer; its outcome is kept and told on
+//! the next turn.
 
 use std::{
     collections::HashMap,
@@ -62,6 +64,8 @@ pub enum BankError {
 #[derive(Debug, Clone, Default)]
 pub struct Bank {
     accounts: Arc<Mutex<HashMap<String, i64>>>,
+    /// How long the core banking system takes to book a transfer.
+    processing: Duration,
 }
 
 impl Bank {
@@ -73,7 +77,14 @@ impl Bank {
             .collect();
         Self {
             accounts: Arc::new(Mutex::new(accounts)),
+            processing: Duration::ZERO,
         }
+    }
+
+    /// The same books, with each transfer taking `processing` to book.
+    pub fn with_processing_time(mut self, processing: Duration) -> Self {
+        self.processing = processing;
+        self
     }
 
     /// The demo bank: the caller with $1,250.00, and two payees.
@@ -171,6 +182,7 @@ impl BankTools {
         let cents = to_cents(amount).ok_or_else(|| {
             ToolError::invalid_arguments(format!("{amount} is not an amount that can be sent"))
         })?;
+        tokio::time::sleep(self.bank.processing).await;
         let balance = self.bank.transfer(&self.account, &recipient, cents)?;
         Ok(json!({
             "status": "completed",
@@ -235,11 +247,17 @@ fn decision_for(reply: &str) -> ApprovalDecision {
     }
 }
 
+/// A settled call and its outcome.
+type Outcome = (ToolCall, ToolResult);
+
 /// The bank agent: a tool loop whose `confirm` calls are decided by the caller's next words.
 pub struct BankAgent {
     context: Context,
     tool_loop: ToolLoop,
     approvals: DeferredApproval,
+    /// Settled calls whose outcome the caller has not been told yet (a barge-in cut the turn
+    /// that was telling it); the next turn tells it.
+    untold: Arc<Mutex<Vec<Outcome>>>,
 }
 
 impl BankAgent {
@@ -254,6 +272,7 @@ impl BankAgent {
             context: Context::with_system(prompt),
             tool_loop,
             approvals,
+            untold: Arc::default(),
         }
     }
 
@@ -271,6 +290,11 @@ impl BankAgent {
     }
 }
 
+/// The outcomes not told yet (a poisoned lock still holds whole entries).
+fn untold(outcomes: &Mutex<Vec<Outcome>>) -> std::sync::MutexGuard<'_, Vec<Outcome>> {
+    outcomes.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl OutputAgent for BankAgent {
     fn context(&mut self) -> &mut Context {
         &mut self.context
@@ -282,6 +306,13 @@ impl OutputAgent for BankAgent {
         parked.sort_by(|a, b| a.call_id.cmp(&b.call_id));
         let reply = self.last_user_words();
         Box::pin(async_stream::stream! {
+            // Outcomes an interrupted turn could not tell come first: the model tells them now.
+            let mut telling: Vec<String> = Vec::new();
+            for (call, result) in untold(&self.untold).iter() {
+                telling.push(call.id.clone());
+                self.context.add(Message::assistant_with_tools("", vec![call.clone()]));
+                self.context.add(result.to_message());
+            }
             // A transfer waits for the caller's word: this turn's words decide it, and the
             // same call runs again so the executor collects the decision.
             for request in parked {
@@ -297,20 +328,43 @@ impl OutputAgent for BankAgent {
                     request.arguments.to_string(),
                 );
                 yield Ok(TurnEvent::ToolStarted(call.clone()));
-                let tools = self.tool_loop.tools();
-                let run = tools
-                    .executor()
-                    .execute(tools, &call, &tools.executor().context())
-                    .await;
-                // The call and its outcome join the conversation together, after the caller's
-                // answer, so the model's next request is valid and tells it what happened.
-                self.context.add(Message::assistant_with_tools("", vec![call]));
-                self.context.add(run.result.to_message());
-                yield Ok(TurnEvent::ToolFinished(run));
+                // The call runs as a task of its own: a barge-in ends this turn, not the
+                // transfer, and the outcome is kept until the caller has been told.
+                let tools = self.tool_loop.tools().clone();
+                let outcomes = self.untold.clone();
+                let task_call = call.clone();
+                let task = tokio::spawn(async move {
+                    let run = tools
+                        .executor()
+                        .execute(&tools, &task_call, &tools.executor().context())
+                        .await;
+                    untold(&outcomes).push((task_call, run.result.clone()));
+                    run
+                });
+                match task.await {
+                    Ok(run) => {
+                        // The call and its outcome join the conversation together, after the
+                        // caller's answer, so the model's next request is valid.
+                        telling.push(call.id.clone());
+                        self.context.add(Message::assistant_with_tools("", vec![call]));
+                        self.context.add(run.result.to_message());
+                        yield Ok(TurnEvent::ToolFinished(run));
+                    }
+                    // The executor catches tool panics; this is the runtime shutting down.
+                    Err(error) => tracing::warn!(%error, "a settled call did not finish"),
+                }
             }
-            let mut turn = self.tool_loop.run(&mut self.context);
-            while let Some(event) = turn.next().await {
-                yield event;
+            let mut completed = true;
+            {
+                let mut turn = self.tool_loop.run(&mut self.context);
+                while let Some(event) = turn.next().await {
+                    completed &= event.is_ok();
+                    yield event;
+                }
+            }
+            if completed {
+                // The model has read these outcomes and its answer went out in full.
+                untold(&self.untold).retain(|(call, _)| !telling.contains(&call.id));
             }
         })
     }

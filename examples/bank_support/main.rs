@@ -4,8 +4,9 @@
 //! "Shall I transfer $50.00 to Alice?". The caller's next words decide: a clear yes runs the
 //! parked call (same id) and the model reads the new balance; a no, or anything that is not a
 //! clear yes, denies it, and the model reads `ApprovalDenied` with nothing moved. The platform
-//! sees each step as `tool_call_start` / `tool_call_error` / `tool_call_end` logs. Runs
-//! offline on a scripted model, or on a real one with `OPENAI_API_KEY` set.
+//! sees each step as `tool_call_start` / `tool_call_error` / `tool_call_end` logs. An approved
+//! transfer is never cut off by a barge-in: it is booked anyway and the next turn tells the
+//! caller. Runs offline on a scripted model, or on a real one with `OPENAI_API_KEY` set.
 //!
 //! ```sh
 //! cargo run --example bank_support -- --port 8080
@@ -16,7 +17,7 @@
 #[allow(dead_code, unreachable_pub)]
 mod crew;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use crewline::prelude::*;
 use crewline_server::CrewServer;
@@ -40,8 +41,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Arc::new(crew::scripted_bank_model())
     };
-    // One set of books for every call; each call gets its own approver.
-    let bank = crew::Bank::demo();
+    // One set of books for every call (booking takes a moment, as a real core system's
+    // does); each call gets its own approver.
+    let bank = crew::Bank::demo().with_processing_time(Duration::from_millis(300));
     tracing::info!(port, "bank crew listening on /ws");
     CrewServer::new(move |setup: SessionSetup| {
         let crew = crew::bank_crew(&setup, llm.clone(), bank.clone());
