@@ -8,10 +8,14 @@ mod bank;
 
 use std::{sync::Arc, time::Duration};
 
-use crewline::{SessionSetup, llm::LlmClient};
+use crewline::{
+    SessionSetup,
+    llm::LlmClient,
+    protocol::{EventBody, LlmRequest},
+};
 use crewline_cli::platform::{CrewFrame, PlatformClient, PlatformConfig, ToolOutcome, TurnSummary};
 use crewline_server::CrewServer;
-use serde_json::json;
+use serde_json::{Map, json};
 
 const CALLER: i64 = 125_000;
 const ALICE: i64 = 10_000;
@@ -206,6 +210,68 @@ async fn a_barge_in_during_the_transfer_does_not_stop_it_and_the_caller_is_told_
     let after = say(&mut client, "Thanks.").await;
     assert!(!after.text.contains("Done"), "{}", after.text);
     assert_eq!(books.balance("caller"), Some(CALLER - 5_000));
+}
+
+#[tokio::test]
+async fn a_request_without_new_words_leaves_the_transfer_parked_and_one_yes_sends_once() {
+    let books = bank::Bank::demo();
+    let url = serve(books.clone()).await;
+    let mut client = connect(&url).await;
+    let call_id = ask_to_send_50_to_alice(&mut client, &books).await;
+
+    // The platform asks for a turn after silence: the conversation ends with the question.
+    let messages = client.messages().to_vec();
+    client
+        .send(EventBody::LlmRequest(LlmRequest {
+            messages: Some(messages),
+            extra_params: Map::new(),
+        }))
+        .expect("request sent");
+    let nudge = client
+        .recv_idle(Duration::from_secs(20))
+        .await
+        .expect("socket open");
+    assert!(matches!(
+        nudge.map(|f| f.frame),
+        Some(CrewFrame::Start { .. })
+    ));
+    let mut logs = Vec::new();
+    while let Some(frame) = client
+        .recv_idle(Duration::from_secs(20))
+        .await
+        .expect("socket open")
+    {
+        match frame.frame {
+            CrewFrame::End => break,
+            CrewFrame::ToolStart(log) | CrewFrame::ToolEnd(log) | CrewFrame::ToolError(log) => {
+                logs.push(log.call_id)
+            }
+            _ => {}
+        }
+    }
+    assert!(!logs.contains(&call_id), "the parked call was not decided");
+
+    // The caller's answer decides the question they last heard (the model asked again,
+    // parking a second call); the first is superseded, so the money moves once.
+    let confirm = say(&mut client, "Yes").await;
+    assert_eq!(
+        confirm.tool_events(),
+        [
+            "tool_call_start",
+            "tool_call_error",
+            "tool_call_start",
+            "tool_call_end"
+        ]
+    );
+    assert_eq!(confirm.tools[0].call_id, call_id);
+    assert!(
+        matches!(&confirm.tools[0].outcome, ToolOutcome::Failed(m) if m.contains("superseded")),
+        "{:?}",
+        confirm.tools[0].outcome
+    );
+    assert!(matches!(confirm.tools[1].outcome, ToolOutcome::Ok(_)));
+    assert_eq!(books.balance("caller"), Some(CALLER - 5_000));
+    assert_eq!(books.balance("alice"), Some(ALICE + 5_000));
 }
 
 #[tokio::test]

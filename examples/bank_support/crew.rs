@@ -258,6 +258,9 @@ pub struct BankAgent {
     /// Settled calls whose outcome the caller has not been told yet (a barge-in cut the turn
     /// that was telling it); the next turn tells it.
     untold: Arc<Mutex<Vec<Outcome>>>,
+    /// The calls parked by the latest turn that parked any: the ones the caller was last
+    /// asked about, so the ones their answer decides.
+    last_asked: Vec<String>,
 }
 
 impl BankAgent {
@@ -273,6 +276,7 @@ impl BankAgent {
             tool_loop,
             approvals,
             untold: Arc::default(),
+            last_asked: Vec::new(),
         }
     }
 
@@ -301,9 +305,16 @@ impl OutputAgent for BankAgent {
     }
 
     fn generate_response(&mut self) -> TurnStream<'_> {
-        let mut parked = self.approvals.pending();
-        // Oldest call first (ids are ordered), so a turn settling several is reproducible.
-        parked.sort_by(|a, b| a.call_id.cmp(&b.call_id));
+        // Only words the caller said after the question decide it: a request that ends
+        // with the agent's own words (a platform's nudge after silence) leaves it parked.
+        let caller_answered = matches!(self.context.last(), Some(Message::User { .. }));
+        let mut parked = if caller_answered {
+            self.approvals.pending()
+        } else {
+            Vec::new()
+        };
+        // Superseded calls first, then the ones asked about, each by id: reproducible turns.
+        parked.sort_by_key(|r| (self.last_asked.contains(&r.call_id), r.call_id.clone()));
         let reply = self.last_user_words();
         Box::pin(async_stream::stream! {
             // Outcomes an interrupted turn could not tell come first: the model tells them now.
@@ -316,7 +327,16 @@ impl OutputAgent for BankAgent {
             // A transfer waits for the caller's word: this turn's words decide it, and the
             // same call runs again so the executor collects the decision.
             for request in parked {
-                let decision = decision_for(&reply);
+                // The answer is to the last question; a call parked before it (the model
+                // asked again) is superseded, or one "yes" would send the money twice.
+                let decision = if self.last_asked.contains(&request.call_id) {
+                    decision_for(&reply)
+                } else {
+                    ApprovalDecision::Deny {
+                        reason: "superseded: the caller was asked about a newer request"
+                            .to_owned(),
+                    }
+                };
                 if let Err(error) = self.approvals.decide(&request.call_id, decision) {
                     // Only this agent decides, so this cannot happen; without a decision the
                     // executor answers pending again and nothing is transferred.
@@ -357,8 +377,15 @@ impl OutputAgent for BankAgent {
             let mut completed = true;
             {
                 let mut turn = self.tool_loop.run(&mut self.context);
+                let mut asked_now = Vec::new();
                 while let Some(event) = turn.next().await {
                     completed &= event.is_ok();
+                    if let Ok(TurnEvent::ToolFinished(run)) = &event
+                        && run.result.error_kind() == Some(ToolErrorKind::ApprovalPending)
+                    {
+                        asked_now.push(run.result.tool_call_id.clone());
+                        self.last_asked.clone_from(&asked_now);
+                    }
                     yield event;
                 }
             }
