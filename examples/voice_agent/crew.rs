@@ -2,6 +2,13 @@
 //! API: a `LoopAgent` (the conversation answered by a `ToolLoop`) over a registry that
 //! `#[tools]` fills.
 //!
+//! The weather service is slow, and silence on a phone line sounds like a dropped call, so
+//! the crew says a filler ([`FILLER`]) the moment the model asks for the weather, before the
+//! lookups start; the model's answer follows when they finish. The filler is the crew's, not
+//! the model's (real models often call tools without a word first), so it is said every time
+//! and exactly once per turn, never on top of words the model already said; and it is part
+//! of the turn's stream, so a barge-in silences it like any other text.
+//!
 //! Shared by the `voice_agent`, `weather_agent` and `sentiment_background` examples and by
 //! `crewline demo` (which includes this file), so the demo runs exactly what the examples show.
 
@@ -14,6 +21,17 @@ use serde_json::{Value, json};
 pub const PROMPT: &str = "You are a friendly voice assistant on a phone line. Answer in one or \
 two short spoken sentences. For weather questions use get_weather; when the caller names several \
 cities, call it once per city.";
+
+/// What the caller hears while the weather service works.
+pub const FILLER: &str = "Let me check that for you.";
+
+/// The filler for a round of tool calls: the weather lookups are slow enough to need one.
+pub fn filler(calls: &[ToolCall]) -> Option<String> {
+    calls
+        .iter()
+        .any(|call| call.name == "get_weather")
+        .then(|| FILLER.to_owned())
+}
 
 /// How long the pretend weather service takes per call.
 pub const WEATHER_SERVICE_DELAY: Duration = Duration::from_millis(300);
@@ -76,8 +94,11 @@ impl WeatherCrew {
         registry.discover(&Arc::new(WeatherService {
             delay: service_delay,
         }))?;
-        // Several cities in one question become parallel calls in one round.
-        let tool_loop = ToolLoop::new(llm, Arc::new(registry)).with_parallel_tools(true);
+        // Several cities in one question become parallel calls in one round; the filler
+        // covers the wait.
+        let tool_loop = ToolLoop::new(llm, Arc::new(registry))
+            .with_parallel_tools(true)
+            .with_filler(filler);
         Ok(Self { tool_loop })
     }
 
@@ -113,8 +134,9 @@ impl WeatherCrew {
 }
 
 /// The offline stand-in for a model: greets, calls `get_weather` once per city named (all in
-/// one round, so they run in parallel), reads tool results back, tells a long story when
-/// asked (something to barge in on), and says goodbye.
+/// one round, so they run in parallel, without a word first, as real models often do: the
+/// crew's filler covers the wait), reads tool results back, tells a long story when asked
+/// (something to barge in on), and says goodbye.
 pub fn scripted_weather_model(chunk_delay: Duration) -> ScriptedLlm {
     ScriptedLlm::from_fn(|request: &ChatRequest| match request.messages.last() {
         Some(Message::Tool { .. }) => {
@@ -145,7 +167,7 @@ pub fn scripted_weather_model(chunk_delay: Duration) -> ScriptedLlm {
                 .map(|city| ("get_weather", json!({"location": city})))
                 .collect();
             if !calls.is_empty() {
-                Reply::tool_calls(calls).with_text("Let me check that for you.")
+                Reply::tool_calls(calls)
             } else if said.contains("story") || said.contains("detail") {
                 Reply::text(LONG_STORY)
             } else if said.contains("bye") || said.contains("thank") || said.contains("never mind")

@@ -1,8 +1,11 @@
 //! The reference's weather agent served as a crew: the platform connects to `/ws`, sends
 //! `system.init`, and asks for each LLM turn; the crew streams its answers, runs `get_weather`
 //! (several cities in one round run in parallel, at most `MAX_TOOL_ROUNDS` = 4 rounds) and
-//! reports tool activity as `agent.log` events. A drop-in for the same agent written with the
-//! Python SDK.
+//! reports tool activity as `agent.log` events. The weather service is slow, so the moment the
+//! model asks for it the crew says "Let me check that for you." (the tool loop's filler, said
+//! once per turn and only if nothing was said yet), and the answer follows when the lookups
+//! finish; a barge-in silences the filler, cancels the lookups and nothing more is said. A
+//! drop-in for the same agent written with the Python SDK.
 //!
 //! ```sh
 //! cargo run --example voice_agent -- --port 8080            # scripted model, offline

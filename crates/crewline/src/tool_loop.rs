@@ -36,6 +36,10 @@ impl Default for ToolLoopConfig {
     }
 }
 
+/// What a [`ToolLoop`] says while tools run before the turn said anything (see
+/// [`ToolLoop::with_filler`]).
+type Filler = Arc<dyn Fn(&[ToolCall]) -> Option<String> + Send + Sync>;
+
 /// Runs an agent's LLM turns with tools.
 #[derive(Clone)]
 pub struct ToolLoop {
@@ -44,6 +48,7 @@ pub struct ToolLoop {
     /// The registry's definitions, computed once: every request of every turn sends them.
     definitions: Arc<[ToolDefinition]>,
     config: ToolLoopConfig,
+    filler: Option<Filler>,
 }
 
 /// Something that happened during a turn.
@@ -108,7 +113,25 @@ impl ToolLoop {
             llm,
             tools,
             config: ToolLoopConfig::default(),
+            filler: None,
         }
+    }
+
+    /// Speaks a filler ("Let me check that for you.") while a round's tools run, when the
+    /// turn has not said anything yet: `filler` gets the round's calls and returns the words,
+    /// or `None` to stay silent (fast tools need no filler).
+    ///
+    /// The filler is yielded as [`TurnEvent::Text`] right before the tools start, so the
+    /// caller hears it while they run, and it is recorded in the round's assistant message,
+    /// so the model knows it was said. It is part of the turn's stream: a barge-in that drops
+    /// the turn stops it like any other text. A model that speaks before its tool calls
+    /// (or an earlier round that did) gets no filler on top.
+    pub fn with_filler<F>(mut self, filler: F) -> Self
+    where
+        F: Fn(&[ToolCall]) -> Option<String> + Send + Sync + 'static,
+    {
+        self.filler = Some(Arc::new(filler));
+        self
     }
 
     /// Replaces the settings.
@@ -176,6 +199,8 @@ impl ToolLoop {
             // One executor run per turn: run limits (calls, tool time) count over all rounds.
             let run = self.tools.executor().context();
             let mut tool_rounds = 0;
+            // Whether the caller has heard anything of this turn (for the filler).
+            let mut spoken = false;
             loop {
                 let forced_final = tool_rounds >= self.config.max_tool_rounds;
                 let mut request = ChatRequest::new(state.context.messages().to_vec())
@@ -206,6 +231,7 @@ impl ToolLoop {
                             round.time_to_first_token.get_or_insert_with(|| round_started.elapsed());
                             report.time_to_first_token.get_or_insert_with(|| turn_started.elapsed());
                             state.text.push_str(&text);
+                            spoken = true;
                             yield Ok(TurnEvent::Text(text));
                         }
                         Ok(StreamItem::ToolCalls(new_calls)) => {
@@ -241,6 +267,17 @@ impl ToolLoop {
                     span.in_scope(|| report.trace());
                     yield Ok(TurnEvent::Done(report));
                     return;
+                }
+
+                if !spoken
+                    && let Some(words) = self.filler.as_ref().and_then(|filler| filler(&calls))
+                    && !words.is_empty()
+                {
+                    // Silence while tools run sounds like a dropped line: say the filler now,
+                    // before the tools start, as part of this round's message.
+                    spoken = true;
+                    state.text.push_str(&words);
+                    yield Ok(TurnEvent::Text(words));
                 }
 
                 // The state keeps the calls for the drop guard; the executor reads this copy

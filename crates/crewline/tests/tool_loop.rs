@@ -755,3 +755,95 @@ async fn only_tools_exported_to_the_crew_are_offered_to_its_model() {
 
     assert!(error.is_none());
 }
+
+/// The filler of the weather crew: only `get_weather` is slow enough to need one.
+fn weather_filler(calls: &[ToolCall]) -> Option<String> {
+    calls
+        .iter()
+        .any(|c| c.name == "get_weather")
+        .then(|| "Let me check that for you.".to_owned())
+}
+
+#[tokio::test]
+async fn a_filler_is_spoken_before_slow_tools_when_the_model_said_nothing() {
+    let mut llm = MockLlmClient::new();
+    let mut seq = Sequence::new();
+    llm.expect_stream_chat()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Ok(tool_reply(
+                "",
+                &[("call_a", "get_weather", json!({"city": "Paris"}))],
+            ))
+        });
+    llm.expect_stream_chat()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(text_reply(&["It is sunny in Paris."])));
+    let turn_loop =
+        ToolLoop::new(Arc::new(llm), registry(vec![weather_tool()])).with_filler(weather_filler);
+    let mut context = context();
+
+    let (events, error) = drive(&turn_loop, &mut context).await;
+
+    assert!(error.is_none(), "{error:?}");
+    assert!(
+        matches!(&events[0], TurnEvent::Text(t) if t == "Let me check that for you."),
+        "the filler comes first: {events:?}"
+    );
+    assert!(matches!(&events[1], TurnEvent::ToolStarted(c) if c.id == "call_a"));
+    assert_eq!(
+        texts(&events),
+        "Let me check that for you.It is sunny in Paris."
+    );
+    // The model's next request knows the filler was said.
+    assert_eq!(
+        context.messages()[2].text(),
+        Some("Let me check that for you.")
+    );
+    assert_eq!(context.messages()[2].tool_calls().len(), 1);
+    assert_every_call_answered(&context);
+}
+
+#[tokio::test]
+async fn no_filler_when_the_model_spoke_first_or_the_tools_need_none() {
+    let mut llm = MockLlmClient::new();
+    let mut seq = Sequence::new();
+    // Turn 1: the model speaks before its call, so the filler would be double talk.
+    llm.expect_stream_chat()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| {
+            Ok(tool_reply(
+                "One sec.",
+                &[("call_a", "get_weather", json!({"city": "Paris"}))],
+            ))
+        });
+    llm.expect_stream_chat()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(text_reply(&["Sunny."])));
+    // Turn 2: a tool the filler function leaves silent.
+    llm.expect_stream_chat()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(tool_reply("", &[("call_b", "get_time", json!({}))])));
+    llm.expect_stream_chat()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(text_reply(&["Noon."])));
+    let tools = registry(vec![
+        weather_tool(),
+        FnTool::new("get_time", |_| async { Ok(json!("12:00")) }),
+    ]);
+    let turn_loop = ToolLoop::new(Arc::new(llm), tools).with_filler(weather_filler);
+    let mut context = context();
+
+    let (events, _) = drive(&turn_loop, &mut context).await;
+    assert_eq!(texts(&events), "One sec.Sunny.");
+
+    context.add(Message::user("And the time?"));
+    let (events, _) = drive(&turn_loop, &mut context).await;
+    assert_eq!(texts(&events), "Noon.");
+}

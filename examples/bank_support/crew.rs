@@ -1,0 +1,523 @@
+//! The bank-support crew: balances and money transfers, where a transfer runs only after the
+//! caller says yes. Shared by the `bank_support` example and its integration test.
+//!
+//! `transfer_money` is a `confirm` tool: the executor asks this call's [`DeferredApproval`]
+//! before running it. The approver does not wait (the caller has to hear the question before
+//! they can answer), so the call is parked and the model reads `ApprovalPending`, and asks
+//! "Shall I transfer $50.00 to Alice?". The caller's next words decide the parked call: a
+//! clear yes approves it, anything else denies it. The agent then runs the same call (same
+//! id) again, the executor collects the decision, and the transfer happens, or the model
+//! reads `ApprovalDenied` and the balance stays as it was. The model never approves anything:
+//! the decision is taken from the caller's own words, by code. A barge-in while an approved
+//! transfer is being booked ends the turn, not the transfer; its outcome is kept and told on
+//! the next turn.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use crewline::{
+    llm::ChatRequest,
+    prelude::*,
+    tool::{
+        Executor, RegistryError,
+        executor::approval::{ApprovalDecision, DeferredApproval},
+    },
+};
+use serde_json::{Value, json};
+
+/// The agent's instructions.
+pub const PROMPT: &str = "You are the phone assistant of Crewline Bank. Answer in one or two \
+short spoken sentences. Use get_balance for balance questions and transfer_money to send money. \
+When transfer_money answers that it is waiting for approval, ask the caller exactly: 'Shall I \
+transfer $AMOUNT to RECIPIENT?' with the amount and recipient of that call, and nothing else. \
+When it answers that it was not approved, tell the caller nothing was transferred.";
+
+/// The caller's account when the call's variables name none.
+pub const DEFAULT_ACCOUNT: &str = "caller";
+
+/// The call variable naming the caller's account.
+pub const ACCOUNT_VARIABLE: &str = "account";
+
+/// Why the bank refused a transfer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BankError {
+    /// No such account.
+    #[error("there is no account for {0}")]
+    UnknownAccount(String),
+    /// Not enough money.
+    #[error("the balance of {available} is not enough to send {amount}")]
+    InsufficientFunds {
+        /// What the account holds.
+        available: String,
+        /// What was asked.
+        amount: String,
+    },
+    /// A zero, negative or absurd amount.
+    #[error("{0} is not an amount that can be sent")]
+    InvalidAmount(String),
+}
+
+/// The bank's books: balances in cents by account, shared by every call (in memory).
+#[derive(Debug, Clone, Default)]
+pub struct Bank {
+    accounts: Arc<Mutex<HashMap<String, i64>>>,
+    /// How long the core banking system takes to book a transfer.
+    processing: Duration,
+}
+
+impl Bank {
+    /// A bank holding `accounts` (name, balance in cents).
+    pub fn with_accounts<'a>(accounts: impl IntoIterator<Item = (&'a str, i64)>) -> Self {
+        let accounts = accounts
+            .into_iter()
+            .map(|(name, cents)| (name.to_lowercase(), cents))
+            .collect();
+        Self {
+            accounts: Arc::new(Mutex::new(accounts)),
+            processing: Duration::ZERO,
+        }
+    }
+
+    /// The same books, with each transfer taking `processing` to book.
+    pub fn with_processing_time(mut self, processing: Duration) -> Self {
+        self.processing = processing;
+        self
+    }
+
+    /// The demo bank: the caller with $1,250.00, and two payees.
+    pub fn demo() -> Self {
+        Self::with_accounts([(DEFAULT_ACCOUNT, 125_000), ("alice", 10_000), ("bob", 0)])
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        // Every update is one insert pair under the lock, so a poisoned map is still whole.
+        self.accounts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The balance of `account` in cents.
+    pub fn balance(&self, account: &str) -> Option<i64> {
+        self.lock().get(&account.to_lowercase()).copied()
+    }
+
+    /// Moves `cents` from `from` to `to`; returns the new balance of `from`.
+    pub fn transfer(&self, from: &str, to: &str, cents: i64) -> Result<i64, BankError> {
+        let (from, to) = (from.to_lowercase(), to.to_lowercase());
+        let mut accounts = self.lock();
+        let available = *accounts
+            .get(&from)
+            .ok_or_else(|| BankError::UnknownAccount(from.clone()))?;
+        if !accounts.contains_key(&to) {
+            return Err(BankError::UnknownAccount(to));
+        }
+        if cents <= 0 {
+            return Err(BankError::InvalidAmount(dollars(cents)));
+        }
+        if cents > available {
+            return Err(BankError::InsufficientFunds {
+                available: dollars(available),
+                amount: dollars(cents),
+            });
+        }
+        let left = available - cents;
+        accounts.insert(from, left);
+        *accounts.entry(to).or_default() += cents;
+        Ok(left)
+    }
+}
+
+/// Cents as the caller hears them: `$1,250.00`.
+pub fn dollars(cents: i64) -> String {
+    let sign = if cents < 0 { "-" } else { "" };
+    let cents = cents.unsigned_abs();
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::new();
+    for (i, digit) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    format!("{sign}${grouped}.{:02}", cents % 100)
+}
+
+/// A dollar amount from the model as cents; `None` when it is not a sane positive amount.
+fn to_cents(amount: f64) -> Option<i64> {
+    // Up to a billion dollars: anything larger is a misheard number, not a transfer.
+    if !amount.is_finite() || amount <= 0.0 || amount > 1e9 {
+        return None;
+    }
+    // In range, so the cast cannot truncate.
+    Some((amount * 100.0).round() as i64)
+}
+
+/// The caller's banking tools, bound to their account for this call.
+pub struct BankTools {
+    bank: Bank,
+    account: String,
+}
+
+#[tools]
+impl BankTools {
+    /// Get the caller's current balance.
+    #[function_tool]
+    async fn get_balance(&self) -> Result<Value, ToolError> {
+        let cents = self
+            .bank
+            .balance(&self.account)
+            .ok_or_else(|| ToolError::new("The caller's account could not be found."))?;
+        Ok(json!({"balance": dollars(cents)}))
+    }
+
+    /// Transfer money from the caller's account to a payee. Needs the caller's confirmation.
+    ///
+    /// # Arguments
+    /// * `amount` - The amount in dollars, e.g. 50 or 12.5
+    /// * `recipient` - The payee's name, e.g. Alice
+    #[function_tool(confirm, cancellable = false)]
+    async fn transfer_money(&self, amount: f64, recipient: String) -> Result<Value, ToolError> {
+        // Not cancellable: once approved, a barge-in must not cut a transfer half-way.
+        let cents = to_cents(amount).ok_or_else(|| {
+            ToolError::invalid_arguments(format!("{amount} is not an amount that can be sent"))
+        })?;
+        tokio::time::sleep(self.bank.processing).await;
+        let balance = self.bank.transfer(&self.account, &recipient, cents)?;
+        Ok(json!({
+            "status": "completed",
+            "amount": dollars(cents),
+            "recipient": recipient,
+            "new_balance": dollars(balance),
+        }))
+    }
+}
+
+/// What the caller's words say about a pending transfer: `Some(true)` for a clear yes,
+/// `Some(false)` for a clear no, `None` for anything else (which is not a yes either).
+pub fn caller_answer(words: &str) -> Option<bool> {
+    const YES: [&str; 12] = [
+        "yes",
+        "yeah",
+        "yep",
+        "yup",
+        "sure",
+        "correct",
+        "confirm",
+        "confirmed",
+        "ok",
+        "okay",
+        "absolutely",
+        "affirmative",
+    ];
+    const YES_PHRASES: [&str; 3] = ["go ahead", "do it", "please do"];
+    const NO: [&str; 8] = [
+        "no", "nope", "nah", "don't", "dont", "cancel", "stop", "wait",
+    ];
+    const NO_PHRASES: [&str; 3] = ["do not", "never mind", "not now"];
+    let lower = words.to_lowercase().replace('’', "'");
+    let tokens: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|t| !t.is_empty())
+        .collect();
+    let said = |list: &[&str], phrases: &[&str]| {
+        tokens.iter().any(|t| list.contains(t)) || phrases.iter().any(|p| lower.contains(p))
+    };
+    match (said(&YES, &YES_PHRASES), said(&NO, &NO_PHRASES)) {
+        (true, false) => Some(true),
+        (false, true) => Some(false),
+        // "yes... no, wait": mixed or silent on it, so not a yes.
+        _ => None,
+    }
+}
+
+/// The decision for a parked transfer from the caller's reply.
+fn decision_for(reply: &str) -> ApprovalDecision {
+    match caller_answer(reply) {
+        Some(true) => ApprovalDecision::Approve,
+        Some(false) => ApprovalDecision::Deny {
+            reason: "the caller said no".to_owned(),
+        },
+        None => ApprovalDecision::Deny {
+            reason: format!(
+                "the caller did not confirm (they said \"{reply}\"); call the tool again if \
+                 they still want the transfer"
+            ),
+        },
+    }
+}
+
+/// A settled call and its outcome.
+type Outcome = (ToolCall, ToolResult);
+
+/// The bank agent: a tool loop whose `confirm` calls are decided by the caller's next words.
+pub struct BankAgent {
+    context: Context,
+    tool_loop: ToolLoop,
+    approvals: DeferredApproval,
+    /// Settled calls whose outcome the caller has not been told yet (a barge-in cut the turn
+    /// that was telling it); the next turn tells it.
+    untold: Arc<Mutex<Vec<Outcome>>>,
+    /// The calls parked by the latest turn that parked any: the ones the caller was last
+    /// asked about, so the ones their answer decides.
+    last_asked: Vec<String>,
+}
+
+impl BankAgent {
+    /// An agent answering with `tool_loop`, whose registry asks `approvals` about its
+    /// `confirm` tools.
+    pub fn new(
+        prompt: impl Into<String>,
+        tool_loop: ToolLoop,
+        approvals: DeferredApproval,
+    ) -> Self {
+        Self {
+            context: Context::with_system(prompt),
+            tool_loop,
+            approvals,
+            untold: Arc::default(),
+            last_asked: Vec::new(),
+        }
+    }
+
+    /// The caller's latest words.
+    fn last_user_words(&self) -> String {
+        self.context
+            .messages()
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { content } => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The outcomes not told yet (a poisoned lock still holds whole entries).
+fn untold(outcomes: &Mutex<Vec<Outcome>>) -> std::sync::MutexGuard<'_, Vec<Outcome>> {
+    outcomes.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl OutputAgent for BankAgent {
+    fn context(&mut self) -> &mut Context {
+        &mut self.context
+    }
+
+    fn generate_response(&mut self) -> TurnStream<'_> {
+        // Only words the caller said after the question decide it: a request that ends
+        // with the agent's own words (a platform's nudge after silence) leaves it parked.
+        let caller_answered = matches!(self.context.last(), Some(Message::User { .. }));
+        let mut parked = if caller_answered {
+            self.approvals.pending()
+        } else {
+            Vec::new()
+        };
+        // Superseded calls first, then the ones asked about, each by id: reproducible turns.
+        parked.sort_by_key(|r| (self.last_asked.contains(&r.call_id), r.call_id.clone()));
+        let reply = self.last_user_words();
+        Box::pin(async_stream::stream! {
+            // Outcomes an interrupted turn could not tell come first: the model tells them now.
+            let mut telling: Vec<String> = Vec::new();
+            for (call, result) in untold(&self.untold).iter() {
+                telling.push(call.id.clone());
+                self.context.add(Message::assistant_with_tools("", vec![call.clone()]));
+                self.context.add(result.to_message());
+            }
+            // A transfer waits for the caller's word: this turn's words decide it, and the
+            // same call runs again so the executor collects the decision.
+            for request in parked {
+                // The answer is to the last question; a call parked before it (the model
+                // asked again) is superseded, or one "yes" would send the money twice.
+                let decision = if self.last_asked.contains(&request.call_id) {
+                    decision_for(&reply)
+                } else {
+                    ApprovalDecision::Deny {
+                        reason: "superseded: the caller was asked about a newer request"
+                            .to_owned(),
+                    }
+                };
+                if let Err(error) = self.approvals.decide(&request.call_id, decision) {
+                    // Only this agent decides, so this cannot happen; without a decision the
+                    // executor answers pending again and nothing is transferred.
+                    tracing::warn!(%error, "a parked transfer had no approval slot");
+                }
+                let call = ToolCall::new(
+                    request.call_id.clone(),
+                    request.tool.clone(),
+                    request.arguments.to_string(),
+                );
+                yield Ok(TurnEvent::ToolStarted(call.clone()));
+                // The call runs as a task of its own: a barge-in ends this turn, not the
+                // transfer, and the outcome is kept until the caller has been told.
+                let tools = self.tool_loop.tools().clone();
+                let outcomes = self.untold.clone();
+                let task_call = call.clone();
+                let task = tokio::spawn(async move {
+                    let run = tools
+                        .executor()
+                        .execute(&tools, &task_call, &tools.executor().context())
+                        .await;
+                    untold(&outcomes).push((task_call, run.result.clone()));
+                    run
+                });
+                match task.await {
+                    Ok(run) => {
+                        // The call and its outcome join the conversation together, after the
+                        // caller's answer, so the model's next request is valid.
+                        telling.push(call.id.clone());
+                        self.context.add(Message::assistant_with_tools("", vec![call]));
+                        self.context.add(run.result.to_message());
+                        yield Ok(TurnEvent::ToolFinished(run));
+                    }
+                    // The executor catches tool panics; this is the runtime shutting down.
+                    Err(error) => tracing::warn!(%error, "a settled call did not finish"),
+                }
+            }
+            let mut completed = true;
+            {
+                let mut turn = self.tool_loop.run(&mut self.context);
+                let mut asked_now = Vec::new();
+                while let Some(event) = turn.next().await {
+                    completed &= event.is_ok();
+                    if let Ok(TurnEvent::ToolFinished(run)) = &event
+                        && run.result.error_kind() == Some(ToolErrorKind::ApprovalPending)
+                    {
+                        asked_now.push(run.result.tool_call_id.clone());
+                        self.last_asked.clone_from(&asked_now);
+                    }
+                    yield event;
+                }
+            }
+            if completed {
+                // The model has read these outcomes and its answer went out in full.
+                untold(&self.untold).retain(|(call, _)| !telling.contains(&call.id));
+            }
+        })
+    }
+}
+
+/// The crew for one call: the bank agent over tools bound to the caller's account, with an
+/// approver of its own (a yes on one call can never approve another call's transfer).
+pub fn bank_crew(
+    setup: &SessionSetup,
+    llm: Arc<dyn LlmClient>,
+    bank: Bank,
+) -> Result<Crew, RegistryError> {
+    let account = setup
+        .initial_variables()
+        .get(ACCOUNT_VARIABLE)
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_ACCOUNT)
+        .to_owned();
+    // Parked calls answer `ApprovalPending` at once: the caller must hear the question first.
+    let approvals = DeferredApproval::new().wait(false);
+    let executor = Executor::builder()
+        .approval(Arc::new(approvals.clone()))
+        .build();
+    let mut registry = ToolRegistry::new().with_executor(Arc::new(executor));
+    registry.discover(&Arc::new(BankTools { bank, account }))?;
+    let tool_loop = ToolLoop::new(llm, Arc::new(registry));
+    let mut crew = Crew::new();
+    crew.add_node(OutputNode::new(
+        "bank-agent",
+        BankAgent::new(PROMPT, tool_loop, approvals),
+    ));
+    Ok(crew)
+}
+
+/// The arguments of the call `call_id` in the request.
+fn arguments_of(request: &ChatRequest, call_id: &str) -> Option<Value> {
+    request.messages.iter().rev().find_map(|m| {
+        m.tool_calls()
+            .iter()
+            .find(|c| c.id == call_id)
+            .and_then(|c| c.parse_arguments().ok())
+    })
+}
+
+/// The offline model: checks balances, asks to transfer when the caller names an amount and
+/// a payee, and reads the outcome of each tool back.
+pub fn scripted_bank_model() -> ScriptedLlm {
+    ScriptedLlm::from_fn(|request: &ChatRequest| {
+        if let Some(Message::Tool {
+            tool_call_id,
+            content,
+        }) = request.messages.last()
+        {
+            let result: Value = serde_json::from_str(content).unwrap_or(Value::Null);
+            let arguments = arguments_of(request, tool_call_id).unwrap_or(Value::Null);
+            return Reply::text(read_back(&result, &arguments));
+        }
+        let said = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { content } => Some(content.to_lowercase()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        if let Some((amount, recipient)) = transfer_request(&said) {
+            Reply::tool_call(
+                "transfer_money",
+                json!({"amount": amount, "recipient": recipient}),
+            )
+        } else if said.contains("balance") {
+            Reply::tool_call("get_balance", json!({}))
+        } else {
+            Reply::text("I can check your balance or send money to one of your payees.")
+        }
+    })
+    .with_chunk_delay(Duration::from_millis(5))
+}
+
+/// What the offline model says about a tool's result.
+fn read_back(result: &Value, arguments: &Value) -> String {
+    if let Some(error) = result.get("error") {
+        let message = error["message"].as_str().unwrap_or("it failed");
+        return match error["kind"].as_str() {
+            Some("ApprovalPending") => {
+                let cents = arguments["amount"].as_f64().and_then(to_cents).unwrap_or(0);
+                let recipient = arguments["recipient"].as_str().unwrap_or("them");
+                format!("Shall I transfer {} to {recipient}?", dollars(cents))
+            }
+            Some("ApprovalDenied") => {
+                "Okay, I haven't transferred anything. Your balance is unchanged.".to_owned()
+            }
+            _ => format!("Sorry, I couldn't do that: {message}."),
+        };
+    }
+    if result["status"] == "completed" {
+        return format!(
+            "Done: I've sent {} to {}. Your new balance is {}.",
+            result["amount"].as_str().unwrap_or("the money"),
+            result["recipient"].as_str().unwrap_or("them"),
+            result["new_balance"].as_str().unwrap_or("updated")
+        );
+    }
+    match result["balance"].as_str() {
+        Some(balance) => format!("Your balance is {balance}."),
+        None => "Done.".to_owned(),
+    }
+}
+
+/// `(dollars, payee)` when the words ask to send a `$` amount to a known payee.
+fn transfer_request(said: &str) -> Option<(f64, String)> {
+    if !(said.contains("send") || said.contains("transfer") || said.contains("pay")) {
+        return None;
+    }
+    let amount: f64 = said
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix('$'))?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .replace(',', "")
+        .parse()
+        .ok()?;
+    let recipient = ["alice", "bob", "carol"]
+        .into_iter()
+        .find(|name| said.contains(name))?;
+    let mut name = recipient.to_owned();
+    name[..1].make_ascii_uppercase();
+    Some((amount, name))
+}
