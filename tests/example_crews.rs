@@ -80,6 +80,30 @@ async fn asking_for_a_person_transfers_the_call_after_the_last_words() {
 }
 
 #[tokio::test]
+async fn the_model_is_not_asked_again_after_a_transfer() {
+    let llm = Arc::new(call_control::scripted_support_model());
+    let model: Arc<dyn LlmClient> = llm.clone();
+    let url = serve(CrewServer::new(move |setup: SessionSetup| {
+        let crew = call_control::support_crew(&setup, model.clone());
+        async move { crew }
+    }))
+    .await;
+    let mut client = connect(&url).await;
+
+    let summary = client
+        .user_turn("Put me through to a human")
+        .expect("turn")
+        .finish()
+        .await
+        .expect("turn finished");
+
+    assert!(summary.handoff.is_some(), "{:?}", summary.handoff);
+    // One request for the turn: the tool round that transferred the call is the last one,
+    // so no reply can be spoken over the hand-off.
+    assert_eq!(llm.requests().len(), 1);
+}
+
+#[tokio::test]
 async fn saying_goodbye_ends_the_call() {
     let url = call_control_server().await;
     let mut client = connect(&url).await;

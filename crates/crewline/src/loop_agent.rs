@@ -1,8 +1,9 @@
 //! The common output agent: a conversation answered by a tool loop.
 
+use async_trait::async_trait;
 use crewline_core::Context;
 
-use crate::{OutputAgent, ToolLoop, TurnStream};
+use crate::{CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStream};
 
 /// An output agent that answers every LLM request with its [`ToolLoop`] on its conversation:
 /// what most crews' output node is, without writing the [`OutputAgent`] impl by hand.
@@ -19,6 +20,9 @@ use crate::{OutputAgent, ToolLoop, TurnStream};
 pub struct LoopAgent {
     context: Context,
     tool_loop: ToolLoop,
+    /// The call's controls, known once the node starts: a turn ends without asking the model
+    /// again once a tool ended or transferred the call.
+    call: Option<CallControl>,
 }
 
 impl LoopAgent {
@@ -29,16 +33,31 @@ impl LoopAgent {
 
     /// An agent that starts from `context`.
     pub fn with_context(context: Context, tool_loop: ToolLoop) -> Self {
-        Self { context, tool_loop }
+        Self {
+            context,
+            tool_loop,
+            call: None,
+        }
     }
 }
 
+#[async_trait]
 impl OutputAgent for LoopAgent {
     fn context(&mut self) -> &mut Context {
         &mut self.context
     }
 
     fn generate_response(&mut self) -> TurnStream<'_> {
-        self.tool_loop.run(&mut self.context)
+        match &self.call {
+            Some(call) => self
+                .tool_loop
+                .run_until(&mut self.context, || call.handoff_requested()),
+            None => self.tool_loop.run(&mut self.context),
+        }
+    }
+
+    async fn on_start(&mut self, node: &NodeHandle) -> Result<(), NodeError> {
+        self.call = Some(node.call().clone());
+        Ok(())
     }
 }
