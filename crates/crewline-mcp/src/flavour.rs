@@ -17,6 +17,7 @@
 //! | `{"type": "null"}` alone                             | `{"type": "null"}`                     |
 //! | anything else (`{}`, `enum` without `type`, a union with an untyped branch, unknown types) | `{"type": "any"}` |
 //! | `description`                                        | kept (`""` when there is none)         |
+//! | `enum` (`{"type": "string", "enum": ["a", "b"]}`)     | kept, without `null`: `{"type": "string", "enum": ["a", "b"]}` |
 //!
 //! The tool's output type (in the listing's `_meta`, key [`OUTPUT_TYPE_META_KEY`]) comes from
 //! [`Tool::result_schema`](crewline_tools::Tool::result_schema) by the same rules, except that
@@ -73,6 +74,10 @@ pub fn smolagents_input(property: &Value, optional: bool) -> Value {
         .and_then(Value::as_str)
         .unwrap_or_default();
     let mut input = json!({"type": smolagents_type_of(types, true), "description": description});
+    if let Some(Value::Array(values)) = property.get("enum") {
+        let values: Vec<&Value> = values.iter().filter(|v| !v.is_null()).collect();
+        input["enum"] = json!(values);
+    }
     if optional || accepts_null {
         input["nullable"] = Value::Bool(true);
     }
