@@ -35,7 +35,9 @@ const PLAIN_TYPES: [&str; 6] = ["string", "boolean", "integer", "number", "array
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum SchemaFlavour {
-    /// Standard JSON Schema: the registry's normalised schema, as the crew's model sees it.
+    /// Standard JSON Schema: the registry's normalised schema, as the crew's model sees it
+    /// (references inlined, objects closed), except that the top-level `required` list is the
+    /// tool author's, so optional arguments may be left out.
     #[default]
     Standard,
     /// The plain shape smolagents' MCP adapter understands (see the [module docs](self)).
@@ -156,10 +158,35 @@ fn json_types(schema: &Value) -> Option<Vec<String>> {
 /// schema, `authored` the tool's own.
 pub(crate) fn input_schema(flavour: SchemaFlavour, schema: &Value, authored: &Value) -> Value {
     match flavour {
-        SchemaFlavour::Standard => schema.clone(),
+        SchemaFlavour::Standard => standard_schema(schema, authored),
         SchemaFlavour::Smolagents => json!({
             "type": "object",
             "properties": smolagents_inputs(schema, authored),
         }),
     }
+}
+
+/// The normalised `schema` with the author's top-level `required` list, so that MCP clients
+/// (which, unlike OpenAI strict mode, need not send every property) may leave optional
+/// arguments out. A schema whose author's view has no `properties` (a `$ref` root) keeps
+/// the normalised list.
+fn standard_schema(schema: &Value, authored: &Value) -> Value {
+    let mut schema = schema.clone();
+    if authored.get("properties").is_some()
+        && let Some(properties) = schema.get("properties").and_then(Value::as_object)
+    {
+        let required: Vec<Value> = authored
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|names| {
+                names
+                    .iter()
+                    .filter(|name| name.as_str().is_some_and(|n| properties.contains_key(n)))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        schema["required"] = Value::Array(required);
+    }
+    schema
 }

@@ -154,7 +154,7 @@ fn the_smolagents_listing_has_plain_inputs_and_no_required() {
 }
 
 #[test]
-fn the_standard_listing_is_the_schema_the_crew_model_sees() {
+fn the_standard_listing_is_the_crew_schema_with_the_authors_required_list() {
     let ledger = Arc::new(MemoryLedger::new());
     let server = common::server(&ledger, SchemaFlavour::Standard);
     let registry = common::registry(&ledger);
@@ -164,8 +164,13 @@ fn the_standard_listing_is_the_schema_the_crew_model_sees() {
         .find(|d| d.name == "book_table")
         .expect("book_table");
     let (schema, _) = listed(&server, "book_table");
-    assert_eq!(schema, crew_view.parameters);
-    assert_eq!(schema["required"], json!(["restaurant", "party_size", "time"]));
+    // The crew's model must send every argument (strict mode); MCP clients may leave the
+    // optional ones out. Everything else is the same schema.
+    assert_eq!(crew_view.parameters["required"], json!(["restaurant", "party_size", "time"]));
+    assert_eq!(schema["required"], json!(["restaurant", "party_size"]));
+    let mut crew_view = crew_view.parameters;
+    crew_view["required"] = json!(["restaurant", "party_size"]);
+    assert_eq!(schema, crew_view);
 }
 
 #[test]
