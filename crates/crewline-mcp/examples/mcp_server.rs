@@ -19,10 +19,7 @@ use std::{io::Write, sync::Arc};
 
 use crewline::{
     function_tool,
-    tool::{
-        Executor, ToolError, ToolRegistry,
-        executor::ledger::JsonlLedger,
-    },
+    tool::{Executor, ToolError, ToolRegistry, executor::ledger::JsonlLedger},
 };
 use crewline_mcp::{McpServer, SchemaFlavour};
 use schemars::JsonSchema;
@@ -74,7 +71,11 @@ async fn book_table(
         )));
     }
     let time = time.unwrap_or_else(|| "19:00".to_owned());
-    let confirmation = format!("{}-{party_size}-{}", restaurant.len(), time.replace(':', ""));
+    let confirmation = format!(
+        "{}-{party_size}-{}",
+        restaurant.len(),
+        time.replace(':', "")
+    );
     Ok(Booking {
         restaurant,
         party_size,

@@ -53,10 +53,10 @@ impl McpClient {
     /// `http://127.0.0.1:8080/mcp`).
     pub async fn connect_http(url: &str) -> Result<Self, McpError> {
         let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
-        let service = ()
-            .serve(transport)
-            .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
+        let service =
+            ().serve(transport)
+                .await
+                .map_err(|error| McpError::Session(error.to_string()))?;
         Ok(Self::from_service(service, url.to_owned()))
     }
 
@@ -65,10 +65,10 @@ impl McpClient {
     pub async fn spawn(command: tokio::process::Command) -> Result<Self, McpError> {
         let label = format!("{:?}", command.as_std().get_program());
         let transport = TokioChildProcess::new(command)?;
-        let service = ()
-            .serve(transport)
-            .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
+        let service =
+            ().serve(transport)
+                .await
+                .map_err(|error| McpError::Session(error.to_string()))?;
         Ok(Self::from_service(service, label))
     }
 
@@ -77,10 +77,10 @@ impl McpClient {
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let service = ()
-            .serve(transport)
-            .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
+        let service =
+            ().serve(transport)
+                .await
+                .map_err(|error| McpError::Session(error.to_string()))?;
         Ok(Self::from_service(service, "io".to_owned()))
     }
 
@@ -194,10 +194,7 @@ impl Tool for RemoteTool {
                 "the tool `{}` could not be reached; try again later",
                 self.remote.name
             ))
-            .with_detail(format!(
-                "MCP server {}: {error}",
-                self.connection.label
-            ))
+            .with_detail(format!("MCP server {}: {error}", self.connection.label))
         })?;
         result_value(result)
     }

@@ -110,7 +110,10 @@ fn smolagents_type_of(types: Option<Vec<String>>, allow_union: bool) -> Value {
     let Some(types) = types else {
         return Value::from("any");
     };
-    if types.iter().any(|t| !PLAIN_TYPES.contains(&t.as_str()) && t != "null") {
+    if types
+        .iter()
+        .any(|t| !PLAIN_TYPES.contains(&t.as_str()) && t != "null")
+    {
         return Value::from("any");
     }
     let mut plain: Vec<String> = types.into_iter().filter(|t| t != "null").collect();

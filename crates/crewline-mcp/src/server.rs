@@ -102,7 +102,7 @@ impl McpServer {
     ///
     /// By default only loopback hosts (`localhost`, `127.0.0.1`, `::1`) are accepted, which
     /// guards a local server against DNS rebinding; a server reached by a public name must
-    /// list it.
+    /// list it. An empty list accepts any host.
     pub fn allowed_hosts(self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
         let hosts: Vec<String> = hosts.into_iter().map(Into::into).collect();
         self.map_shared(|shared| shared.allowed_hosts = Some(hosts))
@@ -153,8 +153,12 @@ impl McpServer {
 
     /// The streamable-HTTP endpoint as an [`axum::Router`] serving [`MCP_PATH`] (`/mcp`), to
     /// merge into another app (such as `CrewServer::merge`).
+    ///
+    /// Its sessions end when their clients leave; an open event stream holds a graceful
+    /// shutdown of the app until then (or its drain timeout): use
+    /// [`router_until`](Self::router_until) to end them on shutdown.
     pub fn router(&self) -> axum::Router {
-        self.router_with_token(CancellationToken::new())
+        self.router_until(CancellationToken::new())
     }
 
     /// Serves the streamable-HTTP endpoint (at `/mcp`) on `listener` until the task is
@@ -175,7 +179,7 @@ impl McpServer {
         S: Future<Output = ()> + Send + 'static,
     {
         let stop = CancellationToken::new();
-        let router = self.router_with_token(stop.clone());
+        let router = self.router_until(stop.clone());
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, path = MCP_PATH, "MCP server listening");
         }
@@ -188,7 +192,9 @@ impl McpServer {
         Ok(())
     }
 
-    fn router_with_token(&self, stop: CancellationToken) -> axum::Router {
+    /// Like [`router`](Self::router); cancelling `stop` ends every session and refuses new
+    /// requests.
+    pub fn router_until(&self, stop: CancellationToken) -> axum::Router {
         let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop);
         if let Some(hosts) = &self.shared.allowed_hosts {
             config = config.with_allowed_hosts(hosts.iter().cloned());

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use crewline::{function_tool, tool::executor::ledger::MemoryLedger, tool::ToolRegistry};
+use crewline::{function_tool, tool::ToolRegistry, tool::executor::ledger::MemoryLedger};
 use crewline_mcp::{
     McpError, McpServer, SchemaFlavour,
     flavour::{OUTPUT_TYPE_META_KEY, smolagents_input, smolagents_inputs, smolagents_output_type},
@@ -51,7 +51,10 @@ fn an_option_any_of_is_the_inner_type() {
         &json!({"anyOf": [{"type": "number"}, {"type": "null"}], "description": "d"}),
         true,
     );
-    assert_eq!(input, json!({"type": "number", "description": "d", "nullable": true}));
+    assert_eq!(
+        input,
+        json!({"type": "number", "description": "d", "nullable": true})
+    );
 }
 
 #[test]
@@ -72,7 +75,10 @@ fn an_any_of_union_is_a_list_of_types() {
 
 #[test]
 fn a_lone_null_type_stays_null() {
-    assert_eq!(smolagents_input(&json!({"type": "null"}), true)["type"], "null");
+    assert_eq!(
+        smolagents_input(&json!({"type": "null"}), true)["type"],
+        "null"
+    );
 }
 
 #[test]
@@ -94,12 +100,18 @@ fn the_description_is_kept_or_empty() {
         smolagents_input(&json!({"type": "string", "description": "The city"}), false)["description"],
         "The city"
     );
-    assert_eq!(smolagents_input(&json!({"type": "string"}), false)["description"], "");
+    assert_eq!(
+        smolagents_input(&json!({"type": "string"}), false)["description"],
+        ""
+    );
 }
 
 #[test]
 fn enum_values_are_kept_without_null() {
-    let input = smolagents_input(&json!({"type": ["string", "null"], "enum": ["c", "f", null]}), true);
+    let input = smolagents_input(
+        &json!({"type": ["string", "null"], "enum": ["c", "f", null]}),
+        true,
+    );
     assert_eq!(input["type"], "string");
     assert_eq!(input["enum"], json!(["c", "f"]));
 }
@@ -107,15 +119,29 @@ fn enum_values_are_kept_without_null() {
 #[test]
 fn the_output_type_comes_from_the_result_schema() {
     assert_eq!(smolagents_output_type(None), "any");
-    assert_eq!(smolagents_output_type(Some(&json!({"type": "object"}))), "object");
-    assert_eq!(smolagents_output_type(Some(&json!({"type": ["integer", "null"]}))), "integer");
     assert_eq!(
-        smolagents_output_type(Some(&json!({"anyOf": [{"type": "string"}, {"type": "null"}]}))),
+        smolagents_output_type(Some(&json!({"type": "object"}))),
+        "object"
+    );
+    assert_eq!(
+        smolagents_output_type(Some(&json!({"type": ["integer", "null"]}))),
+        "integer"
+    );
+    assert_eq!(
+        smolagents_output_type(Some(
+            &json!({"anyOf": [{"type": "string"}, {"type": "null"}]})
+        )),
         "string"
     );
     // smolagents takes one output type: a union is `any`, and so is anything unknown.
-    assert_eq!(smolagents_output_type(Some(&json!({"type": ["string", "integer"]}))), "any");
-    assert_eq!(smolagents_output_type(Some(&json!({"$ref": "#/$defs/X"}))), "any");
+    assert_eq!(
+        smolagents_output_type(Some(&json!({"type": ["string", "integer"]}))),
+        "any"
+    );
+    assert_eq!(
+        smolagents_output_type(Some(&json!({"$ref": "#/$defs/X"}))),
+        "any"
+    );
 }
 
 fn listed(server: &McpServer, name: &str) -> (Value, Value) {
@@ -166,7 +192,10 @@ fn the_standard_listing_is_the_crew_schema_with_the_authors_required_list() {
     let (schema, _) = listed(&server, "book_table");
     // The crew's model must send every argument (strict mode); MCP clients may leave the
     // optional ones out. Everything else is the same schema.
-    assert_eq!(crew_view.parameters["required"], json!(["restaurant", "party_size", "time"]));
+    assert_eq!(
+        crew_view.parameters["required"],
+        json!(["restaurant", "party_size", "time"])
+    );
     assert_eq!(schema["required"], json!(["restaurant", "party_size"]));
     let mut crew_view = crew_view.parameters;
     crew_view["required"] = json!(["restaurant", "party_size"]);

@@ -54,24 +54,44 @@ fn text(result: &CallToolResult) -> String {
 async fn a_successful_call_returns_the_tools_output_and_is_recorded() {
     let ledger = Arc::new(MemoryLedger::new());
     let client = connect(&ledger).await;
-    let result = call(&client, "book_table", json!({"restaurant": "Noma", "party_size": 4})).await;
+    let result = call(
+        &client,
+        "book_table",
+        json!({"restaurant": "Noma", "party_size": 4}),
+    )
+    .await;
     assert_eq!(result.is_error, Some(false));
     let output: Value = serde_json::from_str(&text(&result)).expect("JSON output");
-    assert_eq!(output, json!({"restaurant": "Noma", "party_size": 4, "time": "19:00"}));
+    assert_eq!(
+        output,
+        json!({"restaurant": "Noma", "party_size": 4, "time": "19:00"})
+    );
 
     let records = ledger.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].tool, "book_table");
     assert_eq!(records[0].outcome, Outcome::Ok);
-    assert_eq!(records[0].arguments, json!({"restaurant": "Noma", "party_size": 4}));
-    assert!(records[0].call_id.starts_with("call_"), "{}", records[0].call_id);
+    assert_eq!(
+        records[0].arguments,
+        json!({"restaurant": "Noma", "party_size": 4})
+    );
+    assert!(
+        records[0].call_id.starts_with("call_"),
+        "{}",
+        records[0].call_id
+    );
 }
 
 #[tokio::test]
 async fn tool_errors_are_is_error_results_with_the_models_error_json() {
     let ledger = Arc::new(MemoryLedger::new());
     let client = connect(&ledger).await;
-    let result = call(&client, "book_table", json!({"restaurant": "Noma", "party_size": 40})).await;
+    let result = call(
+        &client,
+        "book_table",
+        json!({"restaurant": "Noma", "party_size": 40}),
+    )
+    .await;
     assert_eq!(result.is_error, Some(true));
     let (kind, message) = error_of(&text(&result));
     assert_eq!(kind, "ToolArgsInvalid");
@@ -92,14 +112,22 @@ async fn arguments_that_break_the_schema_are_rejected_before_the_tool_runs() {
     let (kind, message) = error_of(&text(&result));
     assert_eq!(kind, "ToolArgsInvalid");
     assert!(message.contains("party_size"), "{message}");
-    assert_eq!(ledger.records()[0].error_kind, Some(ToolErrorKind::ToolArgsInvalid));
+    assert_eq!(
+        ledger.records()[0].error_kind,
+        Some(ToolErrorKind::ToolArgsInvalid)
+    );
 }
 
 #[tokio::test]
 async fn guardrails_apply_to_mcp_calls() {
     let ledger = Arc::new(MemoryLedger::new());
     let client = connect(&ledger).await;
-    let result = call(&client, "book_table", json!({"restaurant": "Closed", "party_size": 2})).await;
+    let result = call(
+        &client,
+        "book_table",
+        json!({"restaurant": "Closed", "party_size": 2}),
+    )
+    .await;
     assert_eq!(result.is_error, Some(true));
     let (kind, message) = error_of(&text(&result));
     assert_eq!(kind, "GuardrailBlocked");
@@ -124,5 +152,8 @@ async fn tools_not_exported_to_mcp_cannot_be_called() {
     let (kind, message) = error_of(&text(&result));
     assert_eq!(kind, "UnknownTool");
     assert!(message.contains("book_table, slow_echo"), "{message}");
-    assert_eq!(ledger.records()[0].error_kind, Some(ToolErrorKind::UnknownTool));
+    assert_eq!(
+        ledger.records()[0].error_kind,
+        Some(ToolErrorKind::UnknownTool)
+    );
 }
