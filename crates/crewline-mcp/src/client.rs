@@ -9,7 +9,10 @@ use rmcp::{
     Peer, RoleClient, ServiceExt,
     model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool as McpTool},
     service::RunningService,
-    transport::{StreamableHttpClientTransport, TokioChildProcess},
+    transport::{
+        StreamableHttpClientTransport, TokioChildProcess,
+        streamable_http_client::StreamableHttpClientTransportConfig,
+    },
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -52,12 +55,31 @@ impl McpClient {
     /// Connects to the streamable-HTTP MCP endpoint at `url` (e.g.
     /// `http://127.0.0.1:8080/mcp`).
     pub async fn connect_http(url: &str) -> Result<Self, McpError> {
-        let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
+        Self::connect_http_config(StreamableHttpClientTransportConfig::with_uri(
+            url.to_owned(),
+        ))
+        .await
+    }
+
+    /// Like [`connect_http`](Self::connect_http), sending `Authorization: Bearer <token>`
+    /// with every request.
+    pub async fn connect_http_with_bearer(url: &str, token: &str) -> Result<Self, McpError> {
+        Self::connect_http_config(
+            StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token),
+        )
+        .await
+    }
+
+    async fn connect_http_config(
+        config: StreamableHttpClientTransportConfig,
+    ) -> Result<Self, McpError> {
+        let url = config.uri.to_string();
+        let transport = StreamableHttpClientTransport::from_config(config);
         let service =
             ().serve(transport)
                 .await
                 .map_err(|error| McpError::Session(error.to_string()))?;
-        Ok(Self::from_service(service, url.to_owned()))
+        Ok(Self::from_service(service, url))
     }
 
     /// Starts `command` and speaks MCP with it over its stdin and stdout (its stderr is
@@ -139,8 +161,8 @@ impl McpClient {
         Ok(names)
     }
 
-    /// Closes the connection now (otherwise it closes when the client and its tools are
-    /// dropped).
+    /// Closes the connection now if no tool of this client is still alive (a registered
+    /// tool keeps it open); otherwise it closes when the last of them is dropped.
     pub async fn close(self) {
         if let Ok(connection) = Arc::try_unwrap(self.connection)
             && let Err(error) = connection.service.cancel().await

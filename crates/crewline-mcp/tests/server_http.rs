@@ -91,3 +91,47 @@ async fn the_server_stops_on_its_signal_even_with_a_client_connected() {
     );
     drop(client);
 }
+
+/// Refuses requests without `Authorization: Bearer secret`.
+async fn require_bearer(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let authorised = request
+        .headers()
+        .get("authorization")
+        .is_some_and(|value| value == "Bearer secret");
+    if authorised {
+        next.run(request).await
+    } else {
+        axum::response::IntoResponse::into_response(axum::http::StatusCode::UNAUTHORIZED)
+    }
+}
+
+#[tokio::test]
+async fn a_client_can_reach_a_server_behind_a_bearer_token() {
+    let mcp = common::server(&Arc::new(MemoryLedger::new()), SchemaFlavour::Standard);
+    let app = mcp
+        .router()
+        .layer(axum::middleware::from_fn(require_bearer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    let task = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let refused = tokio::time::timeout(WAIT, crewline_mcp::McpClient::connect_http(&url))
+        .await
+        .expect("an answer in time");
+    assert!(refused.is_err(), "no token, no session");
+    let client = tokio::time::timeout(
+        WAIT,
+        crewline_mcp::McpClient::connect_http_with_bearer(&url, "secret"),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("the token opens a session");
+    let tools = client.tools().await.expect("tools are listed");
+    assert_eq!(tools.len(), 2);
+    task.abort();
+}
