@@ -14,7 +14,7 @@
 //! | `{"anyOf": [{"type": "string"}, {"type": "null"}]}` (`Option<T>`) | `{"type": "string", "nullable": true}` |
 //! | `{"type": ["string", "integer"]}` (a union)          | `{"type": ["string", "integer"]}`      |
 //! | `{"anyOf": [{"type": "string"}, {"type": "integer"}]}` (a union) | `{"type": ["string", "integer"]}` |
-//! | `{"type": "null"}` alone                             | `{"type": "null"}`                     |
+//! | `{"type": "null"}` alone                             | `{"type": "null", "nullable": true}`   |
 //! | anything else (`{}`, `enum` without `type`, a union with an untyped branch, unknown types) | `{"type": "any"}` |
 //! | `description`                                        | kept (`""` when there is none)         |
 //! | `enum` (`{"type": "string", "enum": ["a", "b"]}`)     | kept, without `null`: `{"type": "string", "enum": ["a", "b"]}` |

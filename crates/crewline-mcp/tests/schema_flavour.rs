@@ -75,10 +75,9 @@ fn an_any_of_union_is_a_list_of_types() {
 
 #[test]
 fn a_lone_null_type_stays_null() {
-    assert_eq!(
-        smolagents_input(&json!({"type": "null"}), true)["type"],
-        "null"
-    );
+    let input = smolagents_input(&json!({"type": "null"}), false);
+    assert_eq!(input["type"], "null");
+    assert_eq!(input["nullable"], true);
 }
 
 #[test]
