@@ -30,9 +30,9 @@ cargo build --locked --quiet -p crewline-mcp --example mcp_server
 target_dir=$(cargo metadata --format-version 1 --no-deps --locked \
   | "$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 
-ledger=$(mktemp -t crewline-mcp-ledger.XXXXXX)
-trap 'rm -f "$ledger"' EXIT
-echo "== smolagents e2e: ToolCallingAgent -> crewline MCP server (streamable HTTP)"
+ledger_dir=$(mktemp -d -t crewline-mcp-e2e.XXXXXX)
+trap 'rm -rf "$ledger_dir"' EXIT
+echo "== smolagents e2e: ToolCallingAgent -> crewline MCP server (streamable HTTP, then stdio)"
 RUST_LOG="${RUST_LOG:-warn}" "$venv/bin/python" tests/smolagents/e2e.py \
-  --server "$target_dir/debug/examples/mcp_server" --ledger "$ledger"
+  --server "$target_dir/debug/examples/mcp_server" --ledger "$ledger_dir/ledger"
 echo "== smolagents e2e: passed in $(( $(date +%s) - started ))s"

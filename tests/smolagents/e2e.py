@@ -1,8 +1,8 @@
 """End-to-end: a real smolagents ToolCallingAgent uses crewline tools over MCP.
 
-Starts the crewline example MCP server (streamable HTTP on 127.0.0.1, port 0, smolagents
-schema flavour, a JSON Lines ledger), connects smolagents' MCPClient to it and runs a
-ToolCallingAgent whose model is scripted (no network, no LLM):
+Starts the crewline example MCP server (smolagents schema flavour, a JSON Lines ledger) over
+streamable HTTP on 127.0.0.1 (port 0) and over stdio, connects smolagents' MCPClient to it and
+runs a ToolCallingAgent whose model is scripted (no network, no LLM):
 
 1. book_table with required and optional arguments -> a booking;
 2. book_table with a party of 40 -> the tool's error, {"error": {"kind": "ToolArgsInvalid"}};
@@ -12,7 +12,7 @@ ToolCallingAgent whose model is scripted (no network, no LLM):
 Then it checks what the agent saw and that the crewline ledger recorded every call, the failed
 one with its error kind. Any failure exits non-zero.
 
-Usage: e2e.py --server PATH_TO_mcp_server_BINARY --ledger PATH
+Usage: e2e.py --server PATH_TO_mcp_server_BINARY --ledger PATH_PREFIX [--transport http|stdio|both]
 """
 
 import argparse
@@ -118,45 +118,70 @@ def check_ledger(path):
     return records
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--ledger", required=True)
-    args = parser.parse_args()
-    if os.path.exists(args.ledger):
-        os.remove(args.ledger)
+def run_agent(server_parameters):
+    """Connects smolagents to the server, checks the listing and runs the scripted agent."""
+    with MCPClient(server_parameters, structured_output=False) as tools:
+        book_table = next((t for t in tools if t.name == "book_table"), None)
+        if book_table is None:
+            fail(f"book_table not listed: {[t.name for t in tools]}")
+        # The smolagents flavour: optional inputs nullable, required ones not.
+        inputs = book_table.inputs
+        if inputs["party_size"]["type"] != "integer" or inputs["party_size"].get("nullable"):
+            fail(f"party_size should be a required integer: {inputs['party_size']}")
+        if not inputs["time"].get("nullable") or inputs["time"]["type"] != "string":
+            fail(f"time should be an optional (nullable) string: {inputs['time']}")
 
-    started = time.monotonic()
-    server, url = start_server(args.server, args.ledger)
-    try:
-        with MCPClient({"url": url, "transport": "streamable-http"}, structured_output=False) as tools:
-            book_table = next((t for t in tools if t.name == "book_table"), None)
-            if book_table is None:
-                fail(f"book_table not listed: {[t.name for t in tools]}")
-            # The smolagents flavour: optional inputs nullable, required ones not.
-            inputs = book_table.inputs
-            if inputs["party_size"]["type"] != "integer" or inputs["party_size"].get("nullable"):
-                fail(f"party_size should be a required integer: {inputs['party_size']}")
-            if not inputs["time"].get("nullable") or inputs["time"]["type"] != "string":
-                fail(f"time should be an optional (nullable) string: {inputs['time']}")
-
-            model = ScriptedModel()
-            agent = ToolCallingAgent(tools=tools, model=model, max_steps=6, verbosity_level=0)
-            answer = agent.run("Book Noma for 4 at 20:00, and then for a party of 40.")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
+        model = ScriptedModel()
+        agent = ToolCallingAgent(tools=tools, model=model, max_steps=6, verbosity_level=0)
+        answer = agent.run("Book Noma for 4 at 20:00, and then for a party of 40.")
     if model.steps != 4:
         fail(f"the scripted model ran {model.steps} steps, expected 4")
     if "Booked Noma" not in str(answer):
         fail(f"unexpected final answer {answer!r}")
-    records = check_ledger(args.ledger)
-    elapsed = time.monotonic() - started
-    print(
-        f"smolagents e2e: OK: {len(records)} calls in the crewline ledger "
-        f"(1 ToolArgsInvalid, recovered); agent run with server took {elapsed:.2f}s"
+
+
+def over_http(binary, ledger):
+    server, url = start_server(binary, ledger)
+    try:
+        run_agent({"url": url, "transport": "streamable-http"})
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def over_stdio(binary, ledger):
+    from mcp import StdioServerParameters
+
+    run_agent(
+        StdioServerParameters(
+            command=binary,
+            args=["--stdio", "--flavour", "smolagents", "--ledger", ledger],
+            env={**os.environ},
+        )
     )
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--ledger", required=True, help="ledger path prefix (one file per transport)")
+    parser.add_argument("--transport", choices=["http", "stdio", "both"], default="both")
+    args = parser.parse_args()
+
+    transports = {"http": over_http, "stdio": over_stdio}
+    chosen = list(transports) if args.transport == "both" else [args.transport]
+    for name in chosen:
+        ledger = f"{args.ledger}.{name}.jsonl"
+        if os.path.exists(ledger):
+            os.remove(ledger)
+        started = time.monotonic()
+        transports[name](args.server, ledger)
+        records = check_ledger(ledger)
+        elapsed = time.monotonic() - started
+        print(
+            f"smolagents e2e ({name}): OK: {len(records)} calls in the crewline ledger "
+            f"(1 ToolArgsInvalid, recovered); agent run with server took {elapsed:.2f}s"
+        )
 
 
 if __name__ == "__main__":
