@@ -15,6 +15,9 @@ mod error;
 pub mod flavour;
 mod server;
 
+/// The MCP SDK, re-exported so that its types in this API (listed tools) can be named.
+pub use rmcp;
+
 pub use client::McpClient;
 pub use error::McpError;
 pub use flavour::SchemaFlavour;
