@@ -1,0 +1,273 @@
+//! The MCP client: an external MCP server's tools, mounted into a [`ToolRegistry`].
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use crewline_core::ToolErrorKind;
+use crewline_tools::{Tool, ToolError, ToolPolicy, ToolRegistry};
+use rmcp::{
+    Peer, RoleClient, ServiceExt,
+    model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool as McpTool},
+    service::RunningService,
+    transport::{
+        StreamableHttpClientTransport, TokioChildProcess,
+        streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::McpError;
+
+/// A connection to an MCP server whose tools a crew can use.
+///
+/// [`tools`](Self::tools) turns each remote tool into a [`Tool`]; [`mount`](Self::mount) adds
+/// them to a registry. Their calls then go through the registry's executor like any other:
+/// the arguments are validated against the remote schema, hooks, guardrails and the ledger
+/// see them, and the tool's timeout applies (an unanswered call is a `Timeout` the model
+/// reads). A remote failure (`isError`, a broken connection) is a tool error the model reads;
+/// a remote `{"error": {"kind": "ToolArgsInvalid", ..}}` (a crewline server) stays
+/// `ToolArgsInvalid`.
+///
+/// The connection stays open while the client or any of its tools is alive.
+#[derive(Clone)]
+pub struct McpClient {
+    connection: Arc<Connection>,
+    policy: ToolPolicy,
+}
+
+/// The running session, closed when the last holder drops it.
+struct Connection {
+    service: RunningService<RoleClient, ()>,
+    label: String,
+}
+
+impl fmt::Debug for McpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpClient")
+            .field("server", &self.connection.label)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+impl McpClient {
+    /// Connects to the streamable-HTTP MCP endpoint at `url` (e.g.
+    /// `http://127.0.0.1:8080/mcp`).
+    pub async fn connect_http(url: &str) -> Result<Self, McpError> {
+        Self::connect_http_config(StreamableHttpClientTransportConfig::with_uri(
+            url.to_owned(),
+        ))
+        .await
+    }
+
+    /// Like [`connect_http`](Self::connect_http), sending `Authorization: Bearer <token>`
+    /// with every request.
+    pub async fn connect_http_with_bearer(url: &str, token: &str) -> Result<Self, McpError> {
+        Self::connect_http_config(
+            StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token),
+        )
+        .await
+    }
+
+    async fn connect_http_config(
+        config: StreamableHttpClientTransportConfig,
+    ) -> Result<Self, McpError> {
+        let url = config.uri.to_string();
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let service =
+            ().serve(transport)
+                .await
+                .map_err(|error| McpError::Session(error.to_string()))?;
+        Ok(Self::from_service(service, url))
+    }
+
+    /// Starts `command` and speaks MCP with it over its stdin and stdout (its stderr is
+    /// inherited); the child is stopped when the connection closes.
+    pub async fn spawn(command: tokio::process::Command) -> Result<Self, McpError> {
+        let label = format!("{:?}", command.as_std().get_program());
+        let transport = TokioChildProcess::new(command)?;
+        let service =
+            ().serve(transport)
+                .await
+                .map_err(|error| McpError::Session(error.to_string()))?;
+        Ok(Self::from_service(service, label))
+    }
+
+    /// Speaks MCP over `transport` (a socket, an in-process duplex).
+    pub async fn connect_io<T>(transport: T) -> Result<Self, McpError>
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let service =
+            ().serve(transport)
+                .await
+                .map_err(|error| McpError::Session(error.to_string()))?;
+        Ok(Self::from_service(service, "io".to_owned()))
+    }
+
+    fn from_service(service: RunningService<RoleClient, ()>, label: String) -> Self {
+        Self {
+            connection: Arc::new(Connection { service, label }),
+            policy: ToolPolicy::default(),
+        }
+    }
+
+    /// The same client, giving its tools `policy` (a timeout, confirmation, exports...).
+    pub fn with_policy(mut self, policy: ToolPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The same client, its tools limited to `timeout` per call.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.policy = self.policy.timeout(timeout);
+        self
+    }
+
+    /// The server's tools, each a [`Tool`] that calls it.
+    pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+        let listed = self.connection.service.list_all_tools().await?;
+        Ok(listed
+            .into_iter()
+            .map(|remote| {
+                Arc::new(RemoteTool {
+                    connection: Arc::clone(&self.connection),
+                    peer: self.connection.service.peer().clone(),
+                    parameters: Value::Object((*remote.input_schema).clone()),
+                    result_schema: remote
+                        .output_schema
+                        .as_ref()
+                        .map(|schema| Value::Object((**schema).clone())),
+                    description: remote.description.as_deref().unwrap_or_default().to_owned(),
+                    policy: self.policy,
+                    remote,
+                }) as Arc<dyn Tool>
+            })
+            .collect())
+    }
+
+    /// Adds every tool of the server to `registry` and returns their names; if one cannot
+    /// be added (a name clash, an unusable schema), none is.
+    pub async fn mount(&self, registry: &mut ToolRegistry) -> Result<Vec<String>, McpError> {
+        let tools = self.tools().await?;
+        let mut staged = registry.clone();
+        let mut names = Vec::with_capacity(tools.len());
+        for tool in tools {
+            names.push(tool.name().to_owned());
+            staged.register_arc(tool)?;
+        }
+        *registry = staged;
+        Ok(names)
+    }
+
+    /// Closes the connection now if no tool of this client is still alive (a registered
+    /// tool keeps it open); otherwise it closes when the last of them is dropped.
+    pub async fn close(self) {
+        if let Ok(connection) = Arc::try_unwrap(self.connection)
+            && let Err(error) = connection.service.cancel().await
+        {
+            tracing::warn!(%error, "the MCP session did not close cleanly");
+        }
+    }
+}
+
+/// One tool of an MCP server.
+struct RemoteTool {
+    /// Keeps the session open while the tool is registered.
+    connection: Arc<Connection>,
+    peer: Peer<RoleClient>,
+    remote: McpTool,
+    description: String,
+    parameters: Value,
+    result_schema: Option<Value>,
+    policy: ToolPolicy,
+}
+
+#[async_trait]
+impl Tool for RemoteTool {
+    fn name(&self) -> &str {
+        &self.remote.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    fn result_schema(&self) -> Option<Value> {
+        self.result_schema.clone()
+    }
+
+    fn policy(&self) -> ToolPolicy {
+        self.policy
+    }
+
+    async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
+        let mut params = CallToolRequestParams::new(self.remote.name.clone());
+        if let Value::Object(map) = arguments {
+            params = params.with_arguments(map);
+        }
+        let result = self.peer.call_tool(params).await.map_err(|error| {
+            ToolError::new(format!(
+                "the tool `{}` could not be reached; try again later",
+                self.remote.name
+            ))
+            .with_detail(format!("MCP server {}: {error}", self.connection.label))
+        })?;
+        result_value(result)
+    }
+}
+
+/// What the model reads from a remote result, or the tool error it carries.
+pub(crate) fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
+    let text = content_text(&result.content);
+    if result.is_error == Some(true) {
+        return Err(remote_error(&text, result.structured_content.as_ref()));
+    }
+    if let Some(value) = result.structured_content {
+        return Ok(value);
+    }
+    Ok(text.map_or_else(|| json!(result.content), Value::String))
+}
+
+/// The text of `content`, if it is all text (joined by newlines).
+fn content_text(content: &[ContentBlock]) -> Option<String> {
+    let texts: Option<Vec<&str>> = content
+        .iter()
+        .map(|block| block.as_text().map(|text| text.text.as_str()))
+        .collect();
+    texts.map(|texts| texts.join("\n"))
+}
+
+/// The tool error of a remote `isError` result: a crewline-shaped
+/// `{"error": {"kind", "message"}}` keeps its message (and `ToolArgsInvalid` its kind, so the
+/// model knows to fix its arguments); any other text is the message as is.
+fn remote_error(text: &Option<String>, structured: Option<&Value>) -> ToolError {
+    let parsed = text
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok());
+    let error = parsed
+        .as_ref()
+        .or(structured)
+        .and_then(|value| value.get("error"));
+    if let Some(error) = error
+        && let Some(message) = error.get("message").and_then(Value::as_str)
+    {
+        let kind = error
+            .get("kind")
+            .and_then(|kind| serde_json::from_value::<ToolErrorKind>(kind.clone()).ok());
+        return match kind {
+            Some(ToolErrorKind::ToolArgsInvalid) => ToolError::invalid_arguments(message),
+            Some(kind) => ToolError::new(message).with_detail(format!("remote error kind {kind}")),
+            None => ToolError::new(message),
+        };
+    }
+    match text {
+        Some(text) if !text.is_empty() => ToolError::new(text.clone()),
+        _ => ToolError::new("the remote tool failed without saying why"),
+    }
+}

@@ -1,0 +1,308 @@
+//! The MCP server: a registry's MCP-exported tools, each call run by the registry's executor.
+
+use std::{borrow::Cow, future::Future, sync::Arc};
+
+use crewline_core::ToolCall;
+use crewline_tools::{CallContext, NameRules, Target, ToolRegistry};
+use rmcp::{
+    ErrorData, RoleServer, ServerHandler, ServiceExt,
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+        JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
+        ServerConfig, Tool as McpTool,
+    },
+    service::RequestContext,
+    transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    },
+};
+use serde_json::Value;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpListener,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    McpError,
+    flavour::{self, OUTPUT_TYPE_META_KEY, SchemaFlavour},
+};
+
+/// The path the HTTP router serves MCP on.
+pub const MCP_PATH: &str = "/mcp";
+
+/// Serves a [`ToolRegistry`] over MCP.
+///
+/// Only the tools exported to [`Target::Mcp`] are listed and callable. Every call goes through
+/// the registry's [`Executor`](crewline_tools::Executor) (validation, hooks, guardrails,
+/// approval, limits, cache, timeouts, ledger). A failed call is a tool result with
+/// `isError: true` whose text is the JSON the crew's model would read,
+/// `{"error": {"kind", "message"}}`, so a client that ignores `isError` still shows it.
+///
+/// Each MCP session (a stdio connection, an HTTP session) is one executor run: the
+/// executor's run limits count that session's calls.
+#[derive(Clone)]
+pub struct McpServer {
+    shared: Arc<Shared>,
+}
+
+/// What every session of a server shares.
+struct Shared {
+    tools: ToolRegistry,
+    listing: Vec<McpTool>,
+    info: Implementation,
+    allowed_hosts: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("tools", &self.shared.tools.names())
+            .field("info", &self.shared.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpServer {
+    /// Serves the MCP-exported tools of `tools` with standard JSON Schemas.
+    pub fn new(tools: &ToolRegistry) -> Result<Self, McpError> {
+        Self::with_flavour(tools, SchemaFlavour::Standard)
+    }
+
+    /// Serves the MCP-exported tools of `tools`, their schemas written in `flavour`.
+    ///
+    /// With [`SchemaFlavour::Smolagents`], every exported name must also be a Python
+    /// identifier that is not a keyword ([`NameRules::Python`]), since smolagents turns each
+    /// tool into a Python function; a name that is not is an [`McpError::Export`] here.
+    pub fn with_flavour(tools: &ToolRegistry, flavour: SchemaFlavour) -> Result<Self, McpError> {
+        let rules = match flavour {
+            SchemaFlavour::Standard => NameRules::Standard,
+            SchemaFlavour::Smolagents => NameRules::Python,
+        };
+        let tools = tools.export_with(Target::Mcp, rules)?;
+        let listing = listing(&tools, flavour);
+        Ok(Self {
+            shared: Arc::new(Shared {
+                tools,
+                listing,
+                info: Implementation::new("crewline", env!("CARGO_PKG_VERSION")),
+                allowed_hosts: None,
+            }),
+        })
+    }
+
+    /// The same server, reporting `name` and `version` to clients (default `crewline` and
+    /// this crate's version).
+    pub fn named(self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.map_shared(|shared| shared.info = Implementation::new(name, version))
+    }
+
+    /// The same server, answering HTTP requests whose `Host` is one of `hosts` (names or
+    /// `host:port`).
+    ///
+    /// By default only loopback hosts (`localhost`, `127.0.0.1`, `::1`) are accepted, which
+    /// guards a local server against DNS rebinding; a server reached by a public name must
+    /// list it. An empty list accepts any host.
+    pub fn allowed_hosts(self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        let hosts: Vec<String> = hosts.into_iter().map(Into::into).collect();
+        self.map_shared(|shared| shared.allowed_hosts = Some(hosts))
+    }
+
+    /// The tools as MCP lists them.
+    pub fn tools(&self) -> &[McpTool] {
+        &self.shared.listing
+    }
+
+    /// The registry the calls run in (only the MCP-exported tools).
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.shared.tools
+    }
+
+    /// Serves one MCP session on `transport` (stdio, a socket, an in-process duplex) until
+    /// the client disconnects.
+    pub async fn serve_io<T>(&self, transport: T) -> Result<(), McpError>
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let running = self
+            .session()
+            .serve(transport)
+            .await
+            .map_err(|error| McpError::Session(error.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|error| McpError::Session(error.to_string()))?;
+        Ok(())
+    }
+
+    /// Serves one MCP session on this process's stdin and stdout until the client
+    /// disconnects (stdout then carries only MCP messages: log to stderr).
+    pub async fn serve_stdio(&self) -> Result<(), McpError> {
+        let running = self
+            .session()
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|error| McpError::Session(error.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|error| McpError::Session(error.to_string()))?;
+        Ok(())
+    }
+
+    /// The streamable-HTTP endpoint as an [`axum::Router`] serving [`MCP_PATH`] (`/mcp`), to
+    /// merge into another app (such as `CrewServer::merge`).
+    ///
+    /// Its sessions end when their clients leave; an open event stream holds a graceful
+    /// shutdown of the app until then (or its drain timeout): use
+    /// [`router_until`](Self::router_until) to end them on shutdown.
+    pub fn router(&self) -> axum::Router {
+        self.router_until(CancellationToken::new())
+    }
+
+    /// Serves the streamable-HTTP endpoint (at `/mcp`) on `listener` until the task is
+    /// dropped.
+    pub async fn serve_http(&self, listener: TcpListener) -> Result<(), McpError> {
+        self.serve_http_with_shutdown(listener, std::future::pending())
+            .await
+    }
+
+    /// Serves the streamable-HTTP endpoint (at `/mcp`) on `listener`; when `signal`
+    /// completes, open sessions are closed and this returns.
+    pub async fn serve_http_with_shutdown<S>(
+        &self,
+        listener: TcpListener,
+        signal: S,
+    ) -> Result<(), McpError>
+    where
+        S: Future<Output = ()> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        let router = self.router_until(stop.clone());
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, path = MCP_PATH, "MCP server listening");
+        }
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                signal.await;
+                stop.cancel();
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Like [`router`](Self::router); cancelling `stop` ends every session and refuses new
+    /// requests.
+    pub fn router_until(&self, stop: CancellationToken) -> axum::Router {
+        let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop);
+        if let Some(hosts) = &self.shared.allowed_hosts {
+            config = config.with_allowed_hosts(hosts.iter().cloned());
+        }
+        let server = self.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(server.session()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        axum::Router::new().nest_service(MCP_PATH, service)
+    }
+
+    /// A handler for one session, with its own executor run.
+    fn session(&self) -> Session {
+        Session {
+            context: self.shared.tools.executor().context(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    fn map_shared(self, change: impl FnOnce(&mut Shared)) -> Self {
+        let mut shared = Shared {
+            tools: self.shared.tools.clone(),
+            listing: self.shared.listing.clone(),
+            info: self.shared.info.clone(),
+            allowed_hosts: self.shared.allowed_hosts.clone(),
+        };
+        change(&mut shared);
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+}
+
+/// The MCP listing of every tool in `tools`.
+fn listing(tools: &ToolRegistry, flavour: SchemaFlavour) -> Vec<McpTool> {
+    tools
+        .definitions()
+        .into_iter()
+        .filter_map(|definition| {
+            let tool = tools.get(&definition.name)?;
+            let schema = flavour::input_schema(flavour, &definition.parameters, &tool.parameters());
+            let input_schema = match schema {
+                Value::Object(map) => map,
+                _ => JsonObject::new(),
+            };
+            let result_schema = tool.result_schema();
+            let mut meta = JsonObject::new();
+            meta.insert(
+                OUTPUT_TYPE_META_KEY.to_owned(),
+                Value::from(flavour::smolagents_output_type(result_schema.as_ref())),
+            );
+            Some(
+                McpTool::new(definition.name, definition.description, input_schema)
+                    .with_meta(MetaObject(meta)),
+            )
+        })
+        .collect()
+}
+
+/// One MCP session's handler.
+#[derive(Clone)]
+struct Session {
+    shared: Arc<Shared>,
+    context: CallContext,
+}
+
+impl ServerHandler for Session {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(self.shared.info.clone())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.shared.listing.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<McpTool> {
+        self.shared
+            .listing
+            .iter()
+            .find(|tool| tool.name == name)
+            .cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request
+            .arguments
+            .map_or_else(|| "{}".to_owned(), |map| Value::Object(map).to_string());
+        // An empty id: the executor gives the call a fresh one, which the ledger records.
+        let call = ToolCall::new(String::new(), Cow::into_owned(request.name), arguments);
+        let tools = &self.shared.tools;
+        let run = tools.executor().execute(tools, &call, &self.context).await;
+        let content = vec![ContentBlock::text(run.result.content)];
+        let result = if run.result.is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        };
+        Ok(result.into())
+    }
+}

@@ -1,0 +1,185 @@
+//! Test tools and servers: a registry with a ledger and a guardrail, served over MCP on
+//! 127.0.0.1:0 or an in-process duplex.
+#![allow(dead_code, unreachable_pub)]
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use crewline::{
+    core::ToolCall,
+    function_tool,
+    tool::{
+        Executor, ToolError, ToolRegistry,
+        executor::{
+            guardrails::{Guardrail, Verdict},
+            ledger::MemoryLedger,
+        },
+    },
+};
+use crewline_mcp::{McpClient, McpServer, SchemaFlavour};
+use serde_json::{Value, json};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+
+/// How long any single wait may take before a test fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Book a table.
+///
+/// # Arguments
+/// * `restaurant` - The restaurant's name
+/// * `party_size` - How many people (1 to 12)
+/// * `time` - When, e.g. 19:30
+#[function_tool]
+async fn book_table(
+    restaurant: String,
+    party_size: u8,
+    time: Option<String>,
+) -> Result<Value, ToolError> {
+    if !(1..=12).contains(&party_size) {
+        return Err(ToolError::invalid_arguments(format!(
+            "party_size must be between 1 and 12, not {party_size}"
+        )));
+    }
+    Ok(json!({
+        "restaurant": restaurant,
+        "party_size": party_size,
+        "time": time.unwrap_or_else(|| "19:00".to_owned()),
+    }))
+}
+
+/// Echo text after a delay.
+///
+/// # Arguments
+/// * `text` - What to echo
+/// * `delay_ms` - How long to wait first
+#[function_tool]
+async fn slow_echo(text: String, delay_ms: u64) -> String {
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    text
+}
+
+/// A note for the staff (crew only).
+///
+/// # Arguments
+/// * `note` - The note
+#[function_tool(export = "crew")]
+fn staff_note(note: String) -> String {
+    format!("noted: {note}")
+}
+
+/// Blocks bookings at the restaurant called "Closed".
+struct ClosedRestaurant;
+
+#[async_trait]
+impl Guardrail for ClosedRestaurant {
+    fn name(&self) -> &str {
+        "closed-restaurant"
+    }
+
+    async fn check_input(&self, _call: &ToolCall, arguments: &Value) -> Verdict {
+        if arguments["restaurant"] == "Closed" {
+            Verdict::block("that restaurant is closed today")
+        } else {
+            Verdict::Allow
+        }
+    }
+}
+
+/// The test tools (`book_table`, `slow_echo`, crew-only `staff_note`) in a registry whose
+/// executor records to `ledger` and blocks the restaurant "Closed".
+pub fn registry(ledger: &Arc<MemoryLedger>) -> ToolRegistry {
+    let executor = Executor::builder()
+        .ledger(Arc::clone(ledger) as _)
+        .guardrail(ClosedRestaurant)
+        .build();
+    let mut tools = ToolRegistry::new().with_executor(Arc::new(executor));
+    tools
+        .register(BookTableTool)
+        .expect("book_table registers")
+        .register(SlowEchoTool)
+        .expect("slow_echo registers")
+        .register(StaffNoteTool)
+        .expect("staff_note registers");
+    tools
+}
+
+/// The MCP server of the test registry.
+pub fn server(ledger: &Arc<MemoryLedger>, flavour: SchemaFlavour) -> McpServer {
+    McpServer::with_flavour(&registry(ledger), flavour).expect("the test tools export to MCP")
+}
+
+/// An MCP server on 127.0.0.1:0 over streamable HTTP, stopped on drop.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: Option<JoinHandle<Result<(), crewline_mcp::McpError>>>,
+}
+
+impl HttpServer {
+    pub async fn start(server: McpServer) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            server
+                .serve_http_with_shutdown(listener, async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Self {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Stops the server and waits until it has stopped.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(WAIT, task)
+                .await
+                .expect("the server stops in time")
+                .expect("the server task does not panic")
+                .expect("the server stops cleanly");
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// A client connected to `server` over an in-process duplex (what stdio carries, minus
+/// the process).
+pub async fn duplex_client(server: McpServer) -> McpClient {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move { server.serve_io(server_io).await });
+    tokio::time::timeout(WAIT, McpClient::connect_io(client_io))
+        .await
+        .expect("connect in time")
+        .expect("the MCP handshake succeeds")
+}
+
+/// The `{"error": {"kind", "message"}}` in `text`, as (kind, message).
+pub fn error_of(text: &str) -> (String, String) {
+    let value: Value = serde_json::from_str(text).expect("an error object");
+    (
+        value["error"]["kind"].as_str().expect("a kind").to_owned(),
+        value["error"]["message"]
+            .as_str()
+            .expect("a message")
+            .to_owned(),
+    )
+}

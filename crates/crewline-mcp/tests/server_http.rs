@@ -1,0 +1,137 @@
+//! The standalone streamable-HTTP server: it serves MCP at `/mcp`, guards against DNS
+//! rebinding by checking `Host`, and stops on its shutdown signal.
+
+mod common;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use crewline::tool::executor::ledger::MemoryLedger;
+use crewline_mcp::SchemaFlavour;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+use common::{HttpServer, WAIT};
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+/// POSTs an MCP `initialize` to `/mcp` with this `Host` header; returns the status line.
+async fn initialize_with_host(addr: SocketAddr, host: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{INITIALIZE}",
+        INITIALIZE.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    // Read the head only: an accepted initialize may answer with an open event stream.
+    let mut buf = [0u8; 1024];
+    while !response.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&response)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn only_loopback_hosts_are_served_by_default() {
+    let server = HttpServer::start(common::server(
+        &Arc::new(MemoryLedger::new()),
+        SchemaFlavour::Standard,
+    ))
+    .await;
+    let local = initialize_with_host(server.addr, &server.addr.to_string()).await;
+    assert!(local.contains(" 200 "), "{local}");
+    let rebound = initialize_with_host(server.addr, "evil.example").await;
+    assert!(rebound.contains(" 403 "), "{rebound}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn listed_hosts_are_served() {
+    let mcp = common::server(&Arc::new(MemoryLedger::new()), SchemaFlavour::Standard)
+        .allowed_hosts(["tools.example"]);
+    let server = HttpServer::start(mcp).await;
+    let listed = initialize_with_host(server.addr, "tools.example").await;
+    assert!(listed.contains(" 200 "), "{listed}");
+    let other = initialize_with_host(server.addr, "evil.example").await;
+    assert!(other.contains(" 403 "), "{other}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_server_stops_on_its_signal_even_with_a_client_connected() {
+    let server = HttpServer::start(common::server(
+        &Arc::new(MemoryLedger::new()),
+        SchemaFlavour::Standard,
+    ))
+    .await;
+    let client = crewline_mcp::McpClient::connect_http(&server.url())
+        .await
+        .expect("the client connects");
+    let addr = server.addr;
+    // `stop` asserts the server task ends, cleanly, within the wait.
+    server.stop().await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "the port is closed"
+    );
+    drop(client);
+}
+
+/// Refuses requests without `Authorization: Bearer secret`.
+async fn require_bearer(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let authorised = request
+        .headers()
+        .get("authorization")
+        .is_some_and(|value| value == "Bearer secret");
+    if authorised {
+        next.run(request).await
+    } else {
+        axum::response::IntoResponse::into_response(axum::http::StatusCode::UNAUTHORIZED)
+    }
+}
+
+#[tokio::test]
+async fn a_client_can_reach_a_server_behind_a_bearer_token() {
+    let mcp = common::server(&Arc::new(MemoryLedger::new()), SchemaFlavour::Standard);
+    let app = mcp
+        .router()
+        .layer(axum::middleware::from_fn(require_bearer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    let task = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let refused = tokio::time::timeout(WAIT, crewline_mcp::McpClient::connect_http(&url))
+        .await
+        .expect("an answer in time");
+    assert!(refused.is_err(), "no token, no session");
+    let client = tokio::time::timeout(
+        WAIT,
+        crewline_mcp::McpClient::connect_http_with_bearer(&url, "secret"),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("the token opens a session");
+    let tools = client.tools().await.expect("tools are listed");
+    assert_eq!(tools.len(), 2);
+    task.abort();
+}
