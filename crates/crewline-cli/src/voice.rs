@@ -38,6 +38,10 @@ use crate::{
     render::ms,
 };
 
+/// Past this many characters a sentence is cut at its next comma: about 12 s of speech, so
+/// the first audio of a long run-on answer is not held back much longer than that.
+pub const MAX_SENTENCE_CHARS: usize = 200;
+
 /// How replies are spoken.
 #[derive(Clone)]
 pub struct VoiceConfig {
@@ -49,6 +53,9 @@ pub struct VoiceConfig {
     pub out_dir: Option<PathBuf>,
     /// The shortest sentence sent to the engine on its own (shorter ones are merged).
     pub min_sentence_chars: usize,
+    /// A sentence longer than this is cut at its next clause mark (`None`: never), so a long
+    /// run-on sentence does not hold back the audio.
+    pub max_sentence_chars: Option<usize>,
 }
 
 impl std::fmt::Debug for VoiceConfig {
@@ -58,6 +65,7 @@ impl std::fmt::Debug for VoiceConfig {
             .field("player", &self.player.is_some())
             .field("out_dir", &self.out_dir)
             .field("min_sentence_chars", &self.min_sentence_chars)
+            .field("max_sentence_chars", &self.max_sentence_chars)
             .finish()
     }
 }
@@ -70,6 +78,7 @@ impl VoiceConfig {
             player: None,
             out_dir: None,
             min_sentence_chars: crewline_speech::sentence::DEFAULT_MIN_CHARS,
+            max_sentence_chars: Some(MAX_SENTENCE_CHARS),
         }
     }
 }
@@ -203,7 +212,8 @@ impl Voice {
             sent_at,
         };
         SpokenReply {
-            aggregator: SentenceAggregator::with_min_chars(self.config.min_sentence_chars),
+            aggregator: SentenceAggregator::with_min_chars(self.config.min_sentence_chars)
+                .max_chars(self.config.max_sentence_chars),
             sentences_tx: Some(sentences_tx),
             stop: Some(stop_tx),
             task: Some(tokio::spawn(speaker.run(sentences_rx, stop_rx))),
@@ -324,7 +334,8 @@ impl SpokenReply {
             CrewFrame::ToolStart(_) => self.flush(frame.elapsed),
             CrewFrame::Speak { text } => {
                 self.flush(frame.elapsed);
-                let mut speech = SentenceAggregator::with_min_chars(self.aggregator.min_chars());
+                // Same settings, and empty: it was just flushed.
+                let mut speech = self.aggregator.clone();
                 let mut sentences = speech.push(text);
                 sentences.extend(speech.flush());
                 for sentence in sentences {
@@ -638,6 +649,7 @@ mod tests {
             player: Some(Arc::new(Endless(Arc::clone(&stopped), playing_tx))),
             out_dir: None,
             min_sentence_chars: 8,
+            max_sentence_chars: None,
         };
         let mut voice = Voice::new(config);
         let mut reply = voice.start_reply(Instant::now());
@@ -660,6 +672,30 @@ mod tests {
             report.line().contains("stopped by barge-in"),
             "{}",
             report.line()
+        );
+    }
+
+    #[tokio::test]
+    async fn agent_speak_in_a_turn_is_spoken_after_the_text_before_it() {
+        let mut voice = Voice::new(VoiceConfig::text_only());
+        let mut reply = voice.start_reply(Instant::now());
+        reply.frame(&chunk("Sure, I can help with", 5));
+        reply.frame(&TurnFrame {
+            elapsed: Duration::from_millis(9),
+            frame: CrewFrame::Speak {
+                text: "One moment please. I am looking.".into(),
+            },
+        });
+        reply.frame(&chunk("The answer is yes.", 50));
+        reply.end(Duration::from_millis(60));
+        assert_eq!(
+            reply.finished().await.sentences,
+            [
+                "Sure, I can help with",
+                "One moment please.",
+                "I am looking.",
+                "The answer is yes."
+            ]
         );
     }
 

@@ -126,6 +126,7 @@ async fn each_reply_is_spoken_sentence_by_sentence_in_order_and_saved_as_one_wav
             player: None,
             out_dir: Some(dir.clone()),
             min_sentence_chars: 8,
+            max_sentence_chars: Some(200),
         });
         let (tx, lines) = mpsc::channel(8);
         for line in ["Hi there!", "What's the weather in Paris?", "/quit"] {
@@ -198,6 +199,7 @@ async fn typing_while_the_agent_speaks_stops_the_audio_and_interrupts() {
             player: Some(Arc::new(player.clone())),
             out_dir: Some(dir.clone()),
             min_sentence_chars: 8,
+            max_sentence_chars: Some(200),
         });
         let (tx, lines) = mpsc::channel(8);
         let options = ChatOptions {

@@ -26,6 +26,9 @@
 //! - A sentence shorter than the minimum length ([`SentenceAggregator::with_min_chars`]) is
 //!   not yielded on its own: it is merged with what follows, so `Hi! How are you?` is spoken as
 //!   one sentence rather than a clipped `Hi!`.
+//! - Optionally ([`SentenceAggregator::max_chars`]), a sentence that has grown past a maximum
+//!   length is cut at the next clause mark (`, ; :` followed by a space, `，、；：`), so a long
+//!   run-on sentence does not hold back the first audio. Off by default.
 //!
 //! Whether a mark ends a sentence can depend on up to the next word, so a sentence is yielded
 //! once the text after it decides it; what is left is yielded by [`SentenceAggregator::flush`]
@@ -73,6 +76,8 @@ pub struct SentenceAggregator {
     scan_from: usize,
     /// The shortest sentence yielded on its own, in characters.
     min_chars: usize,
+    /// Past this many characters, a clause mark ends the sentence.
+    max_chars: Option<usize>,
 }
 
 impl Default for SentenceAggregator {
@@ -112,7 +117,17 @@ impl SentenceAggregator {
             buffer: String::new(),
             scan_from: 0,
             min_chars,
+            max_chars: None,
         }
+    }
+
+    /// Cuts a sentence longer than `max_chars` characters at its next clause mark (`None`:
+    /// never). The cut is made from the text alone, so it too is the same wherever the
+    /// stream was cut.
+    #[must_use]
+    pub fn max_chars(mut self, max_chars: Option<usize>) -> Self {
+        self.max_chars = max_chars;
+        self
     }
 
     /// The minimum sentence length, in characters.
@@ -171,6 +186,19 @@ impl SentenceAggregator {
                 }
                 i += 1;
                 continue;
+            }
+            if let Some(max) = self.max_chars
+                && is_clause_mark(c)
+                && text[..i].trim().chars().count() >= max.max(self.min_chars)
+            {
+                let after = i + c.len_utf8();
+                match text[after..].chars().next() {
+                    None => return Scan::Undecided(i),
+                    Some(next) if next.is_whitespace() || !c.is_ascii() => {
+                        return Scan::Boundary(after);
+                    }
+                    Some(_) => {}
+                }
             }
             if is_end_mark(c) {
                 match decide(text, i) {
@@ -358,6 +386,12 @@ fn is_script_mark(c: char) -> bool {
             | '\u{37E}' // Greek question mark
             | '܀' // Syriac end of paragraph
     )
+}
+
+/// Marks between clauses, where a long sentence may be cut: ASCII ones need a space after
+/// them (`1,200` is a number), the others (CJK, Arabic) do not.
+fn is_clause_mark(c: char) -> bool {
+    matches!(c, ',' | ';' | ':' | '，' | '、' | '；' | '：' | '،' | '؛')
 }
 
 /// Quotes and brackets that may close a sentence after its end mark.
@@ -657,6 +691,43 @@ mod tests {
         assert_eq!(
             split_with(SentenceAggregator::with_min_chars(0), "Hi! OK. Yes."),
             ["Hi!", "OK.", "Yes."]
+        );
+    }
+
+    #[test]
+    fn a_long_run_on_sentence_is_cut_at_a_clause_mark_past_the_maximum() {
+        let aggregator = SentenceAggregator::new().max_chars(Some(30));
+        assert_eq!(
+            split_with(
+                aggregator.clone(),
+                "We have apples, pears and plums, grapes in three colours, and cherries, \
+                 which cost $1,200 a ton; ask me. Short one, here."
+            ),
+            [
+                "We have apples, pears and plums,",
+                "grapes in three colours, and cherries,",
+                "which cost $1,200 a ton; ask me.",
+                "Short one, here."
+            ]
+        );
+        assert_eq!(
+            split_with(
+                aggregator,
+                "我们有苹果、梨和李子，还有三种颜色的葡萄，以及樱桃。"
+            ),
+            ["我们有苹果、梨和李子，还有三种颜色的葡萄，以及樱桃。"],
+            "30 characters are not reached"
+        );
+        assert_eq!(
+            split_with(
+                SentenceAggregator::new().max_chars(Some(8)),
+                "我们有苹果、梨和李子，还有三种颜色的葡萄，以及樱桃。"
+            ),
+            [
+                "我们有苹果、梨和李子，",
+                "还有三种颜色的葡萄，",
+                "以及樱桃。"
+            ]
         );
     }
 

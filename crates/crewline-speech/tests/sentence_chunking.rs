@@ -51,6 +51,12 @@ const PIECES: &[&str] = &[
     "ወንድሜ።",
     "Yahoo!Mail",
     "example.com",
+    ", ",
+    "; ",
+    ": ",
+    "1,200",
+    "，",
+    "、",
     " ",
     " ",
     "  ",
@@ -79,7 +85,13 @@ fn text_and_cuts() -> impl Strategy<Value = (String, Vec<usize>)> {
 }
 
 fn sentences_of(chunks: &[&str], min_chars: usize) -> (Vec<String>, Option<String>) {
-    let mut aggregator = SentenceAggregator::with_min_chars(min_chars);
+    sentences_with(chunks, SentenceAggregator::with_min_chars(min_chars))
+}
+
+fn sentences_with(
+    chunks: &[&str],
+    mut aggregator: SentenceAggregator,
+) -> (Vec<String>, Option<String>) {
     let mut sentences = Vec::new();
     for chunk in chunks {
         sentences.extend(aggregator.push(chunk));
@@ -108,6 +120,17 @@ proptest! {
     ) {
         let whole = sentences_of(&[&text], min_chars);
         let chunked = sentences_of(&chunks_at(&text, &cuts), min_chars);
+        prop_assert_eq!(chunked, whole);
+    }
+
+    #[test]
+    fn cutting_the_stream_anywhere_cuts_long_sentences_the_same(
+        (text, cuts) in text_and_cuts(),
+        max_chars in prop::sample::select(vec![1usize, 10, 25, 60]),
+    ) {
+        let aggregator = SentenceAggregator::new().max_chars(Some(max_chars));
+        let whole = sentences_with(&[&text], aggregator.clone());
+        let chunked = sentences_with(&chunks_at(&text, &cuts), aggregator);
         prop_assert_eq!(chunked, whole);
     }
 
