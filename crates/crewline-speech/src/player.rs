@@ -37,6 +37,14 @@ impl Aplay {
         }
     }
 
+    /// A given `aplay` binary (or any program that plays a WAV read from stdin with
+    /// `-q -`).
+    pub fn with_program(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+        }
+    }
+
     /// Checks that the program runs; returns its version line.
     pub async fn probe(&self) -> Result<String, SpeechError> {
         probe_program(&self.program, &["--version"]).await
