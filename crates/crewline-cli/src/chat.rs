@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use crate::{
     platform::{PlatformClient, PlatformError},
     render::{TurnPrinter, ms},
+    voice::Voice,
 };
 
 /// How long the idle loop waits for out-of-turn frames before looking at input again; only
@@ -116,9 +117,69 @@ fn parse(line: &str) -> Command {
 /// Runs the chat until `/quit`, end of input, or a hand-off, writing everything to `out`.
 pub async fn run_chat<W: Write>(
     client: &mut PlatformClient,
+    lines: mpsc::Receiver<String>,
+    out: W,
+    options: ChatOptions,
+) -> Result<ChatOutcome, ChatError> {
+    chat_loop(client, lines, out, options, None).await
+}
+
+/// [`run_chat`], speaking each reply with `voice` as a voice platform would: sentence by
+/// sentence while it streams, with the time to first sentence and to first audio after each
+/// turn. Input while the agent speaks (with barge-in on, any line; else `/interrupt`) stops
+/// the audio at once and sends an interrupt.
+pub async fn run_voice_chat<W: Write>(
+    client: &mut PlatformClient,
+    lines: mpsc::Receiver<String>,
+    out: W,
+    options: ChatOptions,
+    voice: &mut Voice,
+) -> Result<ChatOutcome, ChatError> {
+    chat_loop(client, lines, out, options, Some(voice)).await
+}
+
+/// What a line typed while the agent talks does.
+enum WhileBusy {
+    /// Nothing now (queued for later, or empty).
+    Wait,
+    /// Stop the agent (barge-in).
+    Interrupt,
+    /// Stop the agent and leave.
+    InterruptAndQuit,
+}
+
+/// Sorts a line typed while a reply streams or is spoken; lines for later go to `queued`.
+fn while_busy(line: String, options: ChatOptions, queued: &mut VecDeque<String>) -> WhileBusy {
+    match parse(&line) {
+        Command::Nothing => WhileBusy::Wait,
+        Command::Help => {
+            queued.push_back(line);
+            WhileBusy::Wait
+        }
+        Command::Interrupt => WhileBusy::Interrupt,
+        // A person leaving now; a script's /quit waits its turn.
+        Command::Quit if options.barge_in => WhileBusy::InterruptAndQuit,
+        Command::Quit => {
+            queued.push_back(line);
+            WhileBusy::Wait
+        }
+        Command::Say(text) => {
+            queued.push_back(text);
+            if options.barge_in {
+                WhileBusy::Interrupt
+            } else {
+                WhileBusy::Wait
+            }
+        }
+    }
+}
+
+async fn chat_loop<W: Write>(
+    client: &mut PlatformClient,
     mut lines: mpsc::Receiver<String>,
     out: W,
     options: ChatOptions,
+    mut voice: Option<&mut Voice>,
 ) -> Result<ChatOutcome, ChatError> {
     let mut printer = TurnPrinter::new(out);
     let mut queued: VecDeque<String> = VecDeque::new();
@@ -184,34 +245,35 @@ pub async fn run_chat<W: Write>(
             other => other?,
         };
         outcome.turns += 1;
+        let mut speech = voice
+            .as_deref_mut()
+            .map(|voice| voice.start_reply(turn.sent_at()));
         let mut quit_after = false;
         loop {
             tokio::select! {
                 // Frames first: a reply that is already here is shown before reacting to input.
                 biased;
                 frame = turn.next() => match frame? {
-                    Some(frame) => printer.frame(&frame)?,
+                    Some(frame) => {
+                        if let Some(speech) = speech.as_mut() {
+                            speech.frame(&frame);
+                        }
+                        printer.frame(&frame)?;
+                    }
                     None => break,
                 },
                 line = lines.recv(), if !input_ended && !turn.is_interrupted() => match line {
                     None => input_ended = true,
-                    Some(line) => match parse(&line) {
-                        Command::Nothing => {}
-                        Command::Help => queued.push_back(line),
-                        Command::Interrupt => turn.send_interrupt()?,
-                        // A person leaving now; a script's /quit waits its turn.
-                        Command::Quit if options.barge_in => {
+                    Some(line) => {
+                        let busy = while_busy(line, options, &mut queued);
+                        if matches!(busy, WhileBusy::Interrupt | WhileBusy::InterruptAndQuit) {
                             turn.send_interrupt()?;
-                            quit_after = true;
-                        }
-                        Command::Quit => queued.push_back(line),
-                        Command::Say(text) => {
-                            if options.barge_in {
-                                turn.send_interrupt()?;
+                            if let Some(speech) = speech.as_mut() {
+                                speech.barge_in();
                             }
-                            queued.push_back(text);
                         }
-                    },
+                        quit_after |= matches!(busy, WhileBusy::InterruptAndQuit);
+                    }
                 },
             }
         }
@@ -220,6 +282,31 @@ pub async fn run_chat<W: Write>(
             outcome.interrupted += 1;
         }
         printer.summary(&summary)?;
+        if let (Some(mut speech), Some(voice)) = (speech, voice.as_deref_mut()) {
+            // The audio lags the text: the agent may talk on after the reply's `end`, and
+            // the caller may barge in on that too.
+            let report = loop {
+                tokio::select! {
+                    biased;
+                    report = speech.finished() => break report,
+                    line = lines.recv(), if !input_ended => match line {
+                        None => input_ended = true,
+                        Some(line) => {
+                            let busy = while_busy(line, options, &mut queued);
+                            if matches!(busy, WhileBusy::Interrupt | WhileBusy::InterruptAndQuit)
+                                && speech.is_speaking()
+                            {
+                                speech.barge_in();
+                                client.send_interrupt()?;
+                            }
+                            quit_after |= matches!(busy, WhileBusy::InterruptAndQuit);
+                        }
+                    },
+                }
+            };
+            printer.line(&report.line())?;
+            voice.record(report);
+        }
         if client.handoff().is_some() {
             printer.line("(the agent has ended the call)")?;
             outcome.end = ChatEnd::HandedOff;

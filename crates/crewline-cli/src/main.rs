@@ -12,7 +12,7 @@ use std::{
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use crewline::protocol::{Caller, ConversationType};
 use crewline_cli::{
-    chat::{ChatOptions, banner, run_chat, spawn_line_reader},
+    chat::{ChatOptions, banner, run_chat, run_voice_chat, spawn_line_reader},
     crew::{ModelChoice, WeatherCrew, demo_model},
     demo::{DemoConfig, run_demo},
     platform::{PlatformClient, PlatformConfig},
@@ -67,6 +67,19 @@ struct ChatArgs {
     /// The longest silence within a turn, in seconds.
     #[arg(long, default_value_t = 60)]
     frame_timeout_secs: u64,
+    /// Speak the replies (espeak-ng) sentence by sentence as they stream, and report the time
+    /// to first sentence and to first audio per turn.
+    #[arg(long)]
+    voice: bool,
+    /// With --voice: write one WAV file per reply to this folder.
+    #[arg(long, value_name = "DIR", requires = "voice")]
+    out: Option<std::path::PathBuf>,
+    /// With --voice: do not play the audio (only write it with --out).
+    #[arg(long, requires = "voice")]
+    mute: bool,
+    /// With --voice: the espeak-ng voice, e.g. en-us, hi, cmn.
+    #[arg(long, value_name = "NAME", requires = "voice")]
+    espeak_voice: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -167,7 +180,21 @@ async fn chat(args: ChatArgs) -> Result<(), BoxError> {
     let mut client = PlatformClient::connect(config).await?;
     writeln!(out, "{}", banner(&args.url, started.elapsed()))?;
     let lines = spawn_line_reader(std::io::BufReader::new(std::io::stdin()));
-    let outcome = run_chat(&mut client, lines, &mut out, options).await?;
+    let outcome = if args.voice {
+        let request = crewline_cli::voice::VoiceRequest {
+            out_dir: args.out,
+            play: !args.mute,
+            espeak_voice: args.espeak_voice,
+        };
+        let (config, notes) = crewline_cli::voice::VoiceConfig::detect(request).await?;
+        for note in notes {
+            writeln!(out, "{note}")?;
+        }
+        let mut voice = crewline_cli::voice::Voice::new(config);
+        run_voice_chat(&mut client, lines, &mut out, options, &mut voice).await?
+    } else {
+        run_chat(&mut client, lines, &mut out, options).await?
+    };
     tracing::debug!(?outcome, stats = ?client.stats(), "chat ended");
     if let Err(error) = client.close().await {
         tracing::debug!(%error, "closing the call");

@@ -283,6 +283,11 @@ impl<'c> Turn<'c> {
         self.interrupt_at.is_some()
     }
 
+    /// When the turn's `system.llm.request` was sent: the zero of every latency it reports.
+    pub fn sent_at(&self) -> Instant {
+        self.sent_at
+    }
+
     /// Adds a received frame to the summary; `None` when it does not belong to this turn.
     fn record(&mut self, received: ReceivedFrame) -> Result<Option<TurnFrame>, PlatformError> {
         let ReceivedFrame { at, frame } = received;

@@ -1,0 +1,727 @@
+//! `crewline chat --voice`: speaks the crew's replies the way a voice platform does.
+//!
+//! Each reply's chunks go through a [`SentenceAggregator`]; every sentence goes to the
+//! text-to-speech engine the moment it is complete, while the reply still streams. Audio is
+//! played in order as it is ready (and, with an output folder, written as one WAV file per
+//! reply). Per turn it reports:
+//! - **time to first sentence**: from sending the turn's request to the first complete
+//!   sentence (the moment a platform could start synthesizing);
+//! - **time to first audio**: from sending the request to the first sentence's audio being
+//!   synthesized and handed to the player (the moment the caller could hear the agent).
+//!
+//! A barge-in drops the pending text and stops synthesis and playback at once: the child
+//! processes are killed with their futures.
+//!
+//! Without a TTS engine (espeak-ng not installed) it still aggregates and reports the time to
+//! first sentence, text only.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use crewline_speech::{
+    Aplay, Audio, AudioPlayer, EspeakNg, ReplyRecording, SentenceAggregator, TextToSpeech,
+};
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+    time::Instant,
+};
+
+use crate::{
+    platform::{CrewFrame, TurnFrame},
+    render::ms,
+};
+
+/// Past this many characters a sentence is cut at its next comma: about 12 s of speech, so
+/// the first audio of a long run-on answer is not held back much longer than that.
+pub const MAX_SENTENCE_CHARS: usize = 200;
+
+/// How replies are spoken.
+#[derive(Clone)]
+pub struct VoiceConfig {
+    /// The engine; `None` runs text only (sentences and their timing, no audio).
+    pub tts: Option<Arc<dyn TextToSpeech>>,
+    /// Plays the audio; `None` does not play it.
+    pub player: Option<Arc<dyn AudioPlayer>>,
+    /// Where to write one WAV file per reply (`reply-001.wav`, ...); `None` writes none.
+    pub out_dir: Option<PathBuf>,
+    /// The shortest sentence sent to the engine on its own (shorter ones are merged).
+    pub min_sentence_chars: usize,
+    /// A sentence longer than this is cut at its next clause mark (`None`: never), so a long
+    /// run-on sentence does not hold back the audio.
+    pub max_sentence_chars: Option<usize>,
+}
+
+impl std::fmt::Debug for VoiceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VoiceConfig")
+            .field("tts", &self.tts.as_ref().map(|tts| tts.name()))
+            .field("player", &self.player.is_some())
+            .field("out_dir", &self.out_dir)
+            .field("min_sentence_chars", &self.min_sentence_chars)
+            .field("max_sentence_chars", &self.max_sentence_chars)
+            .finish()
+    }
+}
+
+impl VoiceConfig {
+    /// Text only: no engine, no player, no files.
+    pub fn text_only() -> Self {
+        Self {
+            tts: None,
+            player: None,
+            out_dir: None,
+            min_sentence_chars: crewline_speech::sentence::DEFAULT_MIN_CHARS,
+            max_sentence_chars: Some(MAX_SENTENCE_CHARS),
+        }
+    }
+}
+
+/// What `crewline chat --voice` asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VoiceRequest {
+    /// Where to write one WAV file per reply.
+    pub out_dir: Option<PathBuf>,
+    /// Whether to play the audio.
+    pub play: bool,
+    /// The espeak-ng voice (`-v`), e.g. `en-us`.
+    pub espeak_voice: Option<String>,
+}
+
+impl VoiceConfig {
+    /// Sets up voice from what is installed: espeak-ng for speech, `aplay` for playback.
+    /// Returns the configuration and one line per finding, for the user.
+    ///
+    /// A missing program is not an error: without espeak-ng the chat runs text only, without
+    /// `aplay` it does not play. An output folder that cannot be created is an error.
+    pub async fn detect(request: VoiceRequest) -> Result<(Self, Vec<String>), std::io::Error> {
+        let mut notes = Vec::new();
+        let mut config = Self::text_only();
+        if let Some(dir) = &request.out_dir {
+            std::fs::create_dir_all(dir).map_err(|error| {
+                std::io::Error::new(
+                    error.kind(),
+                    format!("could not create {}: {error}", dir.display()),
+                )
+            })?;
+            config.out_dir = Some(dir.clone());
+        }
+        let mut espeak = EspeakNg::new();
+        if let Some(voice) = &request.espeak_voice {
+            espeak = espeak.voice(voice);
+        }
+        match espeak.probe().await {
+            Ok(version) => {
+                // `eSpeak NG text-to-speech: 1.51  Data at: /usr/lib/...`: the name and version.
+                let version = version.lines().next().unwrap_or("espeak-ng");
+                let version = version.split("  ").next().unwrap_or(version);
+                notes.push(format!("voice: speaking with {version}"));
+                config.tts = Some(Arc::new(espeak));
+            }
+            Err(error) => notes.push(format!(
+                "voice: {error}; continuing text only (install it with `apt-get install \
+                 espeak-ng`); the time to first sentence is still reported"
+            )),
+        }
+        if config.tts.is_some() {
+            if !request.play {
+                notes.push("voice: not playing the audio (--mute)".to_owned());
+            } else {
+                let aplay = Aplay::new();
+                match aplay.probe().await {
+                    Ok(_) => config.player = Some(Arc::new(aplay)),
+                    Err(error) => notes.push(format!(
+                        "voice: cannot play audio: {error} (install alsa-utils){}",
+                        if config.out_dir.is_some() {
+                            ""
+                        } else {
+                            "; use --out DIR to keep the audio as WAV files"
+                        }
+                    )),
+                }
+            }
+            if let Some(dir) = &config.out_dir {
+                notes.push(format!(
+                    "voice: writing one WAV file per reply to {}",
+                    dir.display()
+                ));
+            }
+        }
+        Ok((config, notes))
+    }
+}
+
+/// Speaks replies, one turn at a time, and keeps the reports.
+#[derive(Debug)]
+pub struct Voice {
+    config: VoiceConfig,
+    /// Set once playback failed (e.g. no sound card): later replies are not played.
+    playback_failed: Arc<AtomicBool>,
+    /// Replies started, for the WAV files' names.
+    replies: usize,
+    reports: Vec<VoiceReport>,
+}
+
+impl Voice {
+    /// A voice speaking with `config`.
+    pub fn new(config: VoiceConfig) -> Self {
+        Self {
+            config,
+            playback_failed: Arc::new(AtomicBool::new(false)),
+            replies: 0,
+            reports: Vec::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &VoiceConfig {
+        &self.config
+    }
+
+    /// The reports of the replies spoken so far, in order.
+    pub fn reports(&self) -> &[VoiceReport] {
+        &self.reports
+    }
+
+    /// Starts speaking a reply whose request was sent at `sent_at`.
+    pub fn start_reply(&mut self, sent_at: Instant) -> SpokenReply {
+        self.replies += 1;
+        let reply = self.replies;
+        let (sentences_tx, sentences_rx) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let player = self
+            .config
+            .player
+            .clone()
+            .filter(|_| !self.playback_failed.load(Ordering::Relaxed));
+        let speaker = Speaker {
+            tts: self.config.tts.clone(),
+            player,
+            playback_failed: Arc::clone(&self.playback_failed),
+            wav: self
+                .config
+                .out_dir
+                .as_ref()
+                .map(|dir| dir.join(format!("reply-{reply:03}.wav"))),
+            sent_at,
+        };
+        SpokenReply {
+            aggregator: SentenceAggregator::with_min_chars(self.config.min_sentence_chars)
+                .max_chars(self.config.max_sentence_chars),
+            sentences_tx: Some(sentences_tx),
+            stop: Some(stop_tx),
+            task: Some(tokio::spawn(speaker.run(sentences_rx, stop_rx))),
+            sent_at,
+            report: VoiceReport {
+                reply,
+                text_only: self.config.tts.is_none(),
+                ..VoiceReport::default()
+            },
+        }
+    }
+
+    /// Files a finished reply's report.
+    pub fn record(&mut self, report: VoiceReport) {
+        self.reports.push(report);
+    }
+}
+
+/// What speaking one reply did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VoiceReport {
+    /// The reply's number in the chat, from 1 (it names the WAV file).
+    pub reply: usize,
+    /// The sentences sent to the engine, in order.
+    pub sentences: Vec<String>,
+    /// From the request to the first complete sentence.
+    pub time_to_first_sentence: Option<Duration>,
+    /// From the request to the first sentence's audio being ready to play.
+    pub time_to_first_audio: Option<Duration>,
+    /// How many sentences were synthesized.
+    pub synthesized: usize,
+    /// How long the synthesized audio plays.
+    pub audio: Duration,
+    /// The WAV file written for the reply.
+    pub wav: Option<PathBuf>,
+    /// The caller barged in: the rest of the reply was dropped and the audio stopped.
+    pub barged_in: bool,
+    /// No engine: text only.
+    pub text_only: bool,
+    /// Synthesis, playback or file errors (the chat goes on).
+    pub errors: Vec<String>,
+}
+
+impl VoiceReport {
+    /// One line for the user, e.g. `(voice: first sentence 41 ms, first audio 95 ms, ...)`.
+    pub fn line(&self) -> String {
+        let mut parts = Vec::new();
+        match self.time_to_first_sentence {
+            Some(at) => parts.push(format!("first sentence {}", ms(at))),
+            None => parts.push("no sentence".to_owned()),
+        }
+        if let Some(at) = self.time_to_first_audio {
+            parts.push(format!("first audio {}", ms(at)));
+        }
+        let count = self.sentences.len();
+        parts.push(format!(
+            "{count} sentence{}",
+            if count == 1 { "" } else { "s" }
+        ));
+        if self.text_only {
+            parts.push("text only".to_owned());
+        } else if self.synthesized > 0 {
+            parts.push(format!("{:.1} s of audio", self.audio.as_secs_f64()));
+        }
+        if self.barged_in {
+            parts.push(format!(
+                "stopped by barge-in after {} of {count} synthesized",
+                self.synthesized
+            ));
+        }
+        if let Some(wav) = &self.wav {
+            parts.push(format!("wrote {}", wav.display()));
+        }
+        let mut line = format!("       (voice: {})", parts.join(", "));
+        for error in &self.errors {
+            line.push_str(&format!("\n[voice error] {error}"));
+        }
+        line
+    }
+}
+
+/// What the speaker task hands back.
+#[derive(Debug, Default)]
+struct Spoken {
+    first_audio: Option<Duration>,
+    synthesized: usize,
+    audio: Duration,
+    wav: Option<PathBuf>,
+    stopped: bool,
+    errors: Vec<String>,
+}
+
+/// One reply being spoken: feed it the turn's frames; it sends each sentence on as soon as
+/// it is complete.
+#[derive(Debug)]
+pub struct SpokenReply {
+    aggregator: SentenceAggregator,
+    /// To the speaker task; `None` once the reply ended or was cut off.
+    sentences_tx: Option<mpsc::UnboundedSender<String>>,
+    /// Stops the speaker task at once; `None` once used.
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Spoken>>,
+    sent_at: Instant,
+    report: VoiceReport,
+}
+
+impl SpokenReply {
+    /// Takes one frame of the turn: chunks are aggregated, `end` flushes the rest, a tool
+    /// call flushes what the model said before it (e.g. "Let me check that."), and
+    /// `agent.speak` is spoken as it is.
+    pub fn frame(&mut self, frame: &TurnFrame) {
+        match &frame.frame {
+            CrewFrame::Chunk { text } => {
+                for sentence in self.aggregator.push(text) {
+                    self.send(sentence, frame.elapsed);
+                }
+            }
+            CrewFrame::ToolStart(_) => self.flush(frame.elapsed),
+            CrewFrame::Speak { text } => {
+                self.flush(frame.elapsed);
+                // Same settings, and empty: it was just flushed.
+                let mut speech = self.aggregator.clone();
+                let mut sentences = speech.push(text);
+                sentences.extend(speech.flush());
+                for sentence in sentences {
+                    self.send(sentence, frame.elapsed);
+                }
+            }
+            CrewFrame::End => self.end(frame.elapsed),
+            _ => {}
+        }
+    }
+
+    /// The reply's text is complete: speaks what is left and lets the speaker finish.
+    /// `elapsed` is the time since the request.
+    pub fn end(&mut self, elapsed: Duration) {
+        self.flush(elapsed);
+        self.sentences_tx = None;
+    }
+
+    /// Speaks the text held back so far (the model paused, e.g. for a tool call).
+    fn flush(&mut self, elapsed: Duration) {
+        if let Some(rest) = self.aggregator.flush() {
+            self.send(rest, elapsed);
+        }
+    }
+
+    fn send(&mut self, sentence: String, elapsed: Duration) {
+        let Some(tx) = &self.sentences_tx else {
+            return;
+        };
+        self.report.time_to_first_sentence.get_or_insert(elapsed);
+        tracing::debug!(%sentence, ?elapsed, "sentence complete");
+        if tx.send(sentence.clone()).is_ok() {
+            self.report.sentences.push(sentence);
+        }
+    }
+
+    /// The caller barged in: drops the text not yet spoken and stops synthesis and playback
+    /// now. Later frames of the reply are ignored.
+    pub fn barge_in(&mut self) {
+        if self.report.barged_in || !self.is_speaking() {
+            return;
+        }
+        self.report.barged_in = true;
+        let dropped = self.aggregator.discard();
+        tracing::debug!(dropped = dropped.len(), "barge-in: speech stopped");
+        self.sentences_tx = None;
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Whether speech is still going on (or may still come).
+    pub fn is_speaking(&self) -> bool {
+        self.task.as_ref().is_some_and(|task| !task.is_finished())
+    }
+
+    /// Waits until the reply has been spoken (or stopped) and returns its report. Ends the
+    /// reply's text first if it had not ended (e.g. the crew dropped an interrupted request).
+    ///
+    /// Cancel-safe: it can race user input in `select!` and be called again.
+    pub async fn finished(&mut self) -> VoiceReport {
+        if self.sentences_tx.is_some() {
+            self.end(self.sent_at.elapsed());
+        }
+        let spoken = match self.task.as_mut() {
+            Some(task) => match task.await {
+                Ok(spoken) => spoken,
+                Err(error) => Spoken {
+                    errors: vec![format!("the speaker task failed: {error}")],
+                    ..Spoken::default()
+                },
+            },
+            None => Spoken::default(),
+        };
+        self.task = None;
+        let mut report = self.report.clone();
+        report.time_to_first_audio = spoken.first_audio;
+        report.synthesized = spoken.synthesized;
+        report.audio = spoken.audio;
+        report.wav = spoken.wav;
+        report.barged_in |= spoken.stopped;
+        report.errors.extend(spoken.errors);
+        report
+    }
+}
+
+impl Drop for SpokenReply {
+    fn drop(&mut self) {
+        // A reply dropped mid-speech (the chat failed) must not go on talking.
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The speaker task of one reply: synthesizes sentences in order, hands the audio to the
+/// player task, and writes the reply's WAV at the end.
+struct Speaker {
+    tts: Option<Arc<dyn TextToSpeech>>,
+    player: Option<Arc<dyn AudioPlayer>>,
+    playback_failed: Arc<AtomicBool>,
+    wav: Option<PathBuf>,
+    sent_at: Instant,
+}
+
+impl Speaker {
+    async fn run(
+        self,
+        mut sentences: mpsc::UnboundedReceiver<String>,
+        mut stop: oneshot::Receiver<()>,
+    ) -> Spoken {
+        let mut spoken = Spoken::default();
+        let mut recording = ReplyRecording::new();
+        let (audio_tx, audio_rx) = mpsc::unbounded_channel();
+        let mut playback = self.player.clone().map(|player| {
+            tokio::spawn(play_in_order(
+                player,
+                audio_rx,
+                Arc::clone(&self.playback_failed),
+            ))
+        });
+        // `stop` resolves on a barge-in, and also if the reply was dropped.
+        loop {
+            let sentence = tokio::select! {
+                biased;
+                _ = &mut stop => {
+                    spoken.stopped = true;
+                    break;
+                }
+                sentence = sentences.recv() => match sentence {
+                    Some(sentence) => sentence,
+                    None => break,
+                },
+            };
+            let Some(tts) = &self.tts else { continue };
+            let audio = tokio::select! {
+                biased;
+                _ = &mut stop => {
+                    spoken.stopped = true;
+                    break;
+                }
+                audio = tts.synthesize(&sentence) => audio,
+            };
+            match audio {
+                Ok(audio) => {
+                    spoken
+                        .first_audio
+                        .get_or_insert_with(|| self.sent_at.elapsed());
+                    spoken.synthesized += 1;
+                    spoken.audio += audio.duration();
+                    if let Err(error) = recording.append(&audio) {
+                        spoken.errors.push(error.to_string());
+                    }
+                    // The player may have given up (its errors are reported below).
+                    let _ = audio_tx.send(audio);
+                }
+                Err(error) => spoken
+                    .errors
+                    .push(format!("could not synthesize {sentence:?}: {error}")),
+            }
+        }
+        drop(audio_tx);
+        if let Some(task) = playback.as_mut() {
+            if spoken.stopped {
+                stop_playback(task).await;
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = &mut stop => {
+                        spoken.stopped = true;
+                        stop_playback(task).await;
+                    }
+                    played = &mut *task => match played {
+                        Ok(errors) => spoken.errors.extend(errors),
+                        Err(error) => spoken.errors.push(format!("playback failed: {error}")),
+                    },
+                }
+            }
+        }
+        if let Some(path) = self.wav {
+            match recording.write(&path) {
+                Ok(true) => spoken.wav = Some(path),
+                Ok(false) => {}
+                Err(error) => spoken.errors.push(error.to_string()),
+            }
+        }
+        spoken
+    }
+}
+
+/// Stops playback now: aborting the task drops the play future, which kills the player
+/// process; waiting for the abort means the sound has stopped when this returns.
+async fn stop_playback(task: &mut JoinHandle<Vec<String>>) {
+    task.abort();
+    let _ = task.await;
+}
+
+/// Plays each piece of audio as it comes, in order. After a failure (e.g. no sound device)
+/// it plays nothing more, for this reply and the next.
+async fn play_in_order(
+    player: Arc<dyn AudioPlayer>,
+    mut audio: mpsc::UnboundedReceiver<Audio>,
+    failed: Arc<AtomicBool>,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    while let Some(piece) = audio.recv().await {
+        if failed.load(Ordering::Relaxed) {
+            continue;
+        }
+        if let Err(error) = player.play(&piece).await {
+            failed.store(true, Ordering::Relaxed);
+            errors.push(format!(
+                "could not play the audio, not playing any more: {error}"
+            ));
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use crewline_speech::{AudioFormat, SpeechError};
+
+    use super::*;
+
+    /// Tells the test each sentence it is asked to speak; one sample per character.
+    struct EchoTts(mpsc::UnboundedSender<String>);
+
+    #[async_trait::async_trait]
+    impl TextToSpeech for EchoTts {
+        async fn synthesize(&self, text: &str) -> Result<Audio, SpeechError> {
+            let _ = self.0.send(text.to_owned());
+            Ok(Audio::new(
+                AudioFormat::mono(8000),
+                vec![1; text.chars().count()],
+            ))
+        }
+
+        fn name(&self) -> String {
+            "echo".to_owned()
+        }
+    }
+
+    /// Plays nothing and never finishes, until dropped; counts the drops.
+    struct Endless(Arc<Mutex<usize>>, mpsc::UnboundedSender<()>);
+
+    struct DropCount(Arc<Mutex<usize>>);
+
+    impl Drop for DropCount {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap() += 1;
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl AudioPlayer for Endless {
+        async fn play(&self, _audio: &Audio) -> Result<(), SpeechError> {
+            let _guard = DropCount(Arc::clone(&self.0));
+            let _ = self.1.send(());
+            std::future::pending::<()>().await;
+            Ok(())
+        }
+    }
+
+    fn chunk(text: &str, elapsed_ms: u64) -> TurnFrame {
+        TurnFrame {
+            elapsed: Duration::from_millis(elapsed_ms),
+            frame: CrewFrame::Chunk { text: text.into() },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sentence_goes_to_the_engine_while_the_reply_is_still_streaming() {
+        let (said_tx, mut said) = mpsc::unbounded_channel();
+        let mut config = VoiceConfig::text_only();
+        config.tts = Some(Arc::new(EchoTts(said_tx)));
+        let mut voice = Voice::new(config);
+        let mut reply = voice.start_reply(Instant::now());
+        reply.frame(&chunk("The weather in Paris", 10));
+        reply.frame(&chunk(" is mild today. It may", 20));
+        // The reply has not ended, yet the first sentence is being spoken.
+        assert_eq!(
+            said.recv().await.unwrap(),
+            "The weather in Paris is mild today."
+        );
+        reply.frame(&chunk(" rain later.", 30));
+        reply.frame(&TurnFrame {
+            elapsed: Duration::from_millis(40),
+            frame: CrewFrame::End,
+        });
+        assert_eq!(said.recv().await.unwrap(), "It may rain later.");
+        let report = reply.finished().await;
+        assert_eq!(
+            report.time_to_first_sentence,
+            Some(Duration::from_millis(20))
+        );
+        assert_eq!(report.synthesized, 2);
+        assert!(report.time_to_first_audio.is_some());
+        assert!(!report.barged_in);
+    }
+
+    #[tokio::test]
+    async fn a_barge_in_stops_playback_and_drops_the_rest_of_the_reply() {
+        let (said_tx, mut said) = mpsc::unbounded_channel();
+        let (playing_tx, mut playing) = mpsc::unbounded_channel();
+        let stopped = Arc::new(Mutex::new(0));
+        let config = VoiceConfig {
+            tts: Some(Arc::new(EchoTts(said_tx))),
+            player: Some(Arc::new(Endless(Arc::clone(&stopped), playing_tx))),
+            out_dir: None,
+            min_sentence_chars: 8,
+            max_sentence_chars: None,
+        };
+        let mut voice = Voice::new(config);
+        let mut reply = voice.start_reply(Instant::now());
+        reply.frame(&chunk("Once upon a time there was a cloud. She", 10));
+        playing.recv().await.unwrap();
+        assert!(reply.is_speaking());
+        reply.barge_in();
+        reply.frame(&chunk(" dreamed of storms. The end.", 20));
+        let report = reply.finished().await;
+        assert!(report.barged_in);
+        assert_eq!(report.sentences, ["Once upon a time there was a cloud."]);
+        assert_eq!(*stopped.lock().unwrap(), 1, "the playing audio was stopped");
+        assert_eq!(
+            said.recv().await.unwrap(),
+            "Once upon a time there was a cloud."
+        );
+        // The speaker is done: whatever it was asked to say is in the channel by now.
+        assert!(said.try_recv().is_err(), "nothing after the barge-in");
+        assert!(
+            report.line().contains("stopped by barge-in"),
+            "{}",
+            report.line()
+        );
+    }
+
+    #[tokio::test]
+    async fn agent_speak_in_a_turn_is_spoken_after_the_text_before_it() {
+        let mut voice = Voice::new(VoiceConfig::text_only());
+        let mut reply = voice.start_reply(Instant::now());
+        reply.frame(&chunk("Sure, I can help with", 5));
+        reply.frame(&TurnFrame {
+            elapsed: Duration::from_millis(9),
+            frame: CrewFrame::Speak {
+                text: "One moment please. I am looking.".into(),
+            },
+        });
+        reply.frame(&chunk("The answer is yes.", 50));
+        reply.end(Duration::from_millis(60));
+        assert_eq!(
+            reply.finished().await.sentences,
+            [
+                "Sure, I can help with",
+                "One moment please.",
+                "I am looking.",
+                "The answer is yes."
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn text_only_reports_the_first_sentence_and_no_audio() {
+        let mut voice = Voice::new(VoiceConfig::text_only());
+        let mut reply = voice.start_reply(Instant::now());
+        reply.frame(&chunk("Let me check that for you.", 5));
+        reply.frame(&TurnFrame {
+            elapsed: Duration::from_millis(7),
+            frame: CrewFrame::ToolStart(Default::default()),
+        });
+        reply.frame(&chunk("In Paris it is 18 degrees.", 300));
+        reply.end(Duration::from_millis(310));
+        let report = reply.finished().await;
+        assert_eq!(
+            report.sentences,
+            ["Let me check that for you.", "In Paris it is 18 degrees."]
+        );
+        assert_eq!(
+            report.time_to_first_sentence,
+            Some(Duration::from_millis(7))
+        );
+        assert_eq!(report.time_to_first_audio, None);
+        let line = report.line();
+        assert!(line.contains("first sentence 7.0 ms"), "{line}");
+        assert!(line.contains("text only"), "{line}");
+    }
+}

@@ -1,0 +1,123 @@
+//! The espeak-ng engine: one `espeak-ng --stdout` process per sentence.
+
+use std::{path::PathBuf, process::Stdio};
+
+use tokio::{io::AsyncWriteExt, process::Command};
+
+use crate::{Audio, SpeechError, TextToSpeech, probe_program, spawn_error};
+
+/// Text to speech with the `espeak-ng` program (Debian: `apt-get install espeak-ng`).
+///
+/// Each sentence runs `espeak-ng --stdout` with the text on stdin (so a sentence starting
+/// with `-` is not read as an option) and decodes the WAV it writes. The process is killed
+/// when the synthesis future is dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EspeakNg {
+    program: PathBuf,
+    voice: Option<String>,
+    words_per_minute: Option<u32>,
+}
+
+impl Default for EspeakNg {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EspeakNg {
+    /// The `espeak-ng` found on `PATH`, with its default voice and speed.
+    pub fn new() -> Self {
+        Self::with_program("espeak-ng")
+    }
+
+    /// A given `espeak-ng` binary.
+    pub fn with_program(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            voice: None,
+            words_per_minute: None,
+        }
+    }
+
+    /// Speaks with `voice` (espeak-ng's `-v`, e.g. `en-us`, `hi`, `cmn`).
+    #[must_use]
+    pub fn voice(mut self, voice: impl Into<String>) -> Self {
+        self.voice = Some(voice.into());
+        self
+    }
+
+    /// Speaks at `words_per_minute` (espeak-ng's `-s`; its default is 175).
+    #[must_use]
+    pub fn words_per_minute(mut self, words_per_minute: u32) -> Self {
+        self.words_per_minute = Some(words_per_minute);
+        self
+    }
+
+    /// Checks that the program runs; returns its version line.
+    pub async fn probe(&self) -> Result<String, SpeechError> {
+        probe_program(&self.program, &["--version"]).await
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(&self.program);
+        // -b 1: the text is UTF-8, whatever the locale says.
+        command.args(["--stdout", "-b", "1"]);
+        if let Some(voice) = &self.voice {
+            command.args(["-v", voice]);
+        }
+        if let Some(wpm) = self.words_per_minute {
+            command.args(["-s", &wpm.to_string()]);
+        }
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A barge-in drops the future: the voice must stop then, not at the sentence's end.
+            .kill_on_drop(true);
+        command
+    }
+}
+
+#[async_trait::async_trait]
+impl TextToSpeech for EspeakNg {
+    async fn synthesize(&self, text: &str) -> Result<Audio, SpeechError> {
+        let program = self.program.display().to_string();
+        let io_error = |source| SpeechError::Io {
+            program: program.clone(),
+            source,
+        };
+        let mut child = self
+            .command()
+            .spawn()
+            .map_err(|source| spawn_error(&program, source))?;
+        let mut stdin = child.stdin.take();
+        // Write the text while reading the audio, so neither pipe can fill up and stall.
+        let write = async move {
+            if let Some(stdin) = stdin.as_mut() {
+                stdin.write_all(text.as_bytes()).await?;
+                stdin.write_all(b"\n").await?;
+            }
+            // Closing stdin is espeak-ng's end of text.
+            drop(stdin);
+            Ok::<(), std::io::Error>(())
+        };
+        let (written, output) = tokio::join!(write, child.wait_with_output());
+        let output = output.map_err(io_error)?;
+        if !output.status.success() {
+            return Err(SpeechError::Failed {
+                program,
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+            });
+        }
+        written.map_err(io_error)?;
+        Audio::from_wav(&output.stdout)
+    }
+
+    fn name(&self) -> String {
+        match &self.voice {
+            Some(voice) => format!("espeak-ng ({voice})"),
+            None => "espeak-ng".to_owned(),
+        }
+    }
+}
