@@ -50,7 +50,7 @@ fn valid_frames() -> Vec<Value> {
         json!({"type": "agent.end_call"}),
         json!({"type": "agent.transfer_call", "transfer_call_number": "+15550123",
             "transfer_options": {"type": "warm_transfer",
-                "private_handoff_option": handoff.clone(),
+                "private_handoff_option": handoff,
                 "public_handoff_option": {"type": "static", "prompt": "Transferring you"}},
             "on_hold_music": "relaxing_sound"}),
         json!({"type": "agent.log", "name": "tool_call_start",
