@@ -1,9 +1,10 @@
 //! Tool faults through a whole call (server, session, tool loop, the real `OpenAiClient`
 //! against a fake LLM that calls the tool named in the caller's words): a tool that hangs,
-//! panics, reads bytes that are not UTF-8, or returns 10 MB. Each reaches the model as a
-//! structured `{"error": {"kind", "message"}}` and the platform as a `tool_call_error` log; the
-//! turn still streams its answer and `end`, never `agent.error`; healthy calls beside it are
-//! untouched; and afterwards no session, task or connection is left.
+//! blocks its thread, panics, reads bytes that are not UTF-8, or returns 10 MB. Each reaches
+//! the model as a structured `{"error": {"kind", "message"}}` and the platform as a
+//! `tool_call_error` log; the turn still streams its answer and `end`, never `agent.error`;
+//! healthy calls beside it are untouched; and afterwards no session, task or connection is
+//! left.
 
 mod common;
 mod fake_llm;
@@ -32,6 +33,13 @@ const NOT_UTF8: [u8; 5] = [0x66, 0x6f, 0xff, 0xfe, 0x6f];
 async fn hang() -> Result<String, ToolError> {
     std::future::pending::<()>().await;
     Ok("unreachable".to_owned())
+}
+
+/// Read from a device that blocks its thread.
+#[function_tool(timeout_ms = 300)]
+fn block() -> String {
+    std::thread::sleep(Duration::from_millis(1500));
+    "late".to_owned()
 }
 
 /// Fail with a bug.
@@ -65,6 +73,8 @@ fn registry() -> ToolRegistry {
         .expect("hang")
         .register(ExplodeTool)
         .expect("explode")
+        .register(BlockTool)
+        .expect("block")
         .register(ReadLossyTool)
         .expect("read_lossy")
         .register(ReadStrictTool)
@@ -226,6 +236,14 @@ fn assert_tool_error(turn: &ToolTurn, kind: &str, message: &str) {
 #[tokio::test]
 async fn a_hanging_tool_times_out_and_the_model_is_told() {
     let turn = tool_turn_beside_healthy_calls("hang").await;
+    assert_tool_error(&turn, "Timeout", "did not finish within 300ms");
+}
+
+#[tokio::test]
+async fn a_tool_blocking_its_thread_times_out_without_stalling_other_calls() {
+    // Run on the runtime's own thread, the tool would block every call and return "late"
+    // before its timer could fire; on a thread of its own it is cut off at 300 ms.
+    let turn = tool_turn_beside_healthy_calls("block").await;
     assert_tool_error(&turn, "Timeout", "did not finish within 300ms");
 }
 
