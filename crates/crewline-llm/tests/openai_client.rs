@@ -222,6 +222,49 @@ async fn rate_limit_429_is_retried_and_the_turn_succeeds() {
 }
 
 #[tokio::test]
+async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
+    // vLLM writes a numeric `code`; proxies answer in plain text.
+    let server = TestServer::start(vec![
+        Reply::Status(
+            429,
+            r#"{"object":"error","message":"slow down","type":"TooManyRequests","code":429}"#
+                .into(),
+        ),
+        Reply::Status(
+            429,
+            r#"{"error":{"message":"slow down","code":429}}"#.into(),
+        ),
+        Reply::chunks(&[content("Hi"), finish("stop")], After::Done),
+    ])
+    .await;
+    let client = client_for(&server).max_retries(2).build().expect("client");
+
+    let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+
+    assert_eq!(items[0].as_ref().ok(), Some(&StreamItem::Text("Hi".into())));
+    assert_eq!(server.request_count(), 3);
+}
+
+#[tokio::test]
+async fn an_exhausted_quota_429_is_not_retried() {
+    let server = TestServer::start(vec![Reply::Status(
+        429,
+        r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#
+            .into(),
+    )])
+    .await;
+    let client = client_for(&server).build().expect("client");
+
+    let err = client.stream_chat(hello()).await.err().expect("an error");
+
+    assert!(
+        matches!(&err, LlmError::Api { status: Some(429), message } if message.contains("quota")),
+        "{err:?}"
+    );
+    assert_eq!(server.request_count(), 1);
+}
+
+#[tokio::test]
 async fn server_error_500_is_retried_and_the_turn_succeeds() {
     let server = TestServer::start(vec![
         Reply::Status(500, "upstream exploded".into()),

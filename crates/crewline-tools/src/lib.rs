@@ -25,7 +25,8 @@ pub mod __private;
 
 pub use error::RegistryError;
 pub use executor::{
-    CallContext, CallError, Executor, ExecutorBuilder, ExecutorError, RunSyncError, run_sync,
+    CallContext, CallError, DEFAULT_MAX_RESULT_BYTES, Executor, ExecutorBuilder, ExecutorError,
+    RunSyncError, run_sync,
 };
 pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};
 pub use registry::{DEFAULT_MAX_CONCURRENCY, ToolRegistry, ToolRun};

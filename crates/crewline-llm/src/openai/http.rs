@@ -6,10 +6,10 @@ use async_openai::{
     Client,
     config::OpenAIConfig,
     error::OpenAIError,
-    middleware::{HttpRequestFactory, ReqwestService, retry::OpenAIRetryLayer},
+    middleware::{HttpRequestFactory, ReqwestService},
 };
 use reqwest::header::{AUTHORIZATION, HeaderValue};
-use tower::{ServiceBuilder, ServiceExt};
+use tower::ServiceExt;
 
 use super::wire::{error_body_message, snippet};
 use crate::LlmError;
@@ -33,39 +33,104 @@ impl fmt::Display for HttpStatusError {
 
 impl StdError for HttpStatusError {}
 
-/// An async-openai client whose requests go: status reader → retries (connect errors, 429,
-/// 5xx, with backoff, before any byte of the answer is read) → reqwest, each attempt carrying
-/// `authorization`.
+/// The first pause before a retry; each further retry doubles it, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest pause before a retry, also for a server's `Retry-After`.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// An async-openai client whose requests go: retries (connect errors, 429, 5xx, with backoff,
+/// before any byte of the answer is read) → reqwest, each attempt carrying `authorization`;
+/// a final error answer is read in full into an [`HttpStatusError`].
+///
+/// The retries are ours, not async-openai's `OpenAIRetryLayer`: that layer parses a 429's body
+/// as OpenAI's error shape and gives up without retrying when it does not fit (vLLM and
+/// others send `"code": 429` as a number, proxies send text), so a plain rate limit became an
+/// unreadable-answer error.
 pub(crate) fn client(
     config: OpenAIConfig,
     http: reqwest::Client,
     authorization: HeaderValue,
     max_retries: usize,
 ) -> Client<OpenAIConfig> {
-    let retrying = ServiceBuilder::new()
-        .layer(OpenAIRetryLayer::new(max_retries))
-        .service(ReqwestService::new(http));
+    let transport = ReqwestService::new(http);
     let service = tower::service_fn(move |factory: HttpRequestFactory| {
-        let retrying = retrying.clone();
+        let transport = transport.clone();
         let factory = with_authorization(factory, authorization.clone());
-        async move {
-            let response = retrying.oneshot(factory).await?;
-            let status = response.status();
-            if status.is_success() {
-                return Ok(response);
-            }
-            let message = match response.bytes().await {
-                Ok(body) => error_body_message(&body),
-                Err(err) => Some(format!("(the error body could not be read: {err})")),
-            }
-            .unwrap_or_else(|| status.canonical_reason().unwrap_or("no message").to_owned());
-            Err(OpenAIError::Boxed(Box::new(HttpStatusError {
-                status: status.as_u16(),
-                message,
-            })))
-        }
+        async move { send_with_retries(transport, factory, max_retries).await }
     });
     Client::with_config(config).with_http_service(service)
+}
+
+/// Sends the request, retrying what may succeed on another try, at most `max_retries` times.
+async fn send_with_retries(
+    transport: ReqwestService,
+    factory: HttpRequestFactory,
+    max_retries: usize,
+) -> Result<reqwest::Response, OpenAIError> {
+    let mut backoff = FIRST_BACKOFF;
+    let mut retries = 0;
+    loop {
+        let (error, retryable, retry_after) = match transport.clone().oneshot(factory.clone()).await
+        {
+            Ok(response) if response.status().is_success() => return Ok(response),
+            Ok(response) => {
+                let status = response.status();
+                let retry_after = retry_after(response.headers());
+                let (message, permanent) = match response.bytes().await {
+                    Ok(body) => (error_body_message(&body), is_out_of_quota(&body)),
+                    Err(err) => (
+                        Some(format!("(the error body could not be read: {err})")),
+                        false,
+                    ),
+                };
+                let message = message.unwrap_or_else(|| {
+                    status.canonical_reason().unwrap_or("no message").to_owned()
+                });
+                // An exhausted quota answers 429 too, but waiting does not help.
+                let retryable = (status.as_u16() == 429 && !permanent) || status.is_server_error();
+                let error = OpenAIError::Boxed(Box::new(HttpStatusError {
+                    status: status.as_u16(),
+                    message,
+                }));
+                (error, retryable, retry_after)
+            }
+            Err(OpenAIError::Reqwest(err)) if err.is_connect() => {
+                (OpenAIError::Reqwest(err), true, None)
+            }
+            Err(error) => return Err(error),
+        };
+        if !retryable || retries >= max_retries {
+            return Err(error);
+        }
+        retries += 1;
+        let pause = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
+        tracing::debug!(retry = retries, ?pause, %error, "retrying the LLM request");
+        tokio::time::sleep(pause).await;
+        backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
+    }
+}
+
+/// The server's `Retry-After`, in whole seconds.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// Whether an error body says the account's quota is used up (OpenAI's `insufficient_quota`).
+fn is_out_of_quota(body: &[u8]) -> bool {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    let error = value.get("error").unwrap_or(&value);
+    ["type", "code"]
+        .iter()
+        .any(|key| error.get(key).and_then(serde_json::Value::as_str) == Some("insufficient_quota"))
 }
 
 /// `factory`, with `authorization` set on every request it builds.
@@ -186,6 +251,31 @@ mod tests {
             stream_error(parse("<html>")),
             StreamFailure::Fatal(LlmError::InvalidResponse(_))
         ));
+    }
+
+    #[test]
+    fn only_an_exhausted_quota_is_a_permanent_429() {
+        assert!(is_out_of_quota(
+            br#"{"error":{"message":"quota","type":"insufficient_quota","code":"insufficient_quota"}}"#
+        ));
+        assert!(is_out_of_quota(br#"{"code":"insufficient_quota"}"#));
+        assert!(!is_out_of_quota(
+            br#"{"error":{"message":"slow down","type":"requests","code":429}}"#
+        ));
+        assert!(!is_out_of_quota(b"Too Many Requests"));
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert(reqwest::header::RETRY_AFTER, HeaderValue::from_static(" 3"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        headers.insert(
+            reqwest::header::RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), None);
     }
 
     #[test]

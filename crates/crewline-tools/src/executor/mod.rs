@@ -44,6 +44,15 @@ use crate::{ToolError, ToolPolicy, ToolRegistry, ToolRun, registry::Entry};
 /// The time limit of tools that set none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The largest tool result accepted by default: 1 MiB of content (the result as the model
+/// reads it: a string as is, any other value as JSON).
+///
+/// A result goes to the model in the next request and to the platform in the
+/// `tool_call_end` log; a tool that returns megabytes (a whole file, a runaway query) would
+/// blow the model's context and send a frame of that size to the platform. Larger results
+/// become a `ToolError` the model can read instead.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 1 << 20;
+
 /// What the model reads when a tool panics; the payload itself goes to the operator only.
 const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
 
@@ -153,6 +162,7 @@ struct Trace {
 /// Calls must run inside a Tokio runtime with its time driver enabled (timeouts).
 pub struct Executor {
     default_timeout: Duration,
+    max_result_bytes: Option<usize>,
     validation: ValidationConfig,
     before_hooks: Vec<Arc<dyn BeforeHook>>,
     after_hooks: Vec<Arc<dyn AfterHook>>,
@@ -167,6 +177,7 @@ impl fmt::Debug for Executor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Executor")
             .field("default_timeout", &self.default_timeout)
+            .field("max_result_bytes", &self.max_result_bytes)
             .field("before_hooks", &self.before_hooks.len())
             .field("after_hooks", &self.after_hooks.len())
             .field("guardrails", &self.guardrails.len())
@@ -416,7 +427,7 @@ impl Executor {
         let raced = call_tool(entry, call, arguments, policy.cancellable, limit, context).await;
         context.run.spend(started.elapsed());
         let outcome = match raced {
-            Raced::Done(Ok(Ok(value))) => Ok(value),
+            Raced::Done(Ok(Ok(value))) => self.check_result_size(value),
             Raced::Done(Ok(Err(error))) => Err(CallError::from(error)),
             Raced::Done(Err(payload)) => {
                 Err(CallError::new(ToolErrorKind::ToolError, PANIC_MESSAGE)
@@ -444,6 +455,65 @@ impl Executor {
         }
         outcome
     }
+}
+
+impl Executor {
+    /// The executor's largest accepted tool result, in bytes (`None`: no limit).
+    pub fn max_result_bytes(&self) -> Option<usize> {
+        self.max_result_bytes
+    }
+
+    /// `value`, or a `ToolError` when its content is over the result size limit.
+    fn check_result_size(&self, value: Value) -> Result<Value, CallError> {
+        let Some(max) = self.max_result_bytes else {
+            return Ok(value);
+        };
+        match result_size(&value, max) {
+            Some(_) => Ok(value),
+            None => Err(CallError::new(
+                ToolErrorKind::ToolError,
+                format!(
+                    "the tool's result is larger than the {max} bytes this crew accepts; \
+                     ask for less (a narrower query, fewer items)"
+                ),
+            )
+            .with_detail(format!(
+                "result over max_result_bytes ({max}); {}",
+                match &value {
+                    Value::String(text) => format!("a string of {} bytes", text.len()),
+                    _ => "a JSON value".to_owned(),
+                }
+            ))),
+        }
+    }
+}
+
+/// The size of `value`'s content as the model reads it (a string as is, anything else as
+/// JSON), or `None` once it passes `max`: a huge result is not serialised twice.
+fn result_size(value: &Value, max: usize) -> Option<usize> {
+    /// Counts bytes and gives up past the limit.
+    struct Counter {
+        bytes: usize,
+        max: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.bytes = self.bytes.saturating_add(buf.len());
+            if self.bytes > self.max {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    if let Value::String(text) = value {
+        return (text.len() <= max).then_some(text.len());
+    }
+    let mut counter = Counter { bytes: 0, max };
+    serde_json::to_writer(&mut counter, value).ok()?;
+    Some(counter.bytes)
 }
 
 /// How the call itself ended.
@@ -537,6 +607,7 @@ impl Default for ExecutorBuilder {
         Self {
             executor: Executor {
                 default_timeout: DEFAULT_TIMEOUT,
+                max_result_bytes: Some(DEFAULT_MAX_RESULT_BYTES),
                 validation: ValidationConfig::default(),
                 before_hooks: Vec::new(),
                 after_hooks: Vec::new(),
@@ -554,6 +625,19 @@ impl ExecutorBuilder {
     /// The time limit of tools that set none (default 30 s).
     pub fn default_timeout(mut self, timeout: Duration) -> Self {
         self.executor.default_timeout = timeout;
+        self
+    }
+
+    /// The largest tool result accepted, in bytes of content (default
+    /// [`DEFAULT_MAX_RESULT_BYTES`]); a larger one reaches the model as a `ToolError`.
+    pub fn max_result_bytes(mut self, bytes: usize) -> Self {
+        self.executor.max_result_bytes = Some(bytes);
+        self
+    }
+
+    /// Accepts tool results of any size.
+    pub fn no_result_limit(mut self) -> Self {
+        self.executor.max_result_bytes = None;
         self
     }
 
@@ -727,6 +811,17 @@ mod tests {
         assert_eq!(error.detail.as_deref(), Some("503"));
         let invalid = CallError::from(ToolError::invalid_arguments("bad date"));
         assert_eq!(invalid.kind, ToolErrorKind::ToolArgsInvalid);
+    }
+
+    #[test]
+    fn result_sizes_count_strings_as_is_and_other_values_as_json() {
+        assert_eq!(result_size(&Value::from("héllo"), 10), Some(6));
+        assert_eq!(result_size(&Value::from("héllo"), 5), None);
+        assert_eq!(
+            result_size(&serde_json::json!({"a": [1, 2]}), 100),
+            Some(11)
+        );
+        assert_eq!(result_size(&serde_json::json!({"a": [1, 2]}), 10), None);
     }
 
     #[test]

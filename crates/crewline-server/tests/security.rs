@@ -1,0 +1,319 @@
+//! Security: with authentication on, a connection without the right token is refused before
+//! the upgrade, so none of its frames is read and the crew's setup never runs; and no secret
+//! (the LLM API key, the server's token) reaches the logs (every target, at TRACE) or an
+//! `agent.error` payload, also when the LLM server echoes the key back.
+
+mod common;
+mod fake_llm;
+
+use std::{
+    io::Write,
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use common::*;
+use crewline::{
+    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, llm::OpenAiClient, tool::ToolRegistry,
+};
+use crewline_server::{CrewServer, FrameDrop, HandshakeFailure};
+use fake_llm::FakeLlm;
+use serde_json::Value;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+/// The server's shared secret.
+const TOKEN: &str = "crew-token-7f3a9c1e5b";
+/// The LLM API key.
+const API_KEY: &str = "sk-live-4e8d2b6a0c9f1735";
+
+/// Everything every test of this binary logs, at TRACE, from every crate (`log` records too),
+/// but the test's own WebSocket client: its handshake trace shows the URL it was given, token
+/// and all, and it stands for the platform, not for the crew's server.
+fn captured_logs() -> &'static Mutex<Vec<u8>> {
+    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
+        tracing_subscriber::fmt()
+            .with_env_filter("trace,tungstenite::handshake::client=off")
+            .with_ansi(false)
+            .with_writer(move || Capture(logs))
+            .init();
+        logs
+    })
+}
+
+struct Capture(&'static Mutex<Vec<u8>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs_text() -> String {
+    let logs = captured_logs()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    String::from_utf8_lossy(&logs).into_owned()
+}
+
+/// A server with `TOKEN` whose crew answers with the real client (key `API_KEY`) on `llm`;
+/// counts the setups of real calls.
+fn server(llm: &FakeLlm, setups: Arc<AtomicUsize>) -> CrewServer {
+    let client = OpenAiClient::builder()
+        .model("fake")
+        .api_key(API_KEY)
+        .base_url(llm.base_url())
+        .read_env(false)
+        .first_byte_timeout(Duration::from_secs(2))
+        .idle_timeout(Duration::from_secs(1))
+        .max_retries(1)
+        .build()
+        .expect("client");
+    let tool_loop = ToolLoop::new(Arc::new(client), Arc::new(ToolRegistry::new()));
+    CrewServer::new(move |setup: SessionSetup| {
+        if !setup.is_dry_run() {
+            setups.fetch_add(1, Ordering::SeqCst);
+        }
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new(
+            "agent",
+            LoopAgent::new("You answer.", tool_loop.clone()),
+        ));
+        async move { Ok::<_, std::convert::Infallible>(crew) }
+    })
+    .auth_token(TOKEN)
+}
+
+/// A masked client WebSocket frame carrying `payload` as binary.
+fn masked_binary_frame(payload: &[u8]) -> Vec<u8> {
+    let mask = [0x37_u8, 0xfa, 0x21, 0x3d];
+    let mut frame = vec![0x82];
+    match payload.len() {
+        n if n < 126 => frame.push(0x80 | n as u8),
+        n => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&u16::try_from(n).expect("a small frame").to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&mask);
+    frame.extend(
+        payload
+            .iter()
+            .enumerate()
+            .map(|(i, byte)| byte ^ mask[i % 4]),
+    );
+    frame
+}
+
+/// Sends an upgrade request with `auth` (extra header lines) on `path`, immediately followed by
+/// a `system.init` frame, as an eager client would; returns the status and whatever came back.
+async fn upgrade_then_init(server: &TestServer, path: &str, auth: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}\r\n",
+        server.addr
+    );
+    let mut bytes = request.into_bytes();
+    bytes.extend(masked_binary_frame(
+        init_frame("intruder").to_string().as_bytes(),
+    ));
+    stream.write_all(&bytes).await.expect("write");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(WAIT, async {
+        let mut buf = [0_u8; 4096];
+        // The answer's head is enough: the refusal has a small body.
+        while !String::from_utf8_lossy(&answer).contains("\r\n\r\n") {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    read.expect("an answer to the upgrade");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    (status, text)
+}
+
+#[tokio::test]
+async fn calls_without_the_right_token_are_refused_before_any_frame_is_read() {
+    captured_logs();
+    let llm = FakeLlm::start().await;
+    let setups = Arc::new(AtomicUsize::new(0));
+    let server = TestServer::ready(server(&llm, Arc::clone(&setups))).await;
+
+    let attempts = [
+        ("/ws", String::new()),
+        ("/ws?token=", String::new()),
+        ("/ws?token=crew-token-7f3a9c1e5", String::new()),
+        ("/ws?token=crew-token-7f3a9c1e5bX", String::new()),
+        ("/ws?tok=crew-token-7f3a9c1e5b", String::new()),
+        ("/ws", "Authorization: Bearer wrong\r\n".to_owned()),
+        ("/ws", format!("Authorization: Basic {TOKEN}\r\n")),
+        ("/ws", format!("Authorization: Bearer{TOKEN}\r\n")),
+        ("/ws", format!("X-Token: {TOKEN}\r\n")),
+        ("/ws", format!("Cookie: token={TOKEN}\r\n")),
+    ];
+    for (path, auth) in &attempts {
+        let (status, answer) = upgrade_then_init(&server, path, auth).await;
+        assert_eq!(status, 401, "{path} {auth}: {answer}");
+        assert!(answer.contains("Bearer"), "{answer}");
+        assert!(!answer.contains("agent.ready"), "{answer}");
+    }
+
+    let metrics = server.handle.metrics();
+    assert_eq!(
+        metrics.handshake_failures(HandshakeFailure::Unauthorized),
+        attempts.len() as u64
+    );
+    // No call was started, no setup ran, no frame was read (not even as a bad one).
+    assert_eq!(setups.load(Ordering::SeqCst), 0);
+    assert_eq!(metrics.sessions_total(), 0);
+    assert_eq!(server.handle.active_sessions(), 0);
+    for reason in [
+        FrameDrop::NotJson,
+        FrameDrop::NotUtf8,
+        FrameDrop::NotAnObject,
+        FrameDrop::MissingType,
+        FrameDrop::UnknownType,
+        FrameDrop::InvalidFields,
+        FrameDrop::TooDeep,
+        FrameDrop::TooBig,
+    ] {
+        assert_eq!(metrics.dropped_frames(reason), 0, "{reason:?}");
+    }
+    assert_eq!(llm.total(), 0);
+
+    // The right token, in the header, opens a call (and only then does setup run).
+    let (status, answer) = upgrade_then_init(
+        &server,
+        "/ws",
+        &format!("Authorization: Bearer {TOKEN}\r\n"),
+    )
+    .await;
+    assert_eq!(status, 101, "{answer}");
+    eventually("the authorised call's setup", || async {
+        setups.load(Ordering::SeqCst) == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn no_secret_reaches_the_logs_or_agent_error_payloads() {
+    captured_logs();
+    let llm = FakeLlm::start().await;
+    let setups = Arc::new(AtomicUsize::new(0));
+    let server = TestServer::ready(server(&llm, setups)).await;
+
+    // Refused attempts with near-miss tokens, and calls with the right one both ways.
+    let _ = upgrade_then_init(&server, "/ws?token=wrong-guess", "").await;
+    let mut frames: Vec<Value> = Vec::new();
+    let mut in_query = Client::connect(&format!("{}?token={TOKEN}", server.ws_url())).await;
+    in_query.send(&init_frame("Ada")).await;
+    frames.push(in_query.recv().await);
+    let request = server
+        .ws_url()
+        .as_str()
+        .into_client_request_with_bearer(TOKEN);
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the header token is accepted");
+    let mut in_header = Client { ws };
+    in_header.send(&init_frame("Bo")).await;
+    frames.push(in_header.recv().await);
+
+    // Turns that fail in every way the client reports: the key must not surface in any.
+    for words in [
+        "fault:echo-key hello",
+        "fault:500 hello",
+        "fault:cut hello",
+        "fault:error-event hello",
+        "fault:stall-mid hello",
+        "a healthy turn",
+    ] {
+        let (turn, _) = in_query.turn(words).await;
+        frames.extend(turn);
+        let (turn, _) = in_header.turn(words).await;
+        frames.extend(turn);
+    }
+    in_query.close().await;
+    in_header.close().await;
+    server.wait_for_active(0).await;
+
+    // The echoed key did come back from the server, so the test can see a leak.
+    let errors: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "agent.error")
+        .collect();
+    assert_eq!(errors.len(), 2 * 5, "{frames:#?}");
+    let echoed = errors
+        .iter()
+        .find(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("HTTP 401"))
+        })
+        .expect("the 401 error");
+    assert!(
+        echoed["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("<redacted>")),
+        "{echoed}"
+    );
+
+    let all_frames = serde_json::to_string(&frames).expect("JSON");
+    let logs = logs_text();
+    assert!(
+        logs.contains("refused a call"),
+        "the capture works: {logs:.2000}"
+    );
+    for secret in [API_KEY, TOKEN] {
+        assert!(!all_frames.contains(secret), "{secret} in frames");
+        let line = logs.lines().find(|line| line.contains(secret));
+        assert!(line.is_none(), "{secret} in the logs: {line:?}");
+    }
+}
+
+/// Builds a WebSocket request with a bearer token.
+trait BearerRequest {
+    fn into_client_request_with_bearer(
+        self,
+        token: &str,
+    ) -> tokio_tungstenite::tungstenite::handshake::client::Request;
+}
+
+impl BearerRequest for &str {
+    fn into_client_request_with_bearer(
+        self,
+        token: &str,
+    ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request = self.into_client_request().expect("a request");
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("a header value"),
+        );
+        request
+    }
+}
