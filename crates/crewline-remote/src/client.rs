@@ -15,9 +15,9 @@ use std::{
     time::Duration,
 };
 
+use axum::body::Bytes;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_tools::{CallContext, ExportError, Target, ToolRegistry};
-use axum::body::Bytes;
 use reqwest::{Method, StatusCode, Url};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -594,9 +594,9 @@ pub fn answer_for(result: &ToolResult) -> ToolAnswer {
         };
         return ToolAnswer::ok(output);
     }
-    let output: Value = serde_json::from_str(&result.content).unwrap_or_else(|_| {
-        json!({"error": {"kind": ToolErrorKind::ToolError, "message": result.content}})
-    });
+    let output: Value = serde_json::from_str(&result.content).unwrap_or_else(
+        |_| json!({"error": {"kind": ToolErrorKind::ToolError, "message": result.content}}),
+    );
     let message = output
         .pointer("/error/message")
         .and_then(Value::as_str)

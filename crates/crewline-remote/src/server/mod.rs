@@ -146,7 +146,11 @@ impl TaskApi {
     /// as [`RemoteTools`] for the call's registry. The task finishes when they are dropped.
     pub async fn attach(&self, task_id: &str) -> Result<RemoteTools, AttachError> {
         let task = self.store.attach(task_id).await?;
-        tracing::info!(task_id, tools = task.custom_tools.len(), "task attached to a call");
+        tracing::info!(
+            task_id,
+            tools = task.custom_tools.len(),
+            "task attached to a call"
+        );
         Ok(RemoteTools::new(
             Arc::clone(&self.store),
             task.id,

@@ -494,7 +494,9 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            store.answer(&task.id, &event.id, ToolAnswer::ok(json!("again"))).await,
+            store
+                .answer(&task.id, &event.id, ToolAnswer::ok(json!("again")))
+                .await,
             Err(StoreError::AlreadyAnswered(event.id.clone()))
         );
         let answer = store.wait_answer(&task.id, &event.id).await.unwrap();
@@ -511,7 +513,9 @@ mod tests {
             .unwrap();
         store.abandon(&task.id, &event.id);
         assert_eq!(
-            store.answer(&task.id, &event.id, ToolAnswer::ok(json!(1))).await,
+            store
+                .answer(&task.id, &event.id, ToolAnswer::ok(json!(1)))
+                .await,
             Err(StoreError::NotWaiting(event.id.clone()))
         );
     }
@@ -540,7 +544,9 @@ mod tests {
             "strictly increasing"
         );
         assert!(matches!(
-            store.answer(&task.id, &ids[0].id, ToolAnswer::ok(json!(1))).await,
+            store
+                .answer(&task.id, &ids[0].id, ToolAnswer::ok(json!(1)))
+                .await,
             Err(StoreError::UnknownEvent { .. })
         ));
     }
