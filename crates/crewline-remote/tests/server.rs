@@ -430,41 +430,56 @@ async fn cancelling_the_task_fails_the_waiting_call_with_a_tool_error() {
     );
 }
 
-/// Measures a remote tool call's round trip over loopback with long polling; prints to
-/// stderr. Run with `cargo test -p crewline-remote --release --test server -- --ignored
-/// --nocapture`.
+/// Measures a remote tool call's round trip over loopback, with long polling and with plain
+/// polling every 250 ms, calls spaced 0-250 ms apart; prints to stderr. Run with
+/// `cargo test -p crewline-remote --release --test server -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a test"]
 async fn measure_round_trip() {
-    let api = TaskApi::new();
-    let url = serve(&api).await;
-    let client = client(&url);
-    let registry = client_registry();
-    let task = client
-        .create_task(&TaskRequest {
-            custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
-            ..TaskRequest::default()
-        })
-        .await
-        .expect("task");
-    let serving = {
-        let (client, id) = (client.clone(), task.id.clone());
-        tokio::spawn(async move { client.serve(&id, &registry).await })
-    };
-    let remote = api.attach(&task.id).await.expect("attached");
-    let crew = crew_registry(&remote);
-    let mut times = Vec::new();
-    for i in 0..200 {
-        let started = std::time::Instant::now();
-        let result = call(&crew, &format!("c{i}"), json!({"location": "Paris"})).await;
-        times.push(started.elapsed());
-        assert!(!result.is_error);
+    for (label, long_poll, calls) in [
+        ("long polling (wait_ms)", Some(Duration::from_secs(5)), 60),
+        ("plain polling every 250 ms", None, 60),
+    ] {
+        let api = TaskApi::new();
+        let url = serve(&api).await;
+        let client = TaskClient::new(
+            ClientConfig::new(&url)
+                .long_poll(long_poll)
+                .poll_interval(Duration::from_millis(250)),
+        )
+        .expect("client");
+        let registry = client_registry();
+        let task = client
+            .create_task(&TaskRequest {
+                custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
+                ..TaskRequest::default()
+            })
+            .await
+            .expect("task");
+        let serving = {
+            let (client, id) = (client.clone(), task.id.clone());
+            tokio::spawn(async move { client.serve(&id, &registry).await })
+        };
+        let remote = api.attach(&task.id).await.expect("attached");
+        let crew = crew_registry(&remote);
+        let mut times = Vec::new();
+        for i in 0..calls {
+            // Calls come at varied times, as a conversation's do, not right after an answer.
+            tokio::time::sleep(Duration::from_millis((i as u64 * 37) % 250)).await;
+            let started = std::time::Instant::now();
+            let result = call(&crew, &format!("c{i}"), json!({"location": "Paris"})).await;
+            times.push(started.elapsed());
+            assert!(!result.is_error);
+        }
+        times.sort();
+        eprintln!(
+            "remote tool round trip over loopback, {label} ({calls} calls): median {:?}, \
+             p95 {:?}, max {:?}",
+            times[calls / 2],
+            times[calls * 95 / 100],
+            times[calls - 1]
+        );
+        drop((crew, remote));
+        serving.await.expect("join").expect("served");
     }
-    times.sort();
-    eprintln!(
-        "remote tool round trip over loopback (200 calls): median {:?}, p95 {:?}, max {:?}",
-        times[100], times[190], times[199]
-    );
-    drop((crew, remote));
-    serving.await.expect("join").expect("served");
 }
