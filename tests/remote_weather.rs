@@ -57,7 +57,8 @@ async fn call(
 }
 
 /// The example binary, rebuilt if needed (`cargo test --workspace` builds it anyway; a
-/// filtered run such as `--test remote_weather` does not).
+/// filtered run such as `--test remote_weather` does not). `--workspace` resolves features as
+/// CI's `cargo build --workspace --examples` does, so there this is a no-op.
 fn example_binary() -> PathBuf {
     let test_exe = std::env::current_exe().expect("the test's path");
     // target/<profile>/deps/<test> -> target/<profile>
@@ -68,7 +69,7 @@ fn example_binary() -> PathBuf {
     if let Ok(cargo) = std::env::var("CARGO") {
         let mut build = std::process::Command::new(cargo);
         build
-            .args(["build", "--quiet", "--example", "remote_weather"])
+            .args(["build", "--quiet", "--workspace", "--example", "remote_weather"])
             .current_dir(env!("CARGO_MANIFEST_DIR"));
         if profile_dir
             .file_name()

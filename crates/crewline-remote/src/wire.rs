@@ -108,7 +108,7 @@ pub struct TaskResponse {
     #[serde(default)]
     pub output: Option<Value>,
     /// The events after the poll's `event_t`, oldest first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub events: Vec<TaskEvent>,
     /// Any other field (`live_url`, `credits_used`, ...).
     #[serde(flatten)]
