@@ -69,7 +69,13 @@ fn example_binary() -> PathBuf {
     if let Ok(cargo) = std::env::var("CARGO") {
         let mut build = std::process::Command::new(cargo);
         build
-            .args(["build", "--quiet", "--workspace", "--example", "remote_weather"])
+            .args([
+                "build",
+                "--quiet",
+                "--workspace",
+                "--example",
+                "remote_weather",
+            ])
             .current_dir(env!("CARGO_MANIFEST_DIR"));
         if profile_dir
             .file_name()
