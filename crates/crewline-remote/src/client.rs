@@ -1,0 +1,725 @@
+//! The client: registers a registry's tools with a task API and answers the agent's calls.
+//!
+//! [`TaskClient::run`] creates a task whose `custom_tools` are the registry's tools exported
+//! to [`Target::Remote`], then polls `GET /task/{id}?event_t=<cursor>` until the task
+//! finishes. Each new `tool_call` event runs through the registry's executor (validation,
+//! hooks, timeouts, ...) in a task of its own, so a slow tool does not hold up polling, and is
+//! answered with `POST /task/{id}/event`. Events are deduplicated by id, events that come with
+//! the final poll are still answered, and network errors, 5xx and 429 are retried with
+//! exponential backoff up to a limit, after which a typed [`ClientError::GaveUp`] is returned.
+
+use std::{
+    collections::{HashSet, VecDeque},
+    fmt,
+    sync::Arc,
+    time::Duration,
+};
+
+use axum::body::Bytes;
+use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
+use crewline_tools::{CallContext, ExportError, Target, ToolRegistry};
+use reqwest::{Method, StatusCode, Url};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::wire::{
+    CustomTool, Envelope, ErrorBody, EventAck, TOOL_CALL, TaskEvent, TaskRequest, TaskResponse,
+    TaskStatus, ToolAnswer, ToolCallPayload,
+};
+
+/// What the executor tells the model when a tool panics (see `crewline_tools::executor`); a
+/// panic is a failure (500), not an error the agent can correct.
+const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
+
+/// How many event ids the client remembers for deduplication.
+const SEEN_EVENTS: usize = 4096;
+
+/// An API key: sent in the `apikey` header, never shown by `Debug` or in logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key itself, for the header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// How failed requests are retried: exponential delays from `initial`, doubling, capped at
+/// `max`, for at most `max_attempts` attempts in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first delay.
+    pub initial: Duration,
+    /// The longest delay.
+    pub max: Duration,
+    /// Attempts (the first one included) before giving up.
+    pub max_attempts: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(5),
+            max_attempts: 8,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay after failed attempt number `attempt` (1-based).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// Where the task API is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The API's base URL, e.g. `https://api.smooth.sh/api/v1` or `http://127.0.0.1:8080`.
+    pub base_url: String,
+    /// Sent as the `apikey` header.
+    pub api_key: Option<ApiKey>,
+    /// The shortest time between two polls that brought nothing new.
+    pub poll_interval: Duration,
+    /// Asks the server to hold a poll open until an event comes, up to this long (`wait_ms`,
+    /// a crewline extension; other servers ignore it and answer at once).
+    pub long_poll: Option<Duration>,
+    /// The longest a request may take (a long poll gets its wait on top).
+    pub request_timeout: Duration,
+    /// How failed requests are retried.
+    pub backoff: Backoff,
+}
+
+impl ClientConfig {
+    /// A configuration for `base_url`, without a key: 250 ms between idle polls, 10 s long
+    /// polls, 30 s request timeout, default backoff.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key: None,
+            poll_interval: Duration::from_millis(250),
+            long_poll: Some(Duration::from_secs(10)),
+            request_timeout: Duration::from_secs(30),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// With this API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(ApiKey::new(key));
+        self
+    }
+
+    /// With this time between idle polls.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// With long polls of at most `wait` (`None`: plain polling).
+    pub fn long_poll(mut self, wait: Option<Duration>) -> Self {
+        self.long_poll = wait;
+        self
+    }
+
+    /// With this retry policy.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// With this request timeout.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+}
+
+/// Why a task API request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The configuration cannot work (e.g. the base URL does not parse).
+    #[error("invalid task client configuration: {0}")]
+    Config(String),
+    /// The request did not get an answer (connection refused, reset, timed out).
+    #[error("could not reach the task API: {0}")]
+    Network(#[source] reqwest::Error),
+    /// The API answered with an error status.
+    #[error("the task API answered {status}: {detail}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The API's explanation.
+        detail: String,
+    },
+    /// The API does not know the task.
+    #[error("the task API has no task `{0}`")]
+    TaskNotFound(String),
+    /// The API refused the key.
+    #[error("the task API refused the api key ({status}): {detail}")]
+    Unauthorized {
+        /// 401 or 403.
+        status: u16,
+        /// The API's explanation.
+        detail: String,
+    },
+    /// A success response did not have the expected shape.
+    #[error("the task API sent a body that is not the expected {what}: {source}")]
+    Decode {
+        /// What was expected.
+        what: &'static str,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The registry's tools cannot be exported to a remote agent.
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    /// Every attempt failed; the last failure is kept.
+    #[error("gave up after {attempts} attempts: {last}")]
+    GaveUp {
+        /// How many attempts were made.
+        attempts: u32,
+        /// The last attempt's failure.
+        #[source]
+        last: Box<ClientError>,
+    },
+}
+
+impl ClientError {
+    /// Whether trying again may help (network errors, 5xx, 408, 429).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Network(_) => true,
+            Self::Status { status, .. } => *status >= 500 || *status == 408 || *status == 429,
+            _ => false,
+        }
+    }
+}
+
+/// How a served task ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    /// The task's id.
+    pub task_id: String,
+    /// Its final status.
+    pub status: TaskStatus,
+    /// Its output, if the API gave one.
+    pub output: Option<Value>,
+    /// Tool calls run and answered.
+    pub calls_answered: usize,
+    /// Tool calls whose answer the API refused (e.g. the agent stopped waiting).
+    pub answers_rejected: usize,
+    /// Events seen more than once and skipped.
+    pub duplicates_skipped: usize,
+}
+
+/// A client of a Smooth-style task API; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TaskClient {
+    http: reqwest::Client,
+    base: Url,
+    config: Arc<ClientConfig>,
+}
+
+impl TaskClient {
+    /// A client for `config`.
+    pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
+        let base = Url::parse(&config.base_url)
+            .map_err(|e| ClientError::Config(format!("base URL `{}`: {e}", config.base_url)))?;
+        if base.cannot_be_a_base() {
+            return Err(ClientError::Config(format!(
+                "base URL `{}` cannot have paths appended",
+                config.base_url
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .build()
+            .map_err(|e| ClientError::Config(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base,
+            config: Arc::new(config),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// The `custom_tools` for the tools of `registry` exported to [`Target::Remote`].
+    pub fn custom_tools(registry: &ToolRegistry) -> Result<Vec<CustomTool>, ClientError> {
+        let exported = registry.export(Target::Remote)?;
+        Ok(exported
+            .definitions()
+            .into_iter()
+            .filter_map(|definition| {
+                let tool = exported.get(&definition.name)?;
+                Some(CustomTool {
+                    inputs: tool.parameters(),
+                    output: output_description(tool.result_schema().as_ref()),
+                    timeout_ms: tool
+                        .policy()
+                        .timeout
+                        .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                    name: definition.name,
+                    description: definition.description,
+                })
+            })
+            .collect())
+    }
+
+    /// `POST /task`: creates a task.
+    pub async fn create_task(&self, request: &TaskRequest) -> Result<TaskResponse, ClientError> {
+        let url = self.url(&["task"]);
+        self.retrying("create task", || async {
+            let (_, body) = self
+                .send(Method::POST, url.clone(), Some(request), None)
+                .await?;
+            decode::<Envelope<TaskResponse>>(&body, "task").map(|e| e.r)
+        })
+        .await
+    }
+
+    /// `GET /task/{id}?event_t=..`: the task and its events after `event_t` (long-polled when
+    /// configured).
+    pub async fn poll(&self, task_id: &str, event_t: u64) -> Result<TaskResponse, ClientError> {
+        let mut url = self.url(&["task", task_id]);
+        url.query_pairs_mut()
+            .append_pair("event_t", &event_t.to_string());
+        if let Some(wait) = self.config.long_poll {
+            url.query_pairs_mut()
+                .append_pair("wait_ms", &wait.as_millis().to_string());
+        }
+        let extra = self.config.long_poll;
+        self.retrying("poll task", || async {
+            let (_, body) = self
+                .send::<()>(Method::GET, url.clone(), None, extra)
+                .await
+                .map_err(|e| not_found(e, task_id))?;
+            decode::<Envelope<TaskResponse>>(&body, "task").map(|e| e.r)
+        })
+        .await
+    }
+
+    /// `POST /task/{id}/event`: answers the tool call `event_id`.
+    ///
+    /// When a retried answer is refused as already answered (409), the earlier attempt got
+    /// through: that is a success.
+    pub async fn answer(
+        &self,
+        task_id: &str,
+        event_id: &str,
+        answer: &ToolAnswer,
+    ) -> Result<(), ClientError> {
+        let url = self.url(&["task", task_id, "event"]);
+        let event = answer.to_event(event_id);
+        let mut attempt = 0;
+        self.retrying("answer tool call", || {
+            attempt += 1;
+            let retry = attempt > 1;
+            let url = url.clone();
+            let event = &event;
+            async move {
+                match self.send(Method::POST, url, Some(event), None).await {
+                    Ok((_, body)) => decode::<Envelope<EventAck>>(&body, "event ack").map(|_| ()),
+                    Err(ClientError::Status { status: 409, .. }) if retry => Ok(()),
+                    Err(error) => Err(not_found(error, task_id)),
+                }
+            }
+        })
+        .await
+    }
+
+    /// `DELETE /task/{id}`: cancels the task.
+    pub async fn cancel(&self, task_id: &str) -> Result<TaskResponse, ClientError> {
+        let url = self.url(&["task", task_id]);
+        self.retrying("cancel task", || async {
+            let (_, body) = self
+                .send::<()>(Method::DELETE, url.clone(), None, None)
+                .await
+                .map_err(|e| not_found(e, task_id))?;
+            decode::<Envelope<TaskResponse>>(&body, "task").map(|e| e.r)
+        })
+        .await
+    }
+
+    /// Creates a task with the registry's remote tools added to `request.custom_tools`, then
+    /// answers its tool calls until it finishes (see [`serve`](Self::serve)).
+    pub async fn run(
+        &self,
+        mut request: TaskRequest,
+        registry: &ToolRegistry,
+    ) -> Result<TaskOutcome, ClientError> {
+        request.custom_tools.extend(Self::custom_tools(registry)?);
+        let task = self.create_task(&request).await?;
+        tracing::info!(task_id = %task.id, status = %task.status, "task created");
+        self.serve(&task.id, registry).await
+    }
+
+    /// Polls the task `task_id` and answers its tool calls with the tools of `registry`
+    /// exported to [`Target::Remote`], until the task finishes.
+    pub async fn serve(
+        &self,
+        task_id: &str,
+        registry: &ToolRegistry,
+    ) -> Result<TaskOutcome, ClientError> {
+        let tools = registry.export(Target::Remote)?;
+        // All calls of one task share a run: its limits and cancellation.
+        let context = tools.executor().context();
+        let mut seen = SeenEvents::default();
+        let mut cursor = 0u64;
+        let mut calls: JoinSet<bool> = JoinSet::new();
+        let mut outcome = TaskOutcome {
+            task_id: task_id.to_owned(),
+            status: TaskStatus::Waiting,
+            output: None,
+            calls_answered: 0,
+            answers_rejected: 0,
+            duplicates_skipped: 0,
+        };
+        loop {
+            let started = tokio::time::Instant::now();
+            let task = self.poll(task_id, cursor).await?;
+            let mut fresh = 0usize;
+            for event in task.events {
+                if !seen.insert(&event.id) {
+                    outcome.duplicates_skipped += 1;
+                    continue;
+                }
+                fresh += 1;
+                if let Some(timestamp) = event.timestamp {
+                    cursor = cursor.max(timestamp);
+                }
+                if event.name != TOOL_CALL {
+                    tracing::debug!(event = %event.name, id = %event.id, "event skipped");
+                    continue;
+                }
+                let client = self.clone();
+                let (tools, context, task_id) =
+                    (tools.clone(), context.clone(), task_id.to_owned());
+                calls.spawn(async move {
+                    let answer = run_tool_call(&tools, &context, &event).await;
+                    match client.answer(&task_id, &event.id, &answer).await {
+                        Ok(()) => true,
+                        Err(error) => {
+                            tracing::warn!(%error, event_id = %event.id, "tool answer refused");
+                            false
+                        }
+                    }
+                });
+            }
+            while let Some(done) = calls.try_join_next() {
+                outcome.count(done);
+            }
+            outcome.status = task.status;
+            if task.status.is_terminal() {
+                outcome.output = task.output;
+                break;
+            }
+            if fresh == 0 {
+                // A server that does not long-poll answers at once: keep a steady pace.
+                let idle = self.config.poll_interval.saturating_sub(started.elapsed());
+                tokio::time::sleep(idle).await;
+            }
+        }
+        // Calls from the final poll (or still running) are answered before returning.
+        while let Some(done) = calls.join_next().await {
+            outcome.count(done);
+        }
+        tracing::info!(task_id, status = %outcome.status, answered = outcome.calls_answered,
+            "task finished");
+        Ok(outcome)
+    }
+
+    /// `base/segments...`, each segment percent-encoded.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    /// One request; a non-2xx status is an error carrying the API's `detail`.
+    async fn send<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        extra_time: Option<Duration>,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        let timeout = self.config.request_timeout + extra_time.unwrap_or_default();
+        let mut request = self.http.request(method, url).timeout(timeout);
+        if let Some(key) = &self.config.api_key {
+            request = request.header("apikey", key.expose());
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(ClientError::Network)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(ClientError::Network)?;
+        if status.is_success() {
+            return Ok((status, body));
+        }
+        let detail = serde_json::from_slice::<ErrorBody>(&body)
+            .map(|e| e.detail)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(500).collect());
+        Err(match status.as_u16() {
+            code @ (401 | 403) => ClientError::Unauthorized {
+                status: code,
+                detail,
+            },
+            code => ClientError::Status {
+                status: code,
+                detail,
+            },
+        })
+    }
+
+    /// Runs `attempt` until it succeeds, fails for good, or the backoff's attempts run out.
+    async fn retrying<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let backoff = self.config.backoff;
+        let max_attempts = backoff.max_attempts.max(1);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match attempt().await {
+                Ok(value) => return Ok(value),
+                Err(error) if error.is_retryable() && attempts < max_attempts => {
+                    let delay = backoff.delay(attempts);
+                    tracing::warn!(%error, attempt = attempts, ?delay, "{what} failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(error) if error.is_retryable() => {
+                    return Err(ClientError::GaveUp {
+                        attempts,
+                        last: Box::new(error),
+                    });
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+impl TaskOutcome {
+    fn count(&mut self, joined: Result<bool, tokio::task::JoinError>) {
+        match joined {
+            Ok(true) => self.calls_answered += 1,
+            Ok(false) => self.answers_rejected += 1,
+            Err(error) => {
+                tracing::error!(%error, "a tool call task failed");
+                self.answers_rejected += 1;
+            }
+        }
+    }
+}
+
+/// A 404 about a task is [`ClientError::TaskNotFound`].
+fn not_found(error: ClientError, task_id: &str) -> ClientError {
+    match error {
+        ClientError::Status { status: 404, .. } => ClientError::TaskNotFound(task_id.to_owned()),
+        other => other,
+    }
+}
+
+fn decode<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Result<T, ClientError> {
+    serde_json::from_slice(body).map_err(|source| ClientError::Decode { what, source })
+}
+
+/// Runs one `tool_call` event through the registry's executor and says how to answer it.
+pub async fn run_tool_call(
+    tools: &ToolRegistry,
+    context: &CallContext,
+    event: &TaskEvent,
+) -> ToolAnswer {
+    let payload: ToolCallPayload = match serde_json::from_value(event.payload.clone()) {
+        Ok(payload) => payload,
+        Err(error) => {
+            return ToolAnswer::tool_error(json!({"error": {
+                "kind": ToolErrorKind::ToolArgsInvalid,
+                "message": format!("the tool_call payload needs `name` and `input`: {error}"),
+            }}));
+        }
+    };
+    let arguments = match payload.input {
+        Value::Null => String::from("{}"),
+        // Some agents send the arguments as JSON text.
+        Value::String(text) => text,
+        other => other.to_string(),
+    };
+    let call = ToolCall::new(event.id.clone(), payload.name, arguments);
+    let run = tools.executor().execute(tools, &call, context).await;
+    answer_for(&run.result)
+}
+
+/// The answer for a tool result: 200 with the output, 400 for errors the agent can correct,
+/// 500 for failures (panic, timeout, cancellation, run limits).
+///
+/// A successful result whose content is a JSON object or array is sent as that JSON; any
+/// other content is sent as a string. An error is sent as `{"error": {"kind", "message"}}`.
+pub fn answer_for(result: &ToolResult) -> ToolAnswer {
+    if !result.is_error {
+        let content = result.content.trim_start();
+        let output = if content.starts_with('{') || content.starts_with('[') {
+            serde_json::from_str(&result.content)
+                .unwrap_or_else(|_| Value::String(result.content.clone()))
+        } else {
+            Value::String(result.content.clone())
+        };
+        return ToolAnswer::ok(output);
+    }
+    let output: Value = serde_json::from_str(&result.content).unwrap_or_else(
+        |_| json!({"error": {"kind": ToolErrorKind::ToolError, "message": result.content}}),
+    );
+    let message = output
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match result.error_kind() {
+        Some(
+            ToolErrorKind::Timeout
+            | ToolErrorKind::Cancelled
+            | ToolErrorKind::RunLimitExceeded
+            | ToolErrorKind::ApprovalPending,
+        )
+        | None => ToolAnswer::failure(output),
+        Some(ToolErrorKind::ToolError) if message == PANIC_MESSAGE => ToolAnswer::failure(output),
+        Some(_) => ToolAnswer::tool_error(output),
+    }
+}
+
+/// What a remote agent is told a tool returns, from its result schema.
+fn output_description(schema: Option<&Value>) -> String {
+    let Some(schema) = schema else {
+        return String::from("The tool's result, as text or JSON.");
+    };
+    for key in ["description", "title"] {
+        if let Some(text) = schema.get(key).and_then(Value::as_str) {
+            return text.to_owned();
+        }
+    }
+    format!("JSON matching this schema: {schema}")
+}
+
+/// The ids of events already handled, bounded (oldest forgotten first).
+#[derive(Default)]
+struct SeenEvents {
+    ids: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl SeenEvents {
+    /// Remembers `id`; `false` when it was already seen.
+    fn insert(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() == SEEN_EVENTS
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+        self.ids.insert(id.to_owned());
+        self.order.push_back(id.to_owned());
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let backoff = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(700),
+            max_attempts: 5,
+        };
+        let delays: Vec<u128> = (1..=5).map(|a| backoff.delay(a).as_millis()).collect();
+        assert_eq!(delays, [100, 200, 400, 700, 700]);
+        assert_eq!(backoff.delay(200), Duration::from_millis(700));
+    }
+
+    #[test]
+    fn the_api_key_never_shows_in_debug_output() {
+        let config = ClientConfig::new("http://127.0.0.1:1").api_key("sk-very-secret");
+        let client = TaskClient::new(config).unwrap();
+        let shown = format!("{client:?}");
+        assert!(!shown.contains("sk-very-secret"), "{shown}");
+        assert!(shown.contains("redacted"), "{shown}");
+    }
+
+    #[test]
+    fn seen_events_are_bounded_and_deduplicated() {
+        let mut seen = SeenEvents::default();
+        assert!(seen.insert("a"));
+        assert!(!seen.insert("a"));
+        for i in 0..SEEN_EVENTS {
+            seen.insert(&i.to_string());
+        }
+        assert_eq!(seen.ids.len(), SEEN_EVENTS);
+        assert!(seen.insert("a"), "the oldest id was forgotten");
+    }
+
+    #[test]
+    fn urls_keep_the_base_path_and_encode_ids() {
+        let client = TaskClient::new(ClientConfig::new("https://api.example/api/v1/")).unwrap();
+        assert_eq!(
+            client.url(&["task", "a b/c"]).as_str(),
+            "https://api.example/api/v1/task/a%20b%2Fc"
+        );
+    }
+
+    #[test]
+    fn results_map_to_codes_by_who_can_fix_them() {
+        let call = ToolCall::new("e1", "t", "{}");
+        let ok = answer_for(&ToolResult::ok(&call, r#"{"temp": 3}"#));
+        assert_eq!((ok.code, ok.output["temp"].as_i64()), (200, Some(3)));
+        let text = answer_for(&ToolResult::ok(&call, "42"));
+        assert_eq!(text.output, json!("42"), "non-object content stays text");
+        for (kind, code) in [
+            (ToolErrorKind::ToolArgsInvalid, 400),
+            (ToolErrorKind::ToolError, 400),
+            (ToolErrorKind::UnknownTool, 400),
+            (ToolErrorKind::Timeout, 500),
+            (ToolErrorKind::Cancelled, 500),
+        ] {
+            let answer = answer_for(&ToolResult::error(&call, kind, "m"));
+            assert_eq!(answer.code, code, "{kind}");
+            assert_eq!(answer.error_kind(), Some(kind.as_str()));
+        }
+        let panic = answer_for(&ToolResult::error(
+            &call,
+            ToolErrorKind::ToolError,
+            PANIC_MESSAGE,
+        ));
+        assert_eq!(panic.code, 500);
+    }
+}

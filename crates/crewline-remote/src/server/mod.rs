@@ -1,0 +1,412 @@
+//! The task API served for crewline's own crews.
+//!
+//! A remote client (in any language) registers its tools with `POST /task` and gets a task
+//! id; the platform call carries the id as the call variable `task_id`; the crew's setup code
+//! [attaches](TaskApi::attach_call) the task, which adds a [`RemoteTool`] per custom tool to
+//! the call's registry. When the model calls one, the client sees a `tool_call` event in
+//! `GET /task/{id}?event_t=..&wait_ms=..` (a long poll that answers as soon as the event
+//! exists) and answers with `POST /task/{id}/event`. When the call ends, the task is `done`.
+//!
+//! | Route | Does |
+//! |---|---|
+//! | `POST /task` | creates a task (`custom_tools` are checked like a registry checks tools) |
+//! | `GET /task/{id}?event_t=&wait_ms=` | the task and its events after `event_t`; 202 while it runs, 200 once finished |
+//! | `POST /task/{id}/event` | answers a tool call: `{"name": "tool_call", "id", "payload": {"code", "output"}}` |
+//! | `DELETE /task/{id}` | cancels the task; waiting calls fail with a tool error |
+
+mod store;
+mod tool;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{Path, RawQuery, Request, State},
+    http::{HeaderMap, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use crewline_tools::ToolRegistry;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use subtle::ConstantTimeEq;
+
+pub use self::{
+    store::{MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore},
+    tool::{RemoteTool, RemoteTools},
+};
+use crate::{
+    client::ApiKey,
+    wire::{
+        Envelope, ErrorBody, EventAck, EventRequest, TOOL_CALL, TaskRequest, TaskResponse,
+        TaskStatus, ToolAnswer,
+    },
+};
+
+/// The call variable (in `system.init`'s `initial_variables`) that names the call's task.
+pub const TASK_ID_VARIABLE: &str = "task_id";
+/// The default time a remote tool waits for its client's answer: 30 s.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a poll may be held open (`wait_ms` is capped to it): 30 s.
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
+/// The longest timeout a custom tool may ask for: 10 min.
+pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Why a call could not attach its task.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// The store refused (unknown task, already attached, finished).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The `task_id` call variable is not a string.
+    #[error("the call variable `task_id` must be a string, not {0}")]
+    NotAString(Value),
+}
+
+/// The task API: its routes, its store, and the attaching of tasks to calls; cheap to clone.
+#[derive(Clone)]
+pub struct TaskApi {
+    store: Arc<dyn TaskStore>,
+    api_key: Option<ApiKey>,
+    tool_timeout: Duration,
+    max_wait: Duration,
+}
+
+impl std::fmt::Debug for TaskApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskApi")
+            .field("api_key", &self.api_key)
+            .field("tool_timeout", &self.tool_timeout)
+            .field("max_wait", &self.max_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TaskApi {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TaskApi {
+    /// A task API over a [`MemoryStore`] with default limits, without authentication.
+    pub fn new() -> Self {
+        Self::with_store(MemoryStore::new())
+    }
+
+    /// A task API over `store`.
+    pub fn with_store(store: impl TaskStore) -> Self {
+        Self {
+            store: Arc::new(store),
+            api_key: None,
+            tool_timeout: DEFAULT_TOOL_TIMEOUT,
+            max_wait: MAX_WAIT,
+        }
+    }
+
+    /// Requires this key on every route, as the `apikey` header (Smooth's) or
+    /// `Authorization: Bearer <key>`.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(ApiKey::new(key));
+        self
+    }
+
+    /// How long remote tools wait for an answer when their spec sets no `timeout_ms`
+    /// (default 30 s).
+    pub fn tool_timeout(mut self, timeout: Duration) -> Self {
+        self.tool_timeout = timeout;
+        self
+    }
+
+    /// The longest a poll may be held open (default and maximum 30 s).
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = wait.min(MAX_WAIT);
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.store
+    }
+
+    /// The routes, to merge into the crew server (`CrewServer::merge`) or serve alone.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/task", post(create_task))
+            .route("/task/{id}", get(poll_task).delete(cancel_task))
+            .route("/task/{id}/event", post(post_event))
+            .route_layer(middleware::from_fn_with_state(self.clone(), authorize))
+            .with_state(self.clone())
+    }
+
+    /// Attaches the task `task_id` to a call: the task runs, and its custom tools come back
+    /// as [`RemoteTools`] for the call's registry. The task finishes when they are dropped.
+    pub async fn attach(&self, task_id: &str) -> Result<RemoteTools, AttachError> {
+        let task = self.store.attach(task_id).await?;
+        tracing::info!(
+            task_id,
+            tools = task.custom_tools.len(),
+            "task attached to a call"
+        );
+        Ok(RemoteTools::new(
+            Arc::clone(&self.store),
+            task.id,
+            task.custom_tools,
+            self.tool_timeout,
+        ))
+    }
+
+    /// Attaches the task named by the call variable `task_id`, if the call has one.
+    pub async fn attach_call(
+        &self,
+        variables: &Map<String, Value>,
+    ) -> Result<Option<RemoteTools>, AttachError> {
+        match variables.get(TASK_ID_VARIABLE) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(id)) => self.attach(id).await.map(Some),
+            Some(other) => Err(AttachError::NotAString(other.clone())),
+        }
+    }
+}
+
+/// An error response: a status and `{"detail": ...}`.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    detail: String,
+}
+
+impl ApiError {
+    fn bad_request(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(ErrorBody {
+                detail: self.detail,
+            }),
+        )
+            .into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        let status = match &error {
+            StoreError::UnknownTask(_) | StoreError::UnknownEvent { .. } => StatusCode::NOT_FOUND,
+            StoreError::NotAToolCall(_) => StatusCode::BAD_REQUEST,
+            StoreError::AlreadyAnswered(_)
+            | StoreError::NotWaiting(_)
+            | StoreError::AlreadyAttached(_)
+            | StoreError::Finished { .. } => StatusCode::CONFLICT,
+            StoreError::Full(_) => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self {
+            status,
+            detail: error.to_string(),
+        }
+    }
+}
+
+/// Checks the api key, when one is configured.
+async fn authorize(
+    State(api): State<TaskApi>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(expected) = &api.api_key else {
+        return next.run(request).await;
+    };
+    let given = headers
+        .get("apikey")
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| {
+            headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+        });
+    match given {
+        Some(key) if bool::from(key.as_bytes().ct_eq(expected.expose().as_bytes())) => {
+            next.run(request).await
+        }
+        Some(_) => ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            detail: "the api key is not valid".to_owned(),
+        }
+        .into_response(),
+        None => ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            detail: "an api key is required: send it in the `apikey` header".to_owned(),
+        }
+        .into_response(),
+    }
+}
+
+/// Parses a JSON body with an error that says what is wrong and where.
+fn parse_body<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|error| ApiError::bad_request(format!("malformed {what} JSON: {error}")))
+}
+
+fn task_response(task: TaskSnapshot, events: Vec<crate::wire::TaskEvent>) -> TaskResponse {
+    let mut extra = Map::new();
+    if let Some(text) = task.task {
+        extra.insert("task".to_owned(), Value::String(text));
+    }
+    TaskResponse {
+        id: task.id,
+        status: task.status,
+        output: None,
+        events,
+        extra,
+    }
+}
+
+async fn create_task(
+    State(api): State<TaskApi>,
+    body: Bytes,
+) -> Result<Json<Envelope<TaskResponse>>, ApiError> {
+    let request: TaskRequest = parse_body(&body, "task request")?;
+    let mut check = ToolRegistry::new();
+    for spec in &request.custom_tools {
+        if let Some(timeout) = spec.timeout_ms
+            && (timeout == 0 || Duration::from_millis(timeout) > MAX_TOOL_TIMEOUT)
+        {
+            return Err(ApiError::bad_request(format!(
+                "custom tool `{}`: timeout_ms must be between 1 and {}",
+                spec.name,
+                MAX_TOOL_TIMEOUT.as_millis()
+            )));
+        }
+        check
+            .register(tool::SpecCheck(spec.clone()))
+            .map_err(|error| ApiError::bad_request(format!("custom_tools: {error}")))?;
+    }
+    let task = api.store.create(request.task, request.custom_tools).await?;
+    tracing::info!(task_id = %task.id, tools = task.custom_tools.len(), "task created");
+    Ok(Json(Envelope {
+        r: task_response(task, Vec::new()),
+    }))
+}
+
+/// Reads `name` from the query: an integer (or a float, floored) of at least 0.
+fn query_number(query: &Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
+    let Some(Value::String(text)) = query.get(name) else {
+        return Ok(None);
+    };
+    if let Ok(number) = text.parse::<u64>() {
+        return Ok(Some(number));
+    }
+    match text.parse::<f64>() {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        Ok(number) if number.is_finite() && number >= 0.0 => Ok(Some(number as u64)),
+        _ => Err(ApiError::bad_request(format!(
+            "`{name}` must be a non-negative number of milliseconds, not `{text}`"
+        ))),
+    }
+}
+
+fn parse_query(raw: Option<&str>) -> Map<String, Value> {
+    raw.unwrap_or_default()
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .filter(|(key, _)| !key.is_empty())
+        .map(|(key, value)| (key.to_owned(), Value::String(value.to_owned())))
+        .collect()
+}
+
+async fn poll_task(
+    State(api): State<TaskApi>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let query = parse_query(raw.as_deref());
+    let after = query_number(&query, "event_t")?.unwrap_or(0);
+    let wait = query_number(&query, "wait_ms")?
+        .map_or(Duration::ZERO, Duration::from_millis)
+        .min(api.max_wait);
+    let polled = api.store.poll(&id, after, wait).await?;
+    // Smooth's convention: 202 while the task runs, 200 once it has finished.
+    let status = if polled.task.status.is_terminal() {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    let body = Envelope {
+        r: task_response(polled.task, polled.events),
+    };
+    Ok((status, Json(body)).into_response())
+}
+
+async fn post_event(
+    State(api): State<TaskApi>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Envelope<EventAck>>, ApiError> {
+    let event: EventRequest = parse_body(&body, "event")?;
+    if event.name != TOOL_CALL {
+        return Err(ApiError::bad_request(format!(
+            "event `{}` is not supported here: only `tool_call` answers are accepted",
+            event.name
+        )));
+    }
+    let Some(event_id) = event.id else {
+        return Err(ApiError::bad_request(
+            "a tool_call answer needs the `id` of the tool_call event it answers",
+        ));
+    };
+    let answer: ToolAnswer = serde_json::from_value(event.payload).map_err(|error| {
+        ApiError::bad_request(format!(
+            "a tool_call answer's payload is {{\"code\": 200|400|500, \"output\": ...}}: {error}"
+        ))
+    })?;
+    if !matches!(answer.code, 200 | 400 | 500) {
+        return Err(ApiError::bad_request(format!(
+            "payload.code must be 200 (success), 400 (an error the agent can correct) or 500 \
+             (a failure), not {}",
+            answer.code
+        )));
+    }
+    api.store.answer(&id, &event_id, answer).await?;
+    Ok(Json(Envelope {
+        r: EventAck { id: event_id },
+    }))
+}
+
+async fn cancel_task(
+    State(api): State<TaskApi>,
+    Path(id): Path<String>,
+) -> Result<Json<Envelope<TaskResponse>>, ApiError> {
+    let task = api.store.finish(&id, TaskStatus::Cancelled).await?;
+    Ok(Json(Envelope {
+        r: task_response(task, Vec::new()),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_numbers_accept_integers_and_floats_only() {
+        let query = parse_query(Some("event_t=12&wait_ms=1.9&bad=x&flag"));
+        assert_eq!(query_number(&query, "event_t").unwrap(), Some(12));
+        assert_eq!(query_number(&query, "wait_ms").unwrap(), Some(1));
+        assert_eq!(query_number(&query, "missing").unwrap(), None);
+        assert!(query_number(&query, "bad").is_err());
+        assert!(query.contains_key("flag"));
+    }
+}

@@ -1,0 +1,485 @@
+//! crewline's own task API (`TaskApi`) over real HTTP on 127.0.0.1, with the crate's client
+//! answering and the crew's side played by a registry holding the attached remote tools.
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
+use crewline_remote::{
+    AttachError, ClientConfig, RemoteTools, StoreError, TaskApi, TaskClient,
+    wire::{CustomTool, TaskRequest},
+};
+use crewline_tools::{Tool, ToolError, ToolRegistry};
+use serde_json::{Map, Value, json};
+
+/// Serves `api` on 127.0.0.1:0; returns its base URL.
+async fn serve(api: &TaskApi) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local addr");
+    let router = api.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}")
+}
+
+struct Weather;
+
+#[async_trait]
+impl Tool for Weather {
+    fn name(&self) -> &str {
+        "get_weather"
+    }
+    fn description(&self) -> &str {
+        "Get the current weather for a city."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"location": {"type": "string"}},
+               "required": ["location"]})
+    }
+    async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
+        match arguments["location"].as_str() {
+            Some("Paris") => Ok(json!({"location": "Paris", "temperature_c": 18})),
+            Some("") => Err(ToolError::invalid_arguments("location must not be empty")),
+            Some(other) => Err(ToolError::new(format!("No weather data for {other}"))),
+            None => Err(ToolError::invalid_arguments("location is required")),
+        }
+    }
+}
+
+fn client_registry() -> ToolRegistry {
+    let mut registry = ToolRegistry::new();
+    registry.register(Weather).expect("weather");
+    registry
+}
+
+fn client(url: &str) -> TaskClient {
+    TaskClient::new(ClientConfig::new(url).long_poll(Some(Duration::from_secs(5)))).expect("client")
+}
+
+fn weather_spec(timeout_ms: Option<u64>) -> CustomTool {
+    CustomTool {
+        name: "get_weather".to_owned(),
+        description: "Get the current weather for a city.".to_owned(),
+        inputs: json!({"type": "object", "properties": {"location": {"type": "string"}},
+                       "required": ["location"]}),
+        output: "Temperature and conditions".to_owned(),
+        timeout_ms,
+    }
+}
+
+/// The crew's side: a registry with the task's remote tools.
+fn crew_registry(remote: &RemoteTools) -> ToolRegistry {
+    let mut registry = ToolRegistry::new();
+    remote.register_into(&mut registry).expect("remote tools");
+    registry
+}
+
+async fn call(registry: &ToolRegistry, id: &str, arguments: Value) -> ToolResult {
+    let calls = [ToolCall::new(id, "get_weather", arguments.to_string())];
+    registry.execute(&calls, false).await.remove(0)
+}
+
+fn error_message(result: &ToolResult) -> String {
+    let content: Value = serde_json::from_str(&result.content).expect("error JSON");
+    content["error"]["message"]
+        .as_str()
+        .expect("message")
+        .to_owned()
+}
+
+/// Long-polls the task until a tool_call event comes; returns its id.
+async fn next_tool_call(http: &reqwest::Client, url: &str, task: &str) -> String {
+    let body: Value = http
+        .get(format!("{url}/task/{task}?event_t=0&wait_ms=10000"))
+        .send()
+        .await
+        .expect("poll")
+        .json()
+        .await
+        .expect("poll body");
+    body["r"]["events"][0]["id"]
+        .as_str()
+        .expect("a tool_call event")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn remote_tool_calls_are_answered_by_the_client_and_the_task_ends_with_the_call() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let client = client(&url);
+    let registry = client_registry();
+    let task = client
+        .create_task(&TaskRequest {
+            custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
+            ..TaskRequest::default()
+        })
+        .await
+        .expect("task created");
+    assert_eq!(task.status.as_str(), "waiting");
+    let serving = {
+        let (client, id) = (client.clone(), task.id.clone());
+        tokio::spawn(async move { client.serve(&id, &registry).await })
+    };
+
+    let mut variables = Map::new();
+    variables.insert("task_id".to_owned(), json!(task.id));
+    let remote = api
+        .attach_call(&variables)
+        .await
+        .expect("attached")
+        .expect("the call names a task");
+    assert_eq!(remote.names(), ["get_weather"]);
+    let crew = crew_registry(&remote);
+
+    let paris = call(&crew, "c1", json!({"location": "Paris"})).await;
+    assert!(!paris.is_error, "{}", paris.content);
+    let value: Value = serde_json::from_str(&paris.content).expect("JSON result");
+    assert_eq!(value["temperature_c"], 18);
+
+    let atlantis = call(&crew, "c2", json!({"location": "Atlantis"})).await;
+    assert_eq!(atlantis.error_kind(), Some(ToolErrorKind::ToolError));
+    assert_eq!(error_message(&atlantis), "No weather data for Atlantis");
+
+    let empty = call(&crew, "c3", json!({"location": ""})).await;
+    assert_eq!(
+        empty.error_kind(),
+        Some(ToolErrorKind::ToolArgsInvalid),
+        "the client's own argument check reaches the model as ToolArgsInvalid"
+    );
+
+    // The call ends: its registry and tools go, and the task is done.
+    drop((crew, remote));
+    let outcome = tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("client finished in time")
+        .expect("client task")
+        .expect("client served");
+    assert_eq!(outcome.status.as_str(), "done");
+    assert_eq!(outcome.calls_answered, 3);
+}
+
+#[tokio::test]
+async fn an_unanswered_call_times_out_and_a_late_answer_is_refused() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let task = client(&url)
+        .create_task(&TaskRequest {
+            custom_tools: vec![weather_spec(Some(100))],
+            ..TaskRequest::default()
+        })
+        .await
+        .expect("task");
+    let remote = api.attach(&task.id).await.expect("attached");
+    let crew = crew_registry(&remote);
+
+    let result = call(&crew, "c1", json!({"location": "Paris"})).await;
+
+    assert_eq!(result.error_kind(), Some(ToolErrorKind::Timeout));
+    let http = reqwest::Client::new();
+    let event = next_tool_call(&http, &url, &task.id).await;
+    let late = http
+        .post(format!("{url}/task/{}/event", task.id))
+        .json(
+            &json!({"name": "tool_call", "id": event, "payload": {"code": 200, "output": "sunny"}}),
+        )
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(late.status(), 409);
+    let body: Value = late.json().await.expect("error body");
+    assert!(
+        body["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("no longer waiting"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn answers_are_checked_with_clear_errors() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    let task = client(&url)
+        .create_task(&TaskRequest {
+            custom_tools: vec![weather_spec(None)],
+            ..TaskRequest::default()
+        })
+        .await
+        .expect("task");
+    let remote = api.attach(&task.id).await.expect("attached");
+    let crew = crew_registry(&remote);
+    let pending = tokio::spawn(async move { call(&crew, "c1", json!({"location": "Oslo"})).await });
+    let event = next_tool_call(&http, &url, &task.id).await;
+    let post = |body: String| {
+        let http = http.clone();
+        let url = format!("{url}/task/{}/event", task.id);
+        async move {
+            let response = http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("post");
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.expect("JSON body");
+            (
+                status,
+                body["detail"].as_str().unwrap_or_default().to_owned(),
+            )
+        }
+    };
+
+    let (status, detail) = post("{not json".to_owned()).await;
+    assert_eq!(status, 400);
+    assert!(detail.contains("malformed event JSON"), "{detail}");
+    let (status, detail) =
+        post(json!({"name": "browser_action", "id": event, "payload": {}}).to_string()).await;
+    assert_eq!(status, 400);
+    assert!(detail.contains("only `tool_call`"), "{detail}");
+    let (status, detail) =
+        post(json!({"name": "tool_call", "payload": {"code": 200}}).to_string()).await;
+    assert_eq!(status, 400);
+    assert!(detail.contains("needs the `id`"), "{detail}");
+    let (status, detail) = post(
+        json!({"name": "tool_call", "id": event, "payload": {"code": 302, "output": 1}})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(detail.contains("payload.code must be 200"), "{detail}");
+    let (status, detail) =
+        post(json!({"name": "tool_call", "id": "evt_nope", "payload": {"code": 200}}).to_string())
+            .await;
+    assert_eq!(status, 404);
+    assert!(detail.contains("no event `evt_nope`"), "{detail}");
+
+    let answer = json!({"name": "tool_call", "id": event,
+        "payload": {"code": 500, "output": {"error": {"kind": "ToolError", "message": "station offline"}}}})
+    .to_string();
+    let (status, _) = post(answer.clone()).await;
+    assert_eq!(status, 200);
+    let (status, detail) = post(answer).await;
+    assert_eq!(status, 409);
+    assert!(detail.contains("already answered"), "{detail}");
+
+    let result = pending.await.expect("call");
+    assert_eq!(result.error_kind(), Some(ToolErrorKind::ToolError));
+    assert_eq!(
+        error_message(&result),
+        "the tool failed on the client's side: station offline"
+    );
+
+    let unknown = http
+        .get(format!("{url}/task/task_nope?event_t=0"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(unknown.status(), 404);
+    let bad_cursor = http
+        .get(format!("{url}/task/{}?event_t=yesterday", task.id))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(bad_cursor.status(), 400);
+}
+
+#[tokio::test]
+async fn tasks_attach_once_and_bad_task_ids_are_clear_errors() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let task = client(&url)
+        .create_task(&TaskRequest::default())
+        .await
+        .expect("task");
+    let _remote = api.attach(&task.id).await.expect("attached");
+
+    assert!(matches!(
+        api.attach(&task.id).await,
+        Err(AttachError::Store(StoreError::AlreadyAttached(_)))
+    ));
+    assert!(matches!(
+        api.attach("task_nope").await,
+        Err(AttachError::Store(StoreError::UnknownTask(_)))
+    ));
+    let mut variables = Map::new();
+    assert!(
+        api.attach_call(&variables)
+            .await
+            .expect("no task")
+            .is_none()
+    );
+    variables.insert("task_id".to_owned(), json!(42));
+    assert!(matches!(
+        api.attach_call(&variables).await,
+        Err(AttachError::NotAString(_))
+    ));
+}
+
+#[tokio::test]
+async fn invalid_custom_tools_are_refused_when_the_task_is_created() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    let mut bad_name = weather_spec(None);
+    bad_name.name = "get weather".to_owned();
+    let mut bad_inputs = weather_spec(None);
+    bad_inputs.inputs = json!({"type": "string"});
+
+    for (tools, expected) in [
+        (vec![bad_name], "not a valid tool name"),
+        (vec![bad_inputs], "one object"),
+        (
+            vec![weather_spec(None), weather_spec(None)],
+            "already registered",
+        ),
+        (vec![weather_spec(Some(0))], "timeout_ms"),
+    ] {
+        let response = http
+            .post(format!("{url}/task"))
+            .json(&json!({"task": null, "custom_tools": tools}))
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(response.status(), 400);
+        let body: Value = response.json().await.expect("body");
+        assert!(
+            body["detail"].as_str().expect("detail").contains(expected),
+            "{body}"
+        );
+    }
+    let malformed = http
+        .post(format!("{url}/task"))
+        .body("{\"custom_tools\": 3}")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(malformed.status(), 400);
+}
+
+#[tokio::test]
+async fn the_api_key_is_required_when_configured() {
+    let api = TaskApi::new().api_key("sk-crew");
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+
+    let missing = http
+        .post(format!("{url}/task"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(missing.status(), 401);
+    let wrong = http
+        .post(format!("{url}/task"))
+        .header("apikey", "sk-guess")
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(wrong.status(), 401);
+    let bearer = http
+        .post(format!("{url}/task"))
+        .bearer_auth("sk-crew")
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(bearer.status(), 200);
+    let task = TaskClient::new(ClientConfig::new(&url).api_key("sk-crew"))
+        .expect("client")
+        .create_task(&TaskRequest::default())
+        .await
+        .expect("the client's key is accepted");
+    assert!(task.id.starts_with("task_"));
+}
+
+#[tokio::test]
+async fn cancelling_the_task_fails_the_waiting_call_with_a_tool_error() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let client = client(&url);
+    let task = client
+        .create_task(&TaskRequest {
+            custom_tools: vec![weather_spec(None)],
+            ..TaskRequest::default()
+        })
+        .await
+        .expect("task");
+    let remote = api.attach(&task.id).await.expect("attached");
+    let crew = Arc::new(crew_registry(&remote));
+    let pending = {
+        let crew = Arc::clone(&crew);
+        tokio::spawn(async move { call(&crew, "c1", json!({"location": "Oslo"})).await })
+    };
+    next_tool_call(&reqwest::Client::new(), &url, &task.id).await;
+
+    let cancelled = client.cancel(&task.id).await.expect("cancelled");
+
+    assert_eq!(cancelled.status.as_str(), "cancelled");
+    let result = pending.await.expect("call");
+    assert_eq!(result.error_kind(), Some(ToolErrorKind::ToolError));
+    assert!(
+        error_message(&result).contains("cancelled its task"),
+        "{}",
+        result.content
+    );
+}
+
+/// Measures a remote tool call's round trip over loopback, with long polling and with plain
+/// polling every 250 ms, calls spaced 0-250 ms apart; prints to stderr. Run with
+/// `cargo test -p crewline-remote --release --test server -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test"]
+async fn measure_round_trip() {
+    for (label, long_poll, calls) in [
+        ("long polling (wait_ms)", Some(Duration::from_secs(5)), 60),
+        ("plain polling every 250 ms", None, 60),
+    ] {
+        let api = TaskApi::new();
+        let url = serve(&api).await;
+        let client = TaskClient::new(
+            ClientConfig::new(&url)
+                .long_poll(long_poll)
+                .poll_interval(Duration::from_millis(250)),
+        )
+        .expect("client");
+        let registry = client_registry();
+        let task = client
+            .create_task(&TaskRequest {
+                custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
+                ..TaskRequest::default()
+            })
+            .await
+            .expect("task");
+        let serving = {
+            let (client, id) = (client.clone(), task.id.clone());
+            tokio::spawn(async move { client.serve(&id, &registry).await })
+        };
+        let remote = api.attach(&task.id).await.expect("attached");
+        let crew = crew_registry(&remote);
+        let mut times = Vec::new();
+        for i in 0..calls {
+            // Calls come at varied times, as a conversation's do, not right after an answer.
+            tokio::time::sleep(Duration::from_millis((i as u64 * 37) % 250)).await;
+            let started = std::time::Instant::now();
+            let result = call(&crew, &format!("c{i}"), json!({"location": "Paris"})).await;
+            times.push(started.elapsed());
+            assert!(!result.is_error);
+        }
+        times.sort();
+        eprintln!(
+            "remote tool round trip over loopback, {label} ({calls} calls): median {:?}, \
+             p95 {:?}, max {:?}",
+            times[calls / 2],
+            times[calls * 95 / 100],
+            times[calls - 1]
+        );
+        drop((crew, remote));
+        serving.await.expect("join").expect("served");
+    }
+}

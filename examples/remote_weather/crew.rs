@@ -1,0 +1,156 @@
+//! The crew side of the remote weather example: a voice agent whose `get_weather` tool is not
+//! its own. A client registers the tool with the crew server's task API (`POST /task`), the
+//! platform call names the task in its `task_id` variable, and the crew's setup code attaches
+//! the task, which adds a remote `get_weather` to the call's registry. When the model calls it,
+//! the call parks until the client answers or the tool's timeout passes.
+//!
+//! Shared by the example binary and tests/remote_weather.rs.
+
+use std::{sync::Arc, time::Duration};
+
+use crewline::{llm::ChatRequest, prelude::*};
+use crewline_remote::TaskApi;
+use serde_json::{Value, json};
+
+/// The agent's system prompt.
+pub const PROMPT: &str = "You are a friendly voice assistant on a phone line. Answer in one or \
+two short spoken sentences. For weather questions use get_weather.";
+
+/// What the agent says when the weather station does not answer in time.
+pub const NO_ANSWER: &str = "Sorry, the weather station did not answer in time. Please try again \
+in a moment.";
+
+/// The cities the scripted model recognises in what the caller says.
+const CITIES: [&str; 5] = ["Paris", "Tokyo", "London", "Oslo", "Atlantis"];
+
+/// Builds each call's crew: the shared model, and the call's remote tools from its task.
+#[derive(Clone)]
+pub struct RemoteWeatherCrew {
+    llm: Arc<dyn LlmClient>,
+    tasks: TaskApi,
+}
+
+impl std::fmt::Debug for RemoteWeatherCrew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteWeatherCrew")
+            .field("tasks", &self.tasks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteWeatherCrew {
+    /// A crew answering with `llm`, whose calls attach tasks of `tasks`.
+    pub fn new(llm: Arc<dyn LlmClient>, tasks: TaskApi) -> Self {
+        Self { llm, tasks }
+    }
+
+    /// The crew for one call. A call with a `task_id` variable gets that task's tools; an
+    /// unknown or already used task fails the call's setup with a clear error.
+    pub async fn build(
+        &self,
+        setup: &SessionSetup,
+    ) -> Result<Crew, Box<dyn std::error::Error + Send + Sync>> {
+        let mut registry = ToolRegistry::new();
+        if let Some(remote) = self.tasks.attach_call(setup.initial_variables()).await? {
+            tracing::info!(task_id = remote.task_id(), tools = ?remote.names(), "remote tools attached");
+            // The registry owns the remote tools: when the call ends and the crew is dropped,
+            // the task is marked done and the client stops polling.
+            remote.register_into(&mut registry)?;
+        }
+        let tool_loop = ToolLoop::new(Arc::clone(&self.llm), Arc::new(registry));
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new(
+            "weather-agent",
+            LoopAgent::new(PROMPT, tool_loop),
+        ));
+        Ok(crew)
+    }
+
+    /// The setup function for `CrewServer::new`.
+    pub fn setup_fn(
+        self,
+    ) -> impl Fn(
+        SessionSetup,
+    ) -> futures::future::BoxFuture<
+        'static,
+        Result<Crew, Box<dyn std::error::Error + Send + Sync>>,
+    > + Send
+    + Sync
+    + 'static {
+        move |setup| {
+            let crew = self.clone();
+            Box::pin(async move { crew.build(&setup).await })
+        }
+    }
+}
+
+/// The offline stand-in for a model: calls `get_weather` for the city the caller names, then
+/// reads the result (or the error) back.
+pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
+    ScriptedLlm::from_fn(|request: &ChatRequest| match request.messages.last() {
+        Some(Message::Tool { .. }) => {
+            let said: Vec<String> = ScriptedLlm::last_tool_results(request)
+                .into_iter()
+                .map(|content| {
+                    let value: Value =
+                        serde_json::from_str(content).unwrap_or_else(|_| json!(content));
+                    match value.get("error") {
+                        Some(error) if error["kind"] == "Timeout" => NO_ANSWER.to_owned(),
+                        Some(error) => error["message"]
+                            .as_str()
+                            .unwrap_or("That lookup failed.")
+                            .to_owned(),
+                        None => format!(
+                            "In {} it is {} degrees and {}.",
+                            value["location"].as_str().unwrap_or("that city"),
+                            value["temperature_c"],
+                            value["conditions"].as_str().unwrap_or("unknown")
+                        ),
+                    }
+                })
+                .collect();
+            Reply::text(said.join(" "))
+        }
+        Some(Message::User { content }) => {
+            let said = content.to_lowercase();
+            match CITIES
+                .iter()
+                .find(|city| said.contains(&city.to_lowercase()))
+            {
+                Some(city) => Reply::tool_calls([("get_weather", json!({"location": city}))])
+                    .with_text("Let me check that for you."),
+                None => Reply::text("Hi! I can tell you the weather in any big city. Which one?"),
+            }
+        }
+        _ => Reply::text("How can I help?"),
+    })
+    .with_chunk_delay(chunk_delay)
+}
+
+/// Which model the crew uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelChoice {
+    /// The real OpenAI-compatible endpoint when `OPENAI_API_KEY` is set, else the scripted one.
+    #[default]
+    FromEnv,
+    /// Always the offline scripted model.
+    Scripted,
+}
+
+/// The model and a short description of it.
+pub fn model(
+    choice: ModelChoice,
+    name: Option<String>,
+    chunk_delay: Duration,
+) -> Result<(Arc<dyn LlmClient>, String), LlmError> {
+    if choice == ModelChoice::FromEnv && std::env::var_os("OPENAI_API_KEY").is_some() {
+        let model = name
+            .or_else(|| std::env::var("OPENAI_MODEL").ok())
+            .unwrap_or_else(|| "gpt-4o-mini".to_owned());
+        let client = OpenAiClient::builder().model(model.clone()).build()?;
+        Ok((Arc::new(client), format!("OpenAI {model}")))
+    } else {
+        let description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
+        Ok((Arc::new(scripted_model(chunk_delay)), description))
+    }
+}
