@@ -47,7 +47,10 @@ pub const MCP_PATH: &str = "/mcp";
 /// a cancellable tool's future is dropped and the ledger records a `Cancelled` error; a tool
 /// with `cancellable = false` runs on to completion in its own task (and is recorded as it
 /// ends). The session's other calls are not affected. When the transport closes, rmcp first
-/// waits a few seconds for running calls to answer, then cancels them.
+/// waits a few seconds for running calls to answer, then cancels them. Over HTTP, a session
+/// ends when its client closes it (`DELETE`) or after rmcp's idle keep-alive (5 minutes); a
+/// dropped connection alone does not cancel a call, since the client may resume the stream,
+/// so the tool's timeout bounds it.
 ///
 /// **Structured results.** A tool whose [`result_schema`](crewline_tools::Tool::result_schema)
 /// is an object schema (`"type": "object"`, as MCP requires) is listed with it as its

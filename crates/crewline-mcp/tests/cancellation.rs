@@ -352,3 +352,31 @@ async fn a_client_that_closes_its_session_mid_call_cancels_the_call() {
     assert!(fixture.slow.dropped.load(Ordering::SeqCst));
     assert_eq!(records[0].error_kind, Some(ToolErrorKind::Cancelled));
 }
+
+#[tokio::test]
+async fn an_http_client_that_ends_its_session_mid_call_cancels_the_call() {
+    let fixture = fixture();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    let server = fixture.server.clone();
+    let server_task = tokio::spawn(async move { server.serve_http(listener).await });
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+    let client = within("the handshake", ().serve(transport))
+        .await
+        .expect("the handshake succeeds");
+    let pending = client
+        .peer()
+        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options())
+        .await
+        .expect("the request is sent");
+    within("the tool to start", fixture.slow.started.notified()).await;
+    // The client leaves without cancelling the request: closing ends its HTTP session
+    // (DELETE), which ends the server's session and its running calls.
+    drop(pending);
+    client.cancel().await.expect("the client closes");
+
+    let records = recorded(&fixture.ledger, 1).await;
+    assert!(fixture.slow.dropped.load(Ordering::SeqCst));
+    assert_eq!(records[0].error_kind, Some(ToolErrorKind::Cancelled));
+    server_task.abort();
+}
