@@ -10,7 +10,10 @@ runs a ToolCallingAgent whose model is scripted (no network, no LLM):
 4. final_answer.
 
 Then it checks what the agent saw and that the crewline ledger recorded every call, the failed
-one with its error kind. Any failure exits non-zero.
+one with its error kind. Over stdio it also checks, with the plain Python `mcp` client, the
+structured output: book_table lists an object `outputSchema`, a successful call carries
+`structuredContent` (validated by the client against that schema) equal to its JSON text, and
+an error carries `isError` and no structured content. Any failure exits non-zero.
 
 Usage: e2e.py --server PATH_TO_mcp_server_BINARY --ledger PATH_PREFIX [--transport http|stdio|both]
 """
@@ -140,6 +143,45 @@ def run_agent(server_parameters):
         fail(f"unexpected final answer {answer!r}")
 
 
+def check_structured_output(binary):
+    """The plain Python `mcp` client over stdio: outputSchema, structuredContent, isError."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    async def check():
+        parameters = StdioServerParameters(
+            command=binary, args=["--stdio", "--flavour", "smolagents"], env={**os.environ}
+        )
+        async with stdio_client(parameters) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+                schema = listed["book_table"].outputSchema
+                if not schema or schema.get("type") != "object" or "confirmation" not in schema.get("properties", {}):
+                    fail(f"book_table should list an object outputSchema, got {schema!r}")
+                # The client validates structuredContent against the outputSchema itself.
+                good = await session.call_tool("book_table", GOOD_CALL)
+                if good.isError or not isinstance(good.structuredContent, dict):
+                    fail(f"a successful call should carry structuredContent: {good!r}")
+                if json.loads(good.content[0].text) != good.structuredContent:
+                    fail(f"the text should carry the structured result as JSON: {good!r}")
+                if good.structuredContent.get("notes") != "window seat":
+                    fail(f"unexpected structured booking {good.structuredContent!r}")
+                # get_weather's schema refers to its `Unit` enum through `$ref`.
+                weather = await session.call_tool("get_weather", {"city": "Oslo", "unit": "fahrenheit"})
+                if weather.isError or (weather.structuredContent or {}).get("unit") != "fahrenheit":
+                    fail(f"get_weather should answer with a structured forecast: {weather!r}")
+                bad = await session.call_tool("book_table", BAD_CALL)
+                if not bad.isError or bad.structuredContent is not None:
+                    fail(f"an error should be isError without structured content: {bad!r}")
+                if json.loads(bad.content[0].text)["error"]["kind"] != "ToolArgsInvalid":
+                    fail(f"the error should keep its kind: {bad!r}")
+
+    anyio.run(check)
+    print("smolagents e2e (mcp client): OK: outputSchema listed, structuredContent accepted")
+
+
 def over_http(binary, ledger):
     server, url = start_server(binary, ledger)
     try:
@@ -182,6 +224,7 @@ def main():
             f"smolagents e2e ({name}): OK: {len(records)} calls in the crewline ledger "
             f"(1 ToolArgsInvalid, recovered); agent run with server took {elapsed:.2f}s"
         )
+    check_structured_output(args.server)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 //!
 //! Two tools are served: `book_table` (required and optional arguments; a party larger than 12
 //! is a `ToolArgsInvalid` error the model can correct) and `get_weather` (an optional enum
-//! argument, a typed result). A third, `staff_note`, is exported to the crew only and is not
-//! listed. Every call is recorded in a JSON Lines ledger when `--ledger PATH` is given.
+//! argument, a typed result). Both return objects with a JSON Schema, so both list an MCP
+//! `outputSchema` and answer with `structuredContent` as well as text. A third, `staff_note`,
+//! is exported to the crew only and is not listed. Every call is recorded in a JSON Lines
+//! ledger when `--ledger PATH` is given.
 //!
 //! ```sh
 //! # streamable HTTP on a free port; the first stdout line is `MCP_URL=http://127.0.0.1:PORT/mcp`

@@ -27,7 +27,11 @@ use crate::McpError;
 /// see them, and the tool's timeout applies (an unanswered call is a `Timeout` the model
 /// reads). A remote failure (`isError`, a broken connection) is a tool error the model reads;
 /// a remote `{"error": {"kind": "ToolArgsInvalid", ..}}` (a crewline server) stays
-/// `ToolArgsInvalid`.
+/// `ToolArgsInvalid`. A remote `structuredContent` is the call's result value.
+///
+/// A call given up locally (a barge-in cancelling the run, the tool's timeout) drops the
+/// request, and rmcp then sends the server `notifications/cancelled` for it, so a crewline
+/// server stops the call too.
 ///
 /// The connection stays open while the client or any of its tools is alive.
 #[derive(Clone)]

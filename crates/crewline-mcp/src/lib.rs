@@ -4,11 +4,14 @@
 //!   tools over stdio or streamable HTTP (an [`axum::Router`] at `/mcp`, to merge into a crew
 //!   server or serve alone). Every call runs through the registry's executor, so validation,
 //!   hooks, guardrails, cache, timeouts and the ledger apply; a failure is a tool result with
-//!   `isError: true` carrying `{"error": {"kind", "message"}}`.
+//!   `isError: true` carrying `{"error": {"kind", "message"}}`. A tool with an object result
+//!   schema lists it as `outputSchema` and answers with `structuredContent`; a request the
+//!   client cancels cancels the call (for cancellable tools).
 //! - [`SchemaFlavour`] picks standard JSON Schemas or the plain shape smolagents' MCP adapter
 //!   understands (see [`flavour`] for the mapping table).
 //! - [`McpClient`] mounts an external MCP server's tools (stdio child process or streamable
-//!   HTTP) into a registry, as tools whose calls go through the executor like any other.
+//!   HTTP) into a registry, as tools whose calls go through the executor like any other; a
+//!   call given up locally (barge-in, timeout) is cancelled on the server too.
 
 mod client;
 mod error;

@@ -1,8 +1,8 @@
 //! The MCP server: a registry's MCP-exported tools, each call run by the registry's executor.
 
-use std::{borrow::Cow, future::Future, sync::Arc};
+use std::{borrow::Cow, collections::HashMap, future::Future, sync::Arc};
 
-use crewline_core::ToolCall;
+use crewline_core::{ToolCall, ToolErrorKind};
 use crewline_tools::{CallContext, NameRules, Target, ToolRegistry};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler, ServiceExt,
@@ -41,6 +41,26 @@ pub const MCP_PATH: &str = "/mcp";
 ///
 /// Each MCP session (a stdio connection, an HTTP session) is one executor run: the
 /// executor's run limits count that session's calls.
+///
+/// **Cancellation.** A call the client cancels (`notifications/cancelled`), or whose session
+/// ends (the client closed it or went away), is cancelled in the executor like a barge-in:
+/// a cancellable tool's future is dropped and the ledger records a `Cancelled` error; a tool
+/// with `cancellable = false` runs on to completion in its own task (and is recorded as it
+/// ends). The session's other calls are not affected. When the transport closes, rmcp first
+/// waits a few seconds for running calls to answer, then cancels them. Over HTTP, a session
+/// ends when its client closes it (`DELETE`) or after rmcp's idle keep-alive (5 minutes); a
+/// dropped connection alone does not cancel a call, since the client may resume the stream,
+/// so the tool's timeout bounds it.
+///
+/// **Structured results.** A tool whose [`result_schema`](crewline_tools::Tool::result_schema)
+/// is an object schema (`"type": "object"`, as MCP requires) is listed with it as its
+/// `outputSchema`, and its successful results carry `structuredContent` (the result object)
+/// as well as the same JSON as text, for clients that predate structured output. A result
+/// that does not match the declared schema (changed by an after-hook, say) is an `isError`
+/// result of kind `ToolError` rather than structured content a client would reject. Tools
+/// whose result schema is not an object schema (a string, a number, an array) declare no
+/// `outputSchema` and answer with text only. Errors are always `isError` with the
+/// `{"error": {"kind", "message"}}` text and no structured content.
 #[derive(Clone)]
 pub struct McpServer {
     shared: Arc<Shared>,
@@ -50,6 +70,8 @@ pub struct McpServer {
 struct Shared {
     tools: ToolRegistry,
     listing: Vec<McpTool>,
+    /// The validators of the declared output schemas, by tool name.
+    outputs: HashMap<String, Arc<jsonschema::Validator>>,
     info: Implementation,
     allowed_hosts: Option<Vec<String>>,
 }
@@ -80,11 +102,12 @@ impl McpServer {
             SchemaFlavour::Smolagents => NameRules::Python,
         };
         let tools = tools.export_with(Target::Mcp, rules)?;
-        let listing = listing(&tools, flavour);
+        let (listing, outputs) = listing(&tools, flavour);
         Ok(Self {
             shared: Arc::new(Shared {
                 tools,
                 listing,
+                outputs,
                 info: Implementation::new("crewline", env!("CARGO_PKG_VERSION")),
                 allowed_hosts: None,
             }),
@@ -220,6 +243,7 @@ impl McpServer {
         let mut shared = Shared {
             tools: self.shared.tools.clone(),
             listing: self.shared.listing.clone(),
+            outputs: self.shared.outputs.clone(),
             info: self.shared.info.clone(),
             allowed_hosts: self.shared.allowed_hosts.clone(),
         };
@@ -230,9 +254,14 @@ impl McpServer {
     }
 }
 
-/// The MCP listing of every tool in `tools`.
-fn listing(tools: &ToolRegistry, flavour: SchemaFlavour) -> Vec<McpTool> {
-    tools
+/// The MCP listing of every tool in `tools`, and the validators of the output schemas it
+/// declares.
+fn listing(
+    tools: &ToolRegistry,
+    flavour: SchemaFlavour,
+) -> (Vec<McpTool>, HashMap<String, Arc<jsonschema::Validator>>) {
+    let mut outputs = HashMap::new();
+    let listing = tools
         .definitions()
         .into_iter()
         .filter_map(|definition| {
@@ -248,12 +277,38 @@ fn listing(tools: &ToolRegistry, flavour: SchemaFlavour) -> Vec<McpTool> {
                 OUTPUT_TYPE_META_KEY.to_owned(),
                 Value::from(flavour::smolagents_output_type(result_schema.as_ref())),
             );
-            Some(
-                McpTool::new(definition.name, definition.description, input_schema)
-                    .with_meta(MetaObject(meta)),
-            )
+            let mut listed = McpTool::new(definition.name, definition.description, input_schema)
+                .with_meta(MetaObject(meta));
+            if let Some((schema, validator)) =
+                result_schema.and_then(|schema| output_schema(&listed.name, schema))
+            {
+                listed.output_schema = Some(Arc::new(schema));
+                outputs.insert(listed.name.to_string(), Arc::new(validator));
+            }
+            Some(listed)
         })
-        .collect()
+        .collect();
+    (listing, outputs)
+}
+
+/// The `outputSchema` of a tool whose result schema is an object schema, with its validator;
+/// `None` (no structured output) for any other schema, or one that does not compile.
+fn output_schema(tool: &str, schema: Value) -> Option<(JsonObject, jsonschema::Validator)> {
+    // MCP requires `outputSchema` to be an object schema: `structuredContent` is an object.
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return None;
+    }
+    let validator = match jsonschema::validator_for(&schema) {
+        Ok(validator) => validator,
+        Err(error) => {
+            tracing::warn!(tool, %error, "the result schema does not compile; no outputSchema");
+            return None;
+        }
+    };
+    match schema {
+        Value::Object(map) => Some((map, validator)),
+        _ => None,
+    }
 }
 
 /// One MCP session's handler.
@@ -288,7 +343,7 @@ impl ServerHandler for Session {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request
             .arguments
@@ -296,13 +351,43 @@ impl ServerHandler for Session {
         // An empty id: the executor gives the call a fresh one, which the ledger records.
         let call = ToolCall::new(String::new(), Cow::into_owned(request.name), arguments);
         let tools = &self.shared.tools;
-        let run = tools.executor().execute(tools, &call, &self.context).await;
-        let content = vec![ContentBlock::text(run.result.content)];
-        let result = if run.result.is_error {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
+        // rmcp cancels `context.ct` when the client cancels this request or the session ends;
+        // it cancels only this call, not the session's run.
+        let for_call = self.context.clone().with_call_token(context.ct);
+        let run = tools.executor().execute(tools, &call, &for_call).await;
+        if run.result.is_error {
+            let content = vec![ContentBlock::text(run.result.content)];
+            return Ok(CallToolResult::error(content).into());
+        }
+        let Some(validator) = self.shared.outputs.get(&call.name) else {
+            let content = vec![ContentBlock::text(run.result.content)];
+            return Ok(CallToolResult::success(content).into());
         };
-        Ok(result.into())
+        Ok(structured_result(&call.name, &run.result.content, validator).into())
+    }
+}
+
+/// A successful result of a tool with an `outputSchema`: the object as `structuredContent`
+/// and as text; or, if it does not match the schema, a `ToolError` result.
+fn structured_result(
+    tool: &str,
+    content: &str,
+    validator: &jsonschema::Validator,
+) -> CallToolResult {
+    let value = serde_json::from_str::<Value>(content).ok();
+    match value {
+        Some(value) if validator.is_valid(&value) => CallToolResult::structured(value),
+        _ => {
+            tracing::warn!(
+                tool,
+                content,
+                "the result does not match the tool's declared output schema"
+            );
+            let error = serde_json::json!({"error": {
+                "kind": ToolErrorKind::ToolError,
+                "message": "the tool's result did not have the declared shape",
+            }});
+            CallToolResult::error(vec![ContentBlock::text(error.to_string())])
+        }
     }
 }

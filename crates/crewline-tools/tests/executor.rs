@@ -611,6 +611,95 @@ async fn a_cancelled_run_runs_no_further_cancellable_calls() {
     assert_eq!(count.load(Ordering::SeqCst), 0);
 }
 
+#[tokio::test]
+async fn a_call_token_stops_its_call_and_records_it_as_cancelled() {
+    let (slow, dropped, started) = hanging("slow", ToolPolicy::new());
+    let (echo, count) = counting_echo("echo", ToolPolicy::new());
+    let ledger = Arc::new(MemoryLedger::new());
+    let executor = Executor::builder().ledger(ledger.clone()).build();
+    let registry = registry(executor, [slow, echo]);
+    let context = registry.executor().context();
+    let token = tokio_util::sync::CancellationToken::new();
+    let for_call = context.clone().with_call_token(token.clone());
+    let canceller = async {
+        started.notified().await;
+        token.cancel();
+    };
+    let the_call = call("c1", "slow", "{}");
+    let (result, ()) =
+        within(async { tokio::join!(run_one(&registry, &the_call, &for_call), canceller) }).await;
+    assert_eq!(kind(&result), Some(ToolErrorKind::Cancelled));
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the tool's future was not dropped"
+    );
+    let records = ledger.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].outcome, Outcome::Error);
+    assert_eq!(records[0].error_kind, Some(ToolErrorKind::Cancelled));
+    assert!(
+        records[0]
+            .detail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("call's"),
+        "{:?}",
+        records[0].detail
+    );
+    // Only that call was cancelled: the run goes on.
+    assert!(!context.run().token().is_cancelled());
+    let next = run_one(&registry, &call("c2", "echo", r#"{"n":1}"#), &context).await;
+    assert!(!next.is_error, "{}", next.content);
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_call_token_does_not_stop_a_non_cancellable_call() {
+    let release = Arc::new(Notify::new());
+    let started = Arc::new(Notify::new());
+    let (gate, signal) = (Arc::clone(&release), Arc::clone(&started));
+    let payment = tool("pay", ToolPolicy::new().cancellable(false), move |_| {
+        let (gate, signal) = (Arc::clone(&gate), Arc::clone(&signal));
+        async move {
+            signal.notify_one();
+            gate.notified().await;
+            Ok(json!("paid"))
+        }
+    });
+    let registry = registry(Executor::builder().build(), [payment]);
+    let token = tokio_util::sync::CancellationToken::new();
+    let context = registry.executor().context().with_call_token(token.clone());
+    let driver = async {
+        started.notified().await;
+        token.cancel();
+        release.notify_one();
+    };
+    let the_call = call("c", "pay", "{}");
+    let (result, ()) =
+        within(async { tokio::join!(run_one(&registry, &the_call, &context), driver) }).await;
+    assert_eq!(result.content, "paid");
+}
+
+#[tokio::test]
+async fn the_run_token_still_stops_a_call_that_has_its_own_token() {
+    let (slow, dropped, started) = hanging("slow", ToolPolicy::new());
+    let registry = registry(Executor::builder().build(), [slow]);
+    let context = registry
+        .executor()
+        .context()
+        .with_call_token(tokio_util::sync::CancellationToken::new());
+    let run = context.run().clone();
+    let canceller = async {
+        started.notified().await;
+        run.cancel();
+    };
+    let the_call = call("c", "slow", "{}");
+    let (result, ()) =
+        within(async { tokio::join!(run_one(&registry, &the_call, &context), canceller) }).await;
+    assert_eq!(kind(&result), Some(ToolErrorKind::Cancelled));
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
 // --- run limits -----------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

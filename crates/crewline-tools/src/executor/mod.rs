@@ -2,8 +2,9 @@
 //!
 //! Each call goes through, in order: [validation], before-[hooks], input [guardrails],
 //! [approval] (for `confirm` tools), run [limits], the result [cache] (for tools with a
-//! `cache_ttl`), the call itself under its timeout and the run's cancellation token, output
-//! guardrails and after-hooks, and finally the [ledger]. Every failure becomes a
+//! `cache_ttl`), the call itself under its timeout and the cancellation tokens of the run and
+//! of the call ([`CallContext::with_call_token`]), output guardrails and after-hooks, and
+//! finally the [ledger]. Every failure becomes a
 //! [`ToolResult`] error the model can read (`{"error": {"kind", "message"}}`); the operator gets
 //! the full detail in `tracing` and in the ledger.
 
@@ -109,11 +110,13 @@ pub enum ExecutorError {
     DefaultAlreadySet,
 }
 
-/// The per-call context: the run the call belongs to and whether the caller can wait.
+/// The per-call context: the run the call belongs to, whether the caller can wait, and an
+/// optional token of the call's own.
 #[derive(Debug, Clone)]
 pub struct CallContext {
     run: Run,
     can_wait: bool,
+    call_token: Option<CancellationToken>,
 }
 
 impl Default for CallContext {
@@ -128,7 +131,23 @@ impl CallContext {
         Self {
             run,
             can_wait: true,
+            call_token: None,
         }
+    }
+
+    /// The same context for a call that `token` cancels too (a request its client
+    /// cancelled, a caller that went away), without cancelling the rest of the run.
+    ///
+    /// Like the run's token, it stops cancellable tools only: a tool with
+    /// `cancellable = false` runs on to completion in its own task.
+    pub fn with_call_token(mut self, token: CancellationToken) -> Self {
+        self.call_token = Some(token);
+        self
+    }
+
+    /// The call's own cancellation token, if it has one.
+    pub fn call_token(&self) -> Option<&CancellationToken> {
+        self.call_token.as_ref()
     }
 
     /// The same context for a caller that cannot wait: deferred approvals answer
@@ -393,7 +412,7 @@ impl Executor {
         }
     }
 
-    /// Stages 6 and 7: the cache, then the tool under its timeout and the run's token.
+    /// Stages 6 and 7: the cache, then the tool under its timeout and the cancellation tokens.
     #[allow(clippy::too_many_arguments)]
     async fn invoke(
         &self,
@@ -444,11 +463,14 @@ impl Executor {
                     human_duration(limit)
                 ),
             )),
-            Raced::Cancelled => Err(CallError::new(
+            Raced::Cancelled(by) => Err(CallError::new(
                 ToolErrorKind::Cancelled,
                 "the call was cancelled",
             )
-            .with_detail("the run's cancellation token fired")),
+            .with_detail(match by {
+                CancelledBy::Run => "the run's cancellation token fired",
+                CancelledBy::Call => "the call's cancellation token fired",
+            })),
         };
         if let (Ok(value), Some((cache, key, ttl))) = (&outcome, cached) {
             cache.insert(key, value.clone(), ttl);
@@ -520,10 +542,25 @@ fn result_size(value: &Value, max: usize) -> Option<usize> {
 enum Raced {
     Done(Result<Result<Value, ToolError>, Box<dyn Any + Send>>),
     TimedOut,
-    Cancelled,
+    Cancelled(CancelledBy),
 }
 
-/// Stage 7: runs the tool, catching panics, under `limit` and (if cancellable) the token.
+/// Which token cancelled a call.
+enum CancelledBy {
+    Run,
+    Call,
+}
+
+/// Completes when the call's own token fires; never without one.
+async fn call_cancelled(token: Option<&CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Stage 7: runs the tool, catching panics, under `limit` and (if cancellable) the run's and
+/// the call's tokens.
 async fn call_tool(
     entry: &Entry,
     call: &ToolCall,
@@ -540,7 +577,8 @@ async fn call_tool(
         // Dropping the tool's future is what stops it, on timeout and on cancellation alike.
         tokio::select! {
             biased;
-            () = context.run.token().cancelled() => Raced::Cancelled,
+            () = context.run.token().cancelled() => Raced::Cancelled(CancelledBy::Run),
+            () = call_cancelled(context.call_token.as_ref()) => Raced::Cancelled(CancelledBy::Call),
             done = tokio::time::timeout(limit, guarded) => done.map_or(Raced::TimedOut, Raced::Done),
         }
     } else {
