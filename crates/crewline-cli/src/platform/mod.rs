@@ -568,7 +568,9 @@ impl PlatformClient {
 
 /// Opens the TCP connection (with Nagle off, so back-to-back small frames are not held up
 /// waiting for an ACK, which would skew the latencies) and upgrades it.
-async fn open_socket(config: &PlatformConfig) -> Result<WebSocketStream<TcpStream>, PlatformError> {
+pub(crate) async fn open_socket(
+    config: &PlatformConfig,
+) -> Result<WebSocketStream<TcpStream>, PlatformError> {
     let invalid = |reason: &str| PlatformError::InvalidUrl {
         url: config.url.clone(),
         reason: reason.to_owned(),
