@@ -283,6 +283,13 @@ impl MockLlm {
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = self.router();
+        // Without TCP_NODELAY, each small SSE event after the first waits for the client's
+        // delayed ACK (about 40 ms on Linux): streamed answers would crawl.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "could not set TCP_NODELAY");
+            }
+        });
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
