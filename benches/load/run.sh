@@ -12,7 +12,7 @@
 #
 # Knobs (environment): SESSIONS, SCENARIOS (text tool interrupt), DELAYS (ms per chunk),
 # TURNS (per session), CHUNKS (text pieces per answer), REF_MAX_SESSIONS (skip the reference
-# above this), REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
+# above this), IMPLS ("crewline reference"), REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
 # Results: one JSON report per run under $OUT, plus summary.md made by summarize.py.
 set -euo pipefail
 
@@ -26,6 +26,7 @@ TURNS=${TURNS:-3}
 CHUNKS=${CHUNKS:-8}
 INTERRUPT_CHUNKS=${INTERRUPT_CHUNKS:-40}
 REF_MAX_SESSIONS=${REF_MAX_SESSIONS:-10000}
+IMPLS=${IMPLS:-"crewline reference"}
 RAMP=${RAMP:-1000}
 TURN_TIMEOUT=${TURN_TIMEOUT:-120}
 OUT=${OUT:-$ROOT/benches/load/results/$(date -u +%Y%m%dT%H%M%SZ)}
@@ -124,10 +125,12 @@ for scenario in $SCENARIOS; do
     [[ "$scenario" == tool ]] && mock_mode=tool
     for n in $SESSIONS; do
       start_mock "$delay" "$chunks" "$mock_mode"
-      start_crewline
-      measure crewline "$CREW_PORT" "$scenario" "$delay" "$n"
-      stop_server
-      if ((n <= REF_MAX_SESSIONS)); then
+      if [[ " $IMPLS " == *" crewline "* ]]; then
+        start_crewline
+        measure crewline "$CREW_PORT" "$scenario" "$delay" "$n"
+        stop_server
+      fi
+      if [[ " $IMPLS " == *" reference "* ]] && ((n <= REF_MAX_SESSIONS)); then
         start_reference
         measure reference "$REF_PORT" "$scenario" "$delay" "$n"
         stop_server
