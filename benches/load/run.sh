@@ -12,7 +12,7 @@
 #
 # Knobs (environment): SESSIONS, SCENARIOS (text tool interrupt), DELAYS (ms per chunk),
 # TURNS (per session), CHUNKS (text pieces per answer), REF_MAX_SESSIONS (skip the reference
-# above this), IMPLS ("crewline reference"), REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
+# above this), THINK_MS (pause between a session's turns; 0 = closed loop), IMPLS ("crewline reference"), REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
 # Results: one JSON report per run under $OUT, plus summary.md made by summarize.py.
 set -euo pipefail
 
@@ -28,6 +28,7 @@ INTERRUPT_CHUNKS=${INTERRUPT_CHUNKS:-40}
 REF_MAX_SESSIONS=${REF_MAX_SESSIONS:-10000}
 IMPLS=${IMPLS:-"crewline reference"}
 RAMP=${RAMP:-1000}
+THINK_MS=${THINK_MS:-0}
 TURN_TIMEOUT=${TURN_TIMEOUT:-120}
 OUT=${OUT:-$ROOT/benches/load/results/$(date -u +%Y%m%dT%H%M%SZ)}
 MOCK_PORT=${MOCK_PORT:-18801}
@@ -87,6 +88,12 @@ start_reference() {
 
 stop_server() {
   kill "$SERVER_PID" 2>/dev/null || true
+  # A server with thousands of dead calls may take long to shut down gracefully.
+  for _ in $(seq 1 40); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -9 "$SERVER_PID" 2>/dev/null || true
   wait "$SERVER_PID" 2>/dev/null || true
 }
 
@@ -100,6 +107,7 @@ measure() { # impl port scenario delay sessions
   if ! timeout $((TURN_TIMEOUT * (TURNS + 2) + n / RAMP + 60)) \
     "$CREWLINE" load --url "ws://127.0.0.1:$port/ws" --sessions "$n" --turns "$TURNS" \
     --scenario "$scenario" --ramp-per-sec "$RAMP" --turn-timeout-secs "$TURN_TIMEOUT" \
+    --think-ms "$THINK_MS" \
     --pid "$SERVER_PID" --json "$OUT/$name.json" | tee "$OUT/$name.txt"; then
     echo "{\"failed\": true, \"name\": \"$name\"}" >"$OUT/$name.json"
     echo "   $name: the load run failed or timed out"
@@ -114,7 +122,7 @@ measure() { # impl port scenario delay sessions
   echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
   echo "python: $("$REF_PYTHON" --version 2>&1)"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "turns per session: $TURNS, chunks per answer: $CHUNKS, ramp: $RAMP/s"
+  echo "turns per session: $TURNS, chunks per answer: $CHUNKS, ramp: $RAMP/s, think: $THINK_MS ms"
 } | tee "$OUT/machine.txt"
 
 for scenario in $SCENARIOS; do

@@ -84,7 +84,7 @@ def main() -> None:
             r = runs.get((scenario, delay, n, "reference"))
 
             def ttfc(report):
-                if not report or report.get("failed"):
+                if not report or report.get("failed") or not report["time_to_first_chunk"]["count"]:
                     return "–"
                 t = report["time_to_first_chunk"]
                 return f"{fmt(t['p50_ms'])} / {fmt(t['p99_ms'])}"

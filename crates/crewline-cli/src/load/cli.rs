@@ -27,7 +27,8 @@ pub struct LoadArgs {
     /// New connections per second while ramping up (0: all at once).
     #[arg(long, default_value_t = 1000)]
     pub ramp_per_sec: u32,
-    /// Pause between a session's turns, in ms.
+    /// Pause between a session's turns, in ms; with it, the sessions' first turns are also
+    /// spread over one such pause instead of starting together.
     #[arg(long, default_value_t = 0)]
     pub think_ms: u64,
     /// Connect plus handshake limit, in seconds.

@@ -80,7 +80,8 @@ pub struct LoadConfig {
     pub scenario: Scenario,
     /// New connections per second while ramping up (0: all at once).
     pub ramp_per_sec: u32,
-    /// The pause between a session's turns.
+    /// The pause between a session's turns; when set, the first turns are spread over one
+    /// such pause too.
     pub think: Duration,
     /// Connecting plus the handshake.
     pub connect_timeout: Duration,
@@ -520,20 +521,23 @@ impl LoadReport {
             self.turns_per_sec, self.turn_phase_secs, self.total_secs
         );
         if let Some(server) = &self.server {
+            let or_dash = |value: Option<f64>, digits: usize| {
+                value.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
+            };
             let _ = writeln!(
                 out,
-                "  server pid {}: CPU {:.3} ms/turn ({:.0} ms in turns, {:.0} ms total); RSS \
-                 {:.1} MiB before, {:.1} MiB connected, {:.1} MiB peak (VmHWM {:.1}); {:.1} \
+                "  server pid {}: CPU {} ms/turn ({:.0} ms in turns, {:.0} ms total); RSS \
+                 {:.1} MiB before, {:.1} MiB connected, {:.1} MiB peak (VmHWM {:.1}); {} \
                  KiB/session",
                 server.pid,
-                server.cpu_ms_per_turn.unwrap_or(f64::NAN),
+                or_dash(server.cpu_ms_per_turn, 3),
                 server.cpu_ms_turn_phase,
                 server.cpu_ms_total,
                 server.rss_baseline_mib,
                 server.rss_connected_mib,
                 server.rss_peak_mib,
                 server.vm_hwm_mib,
-                server.memory_per_session_kib.unwrap_or(f64::NAN)
+                or_dash(server.memory_per_session_kib, 1)
             );
         }
         for sample in &self.error_samples {

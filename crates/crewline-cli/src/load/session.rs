@@ -79,6 +79,12 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
         return;
     };
     shared.wait_start().await;
+    if !shared.config.think.is_zero() {
+        // Spread the first turns over one think time, as calls do, instead of a burst of
+        // every session at once (the golden ratio scatters consecutive sessions evenly).
+        let offset = (index as f64 * 0.618_033_988_75).fract();
+        tokio::time::sleep(shared.config.think.mul_f64(offset)).await;
+    }
     let mut history: Vec<Value> = Vec::with_capacity(2 * shared.config.turns);
     for turn in 0..shared.config.turns {
         if turn > 0 && !shared.config.think.is_zero() {
