@@ -12,6 +12,9 @@
 //! OPENAI_API_KEY=... cargo run --example voice_agent -- --model gpt-4o-mini
 //! crewline chat --url ws://127.0.0.1:8080/ws                 # talk to it
 //! ```
+//!
+//! `--service-delay-ms N` sets the pretend weather service's time per call (default 300; the
+//! load benchmarks use 0, like the reference's tool).
 
 // Shared with the other weather examples and `crewline demo`; not every item is used here.
 #[allow(dead_code, unreachable_pub)]
@@ -21,10 +24,11 @@ use std::{net::SocketAddr, time::Duration};
 
 use crewline_server::CrewServer;
 
-/// Reads `--port N` and `--model NAME` from the command line.
-fn args() -> Result<(u16, Option<String>), String> {
+/// Reads `--port N`, `--model NAME` and `--service-delay-ms N` from the command line.
+fn args() -> Result<(u16, Option<String>, Duration), String> {
     let mut port = 8080;
     let mut model = None;
+    let mut service_delay = crew::WEATHER_SERVICE_DELAY;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -35,14 +39,21 @@ fn args() -> Result<(u16, Option<String>), String> {
                     .ok_or("--port needs a number")?;
             }
             "--model" => model = Some(args.next().ok_or("--model needs a name")?),
+            "--service-delay-ms" => {
+                service_delay = args
+                    .next()
+                    .and_then(|ms| ms.parse().ok())
+                    .map(Duration::from_millis)
+                    .ok_or("--service-delay-ms needs a number")?;
+            }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (use --port N, --model NAME)"
+                    "unknown argument `{other}` (use --port N, --model NAME, --service-delay-ms N)"
                 ));
             }
         }
     }
-    Ok((port, model))
+    Ok((port, model, service_delay))
 }
 
 #[tokio::main]
@@ -52,11 +63,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let (port, model) = args()?;
+    let (port, model, service_delay) = args()?;
     let (llm, description) =
         crew::model_named(crew::ModelChoice::FromEnv, model, Duration::from_millis(20))?;
     // The model and the tools are shared by every call; each call gets its own conversation.
-    let weather = crew::WeatherCrew::new(llm, crew::WEATHER_SERVICE_DELAY)?;
+    let weather = crew::WeatherCrew::new(llm, service_delay)?;
     let server = CrewServer::new(weather.setup_fn()).bind(SocketAddr::from(([0, 0, 0, 0], port)));
     tracing::info!(port, model = %description, "weather crew listening on /ws");
     server.run().await?;

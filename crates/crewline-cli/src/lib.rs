@@ -11,6 +11,7 @@ pub mod chat;
 #[path = "../../../examples/voice_agent/crew.rs"]
 pub mod crew;
 pub mod demo;
+pub mod load;
 pub mod mock_llm;
 pub mod platform;
 pub mod render;

@@ -39,6 +39,8 @@ enum Command {
     Demo(DemoArgs),
     /// Serve a scriptable OpenAI-compatible mock LLM (the format of reference/mock_llm.py).
     MockLlm(crewline_cli::mock_llm::MockLlmArgs),
+    /// Load-test a crew: N concurrent calls of K turns, latency percentiles and server usage.
+    Load(crewline_cli::load::LoadArgs),
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +134,7 @@ async fn main() -> ExitCode {
         Command::Chat(args) => chat(args).await,
         Command::Demo(args) => demo(args).await,
         Command::MockLlm(args) => crewline_cli::mock_llm::run_cli(args, std::io::stdout()).await,
+        Command::Load(args) => crewline_cli::load::run_cli(args, std::io::stdout()).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,6 +18,11 @@ use crate::{
     state::{Readiness, Service},
 };
 
+/// The socket's read buffer. tungstenite's default (128 KiB) is zero-filled up front and again
+/// on every read, which costs 128 KiB of resident memory per call and a large memset per
+/// frame; platform frames are small, and a larger frame still grows the buffer to fit.
+const READ_BUFFER_BYTES: usize = 8 * 1024;
+
 /// The routes over `service`.
 pub(crate) fn router(service: Arc<Service>) -> Router {
     Router::new()
@@ -169,6 +174,7 @@ async fn websocket(
     upgrade
         .max_frame_size(limit)
         .max_message_size(limit)
+        .read_buffer_size(READ_BUFFER_BYTES)
         .on_failed_upgrade(move |error| {
             on_failure_span.in_scope(|| tracing::debug!(%error, "WebSocket upgrade failed"));
         })

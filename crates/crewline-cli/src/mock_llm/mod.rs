@@ -15,6 +15,11 @@
 //! | `POST /_mock/reset` | clears the request log and counter, keeps the script |
 //! | `GET /_mock/requests` | the requests received, each `{index, method, path, headers, body, outcome}` |
 //!
+//! Any request can also be made to fail whatever the script says, with the `x-mock-fault`
+//! header or a `[[mock:FAULT]]` marker in its last user message: `500`, `429` (any status),
+//! `cut` / `cut:N` (the stream aborted mid-way), `stall` / `stall:MS` (no byte for a long
+//! time); see [`Fault`].
+//!
 //! The outcome of a request is `pending`, `completed`, `client_disconnected`,
 //! `cut_by_script_after_N_chunks` or `http_<status>`.
 //!
@@ -33,6 +38,7 @@
 //! request and, at the end, its outcome.
 
 mod cli;
+mod fault;
 mod reply;
 mod script;
 
@@ -55,6 +61,7 @@ use serde_json::{Map, Value, json};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 
 pub use cli::{MockLlmArgs, run as run_cli};
+pub use fault::{FAULT_HEADER, Fault};
 pub use script::{Reply, Rule, Script, ScriptError, ScriptedCall, When};
 
 /// The largest request body accepted (as the Python mock: 64 MiB).
@@ -276,6 +283,13 @@ impl MockLlm {
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = self.router();
+        // Without TCP_NODELAY, each small SSE event after the first waits for the client's
+        // delayed ACK (about 40 ms on Linux): streamed answers would crawl.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "could not set TCP_NODELAY");
+            }
+        });
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
@@ -456,6 +470,7 @@ async fn chat_completions(
     let include_usage = body
         .pointer("/stream_options/include_usage")
         .is_some_and(truthy);
+    let fault = Fault::of_request(&headers, &body);
     let Picked {
         index,
         script,
@@ -463,7 +478,15 @@ async fn chat_completions(
         model,
         recorder,
     } = mock.record(&method, uri.path(), &headers, body);
-    let reply = script.reply(rule);
+    let reply = match fault {
+        Some(fault) => {
+            let scripted = script.reply(rule);
+            let events = reply::sse_frames(scripted, &model, index, include_usage).len();
+            fault.apply(scripted, events)
+        }
+        None => std::borrow::Cow::Borrowed(script.reply(rule)),
+    };
+    let reply = reply.as_ref();
     let guard = PendingGuard(Some(recorder));
 
     if !reply.first_byte_delay.is_zero() {

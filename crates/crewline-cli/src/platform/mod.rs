@@ -568,7 +568,9 @@ impl PlatformClient {
 
 /// Opens the TCP connection (with Nagle off, so back-to-back small frames are not held up
 /// waiting for an ACK, which would skew the latencies) and upgrades it.
-async fn open_socket(config: &PlatformConfig) -> Result<WebSocketStream<TcpStream>, PlatformError> {
+pub(crate) async fn open_socket(
+    config: &PlatformConfig,
+) -> Result<WebSocketStream<TcpStream>, PlatformError> {
     let invalid = |reason: &str| PlatformError::InvalidUrl {
         url: config.url.clone(),
         reason: reason.to_owned(),
@@ -607,9 +609,13 @@ async fn open_socket(config: &PlatformConfig) -> Result<WebSocketStream<TcpStrea
         .map_err(|e| connect_error(tungstenite::Error::Io(e)))?;
     // Best effort: a socket that refuses the option still works, just with Nagle's delays.
     let _ = tcp.set_nodelay(true);
-    let (socket, _response) = tokio_tungstenite::client_async(request, tcp)
-        .await
-        .map_err(connect_error)?;
+    // tungstenite zero-fills its whole read buffer (128 KiB by default) on every read; crew
+    // frames are small, and a larger one still grows the buffer to fit.
+    let config = tungstenite::protocol::WebSocketConfig::default().read_buffer_size(8 * 1024);
+    let (socket, _response) =
+        tokio_tungstenite::client_async_with_config(request, tcp, Some(config))
+            .await
+            .map_err(connect_error)?;
     Ok(socket)
 }
 

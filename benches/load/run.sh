@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Side-by-side load benchmark: crewline's `voice_agent` example and the Python reference
+# (`reference/bench_crew.py`, smallestai 5.14.0) serving the same weather agent, against the
+# same mock LLM (`crewline mock-llm`), driven by the same load generator (`crewline load`).
+#
+# Not run by CI. Linux only (reads /proc). Every process binds 127.0.0.1; each (scenario,
+# delay, sessions) point gets fresh servers and a short warm-up, and crewline and the reference
+# are measured one right after the other so that their ratio survives a noisy machine.
+#
+#   benches/load/run.sh                       # the full matrix (long: tens of minutes)
+#   SESSIONS="1 50" SCENARIOS=text DELAYS=0 benches/load/run.sh      # a quick look
+#
+# Knobs (environment): SESSIONS, SCENARIOS (text tool interrupt), DELAYS (ms per chunk),
+# TURNS (per session), CHUNKS (text pieces per answer), REF_MAX_SESSIONS (skip the reference
+# above this), THINK_MS (pause between a session's turns; 0 = closed loop), IMPLS ("crewline reference"), REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
+# Results: one JSON report per run under $OUT, plus summary.md made by summarize.py.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+REF_PYTHON=${REF_PYTHON:-$ROOT/reference/.venv/bin/python}
+SESSIONS=${SESSIONS:-"1 50 200 1000 10000"}
+SCENARIOS=${SCENARIOS:-"text tool"}
+DELAYS=${DELAYS:-"0 20"}
+TURNS=${TURNS:-3}
+CHUNKS=${CHUNKS:-8}
+INTERRUPT_CHUNKS=${INTERRUPT_CHUNKS:-40}
+REF_MAX_SESSIONS=${REF_MAX_SESSIONS:-10000}
+IMPLS=${IMPLS:-"crewline reference"}
+RAMP=${RAMP:-1000}
+THINK_MS=${THINK_MS:-0}
+TURN_TIMEOUT=${TURN_TIMEOUT:-120}
+OUT=${OUT:-$ROOT/benches/load/results/$(date -u +%Y%m%dT%H%M%SZ)}
+MOCK_PORT=${MOCK_PORT:-18801}
+CREW_PORT=${CREW_PORT:-18802}
+REF_PORT=${REF_PORT:-18803}
+
+mkdir -p "$OUT/logs"
+if [[ -z "${SKIP_BUILD:-}" ]]; then
+  (cd "$ROOT" && cargo build --release -p crewline-cli --bin crewline -p crewline-suite --example voice_agent)
+fi
+CREWLINE=$TARGET/release/crewline
+VOICE_AGENT=$TARGET/release/examples/voice_agent
+ulimit -n "$(ulimit -Hn)" || true
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]:-}"; do
+    [[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true
+  done
+  PIDS=()
+}
+trap cleanup EXIT INT TERM
+
+wait_http() { # url, seconds
+  local deadline=$((SECONDS + $2))
+  until curl -fsS -o /dev/null "$1" 2>/dev/null; do
+    if ((SECONDS > deadline)); then echo "timeout waiting for $1" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+start_mock() { # delay chunks tool?
+  local extra=()
+  [[ "$3" == tool ]] && extra=(--tool)
+  "$CREWLINE" mock-llm --port "$MOCK_PORT" --chunk-delay-ms "$1" --chunks "$2" "${extra[@]}" \
+    --record-limit 1000 >"$OUT/logs/mock.log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$MOCK_PORT/health" 20
+}
+
+start_crewline() {
+  OPENAI_API_KEY=sk-mock OPENAI_BASE_URL="http://127.0.0.1:$MOCK_PORT/v1" RUST_LOG=warn \
+    "$VOICE_AGENT" --port "$CREW_PORT" --service-delay-ms 0 >"$OUT/logs/crewline.log" 2>&1 &
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  wait_http "http://127.0.0.1:$CREW_PORT/ready" 30
+}
+
+start_reference() {
+  SMALLESTAI_LOG_LEVEL=WARNING SMALLESTAI_LOG_DIR="$OUT/logs/loguru" \
+    "$REF_PYTHON" "$ROOT/reference/bench_crew.py" --port "$REF_PORT" \
+    --llm-base-url "http://127.0.0.1:$MOCK_PORT/v1" >"$OUT/logs/reference.log" 2>&1 &
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  wait_http "http://127.0.0.1:$REF_PORT/ready" 60
+}
+
+stop_server() {
+  kill "$SERVER_PID" 2>/dev/null || true
+  # A server with thousands of dead calls may take long to shut down gracefully.
+  for _ in $(seq 1 40); do
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -9 "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+}
+
+measure() { # impl port scenario delay sessions
+  local impl=$1 port=$2 scenario=$3 delay=$4 n=$5
+  local name="$impl-$scenario-d$delay-n$n"
+  # Warm-up: imports, connection pools, allocator arenas.
+  "$CREWLINE" load --url "ws://127.0.0.1:$port/ws" --sessions 10 --turns 2 \
+    --scenario "$scenario" --json /dev/null >/dev/null 2>&1 || true
+  echo "== $name"
+  if ! timeout $((TURN_TIMEOUT * (TURNS + 2) + n / RAMP + 60)) \
+    "$CREWLINE" load --url "ws://127.0.0.1:$port/ws" --sessions "$n" --turns "$TURNS" \
+    --scenario "$scenario" --ramp-per-sec "$RAMP" --turn-timeout-secs "$TURN_TIMEOUT" \
+    --think-ms "$THINK_MS" \
+    --pid "$SERVER_PID" --json "$OUT/$name.json" | tee "$OUT/$name.txt"; then
+    echo "{\"failed\": true, \"name\": \"$name\"}" >"$OUT/$name.json"
+    echo "   $name: the load run failed or timed out"
+  fi
+}
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) x $(nproc)"
+  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  echo "kernel: $(uname -r)"
+  echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
+  echo "python: $("$REF_PYTHON" --version 2>&1)"
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "turns per session: $TURNS, chunks per answer: $CHUNKS, ramp: $RAMP/s, think: $THINK_MS ms"
+} | tee "$OUT/machine.txt"
+
+for scenario in $SCENARIOS; do
+  for delay in $DELAYS; do
+    chunks=$CHUNKS
+    [[ "$scenario" == interrupt ]] && chunks=$INTERRUPT_CHUNKS
+    mock_mode=text
+    [[ "$scenario" == tool ]] && mock_mode=tool
+    for n in $SESSIONS; do
+      start_mock "$delay" "$chunks" "$mock_mode"
+      if [[ " $IMPLS " == *" crewline "* ]]; then
+        start_crewline
+        measure crewline "$CREW_PORT" "$scenario" "$delay" "$n"
+        stop_server
+      fi
+      if [[ " $IMPLS " == *" reference "* ]] && ((n <= REF_MAX_SESSIONS)); then
+        start_reference
+        measure reference "$REF_PORT" "$scenario" "$delay" "$n"
+        stop_server
+      fi
+      cleanup
+      sleep 1
+    done
+  done
+done
+
+python3 "$ROOT/benches/load/summarize.py" "$OUT" | tee "$OUT/summary.md"

@@ -1,0 +1,85 @@
+//! `crewline load`: the load generator from the command line.
+
+use std::{io::Write, path::PathBuf, time::Duration};
+
+use clap::Args;
+
+use super::{LoadConfig, Scenario};
+
+/// The options of `crewline load`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// The crew's WebSocket address.
+    #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
+    pub url: String,
+    /// Shared secret, sent as `Authorization: Bearer <token>`.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Concurrent sessions (calls).
+    #[arg(long, default_value_t = 10)]
+    pub sessions: usize,
+    /// Turns per session.
+    #[arg(long, default_value_t = 5)]
+    pub turns: usize,
+    /// What the callers do.
+    #[arg(long, value_enum, default_value_t = Scenario::Text)]
+    pub scenario: Scenario,
+    /// New connections per second while ramping up (0: all at once).
+    #[arg(long, default_value_t = 1000)]
+    pub ramp_per_sec: u32,
+    /// Pause between a session's turns, in ms; with it, the sessions' first turns are also
+    /// spread over one such pause instead of starting together.
+    #[arg(long, default_value_t = 0)]
+    pub think_ms: u64,
+    /// Connect plus handshake limit, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub connect_timeout_secs: u64,
+    /// One turn's limit, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub turn_timeout_secs: u64,
+    /// The server's pid: report its CPU time per turn and its memory (Linux `/proc`).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Write the report as JSON to this file (`-` for stdout, instead of the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+impl LoadArgs {
+    /// The run these options describe.
+    pub fn config(&self) -> LoadConfig {
+        LoadConfig {
+            url: self.url.clone(),
+            token: self.token.clone(),
+            sessions: self.sessions,
+            turns: self.turns,
+            scenario: self.scenario,
+            ramp_per_sec: self.ramp_per_sec,
+            think: Duration::from_millis(self.think_ms),
+            connect_timeout: Duration::from_secs(self.connect_timeout_secs.max(1)),
+            turn_timeout: Duration::from_secs(self.turn_timeout_secs.max(1)),
+            pid: self.pid,
+            ..LoadConfig::new(self.url.clone())
+        }
+    }
+}
+
+/// Runs the load and writes the table (and the JSON, if asked) to `out`.
+pub async fn run(
+    args: LoadArgs,
+    mut out: impl Write,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let report = super::run(args.config()).await?;
+    let json = serde_json::to_string_pretty(&report)?;
+    match args.json.as_deref() {
+        Some(path) if path.as_os_str() == "-" => writeln!(out, "{json}")?,
+        Some(path) => {
+            std::fs::write(path, format!("{json}\n"))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            write!(out, "{}", report.to_table())?;
+        }
+        None => write!(out, "{}", report.to_table())?,
+    }
+    out.flush()?;
+    Ok(())
+}

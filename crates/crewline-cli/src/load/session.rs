@@ -1,0 +1,271 @@
+//! One simulated call: a lean platform client on a single task.
+//!
+//! [`crate::platform::PlatformClient`] decodes every frame into typed events and runs a reader
+//! and a writer task per connection; at 10,000 calls that client would cost more CPU than the
+//! crew under test. This one owns its socket on one task, reads only the `type` (and the few
+//! fields it counts) of each frame, and stamps frames as it reads them.
+
+use std::{borrow::Cow, sync::Arc, time::Duration};
+
+use crewline::protocol::{self, Event, EventBody, LlmRequest, TranscriptRole, TranscriptUpdate};
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::{net::TcpStream, time::Instant};
+use tokio_tungstenite::{WebSocketStream, tungstenite::Message as WsMessage};
+
+use super::{
+    Scenario, Shared,
+    stats::{InterruptSample, TurnSample},
+};
+use crate::platform::{PlatformConfig, open_socket};
+
+type Socket = WebSocketStream<TcpStream>;
+
+/// The fields of a crew frame the load generator looks at; the rest is skipped unparsed.
+#[derive(Debug, Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    message: Option<Cow<'a, str>>,
+}
+
+/// Why a session stopped before its last turn.
+#[derive(Debug)]
+enum Abort {
+    /// No frame within the deadline.
+    Timeout(&'static str),
+    /// The socket closed or failed.
+    Closed(String),
+    /// The crew refused the handshake.
+    Rejected(String),
+}
+
+impl std::fmt::Display for Abort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout(what) => write!(f, "timed out waiting for {what}"),
+            Self::Closed(why) => write!(f, "connection lost: {why}"),
+            Self::Rejected(why) => write!(f, "handshake rejected: {why}"),
+        }
+    }
+}
+
+/// Runs one session: connect, wait at the start line, then drive every turn.
+pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
+    let started = Instant::now();
+    let connected = connect(&shared).await;
+    {
+        let mut totals = shared.lock();
+        match &connected {
+            Ok(_) => {
+                totals.connected += 1;
+                totals.connect.record(started.elapsed());
+            }
+            Err(error) => {
+                totals.connect_errors += 1;
+                totals.turns_not_run += shared.config.turns as u64;
+                totals.note_error(format!("connect: {error}"));
+            }
+        }
+    }
+    shared.arrive();
+    let Ok(mut socket) = connected else {
+        return;
+    };
+    shared.wait_start().await;
+    if !shared.config.think.is_zero() {
+        // Spread the first turns over one think time, as calls do, instead of a burst of
+        // every session at once (the golden ratio scatters consecutive sessions evenly).
+        let offset = (index as f64 * 0.618_033_988_75).fract();
+        tokio::time::sleep(shared.config.think.mul_f64(offset)).await;
+    }
+    let mut history: Vec<Value> = Vec::with_capacity(2 * shared.config.turns);
+    for turn in 0..shared.config.turns {
+        if turn > 0 && !shared.config.think.is_zero() {
+            tokio::time::sleep(shared.config.think).await;
+        }
+        match run_turn(&shared, &mut socket, &mut history, index, turn).await {
+            Ok(sample) => shared.lock().add_turn(&sample),
+            Err(abort) => {
+                let mut totals = shared.lock();
+                match abort {
+                    Abort::Timeout(_) => totals.turns_timed_out += 1,
+                    Abort::Closed(_) | Abort::Rejected(_) => totals.turns_lost += 1,
+                }
+                totals.turns_not_run += (shared.config.turns - turn - 1) as u64;
+                totals.note_error(abort.to_string());
+                return;
+            }
+        }
+    }
+    // A polite close; the crew's answer is not waited for beyond a short bound.
+    let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(None)).await;
+}
+
+async fn connect(shared: &Shared) -> Result<Socket, Abort> {
+    let config = &shared.config;
+    let mut platform = PlatformConfig::new(config.url.clone());
+    platform.token.clone_from(&config.token);
+    let mut socket = tokio::time::timeout(config.connect_timeout, open_socket(&platform))
+        .await
+        .map_err(|_| Abort::Timeout("the WebSocket connection"))?
+        .map_err(|e| Abort::Closed(e.to_string()))?;
+    send(&mut socket, platform.init_event()).await?;
+    let deadline = Instant::now() + config.connect_timeout;
+    loop {
+        let bytes = next_frame(&mut socket, deadline, "agent.ready").await?;
+        let Ok(head) = serde_json::from_slice::<Head<'_>>(&bytes) else {
+            continue;
+        };
+        match head.kind.as_ref() {
+            "agent.ready" => break,
+            "agent.error" => {
+                return Err(Abort::Rejected(
+                    head.message.map(Cow::into_owned).unwrap_or_default(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    send(&mut socket, Event::now(EventBody::UserJoined)).await?;
+    Ok(socket)
+}
+
+async fn send(socket: &mut Socket, event: Event) -> Result<(), Abort> {
+    socket
+        .send(WsMessage::Binary(protocol::encode(&event).into()))
+        .await
+        .map_err(|e| Abort::Closed(e.to_string()))
+}
+
+/// The next data frame's bytes; pings and pongs are skipped (tungstenite answers pings).
+async fn next_frame(
+    socket: &mut Socket,
+    deadline: Instant,
+    waiting_for: &'static str,
+) -> Result<tokio_tungstenite::tungstenite::Bytes, Abort> {
+    loop {
+        let message = tokio::time::timeout_at(deadline, socket.next())
+            .await
+            .map_err(|_| Abort::Timeout(waiting_for))?;
+        match message {
+            Some(Ok(WsMessage::Binary(bytes))) => return Ok(bytes),
+            Some(Ok(WsMessage::Text(text))) => return Ok(text.into()),
+            Some(Ok(WsMessage::Close(frame))) => {
+                return Err(Abort::Closed(match frame {
+                    Some(frame) => format!("close {} {}", u16::from(frame.code), frame.reason),
+                    None => "close frame".to_owned(),
+                }));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(error)) => return Err(Abort::Closed(error.to_string())),
+            None => return Err(Abort::Closed("socket ended".to_owned())),
+        }
+    }
+}
+
+async fn run_turn(
+    shared: &Shared,
+    socket: &mut Socket,
+    history: &mut Vec<Value>,
+    session: usize,
+    turn: usize,
+) -> Result<TurnSample, Abort> {
+    let config = &shared.config;
+    let text = config.scenario.user_text(session, turn);
+    send(
+        socket,
+        Event::now(EventBody::TranscriptUpdate(TranscriptUpdate {
+            role: TranscriptRole::User,
+            content: text.clone(),
+        })),
+    )
+    .await?;
+    history.push(json!({"role": "user", "content": text}));
+    let request = Event::now(EventBody::LlmRequest(LlmRequest {
+        messages: Some(history.clone()),
+        extra_params: Map::new(),
+    }));
+    send(socket, request).await?;
+    let sent = Instant::now();
+    let deadline = sent + config.turn_timeout;
+
+    let mut sample = TurnSample::default();
+    let mut started = false;
+    let mut answer = String::new();
+    let mut interrupted_at: Option<Instant> = None;
+    let mut last_chunk_after_interrupt: Option<Instant> = None;
+    loop {
+        let bytes = next_frame(socket, deadline, "the end of a turn").await?;
+        let now = Instant::now();
+        let Ok(head) = serde_json::from_slice::<Head<'_>>(&bytes) else {
+            continue;
+        };
+        match head.kind.as_ref() {
+            "agent.llm.response.start" => started = true,
+            "agent.llm.response.chunk" if !started => sample.stray_chunks += 1,
+            "agent.llm.response.chunk" => {
+                sample.chunks += 1;
+                if sample.first_chunk.is_none() {
+                    sample.first_chunk = Some(now - sent);
+                }
+                if let Some(text) = &head.text {
+                    answer.push_str(text);
+                }
+                match interrupted_at {
+                    Some(_) => {
+                        sample.interrupt.get_or_insert_default().chunks_after += 1;
+                        last_chunk_after_interrupt = Some(now);
+                    }
+                    None if config.scenario == Scenario::Interrupt => {
+                        // Measured from the moment the platform decides to interrupt.
+                        interrupted_at = Some(Instant::now());
+                        send(socket, Event::now(EventBody::Interrupt)).await?;
+                        sample.interrupt.get_or_insert_default();
+                    }
+                    None => {}
+                }
+            }
+            "agent.llm.response.end" if started => {
+                sample.end = now - sent;
+                if let (Some(at), Some(interrupt)) = (interrupted_at, sample.interrupt.as_mut()) {
+                    *interrupt = InterruptSample {
+                        to_last_chunk: last_chunk_after_interrupt
+                            .map_or(Duration::ZERO, |last| last - at),
+                        to_end: now - at,
+                        chunks_after: interrupt.chunks_after,
+                    };
+                }
+                break;
+            }
+            "agent.log" => match head.name.as_deref() {
+                Some("tool_call_end") => sample.tool_ends += 1,
+                Some("tool_call_error") => sample.tool_errors += 1,
+                _ => {}
+            },
+            "agent.error" => {
+                sample.agent_errors += 1;
+                let message = head.message.as_deref().unwrap_or_default();
+                shared.lock().note_error(format!("agent.error: {message}"));
+            }
+            _ => {}
+        }
+    }
+    // The platform reports what the agent said, and keeps it in its conversation.
+    send(
+        socket,
+        Event::now(EventBody::TranscriptUpdate(TranscriptUpdate {
+            role: TranscriptRole::Assistant,
+            content: answer.clone(),
+        })),
+    )
+    .await?;
+    history.push(json!({"role": "assistant", "content": answer}));
+    Ok(sample)
+}
