@@ -22,12 +22,22 @@ pub(crate) struct NodeIo {
     pub(crate) handle: NodeHandle,
     pub(crate) inbox: mpsc::Receiver<Event>,
     /// The interrupt line, for interruptible nodes.
-    pub(crate) interrupt: Option<mpsc::Receiver<Event>>,
+    pub(crate) interrupt: Option<mpsc::Receiver<LineInterrupt>>,
     pub(crate) observer: Arc<dyn Observer>,
 }
 
+/// An interrupt on a node's interrupt line.
+pub(crate) struct LineInterrupt {
+    /// The platform's interrupt event.
+    pub(crate) event: Event,
+    /// How many inbox events came before it (`u64::MAX`: unknown, all of them): the line
+    /// overtakes the inbox, so a request sent after the interrupt may already be queued and
+    /// must not be taken for a stale one.
+    pub(crate) before: u64,
+}
+
 /// Waits for the next interrupt on an optional line (forever when there is none).
-async fn next_interrupt(line: &mut Option<mpsc::Receiver<Event>>) -> Option<Event> {
+async fn next_interrupt(line: &mut Option<mpsc::Receiver<LineInterrupt>>) -> Option<LineInterrupt> {
     match line {
         Some(receiver) => receiver.recv().await,
         None => std::future::pending().await,
@@ -97,6 +107,8 @@ struct OutputRunner {
     io: NodeIo,
     /// Events that were queued when an interrupt purged stale work, to process first.
     kept: VecDeque<Event>,
+    /// How many events this node has taken from its inbox (see [`LineInterrupt::before`]).
+    taken: u64,
 }
 
 /// Runs an output node until its inbox closes.
@@ -105,6 +117,7 @@ pub(crate) async fn run_output(node: OutputNode, io: NodeIo) {
         node,
         io,
         kept: VecDeque::new(),
+        taken: 0,
     };
     if let Err(error) = guarded(runner.node.agent.on_start(&runner.io.handle)).await {
         report(&runner.io, "on_start", &error, Severity::Fatal).await;
@@ -120,7 +133,10 @@ pub(crate) async fn run_output(node: OutputNode, io: NodeIo) {
                     continue;
                 }
                 event = runner.io.inbox.recv() => match event {
-                    Some(event) => event,
+                    Some(event) => {
+                        runner.taken += 1;
+                        event
+                    }
                     None => break,
                 },
             }
@@ -167,9 +183,14 @@ impl OutputRunner {
     }
 
     /// An interrupt arrived on the interrupt line while no generation was running: drop the
-    /// stale generation work still queued (never a transcript), then process the interrupt.
-    async fn interrupted(&mut self, interrupt: Event) {
-        while let Ok(event) = self.io.inbox.try_recv() {
+    /// stale generation work queued before it (never a transcript), then process the
+    /// interrupt. Work queued after it is the caller's next turn and stays.
+    async fn interrupted(&mut self, interrupt: LineInterrupt) {
+        while self.taken < interrupt.before {
+            let Ok(event) = self.io.inbox.try_recv() else {
+                break;
+            };
+            self.taken += 1;
             match event.body {
                 EventBody::LlmRequest(_) => {
                     tracing::debug!("stale LLM request dropped by an interrupt");
@@ -178,7 +199,7 @@ impl OutputRunner {
                 _ => self.kept.push_back(event),
             }
         }
-        self.after_routing(interrupt).await;
+        self.after_routing(interrupt.event).await;
     }
 
     fn add_transcript(&mut self, update: &TranscriptUpdate) {

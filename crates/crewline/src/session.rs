@@ -1,7 +1,10 @@
 //! A running call: the crew's nodes as tasks, wired root → nodes → platform.
 // SKELETON: bodies are being written.
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use tokio::task::JoinHandle;
 
@@ -11,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     CallControl, Crew, GraphError, NodeHandle, NodeSpec, NoopObserver, Observer,
-    runner::{NodeIo, run_background, run_output},
+    runner::{LineInterrupt, NodeIo, run_background, run_output},
 };
 
 /// What a crew's setup code gets for one call: the handshake, the call's controls, and
@@ -110,7 +113,7 @@ pub struct Session {
     /// Inboxes of the nodes without parents, where platform events enter.
     roots: Vec<Inbox>,
     /// Interrupt lines of the interruptible nodes, which bypass the inboxes.
-    interrupts: Vec<Inbox>,
+    interrupts: Vec<InterruptLine>,
     tasks: Vec<JoinHandle<()>>,
     observer: Arc<dyn Observer>,
 }
@@ -121,6 +124,16 @@ struct Inbox {
     sender: mpsc::Sender<Event>,
     /// Whether platform interrupts reach this node on its interrupt line instead.
     interruptible: bool,
+    /// How many events have entered this inbox: an interrupt carries the count, so the node
+    /// drops only the requests that came before it.
+    delivered: AtomicU64,
+}
+
+/// Where one interruptible node takes interrupts in, ahead of its inbox.
+struct InterruptLine {
+    sender: mpsc::Sender<LineInterrupt>,
+    /// The node's place in [`Session::roots`] when the platform feeds its inbox directly.
+    root: Option<usize>,
 }
 
 /// How many interrupts may wait on a node's interrupt line; more are redundant.
@@ -178,22 +191,20 @@ impl Session {
             };
             let interruptible = matches!(&spec, NodeSpec::Output(node) if node.interruptible)
                 && platform_interruptible;
+            let root = (!has_parent[index]).then_some(roots.len());
             let interrupt = if interruptible {
                 let (sender, receiver) = mpsc::channel(INTERRUPT_LINE_CAPACITY);
-                interrupts.push(Inbox {
-                    node: name.clone(),
-                    sender,
-                    interruptible,
-                });
+                interrupts.push(InterruptLine { sender, root });
                 Some(receiver)
             } else {
                 None
             };
-            if !has_parent[index] {
+            if root.is_some() {
                 roots.push(Inbox {
                     node: name.clone(),
                     sender: inbox_senders[index].clone(),
                     interruptible,
+                    delivered: AtomicU64::new(0),
                 });
             }
             let io = NodeIo {
@@ -234,7 +245,16 @@ impl Session {
         let mut delivered = false;
         if interrupt {
             for line in &self.interrupts {
-                match line.sender.try_send(event.clone()) {
+                // Only what entered the inbox before the interrupt is stale; a node fed by
+                // other nodes cannot tell, and drops every queued request.
+                let before = line.root.map_or(u64::MAX, |root| {
+                    self.roots[root].delivered.load(Ordering::Relaxed)
+                });
+                let interrupt = LineInterrupt {
+                    event: event.clone(),
+                    before,
+                };
+                match line.sender.try_send(interrupt) {
                     Ok(()) => delivered = true,
                     // Interrupts already waiting there will do the same work.
                     Err(mpsc::error::TrySendError::Full(_)) => delivered = true,
@@ -247,7 +267,10 @@ impl Session {
                 continue;
             }
             match root.sender.try_send(event.clone()) {
-                Ok(()) => delivered = true,
+                Ok(()) => {
+                    root.delivered.fetch_add(1, Ordering::Relaxed);
+                    delivered = true;
+                }
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     self.observer.event_dropped("inbox_full");
                     tracing::warn!(node = %root.node, event = event.body.type_name(), "inbox full, event dropped");

@@ -337,6 +337,21 @@ async fn an_interrupt_stops_the_stream_at_once_and_nothing_leaks_after_end() {
 }
 
 #[tokio::test]
+async fn a_request_sent_after_a_late_interrupt_is_answered() {
+    let mut h = Harness::start(true, Duration::ZERO, None).await;
+    h.next().await;
+    h.user_turn("hello");
+    h.until("agent.llm.response.end").await;
+
+    // The caller barged in just as the answer ended: the interrupt and the next turn arrive
+    // together, the interrupt first. The next turn is not stale work and must be answered.
+    h.send(EventBody::Interrupt);
+    h.user_turn("again");
+    let frames = h.until("agent.llm.response.end").await;
+    assert_eq!(text_of(&frames), "You said again.");
+}
+
+#[tokio::test]
 async fn transcripts_queued_behind_an_interrupt_are_kept() {
     let mut h = Harness::start(true, Duration::from_millis(40), None).await;
     h.next().await;
