@@ -3,6 +3,8 @@
 //! from a plain rmcp client (`notifications/cancelled`), from crewline's `McpClient` (a
 //! dropped call future: barge-in, timeout) and from a client that closes its session.
 
+mod common;
+
 use std::{
     sync::{
         Arc,
@@ -126,13 +128,7 @@ fn fixture() -> Fixture {
 }
 
 async fn connect_duplex(server: &McpServer) -> RunningService<RoleClient, ()> {
-    let server = server.clone();
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move { server.serve_io(server_io).await });
-    tokio::time::timeout(WAIT, ().serve(client_io))
-        .await
-        .expect("handshake in time")
-        .expect("the handshake succeeds")
+    common::rmcp_client(server.clone()).await
 }
 
 fn call_request(name: &str) -> ClientRequest {
