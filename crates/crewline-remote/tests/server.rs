@@ -1,15 +1,17 @@
 //! crewline's own task API (`TaskApi`) over real HTTP on 127.0.0.1, with the crate's client
 //! answering and the crew's side played by a registry holding the attached remote tools.
 
+mod common;
+
 use std::{sync::Arc, time::Duration};
 
-use async_trait::async_trait;
+use common::Weather;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_remote::{
     AttachError, ClientConfig, RemoteTools, StoreError, TaskApi, TaskClient,
     wire::{CustomTool, TaskRequest},
 };
-use crewline_tools::{Tool, ToolError, ToolRegistry};
+use crewline_tools::ToolRegistry;
 use serde_json::{Map, Value, json};
 
 /// Serves `api` on 127.0.0.1:0; returns its base URL.
@@ -21,30 +23,6 @@ async fn serve(api: &TaskApi) -> String {
     let router = api.router();
     tokio::spawn(async move { axum::serve(listener, router).await });
     format!("http://{addr}")
-}
-
-struct Weather;
-
-#[async_trait]
-impl Tool for Weather {
-    fn name(&self) -> &str {
-        "get_weather"
-    }
-    fn description(&self) -> &str {
-        "Get the current weather for a city."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"location": {"type": "string"}},
-               "required": ["location"]})
-    }
-    async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
-        match arguments["location"].as_str() {
-            Some("Paris") => Ok(json!({"location": "Paris", "temperature_c": 18})),
-            Some("") => Err(ToolError::invalid_arguments("location must not be empty")),
-            Some(other) => Err(ToolError::new(format!("No weather data for {other}"))),
-            None => Err(ToolError::invalid_arguments("location is required")),
-        }
-    }
 }
 
 fn client_registry() -> ToolRegistry {
