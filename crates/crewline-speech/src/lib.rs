@@ -86,6 +86,14 @@ pub enum SpeechError {
         /// What the format is.
         detail: String,
     },
+    /// The audio has more samples than a WAV file's header can count.
+    #[error("{samples} samples are more than a WAV file can hold ({max} at most)")]
+    TooLong {
+        /// How many samples the audio has.
+        samples: usize,
+        /// The most a WAV file holds.
+        max: u32,
+    },
     /// Sentences of one reply came in different formats, so they cannot be joined.
     #[error("audio format changed within a reply: {expected:?} then {found:?}")]
     FormatMismatch {
