@@ -167,11 +167,11 @@ impl McpServer {
             .session()
             .serve(transport)
             .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
+            .map_err(|error| McpError::Session(Box::new(error)))?;
         running
             .waiting()
             .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
+            .map_err(|error| McpError::Session(Box::new(error)))?;
         Ok(())
     }
 
