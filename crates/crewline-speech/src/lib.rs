@@ -113,6 +113,47 @@ pub enum SpeechError {
     },
 }
 
+/// Spawns `command` (its stdin piped), feeds it `input` and returns its stdout once it has
+/// exited successfully; a failed exit is [`SpeechError::Failed`] with its stderr.
+///
+/// The input is written while the output is read, so neither pipe can fill up and stall;
+/// closing stdin afterwards is the program's end of input. The command should be
+/// `kill_on_drop`, so that dropping this future (a barge-in) stops the program at once.
+async fn run_with_input(
+    mut command: tokio::process::Command,
+    program: String,
+    input: &[u8],
+) -> Result<Vec<u8>, SpeechError> {
+    use tokio::io::AsyncWriteExt;
+
+    let mut child = command
+        .spawn()
+        .map_err(|source| spawn_error(&program, source))?;
+    let mut stdin = child.stdin.take();
+    let write = async move {
+        if let Some(stdin) = stdin.as_mut() {
+            stdin.write_all(input).await?;
+        }
+        drop(stdin);
+        Ok::<(), std::io::Error>(())
+    };
+    let (written, output) = tokio::join!(write, child.wait_with_output());
+    let io_error = |source| SpeechError::Io {
+        program: program.clone(),
+        source,
+    };
+    let output = output.map_err(io_error)?;
+    if !output.status.success() {
+        return Err(SpeechError::Failed {
+            program,
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    written.map_err(io_error)?;
+    Ok(output.stdout)
+}
+
 /// Runs `program` with `args` and returns its stdout, for version probes.
 async fn probe_program(program: &std::path::Path, args: &[&str]) -> Result<String, SpeechError> {
     let name = program.display().to_string();
