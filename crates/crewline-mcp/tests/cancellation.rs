@@ -25,7 +25,7 @@ use crewline_mcp::{McpClient, McpServer};
 use rmcp::{
     RoleClient, ServiceExt,
     model::{CallToolRequest, CallToolRequestParams, ClientRequest},
-    service::{PeerRequestOptions, RunningService},
+    service::{PeerRequestOptions, RequestHandle, RunningService},
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::Notify};
@@ -137,6 +137,21 @@ fn call_request(name: &str) -> ClientRequest {
     )))
 }
 
+/// Sends a cancellable call to the tool `name` and waits until `probe` says it started.
+async fn start_call(
+    client: &RunningService<RoleClient, ()>,
+    name: &str,
+    probe: &Probe,
+) -> RequestHandle<RoleClient> {
+    let handle = client
+        .peer()
+        .send_cancellable_request(call_request(name), PeerRequestOptions::no_options())
+        .await
+        .expect("the request is sent");
+    within(&format!("{name} to start"), probe.started.notified()).await;
+    handle
+}
+
 /// Waits until the ledger holds `count` records, and returns them.
 async fn recorded(ledger: &MemoryLedger, count: usize) -> Vec<LedgerRecord> {
     tokio::time::timeout(WAIT, async {
@@ -162,12 +177,7 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 async fn a_cancelled_request_drops_the_tools_future_and_is_recorded_as_cancelled() {
     let fixture = fixture();
     let client = connect_duplex(&fixture.server).await;
-    let handle = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.slow.started.notified()).await;
+    let handle = start_call(&client, "slow", &fixture.slow).await;
     handle
         .cancel(Some("the user hung up".to_owned()))
         .await
@@ -184,11 +194,7 @@ async fn a_cancelled_request_drops_the_tools_future_and_is_recorded_as_cancelled
     assert_eq!(records[0].error_kind, Some(ToolErrorKind::Cancelled));
 
     // Only that call was cancelled: the session's next call runs.
-    let next = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options());
-    let next = next.await.expect("the second request is sent");
-    within("the second call to start", fixture.slow.started.notified()).await;
+    let next = start_call(&client, "slow", &fixture.slow).await;
     fixture.slow.release.notify_one();
     let answer = within("the second answer", next.await_response())
         .await
@@ -206,12 +212,7 @@ async fn a_cancelled_request_drops_the_tools_future_and_is_recorded_as_cancelled
 async fn a_cancelled_request_to_a_non_cancellable_tool_runs_to_completion() {
     let fixture = fixture();
     let client = connect_duplex(&fixture.server).await;
-    let handle = client
-        .peer()
-        .send_cancellable_request(call_request("pay"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.pay.started.notified()).await;
+    let handle = start_call(&client, "pay", &fixture.pay).await;
     handle
         .cancel(Some("changed my mind".to_owned()))
         .await
@@ -333,12 +334,7 @@ async fn a_timed_out_mounted_call_is_cancelled_on_the_server() {
 async fn a_client_that_closes_its_session_mid_call_cancels_the_call() {
     let fixture = fixture();
     let client = connect_duplex(&fixture.server).await;
-    let pending = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.slow.started.notified()).await;
+    let pending = start_call(&client, "slow", &fixture.slow).await;
     // The client goes away without cancelling the request (the transport closes). rmcp gives
     // running calls a few seconds to answer, then cancels them.
     drop(pending);
@@ -360,12 +356,7 @@ async fn an_http_client_that_ends_its_session_mid_call_cancels_the_call() {
     let client = within("the handshake", ().serve(transport))
         .await
         .expect("the handshake succeeds");
-    let pending = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.slow.started.notified()).await;
+    let pending = start_call(&client, "slow", &fixture.slow).await;
     // The client leaves without cancelling the request: closing ends its HTTP session
     // (DELETE), which ends the server's session and its running calls.
     drop(pending);
