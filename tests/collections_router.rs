@@ -10,9 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient, protocol::Caller};
-use crewline_cli::platform::{
-    CrewFrame, Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary,
-};
+use crewline_cli::platform::{Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary};
 use crewline_server::CrewServer;
 use serde_json::{Map, Value, json};
 
@@ -186,14 +184,7 @@ async fn asking_for_a_person_transfers_the_call_and_nothing_more_is_said() {
         &types[types.len() - 2..],
         ["agent.transfer_call", "agent.llm.response.end"]
     );
-    let transfer = summary
-        .frames
-        .iter()
-        .find_map(|f| match &f.frame {
-            CrewFrame::Transfer(transfer) => Some(transfer.clone()),
-            _ => None,
-        })
-        .expect("agent.transfer_call");
+    let transfer = common::transfer_of(&summary);
     assert_eq!(transfer.transfer_call_number, collections::COLLECTIONS_DESK);
     let briefing = transfer
         .transfer_options

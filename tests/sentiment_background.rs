@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use crewline_cli::platform::{CrewFrame, Handoff, PlatformError, TurnSummary};
+use crewline_cli::platform::{Handoff, PlatformError, TurnSummary};
 use serde_json::{Map, Value, json};
 
 use common::{connect, say};
@@ -68,14 +68,7 @@ async fn two_frustrated_turns_in_a_row_end_with_an_apology_and_a_transfer() {
         ["agent.transfer_call", "agent.llm.response.end"],
         "{types:?}"
     );
-    let transfer = second
-        .frames
-        .iter()
-        .find_map(|f| match &f.frame {
-            CrewFrame::Transfer(transfer) => Some(transfer.clone()),
-            _ => None,
-        })
-        .expect("agent.transfer_call");
+    let transfer = common::transfer_of(&second);
     assert_eq!(transfer.transfer_call_number, sentiment::HUMAN_DESK);
     assert!(transfer.transfer_options.private_handoff_option.is_some());
     assert!(

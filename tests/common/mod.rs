@@ -7,7 +7,10 @@
 
 use std::{net::SocketAddr, time::Duration};
 
-use crewline_cli::platform::{PlatformClient, PlatformConfig, PlatformError, TurnSummary};
+use crewline::protocol::TransferCall;
+use crewline_cli::platform::{
+    CrewFrame, PlatformClient, PlatformConfig, PlatformError, TurnSummary,
+};
 use crewline_server::CrewServer;
 
 /// How long a handshake may take before the test fails instead of hanging.
@@ -52,4 +55,16 @@ pub(crate) async fn say(client: &mut PlatformClient, words: &str) -> TurnSummary
         .finish()
         .await
         .expect("turn finished")
+}
+
+/// The turn's `agent.transfer_call`; the turn must have sent one.
+pub(crate) fn transfer_of(summary: &TurnSummary) -> TransferCall {
+    summary
+        .frames
+        .iter()
+        .find_map(|f| match &f.frame {
+            CrewFrame::Transfer(transfer) => Some(transfer.clone()),
+            _ => None,
+        })
+        .expect("agent.transfer_call")
 }
