@@ -8,8 +8,9 @@ use std::{sync::Arc, time::Duration};
 use common::Weather;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_remote::{
-    AttachError, ClientConfig, RemoteTools, StoreError, TaskApi, TaskClient,
-    wire::{CustomTool, TaskRequest},
+    AttachError, ClientConfig, ClientError, RemoteTools, StoreError, TaskApi, TaskClient,
+    TaskOutcome,
+    wire::{CustomTool, TaskRequest, TaskResponse},
 };
 use crewline_tools::ToolRegistry;
 use serde_json::{Map, Value, json};
@@ -33,6 +34,29 @@ fn client_registry() -> ToolRegistry {
 
 fn client(url: &str) -> TaskClient {
     TaskClient::new(ClientConfig::new(url).long_poll(Some(Duration::from_secs(5)))).expect("client")
+}
+
+/// Creates a task offering the client registry's tools and starts `client` answering its
+/// tool calls; returns the created task and the answering task.
+async fn create_and_serve(
+    client: &TaskClient,
+) -> (
+    TaskResponse,
+    tokio::task::JoinHandle<Result<TaskOutcome, ClientError>>,
+) {
+    let registry = client_registry();
+    let task = client
+        .create_task(&TaskRequest {
+            custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
+            ..TaskRequest::default()
+        })
+        .await
+        .expect("task created");
+    let serving = {
+        let (client, id) = (client.clone(), task.id.clone());
+        tokio::spawn(async move { client.serve(&id, &registry).await })
+    };
+    (task, serving)
 }
 
 fn weather_spec(timeout_ms: Option<u64>) -> CustomTool {
@@ -87,19 +111,8 @@ async fn remote_tool_calls_are_answered_by_the_client_and_the_task_ends_with_the
     let api = TaskApi::new();
     let url = serve(&api).await;
     let client = client(&url);
-    let registry = client_registry();
-    let task = client
-        .create_task(&TaskRequest {
-            custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
-            ..TaskRequest::default()
-        })
-        .await
-        .expect("task created");
+    let (task, serving) = create_and_serve(&client).await;
     assert_eq!(task.status.as_str(), "waiting");
-    let serving = {
-        let (client, id) = (client.clone(), task.id.clone());
-        tokio::spawn(async move { client.serve(&id, &registry).await })
-    };
 
     let mut variables = Map::new();
     variables.insert("task_id".to_owned(), json!(task.id));
@@ -426,18 +439,7 @@ async fn measure_round_trip() {
                 .poll_interval(Duration::from_millis(250)),
         )
         .expect("client");
-        let registry = client_registry();
-        let task = client
-            .create_task(&TaskRequest {
-                custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
-                ..TaskRequest::default()
-            })
-            .await
-            .expect("task");
-        let serving = {
-            let (client, id) = (client.clone(), task.id.clone());
-            tokio::spawn(async move { client.serve(&id, &registry).await })
-        };
+        let (task, serving) = create_and_serve(&client).await;
         let remote = api.attach(&task.id).await.expect("attached");
         let crew = crew_registry(&remote);
         let mut times = Vec::new();
