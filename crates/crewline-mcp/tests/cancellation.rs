@@ -21,7 +21,7 @@ use crewline::{
         executor::ledger::{LedgerRecord, MemoryLedger, Outcome},
     },
 };
-use crewline_mcp::{McpClient, McpServer};
+use crewline_mcp::{McpClient, McpError, McpServer};
 use rmcp::{
     RoleClient, ServiceExt,
     model::{CallToolRequest, CallToolRequestParams, ClientRequest},
@@ -232,6 +232,18 @@ async fn a_cancelled_request_to_a_non_cancellable_tool_runs_to_completion() {
     client.cancel().await.expect("the client closes");
 }
 
+/// Serves `server` over streamable HTTP on 127.0.0.1:0; returns its MCP URL and the serving
+/// task (abort it to stop the server).
+async fn serve_http(server: &McpServer) -> (String, tokio::task::JoinHandle<Result<(), McpError>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    let server = server.clone();
+    (
+        url,
+        tokio::spawn(async move { server.serve_http(listener).await }),
+    )
+}
+
 /// A crewline registry whose tools are the server's, mounted through `McpClient` over HTTP.
 async fn mounted(
     server: &McpServer,
@@ -302,10 +314,7 @@ async fn barge_in_on_a_mounted_tool_cancels_the_call_on_the_server() {
 #[tokio::test]
 async fn a_timed_out_mounted_call_is_cancelled_on_the_server() {
     let fixture = fixture();
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
-    let server = fixture.server.clone();
-    let server_task = tokio::spawn(async move { server.serve_http(listener).await });
+    let (url, server_task) = serve_http(&fixture.server).await;
     let client = McpClient::connect_http(&url)
         .await
         .expect("the client connects")
@@ -348,10 +357,7 @@ async fn a_client_that_closes_its_session_mid_call_cancels_the_call() {
 #[tokio::test]
 async fn an_http_client_that_ends_its_session_mid_call_cancels_the_call() {
     let fixture = fixture();
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
-    let server = fixture.server.clone();
-    let server_task = tokio::spawn(async move { server.serve_http(listener).await });
+    let (url, server_task) = serve_http(&fixture.server).await;
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
     let client = within("the handshake", ().serve(transport))
         .await
