@@ -5,6 +5,7 @@
 #[path = "../examples/bank_support/crew.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod bank;
+mod common;
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,9 +14,11 @@ use crewline::{
     llm::LlmClient,
     protocol::{EventBody, LlmRequest},
 };
-use crewline_cli::platform::{CrewFrame, PlatformClient, PlatformConfig, ToolOutcome, TurnSummary};
+use crewline_cli::platform::{CrewFrame, PlatformClient, ToolOutcome, TurnSummary};
 use crewline_server::CrewServer;
 use serde_json::{Map, json};
+
+use common::{connect, say};
 
 const CALLER: i64 = 125_000;
 const ALICE: i64 = 10_000;
@@ -27,31 +30,7 @@ async fn serve(bank: bank::Bank) -> String {
         let crew = bank::bank_crew(&setup, llm.clone(), bank.clone());
         async move { crew }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(server.serve(listener));
-    format!("ws://{addr}/ws")
-}
-
-async fn connect(url: &str) -> PlatformClient {
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        PlatformClient::connect(PlatformConfig::new(url)),
-    )
-    .await
-    .expect("connected in time")
-    .expect("handshake")
-}
-
-async fn say(client: &mut PlatformClient, words: &str) -> TurnSummary {
-    client
-        .user_turn(words)
-        .expect("turn sent")
-        .finish()
-        .await
-        .expect("turn finished")
+    common::serve(server).await
 }
 
 /// The messages of the turn's `tool_call_error` logs.

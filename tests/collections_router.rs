@@ -5,13 +5,12 @@
 #[path = "../examples/collections_router/crew.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod collections;
+mod common;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient, protocol::Caller};
-use crewline_cli::platform::{
-    CrewFrame, Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary,
-};
+use crewline_cli::platform::{Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary};
 use crewline_server::CrewServer;
 use serde_json::{Map, Value, json};
 
@@ -22,28 +21,17 @@ async fn serve() -> String {
         let crew = collections::collections_crew(&setup, llm.clone());
         async move { crew }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(server.serve(listener));
-    format!("ws://{addr}/ws")
+    common::serve(server).await
 }
 
+/// Connects with `config`; the handshake must succeed.
 async fn connect(config: PlatformConfig) -> PlatformClient {
-    tokio::time::timeout(Duration::from_secs(20), PlatformClient::connect(config))
-        .await
-        .expect("connected in time")
-        .expect("handshake")
+    common::connect_with(config).await.expect("handshake")
 }
 
+/// Runs one user turn, asserting that it ends cleanly.
 async fn say(client: &mut PlatformClient, text: &str) -> TurnSummary {
-    let summary = client
-        .user_turn(text)
-        .expect("turn sent")
-        .finish()
-        .await
-        .expect("turn finished");
+    let summary = common::say(client, text).await;
     assert!(summary.ended, "every turn ends: {summary:?}");
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     summary
@@ -196,14 +184,7 @@ async fn asking_for_a_person_transfers_the_call_and_nothing_more_is_said() {
         &types[types.len() - 2..],
         ["agent.transfer_call", "agent.llm.response.end"]
     );
-    let transfer = summary
-        .frames
-        .iter()
-        .find_map(|f| match &f.frame {
-            CrewFrame::Transfer(transfer) => Some(transfer.clone()),
-            _ => None,
-        })
-        .expect("agent.transfer_call");
+    let transfer = common::transfer_of(&summary);
     assert_eq!(transfer.transfer_call_number, collections::COLLECTIONS_DESK);
     let briefing = transfer
         .transfer_options

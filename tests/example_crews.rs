@@ -4,40 +4,23 @@
 #[path = "../examples/call_control/crew.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod call_control;
+mod common;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient};
-use crewline_cli::platform::{Handoff, PlatformClient, PlatformConfig, PlatformError};
+use crewline_cli::platform::{Handoff, PlatformError};
 use crewline_server::CrewServer;
 
-/// Serves `server` on 127.0.0.1 (port 0) and returns its WebSocket URL.
-async fn serve(server: CrewServer) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(server.serve(listener));
-    format!("ws://{addr}/ws")
-}
+use common::connect;
 
 async fn call_control_server() -> String {
     let llm: Arc<dyn LlmClient> = Arc::new(call_control::scripted_support_model());
-    serve(CrewServer::new(move |setup: SessionSetup| {
+    common::serve(CrewServer::new(move |setup: SessionSetup| {
         let crew = call_control::support_crew(&setup, llm.clone());
         async move { crew }
     }))
     .await
-}
-
-async fn connect(url: &str) -> PlatformClient {
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        PlatformClient::connect(PlatformConfig::new(url)),
-    )
-    .await
-    .expect("connected in time")
-    .expect("handshake")
 }
 
 #[tokio::test]
@@ -83,7 +66,7 @@ async fn asking_for_a_person_transfers_the_call_after_the_last_words() {
 async fn the_model_is_not_asked_again_after_a_transfer() {
     let llm = Arc::new(call_control::scripted_support_model());
     let model: Arc<dyn LlmClient> = llm.clone();
-    let url = serve(CrewServer::new(move |setup: SessionSetup| {
+    let url = common::serve(CrewServer::new(move |setup: SessionSetup| {
         let crew = call_control::support_crew(&setup, model.clone());
         async move { crew }
     }))

@@ -9,6 +9,8 @@ mod crew;
 #[allow(dead_code, unreachable_pub)]
 mod station;
 
+mod common;
+
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -32,12 +34,7 @@ async fn serve(tasks: TaskApi) -> SocketAddr {
     let llm: Arc<dyn LlmClient> = Arc::new(crew::scripted_model(Duration::ZERO));
     let server = CrewServer::new(crew::RemoteWeatherCrew::new(llm, tasks.clone()).setup_fn())
         .merge(tasks.router());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(server.serve(listener));
-    addr
+    common::listen(server).await
 }
 
 /// A call to the crew at `addr` with these call variables.
@@ -51,9 +48,7 @@ async fn call(
             .initial_variables
             .insert((*name).to_owned(), value.clone());
     }
-    tokio::time::timeout(Duration::from_secs(20), PlatformClient::connect(config))
-        .await
-        .expect("connected in time")
+    common::connect_with(config).await
 }
 
 /// The example binary, rebuilt if needed (`cargo test --workspace` builds it anyway; a

@@ -6,42 +6,20 @@
 #[allow(dead_code, unreachable_pub)]
 mod sentiment;
 
+mod common;
+
 use std::time::Duration;
 
-use crewline_cli::platform::{
-    CrewFrame, Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary,
-};
+use crewline_cli::platform::{Handoff, PlatformError, TurnSummary};
 use serde_json::{Map, Value, json};
+
+use common::{connect, say};
 
 /// Serves the sentiment crew on 127.0.0.1 (port 0); returns its WebSocket URL.
 async fn serve() -> String {
     let server = sentiment::server(sentiment::scripted_model(Duration::from_millis(2)))
         .expect("the weather tools register");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(server.serve(listener));
-    format!("ws://{addr}/ws")
-}
-
-async fn connect(url: &str) -> PlatformClient {
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        PlatformClient::connect(PlatformConfig::new(url)),
-    )
-    .await
-    .expect("connected in time")
-    .expect("handshake")
-}
-
-async fn say(client: &mut PlatformClient, words: &str) -> TurnSummary {
-    client
-        .user_turn(words)
-        .expect("turn sent")
-        .finish()
-        .await
-        .expect("turn finished")
+    common::serve(server).await
 }
 
 /// The turn's `sentiment` log entries.
@@ -90,14 +68,7 @@ async fn two_frustrated_turns_in_a_row_end_with_an_apology_and_a_transfer() {
         ["agent.transfer_call", "agent.llm.response.end"],
         "{types:?}"
     );
-    let transfer = second
-        .frames
-        .iter()
-        .find_map(|f| match &f.frame {
-            CrewFrame::Transfer(transfer) => Some(transfer.clone()),
-            _ => None,
-        })
-        .expect("agent.transfer_call");
+    let transfer = common::transfer_of(&second);
     assert_eq!(transfer.transfer_call_number, sentiment::HUMAN_DESK);
     assert!(transfer.transfer_options.private_handoff_option.is_some());
     assert!(

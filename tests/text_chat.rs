@@ -4,15 +4,18 @@
 #[path = "../examples/text_chat/crew.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod chat;
+mod common;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient, protocol::ConversationType};
 use crewline_cli::platform::{
-    CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome, TurnSummary,
+    CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome,
 };
 use crewline_server::CrewServer;
 use serde_json::json;
+
+use common::say;
 
 /// Serves the chat crew on 127.0.0.1 (port 0); returns its WebSocket URL.
 async fn serve() -> String {
@@ -21,29 +24,14 @@ async fn serve() -> String {
         let crew = chat::chat_crew(&setup, llm.clone());
         async move { crew }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(server.serve(listener));
-    format!("ws://{addr}/ws")
+    common::serve(server).await
 }
 
+/// Connects to `url` as a `kind` conversation; the handshake's outcome is returned.
 async fn connect(url: &str, kind: ConversationType) -> Result<PlatformClient, PlatformError> {
     let mut config = PlatformConfig::new(url);
     config.conversation_type = kind;
-    tokio::time::timeout(Duration::from_secs(20), PlatformClient::connect(config))
-        .await
-        .expect("the handshake ended in time")
-}
-
-async fn say(client: &mut PlatformClient, words: &str) -> TurnSummary {
-    client
-        .user_turn(words)
-        .expect("turn sent")
-        .finish()
-        .await
-        .expect("turn finished")
+    common::connect_with(config).await
 }
 
 #[tokio::test]

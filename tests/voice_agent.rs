@@ -6,32 +6,21 @@
 #[allow(dead_code, unreachable_pub)]
 mod weather;
 
+mod common;
+
 use std::{sync::Arc, time::Duration};
 
-use crewline_cli::platform::{CrewFrame, PlatformClient, PlatformConfig, ToolOutcome};
+use crewline_cli::platform::{CrewFrame, ToolOutcome};
 use crewline_server::CrewServer;
+
+use common::connect;
 
 /// Serves the weather crew (scripted model pausing `chunk_delay` per piece, lookups taking
 /// `service_delay`) on 127.0.0.1 (port 0); returns its WebSocket URL.
 async fn serve(chunk_delay: Duration, service_delay: Duration) -> String {
     let llm = Arc::new(weather::scripted_weather_model(chunk_delay));
     let crew = weather::WeatherCrew::new(llm, service_delay).expect("the weather tools register");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(CrewServer::new(crew.setup_fn()).serve(listener));
-    format!("ws://{addr}/ws")
-}
-
-async fn connect(url: &str) -> PlatformClient {
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        PlatformClient::connect(PlatformConfig::new(url)),
-    )
-    .await
-    .expect("connected in time")
-    .expect("handshake")
+    common::serve(CrewServer::new(crew.setup_fn())).await
 }
 
 /// The frame kinds of a turn, in order: `chunk:<text>` for chunks, wire names otherwise.

@@ -94,22 +94,36 @@ pub struct VoiceRequest {
     pub espeak_voice: Option<String>,
 }
 
+/// Why voice could not be set up for a chat.
+#[derive(Debug, thiserror::Error)]
+pub enum VoiceError {
+    /// The folder for the replies' WAV files could not be created.
+    #[error("could not create {}: {source}", path.display())]
+    OutDir {
+        /// The folder asked for.
+        path: PathBuf,
+        /// Why creating it failed.
+        source: std::io::Error,
+    },
+}
+
 impl VoiceConfig {
     /// Sets up voice from what is installed: espeak-ng for speech, `aplay` for playback.
     /// Returns the configuration and one line per finding, for the user.
     ///
     /// A missing program is not an error: without espeak-ng the chat runs text only, without
     /// `aplay` it does not play. An output folder that cannot be created is an error.
-    pub async fn detect(request: VoiceRequest) -> Result<(Self, Vec<String>), std::io::Error> {
+    pub async fn detect(request: VoiceRequest) -> Result<(Self, Vec<String>), VoiceError> {
         let mut notes = Vec::new();
         let mut config = Self::text_only();
         if let Some(dir) = &request.out_dir {
-            std::fs::create_dir_all(dir).map_err(|error| {
-                std::io::Error::new(
-                    error.kind(),
-                    format!("could not create {}: {error}", dir.display()),
-                )
-            })?;
+            // tokio's version: this runs on the chat's runtime, which must not block.
+            tokio::fs::create_dir_all(dir)
+                .await
+                .map_err(|source| VoiceError::OutDir {
+                    path: dir.clone(),
+                    source,
+                })?;
             config.out_dir = Some(dir.clone());
         }
         let mut espeak = EspeakNg::new();
@@ -562,6 +576,27 @@ mod tests {
     use crewline_speech::{AudioFormat, SpeechError};
 
     use super::*;
+
+    #[tokio::test]
+    async fn an_output_folder_that_cannot_be_created_is_a_typed_error_naming_it() {
+        // A folder inside a regular file can never be created.
+        let file = std::env::temp_dir().join(format!("crewline-voice-{}", std::process::id()));
+        std::fs::write(&file, b"not a folder").unwrap();
+        let wanted = file.join("wavs");
+        let result = VoiceConfig::detect(VoiceRequest {
+            out_dir: Some(wanted.clone()),
+            play: false,
+            espeak_voice: None,
+        })
+        .await;
+        std::fs::remove_file(&file).unwrap();
+        let Err(error) = result else {
+            panic!("a folder inside a file was accepted")
+        };
+        let VoiceError::OutDir { path, .. } = &error;
+        assert_eq!(path, &wanted);
+        assert!(error.to_string().contains("could not create"), "{error}");
+    }
 
     /// Tells the test each sentence it is asked to speak; one sample per character.
     struct EchoTts(mpsc::UnboundedSender<String>);

@@ -79,10 +79,7 @@ impl McpClient {
     ) -> Result<Self, McpError> {
         let url = config.uri.to_string();
         let transport = StreamableHttpClientTransport::from_config(config);
-        let service =
-            ().serve(transport)
-                .await
-                .map_err(|error| McpError::Session(error.to_string()))?;
+        let service = handshake(transport).await?;
         Ok(Self::from_service(service, url))
     }
 
@@ -91,10 +88,7 @@ impl McpClient {
     pub async fn spawn(command: tokio::process::Command) -> Result<Self, McpError> {
         let label = format!("{:?}", command.as_std().get_program());
         let transport = TokioChildProcess::new(command)?;
-        let service =
-            ().serve(transport)
-                .await
-                .map_err(|error| McpError::Session(error.to_string()))?;
+        let service = handshake(transport).await?;
         Ok(Self::from_service(service, label))
     }
 
@@ -103,10 +97,7 @@ impl McpClient {
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let service =
-            ().serve(transport)
-                .await
-                .map_err(|error| McpError::Session(error.to_string()))?;
+        let service = handshake(transport).await?;
         Ok(Self::from_service(service, "io".to_owned()))
     }
 
@@ -274,4 +265,16 @@ fn remote_error(text: &Option<String>, structured: Option<&Value>) -> ToolError 
         Some(text) if !text.is_empty() => ToolError::new(text.clone()),
         _ => ToolError::new("the remote tool failed without saying why"),
     }
+}
+
+/// Runs the MCP client handshake over any transport rmcp accepts (HTTP, a child process, a
+/// duplex); every constructor goes through it so they fail alike.
+async fn handshake<T, E, A>(transport: T) -> Result<RunningService<RoleClient, ()>, McpError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    ().serve(transport)
+        .await
+        .map_err(|error| McpError::Session(Box::new(error)))
 }

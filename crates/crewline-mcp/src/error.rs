@@ -9,9 +9,10 @@ pub enum McpError {
     /// A tool could not be exported to MCP (its name breaks the flavour's naming rules).
     #[error(transparent)]
     Export(#[from] ExportError),
-    /// The MCP session could not be set up (handshake, transport).
+    /// The MCP session could not be set up or ended abnormally (handshake, transport); the
+    /// cause is kept as the error's source.
     #[error("the MCP session could not start: {0}")]
-    Session(String),
+    Session(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The MCP peer failed a request (listing tools, for instance).
     #[error("the MCP request failed: {0}")]
     Request(#[from] rmcp::ServiceError),

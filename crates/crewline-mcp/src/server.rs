@@ -147,30 +147,31 @@ impl McpServer {
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let running = self
-            .session()
-            .serve(transport)
-            .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
-        running
-            .waiting()
-            .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
-        Ok(())
+        self.run_session(transport).await
     }
 
     /// Serves one MCP session on this process's stdin and stdout until the client
     /// disconnects (stdout then carries only MCP messages: log to stderr).
     pub async fn serve_stdio(&self) -> Result<(), McpError> {
+        self.run_session(rmcp::transport::stdio()).await
+    }
+
+    /// Runs one session on any transport rmcp accepts (a duplex stream, or a reader and
+    /// writer pair such as stdio) until the client disconnects.
+    async fn run_session<T, E, A>(&self, transport: T) -> Result<(), McpError>
+    where
+        T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let running = self
             .session()
-            .serve(rmcp::transport::stdio())
+            .serve(transport)
             .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
+            .map_err(|error| McpError::Session(Box::new(error)))?;
         running
             .waiting()
             .await
-            .map_err(|error| McpError::Session(error.to_string()))?;
+            .map_err(|error| McpError::Session(Box::new(error)))?;
         Ok(())
     }
 

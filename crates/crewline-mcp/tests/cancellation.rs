@@ -3,6 +3,8 @@
 //! from a plain rmcp client (`notifications/cancelled`), from crewline's `McpClient` (a
 //! dropped call future: barge-in, timeout) and from a client that closes its session.
 
+mod common;
+
 use std::{
     sync::{
         Arc,
@@ -19,11 +21,11 @@ use crewline::{
         executor::ledger::{LedgerRecord, MemoryLedger, Outcome},
     },
 };
-use crewline_mcp::{McpClient, McpServer};
+use crewline_mcp::{McpClient, McpError, McpServer};
 use rmcp::{
     RoleClient, ServiceExt,
     model::{CallToolRequest, CallToolRequestParams, ClientRequest},
-    service::{PeerRequestOptions, RunningService},
+    service::{PeerRequestOptions, RequestHandle, RunningService},
 };
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::Notify};
@@ -126,19 +128,28 @@ fn fixture() -> Fixture {
 }
 
 async fn connect_duplex(server: &McpServer) -> RunningService<RoleClient, ()> {
-    let server = server.clone();
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move { server.serve_io(server_io).await });
-    tokio::time::timeout(WAIT, ().serve(client_io))
-        .await
-        .expect("handshake in time")
-        .expect("the handshake succeeds")
+    common::rmcp_client(server.clone()).await
 }
 
 fn call_request(name: &str) -> ClientRequest {
     ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new(
         name.to_owned(),
     )))
+}
+
+/// Sends a cancellable call to the tool `name` and waits until `probe` says it started.
+async fn start_call(
+    client: &RunningService<RoleClient, ()>,
+    name: &str,
+    probe: &Probe,
+) -> RequestHandle<RoleClient> {
+    let handle = client
+        .peer()
+        .send_cancellable_request(call_request(name), PeerRequestOptions::no_options())
+        .await
+        .expect("the request is sent");
+    within(&format!("{name} to start"), probe.started.notified()).await;
+    handle
 }
 
 /// Waits until the ledger holds `count` records, and returns them.
@@ -166,12 +177,7 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 async fn a_cancelled_request_drops_the_tools_future_and_is_recorded_as_cancelled() {
     let fixture = fixture();
     let client = connect_duplex(&fixture.server).await;
-    let handle = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.slow.started.notified()).await;
+    let handle = start_call(&client, "slow", &fixture.slow).await;
     handle
         .cancel(Some("the user hung up".to_owned()))
         .await
@@ -188,11 +194,7 @@ async fn a_cancelled_request_drops_the_tools_future_and_is_recorded_as_cancelled
     assert_eq!(records[0].error_kind, Some(ToolErrorKind::Cancelled));
 
     // Only that call was cancelled: the session's next call runs.
-    let next = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options());
-    let next = next.await.expect("the second request is sent");
-    within("the second call to start", fixture.slow.started.notified()).await;
+    let next = start_call(&client, "slow", &fixture.slow).await;
     fixture.slow.release.notify_one();
     let answer = within("the second answer", next.await_response())
         .await
@@ -210,12 +212,7 @@ async fn a_cancelled_request_drops_the_tools_future_and_is_recorded_as_cancelled
 async fn a_cancelled_request_to_a_non_cancellable_tool_runs_to_completion() {
     let fixture = fixture();
     let client = connect_duplex(&fixture.server).await;
-    let handle = client
-        .peer()
-        .send_cancellable_request(call_request("pay"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.pay.started.notified()).await;
+    let handle = start_call(&client, "pay", &fixture.pay).await;
     handle
         .cancel(Some("changed my mind".to_owned()))
         .await
@@ -233,6 +230,18 @@ async fn a_cancelled_request_to_a_non_cancellable_tool_runs_to_completion() {
     assert_eq!(records[0].tool, "pay");
     assert_eq!(records[0].outcome, Outcome::Ok);
     client.cancel().await.expect("the client closes");
+}
+
+/// Serves `server` over streamable HTTP on 127.0.0.1:0; returns its MCP URL and the serving
+/// task (abort it to stop the server).
+async fn serve_http(server: &McpServer) -> (String, tokio::task::JoinHandle<Result<(), McpError>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
+    let server = server.clone();
+    (
+        url,
+        tokio::spawn(async move { server.serve_http(listener).await }),
+    )
 }
 
 /// A crewline registry whose tools are the server's, mounted through `McpClient` over HTTP.
@@ -305,10 +314,7 @@ async fn barge_in_on_a_mounted_tool_cancels_the_call_on_the_server() {
 #[tokio::test]
 async fn a_timed_out_mounted_call_is_cancelled_on_the_server() {
     let fixture = fixture();
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
-    let server = fixture.server.clone();
-    let server_task = tokio::spawn(async move { server.serve_http(listener).await });
+    let (url, server_task) = serve_http(&fixture.server).await;
     let client = McpClient::connect_http(&url)
         .await
         .expect("the client connects")
@@ -337,12 +343,7 @@ async fn a_timed_out_mounted_call_is_cancelled_on_the_server() {
 async fn a_client_that_closes_its_session_mid_call_cancels_the_call() {
     let fixture = fixture();
     let client = connect_duplex(&fixture.server).await;
-    let pending = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.slow.started.notified()).await;
+    let pending = start_call(&client, "slow", &fixture.slow).await;
     // The client goes away without cancelling the request (the transport closes). rmcp gives
     // running calls a few seconds to answer, then cancels them.
     drop(pending);
@@ -356,20 +357,12 @@ async fn a_client_that_closes_its_session_mid_call_cancels_the_call() {
 #[tokio::test]
 async fn an_http_client_that_ends_its_session_mid_call_cancels_the_call() {
     let fixture = fixture();
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
-    let server = fixture.server.clone();
-    let server_task = tokio::spawn(async move { server.serve_http(listener).await });
+    let (url, server_task) = serve_http(&fixture.server).await;
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
     let client = within("the handshake", ().serve(transport))
         .await
         .expect("the handshake succeeds");
-    let pending = client
-        .peer()
-        .send_cancellable_request(call_request("slow"), PeerRequestOptions::no_options())
-        .await
-        .expect("the request is sent");
-    within("the tool to start", fixture.slow.started.notified()).await;
+    let pending = start_call(&client, "slow", &fixture.slow).await;
     // The client leaves without cancelling the request: closing ends its HTTP session
     // (DELETE), which ends the server's session and its running calls.
     drop(pending);

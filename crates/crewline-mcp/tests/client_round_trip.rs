@@ -13,7 +13,7 @@ use crewline::{
         executor::ledger::{MemoryLedger, Outcome},
     },
 };
-use crewline_mcp::{McpClient, SchemaFlavour};
+use crewline_mcp::{McpClient, McpError, SchemaFlavour};
 use serde_json::{Value, json};
 
 use common::{HttpServer, WAIT, error_of};
@@ -240,4 +240,21 @@ async fn mounting_a_clashing_name_adds_nothing() {
         .expect_err("slow_echo clashes");
     assert!(error.to_string().contains("slow_echo"), "{error}");
     assert_eq!(registry.names(), ["slow_echo"]);
+}
+
+#[tokio::test]
+async fn a_peer_that_hangs_up_in_the_handshake_is_a_session_error_keeping_its_cause() {
+    let (client_io, server_io) = tokio::io::duplex(1024);
+    drop(server_io);
+    let outcome = tokio::time::timeout(WAIT, McpClient::connect_io(client_io))
+        .await
+        .expect("the handshake gives up in time");
+    let Err(error) = outcome else {
+        panic!("a handshake with nobody succeeded")
+    };
+    assert!(matches!(error, McpError::Session(_)), "{error}");
+    assert!(
+        std::error::Error::source(&error).is_some(),
+        "the cause was dropped: {error:?}"
+    );
 }

@@ -11,34 +11,13 @@ use crewline::{
     tool::executor::ledger::{MemoryLedger, Outcome},
 };
 use crewline_mcp::SchemaFlavour;
-use rmcp::{
-    RoleClient, ServiceExt,
-    model::{CallToolRequestParams, CallToolResult},
-    service::RunningService,
-};
+use rmcp::{RoleClient, model::CallToolResult, service::RunningService};
 use serde_json::{Value, json};
 
-use common::{WAIT, error_of};
+use common::{call_tool as call, error_of};
 
 async fn connect(ledger: &Arc<MemoryLedger>) -> RunningService<RoleClient, ()> {
-    let server = common::server(ledger, SchemaFlavour::Standard);
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move { server.serve_io(server_io).await });
-    tokio::time::timeout(WAIT, ().serve(client_io))
-        .await
-        .expect("handshake in time")
-        .expect("the handshake succeeds")
-}
-
-async fn call(client: &RunningService<RoleClient, ()>, name: &str, args: Value) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("arguments must be an object")
-    };
-    let params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
-    tokio::time::timeout(WAIT, client.call_tool(params))
-        .await
-        .expect("the call answers in time")
-        .expect("the call is answered with a tool result")
+    common::rmcp_client(common::server(ledger, SchemaFlavour::Standard)).await
 }
 
 fn text(result: &CallToolResult) -> String {

@@ -2,7 +2,7 @@
 //! `structuredContent` (and the same JSON as text); other tools, and every error, answer with
 //! text only.
 
-use std::time::Duration;
+mod common;
 
 use async_trait::async_trait;
 use crewline::{
@@ -11,16 +11,12 @@ use crewline::{
     tool::{Tool, ToolError, ToolRegistry},
 };
 use crewline_mcp::{McpClient, McpServer};
-use rmcp::{
-    RoleClient, ServiceExt,
-    model::{CallToolRequestParams, CallToolResult},
-    service::RunningService,
-};
+use rmcp::{RoleClient, model::CallToolResult, service::RunningService};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-const WAIT: Duration = Duration::from_secs(10);
+use common::call_tool as call;
 
 /// A forecast.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -103,24 +99,7 @@ fn server() -> McpServer {
 }
 
 async fn connect(server: &McpServer) -> RunningService<RoleClient, ()> {
-    let server = server.clone();
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(async move { server.serve_io(server_io).await });
-    tokio::time::timeout(WAIT, ().serve(client_io))
-        .await
-        .expect("handshake in time")
-        .expect("the handshake succeeds")
-}
-
-async fn call(client: &RunningService<RoleClient, ()>, name: &str, args: Value) -> CallToolResult {
-    let Value::Object(args) = args else {
-        panic!("arguments must be an object")
-    };
-    let params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
-    tokio::time::timeout(WAIT, client.call_tool(params))
-        .await
-        .expect("the call answers in time")
-        .expect("the call is answered with a tool result")
+    common::rmcp_client(server.clone()).await
 }
 
 fn text(result: &CallToolResult) -> Value {

@@ -2,6 +2,8 @@
 //! follows the documented shapes: `{"r": ...}` envelopes, 202 while running and 200 when
 //! done, `tool_call` events with `{name, input}` payloads and ms timestamps.
 
+mod common;
+
 use std::{
     collections::VecDeque,
     sync::{Arc, Mutex},
@@ -15,6 +17,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
     routing::{get, post},
 };
+use common::Weather;
 use crewline_remote::{Backoff, ClientConfig, ClientError, TaskClient, wire::TaskRequest};
 use crewline_tools::{Tool, ToolError, ToolPolicy, ToolRegistry};
 use serde_json::{Value, json};
@@ -145,33 +148,6 @@ fn client(base_url: &str) -> TaskClient {
             }),
     )
     .expect("client")
-}
-
-/// A weather tool: known cities answer, others are the tool's own error.
-struct Weather;
-
-#[async_trait]
-impl Tool for Weather {
-    fn name(&self) -> &str {
-        "get_weather"
-    }
-    fn description(&self) -> &str {
-        "Get the current weather for a city."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"location": {"type": "string"}},
-               "required": ["location"]})
-    }
-    fn result_schema(&self) -> Option<Value> {
-        Some(json!({"type": "object", "description": "Temperature and conditions."}))
-    }
-    async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
-        match arguments["location"].as_str() {
-            Some("Paris") => Ok(json!({"location": "Paris", "temperature_c": 18})),
-            Some(other) => Err(ToolError::new(format!("No weather data for {other}"))),
-            None => Err(ToolError::invalid_arguments("location is required")),
-        }
-    }
 }
 
 /// A tool that panics.

@@ -1,15 +1,18 @@
 //! crewline's own task API (`TaskApi`) over real HTTP on 127.0.0.1, with the crate's client
 //! answering and the crew's side played by a registry holding the attached remote tools.
 
+mod common;
+
 use std::{sync::Arc, time::Duration};
 
-use async_trait::async_trait;
+use common::Weather;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_remote::{
-    AttachError, ClientConfig, RemoteTools, StoreError, TaskApi, TaskClient,
-    wire::{CustomTool, TaskRequest},
+    AttachError, ClientConfig, ClientError, RemoteTools, StoreError, TaskApi, TaskClient,
+    TaskOutcome,
+    wire::{CustomTool, TaskRequest, TaskResponse},
 };
-use crewline_tools::{Tool, ToolError, ToolRegistry};
+use crewline_tools::ToolRegistry;
 use serde_json::{Map, Value, json};
 
 /// Serves `api` on 127.0.0.1:0; returns its base URL.
@@ -23,30 +26,6 @@ async fn serve(api: &TaskApi) -> String {
     format!("http://{addr}")
 }
 
-struct Weather;
-
-#[async_trait]
-impl Tool for Weather {
-    fn name(&self) -> &str {
-        "get_weather"
-    }
-    fn description(&self) -> &str {
-        "Get the current weather for a city."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"location": {"type": "string"}},
-               "required": ["location"]})
-    }
-    async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
-        match arguments["location"].as_str() {
-            Some("Paris") => Ok(json!({"location": "Paris", "temperature_c": 18})),
-            Some("") => Err(ToolError::invalid_arguments("location must not be empty")),
-            Some(other) => Err(ToolError::new(format!("No weather data for {other}"))),
-            None => Err(ToolError::invalid_arguments("location is required")),
-        }
-    }
-}
-
 fn client_registry() -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     registry.register(Weather).expect("weather");
@@ -55,6 +34,29 @@ fn client_registry() -> ToolRegistry {
 
 fn client(url: &str) -> TaskClient {
     TaskClient::new(ClientConfig::new(url).long_poll(Some(Duration::from_secs(5)))).expect("client")
+}
+
+/// Creates a task offering the client registry's tools and starts `client` answering its
+/// tool calls; returns the created task and the answering task.
+async fn create_and_serve(
+    client: &TaskClient,
+) -> (
+    TaskResponse,
+    tokio::task::JoinHandle<Result<TaskOutcome, ClientError>>,
+) {
+    let registry = client_registry();
+    let task = client
+        .create_task(&TaskRequest {
+            custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
+            ..TaskRequest::default()
+        })
+        .await
+        .expect("task created");
+    let serving = {
+        let (client, id) = (client.clone(), task.id.clone());
+        tokio::spawn(async move { client.serve(&id, &registry).await })
+    };
+    (task, serving)
 }
 
 fn weather_spec(timeout_ms: Option<u64>) -> CustomTool {
@@ -109,19 +111,8 @@ async fn remote_tool_calls_are_answered_by_the_client_and_the_task_ends_with_the
     let api = TaskApi::new();
     let url = serve(&api).await;
     let client = client(&url);
-    let registry = client_registry();
-    let task = client
-        .create_task(&TaskRequest {
-            custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
-            ..TaskRequest::default()
-        })
-        .await
-        .expect("task created");
+    let (task, serving) = create_and_serve(&client).await;
     assert_eq!(task.status.as_str(), "waiting");
-    let serving = {
-        let (client, id) = (client.clone(), task.id.clone());
-        tokio::spawn(async move { client.serve(&id, &registry).await })
-    };
 
     let mut variables = Map::new();
     variables.insert("task_id".to_owned(), json!(task.id));
@@ -448,18 +439,7 @@ async fn measure_round_trip() {
                 .poll_interval(Duration::from_millis(250)),
         )
         .expect("client");
-        let registry = client_registry();
-        let task = client
-            .create_task(&TaskRequest {
-                custom_tools: TaskClient::custom_tools(&registry).expect("specs"),
-                ..TaskRequest::default()
-            })
-            .await
-            .expect("task");
-        let serving = {
-            let (client, id) = (client.clone(), task.id.clone());
-            tokio::spawn(async move { client.serve(&id, &registry).await })
-        };
+        let (task, serving) = create_and_serve(&client).await;
         let remote = api.attach(&task.id).await.expect("attached");
         let crew = crew_registry(&remote);
         let mut times = Vec::new();

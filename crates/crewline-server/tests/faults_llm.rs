@@ -15,7 +15,7 @@ use crewline::{
     tool::ToolRegistry,
 };
 use crewline_server::CrewServer;
-use fake_llm::{FakeLlm, PARTIAL, echo_answer};
+use fake_llm::{FakeLlm, PARTIAL, echo_answer, spawn_healthy_calls};
 use serde_json::Value;
 
 /// The client's limits: short, so stalls fail fast, yet far above what a healthy answer from
@@ -58,12 +58,6 @@ struct Rig {
     baseline_tasks: usize,
 }
 
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks()
-}
-
 async fn rig() -> Rig {
     let llm = FakeLlm::start().await;
     let server = TestServer::ready(crew_server(openai_client(&llm))).await;
@@ -79,26 +73,7 @@ async fn rig() -> Rig {
 /// frames from `start` to `end`.
 async fn faulty_turn_beside_healthy_calls(rig: &Rig, words: &str) -> Vec<Value> {
     let url = rig.server.ws_url();
-    let healthy: Vec<_> = (0..HEALTHY_CALLS)
-        .map(|i| {
-            let url = url.clone();
-            tokio::spawn(async move {
-                let mut client = Client::connect(&url).await;
-                client.send(&init_frame(&format!("healthy-{i}"))).await;
-                assert_eq!(client.recv().await["type"], "agent.ready");
-                for turn in 0..2 {
-                    let words = format!("hello from call {i} turn {turn}");
-                    let (frames, text) = client.turn(&words).await;
-                    assert_eq!(text, echo_answer(&words), "{frames:?}");
-                    assert!(
-                        !types(&frames).contains(&"agent.error".to_owned()),
-                        "{frames:?}"
-                    );
-                }
-                client.close().await;
-            })
-        })
-        .collect();
+    let healthy = spawn_healthy_calls(&url, HEALTHY_CALLS);
 
     let mut client = rig.server.call("faulty").await;
     let (frames, _) = client.turn(words).await;

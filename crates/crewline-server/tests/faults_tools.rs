@@ -18,7 +18,7 @@ use crewline::{
     tool::{DEFAULT_MAX_RESULT_BYTES, ToolError, ToolRegistry},
 };
 use crewline_server::CrewServer;
-use fake_llm::{FakeLlm, echo_answer};
+use fake_llm::{FakeLlm, echo_answer, spawn_healthy_calls};
 use futures::StreamExt;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -104,12 +104,6 @@ fn crew_server(llm: &FakeLlm) -> CrewServer {
     })
 }
 
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks()
-}
-
 /// What the platform saw of one tool turn.
 struct ToolTurn {
     frames: Vec<Value>,
@@ -164,22 +158,7 @@ async fn tool_turn_beside_healthy_calls(tool: &str) -> ToolTurn {
     let server = TestServer::ready(crew_server(&llm)).await;
     let baseline = alive_tasks();
     let url = server.ws_url();
-    let healthy: Vec<_> = (0..HEALTHY_CALLS)
-        .map(|i| {
-            let url = url.clone();
-            tokio::spawn(async move {
-                let mut client = Client::connect(&url).await;
-                client.send(&init_frame(&format!("healthy-{i}"))).await;
-                assert_eq!(client.recv().await["type"], "agent.ready");
-                for turn in 0..2 {
-                    let words = format!("hello from call {i} turn {turn}");
-                    let (frames, text) = client.turn(&words).await;
-                    assert_eq!(text, echo_answer(&words), "{frames:?}");
-                }
-                client.close().await;
-            })
-        })
-        .collect();
+    let healthy = spawn_healthy_calls(&url, HEALTHY_CALLS);
 
     let mut client = server.call("faulty").await;
     let words = format!("tool:{tool} please");

@@ -39,12 +39,6 @@ fn resident_bytes() -> Option<usize> {
     Some(pages * 4096)
 }
 
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks()
-}
-
 /// One call that ends in the way chosen by `cycle`.
 async fn one_call(url: &str, cycle: usize) {
     match cycle % 4 {

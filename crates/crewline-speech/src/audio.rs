@@ -97,11 +97,24 @@ impl Audio {
     }
 }
 
+/// The most 16-bit samples one WAV file holds: two bytes each, and the RIFF length (a u32)
+/// also counts the 36 bytes of header after it.
+const MAX_WAV_SAMPLES: u32 = (u32::MAX - 36) / 2;
+
 fn write_samples<W: std::io::Write + std::io::Seek>(
     writer: &mut hound::WavWriter<W>,
     samples: &[i16],
 ) -> Result<(), SpeechError> {
-    let mut samples_writer = writer.get_i16_writer(samples.len() as u32);
+    // The RIFF header counts the file's bytes in a u32, and hound panics on a count it cannot
+    // hold, so audio too long for one WAV file is refused rather than truncated.
+    let count = u32::try_from(samples.len())
+        .ok()
+        .filter(|&count| count <= MAX_WAV_SAMPLES)
+        .ok_or(SpeechError::TooLong {
+            samples: samples.len(),
+            max: MAX_WAV_SAMPLES,
+        })?;
+    let mut samples_writer = writer.get_i16_writer(count);
     for &sample in samples {
         samples_writer.write_sample(sample);
     }

@@ -2,9 +2,9 @@
 
 use std::{path::PathBuf, process::Stdio};
 
-use tokio::{io::AsyncWriteExt, process::Command};
+use tokio::process::Command;
 
-use crate::{Audio, SpeechError, TextToSpeech, probe_program, spawn_error};
+use crate::{Audio, SpeechError, TextToSpeech, probe_program, run_with_input};
 
 /// Text to speech with the `espeak-ng` program (Debian: `apt-get install espeak-ng`).
 ///
@@ -82,36 +82,10 @@ impl EspeakNg {
 impl TextToSpeech for EspeakNg {
     async fn synthesize(&self, text: &str) -> Result<Audio, SpeechError> {
         let program = self.program.display().to_string();
-        let io_error = |source| SpeechError::Io {
-            program: program.clone(),
-            source,
-        };
-        let mut child = self
-            .command()
-            .spawn()
-            .map_err(|source| spawn_error(&program, source))?;
-        let mut stdin = child.stdin.take();
-        // Write the text while reading the audio, so neither pipe can fill up and stall.
-        let write = async move {
-            if let Some(stdin) = stdin.as_mut() {
-                stdin.write_all(text.as_bytes()).await?;
-                stdin.write_all(b"\n").await?;
-            }
-            // Closing stdin is espeak-ng's end of text.
-            drop(stdin);
-            Ok::<(), std::io::Error>(())
-        };
-        let (written, output) = tokio::join!(write, child.wait_with_output());
-        let output = output.map_err(io_error)?;
-        if !output.status.success() {
-            return Err(SpeechError::Failed {
-                program,
-                status: output.status.to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            });
-        }
-        written.map_err(io_error)?;
-        Audio::from_wav(&output.stdout)
+        // The trailing newline ends espeak-ng's last line of text.
+        let input = format!("{text}\n");
+        let wav = run_with_input(self.command(), program, input.as_bytes()).await?;
+        Audio::from_wav(&wav)
     }
 
     fn name(&self) -> String {

@@ -86,6 +86,14 @@ pub enum SpeechError {
         /// What the format is.
         detail: String,
     },
+    /// The audio has more samples than a WAV file's header can count.
+    #[error("{samples} samples are more than a WAV file can hold ({max} at most)")]
+    TooLong {
+        /// How many samples the audio has.
+        samples: usize,
+        /// The most a WAV file holds.
+        max: u32,
+    },
     /// Sentences of one reply came in different formats, so they cannot be joined.
     #[error("audio format changed within a reply: {expected:?} then {found:?}")]
     FormatMismatch {
@@ -103,6 +111,47 @@ pub enum SpeechError {
         #[source]
         source: hound::Error,
     },
+}
+
+/// Spawns `command` (its stdin piped), feeds it `input` and returns its stdout once it has
+/// exited successfully; a failed exit is [`SpeechError::Failed`] with its stderr.
+///
+/// The input is written while the output is read, so neither pipe can fill up and stall;
+/// closing stdin afterwards is the program's end of input. The command should be
+/// `kill_on_drop`, so that dropping this future (a barge-in) stops the program at once.
+async fn run_with_input(
+    mut command: tokio::process::Command,
+    program: String,
+    input: &[u8],
+) -> Result<Vec<u8>, SpeechError> {
+    use tokio::io::AsyncWriteExt;
+
+    let mut child = command
+        .spawn()
+        .map_err(|source| spawn_error(&program, source))?;
+    let mut stdin = child.stdin.take();
+    let write = async move {
+        if let Some(stdin) = stdin.as_mut() {
+            stdin.write_all(input).await?;
+        }
+        drop(stdin);
+        Ok::<(), std::io::Error>(())
+    };
+    let (written, output) = tokio::join!(write, child.wait_with_output());
+    let io_error = |source| SpeechError::Io {
+        program: program.clone(),
+        source,
+    };
+    let output = output.map_err(io_error)?;
+    if !output.status.success() {
+        return Err(SpeechError::Failed {
+            program,
+            status: output.status.to_string(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    written.map_err(io_error)?;
+    Ok(output.stdout)
 }
 
 /// Runs `program` with `args` and returns its stdout, for version probes.

@@ -2,9 +2,9 @@
 
 use std::{path::PathBuf, process::Stdio};
 
-use tokio::{io::AsyncWriteExt, process::Command};
+use tokio::process::Command;
 
-use crate::{Audio, SpeechError, probe_program, spawn_error};
+use crate::{Audio, SpeechError, probe_program, run_with_input};
 
 /// Plays audio to the speakers.
 ///
@@ -56,35 +56,15 @@ impl AudioPlayer for Aplay {
     async fn play(&self, audio: &Audio) -> Result<(), SpeechError> {
         let program = self.program.display().to_string();
         let wav = audio.to_wav()?;
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        command
             .args(["-q", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| spawn_error(&program, source))?;
-        let mut stdin = child.stdin.take();
-        let write = async move {
-            if let Some(stdin) = stdin.as_mut() {
-                stdin.write_all(&wav).await?;
-            }
-            drop(stdin);
-            Ok::<(), std::io::Error>(())
-        };
-        let (written, output) = tokio::join!(write, child.wait_with_output());
-        let io_error = |source| SpeechError::Io {
-            program: program.clone(),
-            source,
-        };
-        let output = output.map_err(io_error)?;
-        if !output.status.success() {
-            return Err(SpeechError::Failed {
-                program,
-                status: output.status.to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            });
-        }
-        written.map_err(io_error)
+            // A barge-in drops the future: the audio must stop then, not at its end.
+            .kill_on_drop(true);
+        run_with_input(command, program, &wav).await?;
+        Ok(())
     }
 }

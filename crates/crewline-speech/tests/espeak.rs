@@ -8,21 +8,8 @@ use std::time::Duration;
 
 use crewline_speech::{EspeakNg, ReplyRecording, SentenceAggregator, SpeechError, TextToSpeech};
 
-/// Whether espeak-ng can run here; panics if it cannot and CI requires it.
-async fn espeak_available() -> bool {
-    match EspeakNg::new().probe().await {
-        Ok(_) => true,
-        Err(error) => {
-            let required = std::env::var("CREWLINE_REQUIRE_ESPEAK").is_ok_and(|v| v == "1");
-            assert!(
-                !required,
-                "CREWLINE_REQUIRE_ESPEAK=1 but espeak-ng cannot run: {error}"
-            );
-            eprintln!("espeak-ng not available ({error}); skipping");
-            false
-        }
-    }
-}
+mod common;
+use common::espeak_available;
 
 #[tokio::test]
 async fn espeak_speaks_a_sentence_as_wav_audio_of_plausible_length() {

@@ -9,20 +9,8 @@ use std::{path::PathBuf, time::Duration};
 
 use crewline_speech::{Aplay, Audio, AudioFormat, AudioPlayer, EspeakNg, TextToSpeech};
 
-async fn espeak_available() -> bool {
-    match EspeakNg::new().probe().await {
-        Ok(_) => true,
-        Err(error) => {
-            let required = std::env::var("CREWLINE_REQUIRE_ESPEAK").is_ok_and(|v| v == "1");
-            assert!(
-                !required,
-                "CREWLINE_REQUIRE_ESPEAK=1 but espeak-ng cannot run: {error}"
-            );
-            eprintln!("espeak-ng not available ({error}); skipping");
-            false
-        }
-    }
-}
+mod common;
+use common::espeak_available;
 
 #[tokio::test]
 async fn dropping_the_synthesis_kills_espeak() {

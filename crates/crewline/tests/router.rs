@@ -2,22 +2,19 @@
 //! barge-in, hand-offs, the graph checks, multi-round tools per sub-agent, and the
 //! `agent.transition` log. The model is a `ScriptedLlm` answering by the active prompt.
 
+mod common;
+
 use std::{sync::Arc, time::Duration};
 
 use crewline::{
     RouterBuilder, RouterError, Session,
     llm::ChatRequest,
     prelude::*,
-    protocol::{
-        ConversationType, LlmRequest, OutputAgentSettings, SessionContext, SystemInit,
-        TranscriptRole, TranscriptUpdate,
-    },
+    protocol::{ConversationType, OutputAgentSettings, SessionContext, SystemInit},
     router::when,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
-
-const WAIT: Duration = Duration::from_secs(10);
 
 /// Tools of the test crew: they write to the router's state and act on the call.
 struct Tools {
@@ -129,8 +126,7 @@ fn init() -> SystemInit {
 }
 
 struct Harness {
-    session: Session,
-    frames: mpsc::Receiver<Event>,
+    line: common::Line,
     llm: ScriptedLlm,
     state: RouterState,
 }
@@ -157,6 +153,20 @@ fn collections(builder: RouterBuilder) -> RouterBuilder {
         .add_transition("verify", "resolve", when::flag("verified"))
 }
 
+// The harness is a line to the session plus what this file's tests inspect.
+impl std::ops::Deref for Harness {
+    type Target = common::Line;
+    fn deref(&self) -> &common::Line {
+        &self.line
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut common::Line {
+        &mut self.line
+    }
+}
+
 impl Harness {
     async fn start(
         chunk_delay: Duration,
@@ -181,8 +191,7 @@ impl Harness {
         crew.add_node(OutputNode::new("router", router));
         let session = Session::start(crew, setup).await.expect("crew starts");
         let mut harness = Self {
-            session,
-            frames,
+            line: common::Line { session, frames },
             llm,
             state,
         };
@@ -190,40 +199,9 @@ impl Harness {
         harness
     }
 
-    fn send(&self, body: EventBody) {
-        self.session.dispatch(Event::now(body)).expect("dispatched");
-    }
-
-    fn ask(&self, text: &str) {
-        self.send(EventBody::TranscriptUpdate(TranscriptUpdate {
-            role: TranscriptRole::User,
-            content: text.into(),
-        }));
-        self.send(EventBody::LlmRequest(LlmRequest::default()));
-    }
-
-    async fn next(&mut self) -> Event {
-        tokio::time::timeout(WAIT, self.frames.recv())
-            .await
-            .expect("a frame within the wait")
-            .expect("the session is open")
-    }
-
-    async fn until(&mut self, kind: &str) -> Vec<Event> {
-        let mut frames = Vec::new();
-        loop {
-            let frame = self.next().await;
-            let done = frame.body.type_name() == kind;
-            frames.push(frame);
-            if done {
-                return frames;
-            }
-        }
-    }
-
     /// One user turn, up to its `end`.
     async fn turn(&mut self, text: &str) -> Vec<Event> {
-        self.ask(text);
+        self.user_turn(text);
         self.until("agent.llm.response.end").await
     }
 }
@@ -392,7 +370,7 @@ async fn a_verified_caller_skips_verification() {
 async fn an_interrupted_turn_does_not_move_the_router() {
     let mut h = Harness::start(Duration::from_millis(40), collections).await;
     h.state.set("account_id", "A1");
-    h.ask("long");
+    h.user_turn("long");
     let mut frames = h.until("agent.llm.response.chunk").await;
 
     h.send(EventBody::Interrupt);

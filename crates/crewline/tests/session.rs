@@ -1,6 +1,8 @@
 //! A call's session: nodes as tasks, the protocol around the tool loop, barge-in, hand-offs,
 //! errors. Driven without a server: events in through `dispatch`, frames out of a channel.
 
+mod common;
+
 use std::{
     sync::{
         Arc,
@@ -133,11 +135,24 @@ fn model(request: &ChatRequest) -> Reply {
 }
 
 struct Harness {
-    session: Session,
-    frames: mpsc::Receiver<Event>,
+    line: common::Line,
     tool_dropped: Arc<AtomicBool>,
     payment_gate: Arc<tokio::sync::Notify>,
     payment_done: Arc<AtomicBool>,
+}
+
+// The harness is a line to the session plus what this file's tests inspect.
+impl std::ops::Deref for Harness {
+    type Target = common::Line;
+    fn deref(&self) -> &common::Line {
+        &self.line
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut common::Line {
+        &mut self.line
+    }
 }
 
 impl Harness {
@@ -171,43 +186,10 @@ impl Harness {
         }
         let session = Session::start(crew, setup).await.expect("crew starts");
         Self {
-            session,
-            frames,
+            line: common::Line { session, frames },
             tool_dropped,
             payment_gate,
             payment_done,
-        }
-    }
-
-    fn send(&self, body: EventBody) {
-        self.session.dispatch(Event::now(body)).expect("dispatched");
-    }
-
-    fn user_turn(&self, text: &str) {
-        self.send(EventBody::TranscriptUpdate(TranscriptUpdate {
-            role: TranscriptRole::User,
-            content: text.into(),
-        }));
-        self.send(EventBody::LlmRequest(LlmRequest::default()));
-    }
-
-    async fn next(&mut self) -> Event {
-        tokio::time::timeout(WAIT, self.frames.recv())
-            .await
-            .expect("a frame within the wait")
-            .expect("the session is open")
-    }
-
-    /// Frames up to and including the next one of type `kind`.
-    async fn until(&mut self, kind: &str) -> Vec<Event> {
-        let mut frames = Vec::new();
-        loop {
-            let frame = self.next().await;
-            let done = frame.body.type_name() == kind;
-            frames.push(frame);
-            if done {
-                return frames;
-            }
         }
     }
 
@@ -540,7 +522,7 @@ async fn shutdown_cancels_running_tools_and_stops_every_task() {
     h.until("agent.log").await;
     assert!(h.session.is_running());
 
-    tokio::time::timeout(WAIT, h.session.shutdown())
+    tokio::time::timeout(WAIT, h.line.session.shutdown())
         .await
         .expect("shutdown is prompt");
 

@@ -17,6 +17,11 @@ use crewline::{
     },
 };
 use crewline_mcp::{McpClient, McpServer, SchemaFlavour};
+use rmcp::{
+    RoleClient, ServiceExt,
+    model::{CallToolRequestParams, CallToolResult},
+    service::RunningService,
+};
 use serde_json::{Value, json};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
@@ -170,6 +175,33 @@ pub async fn duplex_client(server: McpServer) -> McpClient {
         .await
         .expect("connect in time")
         .expect("the MCP handshake succeeds")
+}
+
+/// A plain rmcp client (no crewline code on its side) connected to `server` over an
+/// in-process duplex: what any other MCP client would see.
+pub async fn rmcp_client(server: McpServer) -> RunningService<RoleClient, ()> {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move { server.serve_io(server_io).await });
+    tokio::time::timeout(WAIT, ().serve(client_io))
+        .await
+        .expect("handshake in time")
+        .expect("the handshake succeeds")
+}
+
+/// Calls the tool `name` with `args` (a JSON object) from a plain rmcp client.
+pub async fn call_tool(
+    client: &RunningService<RoleClient, ()>,
+    name: &str,
+    args: Value,
+) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments must be an object")
+    };
+    let params = CallToolRequestParams::new(name.to_owned()).with_arguments(args);
+    tokio::time::timeout(WAIT, client.call_tool(params))
+        .await
+        .expect("the call answers in time")
+        .expect("the call is answered with a tool result")
 }
 
 /// The `{"error": {"kind", "message"}}` in `text`, as (kind, message).

@@ -319,6 +319,8 @@ fn query_number(query: &Map<String, Value>, name: &str) -> Result<Option<u64>, A
     }
 }
 
+/// The query's `key=value` pairs as strings. Values are not percent-decoded: the only ones
+/// read are numbers, which clients send as plain digits (an encoded digit is refused).
 fn parse_query(raw: Option<&str>) -> Map<String, Value> {
     raw.unwrap_or_default()
         .split('&')

@@ -461,6 +461,7 @@ impl TaskStore for MemoryStore {
     }
 
     fn abandon(&self, id: &str, event: &str) {
+        // The only error is an unknown (or expired) task, which has no call left to abandon.
         let _ = self.with_task(id, |entry| {
             if let Some(state) = entry.calls.get_mut(event)
                 && matches!(state, CallState::Pending)

@@ -404,3 +404,11 @@ pub async fn echo_setup(setup: SessionSetup) -> Result<Crew, Infallible> {
 pub fn refused_with(error: &tungstenite::Error, status: u16) -> bool {
     matches!(error, tungstenite::Error::Http(response) if response.status().as_u16() == status)
 }
+
+/// The tasks alive on this test's runtime: a baseline taken before a call must be reached
+/// again once it has hung up, or something was left running.
+pub fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}

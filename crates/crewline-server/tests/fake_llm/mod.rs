@@ -337,3 +337,30 @@ async fn read_request(socket: &mut TcpStream) -> Option<(HashMap<String, String>
     let body = serde_json::from_slice(&data[head_end..head_end + length]).unwrap_or(Value::Null);
     Some((headers, body))
 }
+
+/// Starts `count` healthy calls to `url` in the background, two turns each: every turn must
+/// be answered with the echo and no `agent.error`. Await the handles to check them.
+pub fn spawn_healthy_calls(url: &str, count: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..count)
+        .map(|i| {
+            let url = url.to_owned();
+            tokio::spawn(async move {
+                let mut client = crate::common::Client::connect(&url).await;
+                client
+                    .send(&crate::common::init_frame(&format!("healthy-{i}")))
+                    .await;
+                assert_eq!(client.recv().await["type"], "agent.ready");
+                for turn in 0..2 {
+                    let words = format!("hello from call {i} turn {turn}");
+                    let (frames, text) = client.turn(&words).await;
+                    assert_eq!(text, echo_answer(&words), "{frames:?}");
+                    assert!(
+                        !crate::common::types(&frames).contains(&"agent.error".to_owned()),
+                        "{frames:?}"
+                    );
+                }
+                client.close().await;
+            })
+        })
+        .collect()
+}
