@@ -20,14 +20,14 @@ use crate::{
 /// A node's connections to the rest of the session.
 pub(crate) struct NodeIo {
     pub(crate) handle: NodeHandle,
-    pub(crate) inbox: mpsc::Receiver<Event>,
+    pub(crate) inbox: mpsc::Receiver<Box<Event>>,
     /// The interrupt line, for interruptible nodes.
-    pub(crate) interrupt: Option<mpsc::Receiver<Event>>,
+    pub(crate) interrupt: Option<mpsc::Receiver<Box<Event>>>,
     pub(crate) observer: Arc<dyn Observer>,
 }
 
 /// Waits for the next interrupt on an optional line (forever when there is none).
-async fn next_interrupt(line: &mut Option<mpsc::Receiver<Event>>) -> Option<Event> {
+async fn next_interrupt(line: &mut Option<mpsc::Receiver<Box<Event>>>) -> Option<Box<Event>> {
     match line {
         Some(receiver) => receiver.recv().await,
         None => std::future::pending().await,
@@ -86,7 +86,7 @@ pub(crate) async fn run_background(mut node: BackgroundNode, mut io: NodeIo) {
             report(&io, "process_event", &error, Severity::Warning).await;
         }
         if node.forward {
-            io.handle.send(event).await;
+            io.handle.send_boxed(event).await;
         }
     }
 }
@@ -96,7 +96,7 @@ struct OutputRunner {
     node: OutputNode,
     io: NodeIo,
     /// Events that were queued when an interrupt purged stale work, to process first.
-    kept: VecDeque<Event>,
+    kept: VecDeque<Box<Event>>,
 }
 
 /// Runs an output node until its inbox closes.
@@ -135,7 +135,7 @@ impl OutputRunner {
     }
 
     /// Handles one event in order: framework routing, the user's hook, then the echo.
-    async fn process(&mut self, event: Event) {
+    async fn process(&mut self, event: Box<Event>) {
         match &event.body {
             // Interruptible nodes got this on their interrupt line already.
             EventBody::Interrupt if self.interruptible() => return,
@@ -156,19 +156,19 @@ impl OutputRunner {
     }
 
     /// The user's hook, then the echo (when on).
-    async fn after_routing(&mut self, event: Event) {
+    async fn after_routing(&mut self, event: Box<Event>) {
         let hook = self.node.agent.on_event(&event, &self.io.handle);
         if let Err(error) = guarded(hook).await {
             report(&self.io, "on_event", &error, Severity::Fatal).await;
         }
         if self.node.echo {
-            self.io.handle.send(event).await;
+            self.io.handle.send_boxed(event).await;
         }
     }
 
     /// An interrupt arrived on the interrupt line while no generation was running: drop the
     /// stale generation work still queued (never a transcript), then process the interrupt.
-    async fn interrupted(&mut self, interrupt: Event) {
+    async fn interrupted(&mut self, interrupt: Box<Event>) {
         while let Ok(event) = self.io.inbox.try_recv() {
             match event.body {
                 EventBody::LlmRequest(_) => {

@@ -130,7 +130,7 @@ fn init() -> SystemInit {
 
 struct Harness {
     session: Session,
-    frames: mpsc::Receiver<Event>,
+    frames: mpsc::Receiver<Box<Event>>,
     llm: ScriptedLlm,
     state: RouterState,
 }
@@ -203,7 +203,7 @@ impl Harness {
     }
 
     async fn next(&mut self) -> Event {
-        tokio::time::timeout(WAIT, self.frames.recv())
+        *tokio::time::timeout(WAIT, self.frames.recv())
             .await
             .expect("a frame within the wait")
             .expect("the session is open")

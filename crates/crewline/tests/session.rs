@@ -134,7 +134,7 @@ fn model(request: &ChatRequest) -> Reply {
 
 struct Harness {
     session: Session,
-    frames: mpsc::Receiver<Event>,
+    frames: mpsc::Receiver<Box<Event>>,
     tool_dropped: Arc<AtomicBool>,
     payment_gate: Arc<tokio::sync::Notify>,
     payment_done: Arc<AtomicBool>,
@@ -192,7 +192,7 @@ impl Harness {
     }
 
     async fn next(&mut self) -> Event {
-        tokio::time::timeout(WAIT, self.frames.recv())
+        *tokio::time::timeout(WAIT, self.frames.recv())
             .await
             .expect("a frame within the wait")
             .expect("the session is open")
