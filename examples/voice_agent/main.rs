@@ -24,6 +24,11 @@ use std::{net::SocketAddr, time::Duration};
 
 use crewline_server::CrewServer;
 
+/// mimalloc instead of glibc malloc: each call allocates a few small buffers per frame, and
+/// glibc's malloc/free were ~30 % of this server's CPU under load (BENCHMARKS.md "Load").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Reads `--port N`, `--model NAME` and `--service-delay-ms N` from the command line.
 fn args() -> Result<(u16, Option<String>, Duration), String> {
     let mut port = 8080;

@@ -20,6 +20,12 @@ use crewline_cli::{
 use crewline_server::CrewServer;
 use serde_json::Value;
 
+/// mimalloc instead of glibc malloc: `crewline demo` (and its `--serve` mode), the mock LLM and the load generator allocate a
+/// few small buffers per frame, and glibc's malloc/free were ~30 % of a served crew's CPU
+/// under load (BENCHMARKS.md "Load").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "crewline",

@@ -131,8 +131,8 @@ fn decode_body(event_type: &str, f: &mut Fields) -> Result<EventBody, BodyError>
         "system.user.started_speaking" => EventBody::UserStartedSpeaking,
         "system.user.stopped_speaking" => EventBody::UserStoppedSpeaking,
         "system.llm.request" => EventBody::LlmRequest(LlmRequest {
-            messages: f.optional("messages")?,
-            extra_params: f.or_default("extra_params")?,
+            messages: f.optional_array("messages")?,
+            extra_params: f.object_or_default("extra_params")?,
         }),
         "system.control.interrupt" => EventBody::Interrupt,
         "system.output_agent.update_settings" => EventBody::UpdateSettings {
@@ -216,6 +216,26 @@ impl Fields {
 
     fn or_default<T: DeserializeOwned + Default>(&mut self, name: &str) -> Result<T, String> {
         Ok(self.optional(name)?.unwrap_or_default())
+    }
+
+    /// [`Self::optional`] for an array of JSON values, taken as it is: converting would
+    /// rebuild every value of a request's (possibly long) conversation one by one. Any other
+    /// shape goes through the conversion, so it gets the usual error.
+    fn optional_array(&mut self, name: &str) -> Result<Option<Vec<Value>>, String> {
+        match self.take(name) {
+            Some(Value::Array(items)) => Ok(Some(items)),
+            Some(other) => convert(name, other).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Self::or_default`] for a JSON object, taken as it is (see [`Self::optional_array`]).
+    fn object_or_default(&mut self, name: &str) -> Result<Map<String, Value>, String> {
+        match self.take(name) {
+            Some(Value::Object(map)) => Ok(map),
+            Some(other) => convert(name, other),
+            None => Ok(Map::new()),
+        }
     }
 }
 

@@ -161,7 +161,7 @@ struct Connection {
     writer: JoinHandle<()>,
     writer_done: bool,
     close: Option<oneshot::Sender<CloseFrame>>,
-    outbound: mpsc::Sender<Event>,
+    outbound: mpsc::Sender<Box<Event>>,
 }
 
 impl Connection {
@@ -367,7 +367,7 @@ impl Connection {
             severity: Severity::Fatal,
             payload,
         }));
-        if self.outbound.try_send(event).is_err() {
+        if self.outbound.try_send(Box::new(event)).is_err() {
             tracing::debug!("agent.error not queued: the outbound queue is full or closed");
         }
     }
@@ -439,7 +439,7 @@ impl Connection {
 /// close frame, then stops. Stops at the first socket error.
 async fn write_frames(
     mut sink: SplitSink<WebSocket, Message>,
-    mut events: mpsc::Receiver<Event>,
+    mut events: mpsc::Receiver<Box<Event>>,
     mut close: oneshot::Receiver<CloseFrame>,
 ) {
     loop {

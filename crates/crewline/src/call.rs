@@ -48,7 +48,7 @@ pub struct CallControl {
 
 struct Inner {
     init: SystemInit,
-    outbound: mpsc::Sender<Event>,
+    outbound: mpsc::Sender<Box<Event>>,
     state: Mutex<State>,
 }
 
@@ -64,7 +64,7 @@ struct State {
 
 impl CallControl {
     /// Controls for a call that sends its events to `outbound` (the platform).
-    pub(crate) fn new(init: SystemInit, outbound: mpsc::Sender<Event>) -> Self {
+    pub(crate) fn new(init: SystemInit, outbound: mpsc::Sender<Box<Event>>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 init,
@@ -164,7 +164,7 @@ impl CallControl {
     async fn send_raw(&self, body: EventBody) -> Result<(), CallError> {
         self.inner
             .outbound
-            .send(Event::now(body))
+            .send(Box::new(Event::now(body)))
             .await
             .map_err(|_| CallError::SessionEnded)
     }

@@ -137,7 +137,7 @@ impl From<BackgroundNode> for NodeSpec {
 #[derive(Clone)]
 pub struct NodeHandle {
     pub(crate) name: std::sync::Arc<str>,
-    pub(crate) outputs: std::sync::Arc<[mpsc::Sender<Event>]>,
+    pub(crate) outputs: std::sync::Arc<[mpsc::Sender<Box<Event>>]>,
     pub(crate) call: CallControl,
 }
 
@@ -159,6 +159,11 @@ impl NodeHandle {
 
     /// Sends an event to this node's children (or to the platform from a leaf).
     pub async fn send(&self, event: Event) {
+        self.send_boxed(Box::new(event)).await;
+    }
+
+    /// Sends an event that is already boxed (as the channels carry them) without moving it.
+    pub(crate) async fn send_boxed(&self, event: Box<Event>) {
         if let Some((last, rest)) = self.outputs.split_last() {
             for output in rest {
                 // A closed output means that node stopped: the session is ending.

@@ -20,7 +20,7 @@ use crate::{
 /// A node's connections to the rest of the session.
 pub(crate) struct NodeIo {
     pub(crate) handle: NodeHandle,
-    pub(crate) inbox: mpsc::Receiver<Event>,
+    pub(crate) inbox: mpsc::Receiver<Box<Event>>,
     /// The interrupt line, for interruptible nodes.
     pub(crate) interrupt: Option<mpsc::Receiver<LineInterrupt>>,
     pub(crate) observer: Arc<dyn Observer>,
@@ -29,7 +29,7 @@ pub(crate) struct NodeIo {
 /// An interrupt on a node's interrupt line.
 pub(crate) struct LineInterrupt {
     /// The platform's interrupt event.
-    pub(crate) event: Event,
+    pub(crate) event: Box<Event>,
     /// How many inbox events came before it (`u64::MAX`: unknown, all of them): the line
     /// overtakes the inbox, so a request sent after the interrupt may already be queued and
     /// must not be taken for a stale one.
@@ -96,7 +96,7 @@ pub(crate) async fn run_background(mut node: BackgroundNode, mut io: NodeIo) {
             report(&io, "process_event", &error, Severity::Warning).await;
         }
         if node.forward {
-            io.handle.send(event).await;
+            io.handle.send_boxed(event).await;
         }
     }
 }
@@ -106,7 +106,7 @@ struct OutputRunner {
     node: OutputNode,
     io: NodeIo,
     /// Events that were queued when an interrupt purged stale work, to process first.
-    kept: VecDeque<Event>,
+    kept: VecDeque<Box<Event>>,
     /// How many events this node has taken from its inbox (see [`LineInterrupt::before`]).
     taken: u64,
 }
@@ -151,7 +151,7 @@ impl OutputRunner {
     }
 
     /// Handles one event in order: framework routing, the user's hook, then the echo.
-    async fn process(&mut self, event: Event) {
+    async fn process(&mut self, event: Box<Event>) {
         match &event.body {
             // Interruptible nodes got this on their interrupt line already.
             EventBody::Interrupt if self.interruptible() => return,
@@ -172,13 +172,13 @@ impl OutputRunner {
     }
 
     /// The user's hook, then the echo (when on).
-    async fn after_routing(&mut self, event: Event) {
+    async fn after_routing(&mut self, event: Box<Event>) {
         let hook = self.node.agent.on_event(&event, &self.io.handle);
         if let Err(error) = guarded(hook).await {
             report(&self.io, "on_event", &error, Severity::Fatal).await;
         }
         if self.node.echo {
-            self.io.handle.send(event).await;
+            self.io.handle.send_boxed(event).await;
         }
     }
 

@@ -22,14 +22,14 @@ use crate::{
 #[derive(Clone)]
 pub struct SessionSetup {
     pub(crate) call: CallControl,
-    pub(crate) outbound: mpsc::Sender<Event>,
+    pub(crate) outbound: mpsc::Sender<Box<Event>>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) dry_run: bool,
 }
 
 impl SessionSetup {
     /// The setup of a call whose handshake was `init`; events for the platform go to `outbound`.
-    pub fn new(init: SystemInit, outbound: mpsc::Sender<Event>) -> Self {
+    pub fn new(init: SystemInit, outbound: mpsc::Sender<Box<Event>>) -> Self {
         Self {
             call: CallControl::new(init, outbound.clone()),
             outbound,
@@ -121,7 +121,7 @@ pub struct Session {
 /// Where one node takes events in.
 struct Inbox {
     node: Arc<str>,
-    sender: mpsc::Sender<Event>,
+    sender: mpsc::Sender<Box<Event>>,
     /// Whether platform interrupts reach this node on its interrupt line instead.
     interruptible: bool,
     /// How many events have entered this inbox: an interrupt carries the count, so the node
@@ -158,13 +158,14 @@ impl Session {
         for child in children.iter().flatten() {
             has_parent[*child] = true;
         }
-        let (inbox_senders, inbox_receivers): (Vec<_>, Vec<_>) =
-            (0..count).map(|_| mpsc::channel::<Event>(capacity)).unzip();
+        let (inbox_senders, inbox_receivers): (Vec<_>, Vec<_>) = (0..count)
+            .map(|_| mpsc::channel::<Box<Event>>(capacity))
+            .unzip();
 
         // The platform learns the crew is ready before any node can speak.
         if setup
             .outbound
-            .send(Event::now(EventBody::AgentReady))
+            .send(Box::new(Event::now(EventBody::AgentReady)))
             .await
             .is_err()
         {
@@ -176,7 +177,7 @@ impl Session {
         let mut tasks = Vec::with_capacity(count);
         for (index, (spec, inbox)) in crew.nodes.into_iter().zip(inbox_receivers).enumerate() {
             let name: Arc<str> = Arc::from(spec.name());
-            let outputs: Arc<[mpsc::Sender<Event>]> = if children[index].is_empty() {
+            let outputs: Arc<[mpsc::Sender<Box<Event>>]> = if children[index].is_empty() {
                 Arc::from(vec![setup.outbound.clone()])
             } else {
                 children[index]
@@ -241,6 +242,7 @@ impl Session {
     /// reader, which must stay free to read the next interrupt.
     pub fn dispatch(&self, event: Event) -> Result<(), DispatchError> {
         let interrupt = matches!(event.body, EventBody::Interrupt);
+        let event = Box::new(event);
         let mut result = Ok(());
         let mut delivered = false;
         if interrupt {
@@ -262,18 +264,30 @@ impl Session {
                 }
             }
         }
-        for root in &self.roots {
-            if interrupt && root.interruptible {
+        // The last root that takes the event gets it without a copy (an LLM request carries
+        // the whole conversation; there is usually one root).
+        let takes = |root: &Inbox| !(interrupt && root.interruptible);
+        let last = self.roots.iter().rposition(takes);
+        let kind = event.body.type_name();
+        let mut event = Some(event);
+        for (index, root) in self.roots.iter().enumerate() {
+            if !takes(root) {
                 continue;
             }
-            match root.sender.try_send(event.clone()) {
+            let copy = if Some(index) == last {
+                event.take()
+            } else {
+                event.clone()
+            };
+            let Some(copy) = copy else { break };
+            match root.sender.try_send(copy) {
                 Ok(()) => {
                     root.delivered.fetch_add(1, Ordering::Relaxed);
                     delivered = true;
                 }
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     self.observer.event_dropped("inbox_full");
-                    tracing::warn!(node = %root.node, event = event.body.type_name(), "inbox full, event dropped");
+                    tracing::warn!(node = %root.node, event = kind, "inbox full, event dropped");
                     result = Err(DispatchError::Full(root.node.to_string()));
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => {}

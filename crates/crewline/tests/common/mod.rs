@@ -20,7 +20,7 @@ pub(crate) struct Line {
     /// The session under test.
     pub(crate) session: Session,
     /// What the session sends out, in order.
-    pub(crate) frames: mpsc::Receiver<Event>,
+    pub(crate) frames: mpsc::Receiver<Box<Event>>,
 }
 
 impl Line {
@@ -40,7 +40,7 @@ impl Line {
 
     /// The next frame the session sends.
     pub(crate) async fn next(&mut self) -> Event {
-        tokio::time::timeout(WAIT, self.frames.recv())
+        *tokio::time::timeout(WAIT, self.frames.recv())
             .await
             .expect("a frame within the wait")
             .expect("the session is open")
