@@ -17,9 +17,9 @@ use std::{
 
 use axum::body::Bytes;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
-use crewline_tools::{CallContext, ExportError, Target, ToolRegistry};
+use crewline_tools::{CallContext, ExportError, PANIC_MESSAGE, Target, ToolRegistry};
 use reqwest::{Method, StatusCode, Url};
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
@@ -27,10 +27,6 @@ use crate::wire::{
     CustomTool, Envelope, ErrorBody, EventAck, TOOL_CALL, TaskEvent, TaskRequest, TaskResponse,
     TaskStatus, ToolAnswer, ToolCallPayload,
 };
-
-/// What the executor tells the model when a tool panics (see `crewline_tools::executor`); a
-/// panic is a failure (500), not an error the agent can correct.
-const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
 
 /// How many event ids the client remembers for deduplication.
 const SEEN_EVENTS: usize = 4096;
@@ -594,14 +590,22 @@ pub fn answer_for(result: &ToolResult) -> ToolAnswer {
         };
         return ToolAnswer::ok(output);
     }
-    let output: Value = serde_json::from_str(&result.content).unwrap_or_else(
-        |_| json!({"error": {"kind": ToolErrorKind::ToolError, "message": result.content}}),
+    // Parsed once: the kind comes from the content itself (content that is not the error
+    // shape has no kind and is a failure).
+    let parsed: Option<Value> = serde_json::from_str(&result.content).ok();
+    let kind = parsed
+        .as_ref()
+        .and_then(|value| value.pointer("/error/kind"))
+        .and_then(|kind| ToolErrorKind::deserialize(kind).ok());
+    let output = parsed.unwrap_or_else(
+        || json!({"error": {"kind": ToolErrorKind::ToolError, "message": result.content}}),
     );
     let message = output
         .pointer("/error/message")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    match result.error_kind() {
+    // A panic is a failure (500), not an error the agent can correct.
+    match kind {
         Some(
             ToolErrorKind::Timeout
             | ToolErrorKind::Cancelled

@@ -26,7 +26,7 @@ pub mod __private;
 pub use error::RegistryError;
 pub use executor::{
     CallContext, CallError, DEFAULT_MAX_RESULT_BYTES, Executor, ExecutorBuilder, ExecutorError,
-    RunSyncError, run_sync,
+    PANIC_MESSAGE, RunSyncError, run_sync,
 };
 pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};
 pub use registry::{DEFAULT_MAX_CONCURRENCY, ToolRegistry, ToolRun};

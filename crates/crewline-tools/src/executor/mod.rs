@@ -54,8 +54,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// become a `ToolError` the model can read instead.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 1 << 20;
 
-/// What the model reads when a tool panics; the payload itself goes to the operator only.
-const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
+/// What the model reads when a tool panics (kind `ToolError`); the payload itself goes to the
+/// operator only. Callers that must tell a panic from an ordinary tool error match on it.
+pub const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
 
 /// Why one call failed: its kind, the message the model reads, and the operator's detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
