@@ -188,16 +188,9 @@ pub(crate) fn http_error(err: &reqwest::Error, connect_timeout: Duration) -> Llm
     }
 }
 
-/// Maps an error from inside the event stream: a broken connection (or an event stream that
-/// is not SSE) cuts the answer.
-pub(crate) fn stream_error(
-    error: &eventsource_stream::EventStreamError<reqwest::Error>,
-) -> LlmError {
-    let cause = match error {
-        eventsource_stream::EventStreamError::Transport(err) => chain(err),
-        other => other.to_string(),
-    };
-    LlmError::StreamCut(format!("stream failed: {cause}"))
+/// Maps an error while reading the streamed body: the answer is cut.
+pub(crate) fn stream_error(error: &reqwest::Error) -> LlmError {
+    LlmError::StreamCut(format!("stream failed: {}", chain(error)))
 }
 
 /// Reads one event's data: a chunk, `None` for a blank event (skipped), or an unreadable-answer

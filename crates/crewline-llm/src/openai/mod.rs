@@ -14,6 +14,7 @@
 mod body;
 mod decode;
 mod http;
+mod sse;
 mod wire;
 
 use std::{
@@ -25,7 +26,6 @@ use std::{
 };
 
 use async_trait::async_trait;
-use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures::{Stream, StreamExt};
 use reqwest::header::HeaderValue;
 use serde_json::{Map, Value};
@@ -39,6 +39,7 @@ use crate::{
 use self::{
     decode::{Decoder, Flow, Pending},
     http::Transport,
+    sse::{EventKind, SseParser},
 };
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
@@ -423,7 +424,8 @@ impl LlmClient for OpenAiClient {
             .instrument(span.clone())
             .await?;
         Ok(Box::pin(Reader {
-            events: Some(response.bytes_stream().eventsource()),
+            body: Some(response.bytes_stream()),
+            sse: SseParser::new(),
             decoder: Decoder::new(),
             pending: Pending::new(),
             first_event_deadline: Some(deadline),
@@ -465,9 +467,11 @@ impl LlmClient for OpenAiClient {
 /// Reads one streamed answer, in the task that polls it: server-sent events are parsed and
 /// decoded as they are asked for. Dropping it (or the answer ending) drops the HTTP body,
 /// which closes the connection at once.
-struct Reader<E> {
-    /// The answer's events; `None` once the answer is over (finished, failed, timed out).
-    events: Option<E>,
+struct Reader<B> {
+    /// The answer's body; `None` once the answer is over (finished, failed, timed out).
+    body: Option<B>,
+    /// Splits the body into events.
+    sse: SseParser,
     decoder: Decoder,
     pending: Pending,
     /// Until the first chunk arrives, the deadline left over from the first-byte limit.
@@ -484,26 +488,27 @@ struct Reader<E> {
     span: tracing::Span,
 }
 
-impl<E> Reader<E> {
+impl<B> Reader<B> {
     /// Ends the answer with `item` and lets the connection go at once.
     fn stop(&mut self, item: Result<StreamItem, LlmError>) {
-        self.events = None;
+        self.body = None;
         self.pending.push_back(item);
     }
 
-    /// Reads one event of the answer.
-    fn on_event(&mut self, event: Event) {
-        if event.data == "[DONE]" {
-            self.events = None;
+    /// Reads the event the parser just returned.
+    fn on_event(&mut self, kind: EventKind) {
+        let data = self.sse.data();
+        if data == "[DONE]" {
+            self.body = None;
             self.on_end();
             return;
         }
-        if event.event == "keepalive" {
+        if kind == EventKind::Keepalive {
             return;
         }
         // Any other event ends this wait, as it did when events came through a channel.
         self.waiting = false;
-        match http::event_chunk(&event.data) {
+        match http::event_chunk(data) {
             Ok(None) => {}
             Ok(Some(chunk)) => {
                 if self.first_event_deadline.take().is_some() {
@@ -514,7 +519,7 @@ impl<E> Reader<E> {
                 }
                 if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
                     tracing::warn!("the server reported an error mid-stream");
-                    self.events = None;
+                    self.body = None;
                 }
             }
             Err(error) => {
@@ -535,9 +540,9 @@ impl<E> Reader<E> {
     }
 }
 
-impl<E> Stream for Reader<E>
+impl<B> Stream for Reader<B>
 where
-    E: Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Unpin,
+    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
 {
     type Item = Result<StreamItem, LlmError>;
 
@@ -551,9 +556,9 @@ where
     }
 }
 
-impl<E> Reader<E>
+impl<B> Reader<B>
 where
-    E: Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Unpin,
+    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
 {
     /// The next item: a pending one, else what the next events yield.
     fn poll_events(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<StreamItem, LlmError>>> {
@@ -562,7 +567,23 @@ where
             if let Some(item) = this.pending.pop_front() {
                 return Poll::Ready(Some(item.map_err(|e| this.api_key.scrub_error(e))));
             }
-            let Some(events) = this.events.as_mut() else {
+            if this.body.is_none() {
+                return Poll::Ready(None);
+            }
+            match this.sse.next_event() {
+                Ok(Some(kind)) => {
+                    this.on_event(kind);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    let error = LlmError::StreamCut(format!("stream failed: {error}"));
+                    tracing::warn!(%error, "the stream failed");
+                    this.stop(Err(error));
+                    continue;
+                }
+            }
+            let Some(body) = this.body.as_mut() else {
                 return Poll::Ready(None);
             };
             if !this.waiting {
@@ -572,15 +593,15 @@ where
                     .unwrap_or_else(|| Instant::now() + this.idle_timeout);
                 this.timer.as_mut().reset(deadline);
             }
-            match events.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(event))) => this.on_event(event),
+            match body.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(bytes))) => this.sse.push(&bytes),
                 Poll::Ready(Some(Err(error))) => {
                     let error = http::stream_error(&error);
                     tracing::warn!(%error, "the stream failed");
                     this.stop(Err(error));
                 }
                 Poll::Ready(None) => {
-                    this.events = None;
+                    this.body = None;
                     this.on_end();
                 }
                 Poll::Pending => {
@@ -670,7 +691,7 @@ mod tests {
     fn reader(
         parts: Vec<&'static str>,
         delay: Duration,
-    ) -> Reader<impl Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Unpin> {
+    ) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin> {
         let body = futures::stream::iter(parts)
             .then(move |part| async move {
                 tokio::time::sleep(delay).await;
@@ -680,7 +701,8 @@ mod tests {
         let started = Instant::now();
         let deadline = started + FIRST_BYTE;
         Reader {
-            events: Some(Box::pin(body).eventsource()),
+            body: Some(Box::pin(body)),
+            sse: SseParser::new(),
             decoder: Decoder::new(),
             pending: Pending::new(),
             first_event_deadline: Some(deadline),
@@ -723,7 +745,7 @@ mod tests {
                 StreamItem::Finish(crate::FinishReason::Stop)
             ]
         );
-        assert!(reader.events.is_none(), "the body is let go at [DONE]");
+        assert!(reader.body.is_none(), "the body is let go at [DONE]");
     }
 
     #[tokio::test(start_paused = true)]
@@ -760,7 +782,7 @@ mod tests {
             "{timeout:?}"
         );
         assert!(silent.next().await.is_none());
-        assert!(silent.events.is_none(), "the body is let go on a timeout");
+        assert!(silent.body.is_none(), "the body is let go on a timeout");
 
         let mut stalled = reader(vec![TEXT], Duration::ZERO);
         assert!(stalled.next().await.expect("item").is_ok());
