@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Duration};
 use crewline::{
     SessionSetup,
     llm::LlmClient,
-    protocol::{EventBody, LlmRequest},
+    protocol::{EventBody, LlmRequest, Messages},
 };
 use crewline_cli::platform::{CrewFrame, PlatformClient, ToolOutcome, TurnSummary};
 use crewline_server::CrewServer;
@@ -202,7 +202,7 @@ async fn a_request_without_new_words_leaves_the_transfer_parked_and_one_yes_send
     let messages = client.messages().to_vec();
     client
         .send(EventBody::LlmRequest(LlmRequest {
-            messages: Some(messages),
+            messages: Some(Messages::from_values(&messages)),
             extra_params: Map::new(),
         }))
         .expect("request sent");

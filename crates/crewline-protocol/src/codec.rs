@@ -2,10 +2,13 @@
 
 use serde::de::DeserializeOwned;
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, value::RawValue};
 
 use crate::{
-    AgentError, Event, EventBody, LlmRequest, SystemInit, Timestamp, TranscriptUpdate, TransferCall,
+    AgentError, Event, EventBody, LlmRequest, Messages, SystemInit, Timestamp, TranscriptUpdate,
+    TransferCall,
 };
 
 /// The deepest nesting of arrays and objects a frame may have (the frame itself is level 1).
@@ -77,22 +80,17 @@ pub fn decode_str(text: &str) -> Result<Event, DecodeError> {
     if nesting_exceeds(text.as_bytes(), MAX_DEPTH) {
         return Err(DecodeError::TooDeep);
     }
-    let value: Value = serde_json::from_str(text).map_err(|err| {
-        // Unreachable after the scan, but a recursion error must never read as "not JSON".
-        if err.to_string().starts_with("recursion limit exceeded") {
-            DecodeError::TooDeep
-        } else {
-            DecodeError::NotJson(err.to_string())
-        }
-    })?;
-    let Value::Object(mut map) = value else {
-        return Err(DecodeError::NotAnObject);
+    // The top level only: each field stays text until its event asks for it, so a request's
+    // conversation is checked once and never built into a tree of values.
+    let mut map: BTreeMap<String, &RawValue> = match serde_json::from_str(text) {
+        Ok(map) => map,
+        Err(error) => return Err(not_an_event(text, error)),
     };
-    let event_type = match map.remove("type") {
+    let event_type = match map.remove("type").map(parse_value) {
         Some(Value::String(event_type)) => event_type,
         _ => return Err(DecodeError::MissingType),
     };
-    let timestamp = match map.remove("timestamp") {
+    let timestamp = match map.remove("timestamp").map(parse_value) {
         Some(Value::String(text)) => Timestamp::Text(text),
         Some(Value::Number(number)) => Timestamp::Unix(number),
         _ => Timestamp::now(),
@@ -106,6 +104,24 @@ pub fn decode_str(text: &str) -> Result<Event, DecodeError> {
             message,
         }),
     }
+}
+
+/// Why `text`, which is not a JSON object, is no event: not JSON at all, or another value.
+fn not_an_event(text: &str, error: serde_json::Error) -> DecodeError {
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(_)) => DecodeError::NotJson(error.to_string()),
+        Ok(_) => DecodeError::NotAnObject,
+        // Unreachable after the scan, but a recursion error must never read as "not JSON".
+        Err(error) if error.to_string().starts_with("recursion limit exceeded") => {
+            DecodeError::TooDeep
+        }
+        Err(error) => DecodeError::NotJson(error.to_string()),
+    }
+}
+
+/// A field's JSON text as a value (it was checked as JSON when the frame was read).
+fn parse_value(raw: &RawValue) -> Value {
+    serde_json::from_str(raw.get()).unwrap_or(Value::Null)
 }
 
 /// Why a body could not be read: the type is unknown, or a field is wrong.
@@ -131,7 +147,7 @@ fn decode_body(event_type: &str, f: &mut Fields) -> Result<EventBody, BodyError>
         "system.user.started_speaking" => EventBody::UserStartedSpeaking,
         "system.user.stopped_speaking" => EventBody::UserStoppedSpeaking,
         "system.llm.request" => EventBody::LlmRequest(LlmRequest {
-            messages: f.optional_array("messages")?,
+            messages: f.optional_messages("messages")?,
             extra_params: f.object_or_default("extra_params")?,
         }),
         "system.control.interrupt" => EventBody::Interrupt,
@@ -182,14 +198,17 @@ fn decode_body(event_type: &str, f: &mut Fields) -> Result<EventBody, BodyError>
 }
 
 /// The remaining fields of a frame, taken out one by one so each error names its field.
-struct Fields {
-    map: Map<String, Value>,
+struct Fields<'a> {
+    map: BTreeMap<String, &'a RawValue>,
 }
 
-impl Fields {
+impl Fields<'_> {
     /// Present and not `null`.
     fn take(&mut self, name: &str) -> Option<Value> {
-        self.map.remove(name).filter(|value| !value.is_null())
+        self.map
+            .remove(name)
+            .map(parse_value)
+            .filter(|value| !value.is_null())
     }
 
     /// Uses `alias` when `name` is absent.
@@ -203,7 +222,7 @@ impl Fields {
 
     fn required<T: DeserializeOwned>(&mut self, name: &str) -> Result<T, String> {
         match self.map.remove(name) {
-            Some(value) => convert(name, value),
+            Some(raw) => convert(name, parse_value(raw)),
             None => Err(format!("missing field `{name}`")),
         }
     }
@@ -218,18 +237,27 @@ impl Fields {
         Ok(self.optional(name)?.unwrap_or_default())
     }
 
-    /// [`Self::optional`] for an array of JSON values, taken as it is: converting would
-    /// rebuild every value of a request's (possibly long) conversation one by one. Any other
-    /// shape goes through the conversion, so it gets the usual error.
-    fn optional_array(&mut self, name: &str) -> Result<Option<Vec<Value>>, String> {
-        match self.take(name) {
-            Some(Value::Array(items)) => Ok(Some(items)),
-            Some(other) => convert(name, other).map(Some),
-            None => Ok(None),
+    /// The conversation of a request, kept as its JSON text; any other shape than an array
+    /// gets the usual conversion error.
+    fn optional_messages(&mut self, name: &str) -> Result<Option<Messages>, String> {
+        let Some(raw) = self.map.remove(name) else {
+            return Ok(None);
+        };
+        if raw.get() == "null" {
+            return Ok(None);
+        }
+        // Kept compact like every frame this crate writes, since the request is echoed.
+        let owned = match compact(raw.get()) {
+            Some(text) => RawValue::from_string(text).unwrap_or_else(|_| raw.to_owned()),
+            None => raw.to_owned(),
+        };
+        match Messages::from_raw(owned) {
+            Ok(messages) => Ok(Some(messages)),
+            Err(_) => convert::<Vec<Value>>(name, parse_value(raw)).map(|_| None),
         }
     }
 
-    /// [`Self::or_default`] for a JSON object, taken as it is (see [`Self::optional_array`]).
+    /// [`Self::or_default`] for a JSON object, taken as it is.
     fn object_or_default(&mut self, name: &str) -> Result<Map<String, Value>, String> {
         match self.take(name) {
             Some(Value::Object(map)) => Ok(map),
@@ -241,6 +269,41 @@ impl Fields {
 
 fn convert<T: DeserializeOwned>(name: &str, value: Value) -> Result<T, String> {
     serde_json::from_value(value).map_err(|err| format!("{name}: {err}"))
+}
+
+/// `json` without the whitespace between its tokens, or `None` when it has none.
+fn compact(json: &str) -> Option<String> {
+    let is_space = |byte: u8| matches!(byte, b' ' | b'\t' | b'\n' | b'\r');
+    let bytes = json.as_bytes();
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut out: Option<Vec<u8>> = None;
+    for (index, &byte) in bytes.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+        } else if byte == b'"' {
+            in_string = true;
+        } else if is_space(byte) {
+            // The first space: copy what came before it, then go on copying all but spaces.
+            out.get_or_insert_with(|| {
+                let mut out = Vec::with_capacity(bytes.len());
+                out.extend_from_slice(&bytes[..index]);
+                out
+            });
+            continue;
+        }
+        if let Some(out) = out.as_mut() {
+            out.push(byte);
+        }
+    }
+    // Only ASCII whitespace was left out, so the bytes are still UTF-8.
+    out.and_then(|out| String::from_utf8(out).ok())
 }
 
 /// Whether arrays and objects nest deeper than `limit`, by a scan that never recurses.
@@ -363,6 +426,15 @@ impl Serialize for Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compaction_drops_spaces_between_tokens_only() {
+        assert_eq!(compact(r#"[{"a":1}]"#), None);
+        assert_eq!(
+            compact("[ {\"role\": \"user\",\n \"content\": \"a \\\" , b\"} ]").as_deref(),
+            Some(r#"[{"role":"user","content":"a \" , b"}]"#)
+        );
+    }
 
     #[test]
     fn nesting_scan_ignores_brackets_in_strings() {

@@ -1,5 +1,5 @@
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, value::RawValue};
 
 use crate::Timestamp;
 
@@ -171,13 +171,92 @@ impl Default for OutputAgentSettings {
 /// `system.llm.request`.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct LlmRequest {
-    /// The platform's authoritative conversation, as OpenAI chat messages (kept as sent, so
-    /// the echo is faithful; read them with `crewline_core::Message::from_json`).
+    /// The platform's authoritative conversation, as OpenAI chat messages (kept as the JSON
+    /// text that was sent: see [`Messages`]).
     #[serde(default)]
-    pub messages: Option<Vec<Value>>,
+    pub messages: Option<Messages>,
     /// Extra parameters for the model.
     #[serde(default)]
     pub extra_params: Map<String, Value>,
+}
+
+/// The conversation of a `system.llm.request`: a JSON array of OpenAI chat messages, kept as
+/// the text the platform sent.
+///
+/// A request carries the whole conversation and the output node echoes it back; keeping the
+/// text means it is neither built into a tree of JSON values on the way in nor re-encoded on
+/// the way out. Read it typed with [`Messages::parse`] or as values with [`Messages::values`].
+#[derive(Debug, Clone)]
+pub struct Messages(Box<RawValue>);
+
+impl Messages {
+    /// The conversation made of `messages`.
+    pub fn from_values(messages: &[Value]) -> Self {
+        // A slice of values always serializes to valid JSON; the `null` fallback (read as no
+        // conversation) is never taken.
+        let raw =
+            serde_json::value::to_raw_value(messages).unwrap_or_else(|_| RawValue::NULL.to_owned());
+        Self(raw)
+    }
+
+    /// The conversation in `json`, which must be a JSON array.
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        let raw: Box<RawValue> = serde_json::from_str(json)?;
+        Self::from_raw(raw)
+    }
+
+    pub(crate) fn from_raw(raw: Box<RawValue>) -> Result<Self, serde_json::Error> {
+        if raw.get().trim_start().starts_with('[') {
+            Ok(Self(raw))
+        } else {
+            Err(serde::de::Error::invalid_type(
+                serde::de::Unexpected::Other("a JSON value that is not an array"),
+                &"an array of messages",
+            ))
+        }
+    }
+
+    /// The JSON text of the array, as sent.
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The messages as JSON values.
+    pub fn values(&self) -> Result<Vec<Value>, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// Each message read as a `T` (a message that does not fit is an `Err` in its place, so
+    /// one odd message does not hide the others).
+    pub fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<Vec<Result<T, serde_json::Error>>, serde_json::Error> {
+        let items: Vec<&RawValue> = serde_json::from_str(self.0.get())?;
+        Ok(items
+            .into_iter()
+            .map(|item| serde_json::from_str(item.get()))
+            .collect())
+    }
+}
+
+/// Equal when the JSON text is the same.
+impl PartialEq for Messages {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Serialize for Messages {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Messages {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        Self::from_raw(raw).map_err(serde::de::Error::custom)
+    }
 }
 
 /// `agent.transcript.update`.

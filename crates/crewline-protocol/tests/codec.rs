@@ -4,9 +4,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use crewline_protocol::{
     AgentError, Caller, ConversationType, DecodeError, Event, EventBody, HandoffKind,
-    HandoffOption, HoldMusic, LlmRequest, MAX_DEPTH, OutputAgentSettings, SessionContext, Severity,
-    SystemInit, Timestamp, TranscriptRole, TranscriptUpdate, TransferCall, TransferOptions,
-    TransferType, decode, decode_str, encode, encode_into, encode_string,
+    HandoffOption, HoldMusic, LlmRequest, MAX_DEPTH, Messages, OutputAgentSettings, SessionContext,
+    Severity, SystemInit, Timestamp, TranscriptRole, TranscriptUpdate, TransferCall,
+    TransferOptions, TransferType, decode, decode_str, encode, encode_into, encode_string,
 };
 use serde_json::{Map, Number, Value, json};
 
@@ -62,7 +62,9 @@ fn every_variant() -> Vec<EventBody> {
         EventBody::UserStartedSpeaking,
         EventBody::UserStoppedSpeaking,
         EventBody::LlmRequest(LlmRequest {
-            messages: Some(vec![json!({"role": "user", "content": "Hi"})]),
+            messages: Some(Messages::from_values(&[
+                json!({"role": "user", "content": "Hi"}),
+            ])),
             extra_params: obj(json!({"temperature": 0.5})),
         }),
         EventBody::LlmRequest(LlmRequest::default()),
@@ -602,4 +604,44 @@ fn interrupt_and_constructors() {
 fn messages_keep_their_content_and_key_order_in_echoes() {
     let text = r#"{"type":"system.llm.request","timestamp":"t","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"18.5"}],"extra_params":{"z":1,"a":2.5}}"#;
     assert_eq!(encode_string(&ok(text)), text);
+}
+
+#[test]
+fn a_conversation_is_read_per_message_and_echoed_compact() {
+    let text = r#"{"type":"system.llm.request","timestamp":"t","messages":[ {"role": "user", "content": "Hi, \"you\""}, 7, {"role":"assistant","content":"Hello"} ]}"#;
+    let event = ok(text);
+    let EventBody::LlmRequest(request) = &event.body else {
+        panic!("not a request: {event:?}");
+    };
+    let messages = request.messages.as_ref().expect("messages kept");
+    assert_eq!(
+        messages.as_json(),
+        r#"[{"role":"user","content":"Hi, \"you\""},7,{"role":"assistant","content":"Hello"}]"#
+    );
+    // One message that does not fit does not hide the others.
+    let parsed = messages
+        .parse::<crewline_core::Message>()
+        .expect("an array");
+    assert_eq!(parsed.len(), 3);
+    assert_eq!(
+        parsed[0].as_ref().expect("user").text(),
+        Some("Hi, \"you\"")
+    );
+    assert!(parsed[1].is_err());
+    assert_eq!(parsed[2].as_ref().expect("assistant").text(), Some("Hello"));
+    assert_eq!(messages.values().expect("values").len(), 3);
+    assert!(
+        encode_string(&event).contains(r#""messages":[{"role":"user","content":"Hi, \"you\""},7,"#)
+    );
+}
+
+#[test]
+fn a_conversation_must_be_an_array() {
+    assert!(Messages::from_json(r#"{"role":"user"}"#).is_err());
+    assert!(Messages::from_json("[").is_err());
+    let messages = Messages::from_json(r#"[{"role":"user","content":"x"}]"#).expect("array");
+    assert_eq!(
+        Messages::from_values(&[json!({"role":"user","content":"x"})]),
+        messages
+    );
 }

@@ -2,7 +2,7 @@
 
 use crewline_protocol::{
     AgentError, Caller, ConversationType, Event, EventBody, HandoffKind, HandoffOption, HoldMusic,
-    LlmRequest, OutputAgentSettings, SessionContext, Severity, SystemInit, Timestamp,
+    LlmRequest, Messages, OutputAgentSettings, SessionContext, Severity, SystemInit, Timestamp,
     TranscriptRole, TranscriptUpdate, TransferCall, TransferOptions, TransferType, decode,
     decode_str, encode,
 };
@@ -173,7 +173,7 @@ fn body() -> impl Strategy<Value = EventBody> {
         )
             .prop_map(
                 |(messages, extra_params)| EventBody::LlmRequest(LlmRequest {
-                    messages,
+                    messages: messages.map(|m: Vec<serde_json::Value>| Messages::from_values(&m)),
                     extra_params
                 })
             ),

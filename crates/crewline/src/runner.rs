@@ -4,11 +4,10 @@ use std::{collections::VecDeque, panic::AssertUnwindSafe, sync::Arc, time::Insta
 
 use crewline_core::{Message, Role};
 use crewline_protocol::{
-    AgentError, Event, EventBody, LlmRequest, Severity, TranscriptRole, TranscriptUpdate,
+    AgentError, Event, EventBody, LlmRequest, Messages, Severity, TranscriptRole, TranscriptUpdate,
 };
 use crewline_tools::ToolRun;
 use futures::{FutureExt, StreamExt};
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
@@ -221,11 +220,18 @@ impl OutputRunner {
     }
 
     /// Takes the platform's authoritative conversation, keeping the agent's system prompts.
-    fn sync_context(&mut self, messages: &[Value]) {
-        let mut incoming = Vec::with_capacity(messages.len());
-        for value in messages {
-            // Read from the borrowed JSON: no second deep copy of each message.
-            match Message::deserialize(value) {
+    fn sync_context(&mut self, messages: &Messages) {
+        // Each message is read straight from the request's text: no tree of JSON values.
+        let parsed = match messages.parse::<Message>() {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                tracing::warn!(%error, "unreadable conversation in system.llm.request ignored");
+                return;
+            }
+        };
+        let mut incoming = Vec::with_capacity(parsed.len());
+        for message in parsed {
+            match message {
                 Ok(message) => incoming.push(message),
                 Err(error) => {
                     tracing::warn!(%error, "unreadable message in system.llm.request skipped")

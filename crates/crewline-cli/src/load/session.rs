@@ -189,7 +189,7 @@ async fn run_turn(
     .await?;
     history.push(json!({"role": "user", "content": text}));
     let request = Event::now(EventBody::LlmRequest(LlmRequest {
-        messages: Some(history.clone()),
+        messages: Some(protocol::Messages::from_values(history)),
         extra_params: Map::new(),
     }));
     send(socket, request).await?;

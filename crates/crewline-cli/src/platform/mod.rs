@@ -385,7 +385,7 @@ impl PlatformClient {
         self.messages
             .push(json!({"role": "user", "content": &text}));
         self.send(EventBody::LlmRequest(crewline::protocol::LlmRequest {
-            messages: Some(self.messages.clone()),
+            messages: Some(crewline::protocol::Messages::from_values(&self.messages)),
             extra_params: Map::new(),
         }))?;
         let sent_at = Instant::now();

@@ -1,77 +1,286 @@
 //! Builds the JSON body of a chat-completions request.
+//!
+//! The body is serialized straight from the request (messages, tools and all) into bytes,
+//! without building a `serde_json::Value` tree first: a long conversation is otherwise copied
+//! twice per turn.
 
-use serde_json::{Map, Number, Value, json};
+use bytes::Bytes;
+use crewline_core::{Message, ToolDefinition};
+use serde::{
+    Serialize, Serializer,
+    ser::{SerializeMap, SerializeSeq},
+};
+use serde_json::{Map, Value};
 
-use crate::{ChatRequest, LlmError, RequestOptions};
+use crate::{ChatRequest, LlmError, RequestOptions, ToolChoice};
 
-/// The request body for `request`, with the client's `defaults` overridden by the request's
-/// own options.
+/// The fields the client writes itself, in the order they go on the wire.
+const FIELDS: [&str; 8] = [
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "max_tokens",
+    "stream",
+    "stream_options",
+];
+
+/// The request body for `request`, as JSON bytes, with the client's `defaults` overridden by
+/// the request's own options.
 ///
 /// - `tools` is omitted when there are none;
 /// - `tool_choice` is sent only when it was set *and* there are tools: OpenAI rejects a
 ///   `tool_choice` without `tools`, and without tools the model cannot call any anyway;
 /// - streaming bodies ask for usage (`stream_options.include_usage`);
 /// - extra parameters come last and may override any field but `stream` (and, for a
-///   non-streaming body, `stream_options`), which must match how the answer is read.
+///   non-streaming body, `stream_options`), which must match how the answer is read; an
+///   overriding parameter takes the overridden field's place.
 pub(crate) fn build(
     defaults: &RequestOptions,
     request: &ChatRequest,
     stream: bool,
-) -> Result<Value, LlmError> {
-    let options = defaults.merged_with(&request.options);
-    let model = options
-        .model
-        .as_deref()
-        .filter(|m| !m.trim().is_empty())
-        .ok_or_else(|| LlmError::Config("the request has no model".to_owned()))?;
-
-    let mut body = Map::new();
-    body.insert("model".to_owned(), Value::from(model));
-    body.insert(
-        "messages".to_owned(),
-        Value::Array(request.messages.iter().map(|m| m.to_openai()).collect()),
-    );
-    if !request.tools.is_empty() {
-        body.insert(
-            "tools".to_owned(),
-            Value::Array(request.tools.iter().map(|t| t.to_openai()).collect()),
-        );
-        if let Some(choice) = &request.tool_choice {
-            body.insert("tool_choice".to_owned(), choice.to_openai());
-        }
-    } else if request.tool_choice.is_some() {
-        tracing::debug!("tool_choice without tools is not sent");
-    }
-    if let Some(temperature) = options.temperature {
-        body.insert("temperature".to_owned(), temperature_value(temperature)?);
-    }
-    if let Some(max_tokens) = options.max_tokens {
-        body.insert("max_tokens".to_owned(), Value::from(max_tokens));
-    }
-    body.insert("stream".to_owned(), Value::Bool(stream));
-    if stream {
-        body.insert("stream_options".to_owned(), json!({"include_usage": true}));
-    }
-    for (key, value) in options.extra {
-        let reserved = key == "stream" || (!stream && key == "stream_options");
-        if reserved {
-            tracing::warn!(param = %key, "extra parameter ignored: the client sets it itself");
-            continue;
-        }
-        body.insert(key, value);
-    }
-    Ok(Value::Object(body))
+) -> Result<Bytes, LlmError> {
+    let body = Body::new(defaults, request, stream)?;
+    serde_json::to_vec(&body)
+        .map(Bytes::from)
+        .map_err(|e| LlmError::Config(format!("the request cannot be written as JSON: {e}")))
 }
 
-/// A temperature as JSON: through its shortest decimal form, so `0.7_f32` goes on the wire as
-/// `0.7`, not `0.699999988079071`.
-pub(crate) fn temperature_value(temperature: f32) -> Result<Value, LlmError> {
+/// One request body, borrowing everything from the request and the client's defaults.
+struct Body<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    tools: &'a [ToolDefinition],
+    tool_choice: Option<&'a ToolChoice>,
+    temperature: Option<f64>,
+    max_tokens: Option<u32>,
+    stream: bool,
+    /// The merged extra parameters: the request's override the client's, in the client's
+    /// order, new ones last (as `Map::extend` orders them).
+    extra: ExtraParams<'a>,
+}
+
+/// The extra parameters of the defaults and of the request, merged without copying.
+struct ExtraParams<'a> {
+    defaults: &'a Map<String, Value>,
+    request: &'a Map<String, Value>,
+}
+
+impl<'a> ExtraParams<'a> {
+    /// The merged value of `key`.
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.request.get(key).or_else(|| self.defaults.get(key))
+    }
+
+    /// The merged parameters in order: the defaults' keys first (with the request's value
+    /// when it sets one), then the request's new keys.
+    fn iter(&self) -> impl Iterator<Item = (&'a String, &'a Value)> + '_ {
+        let request = self.request;
+        let defaults = self.defaults;
+        defaults
+            .iter()
+            .map(move |(k, v)| (k, request.get(k).unwrap_or(v)))
+            .chain(
+                request
+                    .iter()
+                    .filter(move |(k, _)| !defaults.contains_key(k.as_str())),
+            )
+    }
+
+    fn is_empty(&self) -> bool {
+        self.defaults.is_empty() && self.request.is_empty()
+    }
+}
+
+impl<'a> Body<'a> {
+    fn new(
+        defaults: &'a RequestOptions,
+        request: &'a ChatRequest,
+        stream: bool,
+    ) -> Result<Self, LlmError> {
+        let options = &request.options;
+        let model = options
+            .model
+            .as_deref()
+            .or(defaults.model.as_deref())
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| LlmError::Config("the request has no model".to_owned()))?;
+        let tool_choice = if request.tools.is_empty() {
+            if request.tool_choice.is_some() {
+                tracing::debug!("tool_choice without tools is not sent");
+            }
+            None
+        } else {
+            request.tool_choice.as_ref()
+        };
+        let temperature = options
+            .temperature
+            .or(defaults.temperature)
+            .map(temperature_number)
+            .transpose()?;
+        let extra = ExtraParams {
+            defaults: &defaults.extra,
+            request: &options.extra,
+        };
+        if !extra.is_empty() {
+            for (key, _) in extra.iter() {
+                if is_reserved(key, stream) {
+                    tracing::warn!(param = %key, "extra parameter ignored: the client sets it itself");
+                }
+            }
+        }
+        Ok(Self {
+            model,
+            messages: &request.messages,
+            tools: &request.tools,
+            tool_choice,
+            temperature,
+            max_tokens: options.max_tokens.or(defaults.max_tokens),
+            stream,
+            extra,
+        })
+    }
+
+    /// Whether the client writes `field` itself in this body.
+    fn has(&self, field: &str) -> bool {
+        match field {
+            "model" | "messages" | "stream" => true,
+            "tools" => !self.tools.is_empty(),
+            "tool_choice" => self.tool_choice.is_some(),
+            "temperature" => self.temperature.is_some(),
+            "max_tokens" => self.max_tokens.is_some(),
+            "stream_options" => self.stream,
+            _ => false,
+        }
+    }
+
+    fn write_field<M: SerializeMap>(
+        &self,
+        map: &mut M,
+        field: &'static str,
+    ) -> Result<(), M::Error> {
+        if !is_reserved(field, self.stream)
+            && let Some(value) = self.extra.get(field)
+        {
+            return map.serialize_entry(field, value);
+        }
+        match field {
+            "model" => map.serialize_entry(field, self.model),
+            "messages" => map.serialize_entry(field, self.messages),
+            "tools" => map.serialize_entry(field, &Tools(self.tools)),
+            "tool_choice" => map.serialize_entry(field, &self.tool_choice.map(WireToolChoice)),
+            "temperature" => map.serialize_entry(field, &self.temperature),
+            "max_tokens" => map.serialize_entry(field, &self.max_tokens),
+            "stream" => map.serialize_entry(field, &self.stream),
+            "stream_options" => map.serialize_entry(field, &StreamOptions),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for field in FIELDS {
+            if self.has(field) {
+                self.write_field(&mut map, field)?;
+            }
+        }
+        if !self.extra.is_empty() {
+            for (key, value) in self.extra.iter() {
+                // Overrides went in their field's place above; reserved keys are dropped.
+                if !is_reserved(key, self.stream) && !self.has(key) {
+                    map.serialize_entry(key, value)?;
+                }
+            }
+        }
+        map.end()
+    }
+}
+
+/// Whether an extra parameter may not override `key` (it decides how the answer is read).
+fn is_reserved(key: &str, stream: bool) -> bool {
+    key == "stream" || (!stream && key == "stream_options")
+}
+
+/// `{"include_usage": true}`.
+struct StreamOptions;
+
+impl Serialize for StreamOptions {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("include_usage", &true)?;
+        map.end()
+    }
+}
+
+/// The tools in OpenAI's shape, `{"type": "function", "function": {...}}` each.
+struct Tools<'a>(&'a [ToolDefinition]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            r#type: &'static str,
+            function: Function<'a>,
+        }
+        #[derive(Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a Value,
+        }
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for tool in self.0 {
+            seq.serialize_element(&Tool {
+                r#type: "function",
+                function: Function {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: &tool.parameters,
+                },
+            })?;
+        }
+        seq.end()
+    }
+}
+
+/// A tool choice in OpenAI's shape (see [`ToolChoice::to_openai`]).
+struct WireToolChoice<'a>(&'a ToolChoice);
+
+impl Serialize for WireToolChoice<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Named<'a> {
+            r#type: &'static str,
+            function: Name<'a>,
+        }
+        #[derive(Serialize)]
+        struct Name<'a> {
+            name: &'a str,
+        }
+        match self.0 {
+            ToolChoice::Auto => serializer.serialize_str("auto"),
+            ToolChoice::None => serializer.serialize_str("none"),
+            ToolChoice::Required => serializer.serialize_str("required"),
+            ToolChoice::Function(name) => Named {
+                r#type: "function",
+                function: Name { name },
+            }
+            .serialize(serializer),
+        }
+    }
+}
+
+/// A temperature as a JSON number: through its shortest decimal form, so `0.7_f32` goes on
+/// the wire as `0.7`, not `0.699999988079071`.
+fn temperature_number(temperature: f32) -> Result<f64, LlmError> {
     temperature
         .to_string()
         .parse::<f64>()
         .ok()
-        .and_then(Number::from_f64)
-        .map(Value::Number)
+        .filter(|t| t.is_finite())
         .ok_or_else(|| {
             LlmError::Config(format!(
                 "temperature must be a finite number, got {temperature}"
@@ -79,12 +288,71 @@ pub(crate) fn temperature_value(temperature: f32) -> Result<Value, LlmError> {
         })
 }
 
+/// Checks that `temperature` can be sent.
+pub(crate) fn check_temperature(temperature: f32) -> Result<(), LlmError> {
+    temperature_number(temperature).map(|_| ())
+}
+
 #[cfg(test)]
 mod tests {
     use crewline_core::{Message, ToolDefinition};
 
+    use serde_json::json;
+
     use super::*;
-    use crate::ToolChoice;
+
+    /// The body as a JSON value.
+    fn build_value(
+        defaults: &RequestOptions,
+        request: &ChatRequest,
+        stream: bool,
+    ) -> Result<Value, LlmError> {
+        let bytes = build(defaults, request, stream)?;
+        Ok(serde_json::from_slice(&bytes).expect("the body is JSON"))
+    }
+
+    /// The body as the client built it through a `Value` tree before it wrote it directly:
+    /// the new bytes must be the same, key order included.
+    fn reference_body(defaults: &RequestOptions, request: &ChatRequest, stream: bool) -> String {
+        let options = defaults.merged_with(&request.options);
+        let mut body = Map::new();
+        body.insert("model".to_owned(), json!(options.model));
+        body.insert(
+            "messages".to_owned(),
+            Value::Array(request.messages.iter().map(|m| m.to_openai()).collect()),
+        );
+        if !request.tools.is_empty() {
+            body.insert(
+                "tools".to_owned(),
+                Value::Array(request.tools.iter().map(|t| t.to_openai()).collect()),
+            );
+            if let Some(choice) = &request.tool_choice {
+                body.insert("tool_choice".to_owned(), choice.to_openai());
+            }
+        }
+        if let Some(temperature) = options.temperature {
+            let number = temperature_number(temperature).expect("finite");
+            body.insert("temperature".to_owned(), json!(number));
+        }
+        if let Some(max_tokens) = options.max_tokens {
+            body.insert("max_tokens".to_owned(), Value::from(max_tokens));
+        }
+        body.insert("stream".to_owned(), Value::Bool(stream));
+        if stream {
+            body.insert("stream_options".to_owned(), json!({"include_usage": true}));
+        }
+        for (key, value) in options.extra {
+            if !is_reserved(&key, stream) {
+                body.insert(key, value);
+            }
+        }
+        Value::Object(body).to_string()
+    }
+
+    fn written(defaults: &RequestOptions, request: &ChatRequest, stream: bool) -> String {
+        let bytes = build(defaults, request, stream).expect("body");
+        String::from_utf8(bytes.to_vec()).expect("UTF-8")
+    }
 
     fn defaults() -> RequestOptions {
         let mut extra = Map::new();
@@ -109,7 +377,7 @@ mod tests {
     #[test]
     fn streaming_body_has_defaults_messages_and_usage_request() {
         let request = ChatRequest::new(vec![Message::system("Be brief."), Message::user("Hi")]);
-        let body = build(&defaults(), &request, true).expect("body");
+        let body = build_value(&defaults(), &request, true).expect("body");
         assert_eq!(
             body,
             json!({
@@ -139,7 +407,7 @@ mod tests {
             max_tokens: None,
             extra,
         });
-        let body = build(&defaults(), &request, true).expect("body");
+        let body = build_value(&defaults(), &request, true).expect("body");
         assert_eq!(body["model"], "gpt-4o");
         assert_eq!(body["temperature"], 0.0);
         assert_eq!(body["max_tokens"], 256, "unset options keep the default");
@@ -153,7 +421,7 @@ mod tests {
         let request = ChatRequest::new(vec![Message::user("Weather?")])
             .with_tools(vec![weather_tool()])
             .with_tool_choice(ToolChoice::Function("get_weather".to_owned()));
-        let body = build(&defaults(), &request, true).expect("body");
+        let body = build_value(&defaults(), &request, true).expect("body");
         assert_eq!(body["tools"], json!([weather_tool().to_openai()]));
         assert_eq!(
             body["tool_choice"],
@@ -165,7 +433,7 @@ mod tests {
     fn tools_without_tool_choice_leave_the_choice_to_the_server() {
         let request =
             ChatRequest::new(vec![Message::user("Weather?")]).with_tools(vec![weather_tool()]);
-        let body = build(&defaults(), &request, true).expect("body");
+        let body = build_value(&defaults(), &request, true).expect("body");
         assert!(body.get("tools").is_some());
         assert!(body.get("tool_choice").is_none());
     }
@@ -174,7 +442,7 @@ mod tests {
     fn no_tools_means_neither_tools_nor_tool_choice() {
         let request =
             ChatRequest::new(vec![Message::user("Hi")]).with_tool_choice(ToolChoice::None);
-        let body = build(&defaults(), &request, true).expect("body");
+        let body = build_value(&defaults(), &request, true).expect("body");
         assert!(body.get("tools").is_none());
         assert!(body.get("tool_choice").is_none());
     }
@@ -188,19 +456,19 @@ mod tests {
             extra,
             ..RequestOptions::default()
         });
-        let body = build(&defaults(), &request, true).expect("body");
+        let body = build_value(&defaults(), &request, true).expect("body");
         assert_eq!(body["stream"], true);
         // stream_options is the caller's to tune when streaming.
         assert_eq!(body["stream_options"], json!({"include_usage": false}));
 
-        let body = build(&defaults(), &request, false).expect("body");
+        let body = build_value(&defaults(), &request, false).expect("body");
         assert_eq!(body["stream"], false);
         assert!(body.get("stream_options").is_none());
     }
 
     #[test]
     fn non_streaming_body_has_no_stream_options() {
-        let body = build(&defaults(), &ChatRequest::new(vec![]), false).expect("body");
+        let body = build_value(&defaults(), &ChatRequest::new(vec![]), false).expect("body");
         assert_eq!(body["stream"], false);
         assert!(body.get("stream_options").is_none());
     }
@@ -211,7 +479,7 @@ mod tests {
             temperature: Some(f32::NAN),
             ..RequestOptions::default()
         });
-        let err = build(&defaults(), &request, true).expect_err("NaN");
+        let err = build_value(&defaults(), &request, true).expect_err("NaN");
         assert!(
             matches!(err, LlmError::Config(ref m) if m.contains("temperature")),
             "{err}"
@@ -220,8 +488,90 @@ mod tests {
 
     #[test]
     fn a_missing_model_is_a_config_error() {
-        let err = build(&RequestOptions::default(), &ChatRequest::new(vec![]), true)
+        let err = build_value(&RequestOptions::default(), &ChatRequest::new(vec![]), true)
             .expect_err("no model");
         assert!(matches!(err, LlmError::Config(_)), "{err}");
+    }
+
+    #[test]
+    fn bodies_are_written_exactly_as_through_a_value_tree() {
+        let call = crewline_core::ToolCall::new("c1", "get_weather", r#"{"city":"Oslo"}"#);
+        let messages = vec![
+            Message::system("Be brief. \"Quotes\" and ünïcode ✓"),
+            Message::user("Weather?"),
+            Message::assistant_with_tools("", vec![call.clone()]),
+            Message::tool("c1", r#"{"temp":3}"#),
+            Message::assistant_with_tools("Checking", vec![call]),
+            Message::assistant("It is 3 degrees."),
+        ];
+        let mut overriding = Map::new();
+        overriding.insert("temperature".to_owned(), json!(1.5));
+        overriding.insert("messages_note".to_owned(), json!({"b": 1, "a": [2]}));
+        overriding.insert("stream".to_owned(), json!(false));
+        overriding.insert("stream_options".to_owned(), json!({"include_usage": false}));
+        overriding.insert("tool_choice".to_owned(), json!("required"));
+        overriding.insert("top_p".to_owned(), json!(0.5));
+        let choices = [
+            None,
+            Some(ToolChoice::Auto),
+            Some(ToolChoice::None),
+            Some(ToolChoice::Required),
+            Some(ToolChoice::Function("get_weather".to_owned())),
+        ];
+        let client_defaults = [
+            defaults(),
+            RequestOptions {
+                model: Some("m".to_owned()),
+                ..RequestOptions::default()
+            },
+        ];
+        for client in &client_defaults {
+            for tools in [vec![], vec![weather_tool(), weather_tool()]] {
+                for choice in &choices {
+                    for extra in [Map::new(), overriding.clone()] {
+                        let mut request = ChatRequest::new(messages.clone())
+                            .with_tools(tools.clone())
+                            .with_options(RequestOptions {
+                                max_tokens: Some(9),
+                                extra,
+                                ..RequestOptions::default()
+                            });
+                        request.tool_choice = choice.clone();
+                        for stream in [true, false] {
+                            assert_eq!(
+                                written(client, &request, stream),
+                                reference_body(client, &request, stream),
+                                "tools {} choice {choice:?} stream {stream}",
+                                tools.len()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_overriding_extra_parameter_keeps_the_field_in_place() {
+        let mut extra = Map::new();
+        extra.insert("max_tokens".to_owned(), json!(7));
+        extra.insert("stream".to_owned(), json!(false));
+        let request = ChatRequest::new(vec![Message::user("Hi")]).with_options(RequestOptions {
+            extra,
+            ..RequestOptions::default()
+        });
+        let body = written(
+            &RequestOptions {
+                model: Some("m".to_owned()),
+                max_tokens: Some(1),
+                ..RequestOptions::default()
+            },
+            &request,
+            true,
+        );
+        assert_eq!(
+            body,
+            r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":7,"stream":true,"stream_options":{"include_usage":true}}"#
+        );
     }
 }

@@ -388,4 +388,146 @@ mod tests {
         let chunk: Chunk = serde_json::from_value(json!({"choices": []})).expect("chunk");
         assert!(matches!(response(chunk), Err(LlmError::InvalidResponse(_))));
     }
+
+    /// What a chunk yields, through the stream decoder and as a whole answer.
+    fn outcome(chunk: Chunk, again: Chunk) -> String {
+        let mut decoder = Decoder::new();
+        let mut out = Pending::new();
+        let flow = decoder.push(chunk, &mut out);
+        decoder.end(&mut out);
+        format!("{flow:?} {out:?} {:?}", response(again))
+    }
+
+    #[test]
+    fn strict_and_lenient_readings_agree_on_every_chunk_shape() {
+        use super::super::wire::{decode_chunk, strict_chunk};
+
+        // (chunk, whether the strict reading takes it)
+        let corpus: &[(&str, bool)] = &[
+            (
+                r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":null,"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"content":"He said \"hi\"\n \u00e9 ✓"}}]}"#,
+                true,
+            ),
+            (
+                r#" {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]} "#,
+                true,
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":0}}}"#,
+                true,
+            ),
+            (r#"{"choices":[],"usage":{"prompt_tokens":9}}"#, true),
+            (
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{}"}},{"index":1,"id":"b","function":{"name":"g","arguments":null}}]},"finish_reason":"tool_calls"}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"first"}}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"delta":null,"finish_reason":""}],"error":null}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"delta":{"content":null,"tool_calls":null},"finish_reason":"length"}]}"#,
+                true,
+            ),
+            (r#"{"created":1.7e9,"choices":null,"usage":null}"#, true),
+            (
+                r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"Whole","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#,
+                true,
+            ),
+            ("{}", true),
+            // Shapes only the lenient reading takes.
+            (
+                r#"{"choices":[{"delta":{"content":[{"type":"text","text":"Hel"},{"text":"lo"}]}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"delta":{"tool_calls":[{"id":"c1","function":{"name":"lookup","arguments":{"q":"x"}}}]}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":3.0,"completion_tokens":4}}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":5000000000}}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"index":-1,"delta":{"content":"x"}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"finish_reason":5,"delta":{"content":"x"}}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[7,{"index":0,"delta":{"content":"ok"}}]}"#,
+                false,
+            ),
+            (r#"{"choices":"nope","x_vendor":{"a":1}}"#, false),
+            (r#"{"choices":[],"usage":{}}"#, true),
+            (r#"{"usage":5}"#, false),
+            (
+                r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
+                false,
+            ),
+            (r#"{"error":"boom"}"#, false),
+            (r#"{"error":{}}"#, false),
+            (
+                r#"{"choices":[{"delta":{"content":"a"},"delta":{"content":"b"}}]}"#,
+                false,
+            ),
+            ("[]", false),
+            ("[[],null,null]", false),
+        ];
+        for (text, strict) in corpus {
+            let bytes = text.as_bytes();
+            let lenient = serde_json::from_slice::<Chunk>(bytes);
+            assert_eq!(
+                strict_chunk(bytes).is_some(),
+                *strict,
+                "strict reading of {text}"
+            );
+            match (strict_chunk(bytes), strict_chunk(bytes)) {
+                (Some(fast), Some(again)) => {
+                    let lenient =
+                        lenient.expect("the lenient reading takes what the strict one does");
+                    let lenient_again = serde_json::from_slice::<Chunk>(bytes).expect("chunk");
+                    assert_eq!(
+                        outcome(fast, again),
+                        outcome(lenient, lenient_again),
+                        "{text}"
+                    );
+                }
+                _ => {
+                    // The fallback is the lenient reading itself, errors included.
+                    match (decode_chunk(bytes), lenient) {
+                        (Ok(a), Ok(b)) => {
+                            let again = serde_json::from_slice::<Chunk>(bytes).expect("chunk");
+                            let again2 = serde_json::from_slice::<Chunk>(bytes).expect("chunk");
+                            assert_eq!(outcome(a, again), outcome(b, again2), "{text}");
+                        }
+                        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{text}"),
+                        (a, b) => panic!("{text}: {a:?} vs {b:?}"),
+                    }
+                }
+            }
+        }
+    }
 }

@@ -1,8 +1,9 @@
 //! The OpenAI-compatible streaming client.
 //!
-//! Requests are plain JSON bodies sent through async-openai's bring-your-own-types calls, and
-//! answers are read with our own lenient types (see `wire`), so the small differences between
-//! OpenAI-compatible servers never break a turn.
+//! Requests are JSON bodies written straight from the request (see `body`) and posted with
+//! reqwest; a streamed answer's server-sent events are parsed in the caller's own task, as it
+//! polls the stream (no reader task, no channel), and read with our own lenient types (see
+//! `wire`), so the small differences between OpenAI-compatible servers never break a turn.
 //!
 //! Time limits: the connection must be up within `connect_timeout`; the answer's headers *and*
 //! its first event must arrive within `first_byte_timeout` of the request (retries included);
@@ -13,24 +14,32 @@
 mod body;
 mod decode;
 mod http;
+mod sse;
 mod wire;
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
-use async_openai::{Client, config::OpenAIConfig, types::stream::StreamResponse};
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use reqwest::header::HeaderValue;
 use serde_json::{Map, Value};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
-use crate::{ChatRequest, ChatResponse, LlmClient, LlmError, LlmStream, RequestOptions};
+use crate::{
+    ChatRequest, ChatResponse, LlmClient, LlmError, LlmStream, RequestOptions, StreamItem,
+};
 
 use self::{
     decode::{Decoder, Flow, Pending},
-    http::StreamFailure,
-    wire::Chunk,
+    http::Transport,
+    sse::{EventKind, SseParser},
 };
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
@@ -45,7 +54,7 @@ const DEFAULT_MAX_RETRIES: usize = 2;
 /// Cheap to clone: clones share the connection pool.
 #[derive(Clone)]
 pub struct OpenAiClient {
-    inner: Client<OpenAIConfig>,
+    transport: Transport,
     defaults: RequestOptions,
     base_url: String,
     api_key: ApiKey,
@@ -246,7 +255,7 @@ impl OpenAiClientBuilder {
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         let base_url = check_base_url(&base_url)?;
         if let Some(temperature) = self.temperature {
-            body::temperature_value(temperature)?;
+            body::check_temperature(temperature)?;
         }
         for (name, value) in [
             ("connect_timeout", self.connect_timeout),
@@ -258,9 +267,7 @@ impl OpenAiClientBuilder {
             }
         }
 
-        // The key travels only in this header, marked sensitive so no HTTP layer logs it; it
-        // replaces async-openai's own `Authorization` (built from an empty key) on every
-        // attempt.
+        // The key travels only in this header, marked sensitive so no HTTP layer logs it.
         let mut authorization = HeaderValue::from_str(&format!("Bearer {}", api_key.trim()))
             .map_err(|_| {
                 LlmError::Config(
@@ -268,13 +275,6 @@ impl OpenAiClientBuilder {
                 )
             })?;
         authorization.set_sensitive(true);
-        // Org and project ids are left empty on purpose: async-openai would read them from the
-        // environment and panic on values that are not valid headers.
-        let config = OpenAIConfig::new()
-            .with_api_base(base_url.clone())
-            .with_api_key("")
-            .with_org_id("")
-            .with_project_id("");
 
         // No total `timeout` here: it would cut long streams. First-byte and idle limits are
         // enforced around each await instead.
@@ -282,9 +282,10 @@ impl OpenAiClientBuilder {
             .connect_timeout(self.connect_timeout)
             .build()
             .map_err(|e| LlmError::Config(format!("could not set up the HTTP client: {e}")))?;
+        let transport = Transport::new(http, &base_url, authorization, self.max_retries)?;
 
         Ok(OpenAiClient {
-            inner: http::client(config, http, authorization, self.max_retries),
+            transport,
             defaults: RequestOptions {
                 model: Some(model),
                 temperature: self.temperature,
@@ -310,7 +311,7 @@ fn env_var(allowed: bool, name: &str) -> Option<String> {
     }
 }
 
-/// The base URL without a trailing slash (async-openai appends `/chat/completions`).
+/// The base URL without a trailing slash (`/chat/completions` is appended to it).
 fn check_base_url(base_url: &str) -> Result<String, LlmError> {
     let trimmed = base_url.trim().trim_end_matches('/');
     let url = reqwest::Url::parse(trimmed)
@@ -364,16 +365,11 @@ impl OpenAiClient {
     /// Sends the streaming request and waits for the answer's headers.
     async fn open_stream(
         &self,
-        body: Value,
+        body: bytes::Bytes,
         started: Instant,
         deadline: Instant,
-    ) -> Result<StreamResponse<Chunk>, LlmError> {
-        let opened = tokio::time::timeout_at(
-            deadline,
-            self.inner.chat().create_stream_byot::<Value, Chunk>(body),
-        )
-        .await;
-        match opened {
+    ) -> Result<reqwest::Response, LlmError> {
+        match tokio::time::timeout_at(deadline, self.transport.send(body)).await {
             Err(_) => {
                 tracing::warn!(timeout = ?self.first_byte_timeout, "no answer before the first-byte time limit");
                 Err(LlmError::Timeout(self.first_byte_timeout))
@@ -385,14 +381,34 @@ impl OpenAiClient {
                 tracing::warn!(%error, "request failed before the first byte");
                 Err(error)
             }
-            Ok(Ok(events)) => {
+            Ok(Ok(response)) => {
                 tracing::debug!(
                     time_to_headers_ms = started.elapsed().as_millis() as u64,
                     "answer headers received"
                 );
-                Ok(events)
+                Ok(response)
             }
         }
+    }
+
+    /// Sends a non-streaming request and reads its whole answer.
+    async fn whole_answer(&self, body: bytes::Bytes) -> Result<ChatResponse, LlmError> {
+        let response = self
+            .transport
+            .send(body)
+            .await
+            .map_err(|e| http::request_error(e, self.connect_timeout))?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| http::http_error(&e, self.connect_timeout))?;
+        let chunk = wire::decode_chunk(&bytes).map_err(|err| {
+            LlmError::InvalidResponse(format!(
+                "{err}; the answer began with: {}",
+                wire::snippet(&String::from_utf8_lossy(&bytes), 300)
+            ))
+        })?;
+        decode::response(chunk)
     }
 }
 
@@ -403,24 +419,24 @@ impl LlmClient for OpenAiClient {
         let body = body::build(&self.defaults, &request, true)?;
         let started = Instant::now();
         let deadline = started + self.first_byte_timeout;
-        let events = self
+        let response = self
             .open_stream(body, started, deadline)
             .instrument(span.clone())
             .await?;
-        let reader = Reader {
-            events: Some(events),
+        Ok(Box::pin(Reader {
+            body: Some(response.bytes_stream()),
+            sse: SseParser::new(),
             decoder: Decoder::new(),
             pending: Pending::new(),
             first_event_deadline: Some(deadline),
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            waiting: false,
             first_byte_timeout: self.first_byte_timeout,
             idle_timeout: self.idle_timeout,
             started,
             api_key: self.api_key.clone(),
-        };
-        let stream = futures::stream::unfold(reader, move |reader| {
-            reader.next_item().instrument(span.clone())
-        });
-        Ok(stream.fuse().boxed())
+            span,
+        }))
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
@@ -430,16 +446,12 @@ impl LlmClient for OpenAiClient {
         // gets both limits together.
         let limit = self.first_byte_timeout.saturating_add(self.idle_timeout);
         let started = Instant::now();
-        let answer =
-            tokio::time::timeout(limit, self.inner.chat().create_byot::<Value, Chunk>(body))
-                .instrument(span.clone())
-                .await;
+        let answer = tokio::time::timeout(limit, self.whole_answer(body))
+            .instrument(span.clone())
+            .await;
         let result = match answer {
             Err(_) => Err(LlmError::Timeout(limit)),
-            Ok(Err(error)) => Err(self
-                .api_key
-                .scrub_error(http::request_error(error, self.connect_timeout))),
-            Ok(Ok(chunk)) => decode::response(chunk).map_err(|e| self.api_key.scrub_error(e)),
+            Ok(result) => result.map_err(|e| self.api_key.scrub_error(e)),
         };
         span.in_scope(|| match &result {
             Ok(_) => tracing::debug!(
@@ -452,79 +464,159 @@ impl LlmClient for OpenAiClient {
     }
 }
 
-/// Reads one streamed answer; dropping it drops async-openai's event stream, whose reader task
-/// then ends and closes the connection.
-struct Reader {
-    /// `None` once the answer is over (finished, failed, timed out).
-    events: Option<StreamResponse<Chunk>>,
+/// Reads one streamed answer, in the task that polls it: server-sent events are parsed and
+/// decoded as they are asked for. Dropping it (or the answer ending) drops the HTTP body,
+/// which closes the connection at once.
+struct Reader<B> {
+    /// The answer's body; `None` once the answer is over (finished, failed, timed out).
+    body: Option<B>,
+    /// Splits the body into events.
+    sse: SseParser,
     decoder: Decoder,
     pending: Pending,
-    /// Until the first event arrives, the deadline left over from the first-byte limit.
+    /// Until the first chunk arrives, the deadline left over from the first-byte limit.
     first_event_deadline: Option<Instant>,
+    /// The time limit of the current wait for an event; one timer reused for the whole answer.
+    timer: Pin<Box<Sleep>>,
+    /// Whether `timer` is set for the current wait (a wait starts when an event is needed,
+    /// so time the caller spends between items never counts as the server's).
+    waiting: bool,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
     started: Instant,
     api_key: ApiKey,
+    span: tracing::Span,
 }
 
-impl Reader {
-    /// The next item, or `None` at the end.
-    async fn next_item(mut self) -> Option<(Result<crate::StreamItem, LlmError>, Self)> {
-        loop {
-            if let Some(item) = self.pending.pop_front() {
-                let item = item.map_err(|e| self.api_key.scrub_error(e));
-                return Some((item, self));
-            }
-            let events = self.events.as_mut()?;
-            let next = match self.first_event_deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, events.next())
-                    .await
-                    .map_err(|_| LlmError::Timeout(self.first_byte_timeout)),
-                None => tokio::time::timeout(self.idle_timeout, events.next())
-                    .await
-                    .map_err(|_| LlmError::Timeout(self.idle_timeout)),
-            };
-            match next {
-                Err(timeout) => {
-                    tracing::warn!(error = %timeout, "the stream stalled");
-                    self.stop(Err(timeout));
-                }
-                Ok(None) => {
-                    self.events = None;
-                    self.decoder.end(&mut self.pending);
+impl<B> Reader<B> {
+    /// Ends the answer with `item` and lets the connection go at once.
+    fn stop(&mut self, item: Result<StreamItem, LlmError>) {
+        self.body = None;
+        self.pending.push_back(item);
+    }
+
+    /// Reads the event the parser just returned.
+    fn on_event(&mut self, kind: EventKind) {
+        let data = self.sse.data();
+        if data == "[DONE]" {
+            self.body = None;
+            self.on_end();
+            return;
+        }
+        if kind == EventKind::Keepalive {
+            return;
+        }
+        // Any other event ends this wait, as it did when events came through a channel.
+        self.waiting = false;
+        match http::event_chunk(data) {
+            Ok(None) => {}
+            Ok(Some(chunk)) => {
+                if self.first_event_deadline.take().is_some() {
                     tracing::debug!(
-                        elapsed_ms = self.started.elapsed().as_millis() as u64,
-                        finished = self.decoder.finished(),
-                        "stream ended"
+                        time_to_first_event_ms = self.started.elapsed().as_millis() as u64,
+                        "first event received"
                     );
                 }
-                Ok(Some(Ok(chunk))) => {
-                    if self.first_event_deadline.take().is_some() {
-                        tracing::debug!(
-                            time_to_first_event_ms = self.started.elapsed().as_millis() as u64,
-                            "first event received"
-                        );
-                    }
-                    if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
-                        tracing::warn!("the server reported an error mid-stream");
-                        self.events = None;
-                    }
+                if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
+                    tracing::warn!("the server reported an error mid-stream");
+                    self.body = None;
                 }
-                Ok(Some(Err(error))) => match http::stream_error(error) {
-                    StreamFailure::Blank => {}
-                    StreamFailure::Fatal(error) => {
-                        tracing::warn!(%error, "the stream failed");
-                        self.stop(Err(error));
-                    }
-                },
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the stream failed");
+                self.stop(Err(error));
             }
         }
     }
 
-    /// Ends the answer with `item` and lets the connection go at once.
-    fn stop(&mut self, item: Result<crate::StreamItem, LlmError>) {
-        self.events = None;
-        self.pending.push_back(item);
+    /// The server closed the stream (or sent `[DONE]`).
+    fn on_end(&mut self) {
+        self.decoder.end(&mut self.pending);
+        tracing::debug!(
+            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            finished = self.decoder.finished(),
+            "stream ended"
+        );
+    }
+}
+
+impl<B> Stream for Reader<B>
+where
+    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    type Item = Result<StreamItem, LlmError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // The span is taken out while it is entered, so the reader can be borrowed mutably.
+        let span = std::mem::replace(&mut this.span, tracing::Span::none());
+        let polled = span.in_scope(|| this.poll_events(cx));
+        this.span = span;
+        polled
+    }
+}
+
+impl<B> Reader<B>
+where
+    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+{
+    /// The next item: a pending one, else what the next events yield.
+    fn poll_events(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<StreamItem, LlmError>>> {
+        let this = self;
+        loop {
+            if let Some(item) = this.pending.pop_front() {
+                return Poll::Ready(Some(item.map_err(|e| this.api_key.scrub_error(e))));
+            }
+            if this.body.is_none() {
+                return Poll::Ready(None);
+            }
+            match this.sse.next_event() {
+                Ok(Some(kind)) => {
+                    this.on_event(kind);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    let error = LlmError::StreamCut(format!("stream failed: {error}"));
+                    tracing::warn!(%error, "the stream failed");
+                    this.stop(Err(error));
+                    continue;
+                }
+            }
+            let Some(body) = this.body.as_mut() else {
+                return Poll::Ready(None);
+            };
+            if !this.waiting {
+                this.waiting = true;
+                let deadline = this
+                    .first_event_deadline
+                    .unwrap_or_else(|| Instant::now() + this.idle_timeout);
+                this.timer.as_mut().reset(deadline);
+            }
+            match body.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(bytes))) => this.sse.push(&bytes),
+                Poll::Ready(Some(Err(error))) => {
+                    let error = http::stream_error(&error);
+                    tracing::warn!(%error, "the stream failed");
+                    this.stop(Err(error));
+                }
+                Poll::Ready(None) => {
+                    this.body = None;
+                    this.on_end();
+                }
+                Poll::Pending => {
+                    if this.timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let timeout = LlmError::Timeout(match this.first_event_deadline {
+                        Some(_) => this.first_byte_timeout,
+                        None => this.idle_timeout,
+                    });
+                    tracing::warn!(error = %timeout, "the stream stalled");
+                    this.stop(Err(timeout));
+                }
+            }
+        }
     }
 }
 
@@ -592,5 +684,137 @@ mod tests {
             message: "Incorrect API key provided: sk-secret-123456".to_owned(),
         });
         assert!(!error.to_string().contains("sk-secret"), "{error}");
+    }
+
+    /// A reader over an answer whose SSE body comes in `parts`, each after `delay` (counted
+    /// from when the reader asks for it), then stalls for ever.
+    fn reader(
+        parts: Vec<&'static str>,
+        delay: Duration,
+    ) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin> {
+        let body = futures::stream::iter(parts)
+            .then(move |part| async move {
+                tokio::time::sleep(delay).await;
+                Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes()))
+            })
+            .chain(futures::stream::pending());
+        let started = Instant::now();
+        let deadline = started + FIRST_BYTE;
+        Reader {
+            body: Some(Box::pin(body)),
+            sse: SseParser::new(),
+            decoder: Decoder::new(),
+            pending: Pending::new(),
+            first_event_deadline: Some(deadline),
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            waiting: false,
+            first_byte_timeout: FIRST_BYTE,
+            idle_timeout: IDLE,
+            started,
+            api_key: ApiKey(Arc::from("sk-secret-123456")),
+            span: tracing::Span::none(),
+        }
+    }
+
+    const FIRST_BYTE: Duration = Duration::from_secs(3);
+    const IDLE: Duration = Duration::from_secs(5);
+    const TEXT: &str = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    const STOP: &str = "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn done_ends_the_answer_and_keepalives_and_comments_are_skipped() {
+        let mut reader = reader(
+            vec![
+                ": ping\n\n",
+                "event: keepalive\ndata: {\"choices\":[{\"delta\":{\"content\":\"no\"}}]}\n\n",
+                TEXT,
+                STOP,
+                "data: [DONE]\n\n",
+                TEXT,
+            ],
+            Duration::ZERO,
+        );
+        let mut items = Vec::new();
+        while let Some(item) = reader.next().await {
+            items.push(item.expect("no error"));
+        }
+        assert_eq!(
+            items,
+            vec![
+                StreamItem::Text("Hi".into()),
+                StreamItem::Finish(crate::FinishReason::Stop)
+            ]
+        );
+        assert!(reader.body.is_none(), "the body is let go at [DONE]");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn done_before_a_finish_reason_is_a_cut() {
+        let mut reader = reader(vec![TEXT, "data: [DONE]\n\n"], Duration::ZERO);
+        assert_eq!(
+            reader.next().await.expect("item").expect("text"),
+            StreamItem::Text("Hi".into())
+        );
+        let cut = reader.next().await.expect("item");
+        assert!(matches!(cut, Err(LlmError::StreamCut(_))), "{cut:?}");
+        assert!(reader.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_the_caller_spends_between_items_is_not_the_servers() {
+        // Each event takes 60 % of the idle limit once asked for; the caller dawdles for three
+        // idle limits between items. Only the server's time counts.
+        let mut reader = reader(vec![TEXT, TEXT, STOP, "data: [DONE]\n\n"], IDLE * 3 / 5);
+        let mut items = Vec::new();
+        while let Some(item) = reader.next().await {
+            items.push(item.expect("no timeout"));
+            tokio::time::sleep(IDLE * 3).await;
+        }
+        assert_eq!(items.len(), 3, "{items:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_times_out_first_byte_then_idle() {
+        let mut silent = reader(vec![], Duration::ZERO);
+        let timeout = silent.next().await.expect("item");
+        assert!(
+            matches!(timeout, Err(LlmError::Timeout(d)) if d == FIRST_BYTE),
+            "{timeout:?}"
+        );
+        assert!(silent.next().await.is_none());
+        assert!(silent.body.is_none(), "the body is let go on a timeout");
+
+        let mut stalled = reader(vec![TEXT], Duration::ZERO);
+        assert!(stalled.next().await.expect("item").is_ok());
+        let timeout = stalled.next().await.expect("item");
+        assert!(
+            matches!(timeout, Err(LlmError::Timeout(d)) if d == IDLE),
+            "{timeout:?}"
+        );
+        assert!(stalled.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_blank_event_does_not_count_as_the_first_one() {
+        // The blank event arrives in time, but no chunk does: the first-byte limit still holds.
+        let mut reader = reader(vec!["data:  \n\n"], Duration::from_secs(1));
+        let timeout = reader.next().await.expect("item");
+        assert!(
+            matches!(timeout, Err(LlmError::Timeout(d)) if d == FIRST_BYTE),
+            "{timeout:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn garbage_events_end_the_answer_without_the_key() {
+        let mut reader = reader(
+            vec![TEXT, "data: <html>sk-secret-123456</html>\n\n", TEXT],
+            Duration::ZERO,
+        );
+        assert!(reader.next().await.expect("item").is_ok());
+        let error = reader.next().await.expect("item").expect_err("garbage");
+        assert!(matches!(error, LlmError::InvalidResponse(_)), "{error:?}");
+        assert!(!error.to_string().contains("sk-secret"), "{error}");
+        assert!(reader.next().await.is_none());
     }
 }

@@ -12,8 +12,18 @@
 //! - `usage` `null` or `{}` (ignored), or with only some of the counts;
 //! - `object`, `created` (sometimes a float), `model`, `id`... are never read;
 //! - an `error` object (or string) mid-stream or in a 200 answer.
+//!
+//! Reading every field through a `serde_json::Value` costs a map and a copy per object, on
+//! every chunk. So a chunk is first read strictly, straight into the same types, in the shape
+//! OpenAI and most servers send ([`decode_chunk`]); only when that fails (an odd shape, an
+//! `error`) is it read again leniently. Both readings agree wherever the strict one succeeds.
 
-use serde::{Deserialize, Deserializer, de::DeserializeOwned};
+use std::{fmt, marker::PhantomData};
+
+use serde::{
+    Deserialize, Deserializer,
+    de::{DeserializeOwned, IgnoredAny, SeqAccess, Visitor},
+};
 use serde_json::Value;
 
 use crate::{ToolCallDelta, Usage};
@@ -153,6 +163,169 @@ impl WireUsage {
                 .unwrap_or_else(|| prompt_tokens.saturating_add(completion_tokens)),
         })
     }
+}
+
+/// Reads a chunk (or a whole answer): strictly typed first, leniently when that fails.
+///
+/// The error is the lenient reading's, so an unreadable chunk is reported as before.
+pub(crate) fn decode_chunk(data: &[u8]) -> Result<Chunk, serde_json::Error> {
+    match strict_chunk(data) {
+        Some(chunk) => Ok(chunk),
+        None => serde_json::from_slice(data),
+    }
+}
+
+/// The chunk read strictly, or `None` when it is not in the common shape.
+pub(crate) fn strict_chunk(data: &[u8]) -> Option<Chunk> {
+    // Only objects take the strict path: serde also reads structs from arrays, which the
+    // lenient path must judge alone.
+    if data.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    let strict = serde_json::from_slice::<StrictChunk>(data).ok()?;
+    if strict.error.is_some() {
+        return None;
+    }
+    Some(Chunk {
+        choices: strict.choices,
+        usage: strict.usage.map(WireUsage::from),
+        error: None,
+    })
+}
+
+/// The common chunk shape, every field of its one expected type (or `null`, or missing).
+#[derive(Deserialize)]
+struct StrictChunk {
+    #[serde(default, deserialize_with = "strict_vec::<_, StrictChoice, Choice>")]
+    choices: Vec<Choice>,
+    usage: Option<StrictUsage>,
+    /// Any `error` sends the chunk down the lenient path, which reads its many shapes.
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct StrictChoice {
+    index: Option<u32>,
+    delta: Option<StrictDelta>,
+    message: Option<StrictDelta>,
+    finish_reason: Option<String>,
+}
+
+impl From<StrictChoice> for Choice {
+    fn from(choice: StrictChoice) -> Self {
+        Self {
+            index: choice.index,
+            delta: choice.delta.map(Delta::from),
+            message: choice.message.map(Delta::from),
+            finish_reason: choice.finish_reason,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StrictDelta {
+    /// A plain string; content parts take the lenient path.
+    content: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "strict_vec::<_, StrictToolCall, WireToolCall>"
+    )]
+    tool_calls: Vec<WireToolCall>,
+}
+
+impl From<StrictDelta> for Delta {
+    fn from(delta: StrictDelta) -> Self {
+        Self {
+            content: delta.content,
+            tool_calls: delta.tool_calls,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StrictToolCall {
+    index: Option<u32>,
+    id: Option<String>,
+    function: Option<StrictFunction>,
+}
+
+#[derive(Deserialize)]
+struct StrictFunction {
+    name: Option<String>,
+    /// JSON text; arguments sent as an object take the lenient path.
+    arguments: Option<String>,
+}
+
+impl From<StrictToolCall> for WireToolCall {
+    fn from(call: StrictToolCall) -> Self {
+        Self {
+            index: call.index,
+            id: call.id,
+            function: call.function.map(|f| WireFunction {
+                name: f.name,
+                arguments: f.arguments.map(Value::String),
+            }),
+        }
+    }
+}
+
+/// Whole-number counts; floats and out-of-range counts take the lenient path.
+#[derive(Deserialize)]
+struct StrictUsage {
+    prompt_tokens: Option<u32>,
+    completion_tokens: Option<u32>,
+    total_tokens: Option<u32>,
+}
+
+impl From<StrictUsage> for WireUsage {
+    fn from(usage: StrictUsage) -> Self {
+        Self {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            total_tokens: usage.total_tokens,
+        }
+    }
+}
+
+/// Reads `null` or an array of `S`, converting each element as it is read (no second `Vec`);
+/// any element of another shape fails the whole strict reading.
+fn strict_vec<'de, D, S, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    S: Deserialize<'de>,
+    T: From<S>,
+{
+    struct Items<S, T>(PhantomData<fn(S) -> T>);
+
+    impl<'de, S: Deserialize<'de>, T: From<S>> Visitor<'de> for Items<S, T> {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array or null")
+        }
+
+        fn visit_none<E: serde::de::Error>(self) -> Result<Vec<T>, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<T>, E> {
+            Ok(Vec::new())
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Vec<T>, D::Error> {
+            deserializer.deserialize_seq(self)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(1).min(16));
+            while let Some(item) = seq.next_element::<S>()? {
+                items.push(T::from(item));
+            }
+            Ok(items)
+        }
+    }
+
+    deserializer.deserialize_option(Items(PhantomData))
 }
 
 /// The message of an `error` value, or `None` when it is empty (`null`, `{}`, `""`).
