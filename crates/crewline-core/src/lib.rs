@@ -22,7 +22,7 @@ mod message;
 mod tool_call;
 
 pub use context::Context;
-pub use definition::ToolDefinition;
+pub use definition::{OpenAiTool, ToolDefinition};
 pub use error::{CoreError, ToolErrorKind};
 pub use message::{Message, Role};
 pub use tool_call::{ToolCall, ToolResult};

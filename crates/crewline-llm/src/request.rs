@@ -60,13 +60,33 @@ pub enum ToolChoice {
 impl ToolChoice {
     /// The OpenAI `tool_choice` value.
     pub fn to_openai(&self) -> Value {
+        // Strings only; the fallback is never taken.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// Written in OpenAI's shape: `"auto"`, `"none"`, `"required"`, or
+/// `{"type": "function", "function": {"name": ...}}`.
+impl serde::Serialize for ToolChoice {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Named<'a> {
+            r#type: &'static str,
+            function: Name<'a>,
+        }
+        #[derive(serde::Serialize)]
+        struct Name<'a> {
+            name: &'a str,
+        }
         match self {
-            Self::Auto => Value::from("auto"),
-            Self::None => Value::from("none"),
-            Self::Required => Value::from("required"),
-            Self::Function(name) => {
-                serde_json::json!({"type": "function", "function": {"name": name}})
+            Self::Auto => serializer.serialize_str("auto"),
+            Self::None => serializer.serialize_str("none"),
+            Self::Required => serializer.serialize_str("required"),
+            Self::Function(name) => Named {
+                r#type: "function",
+                function: Name { name },
             }
+            .serialize(serializer),
         }
     }
 }

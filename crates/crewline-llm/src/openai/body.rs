@@ -6,10 +6,7 @@
 
 use bytes::Bytes;
 use crewline_core::{Message, ToolDefinition};
-use serde::{
-    Serialize, Serializer,
-    ser::{SerializeMap, SerializeSeq},
-};
+use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value};
 
 use crate::{ChatRequest, LlmError, RequestOptions, ToolChoice};
@@ -169,7 +166,7 @@ impl<'a> Body<'a> {
             "model" => map.serialize_entry(field, self.model),
             "messages" => map.serialize_entry(field, self.messages),
             "tools" => map.serialize_entry(field, &Tools(self.tools)),
-            "tool_choice" => map.serialize_entry(field, &self.tool_choice.map(WireToolChoice)),
+            "tool_choice" => map.serialize_entry(field, &self.tool_choice),
             "temperature" => map.serialize_entry(field, &self.temperature),
             "max_tokens" => map.serialize_entry(field, &self.max_tokens),
             "stream" => map.serialize_entry(field, &self.stream),
@@ -204,6 +201,15 @@ fn is_reserved(key: &str, stream: bool) -> bool {
     key == "stream" || (!stream && key == "stream_options")
 }
 
+/// The tools in OpenAI's shape (see [`ToolDefinition::openai`]).
+struct Tools<'a>(&'a [ToolDefinition]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(ToolDefinition::openai))
+    }
+}
+
 /// `{"include_usage": true}`.
 struct StreamOptions;
 
@@ -212,64 +218,6 @@ impl Serialize for StreamOptions {
         let mut map = serializer.serialize_map(Some(1))?;
         map.serialize_entry("include_usage", &true)?;
         map.end()
-    }
-}
-
-/// The tools in OpenAI's shape, `{"type": "function", "function": {...}}` each.
-struct Tools<'a>(&'a [ToolDefinition]);
-
-impl Serialize for Tools<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Tool<'a> {
-            r#type: &'static str,
-            function: Function<'a>,
-        }
-        #[derive(Serialize)]
-        struct Function<'a> {
-            name: &'a str,
-            description: &'a str,
-            parameters: &'a Value,
-        }
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for tool in self.0 {
-            seq.serialize_element(&Tool {
-                r#type: "function",
-                function: Function {
-                    name: &tool.name,
-                    description: &tool.description,
-                    parameters: &tool.parameters,
-                },
-            })?;
-        }
-        seq.end()
-    }
-}
-
-/// A tool choice in OpenAI's shape (see [`ToolChoice::to_openai`]).
-struct WireToolChoice<'a>(&'a ToolChoice);
-
-impl Serialize for WireToolChoice<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Named<'a> {
-            r#type: &'static str,
-            function: Name<'a>,
-        }
-        #[derive(Serialize)]
-        struct Name<'a> {
-            name: &'a str,
-        }
-        match self.0 {
-            ToolChoice::Auto => serializer.serialize_str("auto"),
-            ToolChoice::None => serializer.serialize_str("none"),
-            ToolChoice::Required => serializer.serialize_str("required"),
-            ToolChoice::Function(name) => Named {
-                r#type: "function",
-                function: Name { name },
-            }
-            .serialize(serializer),
-        }
     }
 }
 
