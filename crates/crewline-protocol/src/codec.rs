@@ -271,14 +271,12 @@ fn convert<T: DeserializeOwned>(name: &str, value: Value) -> Result<T, String> {
     serde_json::from_value(value).map_err(|err| format!("{name}: {err}"))
 }
 
-/// `json` without the whitespace between its tokens, or `None` when it has none.
-fn compact(json: &str) -> Option<String> {
-    let is_space = |byte: u8| matches!(byte, b' ' | b'\t' | b'\n' | b'\r');
-    let bytes = json.as_bytes();
+/// The bytes of `json` that are outside strings, with their places: the structure (brackets,
+/// separators, literals, whitespace) that the scans below look at.
+fn outside_strings(json: &[u8]) -> impl Iterator<Item = (usize, u8)> + '_ {
     let mut in_string = false;
     let mut escaped = false;
-    let mut out: Option<Vec<u8>> = None;
-    for (index, &byte) in bytes.iter().enumerate() {
+    json.iter().enumerate().filter_map(move |(index, &byte)| {
         if in_string {
             if escaped {
                 escaped = false;
@@ -287,43 +285,37 @@ fn compact(json: &str) -> Option<String> {
             } else if byte == b'"' {
                 in_string = false;
             }
-        } else if byte == b'"' {
-            in_string = true;
-        } else if is_space(byte) {
-            // The first space: copy what came before it, then go on copying all but spaces.
-            out.get_or_insert_with(|| {
-                let mut out = Vec::with_capacity(bytes.len());
-                out.extend_from_slice(&bytes[..index]);
-                out
-            });
-            continue;
+            None
+        } else {
+            in_string = byte == b'"';
+            (!in_string).then_some((index, byte))
         }
-        if let Some(out) = out.as_mut() {
-            out.push(byte);
+    })
+}
+
+/// `json` without the whitespace between its tokens, or `None` when it has none.
+fn compact(json: &str) -> Option<String> {
+    let bytes = json.as_bytes();
+    let mut out: Option<Vec<u8>> = None;
+    let mut copied = 0;
+    for (index, byte) in outside_strings(bytes) {
+        if matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+            let out = out.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+            out.extend_from_slice(&bytes[copied..index]);
+            copied = index + 1;
         }
     }
+    let mut out = out?;
+    out.extend_from_slice(&bytes[copied..]);
     // Only ASCII whitespace was left out, so the bytes are still UTF-8.
-    out.and_then(|out| String::from_utf8(out).ok())
+    String::from_utf8(out).ok()
 }
 
 /// Whether arrays and objects nest deeper than `limit`, by a scan that never recurses.
 fn nesting_exceeds(bytes: &[u8], limit: usize) -> bool {
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &byte in bytes {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
+    for (_, byte) in outside_strings(bytes) {
         match byte {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 if depth > limit {

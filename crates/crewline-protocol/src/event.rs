@@ -230,12 +230,12 @@ impl Messages {
     /// one odd message does not hide the others).
     pub fn parse<T: serde::de::DeserializeOwned>(
         &self,
-    ) -> Result<Vec<Result<T, serde_json::Error>>, serde_json::Error> {
+    ) -> Result<impl ExactSizeIterator<Item = Result<T, serde_json::Error>> + '_, serde_json::Error>
+    {
         let items: Vec<&RawValue> = serde_json::from_str(self.0.get())?;
         Ok(items
             .into_iter()
-            .map(|item| serde_json::from_str(item.get()))
-            .collect())
+            .map(|item| serde_json::from_str(item.get())))
     }
 }
 

@@ -619,9 +619,10 @@ fn a_conversation_is_read_per_message_and_echoed_compact() {
         r#"[{"role":"user","content":"Hi, \"you\""},7,{"role":"assistant","content":"Hello"}]"#
     );
     // One message that does not fit does not hide the others.
-    let parsed = messages
+    let parsed: Vec<_> = messages
         .parse::<crewline_core::Message>()
-        .expect("an array");
+        .expect("an array")
+        .collect();
     assert_eq!(parsed.len(), 3);
     assert_eq!(
         parsed[0].as_ref().expect("user").text(),

@@ -473,26 +473,25 @@ async fn write_frames(
                     }
                     return;
                 };
-                if let Err(error) = sink.feed(binary(&event)).await {
-                    tracing::debug!(%error, "socket write failed");
-                    return;
-                }
-                if events.is_empty() {
+                let mut written = sink.feed(binary(&event)).await;
+                if written.is_ok() && events.is_empty() {
                     // The model's pieces usually arrive a few at a time, each woken separately:
                     // letting the tasks that are ready run first gathers them into one socket
                     // write (one syscall instead of one per frame). When nothing else is ready
                     // this costs one pass of the scheduler, a few microseconds.
                     tokio::task::yield_now().await;
-                    while let Ok(event) = events.try_recv() {
-                        if let Err(error) = sink.feed(binary(&event)).await {
-                            tracing::debug!(%error, "socket write failed");
-                            return;
-                        }
+                    while written.is_ok()
+                        && let Ok(event) = events.try_recv()
+                    {
+                        written = sink.feed(binary(&event)).await;
                     }
-                    if let Err(error) = sink.flush().await {
-                        tracing::debug!(%error, "socket write failed");
-                        return;
+                    if written.is_ok() {
+                        written = sink.flush().await;
                     }
+                }
+                if let Err(error) = written {
+                    tracing::debug!(%error, "socket write failed");
+                    return;
                 }
             }
         }

@@ -229,15 +229,15 @@ impl OutputRunner {
                 return;
             }
         };
-        let mut incoming = Vec::with_capacity(parsed.len());
-        for message in parsed {
-            match message {
-                Ok(message) => incoming.push(message),
-                Err(error) => {
-                    tracing::warn!(%error, "unreadable message in system.llm.request skipped")
-                }
-            }
-        }
+        let incoming: Vec<Message> = parsed
+            .filter_map(|message| {
+                message
+                    .map_err(|error| {
+                        tracing::warn!(%error, "unreadable message in system.llm.request skipped")
+                    })
+                    .ok()
+            })
+            .collect();
         if !incoming.iter().any(|m| m.role() != Role::System) {
             return;
         }

@@ -562,58 +562,57 @@ where
 {
     /// The next item: a pending one, else what the next events yield.
     fn poll_events(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<StreamItem, LlmError>>> {
-        let this = self;
         loop {
-            if let Some(item) = this.pending.pop_front() {
-                return Poll::Ready(Some(item.map_err(|e| this.api_key.scrub_error(e))));
+            if let Some(item) = self.pending.pop_front() {
+                return Poll::Ready(Some(item.map_err(|e| self.api_key.scrub_error(e))));
             }
-            if this.body.is_none() {
+            if self.body.is_none() {
                 return Poll::Ready(None);
             }
-            match this.sse.next_event() {
+            match self.sse.next_event() {
                 Ok(Some(kind)) => {
-                    this.on_event(kind);
+                    self.on_event(kind);
                     continue;
                 }
                 Ok(None) => {}
                 Err(error) => {
                     let error = LlmError::StreamCut(format!("stream failed: {error}"));
                     tracing::warn!(%error, "the stream failed");
-                    this.stop(Err(error));
+                    self.stop(Err(error));
                     continue;
                 }
             }
-            let Some(body) = this.body.as_mut() else {
+            let Some(body) = self.body.as_mut() else {
                 return Poll::Ready(None);
             };
-            if !this.waiting {
-                this.waiting = true;
-                let deadline = this
+            if !self.waiting {
+                self.waiting = true;
+                let deadline = self
                     .first_event_deadline
-                    .unwrap_or_else(|| Instant::now() + this.idle_timeout);
-                this.timer.as_mut().reset(deadline);
+                    .unwrap_or_else(|| Instant::now() + self.idle_timeout);
+                self.timer.as_mut().reset(deadline);
             }
             match body.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(bytes))) => this.sse.push(&bytes),
+                Poll::Ready(Some(Ok(bytes))) => self.sse.push(&bytes),
                 Poll::Ready(Some(Err(error))) => {
                     let error = http::stream_error(&error);
                     tracing::warn!(%error, "the stream failed");
-                    this.stop(Err(error));
+                    self.stop(Err(error));
                 }
                 Poll::Ready(None) => {
-                    this.body = None;
-                    this.on_end();
+                    self.body = None;
+                    self.on_end();
                 }
                 Poll::Pending => {
-                    if this.timer.as_mut().poll(cx).is_pending() {
+                    if self.timer.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }
-                    let timeout = LlmError::Timeout(match this.first_event_deadline {
-                        Some(_) => this.first_byte_timeout,
-                        None => this.idle_timeout,
+                    let timeout = LlmError::Timeout(match self.first_event_deadline {
+                        Some(_) => self.first_byte_timeout,
+                        None => self.idle_timeout,
                     });
                     tracing::warn!(error = %timeout, "the stream stalled");
-                    this.stop(Err(timeout));
+                    self.stop(Err(timeout));
                 }
             }
         }
