@@ -100,6 +100,31 @@ async fn odd_chunk_shapes_still_yield_text_finish_and_usage() {
 }
 
 #[tokio::test]
+async fn finished_answers_leave_the_connection_for_the_next_turn() {
+    // The server sends the body's end 20 ms after `[DONE]`, in a write of its own. A client
+    // that lets the body go at `[DONE]` closes the connection, and every turn pays a new
+    // TCP (and, against a real provider, TLS) handshake.
+    let answer = || Reply::chunks(&[content("Hi"), finish("stop")], After::DoneKeepAlive);
+    let server = TestServer::start(vec![answer(), answer(), answer()]).await;
+    let client = client_for(&server).build().expect("client");
+
+    for turn in 0..3 {
+        let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+        assert_eq!(
+            oks(&items),
+            vec![
+                StreamItem::Text("Hi".into()),
+                StreamItem::Finish(FinishReason::Stop)
+            ],
+            "turn {turn}"
+        );
+    }
+
+    assert_eq!(server.request_count(), 3);
+    assert_eq!(server.connections(), 1, "all three turns on one connection");
+}
+
+#[tokio::test]
 async fn error_object_mid_stream_is_an_api_error_after_the_text() {
     let server = TestServer::start(vec![Reply::chunks(
         &[

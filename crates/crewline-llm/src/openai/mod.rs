@@ -425,6 +425,7 @@ impl LlmClient for OpenAiClient {
             .await?;
         Ok(Box::pin(Reader {
             body: Some(response.bytes_stream()),
+            draining: false,
             sse: SseParser::new(),
             decoder: Decoder::new(),
             pending: Pending::new(),
@@ -464,12 +465,23 @@ impl LlmClient for OpenAiClient {
     }
 }
 
+/// How long the reader waits, after `[DONE]`, for the end of the HTTP body.
+///
+/// The answer is complete at `[DONE]`, but an HTTP/1.1 connection only goes back to the pool
+/// once its body has been read to the end; servers often send the body's last bytes in a
+/// write of their own. A body dropped before that closes the connection, and the next turn
+/// pays a new TCP (and TLS) handshake. The limit is there for servers that hold the body open.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+
 /// Reads one streamed answer, in the task that polls it: server-sent events are parsed and
-/// decoded as they are asked for. Dropping it (or the answer ending) drops the HTTP body,
-/// which closes the connection at once.
+/// decoded as they are asked for. Dropping it mid-answer (barge-in), or an error, drops the
+/// HTTP body, which closes the connection at once; after `[DONE]` the body is read to its
+/// end so the connection can be reused.
 struct Reader<B> {
     /// The answer's body; `None` once the answer is over (finished, failed, timed out).
     body: Option<B>,
+    /// Whether `[DONE]` has been read and only the body's end is awaited (see [`DRAIN_GRACE`]).
+    draining: bool,
     /// Splits the body into events.
     sse: SseParser,
     decoder: Decoder,
@@ -499,8 +511,9 @@ impl<B> Reader<B> {
     fn on_event(&mut self, kind: EventKind) {
         let data = self.sse.data();
         if data == "[DONE]" {
-            self.body = None;
             self.on_end();
+            self.draining = true;
+            self.timer.as_mut().reset(Instant::now() + DRAIN_GRACE);
             return;
         }
         if kind == EventKind::Keepalive {
@@ -566,6 +579,9 @@ where
             if let Some(item) = self.pending.pop_front() {
                 return Poll::Ready(Some(item.map_err(|e| self.api_key.scrub_error(e))));
             }
+            if self.draining {
+                return self.poll_drain(cx);
+            }
             if self.body.is_none() {
                 return Poll::Ready(None);
             }
@@ -616,6 +632,25 @@ where
                 }
             }
         }
+    }
+
+    /// Reads the body to its end after `[DONE]`, for at most [`DRAIN_GRACE`]; the answer
+    /// itself is over, so nothing read here reaches the caller.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<StreamItem, LlmError>>> {
+        while let Some(body) = self.body.as_mut() {
+            match body.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(_)) | None) => self.body = None,
+                Poll::Pending => {
+                    if self.timer.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    tracing::debug!("the body did not end after [DONE]; closing the connection");
+                    self.body = None;
+                }
+            }
+        }
+        Poll::Ready(None)
     }
 }
 
@@ -697,10 +732,16 @@ mod tests {
                 Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes()))
             })
             .chain(futures::stream::pending());
+        reader_over(Box::pin(body))
+    }
+
+    /// A reader over `body`, as `stream_chat` builds it.
+    fn reader_over<B>(body: B) -> Reader<B> {
         let started = Instant::now();
         let deadline = started + FIRST_BYTE;
         Reader {
-            body: Some(Box::pin(body)),
+            body: Some(body),
+            draining: false,
             sse: SseParser::new(),
             decoder: Decoder::new(),
             pending: Pending::new(),
@@ -745,6 +786,48 @@ mod tests {
             ]
         );
         assert!(reader.body.is_none(), "the body is let go at [DONE]");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_done_the_body_is_read_to_its_end_within_the_grace() {
+        // The body's end comes 50 ms after `[DONE]`: the reader waits for it, so the HTTP
+        // connection is reusable, and the caller still gets the finish at once.
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen_end = ended.clone();
+        let body = futures::stream::iter([TEXT, STOP, "data: [DONE]\n\n"])
+            .map(|part| Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes())))
+            .chain(futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(bytes::Bytes::from_static(b"data: {\"late\": true}\n\n"))
+            }))
+            .chain(futures::stream::poll_fn(move |_| {
+                seen_end.store(true, std::sync::atomic::Ordering::SeqCst);
+                Poll::Ready(None)
+            }));
+        let mut answer = reader_over(Box::pin(body));
+
+        let started = Instant::now();
+        assert_eq!(
+            answer.next().await.expect("item").expect("text"),
+            StreamItem::Text("Hi".into())
+        );
+        assert_eq!(
+            answer.next().await.expect("item").expect("finish"),
+            StreamItem::Finish(crate::FinishReason::Stop)
+        );
+        assert_eq!(started.elapsed(), Duration::ZERO, "the finish does not wait");
+        assert!(answer.next().await.is_none(), "bytes after [DONE] are ignored");
+        assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(started.elapsed(), Duration::from_millis(50));
+
+        // A body that never ends is let go after the grace, without an error.
+        let mut held = reader(vec![TEXT, STOP, "data: [DONE]\n\n"], Duration::ZERO);
+        let started = Instant::now();
+        let items: Vec<_> = (&mut held).collect().await;
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert!(items.iter().all(Result::is_ok), "{items:?}");
+        assert_eq!(started.elapsed(), DRAIN_GRACE);
+        assert!(held.body.is_none());
     }
 
     #[tokio::test(start_paused = true)]

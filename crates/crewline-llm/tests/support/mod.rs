@@ -2,8 +2,8 @@
 //!
 //! It is written by hand on a raw `TcpListener` so a test can do what a framework hides:
 //! break a stream off mid-body, stall before or after the headers, and see the moment the
-//! client lets a connection go. Every answer closes its connection (`Connection: close`), so
-//! one connection is one request.
+//! client lets a connection go. Every answer but [`After::DoneKeepAlive`] closes its
+//! connection (`Connection: close`), so one connection is one request.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -24,6 +24,9 @@ use tokio::{
 pub(crate) enum After {
     /// `data: [DONE]`, then the end of the body, as OpenAI does.
     Done,
+    /// `data: [DONE]`, then, 20 ms later in a write of its own, the end of the body; the
+    /// connection stays open for the next request (HTTP/1.1 keep-alive).
+    DoneKeepAlive,
     /// The end of the body without `[DONE]`.
     Eof,
     /// The socket is dropped mid-body (no final chunk): a broken connection.
@@ -69,6 +72,7 @@ struct State {
     requests: Mutex<Vec<Captured>>,
     disconnects: Mutex<usize>,
     disconnected: Notify,
+    connections: Mutex<usize>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -119,6 +123,11 @@ impl TestServer {
         lock(&self.state.requests).len()
     }
 
+    /// How many connections the client has opened.
+    pub(crate) fn connections(&self) -> usize {
+        *lock(&self.state.connections)
+    }
+
     /// How many stalled connections the client has closed.
     pub(crate) fn disconnects(&self) -> usize {
         *lock(&self.state.disconnects)
@@ -137,23 +146,27 @@ impl TestServer {
 }
 
 async fn handle(mut socket: TcpStream, state: Arc<State>) {
-    let Some(request) = read_request(&mut socket).await else {
-        return;
-    };
-    lock(&state.requests).push(request);
-    let reply = lock(&state.replies)
-        .pop_front()
-        .unwrap_or_else(|| Reply::Status(500, r#"{"error":{"message":"no reply left"}}"#.into()));
-    // Write errors mean the client went away; the test sees that from its side.
-    let _ = match reply {
-        Reply::Status(code, body) => write_whole(&mut socket, code, &body).await,
-        Reply::Json(body) => write_whole(&mut socket, 200, &body.to_string()).await,
-        Reply::StallBeforeHeaders => {
-            wait_for_close(&mut socket, &state).await;
-            Ok(())
+    *lock(&state.connections) += 1;
+    while let Some(request) = read_request(&mut socket).await {
+        lock(&state.requests).push(request);
+        let reply = lock(&state.replies).pop_front().unwrap_or_else(|| {
+            Reply::Status(500, r#"{"error":{"message":"no reply left"}}"#.into())
+        });
+        let keep_alive = matches!(reply, Reply::Sse(_, After::DoneKeepAlive));
+        // Write errors mean the client went away; the test sees that from its side.
+        let written = match reply {
+            Reply::Status(code, body) => write_whole(&mut socket, code, &body).await,
+            Reply::Json(body) => write_whole(&mut socket, 200, &body.to_string()).await,
+            Reply::StallBeforeHeaders => {
+                wait_for_close(&mut socket, &state).await;
+                Ok(())
+            }
+            Reply::Sse(events, after) => write_sse(&mut socket, &events, after, &state).await,
+        };
+        if !keep_alive || written.is_err() {
+            return;
         }
-        Reply::Sse(events, after) => write_sse(&mut socket, &events, after, &state).await,
-    };
+    }
 }
 
 async fn write_whole(socket: &mut TcpStream, code: u16, body: &str) -> std::io::Result<()> {
@@ -172,11 +185,14 @@ async fn write_sse(
     after: After,
     state: &State,
 ) -> std::io::Result<()> {
-    socket
-        .write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
-        )
-        .await?;
+    let connection = match after {
+        After::DoneKeepAlive => "keep-alive",
+        _ => "close",
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: {connection}\r\n\r\n"
+    );
+    socket.write_all(head.as_bytes()).await?;
     for event in events {
         write_chunk(socket, &format!("data: {event}\n\n")).await?;
     }
@@ -185,6 +201,12 @@ async fn write_sse(
             write_chunk(socket, "data: [DONE]\n\n").await?;
             socket.write_all(b"0\r\n\r\n").await?;
             socket.shutdown().await
+        }
+        After::DoneKeepAlive => {
+            write_chunk(socket, "data: [DONE]\n\n").await?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            socket.write_all(b"0\r\n\r\n").await?;
+            socket.flush().await
         }
         After::Eof => {
             socket.write_all(b"0\r\n\r\n").await?;
