@@ -85,6 +85,7 @@ impl CrewServer {
                 drain_timeout: DEFAULT_DRAIN_TIMEOUT,
                 setup_timeout: DEFAULT_SETUP_TIMEOUT,
                 close_timeout: CLOSE_TIMEOUT,
+                worker_runtimes: None,
             },
             setup,
             state: Arc::new(State::new()),
@@ -132,6 +133,30 @@ impl CrewServer {
     /// How long the crew's setup code may take, per call and for the dry run (default 30 s).
     pub fn setup_timeout(mut self, timeout: Duration) -> Self {
         self.config.setup_timeout = timeout;
+        self
+    }
+
+    /// Serves calls on `threads` single-threaded runtimes (one thread each) instead of on the
+    /// runtime that calls `serve`; each runtime accepts calls from the same socket, and a call
+    /// stays on the thread that accepted it.
+    ///
+    /// A call's tasks (socket, session, model stream, tools) then wake each other on one
+    /// thread: at a call's pace this cuts the CPU per turn by about a third (BENCHMARKS.md),
+    /// because a multi-threaded runtime wakes a second thread for nearly every chunk. The
+    /// price is that calls on a thread share its stalls: code that blocks the thread (a tool
+    /// doing blocking I/O outside `spawn_blocking`) delays every call on it, where the
+    /// default runtime would move them to another thread. `threads` of 0 counts as 1.
+    ///
+    /// ```no_run
+    /// # use crewline_server::CrewServer;
+    /// # async fn setup(_: crewline::SessionSetup) -> Result<crewline::Crew, std::io::Error> { Ok(crewline::Crew::new()) }
+    /// # async fn run() -> Result<(), crewline_server::ServerError> {
+    /// let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    /// CrewServer::new(setup).worker_runtimes(cores).run().await
+    /// # }
+    /// ```
+    pub fn worker_runtimes(mut self, threads: usize) -> Self {
+        self.config.worker_runtimes = Some(threads.max(1));
         self
     }
 
@@ -196,19 +221,11 @@ impl CrewServer {
         }
         let app = self.app(Arc::clone(&service));
         let stop_http = CancellationToken::new();
-        let stopped = stop_http.clone();
-        // Without TCP_NODELAY, every small frame after the first of a burst (the chunks after
-        // `start`) waits for the platform's delayed ACK: about 40 ms added to the first chunk.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "could not set TCP_NODELAY on a call's socket");
-            }
-        });
-        let mut server = tokio::spawn(
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stopped.cancelled().await })
-                .into_future(),
-        );
+        let mut server = match self.config.worker_runtimes {
+            None => tokio::spawn(serve_http(listener, app, stop_http.clone())),
+            Some(threads) => serve_on_workers(listener, app, threads, stop_http.clone())
+                .map_err(ServerError::Io)?,
+        };
         let state = Arc::clone(&service.state);
         tokio::select! {
             result = &mut server => return join_result(result),
@@ -228,6 +245,87 @@ impl CrewServer {
             .map_err(|source| ServerError::Bind { addr, source })?;
         self.serve_with_shutdown(listener, shutdown_signal()).await
     }
+}
+
+/// Serves `app` on `listener` until `stop` fires, then lets the open connections finish.
+async fn serve_http(
+    listener: TcpListener,
+    app: axum::Router,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    // Without TCP_NODELAY, every small frame after the first of a burst (the chunks after
+    // `start`) waits for the platform's delayed ACK: about 40 ms added to the first chunk.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY on a call's socket");
+        }
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .into_future()
+        .await
+}
+
+/// Serves `app` on `threads` threads, each with a single-threaded runtime accepting from
+/// `listener`; the returned task ends when every thread has.
+fn serve_on_workers(
+    listener: TcpListener,
+    app: axum::Router,
+    threads: usize,
+    stop: CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    // Out of the caller's runtime, so that each worker registers its own copy with its own
+    // event loop; the kernel hands each new connection to one of them.
+    let listener = listener.into_std()?;
+    let mut workers = Vec::with_capacity(threads);
+    for index in 0..threads {
+        let started = listener.try_clone().and_then(|listener| {
+            let app = app.clone();
+            let stop = stop.clone();
+            let span = tracing::info_span!("worker", index);
+            std::thread::Builder::new()
+                .name(format!("crewline-worker-{index}"))
+                .spawn(move || {
+                    let _entered = span.enter();
+                    let stopped = stop.clone();
+                    let served = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .and_then(|runtime| {
+                            // The listener registers with the event loop of the runtime it is
+                            // made in, so it is made inside this one.
+                            runtime.block_on(async move {
+                                serve_http(TcpListener::from_std(listener)?, app, stopped).await
+                            })
+                        });
+                    if let Err(error) = &served {
+                        tracing::error!(%error, "a worker runtime stopped serving; stopping the others");
+                        stop.cancel();
+                    }
+                    served
+                })
+        });
+        match started {
+            Ok(worker) => workers.push(worker),
+            Err(error) => {
+                // The workers already started have no connection yet; stop them.
+                stop.cancel();
+                return Err(error);
+            }
+        }
+    }
+    Ok(tokio::task::spawn_blocking(move || {
+        let mut result = Ok(());
+        for worker in workers {
+            let served = worker
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a worker thread panicked")));
+            if result.is_ok() {
+                result = served;
+            }
+        }
+        result
+    }))
 }
 
 fn join_result(

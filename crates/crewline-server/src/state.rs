@@ -34,6 +34,9 @@ pub(crate) struct Config {
     pub(crate) drain_timeout: Duration,
     pub(crate) setup_timeout: Duration,
     pub(crate) close_timeout: Duration,
+    /// Serve calls on this many single-threaded runtimes of the server's own (`None`: on the
+    /// runtime that calls `serve`).
+    pub(crate) worker_runtimes: Option<usize>,
 }
 
 /// Whether the crew's setup code is known to work.

@@ -355,3 +355,76 @@ async fn fifty_concurrent_calls_each_get_their_own_answers() {
         150
     );
 }
+
+#[tokio::test]
+async fn worker_runtimes_answer_calls_on_their_own_threads_and_drain() {
+    let threads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = threads.clone();
+    let setup = move |setup: SessionSetup| {
+        let name = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_owned();
+        seen.lock().expect("lock").push(name);
+        std::future::ready(Ok::<_, std::convert::Infallible>(echo_crew(
+            &setup,
+            Duration::from_millis(20),
+        )))
+    };
+    let mut server = TestServer::ready(
+        CrewServer::new(setup)
+            .worker_runtimes(2)
+            .drain_timeout(Duration::from_secs(3)),
+    )
+    .await;
+
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let url = server.ws_url();
+            tokio::spawn(async move {
+                let name = format!("caller-{i}");
+                let mut client = Client::connect(&url).await;
+                client.send(&init_frame(&name)).await;
+                assert_eq!(client.recv().await["type"], "agent.ready");
+                let words = format!("message {i}");
+                let (frames, text) = client.turn(&words).await;
+                assert_eq!(text, expected_answer(&name, &words), "{frames:?}");
+                assert_eq!(client.recv().await["type"], "system.llm.request");
+                client
+            })
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for call in calls {
+        clients.push(call.await.expect("call task"));
+    }
+    assert_eq!(server.handle.active_sessions(), 8);
+    {
+        let threads = threads.lock().expect("lock");
+        // The dry run's setup runs on the caller's runtime; every call's on a worker.
+        assert_eq!(threads.len(), 9, "{threads:?}");
+        let on_workers = threads
+            .iter()
+            .filter(|name| name.starts_with("crewline-worker-"))
+            .count();
+        assert_eq!(on_workers, 8, "{threads:?}");
+    }
+
+    // A drain still lets a live turn finish, then closes the call with 1001.
+    let mut live = clients.pop().expect("a client");
+    for client in clients {
+        client.close().await;
+    }
+    live.send(&llm_request("one two three")).await;
+    assert_eq!(live.recv().await["type"], "agent.llm.response.start");
+    server.signal_shutdown();
+    let frames = live.recv_until("agent.llm.response.end").await;
+    assert_eq!(
+        spoken(&frames),
+        expected_answer("caller-7", "one two three")
+    );
+    let (_, close) = live.recv_until_close().await;
+    assert_eq!(u16::from(close.expect("a close frame").code), 1001);
+    server.join().await.expect("clean shutdown");
+    assert_eq!(server.handle.active_sessions(), 0);
+}
