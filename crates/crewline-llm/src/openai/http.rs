@@ -1,10 +1,12 @@
 //! The HTTP exchange with the server (sending with retries, reading error answers), and how
 //! its errors become [`LlmError`]s.
 
-use std::{error::Error as StdError, fmt, time::Duration};
+use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use thread_local::ThreadLocal;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::wire::{error_body_message, snippet};
 use crate::LlmError;
@@ -51,15 +53,58 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest pause before a retry, also for a server's `Retry-After`.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
+/// The HTTP clients (connection pools) requests go through: one shared, and one per thread
+/// for threads that run a single-threaded runtime.
+///
+/// A connection's task runs on the runtime that opened it. In a pool shared by
+/// single-threaded runtimes (a server's `worker_runtimes`), a call on one thread would often
+/// get a connection whose every read wakes another thread; a pool per such thread keeps a
+/// call's model traffic on the call's own thread.
+struct Clients {
+    shared: reqwest::Client,
+    per_thread: ThreadLocal<reqwest::Client>,
+    connect_timeout: Duration,
+}
+
+impl Clients {
+    fn new(connect_timeout: Duration) -> reqwest::Result<Self> {
+        Ok(Self {
+            shared: client(connect_timeout)?,
+            per_thread: ThreadLocal::new(),
+            connect_timeout,
+        })
+    }
+
+    /// The client for a request made on this thread.
+    fn current(&self) -> reqwest::Result<&reqwest::Client> {
+        let single_threaded = Handle::try_current()
+            .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::CurrentThread);
+        if single_threaded {
+            self.per_thread.get_or_try(|| client(self.connect_timeout))
+        } else {
+            Ok(&self.shared)
+        }
+    }
+}
+
+/// A client with its own connection pool.
+fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    // No total `timeout` here: it would cut long streams. First-byte and idle limits are
+    // enforced around each await instead.
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .build()
+}
+
 /// Sends chat-completion requests: retries (connect errors, 429, 5xx, with backoff, before any
-/// byte of the answer is read) over one reqwest client, each attempt carrying
-/// `authorization`; a final error answer is read in full into an [`HttpStatusError`].
+/// byte of the answer is read), each attempt carrying `authorization`; a final error answer
+/// is read in full into an [`HttpStatusError`].
 ///
 /// The retries are ours: a 429 is retried whatever shape its body has (vLLM and others send
 /// `"code": 429` as a number, proxies send text), unless it says the quota is used up.
 #[derive(Clone)]
 pub(crate) struct Transport {
-    http: reqwest::Client,
+    clients: Arc<Clients>,
     /// `{base}/chat/completions`.
     url: reqwest::Url,
     /// The key, marked sensitive so no HTTP layer logs it.
@@ -70,15 +115,17 @@ pub(crate) struct Transport {
 impl Transport {
     /// A transport posting to `{base_url}/chat/completions`.
     pub(crate) fn new(
-        http: reqwest::Client,
+        connect_timeout: Duration,
         base_url: &str,
         authorization: HeaderValue,
         max_retries: usize,
     ) -> Result<Self, LlmError> {
         let url = reqwest::Url::parse(&format!("{base_url}/chat/completions"))
             .map_err(|e| LlmError::Config(format!("invalid base URL {base_url:?}: {e}")))?;
+        let clients = Clients::new(connect_timeout)
+            .map_err(|e| LlmError::Config(format!("could not set up the HTTP client: {e}")))?;
         Ok(Self {
-            http,
+            clients: Arc::new(clients),
             url,
             authorization,
             max_retries,
@@ -90,9 +137,9 @@ impl Transport {
     pub(crate) async fn send(&self, body: Bytes) -> Result<reqwest::Response, SendError> {
         let mut backoff = FIRST_BACKOFF;
         let mut retries = 0;
+        let http = self.clients.current().map_err(SendError::Http)?;
         loop {
-            let attempt = self
-                .http
+            let attempt = http
                 .post(self.url.clone())
                 .header(AUTHORIZATION, self.authorization.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))

@@ -276,13 +276,12 @@ impl OpenAiClientBuilder {
             })?;
         authorization.set_sensitive(true);
 
-        // No total `timeout` here: it would cut long streams. First-byte and idle limits are
-        // enforced around each await instead.
-        let http = reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .build()
-            .map_err(|e| LlmError::Config(format!("could not set up the HTTP client: {e}")))?;
-        let transport = Transport::new(http, &base_url, authorization, self.max_retries)?;
+        let transport = Transport::new(
+            self.connect_timeout,
+            &base_url,
+            authorization,
+            self.max_retries,
+        )?;
 
         Ok(OpenAiClient {
             transport,
@@ -815,8 +814,15 @@ mod tests {
             answer.next().await.expect("item").expect("finish"),
             StreamItem::Finish(crate::FinishReason::Stop)
         );
-        assert_eq!(started.elapsed(), Duration::ZERO, "the finish does not wait");
-        assert!(answer.next().await.is_none(), "bytes after [DONE] are ignored");
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "the finish does not wait"
+        );
+        assert!(
+            answer.next().await.is_none(),
+            "bytes after [DONE] are ignored"
+        );
         assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
         assert_eq!(started.elapsed(), Duration::from_millis(50));
 
