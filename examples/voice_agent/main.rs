@@ -14,7 +14,9 @@
 //! ```
 //!
 //! `--service-delay-ms N` sets the pretend weather service's time per call (default 300; the
-//! load benchmarks use 0, like the reference's tool).
+//! load benchmarks use 0, like the reference's tool). Calls run on one single-threaded
+//! runtime per CPU (`CrewServer::worker_runtimes`); `--worker-runtimes 0` runs them on one
+//! shared, multi-threaded runtime instead.
 
 // Shared with the other weather examples and `crewline demo`; not every item is used here.
 #[allow(dead_code, unreachable_pub)]
@@ -29,52 +31,95 @@ use crewline_server::CrewServer;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Reads `--port N`, `--model NAME` and `--service-delay-ms N` from the command line.
-fn args() -> Result<(u16, Option<String>, Duration), String> {
-    let mut port = 8080;
-    let mut model = None;
-    let mut service_delay = crew::WEATHER_SERVICE_DELAY;
+/// The command line.
+struct Args {
+    port: u16,
+    model: Option<String>,
+    service_delay: Duration,
+    /// `--worker-runtimes N`: serve calls on N single-threaded runtimes (default: one per
+    /// CPU; 0: on one shared, multi-threaded runtime).
+    worker_runtimes: usize,
+}
+
+/// Reads `--port N`, `--model NAME`, `--service-delay-ms N` and `--worker-runtimes N`.
+fn args() -> Result<Args, String> {
+    let mut parsed = Args {
+        port: 8080,
+        model: None,
+        service_delay: crew::WEATHER_SERVICE_DELAY,
+        worker_runtimes: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--port" => {
-                port = args
+                parsed.port = args
                     .next()
                     .and_then(|p| p.parse().ok())
                     .ok_or("--port needs a number")?;
             }
-            "--model" => model = Some(args.next().ok_or("--model needs a name")?),
+            "--model" => parsed.model = Some(args.next().ok_or("--model needs a name")?),
             "--service-delay-ms" => {
-                service_delay = args
+                parsed.service_delay = args
                     .next()
                     .and_then(|ms| ms.parse().ok())
                     .map(Duration::from_millis)
                     .ok_or("--service-delay-ms needs a number")?;
             }
+            "--worker-runtimes" => {
+                parsed.worker_runtimes = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("--worker-runtimes needs a number")?;
+            }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (use --port N, --model NAME, --service-delay-ms N)"
+                    "unknown argument `{other}` (use --port N, --model NAME, --service-delay-ms N, --worker-runtimes N)"
                 ));
             }
         }
     }
-    Ok((port, model, service_delay))
+    Ok(parsed)
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let (port, model, service_delay) = args()?;
+    let args = args()?;
+    // With worker runtimes the calls run on the server's own threads, and this runtime only
+    // waits for the shutdown signal: one thread is enough for it.
+    let runtime = if args.worker_runtimes > 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let Args {
+        port,
+        model,
+        service_delay,
+        worker_runtimes,
+    } = args;
     let (llm, description) =
         crew::model_named(crew::ModelChoice::FromEnv, model, Duration::from_millis(20))?;
     // The model and the tools are shared by every call; each call gets its own conversation.
     let weather = crew::WeatherCrew::new(llm, service_delay)?;
-    let server = CrewServer::new(weather.setup_fn()).bind(SocketAddr::from(([0, 0, 0, 0], port)));
-    tracing::info!(port, model = %description, "weather crew listening on /ws");
+    let mut server =
+        CrewServer::new(weather.setup_fn()).bind(SocketAddr::from(([0, 0, 0, 0], port)));
+    if worker_runtimes > 0 {
+        server = server.worker_runtimes(worker_runtimes);
+    }
+    tracing::info!(port, model = %description, worker_runtimes, "weather crew listening on /ws");
     server.run().await?;
     Ok(())
 }
