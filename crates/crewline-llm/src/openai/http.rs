@@ -80,6 +80,9 @@ impl Clients {
         let single_threaded = Handle::try_current()
             .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::CurrentThread);
         if single_threaded {
+            // The first request on a thread builds its client, which reads the system's CA
+            // certificates (a few milliseconds, once per thread). Building it on the blocking
+            // pool instead was measured: with mimalloc the process kept ~28 MiB more resident.
             self.per_thread.get_or_try(|| client(self.connect_timeout))
         } else {
             Ok(&self.shared)
