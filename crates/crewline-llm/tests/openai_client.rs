@@ -103,7 +103,8 @@ async fn odd_chunk_shapes_still_yield_text_finish_and_usage() {
 async fn finished_answers_leave_the_connection_for_the_next_turn() {
     // The server sends the body's end 20 ms after `[DONE]`, in a write of its own. A client
     // that lets the body go at `[DONE]` closes the connection, and every turn pays a new
-    // TCP (and, against a real provider, TLS) handshake.
+    // TCP (and, against a real provider, TLS) handshake. The next turn comes 100 ms later,
+    // as when a caller speaks again.
     let answer = || Reply::chunks(&[content("Hi"), finish("stop")], After::DoneKeepAlive);
     let server = TestServer::start(vec![answer(), answer(), answer()]).await;
     let client = client_for(&server).build().expect("client");
@@ -118,6 +119,7 @@ async fn finished_answers_leave_the_connection_for_the_next_turn() {
             ],
             "turn {turn}"
         );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
     assert_eq!(server.request_count(), 3);

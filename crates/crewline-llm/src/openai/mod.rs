@@ -464,12 +464,13 @@ impl LlmClient for OpenAiClient {
     }
 }
 
-/// How long the reader waits, after `[DONE]`, for the end of the HTTP body.
+/// How long the rest of the HTTP body may take after `[DONE]` before the connection is closed.
 ///
 /// The answer is complete at `[DONE]`, but an HTTP/1.1 connection only goes back to the pool
-/// once its body has been read to the end; servers often send the body's last bytes in a
+/// once its body has been read to the end, and servers often send the body's last bytes in a
 /// write of their own. A body dropped before that closes the connection, and the next turn
-/// pays a new TCP (and TLS) handshake. The limit is there for servers that hold the body open.
+/// pays a new TCP (and TLS) handshake. The answer ends for the caller at once either way; the
+/// body's end is awaited in the background (see [`Reader::poll_drain`]).
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
 
 /// Reads one streamed answer, in the task that polls it: server-sent events are parsed and
@@ -479,7 +480,7 @@ const DRAIN_GRACE: Duration = Duration::from_millis(200);
 struct Reader<B> {
     /// The answer's body; `None` once the answer is over (finished, failed, timed out).
     body: Option<B>,
-    /// Whether `[DONE]` has been read and only the body's end is awaited (see [`DRAIN_GRACE`]).
+    /// Whether `[DONE]` has been read and only the body's end is left (see [`DRAIN_GRACE`]).
     draining: bool,
     /// Splits the body into events.
     sse: SseParser,
@@ -512,7 +513,6 @@ impl<B> Reader<B> {
         if data == "[DONE]" {
             self.on_end();
             self.draining = true;
-            self.timer.as_mut().reset(Instant::now() + DRAIN_GRACE);
             return;
         }
         if kind == EventKind::Keepalive {
@@ -554,7 +554,7 @@ impl<B> Reader<B> {
 
 impl<B> Stream for Reader<B>
 where
-    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + Send + 'static,
 {
     type Item = Result<StreamItem, LlmError>;
 
@@ -570,7 +570,7 @@ where
 
 impl<B> Reader<B>
 where
-    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin,
+    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + Send + 'static,
 {
     /// The next item: a pending one, else what the next events yield.
     fn poll_events(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<StreamItem, LlmError>>> {
@@ -633,19 +633,27 @@ where
         }
     }
 
-    /// Reads the body to its end after `[DONE]`, for at most [`DRAIN_GRACE`]; the answer
-    /// itself is over, so nothing read here reaches the caller.
+    /// Ends the answer after `[DONE]`: the body is read to its end, so the connection goes
+    /// back to the pool, at once when its end is already there, otherwise by a task of its
+    /// own for at most [`DRAIN_GRACE`], so the caller never waits for it.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<StreamItem, LlmError>>> {
         while let Some(body) = self.body.as_mut() {
             match body.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(_))) => {}
                 Poll::Ready(Some(Err(_)) | None) => self.body = None,
                 Poll::Pending => {
-                    if self.timer.as_mut().poll(cx).is_pending() {
-                        return Poll::Pending;
+                    if let (Some(mut body), Ok(runtime)) =
+                        (self.body.take(), tokio::runtime::Handle::try_current())
+                    {
+                        runtime.spawn(async move {
+                            let rest = async { while let Some(Ok(_)) = body.next().await {} };
+                            if tokio::time::timeout(DRAIN_GRACE, rest).await.is_err() {
+                                tracing::debug!(
+                                    "the body did not end after [DONE]; closing the connection"
+                                );
+                            }
+                        });
                     }
-                    tracing::debug!("the body did not end after [DONE]; closing the connection");
-                    self.body = None;
                 }
             }
         }
@@ -656,6 +664,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
 
     fn builder() -> OpenAiClientBuilder {
         OpenAiClient::builder()
@@ -787,53 +796,101 @@ mod tests {
         assert!(reader.body.is_none(), "the body is let go at [DONE]");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn after_done_the_body_is_read_to_its_end_within_the_grace() {
-        // The body's end comes 50 ms after `[DONE]`: the reader waits for it, so the HTTP
-        // connection is reusable, and the caller still gets the finish at once.
-        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let seen_end = ended.clone();
-        let body = futures::stream::iter([TEXT, STOP, "data: [DONE]\n\n"])
+    /// A body that records when it has been read to its end and when it is dropped.
+    struct Watched<S> {
+        inner: S,
+        ended: Arc<AtomicBool>,
+        dropped: Arc<AtomicBool>,
+    }
+
+    impl<S: Stream + Unpin> Stream for Watched<S> {
+        type Item = S::Item;
+
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+            let polled = self.inner.poll_next_unpin(cx);
+            if let Poll::Ready(None) = polled {
+                self.ended.store(true, Ordering::SeqCst);
+            }
+            polled
+        }
+    }
+
+    impl<S> Drop for Watched<S> {
+        fn drop(&mut self) {
+            self.dropped.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A reader over `[TEXT, STOP, [DONE]]`, then `rest`, with the body's end and drop watched.
+    fn watched_answer(
+        rest: impl Stream<Item = reqwest::Result<bytes::Bytes>> + Send + 'static,
+    ) -> (
+        Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + Send + 'static>,
+        Arc<AtomicBool>,
+        Arc<AtomicBool>,
+    ) {
+        let ended = Arc::new(AtomicBool::new(false));
+        let dropped = Arc::new(AtomicBool::new(false));
+        let answer = futures::stream::iter([TEXT, STOP, "data: [DONE]\n\n"])
             .map(|part| Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes())))
-            .chain(futures::stream::once(async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Ok(bytes::Bytes::from_static(b"data: {\"late\": true}\n\n"))
-            }))
-            .chain(futures::stream::poll_fn(move |_| {
-                seen_end.store(true, std::sync::atomic::Ordering::SeqCst);
-                Poll::Ready(None)
-            }));
-        let mut answer = reader_over(Box::pin(body));
+            .chain(rest);
+        let body = Watched {
+            inner: Box::pin(answer),
+            ended: ended.clone(),
+            dropped: dropped.clone(),
+        };
+        (reader_over(body), ended, dropped)
+    }
 
+    /// The answer's items, checking that none waits for the body after `[DONE]`.
+    async fn items_at_once(
+        answer: &mut (impl Stream<Item = Result<StreamItem, LlmError>> + Unpin),
+    ) -> Vec<StreamItem> {
         let started = Instant::now();
-        assert_eq!(
-            answer.next().await.expect("item").expect("text"),
-            StreamItem::Text("Hi".into())
-        );
-        assert_eq!(
-            answer.next().await.expect("item").expect("finish"),
-            StreamItem::Finish(crate::FinishReason::Stop)
-        );
-        assert_eq!(
-            started.elapsed(),
-            Duration::ZERO,
-            "the finish does not wait"
-        );
+        let mut items = Vec::new();
+        while let Some(item) = answer.next().await {
+            items.push(item.expect("no error"));
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO, "the answer ends at once");
+        items
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_done_the_body_is_read_to_its_end_without_holding_up_the_answer() {
+        let expected = vec![
+            StreamItem::Text("Hi".into()),
+            StreamItem::Finish(crate::FinishReason::Stop),
+        ];
+
+        // The body's end is already there: read at once, so the connection can be reused.
+        let (mut answer, ended, dropped) = watched_answer(futures::stream::empty());
+        assert_eq!(items_at_once(&mut answer).await, expected);
+        assert!(ended.load(Ordering::SeqCst) && dropped.load(Ordering::SeqCst));
+
+        // Its end comes 50 ms later, after more bytes: the answer still ends at once, and the
+        // rest is read in the background.
+        let late = futures::stream::once(async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(bytes::Bytes::from_static(b"data: {\"late\": true}\n\n"))
+        });
+        let (mut answer, ended, _) = watched_answer(late);
+        assert_eq!(items_at_once(&mut answer).await, expected);
+        drop(answer);
+        assert!(!ended.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(
-            answer.next().await.is_none(),
-            "bytes after [DONE] are ignored"
+            ended.load(Ordering::SeqCst),
+            "read to its end after the answer"
         );
-        assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
-        assert_eq!(started.elapsed(), Duration::from_millis(50));
 
-        // A body that never ends is let go after the grace, without an error.
-        let mut held = reader(vec![TEXT, STOP, "data: [DONE]\n\n"], Duration::ZERO);
-        let started = Instant::now();
-        let items: Vec<_> = (&mut held).collect().await;
-        assert_eq!(items.len(), 2, "{items:?}");
-        assert!(items.iter().all(Result::is_ok), "{items:?}");
-        assert_eq!(started.elapsed(), DRAIN_GRACE);
-        assert!(held.body.is_none());
+        // It never ends: let go (the connection closed) after the grace, without an error.
+        let (mut answer, ended, dropped) = watched_answer(futures::stream::pending());
+        assert_eq!(items_at_once(&mut answer).await, expected);
+        drop(answer);
+        tokio::time::sleep(DRAIN_GRACE - Duration::from_millis(10)).await;
+        assert!(!dropped.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(dropped.load(Ordering::SeqCst) && !ended.load(Ordering::SeqCst));
     }
 
     #[tokio::test(start_paused = true)]
