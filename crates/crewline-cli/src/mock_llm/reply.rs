@@ -295,6 +295,12 @@ impl Stream for ReplyStream {
             this.finish(outcome);
             return Poll::Ready(Some(Err(cut_error())));
         }
+        if this.frames.as_slice().is_empty() {
+            // The body ends right after its last frame (`[DONE]`), as a real server's does:
+            // no pause before the terminating chunk.
+            this.finish("completed".to_owned());
+            return Poll::Ready(None);
+        }
         if !this.delay.is_zero() {
             ready!(this.pause(this.delay, cx));
         }
