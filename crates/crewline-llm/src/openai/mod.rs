@@ -422,21 +422,12 @@ impl LlmClient for OpenAiClient {
             .open_stream(body, started, deadline)
             .instrument(span.clone())
             .await?;
-        Ok(Box::pin(Reader {
-            body: Some(response.bytes_stream()),
-            draining: false,
-            sse: SseParser::new(),
-            decoder: Decoder::new(),
-            pending: Pending::new(),
-            first_event_deadline: Some(deadline),
-            timer: Box::pin(tokio::time::sleep_until(deadline)),
-            waiting: false,
-            first_byte_timeout: self.first_byte_timeout,
-            idle_timeout: self.idle_timeout,
+        Ok(Box::pin(Reader::new(
+            response.bytes_stream(),
+            self,
             started,
-            api_key: self.api_key.clone(),
             span,
-        }))
+        )))
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
@@ -501,6 +492,26 @@ struct Reader<B> {
 }
 
 impl<B> Reader<B> {
+    /// A reader of `body`, an answer `client` asked for at `started`, under its time limits.
+    fn new(body: B, client: &OpenAiClient, started: Instant, span: tracing::Span) -> Self {
+        let deadline = started + client.first_byte_timeout;
+        Self {
+            body: Some(body),
+            draining: false,
+            sse: SseParser::new(),
+            decoder: Decoder::new(),
+            pending: Pending::new(),
+            first_event_deadline: Some(deadline),
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            waiting: false,
+            first_byte_timeout: client.first_byte_timeout,
+            idle_timeout: client.idle_timeout,
+            started,
+            api_key: client.api_key.clone(),
+            span,
+        }
+    }
+
     /// Ends the answer with `item` and lets the connection go at once.
     fn stop(&mut self, item: Result<StreamItem, LlmError>) {
         self.body = None;
@@ -745,23 +756,12 @@ mod tests {
 
     /// A reader over `body`, as `stream_chat` builds it.
     fn reader_over<B>(body: B) -> Reader<B> {
-        let started = Instant::now();
-        let deadline = started + FIRST_BYTE;
-        Reader {
-            body: Some(body),
-            draining: false,
-            sse: SseParser::new(),
-            decoder: Decoder::new(),
-            pending: Pending::new(),
-            first_event_deadline: Some(deadline),
-            timer: Box::pin(tokio::time::sleep_until(deadline)),
-            waiting: false,
-            first_byte_timeout: FIRST_BYTE,
-            idle_timeout: IDLE,
-            started,
-            api_key: ApiKey(Arc::from("sk-secret-123456")),
-            span: tracing::Span::none(),
-        }
+        let client = builder()
+            .first_byte_timeout(FIRST_BYTE)
+            .idle_timeout(IDLE)
+            .build()
+            .expect("client");
+        Reader::new(body, &client, Instant::now(), tracing::Span::none())
     }
 
     const FIRST_BYTE: Duration = Duration::from_secs(3);
