@@ -314,19 +314,18 @@ async fn drain_ends_as_soon_as_the_last_call_does() {
     server.join().await.expect("clean shutdown");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fifty_concurrent_calls_each_get_their_own_answers() {
-    let server = TestServer::ready(CrewServer::new(slow_setup(Duration::from_millis(5)))).await;
-    let url = server.ws_url();
-    let calls: Vec<_> = (0..50)
+/// Opens `calls` calls at once (`caller-0`, `caller-1`, ...), each checking its own answers
+/// to `turns` turns; returns them still connected, in order.
+async fn concurrent_calls(server: &TestServer, calls: usize, turns: usize) -> Vec<Client> {
+    let tasks: Vec<_> = (0..calls)
         .map(|i| {
-            let url = url.clone();
+            let url = server.ws_url();
             tokio::spawn(async move {
                 let name = format!("caller-{i}");
                 let mut client = Client::connect(&url).await;
                 client.send(&init_frame(&name)).await;
                 assert_eq!(client.recv().await["type"], "agent.ready");
-                for turn in 0..3 {
+                for turn in 0..turns {
                     let words = format!("message {i}.{turn}");
                     let (frames, text) = client.turn(&words).await;
                     assert_eq!(text, expected_answer(&name, &words), "{frames:?}");
@@ -338,9 +337,16 @@ async fn fifty_concurrent_calls_each_get_their_own_answers() {
         })
         .collect();
     let mut clients = Vec::new();
-    for call in calls {
-        clients.push(call.await.expect("call task"));
+    for task in tasks {
+        clients.push(task.await.expect("call task"));
     }
+    clients
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_calls_each_get_their_own_answers() {
+    let server = TestServer::ready(CrewServer::new(slow_setup(Duration::from_millis(5)))).await;
+    let clients = concurrent_calls(&server, 50, 3).await;
     assert_eq!(server.handle.active_sessions(), 50);
     for client in clients {
         client.close().await;
@@ -378,26 +384,7 @@ async fn worker_runtimes_answer_calls_on_their_own_threads_and_drain() {
     )
     .await;
 
-    let calls: Vec<_> = (0..8)
-        .map(|i| {
-            let url = server.ws_url();
-            tokio::spawn(async move {
-                let name = format!("caller-{i}");
-                let mut client = Client::connect(&url).await;
-                client.send(&init_frame(&name)).await;
-                assert_eq!(client.recv().await["type"], "agent.ready");
-                let words = format!("message {i}");
-                let (frames, text) = client.turn(&words).await;
-                assert_eq!(text, expected_answer(&name, &words), "{frames:?}");
-                assert_eq!(client.recv().await["type"], "system.llm.request");
-                client
-            })
-        })
-        .collect();
-    let mut clients = Vec::new();
-    for call in calls {
-        clients.push(call.await.expect("call task"));
-    }
+    let mut clients = concurrent_calls(&server, 8, 1).await;
     assert_eq!(server.handle.active_sessions(), 8);
     {
         let threads = threads.lock().expect("lock");
