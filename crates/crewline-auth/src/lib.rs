@@ -31,8 +31,8 @@
 //! The secret is read from `Authorization: Bearer <secret>`, from any extra header named with
 //! [`Auth::header`] (the task API's `apikey`), and, only on the paths named with
 //! [`Auth::query_token_on`] (the crew server's `/ws`, for platforms that cannot set headers),
-//! from `?token=<secret>`; the layer then removes `token` from the request's URI, so no handler,
-//! span or log line downstream sees it. Secrets are compared as SHA-256 digests in constant
+//! from `?token=<secret>`. The layer removes `token` from every request's URI (on every path),
+//! so no handler, span or log line downstream sees it. Secrets are compared as SHA-256 digests in constant
 //! time: the comparison's timing tells neither the secret's bytes nor its length.
 
 use std::{fmt, net::SocketAddr, sync::Arc};
@@ -203,7 +203,7 @@ impl Auth {
     }
 
     /// Also accepts `?token=<secret>` on the path `path` (exact match), for clients that
-    /// cannot set headers; `token` is then removed from the URI the handler sees.
+    /// cannot set headers (`token` is removed from the URI the handler sees, on every path).
     pub fn query_token_on(self, path: impl Into<String>) -> Self {
         let path = path.into();
         self.map(|inner| inner.query_paths.push(path))
@@ -275,9 +275,9 @@ impl<B> ValidateRequest<B> for AuthCheck {
 
     fn validate(&mut self, request: &mut Request<B>) -> Result<(), Response<Body>> {
         let principal = self.auth.authenticate(request);
-        if self.auth.query_allowed(request.uri()) {
-            strip_token(request.uri_mut());
-        }
+        // On every path, also where the query form is not accepted: a client that sent its
+        // secret there anyway must not have it logged by a handler.
+        strip_token(request.uri_mut());
         match principal {
             Some(principal) => {
                 request.extensions_mut().insert(principal);

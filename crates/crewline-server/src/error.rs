@@ -20,6 +20,26 @@ pub enum ServerError {
         #[source]
         source: io::Error,
     },
+    /// An authentication setting is invalid (an empty token, say).
+    #[error("invalid `{setting}`: {source}")]
+    Auth {
+        /// The setting (`auth_token`).
+        setting: &'static str,
+        /// What is wrong with it.
+        #[source]
+        source: crewline_auth::CredentialError,
+    },
+    /// The server would be reachable beyond this machine without any credential.
+    #[error(
+        "refusing to serve on {addr} without authentication: anyone who can reach it could \
+         make calls and run the crew's tools. Set a token (`CrewServer::auth_token`, `--token` \
+         or `CREWLINE_AUTH_TOKEN`), bind a loopback address (127.0.0.1), or, on a trusted \
+         network only, call `CrewServer::allow_unauthenticated()` (`--allow-unauthenticated`)"
+    )]
+    Unauthenticated {
+        /// The address that is not loopback.
+        addr: String,
+    },
     /// Serving failed.
     #[error("the server failed: {0}")]
     Io(#[from] io::Error),

@@ -1,16 +1,20 @@
 //! The HTTP routes: `/ws`, `/`, `/health`, `/ready`, `/metrics`, and the reference's 404.
+//!
+//! Authentication is not checked here: the server's auth layer (crewline-auth) wraps every
+//! route; `/health` and `/ready` are its open paths, and `/ready` says less to a caller
+//! without a [`Principal`].
 
 use std::sync::Arc;
 
 use axum::{
-    Json, Router,
-    extract::{RawQuery, State, WebSocketUpgrade, ws::rejection::WebSocketUpgradeRejection},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
+    Extension, Json, Router,
+    extract::{State, WebSocketUpgrade, ws::rejection::WebSocketUpgradeRejection},
+    http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
 };
+use crewline_auth::Principal;
 use serde::Serialize;
-use subtle::ConstantTimeEq;
 use tracing::Instrument;
 
 use crate::{
@@ -25,6 +29,9 @@ use crate::{
 /// conversation at most one more read while every idle call keeps 4 KiB less.
 const READ_BUFFER_BYTES: usize = 4 * 1024;
 
+/// The platform's WebSocket path (the only one that accepts `?token=`).
+pub(crate) const WS_PATH: &str = "/ws";
+
 /// The routes over `service`.
 pub(crate) fn router(service: Arc<Service>) -> Router {
     Router::new()
@@ -32,7 +39,7 @@ pub(crate) fn router(service: Arc<Service>) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
-        .route("/ws", get(websocket))
+        .route(WS_PATH, get(websocket))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(service)
@@ -86,9 +93,30 @@ async fn health(State(service): State<Arc<Service>>) -> Response {
     .into_response()
 }
 
-async fn ready(State(service): State<Arc<Service>>) -> Response {
+/// `/ready`'s status alone, for a caller without a credential.
+#[derive(Serialize)]
+struct BareStatus {
+    status: &'static str,
+}
+
+async fn ready(
+    State(service): State<Arc<Service>>,
+    caller: Option<Extension<Principal>>,
+) -> Response {
     service.start_dry_run();
     let state = &service.state;
+    if caller.is_none() {
+        // A stranger (the layer lets it through `/ready` without a credential) learns whether
+        // to route traffic here, nothing of the setup's error or the load.
+        let (code, status) = if state.is_draining() {
+            (StatusCode::SERVICE_UNAVAILABLE, "draining")
+        } else if state.readiness() == Readiness::Ready {
+            (StatusCode::OK, "ready")
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
+        };
+        return (code, Json(BareStatus { status })).into_response();
+    }
     let reason = if state.is_draining() {
         "draining: the server is shutting down".to_owned()
     } else {
@@ -137,8 +165,6 @@ async fn method_not_allowed() -> Response {
 
 async fn websocket(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     service.start_dry_run();
@@ -153,19 +179,6 @@ async fn websocket(
             StatusCode::SERVICE_UNAVAILABLE,
             "the server is shutting down; no new calls",
         );
-    }
-    if let Some(expected) = &service.config.auth_token
-        && !authorized(expected, &headers, query.as_deref())
-    {
-        state
-            .metrics
-            .handshake_failed(HandshakeFailure::Unauthorized);
-        tracing::warn!("refused a call: missing or wrong token");
-        let mut response = detail(StatusCode::UNAUTHORIZED, "Unauthorized");
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return response;
     }
     // Tracked from now, so that a drain waits for a call whose upgrade is under way.
     let tracked = state.calls.token();
@@ -187,87 +200,4 @@ async fn websocket(
             }
             .instrument(span)
         })
-}
-
-/// Whether the request carries `expected`, as a bearer token or `?token=`; constant time in
-/// the token's bytes.
-fn authorized(expected: &str, headers: &HeaderMap, query: Option<&str>) -> bool {
-    let expected = expected.as_bytes();
-    let matches = |given: &[u8]| bool::from(given.ct_eq(expected));
-    let bearer = headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .filter_map(|value| {
-            let (scheme, token) = value.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        })
-        .any(|token| matches(token.as_bytes()));
-    if bearer {
-        return true;
-    }
-    query
-        .into_iter()
-        .flat_map(|query| query.split('&'))
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(key, _)| *key == "token")
-        .any(|(_, value)| matches(&percent_decode(value)))
-}
-
-/// Decodes `%XX` escapes and `+` (as in a form-encoded query).
-fn percent_decode(value: &str) -> Vec<u8> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = |b: u8| (b as char).to_digit(16);
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(high), Some(low)) => {
-                        out.push((high * 16 + low) as u8);
-                        i += 3;
-                        continue;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            other => out.push(other),
-        }
-        i += 1;
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_decoding_handles_escapes_plus_and_truncation() {
-        assert_eq!(percent_decode("a%2Bb+c"), b"a+b c");
-        assert_eq!(percent_decode("abc%"), b"abc%");
-        assert_eq!(percent_decode("abc%4"), b"abc%4");
-        assert_eq!(percent_decode("%41"), b"A");
-        assert_eq!(percent_decode("%zz"), b"%zz");
-    }
-
-    #[test]
-    fn tokens_are_read_from_the_bearer_header_or_the_query() {
-        let mut headers = HeaderMap::new();
-        assert!(!authorized("s3cret", &headers, None));
-        assert!(authorized("s3cret", &headers, Some("a=1&token=s3cret")));
-        assert!(!authorized("s3cret", &headers, Some("token=s3cre")));
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("bearer s3cret"),
-        );
-        assert!(authorized("s3cret", &headers, None));
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Basic s3cret"),
-        );
-        assert!(!authorized("s3cret", &headers, None));
-    }
 }

@@ -10,7 +10,9 @@
 //!
 //! Better than the reference: malformed frames are logged, counted and dropped without ending
 //! the call; a failed handshake gets `agent.error` (fatal) and a close frame with a reason;
-//! optional shared-secret authentication; a frame size limit; graceful drain on shutdown.
+//! one authentication layer over every route, merged ones included (see
+//! [`CrewServer::auth_token`]), and a refusal to serve beyond loopback without it; a frame
+//! size limit; graceful drain on shutdown.
 //!
 //! ```no_run
 //! use crewline::{Crew, SessionSetup};
@@ -41,6 +43,7 @@ mod metrics;
 mod server;
 mod state;
 
+pub use crewline_auth::{Credential, CredentialError, Principal, TOKEN_ENV};
 pub use error::{BoxError, ServerError, SetupError};
 pub use metrics::{ErrorKind, FrameDrop, HandshakeFailure, METRICS_CONTENT_TYPE, Metrics};
 pub use server::{

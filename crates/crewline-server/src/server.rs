@@ -8,6 +8,7 @@ use std::{
 };
 
 use crewline::{Crew, SessionSetup};
+use crewline_auth::{Auth, Credential, CredentialError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -16,9 +17,11 @@ use crate::{
     state::{Config, Readiness, Service, SetupFn, State},
 };
 
-/// The default address: every interface, port 8080 (what the platform's pods expect).
+/// The default address: loopback, port 8080. A pod the platform reaches binds `0.0.0.0:8080`
+/// and sets a token ([`CrewServer::auth_token`]): beyond loopback the server refuses to start
+/// without one.
 pub const DEFAULT_BIND: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
 /// The default largest inbound WebSocket frame or message: 1 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 1 << 20;
 /// The default time the platform has to send `system.init`: 10 s, like the reference.
@@ -52,13 +55,24 @@ pub struct CrewServer {
     setup: Arc<SetupFn>,
     state: Arc<State>,
     extra_routes: Vec<axum::Router>,
+    auth: AuthSettings,
+}
+
+/// Who may call: the credentials, the first invalid one, the opt-out.
+#[derive(Default)]
+struct AuthSettings {
+    credentials: Vec<Credential>,
+    /// The setting and the error of the first invalid credential, reported when serving starts.
+    error: Option<(&'static str, CredentialError)>,
+    allow_unauthenticated: bool,
 }
 
 impl std::fmt::Debug for CrewServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CrewServer")
             .field("bind", &self.config.bind)
-            .field("auth", &self.config.auth_token.is_some())
+            .field("credentials", &self.auth.credentials)
+            .field("allow_unauthenticated", &self.auth.allow_unauthenticated)
             .field("max_frame_bytes", &self.config.max_frame_bytes)
             .finish_non_exhaustive()
     }
@@ -79,7 +93,6 @@ impl CrewServer {
         Self {
             config: Config {
                 bind: DEFAULT_BIND,
-                auth_token: None,
                 max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
                 drain_timeout: DEFAULT_DRAIN_TIMEOUT,
@@ -90,6 +103,7 @@ impl CrewServer {
             setup,
             state: Arc::new(State::new()),
             extra_routes: Vec::new(),
+            auth: AuthSettings::default(),
         }
     }
 
@@ -100,16 +114,57 @@ impl CrewServer {
         self
     }
 
-    /// The address [`run`](Self::run) listens on (default `0.0.0.0:8080`).
+    /// The address [`run`](Self::run) listens on (default `127.0.0.1:8080`; a non-loopback
+    /// address needs a credential or [`allow_unauthenticated`](Self::allow_unauthenticated)).
     pub fn bind(mut self, addr: impl Into<SocketAddr>) -> Self {
         self.config.bind = addr.into();
         self
     }
 
-    /// Requires this shared secret on `/ws`, as `Authorization: Bearer <token>` or `?token=`.
-    pub fn auth_token(mut self, token: impl Into<String>) -> Self {
-        self.config.auth_token = Some(Arc::from(token.into()));
+    /// Requires this shared secret on every route (merged ones included) as
+    /// `Authorization: Bearer <token>`, or on `/ws` also as `?token=<token>` for platforms that
+    /// cannot set headers; the credential is named `default` (see [`Principal`]).
+    ///
+    /// `/health` stays open; `/ready` answers a caller without the token with its status only.
+    /// An empty token is an [`ServerError::Auth`] when serving starts (the routes of
+    /// [`router`](Self::router) then refuse everyone).
+    ///
+    /// [`Principal`]: crewline_auth::Principal
+    pub fn auth_token(self, token: impl AsRef<[u8]>) -> Self {
+        self.add_credential("auth_token", Credential::new("default", token))
+    }
+
+    /// Also accepts `credential`, as [`auth_token`](Self::auth_token) accepts its token: a
+    /// handler reads which one a request carried from its `Extension<Principal>`.
+    pub fn credential(mut self, credential: Credential) -> Self {
+        self.auth.credentials.push(credential);
         self
+    }
+
+    fn add_credential(
+        mut self,
+        setting: &'static str,
+        credential: Result<Credential, CredentialError>,
+    ) -> Self {
+        match credential {
+            Ok(credential) => self.auth.credentials.push(credential),
+            Err(error) => {
+                self.auth.error.get_or_insert((setting, error));
+            }
+        }
+        self
+    }
+
+    /// Serves without credentials even on a non-loopback address: for a trusted network only
+    /// (anyone who reaches the port can make calls and run the crew's tools).
+    pub fn allow_unauthenticated(mut self) -> Self {
+        self.auth.allow_unauthenticated = true;
+        self
+    }
+
+    /// Whether a credential is set.
+    pub fn has_credentials(&self) -> bool {
+        !self.auth.credentials.is_empty()
     }
 
     /// The largest inbound frame and message, in bytes (default 1 MiB).
@@ -186,12 +241,60 @@ impl CrewServer {
         self.app(service)
     }
 
-    /// The crew's routes with the merged extra ones.
+    /// The crew's routes with the merged extra ones, all behind the auth layer.
     fn app(&self, service: Arc<Service>) -> axum::Router {
+        let auth = self.auth_layer(&service);
         self.extra_routes
             .iter()
             .cloned()
             .fold(crate::http::router(service), axum::Router::merge)
+            .layer(auth.layer())
+    }
+
+    /// The auth layer's settings: an invalid credential refuses everyone (fail closed, for
+    /// [`router`](Self::router), which cannot report it); none admits everyone.
+    fn auth_layer(&self, service: &Service) -> Auth {
+        let auth = if let Some((setting, error)) = &self.auth.error {
+            tracing::error!(setting, %error, "invalid credential: every request is refused");
+            Auth::required([])
+        } else if self.auth.credentials.is_empty() {
+            Auth::unauthenticated()
+        } else {
+            Auth::required(self.auth.credentials.iter().cloned())
+        };
+        let state = Arc::clone(&service.state);
+        auth.query_token_on(crate::http::WS_PATH)
+            .open_path("/health")
+            .open_path("/ready")
+            .on_unauthorized(move |path| {
+                if path == crate::http::WS_PATH {
+                    state
+                        .metrics
+                        .handshake_failed(crate::HandshakeFailure::Unauthorized);
+                    tracing::warn!("refused a call: missing or wrong token");
+                }
+            })
+    }
+
+    /// Refuses to serve on `addr` (`None`: unknown) with an invalid credential, or beyond
+    /// loopback with none unless allowed.
+    fn check_auth(&self, addr: Option<SocketAddr>) -> Result<(), ServerError> {
+        if let Some((setting, error)) = &self.auth.error {
+            return Err(ServerError::Auth {
+                setting,
+                source: error.clone(),
+            });
+        }
+        let exposed = addr.is_none_or(|addr| !crewline_auth::is_loopback(&addr));
+        if exposed && self.auth.credentials.is_empty() && !self.auth.allow_unauthenticated {
+            return Err(ServerError::Unauthenticated {
+                addr: addr.map_or_else(|| "an unknown address".to_owned(), |a| a.to_string()),
+            });
+        }
+        if self.auth.credentials.is_empty() {
+            tracing::warn!("serving without authentication: anyone who reaches the port can call");
+        }
+        Ok(())
     }
 
     /// Serves on `listener` until [`ServerHandle::shutdown`] is called.
@@ -213,6 +316,7 @@ impl CrewServer {
     where
         S: Future<Output = ()> + Send + 'static,
     {
+        self.check_auth(listener.local_addr().ok())?;
         let service = self.service();
         service.start_dry_run();
         match listener.local_addr() {
@@ -240,6 +344,7 @@ impl CrewServer {
     /// Binds the configured address and serves until SIGTERM or SIGINT, then drains.
     pub async fn run(self) -> Result<(), ServerError> {
         let addr = self.config.bind;
+        self.check_auth(Some(addr))?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServerError::Bind { addr, source })?;
@@ -440,5 +545,33 @@ impl ServerHandle {
     /// Starts a graceful shutdown, as the shutdown signal does.
     pub fn shutdown(&self) {
         self.state.shutdown_requested.cancel();
+    }
+}
+
+#[cfg(test)]
+mod auth_tests {
+    use super::*;
+
+    async fn setup(_: SessionSetup) -> Result<Crew, std::io::Error> {
+        Ok(Crew::new())
+    }
+
+    #[test]
+    fn beyond_loopback_a_credential_or_the_explicit_opt_out_is_needed() {
+        let open: SocketAddr = ([0, 0, 0, 0], 8080).into();
+        let local: SocketAddr = ([127, 0, 0, 1], 8080).into();
+        assert!(CrewServer::new(setup).check_auth(Some(open)).is_err());
+        assert!(CrewServer::new(setup).check_auth(None).is_err());
+        assert!(CrewServer::new(setup).check_auth(Some(local)).is_ok());
+        let allowed = CrewServer::new(setup).allow_unauthenticated();
+        assert!(allowed.check_auth(Some(open)).is_ok());
+        let with_token = CrewServer::new(setup).auth_token("t0ken");
+        assert!(with_token.check_auth(Some(open)).is_ok());
+        // An empty token is an error even where no token is needed.
+        let empty = CrewServer::new(setup).auth_token("");
+        assert!(matches!(
+            empty.check_auth(Some(local)),
+            Err(ServerError::Auth { .. })
+        ));
     }
 }

@@ -28,7 +28,6 @@ pub(crate) type SetupFn = dyn Fn(SessionSetup) -> SetupFuture + Send + Sync;
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) bind: SocketAddr,
-    pub(crate) auth_token: Option<Arc<str>>,
     pub(crate) max_frame_bytes: usize,
     pub(crate) handshake_timeout: Duration,
     pub(crate) drain_timeout: Duration,

@@ -317,3 +317,76 @@ impl BearerRequest for &str {
         request
     }
 }
+
+/// Sends `GET path` with the extra header lines `auth`; returns the status.
+async fn status_of(server: &TestServer, path: &str, auth: &str) -> u16 {
+    http_request(
+        server.addr,
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
+            server.addr
+        ),
+    )
+    .await
+    .status
+}
+
+#[tokio::test]
+async fn neither_token_form_reaches_a_log_line_on_any_route() {
+    captured_logs();
+    let llm = FakeLlm::start().await;
+    // A merged route that logs its whole URI at INFO: it must never see `?token=`.
+    let merged = axum::Router::new().route(
+        "/extra",
+        axum::routing::get(|uri: axum::http::Uri| async move {
+            tracing::info!(%uri, "extra route");
+            "extra"
+        }),
+    );
+    let server = TestServer::ready(server(&llm, Arc::new(AtomicUsize::new(0))).merge(merged)).await;
+    let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
+    // Route, status with `?token=`, status with the bearer header.
+    let routes = [
+        ("/", 401, 200),
+        ("/health", 200, 200),
+        ("/ready", 200, 200),
+        ("/metrics", 401, 200),
+        ("/ws", 404, 404),
+        ("/extra", 401, 200),
+        ("/nowhere", 401, 404),
+    ];
+    for (path, with_query, with_header) in routes {
+        let query_path = format!("{path}?a=1&token={TOKEN}");
+        assert_eq!(
+            status_of(&server, &query_path, "").await,
+            with_query,
+            "{query_path}"
+        );
+        assert_eq!(
+            status_of(&server, path, &bearer).await,
+            with_header,
+            "{path}"
+        );
+        let both = format!("{path}?token={TOKEN}");
+        assert_eq!(
+            status_of(&server, &both, &bearer).await,
+            with_header,
+            "{both}"
+        );
+    }
+    // A real call with each form, so `/ws` runs its upgrade and session spans too.
+    let mut in_query = Client::connect(&format!("{}?token={TOKEN}", server.ws_url())).await;
+    in_query.send(&init_frame("Ada")).await;
+    let ready = in_query.recv().await;
+    assert_eq!(ready["type"], "agent.ready", "{ready}");
+    in_query.close().await;
+    server.wait_for_active(0).await;
+
+    let logs = logs_text();
+    assert!(
+        logs.contains("extra route"),
+        "the capture works: {logs:.2000}"
+    );
+    let line = logs.lines().find(|line| line.contains(TOKEN));
+    assert!(line.is_none(), "the token in the logs: {line:?}");
+}
