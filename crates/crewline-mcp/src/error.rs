@@ -19,6 +19,26 @@ pub enum McpError {
     /// A child process or socket could not be used.
     #[error("MCP transport I/O failed: {0}")]
     Io(#[from] std::io::Error),
+    /// An authentication setting is invalid (an empty token, say).
+    #[error("invalid `{setting}`: {source}")]
+    Auth {
+        /// The setting (`auth_token`).
+        setting: &'static str,
+        /// What is wrong with it.
+        #[source]
+        source: crewline_auth::CredentialError,
+    },
+    /// The HTTP endpoint would be reachable beyond this machine without any credential.
+    #[error(
+        "refusing to serve MCP on {addr} without authentication: anyone who can reach it could \
+         call every exported tool. Set a token (`McpServer::auth_token`, `--token` or \
+         `CREWLINE_AUTH_TOKEN`), bind a loopback address (127.0.0.1), or, on a trusted network \
+         only, call `McpServer::allow_unauthenticated()` (`--allow-unauthenticated`)"
+    )]
+    Unauthenticated {
+        /// The address that is not loopback.
+        addr: String,
+    },
     /// A remote tool could not be added to the registry.
     #[error("the MCP tool could not be mounted: {0}")]
     Register(#[from] RegistryError),

@@ -1,7 +1,8 @@
 //! The MCP server: a registry's MCP-exported tools, each call run by the registry's executor.
 
-use std::{borrow::Cow, collections::HashMap, future::Future, sync::Arc};
+use std::{borrow::Cow, collections::HashMap, future::Future, net::SocketAddr, sync::Arc};
 
+use crewline_auth::{Auth, Credential, CredentialError};
 use crewline_core::{ToolCall, ToolErrorKind};
 use crewline_tools::{CallContext, NameRules, Target, ToolRegistry};
 use rmcp::{
@@ -61,6 +62,14 @@ pub const MCP_PATH: &str = "/mcp";
 /// whose result schema is not an object schema (a string, a number, an array) declare no
 /// `outputSchema` and answer with text only. Errors are always `isError` with the
 /// `{"error": {"kind", "message"}}` text and no structured content.
+///
+/// **Authentication (HTTP).** [`serve_http`](Self::serve_http) and
+/// [`serve_http_with_shutdown`](Self::serve_http_with_shutdown) refuse a listener beyond
+/// loopback unless a token is set ([`auth_token`](Self::auth_token), sent as
+/// `Authorization: Bearer`) or [`allow_unauthenticated`](Self::allow_unauthenticated) is
+/// called. [`router`](Self::router) merged into a `CrewServer` is covered by the crew server's
+/// own auth layer (its token); a token set here is checked as well. The `Host` allowlist
+/// ([`allowed_hosts`](Self::allowed_hosts)) is no authentication: the client writes that header.
 #[derive(Clone)]
 pub struct McpServer {
     shared: Arc<Shared>,
@@ -74,6 +83,10 @@ struct Shared {
     outputs: HashMap<String, Arc<jsonschema::Validator>>,
     info: Implementation,
     allowed_hosts: Option<Vec<String>>,
+    credentials: Vec<Credential>,
+    /// The first invalid credential, reported when serving starts.
+    auth_error: Option<CredentialError>,
+    allow_unauthenticated: bool,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -110,6 +123,9 @@ impl McpServer {
                 outputs,
                 info: Implementation::new("crewline", env!("CARGO_PKG_VERSION")),
                 allowed_hosts: None,
+                credentials: Vec::new(),
+                auth_error: None,
+                allow_unauthenticated: false,
             }),
         })
     }
@@ -123,12 +139,38 @@ impl McpServer {
     /// The same server, answering HTTP requests whose `Host` is one of `hosts` (names or
     /// `host:port`).
     ///
-    /// By default only loopback hosts (`localhost`, `127.0.0.1`, `::1`) are accepted, which
-    /// guards a local server against DNS rebinding; a server reached by a public name must
-    /// list it. An empty list accepts any host.
+    /// By default only loopback hosts (`localhost`, `127.0.0.1`, `::1`) are accepted. This is
+    /// a defence against DNS rebinding (a web page in a local browser reaching a local server),
+    /// not access control: any other client writes its own `Host` header. A server reached by
+    /// another name lists it here *and* sets a token ([`auth_token`](Self::auth_token)). An
+    /// empty list accepts any host.
     pub fn allowed_hosts(self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
         let hosts: Vec<String> = hosts.into_iter().map(Into::into).collect();
         self.map_shared(|shared| shared.allowed_hosts = Some(hosts))
+    }
+
+    /// The same server, requiring `Authorization: Bearer <token>` on its HTTP endpoint (the
+    /// credential is named `default`); an empty token is an [`McpError::Auth`] when serving
+    /// starts. Not used by stdio.
+    pub fn auth_token(self, token: impl AsRef<[u8]>) -> Self {
+        match Credential::new("default", token) {
+            Ok(credential) => self.credential(credential),
+            Err(error) => self.map_shared(|shared| {
+                shared.auth_error.get_or_insert(error);
+            }),
+        }
+    }
+
+    /// The same server, also accepting `credential` on its HTTP endpoint (the handler's
+    /// `Principal` names it).
+    pub fn credential(self, credential: Credential) -> Self {
+        self.map_shared(|shared| shared.credentials.push(credential))
+    }
+
+    /// The same server, serving HTTP without credentials even beyond loopback: for a trusted
+    /// network only (anyone who reaches the port can call every exported tool).
+    pub fn allow_unauthenticated(self) -> Self {
+        self.map_shared(|shared| shared.allow_unauthenticated = true)
     }
 
     /// The tools as MCP lists them.
@@ -176,7 +218,11 @@ impl McpServer {
     }
 
     /// The streamable-HTTP endpoint as an [`axum::Router`] serving [`MCP_PATH`] (`/mcp`), to
-    /// merge into another app (such as `CrewServer::merge`).
+    /// merge into another app (such as `CrewServer::merge`, whose auth layer then covers it).
+    ///
+    /// With a token set here, the router checks it too; with an invalid one it refuses every
+    /// request. Without one it checks nothing: served on its own, use
+    /// [`serve_http`](Self::serve_http), which refuses to serve beyond loopback unauthenticated.
     ///
     /// Its sessions end when their clients leave; an open event stream holds a graceful
     /// shutdown of the app until then (or its drain timeout): use
@@ -202,6 +248,7 @@ impl McpServer {
     where
         S: Future<Output = ()> + Send + 'static,
     {
+        self.check_auth(listener.local_addr().ok())?;
         let stop = CancellationToken::new();
         let router = self.router_until(stop.clone());
         if let Ok(addr) = listener.local_addr() {
@@ -229,7 +276,40 @@ impl McpServer {
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        axum::Router::new().nest_service(MCP_PATH, service)
+        let router = axum::Router::new().nest_service(MCP_PATH, service);
+        match self.auth() {
+            Some(auth) => router.layer(auth.layer()),
+            None => router,
+        }
+    }
+
+    /// The auth layer's settings; `None` when no credential is set (nothing to check).
+    fn auth(&self) -> Option<Auth> {
+        let shared = &self.shared;
+        if let Some(error) = &shared.auth_error {
+            tracing::error!(%error, "invalid MCP credential: every request is refused");
+            return Some(Auth::required([]));
+        }
+        (!shared.credentials.is_empty()).then(|| Auth::required(shared.credentials.clone()))
+    }
+
+    /// Refuses to serve on `addr` (`None`: unknown) with an invalid credential, or beyond
+    /// loopback with none unless allowed.
+    fn check_auth(&self, addr: Option<SocketAddr>) -> Result<(), McpError> {
+        let shared = &self.shared;
+        if let Some(error) = &shared.auth_error {
+            return Err(McpError::Auth {
+                setting: "auth_token",
+                source: error.clone(),
+            });
+        }
+        let exposed = addr.is_none_or(|addr| !crewline_auth::is_loopback(&addr));
+        if exposed && shared.credentials.is_empty() && !shared.allow_unauthenticated {
+            return Err(McpError::Unauthenticated {
+                addr: addr.map_or_else(|| "an unknown address".to_owned(), |a| a.to_string()),
+            });
+        }
+        Ok(())
     }
 
     /// A handler for one session, with its own executor run.
@@ -247,6 +327,9 @@ impl McpServer {
             outputs: self.shared.outputs.clone(),
             info: self.shared.info.clone(),
             allowed_hosts: self.shared.allowed_hosts.clone(),
+            credentials: self.shared.credentials.clone(),
+            auth_error: self.shared.auth_error.clone(),
+            allow_unauthenticated: self.shared.allow_unauthenticated,
         };
         change(&mut shared);
         Self {

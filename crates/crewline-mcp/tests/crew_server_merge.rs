@@ -155,3 +155,79 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
         .expect("the server task does not panic")
         .expect("the server stops cleanly");
 }
+
+/// POSTs an MCP `initialize` to `/mcp` with `Host: localhost` and `extra` header lines;
+/// returns the status line.
+async fn initialize(addr: std::net::SocketAddr, extra: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !response.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&response)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_merged_mcp_router_is_behind_the_crew_servers_token() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let tools = common::registry(&ledger);
+    let mcp = McpServer::new(&tools).expect("the tools export to MCP");
+    let crew_tools = tools.clone();
+    let server = CrewServer::new(move |_setup: SessionSetup| {
+        let crew = crew(&crew_tools);
+        async move { Ok::<_, Infallible>(crew) }
+    })
+    .auth_token("crew-secret")
+    .merge(mcp.router());
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let handle = server.handle();
+    let task = tokio::spawn(server.serve(listener));
+
+    // A forged loopback `Host` (what the allowlist checks) is no way in.
+    let forged = initialize(addr, "").await;
+    assert!(forged.contains(" 401 "), "{forged}");
+    let wrong = initialize(addr, "Authorization: Bearer crew-secre\r\n").await;
+    assert!(wrong.contains(" 401 "), "{wrong}");
+    let url = format!("http://{addr}/mcp");
+    assert!(McpClient::connect_http(&url).await.is_err());
+    let client = tokio::time::timeout(
+        WAIT,
+        McpClient::connect_http_with_bearer(&url, "crew-secret"),
+    )
+    .await
+    .expect("connect in time")
+    .expect("the crew server's token opens MCP");
+    assert_eq!(client.tools().await.expect("listed").len(), 2);
+    assert!(ledger.records().is_empty(), "no call ran");
+    // An open MCP session holds a graceful shutdown; the client leaves first.
+    client.close().await;
+
+    handle.shutdown();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("stops in time")
+        .expect("no panic")
+        .expect("serves cleanly");
+}

@@ -1,5 +1,6 @@
 //! The standalone streamable-HTTP server: it serves MCP at `/mcp`, guards against DNS
-//! rebinding by checking `Host`, and stops on its shutdown signal.
+//! rebinding by checking `Host`, takes a bearer token (and refuses to serve beyond loopback
+//! without one), and stops on its shutdown signal.
 
 mod common;
 
@@ -92,33 +93,12 @@ async fn the_server_stops_on_its_signal_even_with_a_client_connected() {
     drop(client);
 }
 
-/// Refuses requests without `Authorization: Bearer secret`.
-async fn require_bearer(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let authorised = request
-        .headers()
-        .get("authorization")
-        .is_some_and(|value| value == "Bearer secret");
-    if authorised {
-        next.run(request).await
-    } else {
-        axum::response::IntoResponse::into_response(axum::http::StatusCode::UNAUTHORIZED)
-    }
-}
-
 #[tokio::test]
 async fn a_client_can_reach_a_server_behind_a_bearer_token() {
-    let mcp = common::server(&Arc::new(MemoryLedger::new()), SchemaFlavour::Standard);
-    let app = mcp
-        .router()
-        .layer(axum::middleware::from_fn(require_bearer));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("addr"));
-    let task = tokio::spawn(async move { axum::serve(listener, app).await });
+    let mcp = common::server(&Arc::new(MemoryLedger::new()), SchemaFlavour::Standard)
+        .auth_token("secret");
+    let server = HttpServer::start(mcp).await;
+    let url = server.url();
 
     let refused = tokio::time::timeout(WAIT, crewline_mcp::McpClient::connect_http(&url))
         .await
@@ -133,5 +113,46 @@ async fn a_client_can_reach_a_server_behind_a_bearer_token() {
     .expect("the token opens a session");
     let tools = client.tools().await.expect("tools are listed");
     assert_eq!(tools.len(), 2);
-    task.abort();
+    // A loopback `Host` is no credential.
+    let forged = initialize_with_host(server.addr, "localhost").await;
+    assert!(forged.contains(" 401 "), "{forged}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn http_beyond_loopback_without_a_token_refuses_to_start() {
+    let mcp = common::server(&Arc::new(MemoryLedger::new()), SchemaFlavour::Standard);
+    // Refused before the first accept.
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("bind");
+    let error = mcp.serve_http(listener).await.expect_err("must refuse");
+    let message = error.to_string();
+    assert!(
+        matches!(error, crewline_mcp::McpError::Unauthenticated { .. }),
+        "{error:?}"
+    );
+    for setting in ["auth_token", "CREWLINE_AUTH_TOKEN", "allow_unauthenticated"] {
+        assert!(message.contains(setting), "{setting} not in: {message}");
+    }
+}
+
+#[tokio::test]
+async fn an_empty_token_is_a_configuration_error() {
+    let mcp =
+        common::server(&Arc::new(MemoryLedger::new()), SchemaFlavour::Standard).auth_token("");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let error = mcp.serve_http(listener).await.expect_err("must refuse");
+    assert!(
+        matches!(
+            error,
+            crewline_mcp::McpError::Auth {
+                setting: "auth_token",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 }
