@@ -102,7 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let mut tasks = TaskApi::new().tool_timeout(Duration::from_secs(10));
     if let Some(key) = args.api_key {
-        tasks = tasks.api_key(key);
+        tasks = tasks.api_key(key)?;
     }
     let port = args.port.unwrap_or(8080);
     let server = CrewServer::new(crew::RemoteWeatherCrew::new(llm, tasks.clone()).setup_fn())

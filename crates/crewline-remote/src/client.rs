@@ -467,7 +467,11 @@ impl TaskClient {
         let timeout = self.config.request_timeout + extra_time.unwrap_or_default();
         let mut request = self.http.request(method, url).timeout(timeout);
         if let Some(key) = &self.config.api_key {
-            request = request.header("apikey", key.expose());
+            // Both ways: a crewline task API behind a crew server's bearer layer reads the
+            // `Authorization` header, Smooth reads `apikey`.
+            request = request
+                .header("apikey", key.expose())
+                .bearer_auth(key.expose());
         }
         if let Some(body) = body {
             request = request.json(body);

@@ -34,6 +34,7 @@ pub use client::{
     ApiKey, Backoff, ClientConfig, ClientError, TaskClient, TaskOutcome, answer_for, run_tool_call,
 };
 pub use server::{
-    AttachError, DEFAULT_TOOL_TIMEOUT, MAX_TOOL_TIMEOUT, MAX_WAIT, MemoryStore, Polled, RemoteTool,
-    RemoteTools, StoreError, StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskSnapshot, TaskStore,
+    AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_TOOL_TIMEOUT, MAX_WAIT,
+    MemoryStore, Polled, Principal, RemoteTool, RemoteTools, StoreError, StoreLimits,
+    TASK_ID_VARIABLE, TaskApi, TaskSnapshot, TaskStore,
 };

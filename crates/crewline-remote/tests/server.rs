@@ -354,7 +354,7 @@ async fn invalid_custom_tools_are_refused_when_the_task_is_created() {
 
 #[tokio::test]
 async fn the_api_key_is_required_when_configured() {
-    let api = TaskApi::new().api_key("sk-crew");
+    let api = TaskApi::new().api_key("sk-crew").expect("a key");
     let url = serve(&api).await;
     let http = reqwest::Client::new();
 
@@ -461,5 +461,48 @@ async fn measure_round_trip() {
         );
         drop((crew, remote));
         serving.await.expect("join").expect("served");
+    }
+}
+
+#[test]
+fn an_empty_api_key_is_an_error() {
+    let error = TaskApi::new()
+        .api_key("")
+        .expect_err("an empty key admits nothing");
+    assert!(error.to_string().contains("empty"), "{error}");
+}
+
+#[tokio::test]
+async fn each_of_several_keys_is_accepted_and_an_empty_header_is_not() {
+    let api = TaskApi::new()
+        .credential(crewline_remote::Credential::new("alice", "sk-alice").expect("key"))
+        .credential(crewline_remote::Credential::new("bob", "sk-bob").expect("key"));
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    for (header, value, status) in [
+        ("apikey", "sk-alice", 200),
+        ("apikey", "sk-bob", 200),
+        ("authorization", "Bearer sk-bob", 200),
+        ("apikey", "", 401),
+        ("authorization", "Bearer ", 401),
+        ("apikey", "sk-carol", 401),
+    ] {
+        let response = http
+            .post(format!("{url}/task"))
+            .header(header, value)
+            .json(&json!({}))
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(response.status(), status, "{header}: {value}");
+        if status == 401 {
+            assert_eq!(
+                response
+                    .headers()
+                    .get("www-authenticate")
+                    .map(|v| v.to_str().expect("ascii")),
+                Some("Bearer")
+            );
+        }
     }
 }

@@ -13,6 +13,15 @@
 //! | `GET /task/{id}?event_t=&wait_ms=` | the task and its events after `event_t`; 202 while it runs, 200 once finished |
 //! | `POST /task/{id}/event` | answers a tool call: `{"name": "tool_call", "id", "payload": {"code", "output"}}` |
 //! | `DELETE /task/{id}` | cancels the task; waiting calls fail with a tool error |
+//!
+//! **Authentication** is crewline-auth's layer, as on every crewline route: with a key
+//! ([`TaskApi::api_key`], [`TaskApi::credential`]) every route needs it, as the `apikey` header
+//! (Smooth's) or `Authorization: Bearer`. A handler reads which key let the request in from
+//! its `Extension<Principal>` (named `anonymous` when no key is set). Merged into a
+//! `CrewServer`, the routes are also behind the crew server's layer, which refuses to serve
+//! beyond loopback without a credential: give task clients the crew server's token, or add the
+//! task key to the crew server too (`CrewServer::credential`), since the client sends its key
+//! both ways.
 
 mod store;
 mod tool;
@@ -22,27 +31,24 @@ use std::{sync::Arc, time::Duration};
 use axum::{
     Json, Router,
     body::Bytes,
-    extract::{Path, RawQuery, Request, State},
-    http::{HeaderMap, StatusCode, header},
-    middleware::{self, Next},
+    extract::{Path, RawQuery, State},
+    http::{HeaderName, StatusCode},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use crewline_auth::Auth;
+pub use crewline_auth::{Credential, CredentialError, Principal};
 use crewline_tools::ToolRegistry;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use subtle::ConstantTimeEq;
 
 pub use self::{
     store::{MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore},
     tool::{RemoteTool, RemoteTools},
 };
-use crate::{
-    client::ApiKey,
-    wire::{
-        Envelope, ErrorBody, EventAck, EventRequest, TOOL_CALL, TaskRequest, TaskResponse,
-        TaskStatus, ToolAnswer,
-    },
+use crate::wire::{
+    Envelope, ErrorBody, EventAck, EventRequest, TOOL_CALL, TaskRequest, TaskResponse, TaskStatus,
+    ToolAnswer,
 };
 
 /// The call variable (in `system.init`'s `initial_variables`) that names the call's task.
@@ -70,7 +76,7 @@ pub enum AttachError {
 #[derive(Clone)]
 pub struct TaskApi {
     store: Arc<dyn TaskStore>,
-    api_key: Option<ApiKey>,
+    credentials: Vec<Credential>,
     tool_timeout: Duration,
     max_wait: Duration,
 }
@@ -78,7 +84,7 @@ pub struct TaskApi {
 impl std::fmt::Debug for TaskApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskApi")
-            .field("api_key", &self.api_key)
+            .field("credentials", &self.credentials)
             .field("tool_timeout", &self.tool_timeout)
             .field("max_wait", &self.max_wait)
             .finish_non_exhaustive()
@@ -101,17 +107,29 @@ impl TaskApi {
     pub fn with_store(store: impl TaskStore) -> Self {
         Self {
             store: Arc::new(store),
-            api_key: None,
+            credentials: Vec::new(),
             tool_timeout: DEFAULT_TOOL_TIMEOUT,
             max_wait: MAX_WAIT,
         }
     }
 
     /// Requires this key on every route, as the `apikey` header (Smooth's) or
-    /// `Authorization: Bearer <key>`.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(ApiKey::new(key));
+    /// `Authorization: Bearer <key>` (the credential is named `default`); an empty key is an
+    /// error (it would admit an empty header).
+    pub fn api_key(self, key: impl AsRef<[u8]>) -> Result<Self, CredentialError> {
+        Ok(self.credential(Credential::new("default", key)?))
+    }
+
+    /// Also accepts `credential`, as [`api_key`](Self::api_key) accepts its key; handlers see
+    /// its name in their `Extension<Principal>` (to count tasks per key).
+    pub fn credential(mut self, credential: Credential) -> Self {
+        self.credentials.push(credential);
         self
+    }
+
+    /// Whether a key is required.
+    pub fn has_credentials(&self) -> bool {
+        !self.credentials.is_empty()
     }
 
     /// How long remote tools wait for an answer when their spec sets no `timeout_ms`
@@ -138,8 +156,18 @@ impl TaskApi {
             .route("/task", post(create_task))
             .route("/task/{id}", get(poll_task).delete(cancel_task))
             .route("/task/{id}/event", post(post_event))
-            .route_layer(middleware::from_fn_with_state(self.clone(), authorize))
+            .route_layer(self.auth().layer())
             .with_state(self.clone())
+    }
+
+    /// The auth layer's settings: the keys, or anyone (as `anonymous`) when none is set.
+    fn auth(&self) -> Auth {
+        if self.credentials.is_empty() {
+            Auth::unauthenticated()
+        } else {
+            Auth::required(self.credentials.iter().cloned())
+                .header(HeaderName::from_static("apikey"))
+        }
     }
 
     /// Attaches the task `task_id` to a call: the task runs, and its custom tools come back
@@ -216,42 +244,6 @@ impl From<StoreError> for ApiError {
             status,
             detail: error.to_string(),
         }
-    }
-}
-
-/// Checks the api key, when one is configured.
-async fn authorize(
-    State(api): State<TaskApi>,
-    headers: HeaderMap,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(expected) = &api.api_key else {
-        return next.run(request).await;
-    };
-    let given = headers
-        .get("apikey")
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| {
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-        });
-    match given {
-        Some(key) if bool::from(key.as_bytes().ct_eq(expected.expose().as_bytes())) => {
-            next.run(request).await
-        }
-        Some(_) => ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            detail: "the api key is not valid".to_owned(),
-        }
-        .into_response(),
-        None => ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            detail: "an api key is required: send it in the `apikey` header".to_owned(),
-        }
-        .into_response(),
     }
 }
 
