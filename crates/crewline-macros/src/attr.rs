@@ -43,7 +43,7 @@ pub(crate) struct ToolOptions {
     pub(crate) confirm: Option<bool>,
     /// How long results are cached, in seconds.
     pub(crate) cache_ttl_s: Option<u64>,
-    /// The targets of `export = "crew,mcp"` (`None`: every target).
+    /// The targets of `export = "crew,mcp"` (`None`: the registry's default, crew only).
     pub(crate) export: Option<ExportList>,
     pub(crate) krate: Option<Path>,
 }

@@ -54,7 +54,8 @@ use proc_macro::TokenStream;
 ///   implements `schemars::JsonSchema`, and `None` otherwise (and for `()`).
 /// - Options: `#[function_tool(name = "..", description = "..", crate = path)]`, the policy's
 ///   `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `cancellable = false`, and
-///   `export = "crew,mcp,remote"` (the targets the tool is offered to; default: all).
+///   `export = "crew,mcp,remote"` (the targets the tool is offered to; default: its registry's
+///   default, the crew only: MCP and remote exports are opt-in).
 #[proc_macro_attribute]
 pub fn function_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     free_fn::expand(attr.into(), item.into()).into()

@@ -70,7 +70,7 @@ pub(crate) struct ToolSpec {
     pub(crate) confirm: bool,
     /// How long results are cached, in seconds (`None`: not cached).
     pub(crate) cache_ttl_s: Option<u64>,
-    /// The targets it is exported to (`None`: every target).
+    /// The targets it is exported to (`None`: the registry's default, crew only).
     pub(crate) export: Option<ExportList>,
     /// The type whose JSON Schema is the result schema (if it has one): the `T` of a
     /// `Result<T, E>`, otherwise the return type (`None` for `()` and `impl Trait`).

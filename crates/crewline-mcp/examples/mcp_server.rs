@@ -60,7 +60,7 @@ struct Weather {
 /// * `party_size` - How many people (1 to 12)
 /// * `time` - When, e.g. 19:30 (default: the next free slot)
 /// * `notes` - Anything the restaurant should know
-#[function_tool]
+#[function_tool(export = "crew,mcp")]
 async fn book_table(
     restaurant: String,
     party_size: u8,
@@ -92,7 +92,7 @@ async fn book_table(
 /// # Arguments
 /// * `city` - The city, e.g. Oslo
 /// * `unit` - Temperature unit (default celsius)
-#[function_tool]
+#[function_tool(export = "crew,mcp")]
 async fn get_weather(city: String, unit: Option<Unit>) -> Weather {
     let unit = unit.unwrap_or(Unit::Celsius);
     let temperature = if unit == Unit::Celsius { 21.5 } else { 70.7 };

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use crewline::{
     core::{ToolCall, ToolErrorKind},
     tool::{
-        Executor, Tool, ToolError, ToolPolicy, ToolRegistry,
+        Executor, Exports, Tool, ToolError, ToolPolicy, ToolRegistry,
         executor::ledger::{LedgerRecord, MemoryLedger, Outcome},
     },
 };
@@ -105,7 +105,10 @@ fn fixture() -> Fixture {
     let ledger = Arc::new(MemoryLedger::new());
     let executor = Executor::builder().ledger(Arc::clone(&ledger) as _).build();
     let (slow, pay) = (Arc::new(Probe::default()), Arc::new(Probe::default()));
-    let mut tools = ToolRegistry::new().with_executor(Arc::new(executor));
+    // Served over MCP: the registry opts its tools in (the default is the crew only).
+    let mut tools = ToolRegistry::new()
+        .with_executor(Arc::new(executor))
+        .with_default_exports(Exports::all());
     tools
         .register(Waiting {
             name: "slow",
@@ -267,7 +270,9 @@ async fn mounted(
         .expect("the client connects");
     let ledger = Arc::new(MemoryLedger::new());
     let executor = Executor::builder().ledger(Arc::clone(&ledger) as _).build();
-    let mut registry = ToolRegistry::new().with_executor(Arc::new(executor));
+    let mut registry = ToolRegistry::new()
+        .with_executor(Arc::new(executor))
+        .with_default_exports(Exports::all());
     client.mount(&mut registry).await.expect("the tools mount");
     (registry, ledger, client, stop)
 }

@@ -210,7 +210,7 @@ fn only_tools_exported_to_mcp_are_listed() {
 }
 
 /// Look something up.
-#[function_tool(name = "look-up")]
+#[function_tool(name = "look-up", export = "crew,mcp")]
 fn look_up() -> String {
     String::new()
 }

@@ -30,7 +30,7 @@ struct Forecast {
 ///
 /// # Arguments
 /// * `city` - The city
-#[function_tool]
+#[function_tool(export = "crew,mcp")]
 async fn forecast(city: String) -> Result<Forecast, ToolError> {
     if city == "Atlantis" {
         return Err(ToolError::new("no forecast for Atlantis"));
@@ -46,13 +46,13 @@ async fn forecast(city: String) -> Result<Forecast, ToolError> {
 ///
 /// # Arguments
 /// * `name` - Who
-#[function_tool]
+#[function_tool(export = "crew,mcp")]
 fn greet(name: String) -> String {
     format!("hello {name}")
 }
 
 /// Temperatures, as a list (an array result schema).
-#[function_tool]
+#[function_tool(export = "crew,mcp")]
 fn temperatures() -> Vec<f64> {
     vec![20.0, 21.5]
 }

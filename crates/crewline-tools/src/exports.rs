@@ -33,7 +33,13 @@ impl fmt::Display for Target {
     }
 }
 
-/// The targets a tool is exported to (default: all of them).
+/// The targets a tool is exported to (default: the crew only).
+///
+/// MCP and remote exports are opt-in, per tool (`#[function_tool(export = "crew,mcp")]`,
+/// [`ToolPolicy::exports`](crate::ToolPolicy::exports)) or per registry
+/// ([`ToolRegistry::with_default_exports`](crate::ToolRegistry::with_default_exports), for the
+/// tools that set none): a tool written for a call's model is never offered to any MCP client
+/// or remote agent that reaches the server just because it was registered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exports {
     /// Offered to the crew's own tool loop.
@@ -46,11 +52,16 @@ pub struct Exports {
 
 impl Default for Exports {
     fn default() -> Self {
-        Self::all()
+        Self::crew_only()
     }
 }
 
 impl Exports {
+    /// Exported to the crew's own tool loop only (the default).
+    pub const fn crew_only() -> Self {
+        Self::none().with(Target::Crew, true)
+    }
+
     /// Exported everywhere.
     pub const fn all() -> Self {
         Self {
@@ -171,9 +182,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exports_default_to_every_target() {
+    fn exports_default_to_the_crew_only() {
         let exports = Exports::default();
-        assert!(Target::ALL.iter().all(|t| exports.allows(*t)));
+        assert!(exports.allows(Target::Crew));
+        assert!(!exports.allows(Target::Mcp) && !exports.allows(Target::Remote));
+        assert!(Target::ALL.iter().all(|t| Exports::all().allows(*t)));
         let only = Exports::only(&[Target::Mcp]);
         assert!(only.allows(Target::Mcp));
         assert!(!only.allows(Target::Crew) && !only.allows(Target::Remote));

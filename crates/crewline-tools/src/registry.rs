@@ -7,7 +7,8 @@ use futures::{Stream, StreamExt, stream};
 use serde_json::Value;
 
 use crate::{
-    CallContext, Executor, ExportError, NameRules, RegistryError, Target, Tool, ToolProvider,
+    CallContext, Executor, ExportError, Exports, NameRules, RegistryError, Target, Tool,
+    ToolProvider,
     schema::{self, Mode},
 };
 
@@ -46,6 +47,8 @@ pub struct ToolRegistry {
     by_name: HashMap<String, usize>,
     max_concurrency: usize,
     executor: Arc<Executor>,
+    /// The exports of tools whose policy sets none.
+    default_exports: Exports,
 }
 
 impl Default for ToolRegistry {
@@ -55,6 +58,7 @@ impl Default for ToolRegistry {
             by_name: HashMap::new(),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             executor: Executor::default_executor(),
+            default_exports: Exports::crew_only(),
         }
     }
 }
@@ -86,6 +90,24 @@ impl ToolRegistry {
     pub fn with_executor(mut self, executor: Arc<Executor>) -> Self {
         self.executor = executor;
         self
+    }
+
+    /// The same registry, exporting the tools whose policy names no targets to `exports`
+    /// (default [`Exports::crew_only`]): `with_default_exports(Exports::all())` offers them
+    /// over MCP and to remote agents too. A tool's own `export = ".."` always wins.
+    pub fn with_default_exports(mut self, exports: Exports) -> Self {
+        self.default_exports = exports;
+        self
+    }
+
+    /// Whether the tool `entry` is exported to `target`.
+    fn exported(&self, entry: &Entry, target: Target) -> bool {
+        entry
+            .tool
+            .policy()
+            .exports
+            .unwrap_or(self.default_exports)
+            .allows(target)
     }
 
     /// The executor the calls run through.
@@ -180,7 +202,8 @@ impl ToolRegistry {
     pub fn subset(&self, names: &[&str]) -> Result<ToolRegistry, RegistryError> {
         let mut subset = ToolRegistry::new()
             .with_max_concurrency(self.max_concurrency)
-            .with_executor(Arc::clone(&self.executor));
+            .with_executor(Arc::clone(&self.executor))
+            .with_default_exports(self.default_exports);
         for name in names {
             let index = *self
                 .by_name
@@ -204,7 +227,7 @@ impl ToolRegistry {
     pub fn definitions_for(&self, target: Target) -> Vec<ToolDefinition> {
         self.entries
             .iter()
-            .filter(|e| e.tool.policy().exports.allows(target))
+            .filter(|e| self.exported(e, target))
             .map(|e| e.definition.clone())
             .collect()
     }
@@ -226,9 +249,10 @@ impl ToolRegistry {
     ) -> Result<ToolRegistry, ExportError> {
         let mut exported = ToolRegistry::new()
             .with_max_concurrency(self.max_concurrency)
-            .with_executor(Arc::clone(&self.executor));
+            .with_executor(Arc::clone(&self.executor))
+            .with_default_exports(self.default_exports);
         for entry in &self.entries {
-            if !entry.tool.policy().exports.allows(target) {
+            if !self.exported(entry, target) {
                 continue;
             }
             let name = &entry.definition.name;

@@ -62,8 +62,12 @@ pub struct ToolPolicy {
     pub cache_ttl: Option<Duration>,
     /// Whether cancelling the run (barge-in) stops the call mid-way.
     pub cancellable: bool,
-    /// Where the tool may be offered (crew loop, MCP, remote agents).
-    pub exports: Exports,
+    /// Where the tool may be offered (crew loop, MCP, remote agents); `None`: where its
+    /// registry's default says ([`ToolRegistry::with_default_exports`], the crew only unless
+    /// changed).
+    ///
+    /// [`ToolRegistry::with_default_exports`]: crate::ToolRegistry::with_default_exports
+    pub exports: Option<Exports>,
 }
 
 impl Default for ToolPolicy {
@@ -73,7 +77,7 @@ impl Default for ToolPolicy {
             confirm: false,
             cache_ttl: None,
             cancellable: true,
-            exports: Exports::all(),
+            exports: None,
         }
     }
 }
@@ -110,7 +114,7 @@ impl ToolPolicy {
 
     /// Exported only as `exports` says.
     pub fn exports(mut self, exports: Exports) -> Self {
-        self.exports = exports;
+        self.exports = Some(exports);
         self
     }
 }

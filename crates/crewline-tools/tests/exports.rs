@@ -48,12 +48,60 @@ fn registry(tools: &[(&'static str, Exports)]) -> ToolRegistry {
     registry
 }
 
-#[test]
-fn the_default_policy_exports_everywhere() {
-    assert_eq!(ToolPolicy::new().exports, Exports::all());
-    for target in Target::ALL {
-        assert!(ToolPolicy::default().exports.allows(target), "{target}");
+/// A tool whose policy names no export targets.
+struct Plain;
+
+#[async_trait]
+impl Tool for Plain {
+    fn name(&self) -> &str {
+        "plain"
     }
+    fn description(&self) -> &str {
+        "sets no exports"
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _arguments: Value) -> Result<Value, ToolError> {
+        Ok(Value::Null)
+    }
+}
+
+#[test]
+fn by_default_a_tool_is_exported_to_the_crew_only() {
+    assert_eq!(ToolPolicy::new().exports, None);
+    assert_eq!(Exports::default(), Exports::only(&[Target::Crew]));
+    let mut registry = ToolRegistry::new();
+    registry.register(Plain).unwrap();
+    assert_eq!(registry.definitions_for(Target::Crew).len(), 1);
+    assert!(registry.definitions_for(Target::Mcp).is_empty());
+    assert!(registry.definitions_for(Target::Remote).is_empty());
+    assert!(registry.export(Target::Mcp).unwrap().is_empty());
+}
+
+#[test]
+fn a_registry_can_opt_its_tools_in_but_a_tools_own_exports_win() {
+    let mut registry = ToolRegistry::new().with_default_exports(Exports::all());
+    registry.register(Plain).unwrap();
+    registry
+        .register(Named {
+            name: "crew_only",
+            exports: Exports::crew_only(),
+        })
+        .unwrap();
+    let names = |target| {
+        registry
+            .definitions_for(target)
+            .into_iter()
+            .map(|d| d.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(Target::Crew), ["plain", "crew_only"]);
+    assert_eq!(names(Target::Mcp), ["plain"]);
+    assert_eq!(names(Target::Remote), ["plain"]);
+    // An export keeps the registry's default for the tools it carries.
+    let exported = registry.export(Target::Mcp).unwrap();
+    assert_eq!(exported.definitions_for(Target::Mcp).len(), 1);
 }
 
 #[test]

@@ -875,7 +875,7 @@ fn export_option_limits_where_the_tool_is_offered() {
     );
     assert_eq!(
         DefineTool.policy().exports,
-        Exports::only(&[Target::Crew, Target::Mcp])
+        Some(Exports::only(&[Target::Crew, Target::Mcp]))
     );
 
     let mut registry = ToolRegistry::new();

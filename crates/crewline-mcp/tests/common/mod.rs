@@ -34,7 +34,7 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// * `restaurant` - The restaurant's name
 /// * `party_size` - How many people (1 to 12)
 /// * `time` - When, e.g. 19:30
-#[function_tool]
+#[function_tool(export = "crew,mcp")]
 async fn book_table(
     restaurant: String,
     party_size: u8,
@@ -57,7 +57,7 @@ async fn book_table(
 /// # Arguments
 /// * `text` - What to echo
 /// * `delay_ms` - How long to wait first
-#[function_tool]
+#[function_tool(export = "crew,mcp")]
 async fn slow_echo(text: String, delay_ms: u64) -> String {
     tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     text
