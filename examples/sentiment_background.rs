@@ -22,7 +22,6 @@
 mod crew;
 
 use std::{
-    net::SocketAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -224,6 +223,16 @@ pub fn scripted_model(chunk_delay: Duration) -> Arc<dyn LlmClient> {
     Arc::new(crew::scripted_weather_model(chunk_delay))
 }
 
+/// Serves the sentiment crew on `/ws`.
+#[derive(clap::Parser)]
+struct Args {
+    #[command(flatten)]
+    serve: crewline_server::ServeArgs,
+    /// The port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
@@ -231,17 +240,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let port = std::env::args()
-        .skip_while(|a| a != "--port")
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8080u16);
+    let Args { serve, port } = clap::Parser::parse();
     let (llm, description) =
         crew::demo_model(crew::ModelChoice::FromEnv, Duration::from_millis(20))?;
     tracing::info!(port, model = %description, "sentiment crew listening on /ws");
-    server(llm)?
-        .bind(SocketAddr::from(([0, 0, 0, 0], port)))
-        .run()
-        .await?;
+    serve.apply(server(llm)?, port).run().await?;
     Ok(())
 }

@@ -18,33 +18,22 @@
 #[allow(dead_code, unreachable_pub)]
 mod crew;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use crewline::prelude::*;
 use crewline_server::CrewServer;
 
-/// Reads `--port N` and `--model NAME` from the command line.
-fn args() -> Result<(u16, String), String> {
-    let mut port = 8080;
-    let mut model = "gpt-4o-mini".to_owned();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--port" => {
-                port = args
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .ok_or("--port needs a number")?;
-            }
-            "--model" => model = args.next().ok_or("--model needs a name")?,
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}` (use --port N, --model NAME)"
-                ));
-            }
-        }
-    }
-    Ok((port, model))
+/// Serves the collections crew on `/ws`.
+#[derive(clap::Parser)]
+struct Args {
+    #[command(flatten)]
+    serve: crewline_server::ServeArgs,
+    /// The port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// The model, with OPENAI_API_KEY set (otherwise a scripted one).
+    #[arg(long, default_value = "gpt-4o-mini")]
+    model: String,
 }
 
 #[tokio::main]
@@ -54,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let (port, model) = args()?;
+    let Args { serve, port, model } = clap::Parser::parse();
     let (llm, description): (Arc<dyn LlmClient>, String) =
         if std::env::var_os("OPENAI_API_KEY").is_some() {
             (Arc::new(OpenAiClient::from_env(model.clone())?), model)
@@ -65,11 +54,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
         };
     // The model is shared by every call; each call gets its own router, state and tools.
-    let server = CrewServer::new(move |setup: SessionSetup| {
+    let crew = CrewServer::new(move |setup: SessionSetup| {
         let crew = crew::collections_crew(&setup, llm.clone());
         async move { crew }
-    })
-    .bind(SocketAddr::from(([0, 0, 0, 0], port)));
+    });
+    let server = serve.apply(crew, port);
     tracing::info!(port, model = %description, "collections crew listening on /ws");
     server.run().await?;
     Ok(())

@@ -20,47 +20,32 @@ mod crew;
 #[allow(dead_code, unreachable_pub)]
 mod station;
 
-use std::{io::Write, net::SocketAddr, time::Duration};
+use std::{io::Write, time::Duration};
 
 use crewline_remote::{ClientConfig, TaskApi};
 use crewline_server::CrewServer;
 
-/// The command line.
-#[derive(Debug, Default)]
+/// The remote weather crew (`/ws` and the task API on `/task`), or with `--client` the
+/// client whose process runs `get_weather`.
+#[derive(clap::Parser)]
 struct Args {
+    #[command(flatten)]
+    serve: crewline_server::ServeArgs,
+    /// Run the client instead of the server.
+    #[arg(long)]
     client: bool,
-    port: Option<u16>,
+    /// The port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// The client's server, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
     url: Option<String>,
+    /// The task API's key (server: required of task clients; client: sent with each request).
+    #[arg(long)]
     api_key: Option<String>,
+    /// The model, with OPENAI_API_KEY set (otherwise a scripted one).
+    #[arg(long)]
     model: Option<String>,
-}
-
-fn args() -> Result<Args, String> {
-    let mut parsed = Args::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-        match arg.as_str() {
-            "--client" => parsed.client = true,
-            "--port" => {
-                parsed.port = Some(
-                    value("--port")?
-                        .parse()
-                        .map_err(|_| "--port needs a number")?,
-                );
-            }
-            "--url" => parsed.url = Some(value("--url")?),
-            "--api-key" => parsed.api_key = Some(value("--api-key")?),
-            "--model" => parsed.model = Some(value("--model")?),
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}` (use --port N, --model NAME, --api-key KEY, \
-                     or --client --url URL)"
-                ));
-            }
-        }
-    }
-    Ok(parsed)
 }
 
 #[tokio::main]
@@ -72,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let args = args()?;
+    let args = <Args as clap::Parser>::parse();
     if args.client {
         let url = args.url.ok_or("--client needs --url http://HOST:PORT")?;
         let mut config = ClientConfig::new(url);
@@ -104,10 +89,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(key) = args.api_key {
         tasks = tasks.api_key(key)?;
     }
-    let port = args.port.unwrap_or(8080);
-    let server = CrewServer::new(crew::RemoteWeatherCrew::new(llm, tasks.clone()).setup_fn())
-        .merge(tasks.router())
-        .bind(SocketAddr::from(([0, 0, 0, 0], port)));
+    let port = args.port;
+    let crew = CrewServer::new(crew::RemoteWeatherCrew::new(llm, tasks.clone()).setup_fn())
+        .merge(tasks.router());
+    let server = args.serve.apply(crew, port);
     tracing::info!(port, model = %description, "remote weather crew on /ws, task API on /task");
     server.run().await?;
     Ok(())

@@ -18,7 +18,7 @@ impl WeatherStation {
     ///
     /// # Arguments
     /// * `location` - City name, e.g. Paris
-    #[function_tool]
+    #[function_tool(export = "remote")]
     async fn get_weather(&self, location: String) -> Result<Value, ToolError> {
         let (temperature_c, conditions) = match location.trim().to_lowercase().as_str() {
             "paris" => (18, "cloudy"),

@@ -14,10 +14,20 @@
 #[allow(dead_code, unreachable_pub)]
 mod crew;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use crewline::prelude::*;
 use crewline_server::CrewServer;
+
+/// Serves the chat crew on `/ws`.
+#[derive(clap::Parser)]
+struct Args {
+    #[command(flatten)]
+    serve: crewline_server::ServeArgs,
+    /// The port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,11 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let port = std::env::args()
-        .skip_while(|a| a != "--port")
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(8080u16);
+    let Args { serve, port } = clap::Parser::parse();
     let llm: Arc<dyn LlmClient> = if std::env::var_os("OPENAI_API_KEY").is_some() {
         Arc::new(OpenAiClient::from_env(
             std::env::var("OPENAI_MODEL").unwrap_or_else(|_| "gpt-4o-mini".into()),
@@ -39,12 +45,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(crew::scripted_chat_model())
     };
     tracing::info!(port, "chat crew listening on /ws");
-    CrewServer::new(move |setup: SessionSetup| {
-        let crew = crew::chat_crew(&setup, llm.clone());
-        async move { crew }
-    })
-    .bind(SocketAddr::from(([0, 0, 0, 0], port)))
-    .run()
-    .await?;
+    serve
+        .apply(
+            CrewServer::new(move |setup: SessionSetup| {
+                let crew = crew::chat_crew(&setup, llm.clone());
+                async move { crew }
+            }),
+            port,
+        )
+        .run()
+        .await?;
     Ok(())
 }

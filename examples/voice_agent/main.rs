@@ -22,7 +22,7 @@
 #[allow(dead_code, unreachable_pub)]
 mod crew;
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use crewline_server::CrewServer;
 
@@ -31,55 +31,28 @@ use crewline_server::CrewServer;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The command line.
+/// Serves the weather crew on `/ws`.
+#[derive(clap::Parser)]
 struct Args {
+    #[command(flatten)]
+    serve: crewline_server::ServeArgs,
+    /// The port to listen on.
+    #[arg(long, default_value_t = 8080)]
     port: u16,
+    /// The model (with OPENAI_API_KEY set); without a key the crew runs on a scripted model.
+    #[arg(long)]
     model: Option<String>,
+    /// How long the weather service takes to answer, in milliseconds.
+    #[arg(long = "service-delay-ms", value_parser = parse_millis, default_value = "300")]
     service_delay: Duration,
-    /// `--worker-runtimes N`: serve calls on N single-threaded runtimes (default: one per
-    /// CPU; 0: on one shared, multi-threaded runtime).
+    /// Serve calls on N single-threaded runtimes (default: one per CPU; 0: on one shared,
+    /// multi-threaded runtime).
+    #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     worker_runtimes: usize,
 }
 
-/// Reads `--port N`, `--model NAME`, `--service-delay-ms N` and `--worker-runtimes N`.
-fn args() -> Result<Args, String> {
-    let mut parsed = Args {
-        port: 8080,
-        model: None,
-        service_delay: crew::WEATHER_SERVICE_DELAY,
-        worker_runtimes: std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--port" => {
-                parsed.port = args
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .ok_or("--port needs a number")?;
-            }
-            "--model" => parsed.model = Some(args.next().ok_or("--model needs a name")?),
-            "--service-delay-ms" => {
-                parsed.service_delay = args
-                    .next()
-                    .and_then(|ms| ms.parse().ok())
-                    .map(Duration::from_millis)
-                    .ok_or("--service-delay-ms needs a number")?;
-            }
-            "--worker-runtimes" => {
-                parsed.worker_runtimes = args
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .ok_or("--worker-runtimes needs a number")?;
-            }
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}` (use --port N, --model NAME, --service-delay-ms N, --worker-runtimes N)"
-                ));
-            }
-        }
-    }
-    Ok(parsed)
+fn parse_millis(text: &str) -> Result<Duration, std::num::ParseIntError> {
+    text.parse().map(Duration::from_millis)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -88,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
-    let args = args()?;
+    let args = <Args as clap::Parser>::parse();
     // With worker runtimes the calls run on the server's own threads, and this runtime only
     // waits for the shutdown signal: one thread is enough for it.
     let runtime = if args.worker_runtimes > 0 {
@@ -105,6 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let Args {
+        serve,
         port,
         model,
         service_delay,
@@ -114,8 +88,7 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         crew::model_named(crew::ModelChoice::FromEnv, model, Duration::from_millis(20))?;
     // The model and the tools are shared by every call; each call gets its own conversation.
     let weather = crew::WeatherCrew::new(llm, service_delay)?;
-    let mut server =
-        CrewServer::new(weather.setup_fn()).bind(SocketAddr::from(([0, 0, 0, 0], port)));
+    let mut server = serve.apply(CrewServer::new(weather.setup_fn()), port);
     if worker_runtimes > 0 {
         server = server.worker_runtimes(worker_runtimes);
     }

@@ -105,10 +105,16 @@ struct DemoArgs {
     /// Use the scripted model even when OPENAI_API_KEY is set.
     #[arg(long)]
     scripted: bool,
-    /// Instead of driving a call, serve the demo crew on this address until Ctrl-C (to try
-    /// `crewline chat` against it).
-    #[arg(long, value_name = "ADDR")]
-    serve: Option<std::net::SocketAddr>,
+    /// Instead of driving a call, serve the demo crew until Ctrl-C (to try `crewline chat`
+    /// against it), on --host and --port.
+    #[arg(long)]
+    serve: bool,
+    /// With --serve: the port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// With --serve: where and with which token.
+    #[command(flatten)]
+    listen: crewline_server::ServeArgs,
 }
 
 fn parse_conversation_type(text: &str) -> Result<ConversationType, String> {
@@ -221,20 +227,28 @@ async fn demo(args: DemoArgs) -> Result<(), BoxError> {
         },
         ..DemoConfig::default()
     };
-    if let Some(addr) = args.serve {
-        return serve_demo_crew(config, addr).await;
+    if args.serve {
+        return serve_demo_crew(config, &args.listen, args.port).await;
     }
     run_demo(config, std::io::stdout()).await?;
     Ok(())
 }
 
-async fn serve_demo_crew(config: DemoConfig, addr: std::net::SocketAddr) -> Result<(), BoxError> {
+async fn serve_demo_crew(
+    config: DemoConfig,
+    listen: &crewline_server::ServeArgs,
+    port: u16,
+) -> Result<(), BoxError> {
+    let addr = listen.addr(port);
     let (llm, model) = demo_model(config.model, config.chunk_delay)?;
     let crew = WeatherCrew::new(llm, config.service_delay)?;
     writeln!(
         std::io::stdout(),
         "serving the demo weather crew ({model}) on ws://{addr}/ws; Ctrl-C stops"
     )?;
-    CrewServer::new(crew.setup_fn()).bind(addr).run().await?;
+    listen
+        .apply(CrewServer::new(crew.setup_fn()), port)
+        .run()
+        .await?;
     Ok(())
 }

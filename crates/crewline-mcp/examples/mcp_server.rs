@@ -15,7 +15,9 @@
 //! ```
 //!
 //! Options: `--stdio`, `--port N` (default 0: any free port), `--flavour standard|smolagents`
-//! (default `smolagents`), `--ledger PATH`.
+//! (default `smolagents`), `--ledger PATH`, `--host` (default 127.0.0.1), `--token` (or
+//! `CREWLINE_AUTH_TOKEN`; clients send `Authorization: Bearer`), `--allow-unauthenticated`,
+//! `--help`. Beyond loopback without a token it refuses to start.
 
 use std::{io::Write, sync::Arc};
 
@@ -112,41 +114,33 @@ fn staff_note(note: String) -> String {
     format!("noted: {note}")
 }
 
-/// The command line.
+/// Serves two crewline tools over MCP (streamable HTTP at `/mcp`, or stdio).
+#[derive(clap::Parser)]
 struct Options {
+    #[command(flatten)]
+    serve: crewline_server::ServeArgs,
+    /// Serve one session on stdin/stdout instead of HTTP (no network, no token).
+    #[arg(long)]
     stdio: bool,
+    /// The HTTP port (0: any free port).
+    #[arg(long, default_value_t = 0)]
     port: u16,
+    /// The schema flavour: standard or smolagents.
+    #[arg(long, default_value = "smolagents", value_parser = parse_flavour)]
     flavour: SchemaFlavour,
+    /// Record every call in this JSON Lines ledger.
+    #[arg(long)]
     ledger: Option<String>,
 }
 
-fn options() -> Result<Options, String> {
-    let mut options = Options {
-        stdio: false,
-        port: 0,
-        flavour: SchemaFlavour::Smolagents,
-        ledger: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--stdio" => options.stdio = true,
-            "--port" => {
-                let value = args.next().ok_or("--port needs a number")?;
-                options.port = value.parse().map_err(|_| format!("bad port `{value}`"))?;
-            }
-            "--flavour" => {
-                options.flavour = match args.next().as_deref() {
-                    Some("standard") => SchemaFlavour::Standard,
-                    Some("smolagents") => SchemaFlavour::Smolagents,
-                    other => return Err(format!("unknown flavour {other:?}")),
-                };
-            }
-            "--ledger" => options.ledger = Some(args.next().ok_or("--ledger needs a path")?),
-            other => return Err(format!("unknown option `{other}`")),
-        }
+fn parse_flavour(text: &str) -> Result<SchemaFlavour, String> {
+    match text {
+        "standard" => Ok(SchemaFlavour::Standard),
+        "smolagents" => Ok(SchemaFlavour::Smolagents),
+        other => Err(format!(
+            "unknown flavour `{other}` (standard or smolagents)"
+        )),
     }
-    Ok(options)
 }
 
 #[tokio::main]
@@ -157,7 +151,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let options = options()?;
+    let options = <Options as clap::Parser>::parse();
 
     let mut executor = Executor::builder();
     if let Some(path) = &options.ledger {
@@ -168,13 +162,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .register(BookTableTool)?
         .register(GetWeatherTool)?
         .register(StaffNoteTool)?;
-    let server = McpServer::with_flavour(&tools, options.flavour)?;
+    let mut server = McpServer::with_flavour(&tools, options.flavour)?;
+    if let Some(token) = &options.serve.token {
+        server = server.auth_token(token);
+    }
+    if options.serve.allow_unauthenticated {
+        server = server.allow_unauthenticated();
+    }
 
     if options.stdio {
         server.serve_stdio().await?;
         return Ok(());
     }
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", options.port)).await?;
+    let listener = tokio::net::TcpListener::bind(options.serve.addr(options.port)).await?;
     let addr = listener.local_addr()?;
     {
         let mut out = std::io::stdout().lock();

@@ -305,9 +305,12 @@ impl McpServer {
         }
         let exposed = addr.is_none_or(|addr| !crewline_auth::is_loopback(&addr));
         if exposed && shared.credentials.is_empty() && !shared.allow_unauthenticated {
-            return Err(McpError::Unauthenticated {
+            let error = McpError::Unauthenticated {
                 addr: addr.map_or_else(|| "an unknown address".to_owned(), |a| a.to_string()),
-            });
+            };
+            // Logged as well: a binary that returns the error from `main` prints its Debug.
+            tracing::error!("{error}");
+            return Err(error);
         }
         Ok(())
     }

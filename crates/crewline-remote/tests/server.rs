@@ -12,7 +12,7 @@ use crewline_remote::{
     TaskOutcome,
     wire::{CustomTool, TaskRequest, TaskResponse},
 };
-use crewline_tools::ToolRegistry;
+use crewline_tools::{Exports, Target, ToolRegistry};
 use serde_json::{Map, Value, json};
 
 /// Serves `api` on 127.0.0.1:0; returns its base URL.
@@ -27,7 +27,9 @@ async fn serve(api: &TaskApi) -> String {
 }
 
 fn client_registry() -> ToolRegistry {
-    let mut registry = ToolRegistry::new();
+    // The client offers its tools to the remote crew: an explicit opt-in (the default
+    // export is the crew only).
+    let mut registry = ToolRegistry::new().with_default_exports(Exports::only(&[Target::Remote]));
     registry.register(Weather).expect("weather");
     registry
 }

@@ -36,6 +36,8 @@
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
+#[cfg(feature = "clap")]
+mod args;
 mod connection;
 mod error;
 mod http;
@@ -43,6 +45,8 @@ mod metrics;
 mod server;
 mod state;
 
+#[cfg(feature = "clap")]
+pub use args::ServeArgs;
 pub use crewline_auth::{Credential, CredentialError, Principal, TOKEN_ENV};
 pub use error::{BoxError, ServerError, SetupError};
 pub use metrics::{ErrorKind, FrameDrop, HandshakeFailure, METRICS_CONTENT_TYPE, Metrics};

@@ -287,9 +287,12 @@ impl CrewServer {
         }
         let exposed = addr.is_none_or(|addr| !crewline_auth::is_loopback(&addr));
         if exposed && self.auth.credentials.is_empty() && !self.auth.allow_unauthenticated {
-            return Err(ServerError::Unauthenticated {
+            let error = ServerError::Unauthenticated {
                 addr: addr.map_or_else(|| "an unknown address".to_owned(), |a| a.to_string()),
-            });
+            };
+            // Logged as well: a binary that returns the error from `main` prints its Debug.
+            tracing::error!("{error}");
+            return Err(error);
         }
         if self.auth.credentials.is_empty() {
             tracing::warn!("serving without authentication: anyone who reaches the port can call");
