@@ -4,7 +4,13 @@
 //! [approval] (for `confirm` tools), run [limits], the result [cache] (for tools with a
 //! `cache_ttl`), the call itself under its timeout and the cancellation tokens of the run and
 //! of the call ([`CallContext::with_call_token`]), output guardrails and after-hooks, and
-//! finally the [ledger]. Every failure becomes a
+//! finally the [ledger].
+//!
+//! What the executor keeps between calls is kept per session ([`SessionScope`], carried on
+//! every [`CallContext`]): cached results, approvals, and non-cancellable calls that run on
+//! after their caller stopped waiting. Such a call answers `StillRunning`, and a retry with
+//! the same validated arguments in the same session joins it (or reads its outcome) instead
+//! of running the tool again. Every failure becomes a
 //! [`ToolResult`] error the model can read (`{"error": {"kind", "message"}}`); the operator gets
 //! the full detail in `tracing` and in the ledger.
 
