@@ -4,13 +4,15 @@
 //! `transfer_money` is a `confirm` tool: the executor asks this call's [`DeferredApproval`]
 //! before running it. The approver does not wait (the caller has to hear the question before
 //! they can answer), so the call is parked and the model reads `ApprovalPending`, and asks
-//! "Shall I transfer $50.00 to Alice?". The caller's next words decide the parked call: a
-//! clear yes approves it, anything else denies it. The agent then runs the same call (same
-//! id) again, the executor collects the decision, and the transfer happens, or the model
-//! reads `ApprovalDenied` and the balance stays as it was. The model never approves anything:
-//! the decision is taken from the caller's own words, by code. A barge-in while an approved
-//! transfer is being booked ends the turn, not the transfer; its outcome is kept and told on
-//! the next turn.
+//! "Shall I transfer $50.00 to Alice?". The caller's next words decide the parked call, by
+//! the id the executor gave its approval request: a clear yes approves it, anything else
+//! denies it. The agent then runs the same call (same tool and arguments, in the call's
+//! session) again, the executor collects the decision, and the transfer happens, or the model
+//! reads `ApprovalDenied` and the balance stays as it was. A decision is bound to the call's
+//! session, the tool and the hash of its arguments: a yes for $50 to Alice never sends $500 to
+//! Bob, whatever call ids the model uses. The model never approves anything: the decision is
+//! taken from the caller's own words, by code. A barge-in while an approved transfer is being
+//! booked ends the turn, not the transfer; its outcome is kept and told on the next turn.
 
 use std::{
     collections::HashMap,
@@ -258,8 +260,8 @@ pub struct BankAgent {
     /// Settled calls whose outcome the caller has not been told yet (a barge-in cut the turn
     /// that was telling it); the next turn tells it.
     untold: Arc<Mutex<Vec<Outcome>>>,
-    /// The calls parked by the latest turn that parked any: the ones the caller was last
-    /// asked about, so the ones their answer decides.
+    /// The approval requests (by id) parked by the latest turn that parked any: the ones the
+    /// caller was last asked about, so the ones their answer decides.
     last_asked: Vec<String>,
 }
 
@@ -313,8 +315,15 @@ impl OutputAgent for BankAgent {
         } else {
             Vec::new()
         };
-        // Superseded calls first, then the ones asked about, each by id: reproducible turns.
-        parked.sort_by_key(|r| (self.last_asked.contains(&r.call_id), r.call_id.clone()));
+        // Superseded calls first, then the ones asked about, each by the model's id, then
+        // by request id: reproducible turns.
+        parked.sort_by_key(|r| {
+            (
+                self.last_asked.contains(&r.id),
+                r.call_id.clone(),
+                r.id.clone(),
+            )
+        });
         let reply = self.last_user_words();
         Box::pin(async_stream::stream! {
             // Outcomes an interrupted turn could not tell come first: the model tells them now.
@@ -328,8 +337,8 @@ impl OutputAgent for BankAgent {
             // same call runs again so the executor collects the decision.
             for request in parked {
                 // The answer is to the last question; a call parked before it (the model
-                // asked again) is superseded, or one "yes" would send the money twice.
-                let decision = if self.last_asked.contains(&request.call_id) {
+                // asked about another transfer since) is superseded.
+                let decision = if self.last_asked.contains(&request.id) {
                     decision_for(&reply)
                 } else {
                     ApprovalDecision::Deny {
@@ -337,9 +346,9 @@ impl OutputAgent for BankAgent {
                             .to_owned(),
                     }
                 };
-                if let Err(error) = self.approvals.decide(&request.call_id, decision) {
-                    // Only this agent decides, so this cannot happen; without a decision the
-                    // executor answers pending again and nothing is transferred.
+                if let Err(error) = self.approvals.decide(&request.id, decision) {
+                    // Only this agent decides; the request may have expired. Without a
+                    // decision the executor answers pending again and nothing is transferred.
                     tracing::warn!(%error, "a parked transfer had no approval slot");
                 }
                 let call = ToolCall::new(
@@ -349,15 +358,14 @@ impl OutputAgent for BankAgent {
                 );
                 yield Ok(TurnEvent::ToolStarted(call.clone()));
                 // The call runs as a task of its own: a barge-in ends this turn, not the
-                // transfer, and the outcome is kept until the caller has been told.
+                // transfer, and the outcome is kept until the caller has been told. It runs in
+                // the call's session, where the decision is bound.
                 let tools = self.tool_loop.tools().clone();
+                let context = self.tool_loop.call_context();
                 let outcomes = self.untold.clone();
                 let task_call = call.clone();
                 let task = tokio::spawn(async move {
-                    let run = tools
-                        .executor()
-                        .execute(&tools, &task_call, &tools.executor().context())
-                        .await;
+                    let run = tools.executor().execute(&tools, &task_call, &context).await;
                     untold(&outcomes).push((task_call, run.result.clone()));
                     run
                 });
@@ -375,19 +383,46 @@ impl OutputAgent for BankAgent {
                 }
             }
             let mut completed = true;
+            // The calls this turn asked the caller about: (tool, arguments).
+            let mut asked_now: Vec<(String, Value)> = Vec::new();
             {
                 let mut turn = self.tool_loop.run(&mut self.context);
-                let mut asked_now = Vec::new();
+                let mut started: Vec<ToolCall> = Vec::new();
                 while let Some(event) = turn.next().await {
                     completed &= event.is_ok();
-                    if let Ok(TurnEvent::ToolFinished(run)) = &event
-                        && run.result.error_kind() == Some(ToolErrorKind::ApprovalPending)
-                    {
-                        asked_now.push(run.result.tool_call_id.clone());
-                        self.last_asked.clone_from(&asked_now);
+                    match &event {
+                        Ok(TurnEvent::ToolStarted(call)) => started.push(call.clone()),
+                        Ok(TurnEvent::ToolFinished(run))
+                            if run.result.error_kind() == Some(ToolErrorKind::ApprovalPending) =>
+                        {
+                            if let Some(call) =
+                                started.iter().find(|c| c.id == run.result.tool_call_id)
+                                && let Ok(arguments) = call.parse_arguments()
+                            {
+                                asked_now.push((call.name.clone(), arguments));
+                            }
+                        }
+                        _ => {}
                     }
                     yield event;
                 }
+            }
+            if !asked_now.is_empty() {
+                // The parked requests of the calls just asked about (a call asked about again
+                // keeps the request it was parked under).
+                let scope = self.tool_loop.scope().clone();
+                self.last_asked = self
+                    .approvals
+                    .pending()
+                    .into_iter()
+                    .filter(|r| {
+                        r.scope == scope
+                            && asked_now
+                                .iter()
+                                .any(|(tool, arguments)| r.tool == *tool && r.arguments == *arguments)
+                    })
+                    .map(|r| r.id)
+                    .collect();
             }
             if completed {
                 // The model has read these outcomes and its answer went out in full.
@@ -417,7 +452,8 @@ pub fn bank_crew(
         .build();
     let mut registry = ToolRegistry::new().with_executor(Arc::new(executor));
     registry.discover(&Arc::new(BankTools { bank, account }))?;
-    let tool_loop = ToolLoop::new(llm, Arc::new(registry));
+    // The call's session scope: approvals and running transfers are bound to this call.
+    let tool_loop = ToolLoop::new(llm, Arc::new(registry)).with_scope(setup.call().scope().clone());
     let mut crew = Crew::new();
     crew.add_node(OutputNode::new(
         "bank-agent",

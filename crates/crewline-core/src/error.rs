@@ -36,6 +36,10 @@ pub enum ToolErrorKind {
     Timeout,
     /// The call was cancelled, usually because the caller interrupted.
     Cancelled,
+    /// A tool that must not be cut off half-way (a payment) is still running after its
+    /// caller stopped waiting: it must not be started again. Calling it again with the same
+    /// arguments waits for the running call and gives its outcome.
+    StillRunning,
 }
 
 impl ToolErrorKind {
@@ -51,6 +55,7 @@ impl ToolErrorKind {
             Self::RunLimitExceeded => "RunLimitExceeded",
             Self::Timeout => "Timeout",
             Self::Cancelled => "Cancelled",
+            Self::StillRunning => "StillRunning",
         }
     }
 }

@@ -4,7 +4,7 @@ use std::{borrow::Cow, collections::HashMap, future::Future, net::SocketAddr, sy
 
 use crewline_auth::{Auth, Credential, CredentialError};
 use crewline_core::{ToolCall, ToolErrorKind};
-use crewline_tools::{CallContext, NameRules, Target, ToolRegistry};
+use crewline_tools::{CallContext, NameRules, SessionScope, Target, ToolRegistry};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler, ServiceExt,
     model::{
@@ -315,10 +315,17 @@ impl McpServer {
         Ok(())
     }
 
-    /// A handler for one session, with its own executor run.
+    /// A handler for one session, with its own executor run and its own session scope: what
+    /// the executor keeps (cached results, approvals, running non-cancellable calls) is never
+    /// shared with another MCP session or with the crew's calls.
     fn session(&self) -> Session {
         Session {
-            context: self.shared.tools.executor().context(),
+            context: self
+                .shared
+                .tools
+                .executor()
+                .context()
+                .with_scope(SessionScope::new()),
             shared: Arc::clone(&self.shared),
         }
     }

@@ -17,7 +17,7 @@ use std::{
 
 use axum::body::Bytes;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
-use crewline_tools::{CallContext, ExportError, PANIC_MESSAGE, Target, ToolRegistry};
+use crewline_tools::{CallContext, ExportError, PANIC_MESSAGE, SessionScope, Target, ToolRegistry};
 use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -380,8 +380,9 @@ impl TaskClient {
         registry: &ToolRegistry,
     ) -> Result<TaskOutcome, ClientError> {
         let tools = registry.export(Target::Remote)?;
-        // All calls of one task share a run: its limits and cancellation.
-        let context = tools.executor().context();
+        // All calls of one task share a run (its limits and cancellation) and a session scope
+        // of their own: nothing the executor keeps for this task reaches another caller.
+        let context = tools.executor().context().with_scope(SessionScope::new());
         let mut seen = SeenEvents::default();
         let mut cursor = 0u64;
         let mut calls: JoinSet<bool> = JoinSet::new();
@@ -614,7 +615,8 @@ pub fn answer_for(result: &ToolResult) -> ToolAnswer {
             ToolErrorKind::Timeout
             | ToolErrorKind::Cancelled
             | ToolErrorKind::RunLimitExceeded
-            | ToolErrorKind::ApprovalPending,
+            | ToolErrorKind::ApprovalPending
+            | ToolErrorKind::StillRunning,
         )
         | None => ToolAnswer::failure(output),
         Some(ToolErrorKind::ToolError) if message == PANIC_MESSAGE => ToolAnswer::failure(output),

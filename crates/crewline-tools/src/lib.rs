@@ -25,8 +25,9 @@ pub mod __private;
 
 pub use error::RegistryError;
 pub use executor::{
-    CallContext, CallError, DEFAULT_MAX_RESULT_BYTES, Executor, ExecutorBuilder, ExecutorError,
-    PANIC_MESSAGE, RunSyncError, run_sync,
+    CallContext, CallError, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor,
+    ExecutorBuilder, ExecutorError, INTERRUPTED_MESSAGE, PANIC_MESSAGE, RunSyncError, SessionScope,
+    run_sync,
 };
 pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};
 pub use registry::{DEFAULT_MAX_CONCURRENCY, ToolRegistry, ToolRun};

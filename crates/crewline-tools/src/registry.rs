@@ -1,6 +1,14 @@
 //! The registry that holds and runs an agent's tools.
 
-use std::{collections::HashMap, fmt, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use crewline_core::{ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
 use futures::{Stream, StreamExt, stream};
@@ -43,6 +51,9 @@ pub(crate) struct Entry {
 /// Cloning is cheap: the tools and their compiled schemas are shared.
 #[derive(Clone)]
 pub struct ToolRegistry {
+    /// Names this registry (and its clones, subsets and exports) in the keys of what the
+    /// executor keeps between calls: two registries with a tool of the same name never share.
+    id: u64,
     entries: Vec<Arc<Entry>>,
     by_name: HashMap<String, usize>,
     max_concurrency: usize,
@@ -53,7 +64,9 @@ pub struct ToolRegistry {
 
 impl Default for ToolRegistry {
     fn default() -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             entries: Vec::new(),
             by_name: HashMap::new(),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
@@ -202,8 +215,13 @@ impl ToolRegistry {
     pub fn subset(&self, names: &[&str]) -> Result<ToolRegistry, RegistryError> {
         let mut subset = ToolRegistry::new()
             .with_max_concurrency(self.max_concurrency)
+<<<<<<< HEAD
             .with_executor(Arc::clone(&self.executor))
             .with_default_exports(self.default_exports);
+=======
+            .with_executor(Arc::clone(&self.executor));
+        subset.id = self.id;
+>>>>>>> executor-scope
         for name in names {
             let index = *self
                 .by_name
@@ -249,8 +267,13 @@ impl ToolRegistry {
     ) -> Result<ToolRegistry, ExportError> {
         let mut exported = ToolRegistry::new()
             .with_max_concurrency(self.max_concurrency)
+<<<<<<< HEAD
             .with_executor(Arc::clone(&self.executor))
             .with_default_exports(self.default_exports);
+=======
+            .with_executor(Arc::clone(&self.executor));
+        exported.id = self.id;
+>>>>>>> executor-scope
         for entry in &self.entries {
             if !self.exported(entry, target) {
                 continue;
@@ -376,6 +399,11 @@ impl ToolRegistry {
             "there is no tool named `{name}`; available tools: {}",
             self.names().join(", ")
         )
+    }
+
+    /// The registry's id (shared by its clones, subsets and exports).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     pub(crate) fn entry(&self, name: &str) -> Option<&Arc<Entry>> {

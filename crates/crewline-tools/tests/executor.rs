@@ -427,10 +427,15 @@ async fn a_deferred_approval_is_answered_later_from_another_task() {
         while approver.pending().is_empty() {
             tokio::task::yield_now().await;
         }
-        assert_eq!(approver.pending()[0].arguments, json!({"n": 5}));
+        let parked = approver.pending().remove(0);
+        assert_eq!(parked.arguments, json!({"n": 5}));
+        assert_eq!(
+            parked.call_id, "c1",
+            "the model's id is shown, not used as the key"
+        );
         approver
             .decide(
-                "c1",
+                &parked.id,
                 ApprovalDecision::ApproveWithEdits {
                     arguments: json!({"n": 4}),
                 },
@@ -459,7 +464,10 @@ async fn a_caller_that_cannot_wait_gets_pending_and_collects_the_decision_later(
     assert_eq!(kind(&first), Some(ToolErrorKind::ApprovalPending));
     assert_eq!(count.load(Ordering::SeqCst), 0);
 
-    approver.decide("c7", ApprovalDecision::Approve).unwrap();
+    let parked = approver.pending().remove(0);
+    approver
+        .decide(&parked.id, ApprovalDecision::Approve)
+        .unwrap();
     let again = run_one(&registry, &the_call, &context).await;
     assert!(!again.is_error, "{}", again.content);
     assert_eq!(count.load(Ordering::SeqCst), 1);
@@ -594,7 +602,8 @@ async fn a_timeout_stops_the_wait_for_a_non_cancellable_call_but_not_the_call() 
         &registry.executor().context(),
     )
     .await;
-    assert_eq!(kind(&result), Some(ToolErrorKind::Timeout));
+    // The model is told the booking runs on (not `Timeout`, which invites a retry).
+    assert_eq!(kind(&result), Some(ToolErrorKind::StillRunning));
     // The booking task is still alive and finishes once released.
     release.notify_one();
     within(finished.notified()).await;

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crewline_protocol::{
     Event, EventBody, HoldMusic, SessionContext, SystemInit, TransferCall, TransferOptions,
 };
+use crewline_tools::SessionScope;
 use tokio::sync::mpsc;
 
 /// A hand-off that ends the crew's part in the call.
@@ -48,6 +49,9 @@ pub struct CallControl {
 
 struct Inner {
     init: SystemInit,
+    /// Names this call in the executor: its cached results, approvals and running
+    /// non-cancellable tools are its own.
+    scope: SessionScope,
     outbound: mpsc::Sender<Box<Event>>,
     state: Mutex<State>,
 }
@@ -68,6 +72,7 @@ impl CallControl {
         Self {
             inner: Arc::new(Inner {
                 init,
+                scope: SessionScope::new(),
                 outbound,
                 state: Mutex::new(State::default()),
             }),
@@ -89,6 +94,13 @@ impl CallControl {
     /// The handshake itself.
     pub fn init(&self) -> &SystemInit {
         &self.inner.init
+    }
+
+    /// The call's session scope, minted once per call: pass it on every tool call's context
+    /// (`CallContext::with_scope`, [`ToolLoop::with_scope`](crate::ToolLoop::with_scope)) so
+    /// nothing the executor keeps for this caller reaches another.
+    pub fn scope(&self) -> &SessionScope {
+        &self.inner.scope
     }
 
     /// Whether the call was ended or transferred.

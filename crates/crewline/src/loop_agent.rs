@@ -57,6 +57,11 @@ impl OutputAgent for LoopAgent {
     }
 
     async fn on_start(&mut self, node: &NodeHandle) -> Result<(), NodeError> {
+        // The call's scope: what the executor keeps for this caller stays theirs.
+        self.tool_loop = self
+            .tool_loop
+            .clone()
+            .with_scope(node.call().scope().clone());
         self.call = Some(node.call().clone());
         Ok(())
     }

@@ -5,11 +5,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
+use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolResult};
 use crewline_llm::{
     ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };
-use crewline_tools::{Target, ToolRegistry, ToolRun};
+use crewline_tools::{CallContext, SessionScope, Target, ToolRegistry, ToolRun};
 use futures::{StreamExt, stream::BoxStream};
 
 /// How many tool rounds a turn may take by default.
@@ -49,6 +49,9 @@ pub struct ToolLoop {
     definitions: Arc<[ToolDefinition]>,
     config: ToolLoopConfig,
     filler: Option<Filler>,
+    /// Whose calls these are: the executor keeps cached results, approvals and running
+    /// non-cancellable calls per scope.
+    scope: SessionScope,
 }
 
 /// Something that happened during a turn.
@@ -114,7 +117,33 @@ impl ToolLoop {
             tools,
             config: ToolLoopConfig::default(),
             filler: None,
+            scope: SessionScope::new(),
         }
+    }
+
+    /// The same loop for the session `scope` (a call's [`CallControl::scope`]): every turn's
+    /// tool calls carry it. A new loop has a fresh scope of its own; clones share it, so build
+    /// one loop per call (crew factories run per call) or set the call's scope here.
+    /// [`LoopAgent`](crate::LoopAgent) sets it from the call when its node starts.
+    ///
+    /// [`CallControl::scope`]: crate::CallControl::scope
+    pub fn with_scope(mut self, scope: SessionScope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// The session the loop's tool calls belong to.
+    pub fn scope(&self) -> &SessionScope {
+        &self.scope
+    }
+
+    /// A context for tool calls of this loop's session outside its turns (a call the agent
+    /// runs itself, such as an approved call run again).
+    pub fn call_context(&self) -> CallContext {
+        self.tools
+            .executor()
+            .context()
+            .with_scope(self.scope.clone())
     }
 
     /// Speaks a filler ("Let me check that for you.") while a round's tools run, when the
@@ -194,10 +223,11 @@ impl ToolLoop {
         Box::pin(async_stream::stream! {
             let turn_started = Instant::now();
             let span = tracing::debug_span!("turn", max_rounds = self.config.max_tool_rounds);
-            let mut state = TurnState::new(context);
+            // One executor run per turn: run limits (calls, tool time) count over all rounds;
+            // the session's scope is the same in every turn.
+            let run = self.call_context();
+            let mut state = TurnState::new(context, &self.tools, run.clone());
             let mut report = TurnReport::default();
-            // One executor run per turn: run limits (calls, tool time) count over all rounds.
-            let run = self.tools.executor().context();
             let mut tool_rounds = 0;
             // Whether the caller has heard anything of this turn (for the filler).
             let mut spoken = false;
@@ -340,6 +370,9 @@ impl TurnReport {
 /// turn dropped at any await point (barge-in) still leaves a valid conversation.
 struct TurnState<'a> {
     context: &'a mut Context,
+    /// What a call cut short is answered with (see [`crewline_tools::Executor::interrupted`]).
+    tools: &'a ToolRegistry,
+    run: CallContext,
     /// Text of the current round not yet in the context.
     text: String,
     /// Tool calls of the current round, while they run.
@@ -349,9 +382,11 @@ struct TurnState<'a> {
 }
 
 impl<'a> TurnState<'a> {
-    fn new(context: &'a mut Context) -> Self {
+    fn new(context: &'a mut Context, tools: &'a ToolRegistry, run: CallContext) -> Self {
         Self {
             context,
+            tools,
+            run,
             text: String::new(),
             calls: Vec::new(),
             results: Vec::new(),
@@ -371,7 +406,9 @@ impl<'a> TurnState<'a> {
     }
 
     /// Writes the round's assistant message and one result per call, in call order; calls
-    /// without a result (the turn was dropped) are answered as cancelled.
+    /// without a result (the turn was dropped) are answered by the executor: `Cancelled`,
+    /// or for a non-cancellable tool that runs on, its real outcome or `StillRunning` (the
+    /// model must not start it again).
     fn commit_tools(&mut self) {
         let calls = std::mem::take(&mut self.calls);
         let results = std::mem::take(&mut self.results);
@@ -382,11 +419,9 @@ impl<'a> TurnState<'a> {
             .map(|(call, result)| {
                 result
                     .unwrap_or_else(|| {
-                        ToolResult::error(
-                            call,
-                            ToolErrorKind::Cancelled,
-                            "The caller interrupted before this tool finished, so it was cancelled.",
-                        )
+                        self.tools
+                            .executor()
+                            .interrupted(self.tools, call, &self.run)
                     })
                     .to_message()
             })

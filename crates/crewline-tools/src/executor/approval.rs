@@ -2,6 +2,11 @@
 //!
 //! Error kinds: [`ToolErrorKind::ApprovalDenied`] and [`ToolErrorKind::ApprovalPending`].
 //! Arguments edited by the approver are validated again by the executor.
+//!
+//! Every request carries an id the executor mints ([`ApprovalRequest::id`]), never the model's
+//! call id: models and servers repeat those (`call_0` in every turn). A decision is bound to
+//! the request's session, tool and the hash of its validated arguments, and applies only to a
+//! call with all three the same.
 
 use std::{
     collections::HashMap,
@@ -15,7 +20,18 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::CallError;
+use tokio::time::Instant;
+
+use super::{CallError, SessionScope};
+
+/// How long a caller waits for a deferred decision by default: a phone caller is waiting.
+pub const DEFAULT_APPROVAL_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a parked call, and a decision nobody has collected, are kept by default.
+pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(5 * 60);
+
+/// How many calls may wait for a decision at once by default (more are denied).
+pub const DEFAULT_MAX_PARKED: usize = 1024;
 
 /// What the approver decided.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,14 +68,32 @@ pub enum ApprovalRecord {
 /// What the executor asks the approver about.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {
-    /// The call's id (the key a deferred decision is given under).
+    /// The request's id, minted by the executor for this request (what
+    /// [`DeferredApproval::decide`] takes).
+    pub id: String,
+    /// The session the call belongs to.
+    pub scope: SessionScope,
+    /// The model's id for the call: for display only, never a key (models repeat them).
     pub call_id: String,
     /// The tool.
     pub tool: String,
     /// The validated arguments.
     pub arguments: Value,
+    /// The SHA-256 of the canonical JSON of `arguments`: a decision is bound to it.
+    pub arguments_hash: String,
     /// Whether the caller can wait for a decision (false: answer at once or say pending).
     pub can_wait: bool,
+}
+
+impl ApprovalRequest {
+    /// What a decision on this request is bound to: session, tool and arguments.
+    fn binding(&self) -> Binding {
+        Binding {
+            scope: self.scope.clone(),
+            tool: self.tool.clone(),
+            arguments_hash: self.arguments_hash.clone(),
+        }
+    }
 }
 
 /// The approver's answer to one request.
@@ -83,7 +117,8 @@ pub trait ApprovalPort: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApprovalError {
-    /// No call with this id waits for a decision.
+    /// No call waits for a decision under this id (never parked, already decided, or
+    /// expired).
     #[error("no call `{0}` is waiting for approval")]
     UnknownCall(String),
 }
@@ -111,31 +146,60 @@ where
     }
 }
 
-/// A parked call: its request, and the waiter to wake if the caller is still waiting.
+/// What a decision applies to: the same session, tool and arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Binding {
+    scope: SessionScope,
+    tool: String,
+    arguments_hash: String,
+}
+
+/// A parked call: its request, the waiter to wake if the caller is still waiting, and when it
+/// is dropped.
 struct Parked {
     request: ApprovalRequest,
     waiter: Option<oneshot::Sender<ApprovalDecision>>,
+    expires: Instant,
+}
+
+impl Parked {
+    fn has_live_waiter(&self) -> bool {
+        self.waiter.as_ref().is_some_and(|w| !w.is_closed())
+    }
 }
 
 #[derive(Default)]
 struct DeferredState {
+    /// By request id.
     parked: HashMap<String, Parked>,
-    /// Decisions given while no caller was waiting, collected when the call is made again
-    /// with the same id.
-    decided: HashMap<String, ApprovalDecision>,
+    /// Decisions given while no caller was waiting, collected when the same call (same
+    /// session, tool and arguments) is made again.
+    decided: HashMap<Binding, (ApprovalDecision, Instant)>,
+}
+
+impl DeferredState {
+    fn purge(&mut self, now: Instant) {
+        self.parked.retain(|_, parked| parked.expires > now);
+        self.decided.retain(|_, (_, expires)| *expires > now);
+    }
 }
 
 /// An approver that parks each call until [`decide`](Self::decide) is called from elsewhere
-/// (a UI, an operator's API).
+/// (a UI, an operator's API, code reading the caller's answer).
 ///
-/// With `wait(false)`, or when the wait times out, the call returns `ApprovalPending` at once;
-/// the decision given later is collected when the same call (same id) is executed again.
-/// Cloning shares the parked calls.
+/// A caller waits at most [`wait_timeout`](Self::wait_timeout) (default
+/// [`DEFAULT_APPROVAL_WAIT`]); with `wait(false)`, or when the wait runs out, the call returns
+/// `ApprovalPending` and stays parked. A decision given then is kept and collected when the
+/// same call (same session, tool and arguments) is made again, whatever its call id. Parked
+/// calls and uncollected decisions expire after [`ttl`](Self::ttl) (default
+/// [`DEFAULT_APPROVAL_TTL`]). Cloning shares the parked calls.
 #[derive(Clone)]
 pub struct DeferredApproval {
     state: Arc<Mutex<DeferredState>>,
     wait: bool,
-    wait_timeout: Option<Duration>,
+    wait_timeout: Duration,
+    ttl: Duration,
+    max_parked: usize,
 }
 
 impl Default for DeferredApproval {
@@ -145,12 +209,14 @@ impl Default for DeferredApproval {
 }
 
 impl DeferredApproval {
-    /// An approver whose callers wait for the decision without a time limit.
+    /// An approver whose callers wait up to [`DEFAULT_APPROVAL_WAIT`] for the decision.
     pub fn new() -> Self {
         Self {
             state: Arc::default(),
             wait: true,
-            wait_timeout: None,
+            wait_timeout: DEFAULT_APPROVAL_WAIT,
+            ttl: DEFAULT_APPROVAL_TTL,
+            max_parked: DEFAULT_MAX_PARKED,
         }
     }
 
@@ -162,34 +228,48 @@ impl DeferredApproval {
 
     /// How long a caller waits before getting `ApprovalPending`.
     pub fn wait_timeout(mut self, timeout: Duration) -> Self {
-        self.wait_timeout = Some(timeout);
+        self.wait_timeout = timeout;
         self
     }
 
-    /// The calls waiting for a decision.
-    pub fn pending(&self) -> Vec<ApprovalRequest> {
-        self.lock()
-            .parked
-            .values()
-            .map(|p| p.request.clone())
-            .collect()
+    /// How long a parked call, and a decision not yet collected, are kept.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
     }
 
-    /// Decides on the parked call `call_id`: wakes its caller, or keeps the decision for when
-    /// the call is made again.
-    pub fn decide(&self, call_id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+    /// How many calls may wait for a decision at once; more are denied.
+    pub fn max_parked(mut self, max: usize) -> Self {
+        self.max_parked = max;
+        self
+    }
+
+    /// The calls waiting for a decision (each under its [`id`](ApprovalRequest::id)).
+    pub fn pending(&self) -> Vec<ApprovalRequest> {
         let mut state = self.lock();
+        state.purge(Instant::now());
+        state.parked.values().map(|p| p.request.clone()).collect()
+    }
+
+    /// Decides on the parked request `id`: wakes its caller, or keeps the decision for when
+    /// the same call (same session, tool and arguments) is made again.
+    pub fn decide(&self, id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.purge(now);
         let parked = state
             .parked
-            .remove(call_id)
-            .ok_or_else(|| ApprovalError::UnknownCall(call_id.to_owned()))?;
+            .remove(id)
+            .ok_or_else(|| ApprovalError::UnknownCall(id.to_owned()))?;
         let undelivered = match parked.waiter {
             Some(waiter) => waiter.send(decision).err(),
             None => Some(decision),
         };
         if let Some(decision) = undelivered {
             // The caller stopped waiting (pending, timed out or dropped): keep it for later.
-            state.decided.insert(call_id.to_owned(), decision);
+            state
+                .decided
+                .insert(parked.request.binding(), (decision, now + self.ttl));
         }
         Ok(())
     }
@@ -206,45 +286,75 @@ impl DeferredApproval {
 #[async_trait]
 impl ApprovalPort for DeferredApproval {
     async fn request(&self, request: &ApprovalRequest) -> ApprovalOutcome {
-        let receiver = {
+        let binding = request.binding();
+        let waits = self.wait && request.can_wait;
+        let (id, receiver) = {
+            let now = Instant::now();
             let mut state = self.lock();
-            if let Some(decision) = state.decided.remove(&request.call_id) {
+            state.purge(now);
+            if let Some((decision, _)) = state.decided.remove(&binding) {
                 return ApprovalOutcome::Decided(decision);
             }
-            if !(self.wait && request.can_wait) {
-                state.parked.insert(
-                    request.call_id.clone(),
-                    Parked {
-                        request: request.clone(),
-                        waiter: None,
-                    },
-                );
-                return ApprovalOutcome::Pending;
-            }
-            let (sender, receiver) = oneshot::channel();
-            state.parked.insert(
-                request.call_id.clone(),
-                Parked {
-                    request: request.clone(),
-                    waiter: Some(sender),
-                },
-            );
-            receiver
+            // The same call already parked (the model asked again): it keeps its id, so the
+            // question the caller heard still names it; it is never parked twice.
+            let same = state
+                .parked
+                .iter()
+                .find(|(_, p)| p.request.binding() == binding && !p.has_live_waiter())
+                .map(|(id, _)| id.clone());
+            let (sender, receiver) = if waits {
+                let (sender, receiver) = oneshot::channel();
+                (Some(sender), Some(receiver))
+            } else {
+                (None, None)
+            };
+            let id = match same {
+                Some(id) => {
+                    if let Some(parked) = state.parked.get_mut(&id) {
+                        parked.waiter = sender;
+                    }
+                    id
+                }
+                None => {
+                    if state.parked.contains_key(&request.id) {
+                        // Ids are minted per request; a repeated one (a hand-made request)
+                        // never replaces the call parked under it.
+                        tracing::warn!(id = %request.id, "an approval id was reused; not parked");
+                        return ApprovalOutcome::Pending;
+                    }
+                    if state.parked.len() >= self.max_parked {
+                        tracing::warn!(max = self.max_parked, "too many calls wait for approval");
+                        return ApprovalOutcome::Decided(ApprovalDecision::Deny {
+                            reason: "too many calls are waiting for approval; try again later"
+                                .to_owned(),
+                        });
+                    }
+                    state.parked.insert(
+                        request.id.clone(),
+                        Parked {
+                            request: request.clone(),
+                            waiter: sender,
+                            expires: now + self.ttl,
+                        },
+                    );
+                    request.id.clone()
+                }
+            };
+            (id, receiver)
         };
-        let received = match self.wait_timeout {
-            Some(limit) => tokio::time::timeout(limit, receiver).await.ok(),
-            None => Some(receiver.await),
+        let Some(receiver) = receiver else {
+            return ApprovalOutcome::Pending;
         };
-        match received {
-            Some(Ok(decision)) => ApprovalOutcome::Decided(decision),
+        match tokio::time::timeout(self.wait_timeout, receiver).await {
+            Ok(Ok(decision)) => ApprovalOutcome::Decided(decision),
             _ => {
                 // Timed out: the call stays parked without a waiter (a decision given now is
                 // kept for later), unless it was decided in the meantime.
                 let mut state = self.lock();
-                if let Some(decision) = state.decided.remove(&request.call_id) {
+                if let Some((decision, _)) = state.decided.remove(&binding) {
                     return ApprovalOutcome::Decided(decision);
                 }
-                if let Some(parked) = state.parked.get_mut(&request.call_id) {
+                if let Some(parked) = state.parked.get_mut(&id) {
                     parked.waiter = None;
                 }
                 ApprovalOutcome::Pending
@@ -276,11 +386,18 @@ mod tests {
 
     fn request(id: &str, can_wait: bool) -> ApprovalRequest {
         ApprovalRequest {
-            call_id: id.to_owned(),
+            id: id.to_owned(),
+            scope: SCOPE.with(Clone::clone),
+            call_id: "call_0".to_owned(),
             tool: "pay".to_owned(),
             arguments: json!({}),
+            arguments_hash: "h".to_owned(),
             can_wait,
         }
+    }
+
+    thread_local! {
+        static SCOPE: SessionScope = SessionScope::new();
     }
 
     #[tokio::test]

@@ -1,7 +1,9 @@
 //! Stage 6: a cache of successful results for tools with a `cache_ttl`.
 //!
-//! Key: the tool's name and the canonical JSON of its validated arguments (object keys
-//! sorted). Only successful results are cached. No error kind of its own.
+//! Key: the session the call belongs to (see [`SessionScope`]), the registry, the tool's name
+//! and the canonical JSON of its validated arguments (object keys sorted). A result is served
+//! only to calls of the session that caused it, unless the cache is configured with
+//! [`CacheSharing::PerRegistry`]. Only successful results are cached. No error kind of its own.
 
 use std::{
     collections::HashMap,
@@ -12,17 +14,54 @@ use std::{
 use serde_json::Value;
 use tokio::time::Instant;
 
-/// How many results the cache holds.
+use super::{SessionScope, fingerprint::canonical};
+
+/// Who a cached result may be served to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CacheSharing {
+    /// Only calls of the session that caused it (the default): one caller's data is never
+    /// shown to another caller, an MCP client or a remote task.
+    #[default]
+    PerSession,
+    /// Every caller of the same registry (its clones, subsets and exports too): only for
+    /// tools whose results are the same whoever asks (public data, never a caller's own).
+    PerRegistry,
+}
+
+/// How many results the cache holds, and who may be served them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheConfig {
     /// The most results held at once; when full, expired results are dropped first, then the
     /// one closest to expiry.
     pub max_entries: usize,
+    /// Who a result is served to (default: the session that caused it).
+    pub sharing: CacheSharing,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        Self { max_entries: 1024 }
+        Self {
+            max_entries: 1024,
+            sharing: CacheSharing::PerSession,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// A cache of `max_entries` results, each served only to its own session.
+    pub fn with_max_entries(max_entries: usize) -> Self {
+        Self {
+            max_entries,
+            ..Self::default()
+        }
+    }
+
+    /// The same cache, serving results to every caller of the same registry (opt-in: only
+    /// for tools whose results are the same whoever asks).
+    pub fn shared_per_registry(mut self) -> Self {
+        self.sharing = CacheSharing::PerRegistry;
+        self
     }
 }
 
@@ -42,7 +81,29 @@ impl ResultCache {
         }
     }
 
-    /// The key of a call: the tool name and the canonical JSON of its arguments.
+    /// The cache's settings.
+    pub fn config(&self) -> CacheConfig {
+        self.config
+    }
+
+    /// The key of a call of `tool` in `registry`, for `scope`: the scope is part of it
+    /// unless the cache is shared per registry.
+    pub(crate) fn key_for(
+        &self,
+        scope: &SessionScope,
+        registry: u64,
+        tool: &str,
+        arguments: &Value,
+    ) -> String {
+        let partition = match self.config.sharing {
+            CacheSharing::PerSession => format!("{scope}\0{registry}\0"),
+            CacheSharing::PerRegistry => format!("\0{registry}\0"),
+        };
+        partition + &Self::key(tool, arguments)
+    }
+
+    /// The key of a call within one partition: the tool name and the canonical JSON of its
+    /// arguments.
     pub fn key(tool: &str, arguments: &Value) -> String {
         let mut key = String::with_capacity(tool.len() + 32);
         key.push_str(tool);
@@ -103,39 +164,6 @@ impl ResultCache {
     }
 }
 
-/// Writes `value` as JSON with object keys sorted (the maps keep insertion order otherwise).
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                if let Some(inner) = map.get(key) {
-                    canonical(inner, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,7 +185,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn entries_expire_and_the_cache_stays_bounded() {
-        let cache = ResultCache::new(CacheConfig { max_entries: 2 });
+        let cache = ResultCache::new(CacheConfig::with_max_entries(2));
         cache.insert("a".into(), json!(1), Duration::from_secs(10));
         cache.insert("b".into(), json!(2), Duration::from_secs(20));
         cache.insert("c".into(), json!(3), Duration::from_secs(30));

@@ -4,17 +4,28 @@
 //! [approval] (for `confirm` tools), run [limits], the result [cache] (for tools with a
 //! `cache_ttl`), the call itself under its timeout and the cancellation tokens of the run and
 //! of the call ([`CallContext::with_call_token`]), output guardrails and after-hooks, and
-//! finally the [ledger]. Every failure becomes a
+//! finally the [ledger].
+//!
+//! What the executor keeps between calls is kept per session ([`SessionScope`], carried on
+//! every [`CallContext`]): cached results, approvals, and non-cancellable calls that run on
+//! after their caller stopped waiting. Such a call answers `StillRunning`, and a retry with
+//! the same validated arguments in the same session joins it (or reads its outcome) instead
+//! of running the tool again. Every failure becomes a
 //! [`ToolResult`] error the model can read (`{"error": {"kind", "message"}}`); the operator gets
 //! the full detail in `tracing` and in the ledger.
 
 pub mod approval;
 pub mod cache;
+mod fingerprint;
 pub mod guardrails;
 pub mod hooks;
+mod inflight;
 pub mod ledger;
 pub mod limits;
+mod scope;
 pub mod validation;
+
+pub use self::scope::SessionScope;
 
 use std::{
     any::Any,
@@ -36,6 +47,7 @@ use self::{
     cache::{CacheConfig, ResultCache},
     guardrails::{Guardrail, Side},
     hooks::{AfterHook, BeforeHook, HookAction},
+    inflight::{InFlight, Joined},
     ledger::{LedgerRecord, LedgerSink, Outcome},
     limits::{Run, RunLimits},
     validation::ValidationConfig,
@@ -53,6 +65,15 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// blow the model's context and send a frame of that size to the platform. Larger results
 /// become a `ToolError` the model can read instead.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 1 << 20;
+
+/// What the model reads for a call that a barge-in cut short before it finished.
+pub const INTERRUPTED_MESSAGE: &str =
+    "The caller interrupted before this tool finished, so it was cancelled.";
+
+/// How long the outcome of a non-cancellable call whose caller stopped waiting is kept by
+/// default, for a retry of the same call in the same session to read instead of running the
+/// tool again.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(120);
 
 /// What the model reads when a tool panics (kind `ToolError`); the payload itself goes to the
 /// operator only. Callers that must tell a panic from an ordinary tool error match on it.
@@ -111,11 +132,12 @@ pub enum ExecutorError {
     DefaultAlreadySet,
 }
 
-/// The per-call context: the run the call belongs to, whether the caller can wait, and an
-/// optional token of the call's own.
+/// The per-call context: the session and the run the call belongs to, whether the caller can
+/// wait, and an optional token of the call's own.
 #[derive(Debug, Clone)]
 pub struct CallContext {
     run: Run,
+    scope: SessionScope,
     can_wait: bool,
     call_token: Option<CancellationToken>,
 }
@@ -127,13 +149,30 @@ impl Default for CallContext {
 }
 
 impl CallContext {
-    /// A context for calls of `run`, whose caller can wait for approvals.
+    /// A context for calls of `run`, whose caller can wait for approvals, in a fresh session
+    /// scope of its own (it shares nothing with any other context until
+    /// [`with_scope`](Self::with_scope) names the session).
     pub fn new(run: Run) -> Self {
         Self {
             run,
+            scope: SessionScope::new(),
             can_wait: true,
             call_token: None,
         }
+    }
+
+    /// The same context for calls of the session `scope`: cached results, approvals and
+    /// non-cancellable calls still running are kept per scope. Whoever owns the session (a
+    /// voice call, an MCP session, a remote task) mints the scope once and passes it on every
+    /// turn's context.
+    pub fn with_scope(mut self, scope: SessionScope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// The session the calls belong to.
+    pub fn scope(&self) -> &SessionScope {
+        &self.scope
     }
 
     /// The same context for a call that `token` cancels too (a request its client
@@ -191,6 +230,7 @@ pub struct Executor {
     run_limits: RunLimits,
     cache: Option<ResultCache>,
     ledger: Option<Arc<dyn LedgerSink>>,
+    in_flight: InFlight,
 }
 
 impl fmt::Debug for Executor {
@@ -336,15 +376,33 @@ impl Executor {
         self.keep_arguments(trace, &arguments);
         guardrails::check(&self.guardrails, Side::Input, call, &arguments).await?;
         let policy = entry.tool.policy();
-        if policy.confirm {
-            arguments = self.approve(entry, call, arguments, context, trace).await?;
-            self.keep_arguments(trace, &arguments);
-        }
-        let remaining = context.run.admit(&call.name)?;
-
-        let mut outcome = self
-            .invoke(entry, call, arguments, policy, context, remaining, trace)
-            .await;
+        // A retry of a non-cancellable call still running in this session (or finished
+        // without its caller hearing the outcome) joins it: nothing new runs, so nothing is
+        // approved or counted again.
+        let joined = if policy.cancellable {
+            None
+        } else {
+            self.in_flight
+                .join(&inflight::Key::new(context, tools, call, &arguments))
+        };
+        let mut outcome = match joined {
+            Some(joined) => {
+                tracing::info!("joined the same call, still running or not yet told");
+                let limit = policy.timeout.unwrap_or(self.default_timeout);
+                self.settle(joined, limit).await
+            }
+            None => {
+                if policy.confirm {
+                    arguments = self.approve(entry, call, arguments, context, trace).await?;
+                    self.keep_arguments(trace, &arguments);
+                }
+                let remaining = context.run.admit(&call.name)?;
+                self.invoke(
+                    tools, entry, call, arguments, policy, context, remaining, trace,
+                )
+                .await
+            }
+        };
         if let Ok(value) = &outcome
             && let Err(error) = guardrails::check(&self.guardrails, Side::Output, call, value).await
         {
@@ -378,9 +436,14 @@ impl Executor {
             return Err(approval::denied("no one is available to approve it")
                 .with_detail("the tool needs confirmation but the executor has no approver"));
         };
+        // The request's id is minted here, never taken from the model (which repeats ids);
+        // a decision is bound to the session, the tool and the arguments' hash.
         let request = ApprovalRequest {
+            id: fresh_approval_id(),
+            scope: context.scope.clone(),
             call_id: call.id.clone(),
             tool: call.name.clone(),
+            arguments_hash: fingerprint::arguments_hash(&arguments),
             arguments,
             can_wait: context.can_wait,
         };
@@ -417,6 +480,7 @@ impl Executor {
     #[allow(clippy::too_many_arguments)]
     async fn invoke(
         &self,
+        tools: &ToolRegistry,
         entry: &Entry,
         call: &ToolCall,
         arguments: Value,
@@ -427,7 +491,7 @@ impl Executor {
     ) -> Result<Value, CallError> {
         let cached = match (&self.cache, policy.cache_ttl) {
             (Some(cache), Some(ttl)) => {
-                let key = ResultCache::key(&call.name, &arguments);
+                let key = cache.key_for(&context.scope, tools.id(), &call.name, &arguments);
                 if let Some(value) = cache.get(&key) {
                     trace.cache_hit = true;
                     return Ok(value);
@@ -444,39 +508,110 @@ impl Executor {
             _ => (timeout, false),
         };
         let started = tokio::time::Instant::now();
-        let raced = call_tool(entry, call, arguments, policy.cancellable, limit, context).await;
-        context.run.spend(started.elapsed());
-        let outcome = match raced {
-            Raced::Done(Ok(Ok(value))) => self.check_result_size(value),
-            Raced::Done(Ok(Err(error))) => Err(CallError::from(error)),
-            Raced::Done(Err(payload)) => {
-                Err(CallError::new(ToolErrorKind::ToolError, PANIC_MESSAGE)
-                    .with_detail(format!("panic: {}", panic_text(payload.as_ref()))))
+        let outcome = if policy.cancellable {
+            let raced = call_tool(entry, arguments, limit, context).await;
+            context.run.spend(started.elapsed());
+            match raced {
+                Raced::Done(Ok(value)) => self.check_result_size(value),
+                Raced::Done(Err(error)) => Err(error),
+                Raced::TimedOut if by_budget => Err(limits::exceeded(
+                    "this turn ran out of time for tools while the tool was running",
+                )
+                .with_detail(format!("stopped after the run's remaining {limit:?}"))),
+                Raced::TimedOut => Err(CallError::new(
+                    ToolErrorKind::Timeout,
+                    format!(
+                        "the tool did not finish within {}; try again later or without it",
+                        human_duration(limit)
+                    ),
+                )),
+                Raced::Cancelled(by) => Err(CallError::new(
+                    ToolErrorKind::Cancelled,
+                    "the call was cancelled",
+                )
+                .with_detail(match by {
+                    CancelledBy::Run => "the run's cancellation token fired",
+                    CancelledBy::Call => "the call's cancellation token fired",
+                })),
             }
-            Raced::TimedOut if by_budget => Err(limits::exceeded(
-                "this turn ran out of time for tools while the tool was running",
-            )
-            .with_detail(format!("stopped after the run's remaining {limit:?}"))),
-            Raced::TimedOut => Err(CallError::new(
-                ToolErrorKind::Timeout,
-                format!(
-                    "the tool did not finish within {}; try again later or without it",
-                    human_duration(limit)
-                ),
-            )),
-            Raced::Cancelled(by) => Err(CallError::new(
-                ToolErrorKind::Cancelled,
-                "the call was cancelled",
-            )
-            .with_detail(match by {
-                CancelledBy::Run => "the run's cancellation token fired",
-                CancelledBy::Call => "the call's cancellation token fired",
-            })),
+        } else {
+            // A tool that must not be cut off half-way (a payment, a booking) runs as a task of
+            // its own: neither barge-in nor the timeout stops it, they only stop the waiting.
+            // An identical call of the same session started meanwhile joins this one.
+            let key = inflight::Key::new(context, tools, call, &arguments);
+            let joined = self.in_flight.start(key, guarded_call(entry, arguments));
+            let outcome = self.settle(joined, limit).await;
+            context.run.spend(started.elapsed());
+            outcome
         };
         if let (Ok(value), Some((cache, key, ttl))) = (&outcome, cached) {
             cache.insert(key, value.clone(), ttl);
         }
         outcome
+    }
+
+    /// The outcome of a non-cancellable call this caller waits for at most `limit`: the
+    /// tool's own, or `StillRunning` (the call runs on and must not be started again).
+    async fn settle(&self, joined: Joined, limit: Duration) -> Result<Value, CallError> {
+        let settled = match joined {
+            Joined::Finished(settled) => settled,
+            Joined::Running(waiter) => match waiter.wait(limit).await {
+                Some(settled) => settled,
+                None => {
+                    tracing::info!(?limit, "stopped waiting; the tool runs on to completion");
+                    return Err(inflight::still_running());
+                }
+            },
+        };
+        settled.and_then(|value| self.check_result_size(value))
+    }
+
+    /// The result for a call whose caller stopped waiting before it finished (a barge-in
+    /// dropped the turn): the real outcome of a non-cancellable call that has finished,
+    /// `StillRunning` for one still running, `Cancelled` for anything else (a cancellable
+    /// call was stopped; a call that had not started never will).
+    ///
+    /// Synchronous, for drop guards: output guardrails and after-hooks cannot run here, so
+    /// with any of them configured a finished outcome is not handed over but left for the
+    /// retry (`StillRunning`), which reads it through the whole pipeline.
+    pub fn interrupted(
+        &self,
+        tools: &ToolRegistry,
+        call: &ToolCall,
+        context: &CallContext,
+    ) -> ToolResult {
+        let cancelled = || ToolResult::error(call, ToolErrorKind::Cancelled, INTERRUPTED_MESSAGE);
+        let Some(entry) = tools.entry(&call.name) else {
+            return cancelled();
+        };
+        if entry.tool.policy().cancellable {
+            return cancelled();
+        }
+        let Ok(arguments) = self.validation.validate_text(entry, &call.arguments) else {
+            return cancelled();
+        };
+        let key = inflight::Key::new(context, tools, call, &arguments);
+        let still_running = || {
+            let error = inflight::still_running();
+            ToolResult::error(call, error.kind, error.message)
+        };
+        if !(self.guardrails.is_empty() && self.after_hooks.is_empty()) {
+            return if self.in_flight.contains(&key) {
+                still_running()
+            } else {
+                cancelled()
+            };
+        }
+        match self.in_flight.join(&key) {
+            Some(Joined::Finished(settled)) => {
+                match settled.and_then(|value| self.check_result_size(value)) {
+                    Ok(value) => ToolResult::from_value(call, &value),
+                    Err(error) => ToolResult::error(call, error.kind, error.message),
+                }
+            }
+            Some(Joined::Running(_)) => still_running(),
+            None => cancelled(),
+        }
     }
 }
 
@@ -541,7 +676,7 @@ fn result_size(value: &Value, max: usize) -> Option<usize> {
 
 /// How the call itself ended.
 enum Raced {
-    Done(Result<Result<Value, ToolError>, Box<dyn Any + Send>>),
+    Done(Result<Value, CallError>),
     TimedOut,
     Cancelled(CancelledBy),
 }
@@ -560,43 +695,38 @@ async fn call_cancelled(token: Option<&CancellationToken>) {
     }
 }
 
-/// Stage 7: runs the tool, catching panics, under `limit` and (if cancellable) the run's and
-/// the call's tokens.
-async fn call_tool(
+/// The tool's call with its arguments, a panic caught and turned into a `ToolError`.
+fn guarded_call(
     entry: &Entry,
-    call: &ToolCall,
     arguments: Value,
-    cancellable: bool,
-    limit: Duration,
-    context: &CallContext,
-) -> Raced {
+) -> impl Future<Output = Result<Value, CallError>> + Send + 'static {
     let tool = Arc::clone(&entry.tool);
     // The future is created inside the guarded block too, so a hand-written `call` that
     // panics before returning its future is caught as well.
-    let guarded = AssertUnwindSafe(async move { tool.call(arguments).await }).catch_unwind();
-    if cancellable {
-        // Dropping the tool's future is what stops it, on timeout and on cancellation alike.
-        tokio::select! {
-            biased;
-            () = context.run.token().cancelled() => Raced::Cancelled(CancelledBy::Run),
-            () = call_cancelled(context.call_token.as_ref()) => Raced::Cancelled(CancelledBy::Call),
-            done = tokio::time::timeout(limit, guarded) => done.map_or(Raced::TimedOut, Raced::Done),
-        }
-    } else {
-        // A tool that must not be cut off half-way (a payment, a booking) runs as a task of
-        // its own: neither barge-in nor the timeout stops it, they only stop the waiting.
-        let task = tokio::spawn(guarded.instrument(tracing::Span::current()));
-        let mut finished = CompletionGuard {
-            name: call.name.clone(),
-            done: false,
-        };
-        let joined = tokio::time::timeout(limit, task).await;
-        finished.done = joined.is_ok();
-        match joined {
-            Ok(Ok(outcome)) => Raced::Done(outcome),
-            Ok(Err(error)) => Raced::Done(Err(Box::new(error.to_string()))),
-            Err(_) => Raced::TimedOut,
-        }
+    AssertUnwindSafe(async move { tool.call(arguments).await })
+        .catch_unwind()
+        .map(|done| match done {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(CallError::from(error)),
+            Err(payload) => Err(CallError::new(ToolErrorKind::ToolError, PANIC_MESSAGE)
+                .with_detail(format!("panic: {}", panic_text(payload.as_ref())))),
+        })
+}
+
+/// Stage 7 for a cancellable tool: runs it under `limit` and the run's and the call's tokens.
+async fn call_tool(
+    entry: &Entry,
+    arguments: Value,
+    limit: Duration,
+    context: &CallContext,
+) -> Raced {
+    let guarded = guarded_call(entry, arguments);
+    // Dropping the tool's future is what stops it, on timeout and on cancellation alike.
+    tokio::select! {
+        biased;
+        () = context.run.token().cancelled() => Raced::Cancelled(CancelledBy::Run),
+        () = call_cancelled(context.call_token.as_ref()) => Raced::Cancelled(CancelledBy::Call),
+        done = tokio::time::timeout(limit, guarded) => done.map_or(Raced::TimedOut, Raced::Done),
     }
 }
 
@@ -655,6 +785,7 @@ impl Default for ExecutorBuilder {
                 run_limits: RunLimits::default(),
                 cache: Some(ResultCache::new(CacheConfig::default())),
                 ledger: None,
+                in_flight: InFlight::new(DEFAULT_RETRY_WINDOW),
             },
         }
     }
@@ -716,7 +847,8 @@ impl ExecutorBuilder {
         self
     }
 
-    /// The result cache's size (on by default; only tools with a `cache_ttl` use it).
+    /// The result cache's size and sharing (on by default, each result served only to the
+    /// session that caused it; only tools with a `cache_ttl` use it).
     pub fn cache(mut self, config: CacheConfig) -> Self {
         self.executor.cache = Some(ResultCache::new(config));
         self
@@ -725,6 +857,14 @@ impl ExecutorBuilder {
     /// Turns the result cache off.
     pub fn no_cache(mut self) -> Self {
         self.executor.cache = None;
+        self
+    }
+
+    /// How long the outcome of a non-cancellable call whose caller stopped waiting (a
+    /// timeout, a barge-in) is kept for a retry of the same call in the same session, which
+    /// then reads it instead of running the tool again (default [`DEFAULT_RETRY_WINDOW`]).
+    pub fn retry_window(mut self, window: Duration) -> Self {
+        self.executor.in_flight = InFlight::new(window);
         self
     }
 
@@ -781,6 +921,11 @@ where
     })
 }
 
+/// A fresh id for an approval request (never the model's call id, which models repeat).
+fn fresh_approval_id() -> String {
+    format!("apr_{}", uuid::Uuid::new_v4().simple())
+}
+
 /// A fresh call id for callers that gave none.
 fn fresh_call_id() -> String {
     format!("call_{}", uuid::Uuid::new_v4().simple())
@@ -814,20 +959,6 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(a panic without a message)")
-}
-
-/// Notes a non-cancellable tool that is left running because its caller stopped waiting.
-struct CompletionGuard {
-    name: String,
-    done: bool,
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::info!(tool = %self.name, "stopped waiting; the tool runs on to completion");
-        }
-    }
 }
 
 #[cfg(test)]

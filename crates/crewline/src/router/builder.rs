@@ -4,7 +4,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use crewline_core::Context;
 use crewline_llm::LlmClient;
-use crewline_tools::{RegistryError, ToolRegistry};
+use crewline_tools::{RegistryError, SessionScope, ToolRegistry};
 use serde_json::{Map, Value};
 
 use super::{DeterministicRouter, Predicate, RouterError, RouterState, Routes, Stage};
@@ -193,6 +193,9 @@ impl RouterBuilder {
         }
 
         let mut stages = Vec::with_capacity(self.sub_agents.len());
+        // One conversation, one session: every step's calls share a scope (the call's, once
+        // the router's node starts).
+        let scope = SessionScope::new();
         for sub in self.sub_agents {
             let names: Vec<&str> = sub.tools.iter().map(String::as_str).collect();
             let registry = self.tools.subset(&names).map_err(|error| match error {
@@ -211,7 +214,8 @@ impl RouterBuilder {
                 },
             })?;
             let tool_loop = ToolLoop::new(self.llm.clone(), Arc::new(registry))
-                .with_config(self.config.clone());
+                .with_config(self.config.clone())
+                .with_scope(scope.clone());
             stages.push(Stage {
                 id: sub.id,
                 prompt: sub.prompt,

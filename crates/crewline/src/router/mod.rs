@@ -226,6 +226,13 @@ impl OutputAgent for DeterministicRouter {
     }
 
     async fn on_start(&mut self, node: &NodeHandle) -> Result<(), NodeError> {
+        // The call's scope: what the executor keeps for this caller stays theirs.
+        for stage in &mut self.stages {
+            stage.tool_loop = stage
+                .tool_loop
+                .clone()
+                .with_scope(node.call().scope().clone());
+        }
         self.node = Some(node.clone());
         Ok(())
     }

@@ -1,0 +1,59 @@
+//! Whose calls these are: the session scope carried on every call's [`CallContext`].
+//!
+//! A scope names one conversation with one caller: a voice call, an MCP session, a remote
+//! task. Whoever owns the session mints it once ([`SessionScope::new`]) and passes it on every
+//! turn's context. The executor keys what it keeps between calls by it: cached results,
+//! approvals, and non-cancellable calls still running, so nothing one caller caused or saw is
+//! ever served to another.
+//!
+//! [`CallContext`]: super::CallContext
+
+use std::{fmt, sync::Arc};
+
+/// An opaque key naming one session; cloning shares it, [`new`](Self::new) mints a fresh one.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionScope(Arc<str>);
+
+impl SessionScope {
+    /// A fresh scope, unlike every other (random: it cannot be guessed or repeated).
+    pub fn new() -> Self {
+        Self(format!("ses_{}", uuid::Uuid::new_v4().simple()).into())
+    }
+
+    /// The scope's key, for logs and for approvers that show it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for SessionScope {
+    /// A fresh scope: a context that names no session shares nothing with any other.
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for SessionScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("SessionScope").field(&&*self.0).finish()
+    }
+}
+
+impl fmt::Display for SessionScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_scopes_differ_and_clones_are_equal() {
+        let a = SessionScope::new();
+        assert_ne!(a, SessionScope::new());
+        assert_eq!(a, a.clone());
+        assert!(a.as_str().starts_with("ses_"));
+    }
+}
