@@ -9,11 +9,19 @@ use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, T
 use crewline_llm::{
     ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };
-use crewline_tools::{Target, ToolRegistry, ToolRun};
+use crewline_tools::{
+    CallContext, Target, ToolRegistry, ToolRun, executor::limits::calls_exceeded,
+};
 use futures::{StreamExt, stream::BoxStream};
 
 /// How many tool rounds a turn may take by default.
 pub const MAX_TOOL_ROUNDS: usize = 4;
+
+/// How many tool calls of one model answer run by default; the rest are answered
+/// `RunLimitExceeded` without running. Real models ask for a few parallel calls at a time.
+/// The turn's own cap is the executor's run limit
+/// ([`RunLimits::max_calls`](crewline_tools::executor::limits::RunLimits::max_calls)).
+pub const MAX_CALLS_PER_ANSWER: usize = 16;
 
 /// Settings of a [`ToolLoop`].
 #[derive(Debug, Clone)]
@@ -22,6 +30,9 @@ pub struct ToolLoopConfig {
     pub max_tool_rounds: usize,
     /// Whether one round's tool calls run concurrently (`true`) or one after the other.
     pub parallel_tools: bool,
+    /// The most tool calls of one model answer that run (default [`MAX_CALLS_PER_ANSWER`]);
+    /// the later ones are answered `RunLimitExceeded` without running.
+    pub max_calls_per_answer: usize,
     /// Overrides for every request of the loop.
     pub options: RequestOptions,
 }
@@ -31,6 +42,7 @@ impl Default for ToolLoopConfig {
         Self {
             max_tool_rounds: MAX_TOOL_ROUNDS,
             parallel_tools: true,
+            max_calls_per_answer: MAX_CALLS_PER_ANSWER,
             options: RequestOptions::default(),
         }
     }
@@ -149,6 +161,12 @@ impl ToolLoop {
     /// Runs each round's tool calls concurrently (`true`, the default) or in call order.
     pub fn with_parallel_tools(mut self, parallel: bool) -> Self {
         self.config.parallel_tools = parallel;
+        self
+    }
+
+    /// Sets the most tool calls of one model answer that run.
+    pub fn with_max_calls_per_answer(mut self, calls: usize) -> Self {
+        self.config.max_calls_per_answer = calls;
         self
     }
 
@@ -283,12 +301,34 @@ impl ToolLoop {
                 // The state keeps the calls for the drop guard; the executor reads this copy
                 // while the state records results.
                 state.begin_tools(calls.clone());
+                // Calls past the answer's or the turn's cap never reach the executor (no
+                // approval prompt, no hook, no run): the model reads why instead.
+                let allowed = self.calls_allowed(&run, calls.len());
                 for call in &calls {
                     yield Ok(TurnEvent::ToolStarted(call.clone()));
                 }
-                let mut runs =
-                    self.tools
-                        .execute_each_in(&calls, self.config.parallel_tools, run.clone());
+                for (index, call) in calls.iter().enumerate().skip(allowed) {
+                    let refused = ToolRun {
+                        result: self.refuse(call, &run, allowed),
+                        latency: Duration::ZERO,
+                    };
+                    if let Some(slot) = state.results.get_mut(index) {
+                        *slot = Some(refused.result.clone());
+                    }
+                    yield Ok(TurnEvent::ToolFinished(refused));
+                }
+                if allowed < calls.len() {
+                    span.in_scope(|| tracing::warn!(
+                        calls = calls.len(),
+                        allowed,
+                        "the model asked for more tool calls than the caps allow; refusing the rest"
+                    ));
+                }
+                let mut runs = self.tools.execute_each_in(
+                    calls.get(..allowed).unwrap_or_default(),
+                    self.config.parallel_tools,
+                    run.clone(),
+                );
                 while let Some((index, run)) = runs.next().await {
                     round.tools.push((run.result.name.clone(), run.latency));
                     if let Some(slot) = state.results.get_mut(index) {
@@ -317,6 +357,35 @@ impl ToolLoop {
                 }
             }
         })
+    }
+}
+
+impl ToolLoop {
+    /// How many of an answer's `calls` may run: the answer's cap and what is left of the
+    /// turn's (the run's `max_calls`; the earlier rounds' calls have all finished).
+    fn calls_allowed(&self, run: &CallContext, calls: usize) -> usize {
+        let run = run.run();
+        let turn_left = run
+            .limits()
+            .calls_left(run.calls())
+            .map_or(usize::MAX, |left| {
+                usize::try_from(left).unwrap_or(usize::MAX)
+            });
+        calls.min(self.config.max_calls_per_answer).min(turn_left)
+    }
+
+    /// The result of a call past a cap; `allowed` of its answer ran.
+    fn refuse(&self, call: &ToolCall, run: &CallContext, allowed: usize) -> ToolResult {
+        let message = match run.run().limits().max_calls {
+            // Fewer than the answer's cap ran: the turn's cap stopped the rest.
+            Some(max) if allowed < self.config.max_calls_per_answer => calls_exceeded(max).message,
+            _ => format!(
+                "only {} tool calls of one answer run and this one came later, so it did not run; \
+                 call fewer tools at once",
+                self.config.max_calls_per_answer
+            ),
+        };
+        ToolResult::error(call, ToolErrorKind::RunLimitExceeded, message)
     }
 }
 

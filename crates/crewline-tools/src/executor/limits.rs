@@ -14,10 +14,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::CallError;
 
+/// The calls a run (a turn of the tool loop) may make by default, all tools together.
+///
+/// Real models ask for a handful of parallel calls per answer; a run that asks for more than
+/// this is a loop or an attack, and every call past it costs a tool run the caller waits for.
+pub const DEFAULT_MAX_CALLS: u32 = 32;
+
 /// The limits of one run; `None` is unlimited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+///
+/// By default a run makes at most [`DEFAULT_MAX_CALLS`] calls; the other limits are off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunLimits {
-    /// Calls per run, all tools together.
+    /// Calls per run, all tools together (default [`DEFAULT_MAX_CALLS`]).
     pub max_calls: Option<u32>,
     /// Calls per run of any one tool.
     pub max_calls_per_tool: Option<u32>,
@@ -25,10 +33,29 @@ pub struct RunLimits {
     pub max_tool_time: Option<Duration>,
 }
 
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self {
+            max_calls: Some(DEFAULT_MAX_CALLS),
+            max_calls_per_tool: None,
+            max_tool_time: None,
+        }
+    }
+}
+
 impl RunLimits {
     /// No limits.
     pub fn unlimited() -> Self {
-        Self::default()
+        Self {
+            max_calls: None,
+            max_calls_per_tool: None,
+            max_tool_time: None,
+        }
+    }
+
+    /// How many more calls a run that has admitted `admitted` may make (`None`: no limit).
+    pub fn calls_left(&self, admitted: u32) -> Option<u32> {
+        self.max_calls.map(|max| max.saturating_sub(admitted))
     }
 }
 
@@ -119,9 +146,7 @@ impl Run {
         if let Some(max) = limits.max_calls
             && usage.calls >= max
         {
-            return Err(exceeded(format!(
-                "this turn already made its {max} allowed tool calls; answer with what you have"
-            )));
+            return Err(calls_exceeded(max));
         }
         let used = usage.per_tool.get(tool).copied().unwrap_or(0);
         if let Some(max) = limits.max_calls_per_tool
@@ -160,6 +185,13 @@ impl Run {
     }
 }
 
+/// The error for a call past the run's call limit (`max` calls).
+pub fn calls_exceeded(max: u32) -> CallError {
+    exceeded(format!(
+        "this turn already made its {max} allowed tool calls; answer with what you have"
+    ))
+}
+
 /// The error for a call over a run limit.
 pub(crate) fn exceeded(message: impl Into<String>) -> CallError {
     CallError::new(ToolErrorKind::RunLimitExceeded, message)
@@ -185,6 +217,25 @@ mod tests {
         assert!(run.admit("b").is_ok());
         assert!(run.admit("c").is_err());
         assert_eq!(run.calls(), 3);
+    }
+
+    #[test]
+    fn runs_are_limited_by_default_and_unlimited_only_on_request() {
+        let run = Run::default();
+        for _ in 0..DEFAULT_MAX_CALLS {
+            assert!(run.admit("a").is_ok());
+        }
+        assert_eq!(
+            run.admit("a").err().map(|e| e.kind),
+            Some(ToolErrorKind::RunLimitExceeded)
+        );
+        let unlimited = Run::new(RunLimits::unlimited());
+        for _ in 0..=DEFAULT_MAX_CALLS {
+            assert!(unlimited.admit("a").is_ok());
+        }
+        assert_eq!(RunLimits::default().calls_left(30), Some(2));
+        assert_eq!(RunLimits::default().calls_left(40), Some(0));
+        assert_eq!(RunLimits::unlimited().calls_left(40), None);
     }
 
     #[test]
