@@ -53,6 +53,11 @@ pub struct LedgerRecord {
     pub cache_hit: bool,
     /// When the call finished, in milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
+    /// The tool (a non-cancellable one) ended after its caller had stopped waiting (a
+    /// timeout, a barge-in, a shutdown): this is its real outcome. If the model was told a
+    /// `Timeout` first, an earlier record of the same call says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ran_on: bool,
 }
 
 /// Why the ledger could not be written or read.
@@ -223,6 +228,7 @@ mod tests {
             approval: Some(ApprovalRecord::Approved),
             cache_hit: false,
             timestamp_ms: 1,
+            ran_on: false,
         }
     }
 

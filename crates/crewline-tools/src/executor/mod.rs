@@ -10,6 +10,7 @@
 
 pub mod approval;
 pub mod cache;
+mod detached;
 pub mod guardrails;
 pub mod hooks;
 pub mod ledger;
@@ -31,6 +32,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use self::detached::detached_tasks;
 use self::{
     approval::{ApprovalDecision, ApprovalOutcome, ApprovalPort, ApprovalRecord, ApprovalRequest},
     cache::{CacheConfig, ResultCache},
@@ -175,6 +177,41 @@ struct Trace {
     arguments: Option<Value>,
     approval: Option<ApprovalRecord>,
     cache_hit: bool,
+    /// While a detached (non-cancellable) tool runs: its task or waiter writes the record if
+    /// the call's future is dropped.
+    detached: bool,
+}
+
+/// Writes a `Cancelled` record for a call whose future was dropped before it finished (a
+/// barge-in or a shutdown dropped the turn), so the ledger has every call that started.
+struct LedgerGuard<'a> {
+    ledger: Option<&'a Arc<dyn LedgerSink>>,
+    call: &'a ToolCall,
+    started: Instant,
+    trace: Trace,
+    finished: bool,
+}
+
+impl Drop for LedgerGuard<'_> {
+    fn drop(&mut self) {
+        let Some(ledger) = self.ledger else { return };
+        if self.finished || self.trace.detached {
+            return;
+        }
+        let error = CallError::new(ToolErrorKind::Cancelled, "the call was cancelled").with_detail(
+            "the caller stopped waiting (a barge-in or a shutdown) before the call finished",
+        );
+        let record = record(
+            self.call,
+            Err(error),
+            self.started.elapsed(),
+            std::mem::take(&mut self.trace),
+        );
+        tracing::info!(tool = %self.call.name, "a call was dropped before it finished");
+        if let Err(error) = ledger.record(&record) {
+            tracing::error!(%error, "the tool ledger could not be written");
+        }
+    }
 }
 
 /// Runs tool calls through the pipeline; shared by every caller.
@@ -271,8 +308,19 @@ impl Executor {
         let span = tracing::info_span!("tool.call", tool = %call.name, call_id = %call.id);
         async {
             let started = Instant::now();
-            let mut trace = Trace::default();
-            let outcome = self.pipeline(tools, &call, context, &mut trace).await;
+            let mut guard = LedgerGuard {
+                ledger: self.ledger.as_ref(),
+                call: &call,
+                started,
+                trace: Trace::default(),
+                finished: false,
+            };
+            let outcome = self
+                .pipeline(tools, &call, context, &mut guard.trace, started)
+                .await;
+            guard.finished = true;
+            let trace = std::mem::take(&mut guard.trace);
+            drop(guard);
             let latency = started.elapsed();
             let result = match &outcome {
                 Ok(value) => {
@@ -319,6 +367,7 @@ impl Executor {
         call: &ToolCall,
         context: &CallContext,
         trace: &mut Trace,
+        started: Instant,
     ) -> Result<Value, CallError> {
         let Some(entry) = tools.entry(&call.name) else {
             return Err(CallError::new(
@@ -343,7 +392,9 @@ impl Executor {
         let remaining = context.run.admit(&call.name)?;
 
         let mut outcome = self
-            .invoke(entry, call, arguments, policy, context, remaining, trace)
+            .invoke(
+                entry, call, arguments, policy, context, remaining, trace, started,
+            )
             .await;
         if let Ok(value) = &outcome
             && let Err(error) = guardrails::check(&self.guardrails, Side::Output, call, value).await
@@ -424,6 +475,7 @@ impl Executor {
         context: &CallContext,
         remaining: Option<Duration>,
         trace: &mut Trace,
+        call_started: Instant,
     ) -> Result<Value, CallError> {
         let cached = match (&self.cache, policy.cache_ttl) {
             (Some(cache), Some(ttl)) => {
@@ -443,8 +495,32 @@ impl Executor {
             Some(left) if left < timeout => (left, true),
             _ => (timeout, false),
         };
+        // A detached tool's task writes the record itself if this call's waiter goes away.
+        let recorder = match &self.ledger {
+            Some(sink) if !policy.cancellable => Some(detached::Recorder {
+                sink: Arc::clone(sink),
+                call: call.clone(),
+                trace: Trace {
+                    arguments: trace.arguments.clone(),
+                    approval: trace.approval,
+                    ..Trace::default()
+                },
+                started: call_started,
+            }),
+            _ => None,
+        };
         let started = tokio::time::Instant::now();
-        let raced = call_tool(entry, call, arguments, policy.cancellable, limit, context).await;
+        trace.detached = !policy.cancellable;
+        let raced = call_tool(
+            entry,
+            arguments,
+            policy.cancellable,
+            limit,
+            context,
+            recorder,
+        )
+        .await;
+        trace.detached = false;
         context.run.spend(started.elapsed());
         let outcome = match raced {
             Raced::Done(Ok(Ok(value))) => self.check_result_size(value),
@@ -564,11 +640,11 @@ async fn call_cancelled(token: Option<&CancellationToken>) {
 /// the call's tokens.
 async fn call_tool(
     entry: &Entry,
-    call: &ToolCall,
     arguments: Value,
     cancellable: bool,
     limit: Duration,
     context: &CallContext,
+    recorder: Option<detached::Recorder>,
 ) -> Raced {
     let tool = Arc::clone(&entry.tool);
     // The future is created inside the guarded block too, so a hand-written `call` that
@@ -585,17 +661,15 @@ async fn call_tool(
     } else {
         // A tool that must not be cut off half-way (a payment, a booking) runs as a task of
         // its own: neither barge-in nor the timeout stops it, they only stop the waiting.
-        let task = tokio::spawn(guarded.instrument(tracing::Span::current()));
-        let mut finished = CompletionGuard {
-            name: call.name.clone(),
-            done: false,
-        };
-        let joined = tokio::time::timeout(limit, task).await;
-        finished.done = joined.is_ok();
-        match joined {
-            Ok(Ok(outcome)) => Raced::Done(outcome),
-            Ok(Err(error)) => Raced::Done(Err(Box::new(error.to_string()))),
-            Err(_) => Raced::TimedOut,
+        // The task is tracked (shutdown waits for it) and records its own outcome if this
+        // waiter goes away.
+        let mut waiter = detached::spawn(Box::pin(guarded), recorder);
+        match waiter.wait(limit).await {
+            Some(outcome) => Raced::Done(outcome),
+            None => {
+                tracing::info!("stopped waiting; the tool runs on to completion");
+                Raced::TimedOut
+            }
         }
     }
 }
@@ -620,6 +694,7 @@ fn record(
         ),
     };
     LedgerRecord {
+        ran_on: false,
         call_id: call.id.clone(),
         tool: call.name.clone(),
         arguments,
@@ -814,20 +889,6 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(a panic without a message)")
-}
-
-/// Notes a non-cancellable tool that is left running because its caller stopped waiting.
-struct CompletionGuard {
-    name: String,
-    done: bool,
-}
-
-impl Drop for CompletionGuard {
-    fn drop(&mut self) {
-        if !self.done {
-            tracing::info!(tool = %self.name, "stopped waiting; the tool runs on to completion");
-        }
-    }
 }
 
 #[cfg(test)]
