@@ -879,6 +879,8 @@ async fn the_jsonl_ledger_survives_a_torn_last_line() {
     let mut record = records[0].clone();
     record.call_id = "c".to_owned();
     reopened.record(&record).unwrap();
+    // The writer thread writes it; wait for that before reading.
+    reopened.flush();
     let ids: Vec<_> = JsonlLedger::read(&path)
         .unwrap()
         .into_iter()
