@@ -910,7 +910,6 @@ async fn an_answer_with_a_hundred_tool_calls_runs_at_most_the_cap_and_the_turn_e
 
 #[tokio::test]
 async fn the_turns_call_cap_holds_by_default_across_answers() {
-    use crewline::tool::executor::limits::DEFAULT_MAX_CALLS;
     use crewline_llm::{Reply, ScriptedLlm};
 
     let runs = Arc::new(AtomicUsize::new(0));
@@ -933,7 +932,7 @@ async fn the_turns_call_cap_holds_by_default_across_answers() {
     let (events, error) = drive(&turn_loop, &mut context).await;
 
     assert!(error.is_none(), "{error:?}");
-    let cap = usize::try_from(DEFAULT_MAX_CALLS).unwrap();
+    let cap = crewline::MAX_CALLS_PER_TURN;
     assert_eq!(runs.load(Ordering::SeqCst), cap);
     let kinds = kinds_of(&events);
     assert_eq!(kinds.len(), 40);
@@ -943,4 +942,42 @@ async fn the_turns_call_cap_holds_by_default_across_answers() {
         .count();
     assert_eq!(refused, 40 - cap);
     assert_eq!(texts(&events), "Done.");
+}
+
+#[tokio::test]
+async fn a_barge_in_during_tools_leaves_a_cancelled_record_in_the_ledger() {
+    use crewline::tool::{Executor, executor::ledger::MemoryLedger};
+    use crewline_llm::{Reply, ScriptedLlm};
+
+    let started = Arc::new(tokio::sync::Notify::new());
+    let notify = started.clone();
+    let ledger = Arc::new(MemoryLedger::new());
+    let executor = Executor::builder().ledger(ledger.clone()).build();
+    let mut tools = ToolRegistry::new().with_executor(Arc::new(executor));
+    tools
+        .register(FnTool::new("slow_lookup", move |_| {
+            let notify = notify.clone();
+            async move {
+                notify.notify_one();
+                std::future::pending::<()>().await;
+                Ok(json!("never"))
+            }
+        }))
+        .unwrap();
+    let llm = ScriptedLlm::new([Reply::tool_call("slow_lookup", json!({"city": "Lima"}))]);
+    let turn_loop = ToolLoop::new(Arc::new(llm), Arc::new(tools));
+    let mut context = context();
+    {
+        let mut turn = turn_loop.run(&mut context);
+        // Drive the turn until the tool runs, then drop it: the caller barged in.
+        tokio::select! {
+            _ = async { while turn.next().await.is_some() {} } => panic!("the turn ended"),
+            () = started.notified() => {}
+        }
+    }
+    let records = ledger.records();
+    assert_eq!(records.len(), 1, "the cut-short call has no ledger record");
+    assert_eq!(records[0].tool, "slow_lookup");
+    assert_eq!(records[0].error_kind, Some(ToolErrorKind::Cancelled));
+    assert_eq!(records[0].arguments, json!({"city": "Lima"}));
 }

@@ -14,18 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::CallError;
 
-/// The calls a run (a turn of the tool loop) may make by default, all tools together.
-///
-/// Real models ask for a handful of parallel calls per answer; a run that asks for more than
-/// this is a loop or an attack, and every call past it costs a tool run the caller waits for.
-pub const DEFAULT_MAX_CALLS: u32 = 32;
-
-/// The limits of one run; `None` is unlimited.
-///
-/// By default a run makes at most [`DEFAULT_MAX_CALLS`] calls; the other limits are off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The limits of one run; `None` is unlimited (the default: a run may be a whole MCP session;
+/// the tool loop caps its turns' calls itself).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunLimits {
-    /// Calls per run, all tools together (default [`DEFAULT_MAX_CALLS`]).
+    /// Calls per run, all tools together.
     pub max_calls: Option<u32>,
     /// Calls per run of any one tool.
     pub max_calls_per_tool: Option<u32>,
@@ -33,24 +26,10 @@ pub struct RunLimits {
     pub max_tool_time: Option<Duration>,
 }
 
-impl Default for RunLimits {
-    fn default() -> Self {
-        Self {
-            max_calls: Some(DEFAULT_MAX_CALLS),
-            max_calls_per_tool: None,
-            max_tool_time: None,
-        }
-    }
-}
-
 impl RunLimits {
     /// No limits.
     pub fn unlimited() -> Self {
-        Self {
-            max_calls: None,
-            max_calls_per_tool: None,
-            max_tool_time: None,
-        }
+        Self::default()
     }
 
     /// How many more calls a run that has admitted `admitted` may make (`None`: no limit).
@@ -220,21 +199,13 @@ mod tests {
     }
 
     #[test]
-    fn runs_are_limited_by_default_and_unlimited_only_on_request() {
-        let run = Run::default();
-        for _ in 0..DEFAULT_MAX_CALLS {
-            assert!(run.admit("a").is_ok());
-        }
-        assert_eq!(
-            run.admit("a").err().map(|e| e.kind),
-            Some(ToolErrorKind::RunLimitExceeded)
-        );
-        let unlimited = Run::new(RunLimits::unlimited());
-        for _ in 0..=DEFAULT_MAX_CALLS {
-            assert!(unlimited.admit("a").is_ok());
-        }
-        assert_eq!(RunLimits::default().calls_left(30), Some(2));
-        assert_eq!(RunLimits::default().calls_left(40), Some(0));
+    fn calls_left_counts_down_to_zero() {
+        let limits = RunLimits {
+            max_calls: Some(32),
+            ..RunLimits::default()
+        };
+        assert_eq!(limits.calls_left(30), Some(2));
+        assert_eq!(limits.calls_left(40), Some(0));
         assert_eq!(RunLimits::unlimited().calls_left(40), None);
     }
 
