@@ -447,6 +447,7 @@ fn join_result(
 
 /// Refuses new calls, waits for live ones up to the drain timeout, then closes them.
 async fn drain(service: &Service) {
+    let deadline = tokio::time::Instant::now() + service.config.drain_timeout;
     let state = &service.state;
     state.start_draining();
     state.calls.close();
@@ -476,6 +477,18 @@ async fn drain(service: &Service) {
                 "some calls did not close in time; leaving them behind"
             );
         }
+    }
+    // A non-cancellable tool (a payment) runs on after its call ended: give it what is left
+    // of the drain deadline, so the runtime does not drop it half-way.
+    let detached = crewline::tool::executor::detached_tasks();
+    if tokio::time::timeout_at(deadline, detached.wait())
+        .await
+        .is_err()
+    {
+        tracing::error!(
+            running = detached.len(),
+            "drain deadline: non-cancellable tools left running"
+        );
     }
     tracing::info!("drained");
 }

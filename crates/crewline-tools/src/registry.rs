@@ -215,13 +215,9 @@ impl ToolRegistry {
     pub fn subset(&self, names: &[&str]) -> Result<ToolRegistry, RegistryError> {
         let mut subset = ToolRegistry::new()
             .with_max_concurrency(self.max_concurrency)
-<<<<<<< HEAD
             .with_executor(Arc::clone(&self.executor))
             .with_default_exports(self.default_exports);
-=======
-            .with_executor(Arc::clone(&self.executor));
         subset.id = self.id;
->>>>>>> executor-scope
         for name in names {
             let index = *self
                 .by_name
@@ -267,13 +263,9 @@ impl ToolRegistry {
     ) -> Result<ToolRegistry, ExportError> {
         let mut exported = ToolRegistry::new()
             .with_max_concurrency(self.max_concurrency)
-<<<<<<< HEAD
             .with_executor(Arc::clone(&self.executor))
             .with_default_exports(self.default_exports);
-=======
-            .with_executor(Arc::clone(&self.executor));
         exported.id = self.id;
->>>>>>> executor-scope
         for entry in &self.entries {
             if !self.exported(entry, target) {
                 continue;

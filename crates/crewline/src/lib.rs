@@ -49,8 +49,8 @@ pub use observer::{NoopObserver, Observer, TurnOutcome};
 pub use router::{DeterministicRouter, RouterBuilder, RouterError, RouterState, SubAgent};
 pub use session::{DispatchError, Session, SessionSetup};
 pub use tool_loop::{
-    MAX_TOOL_ROUNDS, RoundReport, ToolLoop, ToolLoopConfig, TurnError, TurnEvent, TurnReport,
-    TurnStream,
+    MAX_CALLS_PER_ANSWER, MAX_CALLS_PER_TURN, MAX_TOOL_ROUNDS, RoundReport, ToolLoop,
+    ToolLoopConfig, TurnError, TurnEvent, TurnReport, TurnStream,
 };
 
 #[doc(hidden)]

@@ -15,6 +15,15 @@ use futures::{StreamExt, stream::BoxStream};
 /// How many tool rounds a turn may take by default.
 pub const MAX_TOOL_ROUNDS: usize = 4;
 
+/// How many tool calls of one model answer run by default; the rest are answered
+/// `RunLimitExceeded` without running. Real models ask for a few parallel calls at a time.
+pub const MAX_CALLS_PER_ANSWER: usize = 16;
+
+/// How many tool calls of one turn (all its answers) run by default; the rest are answered
+/// `RunLimitExceeded` without running. The executor's run limits
+/// ([`RunLimits`](crewline_tools::executor::limits::RunLimits)) hold as well.
+pub const MAX_CALLS_PER_TURN: usize = 32;
+
 /// Settings of a [`ToolLoop`].
 #[derive(Debug, Clone)]
 pub struct ToolLoopConfig {
@@ -22,6 +31,12 @@ pub struct ToolLoopConfig {
     pub max_tool_rounds: usize,
     /// Whether one round's tool calls run concurrently (`true`) or one after the other.
     pub parallel_tools: bool,
+    /// The most tool calls of one model answer that run (default [`MAX_CALLS_PER_ANSWER`]);
+    /// the later ones are answered `RunLimitExceeded` without running.
+    pub max_calls_per_answer: usize,
+    /// The most tool calls of one turn that run (default [`MAX_CALLS_PER_TURN`]); the later
+    /// ones are answered `RunLimitExceeded` without running.
+    pub max_calls_per_turn: usize,
     /// Overrides for every request of the loop.
     pub options: RequestOptions,
 }
@@ -31,6 +46,8 @@ impl Default for ToolLoopConfig {
         Self {
             max_tool_rounds: MAX_TOOL_ROUNDS,
             parallel_tools: true,
+            max_calls_per_answer: MAX_CALLS_PER_ANSWER,
+            max_calls_per_turn: MAX_CALLS_PER_TURN,
             options: RequestOptions::default(),
         }
     }
@@ -181,6 +198,18 @@ impl ToolLoop {
         self
     }
 
+    /// Sets the most tool calls of one model answer that run.
+    pub fn with_max_calls_per_answer(mut self, calls: usize) -> Self {
+        self.config.max_calls_per_answer = calls;
+        self
+    }
+
+    /// Sets the most tool calls of one turn that run.
+    pub fn with_max_calls_per_turn(mut self, calls: usize) -> Self {
+        self.config.max_calls_per_turn = calls;
+        self
+    }
+
     /// The loop's settings.
     pub fn config(&self) -> &ToolLoopConfig {
         &self.config
@@ -229,6 +258,8 @@ impl ToolLoop {
             let mut state = TurnState::new(context, &self.tools, run.clone());
             let mut report = TurnReport::default();
             let mut tool_rounds = 0;
+            // Calls of this turn handed to the executor (for the turn's cap).
+            let mut turn_calls = 0;
             // Whether the caller has heard anything of this turn (for the filler).
             let mut spoken = false;
             loop {
@@ -313,12 +344,35 @@ impl ToolLoop {
                 // The state keeps the calls for the drop guard; the executor reads this copy
                 // while the state records results.
                 state.begin_tools(calls.clone());
+                // Calls past the answer's or the turn's cap never reach the executor (no
+                // approval prompt, no hook, no run): the model reads why instead.
+                let allowed = self.calls_allowed(&run, turn_calls, calls.len());
+                turn_calls += allowed;
                 for call in &calls {
                     yield Ok(TurnEvent::ToolStarted(call.clone()));
                 }
-                let mut runs =
-                    self.tools
-                        .execute_each_in(&calls, self.config.parallel_tools, run.clone());
+                for (index, call) in calls.iter().enumerate().skip(allowed) {
+                    let refused = ToolRun {
+                        result: self.refuse(call, allowed),
+                        latency: Duration::ZERO,
+                    };
+                    if let Some(slot) = state.results.get_mut(index) {
+                        *slot = Some(refused.result.clone());
+                    }
+                    yield Ok(TurnEvent::ToolFinished(refused));
+                }
+                if allowed < calls.len() {
+                    span.in_scope(|| tracing::warn!(
+                        calls = calls.len(),
+                        allowed,
+                        "the model asked for more tool calls than the caps allow; refusing the rest"
+                    ));
+                }
+                let mut runs = self.tools.execute_each_in(
+                    calls.get(..allowed).unwrap_or_default(),
+                    self.config.parallel_tools,
+                    run.clone(),
+                );
                 while let Some((index, run)) = runs.next().await {
                     round.tools.push((run.result.name.clone(), run.latency));
                     if let Some(slot) = state.results.get_mut(index) {
@@ -347,6 +401,41 @@ impl ToolLoop {
                 }
             }
         })
+    }
+}
+
+impl ToolLoop {
+    /// How many of an answer's `calls` may run: the answer's cap, what is left of the turn's
+    /// (`turn_calls` ran already), and what is left of the run's `max_calls` (the earlier
+    /// rounds' calls have all finished).
+    fn calls_allowed(&self, run: &CallContext, turn_calls: usize, calls: usize) -> usize {
+        let run = run.run();
+        let run_left = run
+            .limits()
+            .calls_left(run.calls())
+            .map_or(usize::MAX, |left| {
+                usize::try_from(left).unwrap_or(usize::MAX)
+            });
+        let turn_left = self.config.max_calls_per_turn.saturating_sub(turn_calls);
+        calls
+            .min(self.config.max_calls_per_answer)
+            .min(turn_left)
+            .min(run_left)
+    }
+
+    /// The result of a call past a cap; `allowed` of its answer ran.
+    fn refuse(&self, call: &ToolCall, allowed: usize) -> ToolResult {
+        let message = if allowed < self.config.max_calls_per_answer {
+            // Fewer than the answer's cap ran: the turn's (or the run's) cap stopped the rest.
+            "this turn already made all the tool calls it may; answer with what you have".to_owned()
+        } else {
+            format!(
+                "only {} tool calls of one answer run and this one came later, so it did not run; \
+                 call fewer tools at once",
+                self.config.max_calls_per_answer
+            )
+        };
+        ToolResult::error(call, ToolErrorKind::RunLimitExceeded, message)
     }
 }
 

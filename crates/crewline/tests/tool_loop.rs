@@ -847,3 +847,137 @@ async fn no_filler_when_the_model_spoke_first_or_the_tools_need_none() {
     let (events, _) = drive(&turn_loop, &mut context).await;
     assert_eq!(texts(&events), "Noon.");
 }
+
+/// Counts its runs (and how many run at once at most).
+fn counted_tool(runs: Arc<AtomicUsize>) -> FnTool {
+    FnTool::new("get_weather", move |_| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(json!("Sunny")) }
+    })
+}
+
+fn kinds_of(events: &[TurnEvent]) -> Vec<Option<ToolErrorKind>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::ToolFinished(run) => Some(run.result.error_kind()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_answer_with_a_hundred_tool_calls_runs_at_most_the_cap_and_the_turn_ends_normally() {
+    use crewline_llm::{Reply, ScriptedLlm};
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let hundred = (0..100).map(|i| ("get_weather", json!({"city": format!("c{i}")})));
+    let llm = ScriptedLlm::new([Reply::tool_calls(hundred), Reply::text("Here you go.")]);
+    let turn_loop = ToolLoop::new(
+        Arc::new(llm.clone()),
+        registry(vec![counted_tool(runs.clone())]),
+    );
+    let mut context = context();
+
+    let (events, error) = drive(&turn_loop, &mut context).await;
+
+    assert!(error.is_none(), "{error:?}");
+    let cap = crewline::MAX_CALLS_PER_ANSWER;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        cap,
+        "only the first {cap} calls ran"
+    );
+    let kinds = kinds_of(&events);
+    assert_eq!(kinds.len(), 100, "every call gets a result");
+    let refused = kinds
+        .iter()
+        .filter(|k| **k == Some(ToolErrorKind::RunLimitExceeded))
+        .count();
+    assert_eq!(refused, 100 - cap);
+    // The model read a structured error for each refused call, and answered.
+    let second = &llm.requests()[1];
+    let results = ScriptedLlm::last_tool_results(second);
+    assert_eq!(results.len(), 100);
+    assert!(
+        results[cap].contains("RunLimitExceeded"),
+        "{}",
+        results[cap]
+    );
+    assert_eq!(texts(&events), "Here you go.");
+    assert!(matches!(events.last(), Some(TurnEvent::Done(_))));
+}
+
+#[tokio::test]
+async fn the_turns_call_cap_holds_by_default_across_answers() {
+    use crewline_llm::{Reply, ScriptedLlm};
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let answer = |round: usize| {
+        Reply::tool_calls(
+            (0..10).map(move |i| ("get_weather", json!({"city": format!("{round}-{i}")}))),
+        )
+    };
+    // Four answers of ten calls: forty asked for, more than the turn's default cap.
+    let llm = ScriptedLlm::new([
+        answer(0),
+        answer(1),
+        answer(2),
+        answer(3),
+        Reply::text("Done."),
+    ]);
+    let turn_loop = ToolLoop::new(Arc::new(llm), registry(vec![counted_tool(runs.clone())]));
+    let mut context = context();
+
+    let (events, error) = drive(&turn_loop, &mut context).await;
+
+    assert!(error.is_none(), "{error:?}");
+    let cap = crewline::MAX_CALLS_PER_TURN;
+    assert_eq!(runs.load(Ordering::SeqCst), cap);
+    let kinds = kinds_of(&events);
+    assert_eq!(kinds.len(), 40);
+    let refused = kinds
+        .iter()
+        .filter(|k| **k == Some(ToolErrorKind::RunLimitExceeded))
+        .count();
+    assert_eq!(refused, 40 - cap);
+    assert_eq!(texts(&events), "Done.");
+}
+
+#[tokio::test]
+async fn a_barge_in_during_tools_leaves_a_cancelled_record_in_the_ledger() {
+    use crewline::tool::{Executor, executor::ledger::MemoryLedger};
+    use crewline_llm::{Reply, ScriptedLlm};
+
+    let started = Arc::new(tokio::sync::Notify::new());
+    let notify = started.clone();
+    let ledger = Arc::new(MemoryLedger::new());
+    let executor = Executor::builder().ledger(ledger.clone()).build();
+    let mut tools = ToolRegistry::new().with_executor(Arc::new(executor));
+    tools
+        .register(FnTool::new("slow_lookup", move |_| {
+            let notify = notify.clone();
+            async move {
+                notify.notify_one();
+                std::future::pending::<()>().await;
+                Ok(json!("never"))
+            }
+        }))
+        .unwrap();
+    let llm = ScriptedLlm::new([Reply::tool_call("slow_lookup", json!({"city": "Lima"}))]);
+    let turn_loop = ToolLoop::new(Arc::new(llm), Arc::new(tools));
+    let mut context = context();
+    {
+        let mut turn = turn_loop.run(&mut context);
+        // Drive the turn until the tool runs, then drop it: the caller barged in.
+        tokio::select! {
+            _ = async { while turn.next().await.is_some() {} } => panic!("the turn ended"),
+            () = started.notified() => {}
+        }
+    }
+    let records = ledger.records();
+    assert_eq!(records.len(), 1, "the cut-short call has no ledger record");
+    assert_eq!(records[0].tool, "slow_lookup");
+    assert_eq!(records[0].error_kind, Some(ToolErrorKind::Cancelled));
+    assert_eq!(records[0].arguments, json!({"city": "Lima"}));
+}

@@ -19,9 +19,7 @@ use std::{
 use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
-use tracing::Instrument;
-
-use super::{CallContext, CallError, SessionScope, fingerprint};
+use super::{CallContext, CallError, SessionScope, detached, fingerprint};
 use crate::ToolRegistry;
 
 /// A call's outcome as every joiner reads it.
@@ -81,6 +79,8 @@ pub(crate) struct Waiter {
     generation: u64,
     outcome: watch::Receiver<Option<Settled>>,
     slots: Slots,
+    /// The ledger hand-over of the caller that started the call (joiners have none).
+    handoff: Option<detached::Waiter>,
 }
 
 impl Waiter {
@@ -103,6 +103,10 @@ impl Waiter {
                 "the tool stopped before it reported a result",
             )),
         };
+        if let Some(handoff) = self.handoff.as_mut() {
+            // The caller records this outcome itself; the task must not.
+            handoff.received();
+        }
         // This caller has the outcome (and so the model): a later identical call is new.
         let mut slots = lock(&self.slots);
         if slots
@@ -141,6 +145,7 @@ impl InFlight {
             generation: slot.generation,
             outcome: slot.outcome.clone(),
             slots: Arc::clone(&self.slots),
+            handoff: None,
         }))
     }
 
@@ -153,7 +158,10 @@ impl InFlight {
 
     /// Joins the call `key`, or starts `call` as a task of its own (nothing but its end stops
     /// it) and waits for that.
-    pub(crate) fn start<F>(&self, key: Key, call: F) -> Joined
+    ///
+    /// `recorder` (when there is a ledger) writes the call's record if its caller stops
+    /// waiting before the outcome.
+    pub(crate) fn start<F>(&self, key: Key, call: F, recorder: Option<detached::Recorder>) -> Joined
     where
         F: Future<Output = Settled> + Send + 'static,
     {
@@ -182,8 +190,8 @@ impl InFlight {
         drop(slots);
         let table = Arc::clone(&self.slots);
         let finished_key = key.clone();
-        tokio::spawn(
-            async move {
+        let handoff = detached::spawn(
+            Box::pin(async move {
                 let settled = call.await;
                 // Under the lock: a joiner sees either a running call it can wait for, or a
                 // finished one with its outcome.
@@ -193,15 +201,17 @@ impl InFlight {
                 {
                     slot.finished_at = Some(Instant::now());
                 }
-                sender.send_replace(Some(settled));
-            }
-            .instrument(tracing::Span::current()),
+                sender.send_replace(Some(settled.clone()));
+                settled
+            }),
+            recorder,
         );
         Joined::Running(Waiter {
             key,
             generation,
             outcome,
             slots: Arc::clone(&self.slots),
+            handoff: Some(handoff),
         })
     }
 

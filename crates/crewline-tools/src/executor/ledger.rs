@@ -1,14 +1,20 @@
 //! Stage 9: one record per call, to a pluggable sink.
 //!
-//! A sink failure never fails the call: it is logged. [`JsonlLedger`] appends JSON Lines with
-//! one write and one flush per record, so a crash mid-write loses at most that record; its
-//! reader skips a torn line.
+//! A sink failure never fails the call: it is logged. [`JsonlLedger`] appends JSON Lines from
+//! a writer thread of its own (the async threads only queue the record), with one write per
+//! record, so a crash mid-write loses at most that record; its reader skips a torn line.
+//! Rotation is hand-written (a rename chain of a few lines): it must happen between records
+//! only, on the writer thread that owns the file, which a few lines do without a dependency.
 
 use std::{
     fs::{File, OpenOptions},
     io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write},
     path::{Path, PathBuf},
-    sync::{Mutex, MutexGuard},
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+        mpsc,
+    },
 };
 
 use crewline_core::ToolErrorKind;
@@ -53,6 +59,11 @@ pub struct LedgerRecord {
     pub cache_hit: bool,
     /// When the call finished, in milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
+    /// The tool (a non-cancellable one) ended after its caller had stopped waiting (a
+    /// timeout, a barge-in, a shutdown): this is its real outcome. If the model was told a
+    /// `Timeout` first, an earlier record of the same call says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ran_on: bool,
 }
 
 /// Why the ledger could not be written or read.
@@ -115,43 +126,168 @@ impl LedgerSink for MemoryLedger {
     }
 }
 
-/// Records appended to a JSON Lines file.
+/// The records a [`JsonlLedger`] queues for its writer thread by default.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
+
+/// What [`JsonlLedger::record`] does when its writer thread is that far behind (the disk is
+/// stalled or much slower than the calls).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WhenFull {
+    /// Drop the record, log an error naming the call, and count it
+    /// ([`JsonlLedger::dropped`]): calls never wait on the disk. The default.
+    #[default]
+    Drop,
+    /// Block the calling thread until the writer has room: no record is lost, but a stalled
+    /// disk then stalls the calls (and the async worker thread they run on).
+    Block,
+}
+
+/// Size-based rotation of a [`JsonlLedger`]: when the file would pass `max_bytes`, it becomes
+/// `<file>.1` (the older ones shift to `.2`, `.3`...; only `keep` are kept) and a new file
+/// starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// The size a file may reach (a record larger than this gets a file of its own).
+    pub max_bytes: u64,
+    /// How many rotated files are kept besides the current one (0: none).
+    pub keep: usize,
+}
+
+/// How a [`JsonlLedger`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonlOptions {
+    /// Records queued for the writer thread at most (default [`DEFAULT_QUEUE_CAPACITY`]).
+    pub capacity: usize,
+    /// What a full queue does (default [`WhenFull::Drop`]).
+    pub when_full: WhenFull,
+    /// `sync_data` after every record: it survives a power cut, at a disk flush per call
+    /// (default off: each record still reaches the OS with one write).
+    pub sync_data: bool,
+    /// Size-based rotation (default off).
+    pub rotation: Option<Rotation>,
+}
+
+impl Default for JsonlOptions {
+    fn default() -> Self {
+        Self {
+            capacity: DEFAULT_QUEUE_CAPACITY,
+            when_full: WhenFull::Drop,
+            sync_data: false,
+            rotation: None,
+        }
+    }
+}
+
+impl JsonlOptions {
+    /// Sets the queue's capacity (at least 1).
+    pub fn capacity(mut self, records: usize) -> Self {
+        self.capacity = records.max(1);
+        self
+    }
+
+    /// Sets what a full queue does.
+    pub fn when_full(mut self, policy: WhenFull) -> Self {
+        self.when_full = policy;
+        self
+    }
+
+    /// Calls `sync_data` after every record.
+    pub fn sync_data(mut self, sync: bool) -> Self {
+        self.sync_data = sync;
+        self
+    }
+
+    /// Rotates the file when it would pass `max_bytes`, keeping `keep` rotated files.
+    pub fn rotate(mut self, max_bytes: u64, keep: usize) -> Self {
+        self.rotation = Some(Rotation { max_bytes, keep });
+        self
+    }
+
+    /// Opens the ledger at `path` with these options (see [`JsonlLedger::open`]).
+    pub fn open(self, path: impl AsRef<Path>) -> Result<JsonlLedger, LedgerError> {
+        JsonlLedger::open_with(path, self)
+    }
+}
+
+/// What the writer thread is sent.
+enum Job {
+    /// One encoded record, newline included.
+    Line(Vec<u8>),
+    /// Answer once everything sent before is written.
+    Flush(mpsc::SyncSender<()>),
+}
+
+/// Counters shared with the writer thread.
+#[derive(Debug, Default)]
+struct Counters {
+    dropped: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Records appended to a JSON Lines file by a writer thread of its own.
+///
+/// [`record`](LedgerSink::record) only encodes the record and queues it (bounded, see
+/// [`WhenFull`]): the file is written, synced and rotated off the async threads, in the order
+/// the records were queued. A write error is logged (and counted, [`write_errors`]), never a
+/// panic and never the call's failure. Dropping the ledger writes what is queued and joins the
+/// thread; [`flush`](Self::flush) waits for it without dropping. A ledger in a process-wide
+/// executor is never dropped: flush it before the process exits.
+///
+/// [`write_errors`]: Self::write_errors
 #[derive(Debug)]
 pub struct JsonlLedger {
     path: PathBuf,
-    file: Mutex<File>,
+    queue: Option<mpsc::SyncSender<Job>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    when_full: WhenFull,
+    counters: Arc<Counters>,
 }
 
 impl JsonlLedger {
-    /// Opens (or creates) the file for appending.
+    /// Opens (or creates) the file for appending, with the default [`JsonlOptions`].
     ///
     /// If a crash left a torn last line, a newline is added first so that the next record
     /// starts on a line of its own and the torn one stays skippable.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
+        Self::open_with(path, JsonlOptions::default())
+    }
+
+    /// Options to open a ledger with (rotation, `sync_data`, the queue).
+    pub fn options() -> JsonlOptions {
+        JsonlOptions::default()
+    }
+
+    /// Opens (or creates) the file for appending with `options`.
+    pub fn open_with(path: impl AsRef<Path>, options: JsonlOptions) -> Result<Self, LedgerError> {
         let path = path.as_ref().to_path_buf();
-        let io_error = |source| LedgerError::Io {
+        let (file, size) = open_for_append(&path)?;
+        let (queue, jobs) = mpsc::sync_channel(options.capacity.max(1));
+        let counters = Arc::new(Counters::default());
+        let mut writer = Writer {
             path: path.clone(),
-            source,
+            file: Some(file),
+            size,
+            options,
+            counters: Arc::clone(&counters),
         };
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&path)
-            .map_err(io_error)?;
-        let len = file.metadata().map_err(io_error)?.len();
-        if len > 0 {
-            let mut last = [0u8; 1];
-            file.seek(SeekFrom::Start(len - 1)).map_err(io_error)?;
-            file.read_exact(&mut last).map_err(io_error)?;
-            if last[0] != b'\n' {
-                file.write_all(b"\n").map_err(io_error)?;
-                file.flush().map_err(io_error)?;
-            }
-        }
+        // The thread logs to the subscriber of whoever opened the ledger.
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        let thread = std::thread::Builder::new()
+            .name("crewline-ledger".to_owned())
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || writer.run(&jobs));
+            })
+            .map_err(|source| LedgerError::Io {
+                path: path.clone(),
+                source,
+            })?;
         Ok(Self {
             path,
-            file: Mutex::new(file),
+            queue: Some(queue),
+            writer: Some(thread),
+            when_full: options.when_full,
+            counters,
         })
     }
 
@@ -160,30 +296,34 @@ impl JsonlLedger {
         &self.path
     }
 
-    /// Reads the records of a ledger file, skipping torn or unreadable lines (logged).
+    /// Blocks until every record queued so far is written (and synced, with `sync_data`).
+    pub fn flush(&self) {
+        let Some(queue) = &self.queue else { return };
+        let (done, written) = mpsc::sync_channel(1);
+        if queue.send(Job::Flush(done)).is_ok() {
+            let _ = written.recv();
+        }
+    }
+
+    /// Records dropped because the queue was full ([`WhenFull::Drop`]).
+    pub fn dropped(&self) -> u64 {
+        self.counters.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Records that could not be written (each is logged at `error`).
+    pub fn write_errors(&self) -> u64 {
+        self.counters.failed.load(Ordering::Relaxed)
+    }
+
+    /// Reads the records of a ledger, oldest first: the rotated files (`<file>.N` down to
+    /// `<file>.1`) if any, then the file itself, skipping torn or unreadable lines (logged).
     pub fn read(path: impl AsRef<Path>) -> Result<Vec<LedgerRecord>, LedgerError> {
         let path = path.as_ref();
-        let io_error = |source| LedgerError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let reader = BufReader::new(File::open(path).map_err(io_error)?);
         let mut records = Vec::new();
-        for (number, line) in reader.split(b'\n').enumerate() {
-            let line = line.map_err(io_error)?;
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match serde_json::from_slice(&line) {
-                Ok(record) => records.push(record),
-                Err(error) => tracing::warn!(
-                    path = %path.display(),
-                    line = number + 1,
-                    %error,
-                    "skipping a torn ledger line"
-                ),
-            }
+        for rotated in rotated_files(path)?.into_iter().rev() {
+            read_file(&rotated, &mut records)?;
         }
+        read_file(path, &mut records)?;
         Ok(records)
     }
 }
@@ -192,18 +332,217 @@ impl LedgerSink for JsonlLedger {
     fn record(&self, record: &LedgerRecord) -> Result<(), LedgerError> {
         let mut line = serde_json::to_vec(record)?;
         line.push(b'\n');
-        // One write of the whole line, so records from concurrent calls never interleave.
-        let mut file = self
-            .file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        file.write_all(&line)
-            .and_then(|()| file.flush())
-            .map_err(|source| LedgerError::Io {
-                path: self.path.clone(),
-                source,
-            })
+        let Some(queue) = &self.queue else {
+            return Ok(());
+        };
+        let sent = match self.when_full {
+            WhenFull::Block => queue.send(Job::Line(line)).map_err(|_| ()),
+            WhenFull::Drop => match queue.try_send(Job::Line(line)) {
+                Ok(()) => Ok(()),
+                Err(mpsc::TrySendError::Full(_)) => {
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(
+                        path = %self.path.display(),
+                        call_id = %record.call_id.chars().take(64).collect::<String>(),
+                        tool = %record.tool,
+                        "the ledger's queue is full (the disk is not keeping up): record dropped"
+                    );
+                    return Ok(());
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => Err(()),
+            },
+        };
+        sent.map_err(|()| LedgerError::Io {
+            path: self.path.clone(),
+            source: io::Error::other("the ledger's writer thread has stopped"),
+        })
     }
+}
+
+impl Drop for JsonlLedger {
+    fn drop(&mut self) {
+        // Closing the queue lets the writer write what is left and stop.
+        drop(self.queue.take());
+        if let Some(writer) = self.writer.take()
+            && writer.join().is_err()
+        {
+            tracing::error!(path = %self.path.display(), "the ledger's writer thread panicked");
+        }
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    path: PathBuf,
+    /// `None` after a failed rotation left no file open (the next record retries).
+    file: Option<File>,
+    size: u64,
+    options: JsonlOptions,
+    counters: Arc<Counters>,
+}
+
+impl Writer {
+    fn run(&mut self, jobs: &mpsc::Receiver<Job>) {
+        for job in jobs {
+            match job {
+                Job::Line(line) => {
+                    if let Err(error) = self.write(&line) {
+                        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%error, "the tool ledger could not be written");
+                    }
+                }
+                Job::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, line: &[u8]) -> Result<(), LedgerError> {
+        let len = u64::try_from(line.len()).unwrap_or(u64::MAX);
+        if let Some(rotation) = self.options.rotation
+            && self.size > 0
+            && self.size.saturating_add(len) > rotation.max_bytes
+        {
+            self.rotate(rotation)?;
+        }
+        let io_error = |source| LedgerError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        if self.file.is_none() {
+            let (file, size) = open_for_append(&self.path)?;
+            self.file = Some(file);
+            self.size = size;
+        }
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        // One write of the whole line: a crash tears at most this record.
+        file.write_all(line).map_err(io_error)?;
+        self.size = self.size.saturating_add(len);
+        if self.options.sync_data {
+            file.sync_data().map_err(io_error)?;
+        }
+        Ok(())
+    }
+
+    /// `<file>` becomes `<file>.1`, `.1` becomes `.2`..., the oldest past `keep` is removed.
+    fn rotate(&mut self, rotation: Rotation) -> Result<(), LedgerError> {
+        let io_error = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| LedgerError::Io { path, source }
+        };
+        self.file = None;
+        if rotation.keep == 0 {
+            std::fs::remove_file(&self.path).map_err(io_error(&self.path))?;
+        } else {
+            let _ = std::fs::remove_file(numbered(&self.path, rotation.keep));
+            for n in (1..rotation.keep).rev() {
+                let from = numbered(&self.path, n);
+                match std::fs::rename(&from, numbered(&self.path, n + 1)) {
+                    Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                        return Err(io_error(&from)(error));
+                    }
+                    _ => {}
+                }
+            }
+            std::fs::rename(&self.path, numbered(&self.path, 1)).map_err(io_error(&self.path))?;
+        }
+        self.size = 0;
+        Ok(())
+    }
+}
+
+/// Opens `path` for appending; returns it and its size. Ends a torn last line first.
+fn open_for_append(path: &Path) -> Result<(File, u64), LedgerError> {
+    let io_error = |source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(path)
+        .map_err(io_error)?;
+    let mut len = file.metadata().map_err(io_error)?.len();
+    if len > 0 {
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::Start(len - 1)).map_err(io_error)?;
+        file.read_exact(&mut last).map_err(io_error)?;
+        if last[0] != b'\n' {
+            file.write_all(b"\n").map_err(io_error)?;
+            len += 1;
+        }
+    }
+    Ok((file, len))
+}
+
+/// `<path>.<n>`.
+fn numbered(path: &Path, n: usize) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+/// The rotated files of `path` that exist, `.1` (newest) first.
+fn rotated_files(path: &Path) -> Result<Vec<PathBuf>, LedgerError> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok(Vec::new());
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let Some(name) = name.to_str() else {
+        return Ok(Vec::new());
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(source) => {
+            return Err(LedgerError::Io {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut numbers: Vec<usize> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let file = entry.file_name();
+            let rest = file.to_str()?.strip_prefix(name)?.strip_prefix('.')?;
+            rest.parse().ok().filter(|n| *n > 0)
+        })
+        .collect();
+    numbers.sort_unstable();
+    Ok(numbers.into_iter().map(|n| numbered(path, n)).collect())
+}
+
+/// Appends the records of one file to `records`, skipping torn lines.
+fn read_file(path: &Path, records: &mut Vec<LedgerRecord>) -> Result<(), LedgerError> {
+    let io_error = |source| LedgerError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let reader = BufReader::new(File::open(path).map_err(io_error)?);
+    for (number, line) in reader.split(b'\n').enumerate() {
+        let line = line.map_err(io_error)?;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice(&line) {
+            Ok(record) => records.push(record),
+            Err(error) => tracing::warn!(
+                path = %path.display(),
+                line = number + 1,
+                %error,
+                "skipping a torn ledger line"
+            ),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -223,6 +562,7 @@ mod tests {
             approval: Some(ApprovalRecord::Approved),
             cache_hit: false,
             timestamp_ms: 1,
+            ran_on: false,
         }
     }
 

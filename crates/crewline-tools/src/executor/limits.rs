@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::CallError;
 
-/// The limits of one run; `None` is unlimited.
+/// The limits of one run; `None` is unlimited (the default: a run may be a whole MCP session;
+/// the tool loop caps its turns' calls itself).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunLimits {
     /// Calls per run, all tools together.
@@ -29,6 +30,11 @@ impl RunLimits {
     /// No limits.
     pub fn unlimited() -> Self {
         Self::default()
+    }
+
+    /// How many more calls a run that has admitted `admitted` may make (`None`: no limit).
+    pub fn calls_left(&self, admitted: u32) -> Option<u32> {
+        self.max_calls.map(|max| max.saturating_sub(admitted))
     }
 }
 
@@ -119,9 +125,7 @@ impl Run {
         if let Some(max) = limits.max_calls
             && usage.calls >= max
         {
-            return Err(exceeded(format!(
-                "this turn already made its {max} allowed tool calls; answer with what you have"
-            )));
+            return Err(calls_exceeded(max));
         }
         let used = usage.per_tool.get(tool).copied().unwrap_or(0);
         if let Some(max) = limits.max_calls_per_tool
@@ -160,6 +164,13 @@ impl Run {
     }
 }
 
+/// The error for a call past the run's call limit (`max` calls).
+pub fn calls_exceeded(max: u32) -> CallError {
+    exceeded(format!(
+        "this turn already made its {max} allowed tool calls; answer with what you have"
+    ))
+}
+
 /// The error for a call over a run limit.
 pub(crate) fn exceeded(message: impl Into<String>) -> CallError {
     CallError::new(ToolErrorKind::RunLimitExceeded, message)
@@ -185,6 +196,17 @@ mod tests {
         assert!(run.admit("b").is_ok());
         assert!(run.admit("c").is_err());
         assert_eq!(run.calls(), 3);
+    }
+
+    #[test]
+    fn calls_left_counts_down_to_zero() {
+        let limits = RunLimits {
+            max_calls: Some(32),
+            ..RunLimits::default()
+        };
+        assert_eq!(limits.calls_left(30), Some(2));
+        assert_eq!(limits.calls_left(40), Some(0));
+        assert_eq!(RunLimits::unlimited().calls_left(40), None);
     }
 
     #[test]

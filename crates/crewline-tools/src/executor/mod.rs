@@ -16,6 +16,7 @@
 
 pub mod approval;
 pub mod cache;
+mod detached;
 mod fingerprint;
 pub mod guardrails;
 pub mod hooks;
@@ -42,6 +43,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use self::detached::detached_tasks;
 use self::{
     approval::{ApprovalDecision, ApprovalOutcome, ApprovalPort, ApprovalRecord, ApprovalRequest},
     cache::{CacheConfig, ResultCache},
@@ -214,6 +216,41 @@ struct Trace {
     arguments: Option<Value>,
     approval: Option<ApprovalRecord>,
     cache_hit: bool,
+    /// While a detached (non-cancellable) tool runs: its task or waiter writes the record if
+    /// the call's future is dropped.
+    detached: bool,
+}
+
+/// Writes a `Cancelled` record for a call whose future was dropped before it finished (a
+/// barge-in or a shutdown dropped the turn), so the ledger has every call that started.
+struct LedgerGuard<'a> {
+    ledger: Option<&'a Arc<dyn LedgerSink>>,
+    call: &'a ToolCall,
+    started: Instant,
+    trace: Trace,
+    finished: bool,
+}
+
+impl Drop for LedgerGuard<'_> {
+    fn drop(&mut self) {
+        let Some(ledger) = self.ledger else { return };
+        if self.finished || self.trace.detached {
+            return;
+        }
+        let error = CallError::new(ToolErrorKind::Cancelled, "the call was cancelled").with_detail(
+            "the caller stopped waiting (a barge-in or a shutdown) before the call finished",
+        );
+        let record = record(
+            self.call,
+            Err(error),
+            self.started.elapsed(),
+            std::mem::take(&mut self.trace),
+        );
+        tracing::info!(tool = %self.call.name, "a call was dropped before it finished");
+        if let Err(error) = ledger.record(&record) {
+            tracing::error!(%error, "the tool ledger could not be written");
+        }
+    }
 }
 
 /// Runs tool calls through the pipeline; shared by every caller.
@@ -311,8 +348,19 @@ impl Executor {
         let span = tracing::info_span!("tool.call", tool = %call.name, call_id = %call.id);
         async {
             let started = Instant::now();
-            let mut trace = Trace::default();
-            let outcome = self.pipeline(tools, &call, context, &mut trace).await;
+            let mut guard = LedgerGuard {
+                ledger: self.ledger.as_ref(),
+                call: &call,
+                started,
+                trace: Trace::default(),
+                finished: false,
+            };
+            let outcome = self
+                .pipeline(tools, &call, context, &mut guard.trace, started)
+                .await;
+            guard.finished = true;
+            let trace = std::mem::take(&mut guard.trace);
+            drop(guard);
             let latency = started.elapsed();
             let result = match &outcome {
                 Ok(value) => {
@@ -359,6 +407,7 @@ impl Executor {
         call: &ToolCall,
         context: &CallContext,
         trace: &mut Trace,
+        started: Instant,
     ) -> Result<Value, CallError> {
         let Some(entry) = tools.entry(&call.name) else {
             return Err(CallError::new(
@@ -398,7 +447,7 @@ impl Executor {
                 }
                 let remaining = context.run.admit(&call.name)?;
                 self.invoke(
-                    tools, entry, call, arguments, policy, context, remaining, trace,
+                    tools, entry, call, arguments, policy, context, remaining, trace, started,
                 )
                 .await
             }
@@ -488,6 +537,7 @@ impl Executor {
         context: &CallContext,
         remaining: Option<Duration>,
         trace: &mut Trace,
+        call_started: Instant,
     ) -> Result<Value, CallError> {
         let cached = match (&self.cache, policy.cache_ttl) {
             (Some(cache), Some(ttl)) => {
@@ -506,6 +556,20 @@ impl Executor {
         let (limit, by_budget) = match remaining {
             Some(left) if left < timeout => (left, true),
             _ => (timeout, false),
+        };
+        // A detached tool's task writes the record itself if this call's waiter goes away.
+        let recorder = match &self.ledger {
+            Some(sink) if !policy.cancellable => Some(detached::Recorder {
+                sink: Arc::clone(sink),
+                call: call.clone(),
+                trace: Trace {
+                    arguments: trace.arguments.clone(),
+                    approval: trace.approval,
+                    ..Trace::default()
+                },
+                started: call_started,
+            }),
+            _ => None,
         };
         let started = tokio::time::Instant::now();
         let outcome = if policy.cancellable {
@@ -538,9 +602,15 @@ impl Executor {
             // A tool that must not be cut off half-way (a payment, a booking) runs as a task of
             // its own: neither barge-in nor the timeout stops it, they only stop the waiting.
             // An identical call of the same session started meanwhile joins this one.
+            // The tool's task is tracked (shutdown waits for it) and writes the ledger record
+            // itself if this waiter goes away before the outcome (a barge-in, a timeout).
             let key = inflight::Key::new(context, tools, call, &arguments);
-            let joined = self.in_flight.start(key, guarded_call(entry, arguments));
+            trace.detached = true;
+            let joined = self
+                .in_flight
+                .start(key, guarded_call(entry, arguments), recorder);
             let outcome = self.settle(joined, limit).await;
+            trace.detached = false;
             context.run.spend(started.elapsed());
             outcome
         };
@@ -750,6 +820,7 @@ fn record(
         ),
     };
     LedgerRecord {
+        ran_on: false,
         call_id: call.id.clone(),
         tool: call.name.clone(),
         arguments,

@@ -1,0 +1,204 @@
+//! Non-cancellable calls: the tool runs as a task of its own, tracked so that shutdown can
+//! wait for it, and whoever of the task and its waiter is left last writes its ledger record.
+//!
+//! A tool with `cancellable = false` (a payment, a booking) must not be cut off half-way, so
+//! neither a timeout nor a barge-in stops it: they only stop the waiting. Its outcome must still
+//! reach the ledger: when the waiter is gone (it timed out, or its future was dropped by a
+//! barge-in or a shutdown), the task records the real outcome itself when the tool ends; if the
+//! runtime drops the task before that, it records `Cancelled`. The hand-over is one small
+//! state machine under a mutex, so exactly one side records whatever the order.
+
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::{CallError, Trace, ledger::LedgerSink};
+
+/// What a tool's call ends with (a panic already turned into a `ToolError`).
+pub(crate) type Done = Result<Value, CallError>;
+
+/// The tracker of every detached (non-cancellable) tool task of the process.
+///
+/// It is closed from the start, so [`TaskTracker::wait`] completes as soon as no such task is
+/// running: a server's drain awaits it (within its deadline) before the runtime is dropped, so
+/// that a transfer is not cut half-way.
+pub fn detached_tasks() -> &'static TaskTracker {
+    static TRACKER: LazyLock<TaskTracker> = LazyLock::new(|| {
+        let tracker = TaskTracker::new();
+        tracker.close();
+        tracker
+    });
+    &TRACKER
+}
+
+/// What a detached task needs to write its call's record once its waiter is gone.
+pub(crate) struct Recorder {
+    pub(crate) sink: Arc<dyn LedgerSink>,
+    pub(crate) call: crewline_core::ToolCall,
+    pub(crate) trace: Trace,
+    pub(crate) started: std::time::Instant,
+}
+
+impl Recorder {
+    /// Writes the record of a call that finished (or was dropped) after its waiter left.
+    fn write(self, outcome: Result<Value, CallError>) {
+        let mut record = super::record(&self.call, outcome, self.started.elapsed(), self.trace);
+        record.ran_on = true;
+        if let Err(error) = self.sink.record(&record) {
+            tracing::error!(%error, "the tool ledger could not be written");
+        }
+    }
+}
+
+enum State {
+    /// The tool runs and its waiter waits.
+    Running,
+    /// The tool finished; its waiter has not taken the outcome yet.
+    Finished(Done),
+    /// The waiter took the outcome, or learnt that the task was dropped: it records.
+    Handed,
+    /// The waiter is gone: the task records when it ends.
+    Abandoned(Option<Recorder>),
+}
+
+struct Slot {
+    state: Mutex<State>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update is one assignment: a poisoned state is still whole.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Spawns `tool` as a tracked task of its own; the returned waiter waits for its outcome.
+///
+/// `recorder` (when there is a ledger) is how the task records the outcome if the waiter
+/// leaves first.
+pub(crate) fn spawn(tool: BoxFuture<'static, Done>, recorder: Option<Recorder>) -> Waiter {
+    let slot = Arc::new(Slot {
+        state: Mutex::new(State::Running),
+    });
+    let mut task = TaskEnd {
+        slot: Arc::clone(&slot),
+        done: false,
+    };
+    detached_tasks().spawn(
+        async move {
+            let done = tool.await;
+            task.finish(done);
+        }
+        .instrument(tracing::Span::current()),
+    );
+    Waiter {
+        slot,
+        recorder,
+        taken: false,
+    }
+}
+
+/// The task's side: hands the outcome over, or records it when the waiter is gone.
+struct TaskEnd {
+    slot: Arc<Slot>,
+    done: bool,
+}
+
+impl TaskEnd {
+    fn finish(&mut self, done: Done) {
+        self.done = true;
+        let mut state = self.slot.lock();
+        match std::mem::replace(&mut *state, State::Handed) {
+            State::Running => {
+                *state = State::Finished(done);
+            }
+            State::Abandoned(recorder) => {
+                drop(state);
+                tracing::info!("a tool finished after its caller stopped waiting");
+                if let Some(recorder) = recorder {
+                    recorder.write(done);
+                }
+            }
+            other => *state = other,
+        }
+    }
+}
+
+impl Drop for TaskEnd {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // The runtime dropped the task before the tool ended (a shutdown that did not wait).
+        let mut state = self.slot.lock();
+        match std::mem::replace(&mut *state, State::Handed) {
+            State::Running => {}
+            State::Abandoned(recorder) => {
+                drop(state);
+                tracing::error!("a non-cancellable tool was stopped half-way by the shutdown");
+                if let Some(recorder) = recorder {
+                    recorder.write(Err(CallError::new(
+                        crewline_core::ToolErrorKind::Cancelled,
+                        "the call was cut short by a shutdown",
+                    )
+                    .with_detail(
+                        "the runtime dropped the non-cancellable tool's task before it ended; \
+                         it may have done part of its work",
+                    )));
+                }
+            }
+            other => *state = other,
+        }
+    }
+}
+
+/// The waiting side of a detached call.
+pub(crate) struct Waiter {
+    slot: Arc<Slot>,
+    recorder: Option<Recorder>,
+    taken: bool,
+}
+
+impl Waiter {
+    /// Marks the outcome as received by the caller, who records it: the task must not.
+    pub(crate) fn received(&mut self) {
+        self.taken = true;
+        *self.slot.lock() = State::Handed;
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        // Timed out, or the caller's future was dropped: leave the record to the task, or
+        // write it here if the tool ended in the meantime.
+        let mut state = self.slot.lock();
+        match std::mem::replace(&mut *state, State::Handed) {
+            State::Running => *state = State::Abandoned(self.recorder.take()),
+            State::Finished(done) => {
+                drop(state);
+                if let Some(recorder) = self.recorder.take() {
+                    recorder.write(done);
+                }
+            }
+            State::Handed => {
+                drop(state);
+                if let Some(recorder) = self.recorder.take() {
+                    recorder.write(Err(CallError::new(
+                        crewline_core::ToolErrorKind::Cancelled,
+                        "the call was cut short by a shutdown",
+                    )
+                    .with_detail("the runtime dropped the non-cancellable tool's task")));
+                }
+            }
+            other @ State::Abandoned(_) => *state = other,
+        }
+    }
+}
