@@ -21,7 +21,7 @@ mod error;
 mod message;
 mod tool_call;
 
-pub use context::Context;
+pub use context::{Context, ContextLimits};
 pub use definition::{OpenAiTool, ToolDefinition};
 pub use error::{CoreError, ToolErrorKind};
 pub use message::{Message, Role};
