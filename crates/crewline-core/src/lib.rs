@@ -18,11 +18,13 @@
 mod context;
 mod definition;
 mod error;
+mod excerpt;
 mod message;
 mod tool_call;
 
-pub use context::Context;
+pub use context::{Context, ContextLimits};
 pub use definition::{OpenAiTool, ToolDefinition};
 pub use error::{CoreError, ToolErrorKind};
+pub use excerpt::{Excerpt, LOG_EXCERPT_BYTES, excerpt};
 pub use message::{Message, Role};
 pub use tool_call::{ToolCall, ToolResult};

@@ -472,9 +472,10 @@ fn structured_result(
     match value {
         Some(value) if validator.is_valid(&value) => CallToolResult::structured(value),
         _ => {
+            // The result may be large (and the caller's data): only an excerpt is logged.
             tracing::warn!(
                 tool,
-                content,
+                content = %crewline_core::excerpt(content),
                 "the result does not match the tool's declared output schema"
             );
             let error = serde_json::json!({"error": {

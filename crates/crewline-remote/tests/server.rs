@@ -391,6 +391,59 @@ async fn the_api_key_is_required_when_configured() {
     assert!(task.id.starts_with("task_"));
 }
 
+/// The detail of an error response.
+async fn detail(response: reqwest::Response) -> String {
+    let body: Value = response.json().await.expect("error body");
+    body["detail"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn one_key_cannot_park_every_task_slot() {
+    // Default limits: the store holds 10 000 tasks, one caller 1 000 of them.
+    let api = TaskApi::new().api_key("sk-crew");
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    let create = || {
+        http.post(format!("{url}/task"))
+            .bearer_auth("sk-crew")
+            .json(&json!({}))
+            .send()
+    };
+    for _ in 0..1_000 {
+        assert_eq!(create().await.expect("post").status(), 200);
+    }
+    let refused = create().await.expect("post");
+    assert_eq!(
+        refused.status(),
+        429,
+        "the caller's own cap, not the store's 503"
+    );
+    let reason = detail(refused).await;
+    assert!(reason.contains("1000 tasks"), "{reason}");
+}
+
+#[tokio::test]
+async fn a_task_over_its_byte_budget_is_refused_with_the_reason() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    // 1.5 MiB: under the HTTP body limit, over a task's default budget of 1 MiB.
+    let mut spec = weather_spec(None);
+    spec.description = "x".repeat(3 << 19);
+    let refused = http
+        .post(format!("{url}/task"))
+        .json(&TaskRequest {
+            custom_tools: vec![spec],
+            ..TaskRequest::default()
+        })
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(refused.status(), 413);
+    let reason = detail(refused).await;
+    assert!(reason.contains("at most 1048576 bytes"), "{reason}");
+}
+
 #[tokio::test]
 async fn cancelling_the_task_fails_the_waiting_call_with_a_tool_error() {
     let api = TaskApi::new();

@@ -65,7 +65,7 @@ pub mod prelude {
         function_tool, tools,
     };
     pub use crewline_core::{
-        Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult,
+        Context, ContextLimits, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult,
     };
     pub use crewline_llm::{
         ChatRequest, LlmClient, LlmError, OpenAiClient, Reply, RequestOptions, ScriptedLlm,

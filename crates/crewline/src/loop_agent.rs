@@ -1,7 +1,7 @@
 //! The common output agent: a conversation answered by a tool loop.
 
 use async_trait::async_trait;
-use crewline_core::Context;
+use crewline_core::{Context, ContextLimits};
 
 use crate::{CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStream};
 
@@ -29,6 +29,14 @@ impl LoopAgent {
     /// An agent with `system_prompt` whose answers come from `tool_loop`.
     pub fn new(system_prompt: impl Into<String>, tool_loop: ToolLoop) -> Self {
         Self::with_context(Context::with_system(system_prompt), tool_loop)
+    }
+
+    /// How much of the conversation the agent keeps (default [`ContextLimits::default`]):
+    /// past it, the oldest turns go first.
+    #[must_use]
+    pub fn context_limits(mut self, limits: ContextLimits) -> Self {
+        self.context.set_limits(limits);
+        self
     }
 
     /// An agent that starts from `context`.

@@ -22,6 +22,9 @@
 //! beyond loopback without a credential: give task clients the crew server's token, or add the
 //! task key to the crew server too (`CrewServer::credential`), since the client sends its key
 //! both ways.
+//!
+//! Every request is bounded ([`StoreLimits`]): a caller over its own task or byte budget gets
+//! 429, a task over its byte budget 413, and a full store 503, each with the reason.
 
 mod store;
 mod tool;
@@ -200,6 +203,21 @@ impl TaskApi {
     }
 }
 
+impl TaskApi {
+    /// Who a request acts for, as the per-caller limits count it. A stand-in until the shared
+    /// auth layer names the matched credential in a request extension: the one api key has
+    /// already been checked by [`authorize`], so a request that got here presented it. A key
+    /// sent to a server that checks none is not an identity: `anonymous`, one owner for all,
+    /// so made-up keys cannot open fresh budgets.
+    fn owner(&self) -> &'static str {
+        if self.api_key.is_some() {
+            "api_key"
+        } else {
+            "anonymous"
+        }
+    }
+}
+
 /// An error response: a status and `{"detail": ...}`.
 #[derive(Debug)]
 struct ApiError {
@@ -237,7 +255,11 @@ impl From<StoreError> for ApiError {
             | StoreError::NotWaiting(_)
             | StoreError::AlreadyAttached(_)
             | StoreError::Finished { .. } => StatusCode::CONFLICT,
-            StoreError::Full(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Full(_) | StoreError::FullBytes(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::TooManyTasks(_) | StoreError::OwnerBudget(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            StoreError::TaskBudget(_) => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self {
@@ -287,7 +309,10 @@ async fn create_task(
             .register(tool::SpecCheck(spec.clone()))
             .map_err(|error| ApiError::bad_request(format!("custom_tools: {error}")))?;
     }
-    let task = api.store.create(request.task, request.custom_tools).await?;
+    let task = api
+        .store
+        .create(api.owner(), request.task, request.custom_tools)
+        .await?;
     tracing::info!(task_id = %task.id, tools = task.custom_tools.len(), "task created");
     Ok(Json(Envelope {
         r: task_response(task, Vec::new()),

@@ -18,6 +18,9 @@ use crate::wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer, now_
 pub struct TaskSnapshot {
     /// The task's id.
     pub id: String,
+    /// Who created it (the credential's name, or `anonymous`): the per-caller limits count
+    /// its tasks and bytes against this owner.
+    pub owner: String,
     /// Its status.
     pub status: TaskStatus,
     /// What the client asked for, if anything.
@@ -73,6 +76,27 @@ pub enum StoreError {
     /// The store holds as many tasks as it may.
     #[error("the task store is full ({0} tasks); try again later")]
     Full(usize),
+    /// The store's tasks hold as many bytes as they may, all callers together.
+    #[error("the task store is full ({0} bytes held); try again later")]
+    FullBytes(usize),
+    /// The caller already holds as many tasks as one caller may.
+    #[error(
+        "this caller already holds {0} tasks, the most one caller may; finish or cancel one \
+         (DELETE /task/{{id}}) before creating another"
+    )]
+    TooManyTasks(usize),
+    /// The caller's tasks already hold as many bytes as one caller's may.
+    #[error(
+        "this caller's tasks would hold more than {0} bytes, the most one caller's may; finish \
+         or cancel a task, or send less"
+    )]
+    OwnerBudget(usize),
+    /// The task would hold more bytes (its tools, events and pending answers) than a task may.
+    #[error(
+        "a task may hold at most {0} bytes (its tools, tool calls and pending answers); this \
+         would exceed it"
+    )]
+    TaskBudget(usize),
     /// The backend failed (for stores other than the in-memory one).
     #[error("the task store failed: {0}")]
     Backend(String),
@@ -84,9 +108,11 @@ pub enum StoreError {
 /// several crew servers behind a load balancer serve one task API.
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
-    /// Creates a task in [`TaskStatus::Waiting`].
+    /// Creates a task in [`TaskStatus::Waiting`] for `owner` (the credential that asked; the
+    /// per-caller limits count against it).
     async fn create(
         &self,
+        owner: &str,
         task: Option<String>,
         custom_tools: Vec<CustomTool>,
     ) -> Result<TaskSnapshot, StoreError>;
@@ -126,10 +152,27 @@ pub trait TaskStore: Send + Sync + 'static {
 }
 
 /// The limits of a [`MemoryStore`].
+///
+/// Every limit bounds memory a caller can make the server hold: tasks per caller and in all,
+/// and the bytes they hold (the task's text and tool specs, its tool-call events, answers not
+/// yet taken) per task, per caller and in all. A request over a limit is refused with the
+/// reason; nothing already accepted is dropped for it, except the oldest events of a task
+/// (settled tool calls, as [`max_events`](Self::max_events) already does) and a caller's own
+/// finished tasks (which only linger to be read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreLimits {
-    /// Most tasks kept at once (default 10 000).
+    /// Most tasks kept at once, all callers together (default 10 000).
     pub max_tasks: usize,
+    /// Most tasks one caller (one credential) may hold at once, finished ones lingering
+    /// included (default 1 000, a tenth of `max_tasks`, so one caller cannot fill the store).
+    pub max_tasks_per_owner: usize,
+    /// Most bytes one task may hold (default 1 MiB).
+    pub max_task_bytes: usize,
+    /// Most bytes one caller's tasks may hold together (default 64 MiB, a quarter of
+    /// `max_total_bytes`).
+    pub max_owner_bytes: usize,
+    /// Most bytes all tasks may hold together (default 256 MiB).
+    pub max_total_bytes: usize,
     /// Most events kept per task; the oldest go first (default 256).
     pub max_events: usize,
     /// How long a task may wait for a call to attach it (default 10 min).
@@ -144,6 +187,12 @@ impl Default for StoreLimits {
     fn default() -> Self {
         Self {
             max_tasks: 10_000,
+            max_tasks_per_owner: 1_000,
+            // A voice agent's tools are a few specs of a few KiB, its calls and answers are
+            // what a model reads aloud: 1 MiB is far above a real task and far below harm.
+            max_task_bytes: 1 << 20,
+            max_owner_bytes: 64 << 20,
+            max_total_bytes: 256 << 20,
             max_events: 256,
             waiting_ttl: Duration::from_secs(600),
             max_age: Duration::from_secs(4 * 3600),
@@ -156,8 +205,8 @@ impl Default for StoreLimits {
 #[derive(Debug)]
 enum CallState {
     Pending,
-    /// Answered; the answer until its waiter takes it.
-    Answered(Option<ToolAnswer>),
+    /// Answered; the answer (and the bytes it holds) until its waiter takes it.
+    Answered(Option<(ToolAnswer, usize)>),
     Abandoned,
 }
 
@@ -165,9 +214,12 @@ struct TaskEntry {
     snapshot: TaskSnapshot,
     created: Instant,
     finished: Option<Instant>,
-    events: VecDeque<TaskEvent>,
+    /// The events, each with the bytes it holds.
+    events: VecDeque<(TaskEvent, usize)>,
     last_timestamp: u64,
     calls: HashMap<String, CallState>,
+    /// The bytes this task holds: its request, its events, its answers not yet taken.
+    bytes: usize,
     /// Bumped on every change; pollers and waiters watch it.
     changed: watch::Sender<u64>,
 }
@@ -185,10 +237,89 @@ impl TaskEntry {
             _ => age >= limits.max_age,
         }
     }
+
+    /// Drops the oldest event; a pruned call that still waits keeps its state, the others go
+    /// with it. Returns the bytes freed.
+    fn drop_event(&mut self, index: usize) -> usize {
+        let Some((old, size)) = self.events.remove(index) else {
+            return 0;
+        };
+        if !matches!(self.calls.get(&old.id), Some(CallState::Pending)) {
+            self.calls.remove(&old.id);
+        }
+        self.bytes -= size;
+        size
+    }
 }
 
-/// The in-memory [`TaskStore`]: bounded (tasks, events per task) and self-cleaning (waiting
-/// tasks expire, finished ones linger a while); cheap to clone.
+/// What one caller holds.
+#[derive(Debug, Default, Clone, Copy)]
+struct OwnerUse {
+    tasks: usize,
+    bytes: usize,
+}
+
+/// What the store holds, per caller and in all.
+#[derive(Default)]
+struct Usage {
+    owners: HashMap<String, OwnerUse>,
+    bytes: usize,
+}
+
+impl Usage {
+    /// Charges `add` more bytes to `entry` if every budget allows it.
+    fn reserve(
+        &mut self,
+        limits: &StoreLimits,
+        entry: &mut TaskEntry,
+        add: usize,
+    ) -> Result<(), StoreError> {
+        if entry.bytes.saturating_add(add) > limits.max_task_bytes {
+            return Err(StoreError::TaskBudget(limits.max_task_bytes));
+        }
+        let owner = self
+            .owners
+            .get(&entry.snapshot.owner)
+            .map_or(0, |used| used.bytes);
+        if owner.saturating_add(add) > limits.max_owner_bytes {
+            return Err(StoreError::OwnerBudget(limits.max_owner_bytes));
+        }
+        if self.bytes.saturating_add(add) > limits.max_total_bytes {
+            return Err(StoreError::FullBytes(limits.max_total_bytes));
+        }
+        self.bytes += add;
+        self.owners
+            .entry(entry.snapshot.owner.clone())
+            .or_default()
+            .bytes += add;
+        entry.bytes += add;
+        Ok(())
+    }
+
+    /// Gives back `freed` bytes `owner`'s task no longer holds.
+    fn release(&mut self, owner: &str, freed: usize) {
+        self.bytes -= freed;
+        if let Some(used) = self.owners.get_mut(owner) {
+            used.bytes -= freed;
+        }
+    }
+
+    /// Forgets a task that leaves the store.
+    fn forget(&mut self, entry: &TaskEntry) {
+        self.bytes -= entry.bytes;
+        if let Some(used) = self.owners.get_mut(&entry.snapshot.owner) {
+            used.bytes -= entry.bytes;
+            used.tasks -= 1;
+            if used.tasks == 0 {
+                self.owners.remove(&entry.snapshot.owner);
+            }
+        }
+    }
+}
+
+/// The in-memory [`TaskStore`]: bounded (tasks and bytes per caller and in all, bytes and
+/// events per task; see [`StoreLimits`]) and self-cleaning (waiting tasks expire, finished
+/// ones linger a while); cheap to clone.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
@@ -198,15 +329,88 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     tasks: HashMap<String, TaskEntry>,
+    usage: Usage,
+}
+
+impl Inner {
+    fn remove(&mut self, id: &str) {
+        if let Some(entry) = self.tasks.remove(id) {
+            self.usage.forget(&entry);
+        }
+    }
+
+    /// Drops every expired task.
+    fn sweep(&mut self, limits: &StoreLimits) {
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .tasks
+            .iter()
+            .filter(|(_, entry)| entry.expired(limits, now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            self.remove(&id);
+        }
+    }
+
+    /// Drops `owner`'s oldest finished task (it only lingers to be read); whether there was
+    /// one.
+    fn evict_finished(&mut self, owner: &str) -> bool {
+        let oldest = self
+            .tasks
+            .iter()
+            .filter(|(_, entry)| entry.snapshot.owner == owner)
+            .filter_map(|(id, entry)| entry.finished.map(|at| (at, id)))
+            .min()
+            .map(|(_, id)| id.clone());
+        match oldest {
+            Some(id) => {
+                self.remove(&id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Makes room for `owner` after a refusal: expired tasks go, then `owner`'s own finished
+    /// ones while the refusal was its own budget's. Whether anything went.
+    fn make_room(&mut self, limits: &StoreLimits, owner: &str, refusal: &StoreError) -> bool {
+        let before = self.tasks.len();
+        self.sweep(limits);
+        if matches!(refusal, StoreError::OwnerBudget(_)) {
+            self.evict_finished(owner);
+        }
+        self.tasks.len() < before
+    }
 }
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
         f.debug_struct("MemoryStore")
-            .field("tasks", &self.lock().tasks.len())
+            .field("tasks", &inner.tasks.len())
+            .field("bytes", &inner.usage.bytes)
             .field("limits", &self.limits)
             .finish()
     }
+}
+
+/// The bytes `value` takes as JSON: what holding it costs, near enough.
+fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail, and these values serialise without error.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 impl MemoryStore {
@@ -233,6 +437,11 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// How many bytes the store's tasks hold (as counted against [`StoreLimits`]).
+    pub fn bytes(&self) -> usize {
+        self.lock().usage.bytes
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent data (every update is one step),
         // so a poisoned lock is still usable.
@@ -241,29 +450,66 @@ impl MemoryStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `f` on the live task `id`.
+    /// Runs `f` on the live task `id`. When `f` is refused for a caller's or the store's byte
+    /// budget, expired tasks (and the caller's own finished ones) make room and `f` runs once
+    /// more; so what `f` changes before it is refused must be safe to do twice.
     fn with_task<T>(
         &self,
         id: &str,
-        f: impl FnOnce(&mut TaskEntry) -> Result<T, StoreError>,
+        mut f: impl FnMut(&mut TaskEntry, &mut Usage) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut inner = self.lock();
-        let now = Instant::now();
-        match inner.tasks.get_mut(id) {
-            Some(entry) if !entry.expired(&self.limits, now) => f(entry),
-            Some(_) => {
-                inner.tasks.remove(id);
-                Err(StoreError::UnknownTask(id.to_owned()))
+        let mut retried = false;
+        loop {
+            let now = Instant::now();
+            let Inner { tasks, usage } = &mut *inner;
+            let result = match tasks.get_mut(id) {
+                Some(entry) if !entry.expired(&self.limits, now) => f(entry, usage),
+                Some(_) => {
+                    if let Some(entry) = tasks.remove(id) {
+                        usage.forget(&entry);
+                    }
+                    return Err(StoreError::UnknownTask(id.to_owned()));
+                }
+                None => return Err(StoreError::UnknownTask(id.to_owned())),
+            };
+            match result {
+                Err(refusal @ (StoreError::OwnerBudget(_) | StoreError::FullBytes(_)))
+                    if !retried =>
+                {
+                    let owner = tasks
+                        .get(id)
+                        .map(|entry| entry.snapshot.owner.clone())
+                        .unwrap_or_default();
+                    retried = true;
+                    if !inner.make_room(&self.limits, &owner, &refusal) {
+                        return Err(refusal);
+                    }
+                }
+                result => return result,
             }
-            None => Err(StoreError::UnknownTask(id.to_owned())),
         }
     }
 
-    fn sweep(&self, inner: &mut Inner) {
-        let now = Instant::now();
-        inner
-            .tasks
-            .retain(|_, entry| !entry.expired(&self.limits, now));
+    /// Checks the per-caller and store-wide task counts for a new task of `owner`, making
+    /// room (expired tasks, then `owner`'s own finished ones) where that helps.
+    fn admit(&self, inner: &mut Inner, owner: &str) -> Result<(), StoreError> {
+        let held = |inner: &Inner| inner.usage.owners.get(owner).map_or(0, |used| used.tasks);
+        if held(inner) >= self.limits.max_tasks_per_owner {
+            inner.sweep(&self.limits);
+            while held(inner) >= self.limits.max_tasks_per_owner {
+                if !inner.evict_finished(owner) {
+                    return Err(StoreError::TooManyTasks(self.limits.max_tasks_per_owner));
+                }
+            }
+        }
+        if inner.tasks.len() >= self.limits.max_tasks {
+            inner.sweep(&self.limits);
+            if inner.tasks.len() >= self.limits.max_tasks {
+                return Err(StoreError::Full(self.limits.max_tasks));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -271,44 +517,59 @@ impl MemoryStore {
 impl TaskStore for MemoryStore {
     async fn create(
         &self,
+        owner: &str,
         task: Option<String>,
         custom_tools: Vec<CustomTool>,
     ) -> Result<TaskSnapshot, StoreError> {
-        let mut inner = self.lock();
-        if inner.tasks.len() >= self.limits.max_tasks {
-            self.sweep(&mut inner);
-            if inner.tasks.len() >= self.limits.max_tasks {
-                return Err(StoreError::Full(self.limits.max_tasks));
-            }
-        }
         let snapshot = TaskSnapshot {
             id: format!("task_{}", uuid::Uuid::new_v4().simple()),
+            owner: owner.to_owned(),
             status: TaskStatus::Waiting,
             task,
             custom_tools,
         };
+        let size = snapshot.id.len()
+            + snapshot.owner.len()
+            + json_len(&snapshot.task)
+            + json_len(&snapshot.custom_tools);
+        if size > self.limits.max_task_bytes {
+            return Err(StoreError::TaskBudget(self.limits.max_task_bytes));
+        }
+        let mut inner = self.lock();
+        self.admit(&mut inner, owner)?;
         let (changed, _) = watch::channel(0);
-        inner.tasks.insert(
-            snapshot.id.clone(),
-            TaskEntry {
-                snapshot: snapshot.clone(),
-                created: Instant::now(),
-                finished: None,
-                events: VecDeque::new(),
-                last_timestamp: 0,
-                calls: HashMap::new(),
-                changed,
-            },
-        );
+        let mut entry = TaskEntry {
+            snapshot: snapshot.clone(),
+            created: Instant::now(),
+            finished: None,
+            events: VecDeque::new(),
+            last_timestamp: 0,
+            calls: HashMap::new(),
+            bytes: 0,
+            changed,
+        };
+        if let Err(refusal) = inner.usage.reserve(&self.limits, &mut entry, size) {
+            if !inner.make_room(&self.limits, owner, &refusal) {
+                return Err(refusal);
+            }
+            inner.usage.reserve(&self.limits, &mut entry, size)?;
+        }
+        inner
+            .usage
+            .owners
+            .entry(owner.to_owned())
+            .or_default()
+            .tasks += 1;
+        inner.tasks.insert(snapshot.id.clone(), entry);
         Ok(snapshot)
     }
 
     async fn get(&self, id: &str) -> Result<TaskSnapshot, StoreError> {
-        self.with_task(id, |entry| Ok(entry.snapshot.clone()))
+        self.with_task(id, |entry, _| Ok(entry.snapshot.clone()))
     }
 
     async fn attach(&self, id: &str) -> Result<TaskSnapshot, StoreError> {
-        self.with_task(id, |entry| match entry.snapshot.status {
+        self.with_task(id, |entry, _| match entry.snapshot.status {
             TaskStatus::Waiting => {
                 entry.snapshot.status = TaskStatus::Running;
                 entry.touch();
@@ -323,7 +584,7 @@ impl TaskStore for MemoryStore {
     }
 
     async fn finish(&self, id: &str, status: TaskStatus) -> Result<TaskSnapshot, StoreError> {
-        self.with_task(id, |entry| {
+        self.with_task(id, |entry, _| {
             if !entry.snapshot.status.is_terminal() {
                 entry.snapshot.status = status;
                 entry.finished = Some(Instant::now());
@@ -345,33 +606,48 @@ impl TaskStore for MemoryStore {
         input: Value,
     ) -> Result<TaskEvent, StoreError> {
         let max_events = self.limits.max_events.max(1);
-        self.with_task(id, |entry| {
+        let limits = self.limits;
+        let event = TaskEvent {
+            id: format!("evt_{}", uuid::Uuid::new_v4().simple()),
+            name: TOOL_CALL.to_owned(),
+            payload: json!({"name": tool, "input": input}),
+            timestamp: None,
+        };
+        let size = json_len(&event);
+        self.with_task(id, |entry, usage| {
             if entry.snapshot.status.is_terminal() {
                 return Err(StoreError::Finished {
                     id: id.to_owned(),
                     status: entry.snapshot.status,
                 });
             }
+            let owner = entry.snapshot.owner.clone();
+            while entry.events.len() >= max_events {
+                let freed = entry.drop_event(0);
+                usage.release(&owner, freed);
+            }
+            // Over the task's budget, settled events (the oldest first) make room, as they
+            // would for `max_events`; calls still waiting for an answer are never dropped.
+            while entry.bytes.saturating_add(size) > limits.max_task_bytes {
+                let Some(index) = entry
+                    .events
+                    .iter()
+                    .position(|(e, _)| !matches!(entry.calls.get(&e.id), Some(CallState::Pending)))
+                else {
+                    break;
+                };
+                let freed = entry.drop_event(index);
+                usage.release(&owner, freed);
+            }
+            usage.reserve(&limits, entry, size)?;
             // Strictly increasing per task, so `event_t` = the last timestamp seen misses
             // nothing, even for several events in one millisecond.
             let timestamp = now_ms().max(entry.last_timestamp + 1);
             entry.last_timestamp = timestamp;
-            let event = TaskEvent {
-                id: format!("evt_{}", uuid::Uuid::new_v4().simple()),
-                name: TOOL_CALL.to_owned(),
-                payload: json!({"name": tool, "input": input}),
-                timestamp: Some(timestamp),
-            };
-            while entry.events.len() >= max_events {
-                if let Some(old) = entry.events.pop_front() {
-                    // A pruned call that still waits keeps its state; the others go with it.
-                    if !matches!(entry.calls.get(&old.id), Some(CallState::Pending)) {
-                        entry.calls.remove(&old.id);
-                    }
-                }
-            }
+            let mut event = event.clone();
+            event.timestamp = Some(timestamp);
             entry.calls.insert(event.id.clone(), CallState::Pending);
-            entry.events.push_back(event.clone());
+            entry.events.push_back((event.clone(), size));
             entry.touch();
             Ok(event)
         })
@@ -379,15 +655,16 @@ impl TaskStore for MemoryStore {
 
     async fn poll(&self, id: &str, after: u64, wait: Duration) -> Result<Polled, StoreError> {
         let deadline = tokio::time::Instant::now() + wait;
-        let mut changed = self.with_task(id, |entry| Ok(entry.changed.subscribe()))?;
+        let mut changed = self.with_task(id, |entry, _| Ok(entry.changed.subscribe()))?;
         loop {
             changed.borrow_and_update();
-            let polled = self.with_task(id, |entry| {
+            let polled = self.with_task(id, |entry, _| {
                 Ok(Polled {
                     task: entry.snapshot.clone(),
                     events: entry
                         .events
                         .iter()
+                        .map(|(e, _)| e)
                         .filter(|e| e.timestamp.unwrap_or(0) > after)
                         .cloned()
                         .collect(),
@@ -400,7 +677,7 @@ impl TaskStore for MemoryStore {
                 Ok(Ok(())) => {}
                 // The wait is over, or the task is gone (the next look says which).
                 Ok(Err(_)) | Err(_) => {
-                    return self.with_task(id, |entry| {
+                    return self.with_task(id, |entry, _| {
                         Ok(Polled {
                             task: entry.snapshot.clone(),
                             events: Vec::new(),
@@ -412,9 +689,12 @@ impl TaskStore for MemoryStore {
     }
 
     async fn answer(&self, id: &str, event: &str, answer: ToolAnswer) -> Result<(), StoreError> {
-        self.with_task(id, |entry| {
-            let Some(state) = entry.calls.get_mut(event) else {
-                return Err(if entry.events.iter().any(|e| e.id == event) {
+        let limits = self.limits;
+        let size = json_len(&answer);
+        let mut answer = Some(answer);
+        self.with_task(id, |entry, usage| {
+            let Some(state) = entry.calls.get(event) else {
+                return Err(if entry.events.iter().any(|(e, _)| e.id == event) {
                     StoreError::NotAToolCall(event.to_owned())
                 } else {
                     StoreError::UnknownEvent {
@@ -425,7 +705,12 @@ impl TaskStore for MemoryStore {
             };
             match state {
                 CallState::Pending => {
-                    *state = CallState::Answered(Some(answer));
+                    // The answer is held until its waiter takes it: it counts.
+                    usage.reserve(&limits, entry, size)?;
+                    let taken = answer.take().map(|answer| (answer, size));
+                    entry
+                        .calls
+                        .insert(event.to_owned(), CallState::Answered(taken));
                     entry.touch();
                     Ok(())
                 }
@@ -436,20 +721,29 @@ impl TaskStore for MemoryStore {
     }
 
     async fn wait_answer(&self, id: &str, event: &str) -> Result<ToolAnswer, StoreError> {
-        let mut changed = self.with_task(id, |entry| Ok(entry.changed.subscribe()))?;
+        let mut changed = self.with_task(id, |entry, _| Ok(entry.changed.subscribe()))?;
         loop {
             changed.borrow_and_update();
-            let answer = self.with_task(id, |entry| match entry.calls.get_mut(event) {
-                Some(CallState::Pending) => Ok(None),
-                Some(CallState::Answered(answer)) => answer
-                    .take()
-                    .map(Some)
-                    .ok_or_else(|| StoreError::AlreadyAnswered(event.to_owned())),
-                Some(CallState::Abandoned) => Err(StoreError::NotWaiting(event.to_owned())),
-                None => Err(StoreError::UnknownEvent {
-                    task: id.to_owned(),
-                    event: event.to_owned(),
-                }),
+            let answer = self.with_task(id, |entry, usage| {
+                let answer = match entry.calls.get_mut(event) {
+                    Some(CallState::Pending) => return Ok(None),
+                    Some(CallState::Answered(answer)) => answer
+                        .take()
+                        .ok_or_else(|| StoreError::AlreadyAnswered(event.to_owned()))?,
+                    Some(CallState::Abandoned) => {
+                        return Err(StoreError::NotWaiting(event.to_owned()));
+                    }
+                    None => {
+                        return Err(StoreError::UnknownEvent {
+                            task: id.to_owned(),
+                            event: event.to_owned(),
+                        });
+                    }
+                };
+                let (answer, size) = answer;
+                entry.bytes -= size;
+                usage.release(&entry.snapshot.owner, size);
+                Ok(Some(answer))
             })?;
             if let Some(answer) = answer {
                 return Ok(answer);
@@ -462,7 +756,7 @@ impl TaskStore for MemoryStore {
 
     fn abandon(&self, id: &str, event: &str) {
         // The only error is an unknown (or expired) task, which has no call left to abandon.
-        let _ = self.with_task(id, |entry| {
+        let _ = self.with_task(id, |entry, _| {
             if let Some(state) = entry.calls.get_mut(event)
                 && matches!(state, CallState::Pending)
             {
@@ -484,7 +778,7 @@ mod tests {
     #[tokio::test]
     async fn a_tool_call_is_answered_once() {
         let store = MemoryStore::new();
-        let task = store.create(None, Vec::new()).await.unwrap();
+        let task = store.create("a", None, Vec::new()).await.unwrap();
         store.attach(&task.id).await.unwrap();
         let event = store
             .emit_tool_call(&task.id, "t", json!({"a": 1}))
@@ -507,7 +801,7 @@ mod tests {
     #[tokio::test]
     async fn abandoned_calls_refuse_late_answers() {
         let store = MemoryStore::new();
-        let task = store.create(None, Vec::new()).await.unwrap();
+        let task = store.create("a", None, Vec::new()).await.unwrap();
         let event = store
             .emit_tool_call(&task.id, "t", json!({}))
             .await
@@ -527,7 +821,7 @@ mod tests {
             max_events: 3,
             ..StoreLimits::default()
         });
-        let task = store.create(None, Vec::new()).await.unwrap();
+        let task = store.create("a", None, Vec::new()).await.unwrap();
         let mut ids = Vec::new();
         for _ in 0..5 {
             let event = store
@@ -559,8 +853,8 @@ mod tests {
             linger: Duration::from_millis(50),
             ..StoreLimits::default()
         });
-        let waiting = store.create(None, Vec::new()).await.unwrap();
-        let finished = store.create(None, Vec::new()).await.unwrap();
+        let waiting = store.create("a", None, Vec::new()).await.unwrap();
+        let finished = store.create("a", None, Vec::new()).await.unwrap();
         store.attach(&finished.id).await.unwrap();
         store.finish(&finished.id, TaskStatus::Done).await.unwrap();
         assert_eq!(
@@ -584,10 +878,10 @@ mod tests {
             max_tasks: 2,
             ..StoreLimits::default()
         });
-        store.create(None, Vec::new()).await.unwrap();
-        store.create(None, Vec::new()).await.unwrap();
+        store.create("a", None, Vec::new()).await.unwrap();
+        store.create("a", None, Vec::new()).await.unwrap();
         assert_eq!(
-            store.create(None, Vec::new()).await,
+            store.create("a", None, Vec::new()).await,
             Err(StoreError::Full(2))
         );
     }
@@ -595,7 +889,7 @@ mod tests {
     #[tokio::test]
     async fn a_long_poll_wakes_for_a_new_event() {
         let store = MemoryStore::new();
-        let task = store.create(None, Vec::new()).await.unwrap();
+        let task = store.create("a", None, Vec::new()).await.unwrap();
         store.attach(&task.id).await.unwrap();
         let poller = {
             let store = store.clone();
@@ -609,5 +903,175 @@ mod tests {
             .unwrap();
         let polled = poller.await.unwrap().unwrap();
         assert_eq!(polled.events, [event]);
+    }
+
+    /// A tool spec whose description is `bytes` long: a task that holds about that much.
+    fn tools_of(bytes: usize) -> Vec<CustomTool> {
+        vec![CustomTool {
+            name: "t".to_owned(),
+            description: "x".repeat(bytes),
+            inputs: json!({"type": "object"}),
+            output: String::new(),
+            timeout_ms: None,
+        }]
+    }
+
+    #[tokio::test]
+    async fn one_caller_cannot_take_every_task_slot() {
+        let store = store(StoreLimits {
+            max_tasks: 10,
+            max_tasks_per_owner: 3,
+            ..StoreLimits::default()
+        });
+        for _ in 0..3 {
+            store.create("greedy", None, Vec::new()).await.unwrap();
+        }
+        assert_eq!(
+            store.create("greedy", None, Vec::new()).await,
+            Err(StoreError::TooManyTasks(3))
+        );
+        // Another caller is not held back by the first one's tasks.
+        store.create("other", None, Vec::new()).await.unwrap();
+        assert_eq!(store.len(), 4, "nothing already accepted was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_callers_finished_tasks_make_room_for_its_new_ones() {
+        let store = store(StoreLimits {
+            max_tasks_per_owner: 2,
+            ..StoreLimits::default()
+        });
+        let live = store.create("a", None, Vec::new()).await.unwrap();
+        let done = store.create("a", None, Vec::new()).await.unwrap();
+        store.finish(&done.id, TaskStatus::Cancelled).await.unwrap();
+        // Create and cancel in a loop: the caller's own finished tasks go, its live one stays.
+        for _ in 0..5 {
+            let task = store.create("a", None, Vec::new()).await.unwrap();
+            store.finish(&task.id, TaskStatus::Cancelled).await.unwrap();
+        }
+        assert_eq!(
+            store.get(&live.id).await.unwrap().status,
+            TaskStatus::Waiting
+        );
+        assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_task_larger_than_its_budget_is_refused() {
+        let store = store(StoreLimits {
+            max_task_bytes: 4096,
+            ..StoreLimits::default()
+        });
+        assert_eq!(
+            store.create("a", None, tools_of(8192)).await,
+            Err(StoreError::TaskBudget(4096))
+        );
+        store.create("a", None, tools_of(1024)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn one_callers_bytes_cannot_fill_the_store() {
+        let store = store(StoreLimits {
+            max_task_bytes: 64 << 10,
+            max_owner_bytes: 100 << 10,
+            max_total_bytes: 200 << 10,
+            ..StoreLimits::default()
+        });
+        store
+            .create("greedy", None, tools_of(60 << 10))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.create("greedy", None, tools_of(60 << 10)).await,
+            Err(StoreError::OwnerBudget(100 << 10))
+        );
+        store.create("b", None, tools_of(60 << 10)).await.unwrap();
+        store.create("c", None, tools_of(60 << 10)).await.unwrap();
+        // All callers together: the store's own budget.
+        assert_eq!(
+            store.create("d", None, tools_of(60 << 10)).await,
+            Err(StoreError::FullBytes(200 << 10))
+        );
+        assert!(store.bytes() <= 200 << 10);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_answer_is_refused_and_the_call_still_waits() {
+        let store = store(StoreLimits {
+            max_task_bytes: 4096,
+            ..StoreLimits::default()
+        });
+        let task = store.create("a", None, Vec::new()).await.unwrap();
+        store.attach(&task.id).await.unwrap();
+        let event = store
+            .emit_tool_call(&task.id, "t", json!({}))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .answer(&task.id, &event.id, ToolAnswer::ok(json!("x".repeat(8192))))
+                .await,
+            Err(StoreError::TaskBudget(4096))
+        );
+        // Nothing accepted was lost: the call still takes a proper answer.
+        store
+            .answer(&task.id, &event.id, ToolAnswer::ok(json!("fine")))
+            .await
+            .unwrap();
+        let answer = store.wait_answer(&task.id, &event.id).await.unwrap();
+        assert_eq!(answer.output, json!("fine"));
+    }
+
+    #[tokio::test]
+    async fn large_tool_calls_prune_settled_events_and_never_waiting_ones() {
+        let store = store(StoreLimits {
+            max_task_bytes: 8192,
+            ..StoreLimits::default()
+        });
+        let task = store.create("a", None, Vec::new()).await.unwrap();
+        store.attach(&task.id).await.unwrap();
+        let big = json!({"text": "x".repeat(2000)});
+        // Settled calls make room for new ones, oldest first, without end.
+        for _ in 0..20 {
+            let event = store
+                .emit_tool_call(&task.id, "t", big.clone())
+                .await
+                .unwrap();
+            store.abandon(&task.id, &event.id);
+        }
+        assert!(store.bytes() <= 8192);
+        // Calls still waiting are kept; once they fill the budget, a new call is refused.
+        let mut waiting = Vec::new();
+        let refused = loop {
+            match store.emit_tool_call(&task.id, "t", big.clone()).await {
+                Ok(event) => waiting.push(event.id),
+                Err(error) => break error,
+            }
+            assert!(waiting.len() < 10, "the budget bounds waiting calls");
+        };
+        assert_eq!(refused, StoreError::TaskBudget(8192));
+        assert!(!waiting.is_empty());
+        for id in &waiting {
+            store
+                .answer(&task.id, id, ToolAnswer::ok(json!(1)))
+                .await
+                .unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn expired_tasks_give_their_bytes_back() {
+        let store = store(StoreLimits {
+            waiting_ttl: Duration::from_millis(30),
+            max_owner_bytes: 100 << 10,
+            ..StoreLimits::default()
+        });
+        store.create("a", None, tools_of(60 << 10)).await.unwrap();
+        assert!(store.bytes() >= 60 << 10);
+        std::thread::sleep(Duration::from_millis(40));
+        // The expired task's bytes are the caller's again.
+        store.create("a", None, tools_of(60 << 10)).await.unwrap();
+        assert_eq!(store.len(), 1);
+        assert!(store.bytes() < 100 << 10);
     }
 }

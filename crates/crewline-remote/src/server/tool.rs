@@ -84,8 +84,15 @@ impl Tool for RemoteTool {
             .emit_tool_call(&self.task_id, &self.spec.name, arguments)
             .await
             .map_err(|error| {
-                ToolError::new("the remote tool is not available: its client's task has ended")
-                    .with_detail(error)
+                let message = match error {
+                    StoreError::TaskBudget(_)
+                    | StoreError::OwnerBudget(_)
+                    | StoreError::FullBytes(_) => {
+                        "the remote tool was not called: its task holds as much as it may"
+                    }
+                    _ => "the remote tool is not available: its client's task has ended",
+                };
+                ToolError::new(message).with_detail(error)
             })?;
         let mut waiting = Waiting {
             store,

@@ -371,8 +371,12 @@ impl Executor {
                     tracing::warn!(
                         ?latency,
                         kind = %error.kind,
-                        message = %error.message,
-                        detail = error.detail.as_deref(),
+                        // Messages and details may carry a result or the arguments.
+                        message = %crewline_core::excerpt(&error.message),
+                        detail = error
+                            .detail
+                            .as_deref()
+                            .map(|d| tracing::field::display(crewline_core::excerpt(d))),
                         "tool call failed"
                     );
                     ToolResult::error(&call, error.kind, error.message.clone())

@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use crewline_core::Context;
+use crewline_core::{Context, ContextLimits};
 use crewline_llm::LlmClient;
 use crewline_tools::{RegistryError, SessionScope, ToolRegistry};
 use serde_json::{Map, Value};
@@ -67,6 +67,7 @@ pub struct RouterBuilder {
     state: RouterState,
     sub_agents: Vec<SubAgent>,
     transitions: Vec<Declared>,
+    context_limits: ContextLimits,
 }
 
 impl RouterBuilder {
@@ -79,7 +80,15 @@ impl RouterBuilder {
             state: RouterState::new(),
             sub_agents: Vec::new(),
             transitions: Vec::new(),
+            context_limits: ContextLimits::default(),
         }
+    }
+
+    /// How much of the conversation the router keeps (default [`ContextLimits::default`]);
+    /// the bound holds across transitions.
+    pub fn context_limits(mut self, limits: ContextLimits) -> Self {
+        self.context_limits = limits;
+        self
     }
 
     /// The registry the sub-agents take their tools from (by name).
@@ -225,7 +234,8 @@ impl RouterBuilder {
         warn_unreachable(&stages, &routes, start);
 
         Ok(DeterministicRouter {
-            context: Context::with_system(stages[start].prompt.clone()),
+            context: Context::with_system(stages[start].prompt.clone())
+                .with_limits(self.context_limits),
             stages,
             routes,
             active: start,

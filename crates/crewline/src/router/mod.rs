@@ -163,7 +163,8 @@ impl DeterministicRouter {
             .filter(|m| m.role() != Role::System)
             .cloned()
             .collect();
-        self.context = Context::with_system(self.stages[to].prompt.clone());
+        let limits = self.context.limits();
+        self.context = Context::with_system(self.stages[to].prompt.clone()).with_limits(limits);
         self.context.add_many(conversation);
     }
 
