@@ -6,8 +6,10 @@
 //! `wire`), so the small differences between OpenAI-compatible servers never break a turn.
 //!
 //! Time limits: the connection must be up within `connect_timeout`; the answer's headers *and*
-//! its first event must arrive within `first_byte_timeout` of the request (retries included);
-//! after that, no two events may be more than `idle_timeout` apart; once the model has sent
+//! its first token (text, a tool call, the finish reason) must arrive within
+//! `first_byte_timeout` of the request (retries included); after that, no two chunks that
+//! carry something may be more than `idle_timeout` apart (keepalives, comments and empty
+//! deltas do not count: the caller hears nothing of them); once the model has sent
 //! its `finish_reason`, the rest (usage, `[DONE]`) gets [`FINISH_GRACE`], after which the answer
 //! ends without it. Retries (connect errors, 429, 5xx) happen only before the first byte: once
 //! text may have been spoken, a failure is reported, never replayed.
@@ -236,18 +238,20 @@ impl OpenAiClientBuilder {
         self
     }
 
-    /// The time limit from sending a request to its answer's headers and first event,
-    /// retries included (default 30 s). Separate from the idle timeout so a reasoning model
-    /// that thinks before its first token can be given longer. A non-streaming
+    /// The time limit from sending a request to its answer's headers and first token (text,
+    /// a tool call or the finish reason), retries included (default 30 s). Separate from the
+    /// idle timeout so a reasoning model that thinks before its first token can be given
+    /// longer. A non-streaming
     /// [`LlmClient::chat`] gets this plus the idle timeout for its whole answer.
     pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
         self.first_byte_timeout = timeout;
         self
     }
 
-    /// The longest allowed gap between two events of a streamed answer, after its first
-    /// (default 10 s: a caller hears nothing while the stream is silent). Keepalive events
-    /// and comments do not count as events.
+    /// The longest allowed gap between two chunks of a streamed answer that carry something
+    /// (text, a tool call, the finish reason, usage), after the first token (default 10 s: a
+    /// caller hears nothing while the stream is silent). Keepalives, comments and empty
+    /// deltas do not count.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
@@ -529,7 +533,8 @@ struct Reader<B> {
     sse: SseParser,
     decoder: Decoder,
     pending: Pending,
-    /// Until the first chunk arrives, the deadline left over from the first-byte limit.
+    /// Until the first chunk that carries something arrives, the deadline left over from the
+    /// first-byte limit.
     first_event_deadline: Option<Instant>,
     /// Once the model has finished, when the answer ends at the latest (see [`FINISH_GRACE`]).
     finish_deadline: Option<Instant>,
@@ -590,22 +595,29 @@ impl<B> Reader<B> {
         if kind == EventKind::Keepalive {
             return;
         }
-        // Any other event ends this wait, as it did when events came through a channel.
-        self.waiting = false;
         match http::event_chunk(data) {
             Ok(None) => {}
             Ok(Some(chunk)) => {
-                if self.first_event_deadline.take().is_some() {
-                    tracing::debug!(
-                        time_to_first_event_ms = self.started.elapsed().as_millis() as u64,
-                        "first event received"
-                    );
-                }
                 if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
                     tracing::warn!("the server reported an error mid-stream");
                     self.body = None;
-                } else if self.finish_deadline.is_none() && self.decoder.finished() {
-                    self.finish_deadline = Some(Instant::now() + FINISH_GRACE);
+                    return;
+                }
+                // Only a chunk that carries something ends this wait: a server sending empty
+                // deltas (a role, vendor bookkeeping, blank events) is as silent to the caller
+                // as one sending nothing, and before the first token it is still thinking,
+                // under the first-byte limit.
+                if self.decoder.take_progress() {
+                    self.waiting = false;
+                    if self.first_event_deadline.take().is_some() {
+                        tracing::debug!(
+                            time_to_first_token_ms = self.started.elapsed().as_millis() as u64,
+                            "first token received"
+                        );
+                    }
+                    if self.finish_deadline.is_none() && self.decoder.finished() {
+                        self.finish_deadline = Some(Instant::now() + FINISH_GRACE);
+                    }
                 }
             }
             Err(error) => {
@@ -1108,13 +1120,88 @@ mod tests {
     fn reader_with_gaps(
         parts: Vec<(Duration, &'static str)>,
     ) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin> {
+        let client = builder()
+            .first_byte_timeout(FIRST_BYTE)
+            .idle_timeout(IDLE)
+            .build()
+            .expect("client");
+        client_reader_with_gaps(&client, parts)
+    }
+
+    /// The same, for `client`.
+    fn client_reader_with_gaps(
+        client: &OpenAiClient,
+        parts: Vec<(Duration, &'static str)>,
+    ) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + use<>> {
         let body = futures::stream::iter(parts)
             .then(|(delay, part)| async move {
                 tokio::time::sleep(delay).await;
                 Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes()))
             })
             .chain(futures::stream::pending());
-        reader_over(Box::pin(body))
+        Reader::new(
+            Box::pin(body),
+            client,
+            Instant::now(),
+            tracing::Span::none(),
+        )
+    }
+
+    const EMPTY_DELTA: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{}}]}\n\n";
+    const ROLE: &str =
+        "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn empty_deltas_do_not_keep_a_silent_stream_alive() {
+        // Text, then only empty deltas, each within the idle limit of the last: the caller
+        // hears nothing, so the idle limit counts from the text.
+        let mut parts = vec![(Duration::ZERO, TEXT)];
+        parts.extend([(IDLE / 2, EMPTY_DELTA), (IDLE / 2, ROLE)].repeat(10));
+        let mut reader = reader_with_gaps(parts);
+        assert!(reader.next().await.expect("item").is_ok());
+        let started = Instant::now();
+        let timeout = reader.next().await.expect("item");
+        assert!(
+            matches!(timeout, Err(LlmError::Timeout(d)) if d == IDLE),
+            "{timeout:?}"
+        );
+        assert_eq!(started.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_role_chunk_before_the_model_thinks_leaves_it_the_first_byte_limit() {
+        // A reasoning model: the role at once, its first token 20 s later. The first-byte
+        // limit, not the idle one, covers its thinking.
+        let client = builder()
+            .first_byte_timeout(Duration::from_secs(30))
+            .idle_timeout(Duration::from_secs(5))
+            .build()
+            .expect("client");
+        let mut reader = client_reader_with_gaps(
+            &client,
+            vec![
+                (Duration::ZERO, ROLE),
+                (Duration::from_secs(20), TEXT),
+                (Duration::ZERO, STOP),
+                (Duration::ZERO, "data: [DONE]\n\n"),
+            ],
+        );
+        let mut items = Vec::new();
+        while let Some(item) = reader.next().await {
+            items.push(item.expect("no timeout"));
+        }
+        assert_eq!(items.len(), 2, "{items:?}");
+
+        // It still has to start within that limit.
+        let mut reader = client_reader_with_gaps(
+            &client,
+            vec![(Duration::ZERO, ROLE), (Duration::from_secs(40), TEXT)],
+        );
+        let timeout = reader.next().await.expect("item");
+        assert!(
+            matches!(timeout, Err(LlmError::Timeout(d)) if d == Duration::from_secs(30)),
+            "{timeout:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
