@@ -30,6 +30,16 @@ pub enum LlmError {
     /// The server's answer could not be read.
     #[error("could not read the LLM server's answer: {0}")]
     InvalidResponse(String),
+    /// Part of the server's answer was larger than the client's limit (see
+    /// [`OpenAiClientBuilder::max_event_bytes`](crate::OpenAiClientBuilder::max_event_bytes)):
+    /// the answer was stopped there, so a runaway or hostile server costs at most the limit.
+    #[error("the LLM server's answer is too large: {what} is over the {limit}-byte limit")]
+    TooLarge {
+        /// What was too large: "a line of the stream", "an event of the stream", "the answer".
+        what: &'static str,
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// A scripted model ran out of script or was told to fail.
     #[error("scripted model: {0}")]
     Script(String),

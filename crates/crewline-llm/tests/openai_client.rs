@@ -1,5 +1,5 @@
 //! `OpenAiClient` against a real local HTTP server: odd chunk shapes, tool calls, retries,
-//! cuts, timeouts, cancellation and the request it sends.
+//! cuts, timeouts, size limits, cancellation and the request it sends.
 
 mod support;
 
@@ -12,7 +12,7 @@ use crewline_llm::{
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
-use support::{After, Reply, TestServer};
+use support::{After, FLOOD_LIMIT, Reply, TestServer};
 
 /// Generous upper bound for anything that should happen "at once" on a loaded CI machine.
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -669,4 +669,165 @@ async fn non_streaming_chat_reports_http_errors_with_status() {
         "{err:?}"
     );
     assert_eq!(server.request_count(), 1);
+}
+
+/// The client's default limit on one line or event of a stream, and on a whole answer.
+const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+#[tokio::test]
+async fn an_endless_line_fails_with_too_large_once_past_the_limit() {
+    let server =
+        TestServer::start(vec![Reply::EndlessLine(vec![content("Hel").to_string()])]).await;
+    let client = client_for(&server).build().expect("client");
+
+    let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert!(
+        matches!(&items[0], Ok(StreamItem::Text(t)) if t == "Hel"),
+        "{items:?}"
+    );
+    assert!(
+        matches!(
+            &items[1],
+            Err(LlmError::TooLarge {
+                limit: DEFAULT_MAX_EVENT_BYTES,
+                ..
+            })
+        ),
+        "{items:?}"
+    );
+    assert!(server.disconnected_within(PROMPTLY).await);
+    // The client let go near the limit (socket buffers hold a few MiB more), long before the
+    // server would have stopped.
+    assert!(
+        server.flooded() < FLOOD_LIMIT / 2,
+        "the client read {} bytes of the line",
+        server.flooded()
+    );
+}
+
+#[tokio::test]
+async fn a_line_just_under_a_configured_limit_passes_and_one_over_fails() {
+    let long = "y".repeat(10_000);
+    let server = TestServer::start(vec![
+        Reply::chunks(&[content(&long), finish("stop")], After::Done),
+        Reply::chunks(&[content(&long), finish("stop")], After::Done),
+    ])
+    .await;
+    let event = content(&long).to_string().len();
+
+    let roomy = client_for(&server)
+        .max_event_bytes(event)
+        .build()
+        .expect("client");
+    let items = drain(roomy.stream_chat(hello()).await.expect("stream")).await;
+    assert_eq!(
+        oks(&items),
+        vec![
+            StreamItem::Text(long.clone()),
+            StreamItem::Finish(FinishReason::Stop)
+        ]
+    );
+
+    let tight = client_for(&server)
+        .max_event_bytes(event - 1)
+        .build()
+        .expect("client");
+    let items = drain(tight.stream_chat(hello()).await.expect("stream")).await;
+    assert!(
+        matches!(&items[..], [Err(LlmError::TooLarge { limit, .. })] if *limit == event - 1),
+        "{items:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_huge_error_body_is_cut_at_the_limit() {
+    let start = r#"{"error":{"message":"bad request: "#;
+    let server = TestServer::start(vec![Reply::EndlessStatus(400, start.into())]).await;
+    let client = client_for(&server)
+        .first_byte_timeout(Duration::from_secs(15))
+        .build()
+        .expect("client");
+
+    let started = Instant::now();
+    let err = client.stream_chat(hello()).await.err().expect("an error");
+
+    // The body's start is the message (cut short), not a timeout waiting for its end.
+    let LlmError::Api {
+        status: Some(400),
+        message,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert!(message.starts_with(start), "{message}");
+    assert!(message.chars().count() <= 501, "{} chars", message.len());
+    assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
+    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(
+        server.flooded() < FLOOD_LIMIT / 2,
+        "the client read {} bytes of the body",
+        server.flooded()
+    );
+    assert_eq!(server.request_count(), 1, "a 400 is not retried");
+}
+
+#[tokio::test]
+async fn a_non_streamed_answer_over_the_limit_is_too_large() {
+    let server = TestServer::start(vec![Reply::Json(json!({
+        "choices": [{"index": 0, "message": {"content": "z".repeat(10_000)}, "finish_reason": "stop"}]
+    }))])
+    .await;
+    let client = client_for(&server)
+        .max_event_bytes(4096)
+        .build()
+        .expect("client");
+
+    let err = client.chat(hello()).await.expect_err("too large");
+
+    assert!(
+        matches!(
+            err,
+            LlmError::TooLarge {
+                what: "the answer",
+                limit: 4096
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn tool_calls_and_their_finish_reason_on_a_connection_left_open_end_the_answer() {
+    // The model is done, but the server sends neither usage nor `[DONE]` nor the body's end.
+    let server = TestServer::start(vec![Reply::chunks(
+        &[
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":"}}
+            ]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "\"Oslo\"}"}}]}}]}),
+            finish("tool_calls"),
+        ],
+        After::Stall,
+    )])
+    .await;
+    let client = client_for(&server).build().expect("client");
+
+    let started = Instant::now();
+    let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+
+    assert_eq!(
+        oks(&items),
+        vec![
+            StreamItem::ToolCalls(vec![ToolCall::new(
+                "call_a",
+                "get_weather",
+                r#"{"city":"Oslo"}"#
+            )]),
+            StreamItem::Finish(FinishReason::ToolCalls),
+        ]
+    );
+    assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
+    assert!(server.disconnected_within(PROMPTLY).await);
 }

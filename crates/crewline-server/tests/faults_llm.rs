@@ -1,22 +1,29 @@
 //! LLM faults through a whole call: server, session, tool loop and the real `OpenAiClient`
 //! against a fake OpenAI-compatible server that answers 500, 429, stalls, cuts the stream or
-//! sends an error event. Each faulty turn gets `start`, `agent.error` (fatal) and `end`; the
-//! call goes on; healthy calls running at the same time get their answers; retries happen
-//! before the first byte only; and afterwards no session, task or connection is left.
+//! sends an error event or an endless line. Each faulty turn gets `start`, `agent.error`
+//! (fatal) and `end`; the call goes on; healthy calls running at the same time get their
+//! answers; retries happen before the first byte only; and afterwards no session, task or
+//! connection is left. A model that finishes but holds its connection open still gets its
+//! tool calls run.
 
 mod common;
 mod fake_llm;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, TurnOutcome, llm::OpenAiClient,
-    tool::ToolRegistry,
+    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, TurnOutcome, function_tool,
+    llm::OpenAiClient, tool::ToolRegistry,
 };
 use crewline_server::CrewServer;
-use fake_llm::{FakeLlm, PARTIAL, echo_answer, spawn_healthy_calls};
+use fake_llm::{FLOOD_LIMIT, FakeLlm, PARTIAL, echo_answer, spawn_healthy_calls};
+use futures::StreamExt;
 use serde_json::Value;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 /// The client's limits: short, so stalls fail fast, yet far above what a healthy answer from
 /// the local fake takes on a loaded CI machine.
@@ -39,9 +46,17 @@ fn openai_client(llm: &FakeLlm) -> OpenAiClient {
         .expect("client")
 }
 
-/// A server whose crew answers with the tool loop on the real client.
+/// Look up the caller's account.
+#[function_tool]
+fn lookup() -> String {
+    "account 42 is open".to_owned()
+}
+
+/// A server whose crew answers with the tool loop on the real client, with one tool.
 fn crew_server(client: OpenAiClient) -> CrewServer {
-    let tool_loop = ToolLoop::new(Arc::new(client), Arc::new(ToolRegistry::new()));
+    let mut registry = ToolRegistry::new();
+    registry.register(LookupTool).expect("lookup");
+    let tool_loop = ToolLoop::new(Arc::new(client), Arc::new(registry));
     CrewServer::new(move |_setup: SessionSetup| {
         let mut crew = Crew::new();
         crew.add_node(OutputNode::new(
@@ -231,5 +246,116 @@ async fn every_fault_at_once_beside_healthy_calls() {
         rig.server.handle.metrics().turns(TurnOutcome::Completed),
         (faults.len() * (1 + 2 * HEALTHY_CALLS)) as u64
     );
+    assert_nothing_left(&rig).await;
+}
+
+#[tokio::test]
+async fn a_model_that_finishes_but_holds_the_connection_open_still_gets_its_tools_run() {
+    // The answer with the tool call ends at `finish_reason: "tool_calls"`: no `[DONE]`, no
+    // end of body. The tool runs, the model is asked again, and the turn completes, well
+    // before the idle limit would have failed it.
+    let rig = rig().await;
+    let words = "tool-hold:lookup my account";
+    let frames = faulty_turn_beside_healthy_calls(&rig, words).await;
+    let kinds = types(&frames);
+    assert!(!kinds.contains(&"agent.error".to_owned()), "{frames:#?}");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("agent.llm.response.end")
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["type"] == "agent.log" && f["name"] == "tool_call_end"),
+        "{frames:#?}"
+    );
+    assert_eq!(spoken(&frames), "the tool said: account 42 is open");
+    // The call, then the answer with its result.
+    assert_eq!(rig.llm.attempts(words), 2);
+    assert_eq!(failed_turns(&rig), 0);
+    assert_nothing_left(&rig).await;
+}
+
+/// Frames of one turn through `end`, each awaited for at most `limit`.
+async fn turn_within(client: &mut Client, words: &str, limit: Duration) -> Vec<Value> {
+    client
+        .send(&serde_json::json!({"type": "agent.transcript.update", "role": "user", "content": words}))
+        .await;
+    client.send(&llm_request(words)).await;
+    let mut frames = Vec::new();
+    loop {
+        let message = tokio::time::timeout(limit, client.ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("no frame within {limit:?}; so far: {frames:#?}"))
+            .expect("the socket closed")
+            .expect("socket error");
+        let WsMessage::Binary(bytes) = message else {
+            continue;
+        };
+        let frame: Value = serde_json::from_slice(&bytes).expect("a JSON frame");
+        let done = frame["type"] == "agent.llm.response.end";
+        frames.push(frame);
+        if done {
+            return frames;
+        }
+    }
+}
+
+#[tokio::test]
+async fn with_default_limits_a_stream_silent_mid_answer_ends_the_turn_within_seconds() {
+    // The client as an application builds it: no timeout set.
+    let llm = FakeLlm::start().await;
+    let client = OpenAiClient::builder()
+        .model("fake")
+        .api_key("sk-test-not-a-real-key")
+        .base_url(llm.base_url())
+        .read_env(false)
+        .build()
+        .expect("client");
+    let server = TestServer::ready(crew_server(client)).await;
+    let mut call = server.call("silent").await;
+
+    let started = Instant::now();
+    // A caller would hang up long before a minute of silence; the turn must end well before.
+    let frames = turn_within(
+        &mut call,
+        "fault:stall-mid say something",
+        Duration::from_secs(20),
+    )
+    .await;
+    let frames = &frames[frames
+        .iter()
+        .position(|f| f["type"] == "agent.llm.response.start")
+        .expect("a start frame")..];
+    assert_failed_turn(frames, &PARTIAL, "did not answer within 10s");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let (after, text) = call.turn("are you still there").await;
+    assert_eq!(text, echo_answer("are you still there"), "{after:?}");
+    call.close().await;
+    server.wait_for_active(0).await;
+    eventually("the fake LLM's connections to close", || async {
+        llm.open_connections() == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_endless_line_from_the_model_ends_the_turn_with_an_error_near_the_limit() {
+    let rig = rig().await;
+    let words = "fault:endless-line say something";
+    let frames = faulty_turn_beside_healthy_calls(&rig, words).await;
+    assert_failed_turn(&frames, &PARTIAL, "too large");
+    assert_eq!(rig.llm.attempts(words), 1);
+    assert!(
+        rig.llm.flooded() < FLOOD_LIMIT / 2,
+        "the client read {} bytes of the line",
+        rig.llm.flooded()
+    );
+    assert_eq!(failed_turns(&rig), 1);
     assert_nothing_left(&rig).await;
 }

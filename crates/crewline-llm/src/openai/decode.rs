@@ -25,6 +25,10 @@ pub(crate) struct Decoder {
     tools: ToolCallAssembler,
     finished: bool,
     last_usage: Option<Usage>,
+    /// Whether a chunk since the last [`Decoder::take_progress`] carried anything: text, a
+    /// tool-call delta, the finish reason or new usage (not a role alone, an empty delta or a
+    /// vendor's bookkeeping).
+    progress: bool,
 }
 
 impl Decoder {
@@ -36,6 +40,11 @@ impl Decoder {
     /// Whether the model has said why it stopped.
     pub(crate) fn finished(&self) -> bool {
         self.finished
+    }
+
+    /// Whether the chunks read since the last call carried anything (see `progress`).
+    pub(crate) fn take_progress(&mut self) -> bool {
+        std::mem::take(&mut self.progress)
     }
 
     /// Reads one chunk, appending what it yields to `out` in the contract's order: text, then
@@ -56,6 +65,7 @@ impl Decoder {
             && self.last_usage != Some(usage)
         {
             self.last_usage = Some(usage);
+            self.progress = true;
             out.push_back(Ok(StreamItem::Usage(usage)));
         }
         Flow::Continue
@@ -77,9 +87,11 @@ impl Decoder {
         }
         if let Some(body) = body {
             if let Some(text) = body.content.filter(|t| !t.is_empty()) {
+                self.progress = true;
                 out.push_back(Ok(StreamItem::Text(text)));
             }
             for call in body.tool_calls {
+                self.progress = true;
                 self.tools.push(call.into_delta(None));
             }
         }
@@ -90,6 +102,7 @@ impl Decoder {
 
     fn finish(&mut self, reason: FinishReason, out: &mut Pending) {
         self.finished = true;
+        self.progress = true;
         let tools = std::mem::replace(&mut self.tools, ToolCallAssembler::new());
         if !tools.is_empty() {
             out.push_back(Ok(StreamItem::ToolCalls(tools.finish())));

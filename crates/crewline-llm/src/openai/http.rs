@@ -11,7 +11,41 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 use super::wire::{error_body_message, snippet};
 use crate::LlmError;
 
-/// An HTTP error answer, read in full.
+/// How much of an error answer's body is read: far more than any server's message; the rest
+/// is left unread (the connection is closed), so a huge or endless error body costs nothing.
+pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// A body read up to a limit.
+#[derive(Debug)]
+pub(crate) enum Limited {
+    /// The whole body, within the limit.
+    Whole(Bytes),
+    /// The body was longer: its first `limit` bytes (the rest was not read).
+    Cut(Bytes),
+}
+
+/// Reads `response`'s body, at most `limit` bytes of it.
+pub(crate) async fn read_limited(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> reqwest::Result<Limited> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok(Limited::Cut(body.into()));
+        }
+        if body.is_empty() && response.content_length() == Some(chunk.len() as u64) {
+            // The whole body in one piece (the usual case): no copy.
+            return Ok(Limited::Whole(chunk));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Limited::Whole(body.into()))
+}
+
+/// An HTTP error answer, read up to [`ERROR_BODY_LIMIT`].
 ///
 /// Servers write their error bodies differently (OpenAI, vLLM, FastAPI proxies, plain text);
 /// reading the final answer ourselves keeps the status and the server's message for every
@@ -154,8 +188,14 @@ impl Transport {
                 Ok(response) => {
                     let status = response.status();
                     let retry_after = retry_after(response.headers());
-                    let (message, permanent) = match response.bytes().await {
-                        Ok(body) => (error_body_message(&body), is_out_of_quota(&body)),
+                    let (message, permanent) = match read_limited(response, ERROR_BODY_LIMIT).await
+                    {
+                        Ok(Limited::Whole(body)) => {
+                            (error_body_message(&body), is_out_of_quota(&body))
+                        }
+                        // A cut body is no JSON: its start is the message, and it is retried
+                        // (or not) by its status alone.
+                        Ok(Limited::Cut(body)) => (error_body_message(&body), false),
                         Err(err) => (
                             Some(format!("(the error body could not be read: {err})")),
                             false,

@@ -6,10 +6,17 @@
 //! `wire`), so the small differences between OpenAI-compatible servers never break a turn.
 //!
 //! Time limits: the connection must be up within `connect_timeout`; the answer's headers *and*
-//! its first event must arrive within `first_byte_timeout` of the request (retries included);
-//! after that, no two events may be more than `idle_timeout` apart. Retries (connect errors,
-//! 429, 5xx) happen only before the first byte: once text may have been spoken, a failure is
-//! reported, never replayed.
+//! its first token (text, a tool call, the finish reason) must arrive within
+//! `first_byte_timeout` of the request (retries included); after that, no two chunks that
+//! carry something may be more than `idle_timeout` apart (keepalives, comments and empty
+//! deltas do not count: the caller hears nothing of them); once the model has sent
+//! its `finish_reason`, the rest (usage, `[DONE]`) gets [`FINISH_GRACE`], after which the answer
+//! ends without it. Retries (connect errors, 429, 5xx) happen only before the first byte: once
+//! text may have been spoken, a failure is reported, never replayed.
+//!
+//! Size limits: one line or one event of a stream, and a whole non-streamed answer, may be at
+//! most `max_event_bytes` (the call fails with [`LlmError::TooLarge`]); an error answer's body
+//! is read up to [`http::ERROR_BODY_LIMIT`] and cut there.
 
 mod body;
 mod decode;
@@ -39,14 +46,22 @@ use crate::{
 use self::{
     decode::{Decoder, Flow, Pending},
     http::Transport,
-    sse::{EventKind, SseParser},
+    sse::{EventKind, SseError, SseParser},
 };
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
-const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A live call's limit on silence mid-answer. A healthy stream sends a token every few tens of
+/// milliseconds and pauses for a second or two at worst (a loaded provider); a caller who
+/// hears nothing for ten seconds is about to hang up, so by then the turn must end with an
+/// error the platform can act on (apologize, transfer) rather than wait on.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest line or event of a stream, and the largest whole answer. A chunk is a few
+/// hundred bytes and the longest answers are tens of kilobytes: 4 MiB is far above anything
+/// real, yet bounds what a runaway or hostile server can make one call hold.
+const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 const DEFAULT_MAX_RETRIES: usize = 2;
 
 /// A client for OpenAI and OpenAI-compatible servers (vLLM, Ollama, Groq, OpenRouter...).
@@ -62,6 +77,7 @@ pub struct OpenAiClient {
     first_byte_timeout: Duration,
     idle_timeout: Duration,
     max_retries: usize,
+    max_event_bytes: usize,
 }
 
 impl fmt::Debug for OpenAiClient {
@@ -77,6 +93,7 @@ impl fmt::Debug for OpenAiClient {
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
+            .field("max_event_bytes", &self.max_event_bytes)
             .finish()
     }
 }
@@ -129,6 +146,7 @@ pub struct OpenAiClientBuilder {
     first_byte_timeout: Duration,
     idle_timeout: Duration,
     max_retries: usize,
+    max_event_bytes: usize,
 }
 
 impl Default for OpenAiClientBuilder {
@@ -145,6 +163,7 @@ impl Default for OpenAiClientBuilder {
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_retries: DEFAULT_MAX_RETRIES,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
         }
     }
 }
@@ -163,6 +182,7 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
+            .field("max_event_bytes", &self.max_event_bytes)
             .finish()
     }
 }
@@ -218,17 +238,30 @@ impl OpenAiClientBuilder {
         self
     }
 
-    /// The time limit from sending a request to its answer's headers and first event,
-    /// retries included (default 30 s). A non-streaming [`LlmClient::chat`] gets this plus
-    /// the idle timeout for its whole answer.
+    /// The time limit from sending a request to its answer's headers and first token (text,
+    /// a tool call or the finish reason), retries included (default 30 s). Separate from the
+    /// idle timeout so a reasoning model that thinks before its first token can be given
+    /// longer. A non-streaming
+    /// [`LlmClient::chat`] gets this plus the idle timeout for its whole answer.
     pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
         self.first_byte_timeout = timeout;
         self
     }
 
-    /// The longest allowed gap between two events of a streamed answer (default 60 s).
+    /// The longest allowed gap between two chunks of a streamed answer that carry something
+    /// (text, a tool call, the finish reason, usage), after the first token (default 10 s: a
+    /// caller hears nothing while the stream is silent). Keepalives, comments and empty
+    /// deltas do not count.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// The largest line or event of a streamed answer, and the largest non-streamed answer,
+    /// in bytes (default 4 MiB); past it the call fails with [`LlmError::TooLarge`], having
+    /// held at most about this much of the answer.
+    pub fn max_event_bytes(mut self, max_event_bytes: usize) -> Self {
+        self.max_event_bytes = max_event_bytes;
         self
     }
 
@@ -266,6 +299,11 @@ impl OpenAiClientBuilder {
                 return Err(LlmError::Config(format!("{name} must be more than zero")));
             }
         }
+        if self.max_event_bytes == 0 {
+            return Err(LlmError::Config(
+                "max_event_bytes must be more than zero".to_owned(),
+            ));
+        }
 
         // The key travels only in this header, marked sensitive so no HTTP layer logs it.
         let mut authorization = HeaderValue::from_str(&format!("Bearer {}", api_key.trim()))
@@ -297,6 +335,7 @@ impl OpenAiClientBuilder {
             first_byte_timeout: self.first_byte_timeout,
             idle_timeout: self.idle_timeout,
             max_retries: self.max_retries,
+            max_event_bytes: self.max_event_bytes,
         })
     }
 }
@@ -397,10 +436,16 @@ impl OpenAiClient {
             .send(body)
             .await
             .map_err(|e| http::request_error(e, self.connect_timeout))?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| http::http_error(&e, self.connect_timeout))?;
+        let bytes = match http::read_limited(response, self.max_event_bytes).await {
+            Ok(http::Limited::Whole(bytes)) => bytes,
+            Ok(http::Limited::Cut(_)) => {
+                return Err(LlmError::TooLarge {
+                    what: "the answer",
+                    limit: self.max_event_bytes,
+                });
+            }
+            Err(e) => return Err(http::http_error(&e, self.connect_timeout)),
+        };
         let chunk = wire::decode_chunk(&bytes).map_err(|err| {
             LlmError::InvalidResponse(format!(
                 "{err}; the answer began with: {}",
@@ -464,6 +509,17 @@ impl LlmClient for OpenAiClient {
 /// body's end is awaited in the background (see [`Reader::poll_drain`]).
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
 
+/// How long the rest of an answer (its usage, `[DONE]`, the body's end) may take once the
+/// model has sent its `finish_reason`; past it the answer ends as it is, without an error.
+///
+/// The answer is complete at the finish reason: what follows is bookkeeping, which a healthy
+/// server sends at once. A server (or proxy) that holds the connection open instead must not
+/// cost the turn an idle timeout and, with it, the tool calls the model asked for.
+const FINISH_GRACE: Duration = Duration::from_millis(300);
+
+/// What a stream's line may hold beyond the largest event: its field name, `data: `.
+const LINE_OVERHEAD: usize = "data: ".len();
+
 /// Reads one streamed answer, in the task that polls it: server-sent events are parsed and
 /// decoded as they are asked for. Dropping it mid-answer (barge-in), or an error, drops the
 /// HTTP body, which closes the connection at once; after `[DONE]` the body is read to its
@@ -477,8 +533,11 @@ struct Reader<B> {
     sse: SseParser,
     decoder: Decoder,
     pending: Pending,
-    /// Until the first chunk arrives, the deadline left over from the first-byte limit.
+    /// Until the first chunk that carries something arrives, the deadline left over from the
+    /// first-byte limit.
     first_event_deadline: Option<Instant>,
+    /// Once the model has finished, when the answer ends at the latest (see [`FINISH_GRACE`]).
+    finish_deadline: Option<Instant>,
     /// The time limit of the current wait for an event; one timer reused for the whole answer.
     timer: Pin<Box<Sleep>>,
     /// Whether `timer` is set for the current wait (a wait starts when an event is needed,
@@ -486,6 +545,7 @@ struct Reader<B> {
     waiting: bool,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
+    max_event_bytes: usize,
     started: Instant,
     api_key: ApiKey,
     span: tracing::Span,
@@ -498,14 +558,20 @@ impl<B> Reader<B> {
         Self {
             body: Some(body),
             draining: false,
-            sse: SseParser::new(),
+            // A line holds its field name too: `data: ` and a value of the largest event.
+            sse: SseParser::new(
+                client.max_event_bytes.saturating_add(LINE_OVERHEAD),
+                client.max_event_bytes,
+            ),
             decoder: Decoder::new(),
             pending: Pending::new(),
             first_event_deadline: Some(deadline),
+            finish_deadline: None,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
             waiting: false,
             first_byte_timeout: client.first_byte_timeout,
             idle_timeout: client.idle_timeout,
+            max_event_bytes: client.max_event_bytes,
             started,
             api_key: client.api_key.clone(),
             span,
@@ -529,20 +595,29 @@ impl<B> Reader<B> {
         if kind == EventKind::Keepalive {
             return;
         }
-        // Any other event ends this wait, as it did when events came through a channel.
-        self.waiting = false;
         match http::event_chunk(data) {
             Ok(None) => {}
             Ok(Some(chunk)) => {
-                if self.first_event_deadline.take().is_some() {
-                    tracing::debug!(
-                        time_to_first_event_ms = self.started.elapsed().as_millis() as u64,
-                        "first event received"
-                    );
-                }
                 if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
                     tracing::warn!("the server reported an error mid-stream");
                     self.body = None;
+                    return;
+                }
+                // Only a chunk that carries something ends this wait: a server sending empty
+                // deltas (a role, vendor bookkeeping, blank events) is as silent to the caller
+                // as one sending nothing, and before the first token it is still thinking,
+                // under the first-byte limit.
+                if self.decoder.take_progress() {
+                    self.waiting = false;
+                    if self.first_event_deadline.take().is_some() {
+                        tracing::debug!(
+                            time_to_first_token_ms = self.started.elapsed().as_millis() as u64,
+                            "first token received"
+                        );
+                    }
+                    if self.finish_deadline.is_none() && self.decoder.finished() {
+                        self.finish_deadline = Some(Instant::now() + FINISH_GRACE);
+                    }
                 }
             }
             Err(error) => {
@@ -602,7 +677,20 @@ where
                 }
                 Ok(None) => {}
                 Err(error) => {
-                    let error = LlmError::StreamCut(format!("stream failed: {error}"));
+                    let error = match error {
+                        SseError::NotUtf8(_) => {
+                            LlmError::StreamCut(format!("stream failed: {error}"))
+                        }
+                        // The limit the caller set (a line may hold a field name beyond it).
+                        SseError::LineTooLong(_) => LlmError::TooLarge {
+                            what: "a line of the stream",
+                            limit: self.max_event_bytes,
+                        },
+                        SseError::EventTooLarge(_) => LlmError::TooLarge {
+                            what: "an event of the stream",
+                            limit: self.max_event_bytes,
+                        },
+                    };
                     tracing::warn!(%error, "the stream failed");
                     self.stop(Err(error));
                     continue;
@@ -613,9 +701,12 @@ where
             };
             if !self.waiting {
                 self.waiting = true;
-                let deadline = self
+                let mut deadline = self
                     .first_event_deadline
                     .unwrap_or_else(|| Instant::now() + self.idle_timeout);
+                if let Some(finish) = self.finish_deadline {
+                    deadline = deadline.min(finish);
+                }
                 self.timer.as_mut().reset(deadline);
             }
             match body.poll_next_unpin(cx) {
@@ -632,6 +723,14 @@ where
                 Poll::Pending => {
                     if self.timer.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
+                    }
+                    if self.decoder.finished() {
+                        // Everything the caller needs is out; only bookkeeping is missing.
+                        tracing::debug!(
+                            "no [DONE] after the finish reason; ending the answer without it"
+                        );
+                        self.body = None;
+                        continue;
                     }
                     let timeout = LlmError::Timeout(match self.first_event_deadline {
                         Some(_) => self.first_byte_timeout,
@@ -712,6 +811,7 @@ mod tests {
             builder().base_url("not a url").build(),
             builder().temperature(f32::INFINITY).build(),
             builder().idle_timeout(Duration::ZERO).build(),
+            builder().max_event_bytes(0).build(),
             builder().api_key("bad\nkey").build(),
         ];
         for case in cases {
@@ -937,6 +1037,196 @@ mod tests {
             "{timeout:?}"
         );
         assert!(stalled.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_silent_mid_answer_ends_within_seconds_by_default() {
+        // The client's own defaults: a live call's.
+        let client = builder().build().expect("client");
+        let body = futures::stream::iter([Ok::<_, reqwest::Error>(bytes::Bytes::from_static(
+            TEXT.as_bytes(),
+        ))])
+        .chain(futures::stream::pending());
+        let mut reader = Reader::new(
+            Box::pin(body),
+            &client,
+            Instant::now(),
+            tracing::Span::none(),
+        );
+        assert!(reader.next().await.expect("item").is_ok());
+        let started = Instant::now();
+        let timeout = reader.next().await.expect("item");
+        assert!(matches!(timeout, Err(LlmError::Timeout(_))), "{timeout:?}");
+        assert!(
+            started.elapsed() <= Duration::from_secs(10),
+            "silence lasted {:?} before the turn ended",
+            started.elapsed()
+        );
+        assert!(reader.next().await.is_none());
+    }
+
+    /// The chunks of a model answer that calls `lookup` with `{"q":1}` and finishes.
+    const TOOL_CALL: [&str; 3] = [
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"function\":{\"name\":\"lookup\",\"arguments\":\"{\\\"q\\\"\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+    ];
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_answer_on_a_connection_left_open_ends_cleanly_after_a_grace() {
+        // Tool calls and their finish reason, then nothing: no usage, no [DONE], no end.
+        let mut reader = reader(TOOL_CALL.to_vec(), Duration::ZERO);
+        let mut items = Vec::new();
+        let mut finished_at = None;
+        while let Some(item) = reader.next().await {
+            let item = item.expect("no error");
+            if matches!(item, StreamItem::Finish(_)) {
+                finished_at = Some(Instant::now());
+            }
+            items.push(item);
+        }
+        let waited = finished_at.expect("a finish").elapsed();
+        assert_eq!(
+            items,
+            vec![
+                StreamItem::ToolCalls(vec![crewline_core::ToolCall::new(
+                    "call_1",
+                    "lookup",
+                    r#"{"q":1}"#
+                )]),
+                StreamItem::Finish(crate::FinishReason::ToolCalls),
+            ]
+        );
+        assert!(waited <= FINISH_GRACE && waited < IDLE, "{waited:?}");
+        assert!(reader.body.is_none(), "the connection is let go");
+
+        // Usage that comes within the grace is still read.
+        let usage =
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n";
+        let mut reader = reader_with_gaps(vec![
+            (Duration::ZERO, TEXT),
+            (Duration::ZERO, STOP),
+            (FINISH_GRACE / 2, usage),
+        ]);
+        let mut items = Vec::new();
+        while let Some(item) = reader.next().await {
+            items.push(item.expect("no error"));
+        }
+        assert_eq!(items.len(), 3, "{items:?}");
+        assert!(matches!(items[2], StreamItem::Usage(_)), "{items:?}");
+    }
+
+    /// A reader over an answer whose parts each come after their own delay, then stalls.
+    fn reader_with_gaps(
+        parts: Vec<(Duration, &'static str)>,
+    ) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin> {
+        let client = builder()
+            .first_byte_timeout(FIRST_BYTE)
+            .idle_timeout(IDLE)
+            .build()
+            .expect("client");
+        client_reader_with_gaps(&client, parts)
+    }
+
+    /// The same, for `client`.
+    fn client_reader_with_gaps(
+        client: &OpenAiClient,
+        parts: Vec<(Duration, &'static str)>,
+    ) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + use<>> {
+        let body = futures::stream::iter(parts)
+            .then(|(delay, part)| async move {
+                tokio::time::sleep(delay).await;
+                Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes()))
+            })
+            .chain(futures::stream::pending());
+        Reader::new(
+            Box::pin(body),
+            client,
+            Instant::now(),
+            tracing::Span::none(),
+        )
+    }
+
+    const EMPTY_DELTA: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{}}]}\n\n";
+    const ROLE: &str =
+        "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn empty_deltas_do_not_keep_a_silent_stream_alive() {
+        // Text, then only empty deltas, each within the idle limit of the last: the caller
+        // hears nothing, so the idle limit counts from the text.
+        let mut parts = vec![(Duration::ZERO, TEXT)];
+        parts.extend([(IDLE / 2, EMPTY_DELTA), (IDLE / 2, ROLE)].repeat(10));
+        let mut reader = reader_with_gaps(parts);
+        assert!(reader.next().await.expect("item").is_ok());
+        let started = Instant::now();
+        let timeout = reader.next().await.expect("item");
+        assert!(
+            matches!(timeout, Err(LlmError::Timeout(d)) if d == IDLE),
+            "{timeout:?}"
+        );
+        assert_eq!(started.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_role_chunk_before_the_model_thinks_leaves_it_the_first_byte_limit() {
+        // A reasoning model: the role at once, its first token 20 s later. The first-byte
+        // limit, not the idle one, covers its thinking.
+        let client = builder()
+            .first_byte_timeout(Duration::from_secs(30))
+            .idle_timeout(Duration::from_secs(5))
+            .build()
+            .expect("client");
+        let mut reader = client_reader_with_gaps(
+            &client,
+            vec![
+                (Duration::ZERO, ROLE),
+                (Duration::from_secs(20), TEXT),
+                (Duration::ZERO, STOP),
+                (Duration::ZERO, "data: [DONE]\n\n"),
+            ],
+        );
+        let mut items = Vec::new();
+        while let Some(item) = reader.next().await {
+            items.push(item.expect("no timeout"));
+        }
+        assert_eq!(items.len(), 2, "{items:?}");
+
+        // It still has to start within that limit.
+        let mut reader = client_reader_with_gaps(
+            &client,
+            vec![(Duration::ZERO, ROLE), (Duration::from_secs(40), TEXT)],
+        );
+        let timeout = reader.next().await.expect("item");
+        assert!(
+            matches!(timeout, Err(LlmError::Timeout(d)) if d == Duration::from_secs(30)),
+            "{timeout:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_oversized_line_or_event_ends_the_answer_with_too_large() {
+        let client = builder().max_event_bytes(1024).build().expect("client");
+        let long = format!("data: {}", "x".repeat(2000));
+        let parts = vec![TEXT.to_owned(), long.clone()];
+        let body = futures::stream::iter(parts)
+            .map(|part| Ok::<_, reqwest::Error>(bytes::Bytes::from(part)))
+            .chain(futures::stream::pending());
+        let mut reader = Reader::new(
+            Box::pin(body),
+            &client,
+            Instant::now(),
+            tracing::Span::none(),
+        );
+        assert!(reader.next().await.expect("item").is_ok());
+        let error = reader.next().await.expect("item").expect_err("too large");
+        assert!(
+            matches!(error, LlmError::TooLarge { limit: 1024, .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("1024-byte limit"), "{error}");
+        assert!(reader.next().await.is_none());
+        assert!(reader.body.is_none(), "the connection is let go");
     }
 
     #[tokio::test(start_paused = true)]

@@ -22,23 +22,46 @@ pub(crate) enum EventKind {
     Other,
 }
 
-/// A line of the stream that is not UTF-8.
+/// Why the stream cannot be read on.
 #[derive(Debug)]
-pub(crate) struct SseError(std::str::Utf8Error);
+pub(crate) enum SseError {
+    /// A line of the stream is not UTF-8.
+    NotUtf8(std::str::Utf8Error),
+    /// One line is longer than the limit (it may still be arriving).
+    LineTooLong(usize),
+    /// One event's data is larger than the limit.
+    EventTooLarge(usize),
+}
 
 impl fmt::Display for SseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the event stream is not UTF-8 ({})", self.0)
+        match self {
+            Self::NotUtf8(error) => write!(f, "the event stream is not UTF-8 ({error})"),
+            Self::LineTooLong(limit) => {
+                write!(f, "a line of the event stream is over {limit} bytes")
+            }
+            Self::EventTooLarge(limit) => {
+                write!(f, "an event of the event stream is over {limit} bytes")
+            }
+        }
     }
 }
 
 /// Splits a byte stream into events; feed it with [`SseParser::push`] and take the events
 /// with [`SseParser::next_event`].
-#[derive(Debug, Default)]
+///
+/// Memory is bounded: a line longer than `max_line` bytes, or an event whose data is larger
+/// than `max_event`, is an error as soon as it is seen, so the buffer never holds much more
+/// than the limit and one pushed chunk. The search for a line end only looks at bytes it has
+/// not looked at yet, so a long line arriving in many small pieces costs time linear in its
+/// length.
+#[derive(Debug)]
 pub(crate) struct SseParser {
     /// Received bytes; those before `pos` are consumed.
     buf: Vec<u8>,
     pos: usize,
+    /// Bytes from `pos` up to `scanned` hold no line end (the search goes on from here).
+    scanned: usize,
     /// Whether the start of the stream was checked for a BOM.
     started: bool,
     /// The data of the event being read (each `data` line followed by LF), or of the event
@@ -48,12 +71,29 @@ pub(crate) struct SseParser {
     kind: Option<EventKind>,
     /// Whether `data` belongs to the event last returned (cleared on the next call).
     returned: bool,
+    max_line: usize,
+    max_event: usize,
+    /// Bytes the line-end search has looked at, for the test that checks it is linear.
+    #[cfg(test)]
+    examined: usize,
 }
 
 impl SseParser {
-    /// A parser at the start of a stream.
-    pub(crate) fn new() -> Self {
-        Self::default()
+    /// A parser at the start of a stream, with a limit on one line and on one event's data.
+    pub(crate) fn new(max_line: usize, max_event: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            pos: 0,
+            scanned: 0,
+            started: false,
+            data: String::new(),
+            kind: None,
+            returned: false,
+            max_line,
+            max_event,
+            #[cfg(test)]
+            examined: 0,
+        }
     }
 
     /// Adds bytes received from the server.
@@ -61,8 +101,10 @@ impl SseParser {
         if self.pos == self.buf.len() {
             self.buf.clear();
         } else if self.pos > 0 {
+            // Only the unconsumed rest moves: at most one partial line.
             self.buf.drain(..self.pos);
         }
+        self.scanned -= self.pos;
         self.pos = 0;
         self.buf.extend_from_slice(bytes);
     }
@@ -70,6 +112,15 @@ impl SseParser {
     /// The data of the event last returned by [`SseParser::next_event`].
     pub(crate) fn data(&self) -> &str {
         &self.data
+    }
+
+    /// Fails with `error`, letting the buffered bytes go (the stream is not read on).
+    fn fail(&mut self, error: SseError) -> Result<Option<EventKind>, SseError> {
+        self.buf = Vec::new();
+        self.data = String::new();
+        self.pos = 0;
+        self.scanned = 0;
+        Err(error)
     }
 
     /// The next complete event, if the bytes received so far hold one.
@@ -88,25 +139,44 @@ impl SseParser {
                 self.started = true;
                 if rest.starts_with(BOM) {
                     self.pos += BOM.len();
+                    self.scanned = self.pos;
                 }
                 continue;
             }
-            let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') else {
+            let from = self.scanned - self.pos;
+            let found = rest[from..].iter().position(|&b| b == b'\n' || b == b'\r');
+            #[cfg(test)]
+            {
+                self.examined += found.map_or(rest.len() - from, |at| at + 1);
+            }
+            let Some(end) = found.map(|at| from + at) else {
+                self.scanned = self.buf.len();
+                if rest.len() > self.max_line {
+                    return self.fail(SseError::LineTooLong(self.max_line));
+                }
                 return Ok(None);
             };
+            if end > self.max_line {
+                return self.fail(SseError::LineTooLong(self.max_line));
+            }
             let consumed = if rest[end] == b'\r' {
                 match rest.get(end + 1) {
-                    // A CR may be the first half of a CRLF: wait for the next byte.
-                    None => return Ok(None),
+                    // A CR may be the first half of a CRLF: wait for the next byte (the search
+                    // starts again at the CR).
+                    None => {
+                        self.scanned = self.pos + end;
+                        return Ok(None);
+                    }
                     Some(b'\n') => end + 2,
                     Some(_) => end + 1,
                 }
             } else {
                 end + 1
             };
-            let line = std::str::from_utf8(&rest[..end]).map_err(SseError)?;
+            let line = std::str::from_utf8(&rest[..end]).map_err(SseError::NotUtf8)?;
             if line.is_empty() {
                 self.pos += consumed;
+                self.scanned = self.pos;
                 let kind = self.kind.take().unwrap_or(EventKind::Other);
                 if self.data.is_empty() {
                     // An event without data is not dispatched.
@@ -123,6 +193,9 @@ impl SseParser {
                 };
                 match name {
                     "data" => {
+                        if self.data.len() + value.len() > self.max_event {
+                            return self.fail(SseError::EventTooLarge(self.max_event));
+                        }
                         self.data.push_str(value);
                         self.data.push('\n');
                     }
@@ -138,6 +211,7 @@ impl SseParser {
                 }
             }
             self.pos += consumed;
+            self.scanned = self.pos;
         }
     }
 }
@@ -150,9 +224,11 @@ mod tests {
 
     use super::*;
 
+    const MIB: usize = 1 << 20;
+
     /// Every event of `body` delivered in `parts`, as (keepalive, data).
     fn ours(parts: &[&[u8]]) -> Vec<(bool, String)> {
-        let mut parser = SseParser::new();
+        let mut parser = SseParser::new(MIB, MIB);
         let mut events = Vec::new();
         for part in parts {
             parser.push(part);
@@ -213,9 +289,90 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_utf8_is_an_error() {
-        let mut parser = SseParser::new();
+        let mut parser = SseParser::new(MIB, MIB);
         parser.push(b"data: \xff\xfe\n\n");
         assert!(parser.next_event().is_err());
+    }
+
+    #[test]
+    fn a_long_line_in_small_pieces_is_scanned_once() {
+        // 256 KiB of one data line in 16-byte pieces: a search that went back to the line's
+        // start on every piece would look at ~2 GiB (16,384 pieces × 128 KiB on average).
+        const LINE: usize = 256 * 1024;
+        let mut parser = SseParser::new(MIB, MIB);
+        let mut body = b"data: ".to_vec();
+        body.resize(LINE, b'x');
+        body.extend_from_slice(b"\n\n");
+        let mut events = 0;
+        for piece in body.chunks(16) {
+            parser.push(piece);
+            while let Some(_kind) = parser.next_event().expect("a valid stream") {
+                events += 1;
+                assert_eq!(parser.data().len(), LINE - "data: ".len());
+            }
+        }
+        assert_eq!(events, 1);
+        assert!(
+            parser.examined <= body.len(),
+            "looked at {} bytes of a {}-byte stream",
+            parser.examined,
+            body.len()
+        );
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_an_error_before_its_end_arrives() {
+        let mut parser = SseParser::new(1000, MIB);
+        parser.push(b"data: {\"a\":1}\n\n");
+        assert_eq!(parser.next_event().expect("valid"), Some(EventKind::Other));
+        let mut pushed = 0;
+        let error = loop {
+            parser.push(&[b'x'; 100]);
+            pushed += 100;
+            match parser.next_event() {
+                Ok(None) => assert!(pushed <= 1000, "no error after {pushed} bytes"),
+                Ok(Some(_)) => panic!("no event was complete"),
+                Err(error) => break error,
+            }
+        };
+        assert!(matches!(error, SseError::LineTooLong(1000)), "{error:?}");
+        assert_eq!(pushed, 1100);
+        assert!(parser.buf.capacity() == 0, "the buffer is let go");
+
+        // A line that arrives whole, end and all, is held to the same limit; a comment too.
+        for line in [&b"data: "[..], b": "] {
+            let mut parser = SseParser::new(1000, MIB);
+            let mut body = line.to_vec();
+            body.resize(1001, b'x');
+            body.extend_from_slice(b"\n\n");
+            parser.push(&body);
+            assert!(matches!(
+                parser.next_event(),
+                Err(SseError::LineTooLong(1000))
+            ));
+        }
+        // Exactly at the limit is fine.
+        let mut parser = SseParser::new(1000, MIB);
+        let mut body = b"data: ".to_vec();
+        body.resize(1000, b'x');
+        body.extend_from_slice(b"\r\n\r\n");
+        parser.push(&body);
+        assert_eq!(parser.next_event().expect("valid"), Some(EventKind::Other));
+    }
+
+    #[test]
+    fn an_event_of_many_lines_past_the_limit_is_an_error() {
+        let mut parser = SseParser::new(MIB, 1000);
+        // 10 lines of 99 bytes and their 9 line feeds: 999 bytes of data, within the limit.
+        let line = format!("data: {}\n", "y".repeat(99));
+        parser.push(line.repeat(10).as_bytes());
+        parser.push(b"\n");
+        assert_eq!(parser.next_event().expect("valid"), Some(EventKind::Other));
+        assert_eq!(parser.data().len(), 999);
+        // Eleven are not, however they are cut.
+        parser.push(line.repeat(11).as_bytes());
+        let error = parser.next_event().expect_err("too large");
+        assert!(matches!(error, SseError::EventTooLarge(1000)), "{error:?}");
     }
 
     /// Pieces SSE streams are made of, odd ones included.

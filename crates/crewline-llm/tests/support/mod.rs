@@ -46,7 +46,20 @@ pub(crate) enum Reply {
     Json(Value),
     /// Reads the request, then sends nothing until the client closes.
     StallBeforeHeaders,
+    /// A `text/event-stream` answer whose events are followed by one `data:` line that never
+    /// ends: [`FLOOD_PIECE`]-byte pieces of it until the client closes the connection (or
+    /// [`FLOOD_LIMIT`] bytes are out; then the server waits for the close).
+    EndlessLine(Vec<String>),
+    /// An error answer with this status whose body starts with the text given and goes on
+    /// like [`Reply::EndlessLine`] (its `content-length` says 1 GiB).
+    EndlessStatus(u16, String),
 }
+
+/// The size of each piece of an endless line or body.
+pub(crate) const FLOOD_PIECE: usize = 64 * 1024;
+/// Where an endless line or body stops anyway, so a client without a limit fails the test
+/// without taking the machine's memory.
+pub(crate) const FLOOD_LIMIT: usize = 64 * 1024 * 1024;
 
 impl Reply {
     /// A streamed answer of JSON chunks.
@@ -73,6 +86,7 @@ struct State {
     disconnects: Mutex<usize>,
     disconnected: Notify,
     connections: Mutex<usize>,
+    flooded: Mutex<usize>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -128,6 +142,11 @@ impl TestServer {
         *lock(&self.state.connections)
     }
 
+    /// How many bytes of endless lines and bodies were sent before the client closed.
+    pub(crate) fn flooded(&self) -> usize {
+        *lock(&self.state.flooded)
+    }
+
     /// How many stalled connections the client has closed.
     pub(crate) fn disconnects(&self) -> usize {
         *lock(&self.state.disconnects)
@@ -162,6 +181,10 @@ async fn handle(mut socket: TcpStream, state: Arc<State>) {
                 Ok(())
             }
             Reply::Sse(events, after) => write_sse(&mut socket, &events, after, &state).await,
+            Reply::EndlessLine(events) => write_endless_line(&mut socket, &events, &state).await,
+            Reply::EndlessStatus(code, start) => {
+                write_endless_status(&mut socket, code, &start, &state).await
+            }
         };
         if !keep_alive || written.is_err() {
             return;
@@ -219,6 +242,59 @@ async fn write_sse(
             Ok(())
         }
     }
+}
+
+async fn write_endless_line(
+    socket: &mut TcpStream,
+    events: &[String],
+    state: &State,
+) -> std::io::Result<()> {
+    socket
+        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+        .await?;
+    for event in events {
+        write_chunk(socket, &format!("data: {event}\n\n")).await?;
+    }
+    write_chunk(socket, "data: ").await?;
+    flood(socket, state, true).await
+}
+
+async fn write_endless_status(
+    socket: &mut TcpStream,
+    code: u16,
+    start: &str,
+    state: &State,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {code} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{start}",
+        1_u64 << 30
+    );
+    socket.write_all(head.as_bytes()).await?;
+    flood(socket, state, false).await
+}
+
+/// Writes [`FLOOD_PIECE`]-byte pieces (as HTTP chunks when `chunked`) until the client closes
+/// the connection, counting the bytes sent, or until [`FLOOD_LIMIT`], then waits for the close.
+async fn flood(socket: &mut TcpStream, state: &State, chunked: bool) -> std::io::Result<()> {
+    let piece = "x".repeat(FLOOD_PIECE);
+    let mut sent = 0;
+    while sent < FLOOD_LIMIT {
+        let written = if chunked {
+            write_chunk(socket, &piece).await
+        } else {
+            socket.write_all(piece.as_bytes()).await
+        };
+        if written.is_err() {
+            // The client closed the connection.
+            *lock(&state.disconnects) += 1;
+            state.disconnected.notify_one();
+            return Ok(());
+        }
+        sent += FLOOD_PIECE;
+        *lock(&state.flooded) = sent;
+    }
+    wait_for_close(socket, state).await;
+    Ok(())
 }
 
 async fn write_chunk(socket: &mut TcpStream, data: &str) -> std::io::Result<()> {

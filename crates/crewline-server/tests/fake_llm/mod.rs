@@ -40,9 +40,16 @@ pub enum Fault {
     /// `fault:echo-key`: HTTP 401 whose message repeats the request's `Authorization` header,
     /// as some proxies do.
     EchoKey,
+    /// `fault:endless-line`: two chunks, then one `data:` line that never ends (64 KiB pieces
+    /// until the client goes away, at most [`FLOOD_LIMIT`] bytes).
+    EndlessLine,
     /// `tool:NAME`: calls the tool `NAME` (no arguments) when the last message is the user's;
     /// after the tool result, answers with text that quotes the start of the result.
     Tool,
+    /// `tool-hold:NAME`: like `tool:NAME`, but the answer with the call ends at its
+    /// `finish_reason`: no `[DONE]`, no end of body, the connection held open until the
+    /// client goes away (some proxies do this).
+    ToolHold,
     /// Anything else: `echo: <message>` in word chunks.
     None,
 }
@@ -58,7 +65,9 @@ impl Fault {
             "fault:cut" => Self::Cut,
             "fault:error-event" => Self::ErrorEvent,
             "fault:echo-key" => Self::EchoKey,
+            "fault:endless-line" => Self::EndlessLine,
             _ if keyword.starts_with("tool:") => Self::Tool,
+            _ if keyword.starts_with("tool-hold:") => Self::ToolHold,
             _ => Self::None,
         }
     }
@@ -72,8 +81,13 @@ pub fn echo_answer(message: &str) -> String {
 /// The text chunks streamed before a mid-stream fault.
 pub const PARTIAL: [&str; 2] = ["partial ", "answer "];
 
+/// Where an endless line stops anyway, so a client without a limit fails its test without
+/// taking the machine's memory.
+pub const FLOOD_LIMIT: usize = 64 * 1024 * 1024;
+
 #[derive(Default)]
 struct State {
+    flooded: AtomicUsize,
     attempts: Mutex<HashMap<String, usize>>,
     open: AtomicUsize,
     total: AtomicUsize,
@@ -127,6 +141,11 @@ impl FakeLlm {
     /// Requests received in all.
     pub fn total(&self) -> usize {
         self.state.total.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of endless lines sent before the client went away.
+    pub fn flooded(&self) -> usize {
+        self.state.flooded.load(Ordering::SeqCst)
     }
 
     /// Connections the fake still holds open.
@@ -196,6 +215,11 @@ async fn serve(mut socket: TcpStream, state: &State) {
             );
             write_sse(&mut socket, &events, true).await
         }
+        Fault::EndlessLine => {
+            let result = write_endless_line(&mut socket, &text_chunks(&PARTIAL), state).await;
+            wait_for_close(&mut socket).await;
+            result
+        }
         Fault::Tool if last_role == "user" => {
             let name = user
                 .split_whitespace()
@@ -204,7 +228,17 @@ async fn serve(mut socket: TcpStream, state: &State) {
                 .unwrap_or_default();
             write_sse(&mut socket, &tool_call_chunks(name), true).await
         }
-        Fault::Tool => {
+        Fault::ToolHold if last_role == "user" => {
+            let name = user
+                .split_whitespace()
+                .next()
+                .and_then(|k| k.strip_prefix("tool-hold:"))
+                .unwrap_or_default();
+            let result = write_sse(&mut socket, &tool_call_chunks(name), false).await;
+            wait_for_close(&mut socket).await;
+            result
+        }
+        Fault::Tool | Fault::ToolHold => {
             // Quote the start of the tool result (what the model would read).
             let quoted: String = last_content.chars().take(120).collect();
             let text = format!("the tool said: {quoted}");
@@ -283,6 +317,23 @@ async fn write_sse(socket: &mut TcpStream, events: &[String], finish: bool) -> s
         write_chunk(socket, "data: [DONE]\n\n").await?;
         socket.write_all(b"0\r\n\r\n").await?;
         socket.shutdown().await?;
+    }
+    Ok(())
+}
+
+/// Writes an SSE answer of `events`, then a `data:` line that never ends, until the client
+/// goes away or [`FLOOD_LIMIT`] bytes are out.
+async fn write_endless_line(
+    socket: &mut TcpStream,
+    events: &[String],
+    state: &State,
+) -> std::io::Result<()> {
+    write_sse(socket, events, false).await?;
+    write_chunk(socket, "data: ").await?;
+    let piece = "x".repeat(64 * 1024);
+    while state.flooded.load(Ordering::SeqCst) < FLOOD_LIMIT {
+        write_chunk(socket, &piece).await?;
+        state.flooded.fetch_add(piece.len(), Ordering::SeqCst);
     }
     Ok(())
 }
