@@ -4,6 +4,10 @@
 //! session's outbound events as binary frames. Every way out (the platform hanging up, a
 //! socket error, an oversized frame, the drain deadline) shuts the session down and ends
 //! both tasks.
+//!
+//! Limits: the writer pings the platform every `ping_interval`, and a call with no inbound
+//! frame (pongs included) for `idle_timeout` is a half-open connection and is closed; a socket
+//! write that takes longer than `write_timeout` ends the call (the platform stopped reading).
 
 use std::{fmt, sync::Arc, time::Duration};
 
@@ -12,7 +16,7 @@ use axum::{
     extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code},
 };
 use crewline::{
-    Observer, Session, SessionSetup,
+    DispatchError, Observer, Session, SessionSetup,
     protocol::{AgentError, DecodeError, Event, EventBody, Severity, SystemInit},
 };
 use futures::{
@@ -39,9 +43,14 @@ const OUTBOUND_CAPACITY: usize = 1024;
 const LOUD_BAD_FRAMES: u32 = 10;
 /// The longest error text put into `agent.error` or a log line.
 const MAX_ERROR_TEXT: usize = 1000;
+/// The longest id taken from the platform (a call id) put into a span or a log line.
+pub(crate) const MAX_ID_BYTES: usize = 64;
 
 /// Close code and reason at the drain deadline.
 const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
+/// Close code and reason for a call that answered no ping within the idle timeout (those
+/// of the reference's WebSocket library).
+const IDLE_CLOSE: (u16, &str) = (close_code::ERROR, "keepalive ping timeout");
 
 /// Serves one call on `socket` until it ends.
 pub(crate) async fn run(socket: WebSocket, service: Arc<Service>) {
@@ -50,7 +59,13 @@ pub(crate) async fn run(socket: WebSocket, service: Arc<Service>) {
     let (sink, stream) = socket.split();
     let (outbound, events) = mpsc::channel(OUTBOUND_CAPACITY);
     let (close, close_requests) = oneshot::channel();
-    let writer = tokio::spawn(write_frames(sink, events, close_requests).in_current_span());
+    let limits = &service.config.limits;
+    let writer = Writer {
+        sink,
+        write_timeout: limits.write_timeout,
+        ping_interval: limits.ping_interval,
+    };
+    let writer = tokio::spawn(writer.run(events, close_requests).in_current_span());
     let mut connection = Connection {
         service,
         stream,
@@ -75,6 +90,10 @@ enum End {
     TooBig,
     /// The drain deadline passed.
     ShuttingDown,
+    /// No inbound frame, pongs included, within the idle timeout: a half-open connection.
+    Idle,
+    /// A socket write did not complete within the write timeout: the platform stopped reading.
+    WriteTimeout,
 }
 
 impl fmt::Display for End {
@@ -85,6 +104,8 @@ impl fmt::Display for End {
             Self::SocketError => f.write_str("socket error"),
             Self::TooBig => f.write_str("frame too large"),
             Self::ShuttingDown => f.write_str("server shutting down"),
+            Self::Idle => f.write_str("idle timeout (no pong)"),
+            Self::WriteTimeout => f.write_str("write timeout (the platform stopped reading)"),
         }
     }
 }
@@ -158,7 +179,7 @@ fn too_big_message(size: usize, max: usize) -> String {
 struct Connection {
     service: Arc<Service>,
     stream: SplitStream<WebSocket>,
-    writer: JoinHandle<()>,
+    writer: JoinHandle<WriterEnd>,
     writer_done: bool,
     close: Option<oneshot::Sender<CloseFrame>>,
     outbound: mpsc::Sender<Box<Event>>,
@@ -190,7 +211,8 @@ impl Connection {
             .as_ref()
             .and_then(|caller| caller.call_id.as_deref())
         {
-            tracing::Span::current().record("call_id", call_id);
+            // The platform's id, truncated: a 1 MiB id must not go into every line of the call.
+            tracing::Span::current().record("call_id", &*truncate(call_id, MAX_ID_BYTES));
         }
         tracing::info!(
             conversation_type = ?init.session_context.conversation_type,
@@ -199,7 +221,9 @@ impl Connection {
         );
 
         let observer: Arc<dyn Observer> = Arc::clone(&state.metrics) as Arc<dyn Observer>;
-        let setup = SessionSetup::new(init, self.outbound.clone()).with_observer(observer);
+        let setup = SessionSetup::new(init, self.outbound.clone())
+            .with_observer(observer)
+            .with_inbox_bytes(self.service.config.limits.inbox_bytes);
         let for_user = setup.clone();
         let crew = tokio::select! {
             () = state.close_calls.cancelled() => return Err(Failure::shutting_down()),
@@ -287,18 +311,45 @@ impl Connection {
     async fn run_session(&mut self, session: Session) -> End {
         let metrics = Arc::clone(&self.service.state.metrics);
         let close_calls = self.service.state.close_calls.clone();
+        let idle_timeout = self.service.config.limits.idle_timeout;
         let mut bad_frames = 0u32;
+        // One clock read per frame; the timer is moved only when it fires early.
+        let mut last_inbound = Instant::now();
+        let idle = tokio::time::sleep_until(last_inbound + idle_timeout);
+        tokio::pin!(idle);
         let end = loop {
             let next = tokio::select! {
                 biased;
                 () = close_calls.cancelled() => break End::ShuttingDown,
-                _ = &mut self.writer, if !self.writer_done => {
+                ended = &mut self.writer, if !self.writer_done => {
                     self.writer_done = true;
+                    if let Ok(WriterEnd::TimedOut) = ended {
+                        metrics.error(ErrorKind::WriteTimeout);
+                        tracing::warn!(
+                            timeout = ?self.service.config.limits.write_timeout,
+                            "a socket write timed out: the platform stopped reading; ending the call"
+                        );
+                        break End::WriteTimeout;
+                    }
                     metrics.error(ErrorKind::Socket);
                     break End::SocketError;
                 }
+                () = &mut idle => {
+                    let deadline = last_inbound + idle_timeout;
+                    if deadline > Instant::now() {
+                        idle.as_mut().reset(deadline);
+                        continue;
+                    }
+                    metrics.error(ErrorKind::IdleTimeout);
+                    tracing::warn!(
+                        timeout = ?idle_timeout,
+                        "no frame or pong from the platform in time: closing a half-open call"
+                    );
+                    break End::Idle;
+                }
                 next = self.stream.next() => next,
             };
+            last_inbound = Instant::now();
             let message = match next {
                 None => break End::PeerClosed,
                 Some(Err(error)) => {
@@ -306,7 +357,7 @@ impl Connection {
                         metrics.frame_dropped(FrameDrop::TooBig);
                         tracing::warn!(size, max, "frame too large: closing the call");
                         session.shutdown().await;
-                        self.send_error(too_big_message(size, max), "too_big");
+                        self.send_error(too_big_message(size, max), "too_big", Severity::Fatal);
                         self.close(close_code::SIZE, "frame too large").await;
                         return End::TooBig;
                     }
@@ -326,12 +377,15 @@ impl Connection {
                 Message::Ping(_) | Message::Pong(_) => continue,
             };
             match crewline::protocol::decode(bytes) {
-                Ok(event) => {
-                    if let Err(error) = session.dispatch(event) {
-                        // The session counts and logs what it drops.
-                        tracing::debug!(%error, "event not delivered");
+                Ok(event) => match session.dispatch_frame(event, bytes.len()) {
+                    Ok(()) => {}
+                    // The session counts and logs what it drops; the platform is told, since
+                    // the event is lost.
+                    Err(error @ (DispatchError::Full(_) | DispatchError::OverBudget { .. })) => {
+                        self.send_error(error.to_string(), "inbox_full", Severity::Warning);
                     }
-                }
+                    Err(error) => tracing::debug!(%error, "event not delivered"),
+                },
                 Err(error) => {
                     bad_frames = bad_frames.saturating_add(1);
                     metrics.frame_dropped(frame_drop(&error));
@@ -353,18 +407,19 @@ impl Connection {
         session.shutdown().await;
         match end {
             End::ShuttingDown => self.close(SHUTDOWN_CLOSE.0, SHUTDOWN_CLOSE.1).await,
+            End::Idle => self.close(IDLE_CLOSE.0, IDLE_CLOSE.1).await,
             _ => self.abandon().await,
         }
         end
     }
 
-    /// Queues an `agent.error` (fatal) for the platform.
-    fn send_error(&self, message: String, reason: &str) {
+    /// Queues an `agent.error` for the platform.
+    fn send_error(&self, message: String, reason: &str, severity: Severity) {
         let mut payload = Map::new();
         payload.insert("reason".to_owned(), Value::String(reason.to_owned()));
         let event = Event::now(EventBody::AgentError(AgentError {
             message: truncate(&message, MAX_ERROR_TEXT).into_owned(),
-            severity: Severity::Fatal,
+            severity,
             payload,
         }));
         if self.outbound.try_send(Box::new(event)).is_err() {
@@ -376,25 +431,26 @@ impl Connection {
     async fn fail(&mut self, failure: Failure) {
         match failure.message {
             Some(message) => {
-                self.send_error(message, failure.reason.as_str());
+                self.send_error(message, failure.reason.as_str(), Severity::Fatal);
                 self.close(failure.code, failure.close_reason).await;
             }
             None => self.abandon().await,
         }
     }
 
-    /// Sends queued events and a close frame, then waits (bounded) for the platform's close.
+    /// Sends queued events and a close frame, then waits for the platform's close: all of it
+    /// within the close timeout, which bounds how long a drain waits after its deadline.
     async fn close(&mut self, code: u16, reason: &'static str) {
-        let timeout = self.service.config.close_timeout;
+        let deadline = Instant::now() + self.service.config.close_timeout;
         if let Some(close) = self.close.take() {
             let _ = close.send(CloseFrame {
                 code,
                 reason: Utf8Bytes::from_static(reason),
             });
         }
-        self.join_writer(timeout).await;
+        self.join_writer(deadline).await;
         // Read until the platform answers the close (or goes away).
-        let drained = tokio::time::timeout(timeout, async {
+        let drained = tokio::time::timeout_at(deadline, async {
             while let Some(Ok(_)) = self.stream.next().await {}
         })
         .await;
@@ -418,12 +474,12 @@ impl Connection {
         .await;
     }
 
-    /// Waits for the writer to finish, aborting it after `timeout`.
-    async fn join_writer(&mut self, timeout: Duration) {
+    /// Waits for the writer to finish, aborting it at `deadline`.
+    async fn join_writer(&mut self, deadline: Instant) {
         if self.writer_done {
             return;
         }
-        if tokio::time::timeout(timeout, &mut self.writer)
+        if tokio::time::timeout_at(deadline, &mut self.writer)
             .await
             .is_err()
         {
@@ -435,69 +491,138 @@ impl Connection {
     }
 }
 
-/// Encodes each event as a binary frame; on a close request, sends what is queued and the
-/// close frame, then stops. Stops at the first socket error.
-async fn write_frames(
-    mut sink: SplitSink<WebSocket, Message>,
-    mut events: mpsc::Receiver<Box<Event>>,
-    mut close: oneshot::Receiver<CloseFrame>,
-) {
-    loop {
-        tokio::select! {
-            biased;
-            frame = &mut close => {
-                let queued = events.len();
-                for _ in 0..queued {
-                    let Ok(event) = events.try_recv() else { break };
-                    if sink.feed(binary(&event)).await.is_err() {
-                        return;
-                    }
-                }
-                match frame {
-                    Ok(frame) => {
-                        if let Err(error) = sink.send(Message::Close(Some(frame))).await {
-                            tracing::debug!(%error, "could not send the close frame");
-                        }
-                    }
-                    Err(_) => {
-                        let _ = sink.flush().await;
-                    }
-                }
-                return;
-            }
-            event = events.recv() => {
-                let Some(event) = event else {
-                    // Unreachable while the connection holds a sender; wait for the close.
-                    if let Ok(frame) = close.await {
-                        let _ = sink.send(Message::Close(Some(frame))).await;
-                    }
-                    return;
-                };
-                let mut written = sink.feed(binary(&event)).await;
-                if written.is_ok() && events.is_empty() {
-                    // The model's pieces usually arrive a few at a time, each woken separately:
-                    // letting the tasks that are ready run first gathers them into one socket
-                    // write (one syscall instead of one per frame). When nothing else is ready
-                    // this costs one pass of the scheduler, a few microseconds.
-                    tokio::task::yield_now().await;
-                    while written.is_ok()
-                        && let Ok(event) = events.try_recv()
-                    {
-                        written = sink.feed(binary(&event)).await;
-                    }
-                    if written.is_ok() {
-                        written = sink.flush().await;
-                    }
-                }
-                if let Err(error) = written {
-                    tracing::debug!(%error, "socket write failed");
-                    return;
-                }
-            }
+/// How the writer stopped.
+enum WriterEnd {
+    /// It sent the close frame, or was asked to stop.
+    Done,
+    /// A socket write failed.
+    Failed,
+    /// A socket write did not complete within the write timeout.
+    TimedOut,
+}
+
+/// The socket's sending half and the writer's limits.
+struct Writer {
+    sink: SplitSink<WebSocket, Message>,
+    write_timeout: Duration,
+    ping_interval: Duration,
+}
+
+/// One socket operation (`feed`, `flush`, `send`), bounded by `timeout`.
+///
+/// The timer is registered only when the write has to wait: a write that completes at once
+/// costs one clock read.
+async fn bounded<F>(timeout: Duration, operation: F) -> Result<(), WriterEnd>
+where
+    F: std::future::Future<Output = Result<(), axum::Error>>,
+{
+    match tokio::time::timeout(timeout, operation).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "socket write failed");
+            Err(WriterEnd::Failed)
         }
+        Err(_) => Err(WriterEnd::TimedOut),
     }
 }
 
+impl Writer {
+    async fn feed(&mut self, message: Message) -> Result<(), WriterEnd> {
+        bounded(self.write_timeout, self.sink.feed(message)).await
+    }
+
+    async fn flush(&mut self) -> Result<(), WriterEnd> {
+        bounded(self.write_timeout, self.sink.flush()).await
+    }
+
+    async fn send(&mut self, message: Message) -> Result<(), WriterEnd> {
+        bounded(self.write_timeout, self.sink.send(message)).await
+    }
+
+    /// Encodes each event as a binary frame, and pings every ping interval; on a close
+    /// request, sends what is queued and the close frame, then stops. Stops at the first
+    /// socket error or write timeout.
+    async fn run(
+        mut self,
+        mut events: mpsc::Receiver<Box<Event>>,
+        mut close: oneshot::Receiver<CloseFrame>,
+    ) -> WriterEnd {
+        let mut pings =
+            tokio::time::interval_at(Instant::now() + self.ping_interval, self.ping_interval);
+        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            tokio::select! {
+                biased;
+                frame = &mut close => break self.close(&mut events, frame).await,
+                event = events.recv() => {
+                    let Some(event) = event else {
+                        // Unreachable while the connection holds a sender; wait for the close.
+                        break self.close(&mut events, close.await).await;
+                    };
+                    if let Err(end) = self.send_events(event, &mut events).await {
+                        break Err(end);
+                    }
+                }
+                _ = pings.tick() => {
+                    let ping = Message::Ping(Bytes::new());
+                    if let Err(end) = self.send(ping).await {
+                        break Err(end);
+                    }
+                }
+            }
+        };
+        result.err().unwrap_or(WriterEnd::Done)
+    }
+
+    /// Writes `event` and the events that are ready behind it, then flushes.
+    async fn send_events(
+        &mut self,
+        event: Box<Event>,
+        events: &mut mpsc::Receiver<Box<Event>>,
+    ) -> Result<(), WriterEnd> {
+        let frame = binary(&event);
+        self.feed(frame).await?;
+        if !events.is_empty() {
+            return Ok(());
+        }
+        // The model's pieces usually arrive a few at a time, each woken separately: letting
+        // the tasks that are ready run first gathers them into one socket write (one syscall
+        // instead of one per frame). When nothing else is ready this costs one pass of the
+        // scheduler, a few microseconds.
+        tokio::task::yield_now().await;
+        while let Ok(event) = events.try_recv() {
+            let frame = binary(&event);
+            self.feed(frame).await?;
+        }
+        self.flush().await
+    }
+
+    /// Sends what is queued, then the close frame (or only flushes, when the connection
+    /// dropped its close request).
+    async fn close(
+        &mut self,
+        events: &mut mpsc::Receiver<Box<Event>>,
+        frame: Result<CloseFrame, oneshot::error::RecvError>,
+    ) -> Result<(), WriterEnd> {
+        let queued = events.len();
+        for _ in 0..queued {
+            let Ok(event) = events.try_recv() else { break };
+            let frame = binary(&event);
+            self.feed(frame).await?;
+        }
+        match frame {
+            Ok(frame) => {
+                let close = Message::Close(Some(frame));
+                if let Err(end) = self.send(close).await {
+                    tracing::debug!("could not send the close frame");
+                    return Err(end);
+                }
+                Ok(())
+            }
+            Err(_) => self.flush().await,
+        }
+    }
+}
 fn binary(event: &Event) -> Message {
     Message::Binary(Bytes::from(crewline::protocol::encode(event)))
 }

@@ -180,6 +180,21 @@ async fn websocket(
             "the server is shutting down; no new calls",
         );
     }
+    // Counted from now to the call's end (also when the upgrade fails), before any memory
+    // is spent on the call.
+    let Some(admitted) = state.admit_call(service.config.limits.max_sessions) else {
+        state.metrics.handshake_failed(HandshakeFailure::Full);
+        // Not at warn: a flood of refused calls must not flood the log too (it is counted).
+        tracing::debug!("refused a call: max_sessions calls are in progress");
+        let mut response = detail(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is at its limit of calls; try again later",
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return response;
+    };
     // Tracked from now, so that a drain waits for a call whose upgrade is under way.
     let tracked = state.calls.token();
     let id = state.next_session_id();
@@ -196,7 +211,7 @@ async fn websocket(
         .on_upgrade(move |socket| {
             async move {
                 crate::connection::run(socket, service).await;
-                drop(tracked);
+                drop((tracked, admitted));
             }
             .instrument(span)
         })

@@ -97,6 +97,8 @@ pub enum HandshakeFailure {
     Unauthorized,
     /// `/ws` while the server drains (answered 503, not upgraded).
     Draining,
+    /// `/ws` while `max_sessions` calls are in progress (answered 503, not upgraded).
+    Full,
     /// No first frame within the handshake timeout.
     Timeout,
     /// The first frame did not decode.
@@ -120,9 +122,10 @@ pub enum HandshakeFailure {
 }
 
 impl HandshakeFailure {
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 13] = [
         Self::Unauthorized,
         Self::Draining,
+        Self::Full,
         Self::Timeout,
         Self::BadFrame,
         Self::TooBig,
@@ -140,6 +143,7 @@ impl HandshakeFailure {
         match self {
             Self::Unauthorized => "unauthorized",
             Self::Draining => "draining",
+            Self::Full => "full",
             Self::Timeout => "timeout",
             Self::BadFrame => "bad_frame",
             Self::TooBig => "too_big",
@@ -169,16 +173,22 @@ pub enum ErrorKind {
     Turn,
     /// A tool call failed.
     Tool,
+    /// A call sent no frame and answered no ping within the idle timeout (closed).
+    IdleTimeout,
+    /// A socket write did not complete within the write timeout (the call was ended).
+    WriteTimeout,
 }
 
 impl ErrorKind {
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 8] = [
         Self::Handshake,
         Self::Socket,
         Self::BadFrame,
         Self::Node,
         Self::Turn,
         Self::Tool,
+        Self::IdleTimeout,
+        Self::WriteTimeout,
     ];
 
     /// The label value, e.g. `socket`.
@@ -190,6 +200,8 @@ impl ErrorKind {
             Self::Node => "node",
             Self::Turn => "turn",
             Self::Tool => "tool",
+            Self::IdleTimeout => "idle_timeout",
+            Self::WriteTimeout => "write_timeout",
         }
     }
 }
@@ -388,6 +400,20 @@ impl Metrics {
     /// Handshakes that failed for `reason` since the start.
     pub fn handshake_failures(&self, reason: HandshakeFailure) -> u64 {
         self.handshake_failures[index_of(&HandshakeFailure::ALL, &reason)].load(Relaxed)
+    }
+
+    /// Errors of `kind` since the start.
+    pub fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[index_of(&ErrorKind::ALL, &kind)].load(Relaxed)
+    }
+
+    /// Inbound events the sessions dropped for `reason` (e.g. `inbox_full`) since the start.
+    pub fn dropped_events(&self, reason: &str) -> u64 {
+        self.dropped_events
+            .snapshot()
+            .into_iter()
+            .find(|(key, _)| *key == reason)
+            .map_or(0, |(_, count)| count)
     }
 
     /// Turns that ended with `outcome` since the start.

@@ -1,20 +1,23 @@
 //! [`CrewServer`]: the builder, serving, and graceful drain.
 
-use std::{
-    future::{Future, IntoFuture},
-    net::SocketAddr,
-    sync::Arc,
-    time::Duration,
-};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
 use crewline::{Crew, SessionSetup};
 use crewline_auth::{Auth, Credential, CredentialError};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
 use crate::{
     BoxError, Metrics, ServerError,
     state::{Config, Readiness, Service, SetupFn, State},
+};
+
+mod limits;
+
+pub(crate) use limits::Limits;
+pub use limits::{
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
+    DEFAULT_WRITE_TIMEOUT,
 };
 
 /// The default address: loopback, port 8080. A pod the platform reaches binds `0.0.0.0:8080`
@@ -99,6 +102,7 @@ impl CrewServer {
                 setup_timeout: DEFAULT_SETUP_TIMEOUT,
                 close_timeout: CLOSE_TIMEOUT,
                 worker_runtimes: None,
+                limits: Limits::default(),
             },
             setup,
             state: Arc::new(State::new()),
@@ -328,9 +332,10 @@ impl CrewServer {
         }
         let app = self.app(Arc::clone(&service));
         let stop_http = CancellationToken::new();
+        let http = HttpSettings::new(&self.config);
         let mut server = match self.config.worker_runtimes {
-            None => tokio::spawn(serve_http(listener, app, stop_http.clone())),
-            Some(threads) => serve_on_workers(listener, app, threads, stop_http.clone())
+            None => tokio::spawn(serve_http(listener, app, stop_http.clone(), http)),
+            Some(threads) => serve_on_workers(listener, app, threads, stop_http.clone(), http)
                 .map_err(ServerError::Io)?,
         };
         let state = Arc::clone(&service.state);
@@ -355,23 +360,102 @@ impl CrewServer {
     }
 }
 
-/// Serves `app` on `listener` until `stop` fires, then lets the open connections finish.
+/// How the HTTP connections are served.
+#[derive(Debug, Clone, Copy)]
+struct HttpSettings {
+    header_read_timeout: Duration,
+    /// How long connections still open at the stop get before they are dropped.
+    shutdown_grace: Duration,
+}
+
+impl HttpSettings {
+    fn new(config: &Config) -> Self {
+        Self {
+            header_read_timeout: config.limits.header_read_timeout,
+            shutdown_grace: limits::HTTP_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `stop` fires, then gives the open connections
+/// [`HttpSettings::shutdown_grace`] to finish and drops those that did not.
+///
+/// Hand-written over hyper's HTTP/1 connections rather than `axum::serve`, which sets no timer
+/// (so no header-read timeout takes effect) and waits for every open connection at shutdown
+/// with no bound (an endless streaming response on a merged route would hold it forever).
 async fn serve_http(
     listener: TcpListener,
     app: axum::Router,
     stop: CancellationToken,
+    settings: HttpSettings,
 ) -> std::io::Result<()> {
-    // Without TCP_NODELAY, every small frame after the first of a burst (the chunks after
-    // `start`) waits for the platform's delayed ACK: about 40 ms added to the first chunk.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout);
+    let connections = TaskTracker::new();
+    loop {
+        let accepted = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(error) => {
+                accept_failed(error).await;
+                continue;
+            }
+        };
+        // Without TCP_NODELAY, every small frame after the first of a burst (the chunks after
+        // `start`) waits for the platform's delayed ACK: about 40 ms added to the first chunk.
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY on a call's socket");
         }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .into_future()
-        .await
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let connection = http
+            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+            .with_upgrades();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            tokio::select! {
+                served = connection.as_mut() => {
+                    if let Err(error) = served {
+                        tracing::debug!(%error, "HTTP connection ended with an error");
+                    }
+                    return;
+                }
+                () = stop.cancelled() => {}
+            }
+            // Finishes the request in flight, then closes; bounded, because a response may
+            // never end (an event stream).
+            connection.as_mut().graceful_shutdown();
+            if tokio::time::timeout(settings.shutdown_grace, connection)
+                .await
+                .is_err()
+            {
+                tracing::debug!("an HTTP connection did not finish in time: dropping it");
+            }
+        });
+    }
+    // The listener closes here: the port stops accepting while the last connections finish.
+    drop(listener);
+    connections.close();
+    connections.wait().await;
+    Ok(())
+}
+
+/// Waits after an `accept` error that is not one connection's fault (out of file
+/// descriptors, say), so that the loop does not spin; as `axum::serve` does.
+async fn accept_failed(error: std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(%error, "accept failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 /// Serves `app` on `threads` threads, each with a single-threaded runtime accepting from
@@ -381,6 +465,7 @@ fn serve_on_workers(
     app: axum::Router,
     threads: usize,
     stop: CancellationToken,
+    settings: HttpSettings,
 ) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
     // Out of the caller's runtime, so that each worker registers its own copy with its own
     // event loop; the kernel hands each new connection to one of them.
@@ -403,7 +488,13 @@ fn serve_on_workers(
                             // The listener registers with the event loop of the runtime it is
                             // made in, so it is made inside this one.
                             runtime.block_on(async move {
-                                serve_http(TcpListener::from_std(listener)?, app, stopped).await
+                                serve_http(
+                                    TcpListener::from_std(listener)?,
+                                    app,
+                                    stopped,
+                                    settings,
+                                )
+                                .await
                             })
                         });
                     if let Err(error) = &served {
@@ -466,8 +557,9 @@ async fn drain(service: &Service) {
             "drain timeout: closing the live calls"
         );
         state.close_calls.cancel();
-        // Each call shuts its session down and runs a closing handshake of bounded length.
-        let grace = service.config.close_timeout * 3;
+        // Each call shuts its session down and runs a closing handshake within the close
+        // timeout; the second is for the sessions' shutdown and the scheduler.
+        let grace = service.config.close_timeout + Duration::from_secs(1);
         if tokio::time::timeout(grace, state.calls.wait())
             .await
             .is_err()

@@ -7,7 +7,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc, RwLock,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -16,7 +16,13 @@ use crewline::{Crew, SessionSetup};
 use futures::FutureExt;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::{BoxError, Metrics, SetupError};
+use crate::{BoxError, Metrics, SetupError, server::Limits};
+
+/// The wait before the dry run is tried again after its first failure; it doubles after
+/// each further failure.
+const DRY_RUN_FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between two dry runs.
+const DRY_RUN_MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// The boxed future of a crew's setup code.
 pub(crate) type SetupFuture = Pin<Box<dyn Future<Output = Result<Crew, BoxError>> + Send>>;
@@ -36,6 +42,8 @@ pub(crate) struct Config {
     /// Serve calls on this many single-threaded runtimes of the server's own (`None`: on the
     /// runtime that calls `serve`).
     pub(crate) worker_runtimes: Option<usize>,
+    /// Calls, silent and stalled sockets, queued input, request headers.
+    pub(crate) limits: Limits,
 }
 
 /// Whether the crew's setup code is known to work.
@@ -63,6 +71,8 @@ pub(crate) struct State {
     pub(crate) close_calls: CancellationToken,
     /// Every accepted call, to wait for them at shutdown.
     pub(crate) calls: TaskTracker,
+    /// Calls admitted under `max_sessions`, from the upgrade request to the call's end.
+    admitted: AtomicUsize,
     next_session: AtomicU64,
 }
 
@@ -76,6 +86,7 @@ impl State {
             shutdown_requested: CancellationToken::new(),
             close_calls: CancellationToken::new(),
             calls: TaskTracker::new(),
+            admitted: AtomicUsize::new(0),
             next_session: AtomicU64::new(1),
         }
     }
@@ -105,6 +116,31 @@ impl State {
     pub(crate) fn next_session_id(&self) -> u64 {
         self.next_session.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// Admits one more call unless `max` are already admitted; the call counts until the
+    /// returned guard is dropped.
+    pub(crate) fn admit_call(self: &Arc<Self>, max: usize) -> Option<AdmittedCall> {
+        // Checked and counted in one step, so that concurrent upgrades cannot overshoot.
+        self.admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |admitted| {
+                (admitted < max).then_some(admitted + 1)
+            })
+            .ok()?;
+        Some(AdmittedCall {
+            state: Arc::clone(self),
+        })
+    }
+}
+
+/// One call counted against `max_sessions`, from its upgrade request to its end.
+pub(crate) struct AdmittedCall {
+    state: Arc<State>,
+}
+
+impl Drop for AdmittedCall {
+    fn drop(&mut self) {
+        self.state.admitted.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The settings, the setup code and the state: what the routes and calls run on.
@@ -116,6 +152,10 @@ pub(crate) struct Service {
 
 impl Service {
     /// Starts the startup dry run in the background, once; needs a Tokio runtime.
+    ///
+    /// A failed dry run is tried again after 1 s, then after waits doubling up to 30 s, until
+    /// one succeeds: a database that was not up at start makes the server unready until it
+    /// is, not until a restart.
     pub(crate) fn start_dry_run(self: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
@@ -123,23 +163,40 @@ impl Service {
         if self.state.dry_run_started.swap(true, Ordering::AcqRel) {
             return;
         }
-        let service = Arc::clone(self);
+        // Weak, so that retries stop once nothing serves this service any more.
+        let service = Arc::downgrade(self);
         runtime.spawn(async move {
-            let result = service
-                .run_setup(SessionSetup::dry_run)
-                .await
-                .and_then(|crew| crew.validate().map_err(SetupError::from));
-            match result {
-                Ok(()) => {
-                    tracing::info!("dry run of the crew's setup succeeded: ready");
-                    service.state.set_readiness(Readiness::Ready);
+            let mut wait = DRY_RUN_FIRST_RETRY;
+            loop {
+                let Some(service) = service.upgrade() else {
+                    return;
+                };
+                let result = service
+                    .run_setup(SessionSetup::dry_run)
+                    .await
+                    .and_then(|crew| crew.validate().map_err(SetupError::from));
+                let error = match result {
+                    Ok(()) => {
+                        tracing::info!("dry run of the crew's setup succeeded: ready");
+                        service.state.set_readiness(Readiness::Ready);
+                        return;
+                    }
+                    Err(error) => error,
+                };
+                tracing::error!(%error, retry_in = ?wait, "dry run of the crew's setup failed: not ready");
+                service
+                    .state
+                    .set_readiness(Readiness::Failed(error.to_string()));
+                if service.state.is_draining() {
+                    return;
                 }
-                Err(error) => {
-                    tracing::error!(%error, "dry run of the crew's setup failed: not ready");
-                    service
-                        .state
-                        .set_readiness(Readiness::Failed(error.to_string()));
+                let stop = service.state.shutdown_requested.clone();
+                drop(service);
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(wait) => {}
                 }
+                wait = (wait * 2).min(DRY_RUN_MAX_RETRY);
             }
         });
     }

@@ -47,7 +47,7 @@ pub use node::{
 };
 pub use observer::{NoopObserver, Observer, TurnOutcome};
 pub use router::{DeterministicRouter, RouterBuilder, RouterError, RouterState, SubAgent};
-pub use session::{DispatchError, Session, SessionSetup};
+pub use session::{DEFAULT_INBOX_BYTES, DispatchError, Session, SessionSetup};
 pub use tool_loop::{
     MAX_CALLS_PER_ANSWER, MAX_CALLS_PER_TURN, MAX_TOOL_ROUNDS, RoundReport, ToolLoop,
     ToolLoopConfig, TurnError, TurnEvent, TurnReport, TurnStream,

@@ -13,13 +13,13 @@ use tokio::sync::mpsc;
 
 use crate::{
     BackgroundNode, NodeError, NodeHandle, Observer, OutputNode, TurnError, TurnEvent, TurnOutcome,
-    TurnReport,
+    TurnReport, session::InboxReceiver,
 };
 
 /// A node's connections to the rest of the session.
 pub(crate) struct NodeIo {
     pub(crate) handle: NodeHandle,
-    pub(crate) inbox: mpsc::Receiver<Box<Event>>,
+    pub(crate) inbox: InboxReceiver,
     /// The interrupt line, for interruptible nodes.
     pub(crate) interrupt: Option<mpsc::Receiver<LineInterrupt>>,
     pub(crate) observer: Arc<dyn Observer>,
@@ -41,6 +41,31 @@ async fn next_interrupt(line: &mut Option<mpsc::Receiver<LineInterrupt>>) -> Opt
         Some(receiver) => receiver.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// Emits `body` unless an interrupt arrives first, which is returned (`body` may then have
+/// reached some outputs or none).
+///
+/// A platform that stops reading fills the outbound queue and blocks the emit; the caller's
+/// barge-in must still stop the generation (the model request, the tools) at once, not after
+/// the blocked write gives up.
+async fn emit_unless_interrupted(
+    handle: &NodeHandle,
+    line: &mut Option<mpsc::Receiver<LineInterrupt>>,
+    body: EventBody,
+) -> Option<LineInterrupt> {
+    // The emit first: while the queue has room nothing changes, and no log is lost to an
+    // interrupt that the next step of the turn would see anyway.
+    let interrupt = tokio::select! {
+        biased;
+        () = handle.emit(body) => None,
+        Some(interrupt) = next_interrupt(line) => Some(interrupt),
+    };
+    // A send to a closed output (the platform's socket is gone) returns at once without
+    // using the task's budget: with a model stream that is always ready, the turn would spin
+    // without yielding, and the connection could never run to shut the session down.
+    tokio::task::consume_budget().await;
+    interrupt
 }
 
 /// The text of a panic payload.
@@ -186,7 +211,7 @@ impl OutputRunner {
     /// interrupt. Work queued after it is the caller's next turn and stays.
     async fn interrupted(&mut self, interrupt: LineInterrupt) {
         while self.taken < interrupt.before {
-            let Ok(event) = self.io.inbox.try_recv() else {
+            let Some(event) = self.io.inbox.try_recv() else {
                 break;
             };
             self.taken += 1;
@@ -296,14 +321,24 @@ impl OutputRunner {
                             first_chunk = false;
                             observer.first_chunk(received.elapsed());
                         }
-                        handle.emit(EventBody::ResponseChunk { text }).await;
+                        let chunk = EventBody::ResponseChunk { text };
+                        if let Some(event) =
+                            emit_unless_interrupted(&handle, &mut self.io.interrupt, chunk).await
+                        {
+                            interrupt = Some(event);
+                            break;
+                        }
                     }
                     Ok(Some(Ok(TurnEvent::ToolStarted(call)))) => {
                         let arguments = arguments_json(&call.arguments);
-                        handle
-                            .emit(tool_started(&turn_id, &call, arguments.clone()))
-                            .await;
+                        let log = tool_started(&turn_id, &call, arguments.clone());
                         tool_arguments.insert(call.id, arguments);
+                        if let Some(event) =
+                            emit_unless_interrupted(&handle, &mut self.io.interrupt, log).await
+                        {
+                            interrupt = Some(event);
+                            break;
+                        }
                     }
                     Ok(Some(Ok(TurnEvent::ToolFinished(run)))) => {
                         observer.tool_finished(
@@ -314,7 +349,13 @@ impl OutputRunner {
                         let arguments = tool_arguments
                             .remove(&run.result.tool_call_id)
                             .unwrap_or_else(|| Value::Object(Map::new()));
-                        handle.emit(tool_finished(&turn_id, &run, arguments)).await;
+                        let log = tool_finished(&turn_id, &run, arguments);
+                        if let Some(event) =
+                            emit_unless_interrupted(&handle, &mut self.io.interrupt, log).await
+                        {
+                            interrupt = Some(event);
+                            break;
+                        }
                     }
                     Ok(Some(Ok(TurnEvent::Done(done)))) => report = Some(done),
                     Ok(Some(Err(error))) => {

@@ -1,9 +1,8 @@
 //! A running call: the crew's nodes as tasks, wired root → nodes → platform.
-// SKELETON: bodies are being written.
 
 use std::sync::{
     Arc,
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
 };
 
 use tokio::task::JoinHandle;
@@ -17,6 +16,14 @@ use crate::{
     runner::{LineInterrupt, NodeIo, run_background, run_output},
 };
 
+/// The default most bytes of platform events waiting in a call's inboxes: 4 MiB.
+///
+/// Four of the largest frames a crew server takes by default (1 MiB): a node that is busy
+/// with a turn can have the next requests and transcript updates waiting, while a platform
+/// that floods a stuck node cannot make the call hold its 256-event inbox capacity of large
+/// events (256 MiB).
+pub const DEFAULT_INBOX_BYTES: usize = 4 << 20;
+
 /// What a crew's setup code gets for one call: the handshake, the call's controls, and
 /// whether this is the startup dry run.
 #[derive(Clone)]
@@ -25,6 +32,7 @@ pub struct SessionSetup {
     pub(crate) outbound: mpsc::Sender<Box<Event>>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) dry_run: bool,
+    pub(crate) inbox_bytes: usize,
 }
 
 impl SessionSetup {
@@ -35,6 +43,7 @@ impl SessionSetup {
             outbound,
             observer: Arc::new(NoopObserver),
             dry_run: false,
+            inbox_bytes: DEFAULT_INBOX_BYTES,
         }
     }
 
@@ -60,6 +69,14 @@ impl SessionSetup {
     /// Reports this session's measurements to `observer`.
     pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = observer;
+        self
+    }
+
+    /// Bounds the bytes of platform events waiting in this call's inboxes, all nodes
+    /// together (default [`DEFAULT_INBOX_BYTES`]); an event past it is dropped with
+    /// [`DispatchError::OverBudget`]. An event reaching empty inboxes is always taken.
+    pub fn with_inbox_bytes(mut self, bytes: usize) -> Self {
+        self.inbox_bytes = bytes;
         self
     }
 
@@ -101,6 +118,23 @@ pub enum DispatchError {
     /// A node's inbox is full: the node is far behind the platform.
     #[error("node `{0}` is too far behind; the event was dropped")]
     Full(String),
+    /// The call's inboxes hold their byte budget already: the nodes are far behind.
+    #[error(
+        "node `{node}` is too far behind: {queued} bytes of events are waiting (the limit is \
+         {limit}); the {event} of {bytes} bytes was dropped"
+    )]
+    OverBudget {
+        /// The node whose inbox the event was for.
+        node: String,
+        /// The event's type, e.g. `system.llm.request`.
+        event: &'static str,
+        /// The event's size.
+        bytes: usize,
+        /// The bytes waiting in the call's inboxes.
+        queued: usize,
+        /// The call's budget.
+        limit: usize,
+    },
     /// The session has stopped.
     #[error("the session has stopped")]
     Closed,
@@ -116,12 +150,81 @@ pub struct Session {
     interrupts: Vec<InterruptLine>,
     tasks: Vec<JoinHandle<()>>,
     observer: Arc<dyn Observer>,
+    /// The bytes of platform events waiting in the roots' inboxes.
+    budget: Arc<InboxBudget>,
 }
 
-/// Where one node takes events in.
+/// The bytes of platform events waiting in a call's root inboxes, and their limit.
+pub(crate) struct InboxBudget {
+    queued: AtomicUsize,
+    limit: usize,
+}
+
+impl InboxBudget {
+    /// Counts `bytes` more as queued, unless that goes past the limit (an event reaching
+    /// empty inboxes is always taken); `Err` holds what is queued.
+    fn take(&self, bytes: usize) -> Result<(), usize> {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued == 0 || queued.saturating_add(bytes) <= self.limit)
+                    .then(|| queued.saturating_add(bytes))
+            })
+            .map(|_| ())
+    }
+
+    fn release(&self, bytes: usize) {
+        self.queued.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// A platform event in a root's inbox, with the bytes it counts for.
+pub(crate) struct Queued {
+    event: Box<Event>,
+    bytes: usize,
+}
+
+/// Where a node takes its events from: the platform's (counted against the call's byte
+/// budget, for a root) or its parents'.
+pub(crate) enum InboxReceiver {
+    /// A root's inbox, fed by [`Session::dispatch`].
+    Root {
+        receiver: mpsc::Receiver<Queued>,
+        budget: Arc<InboxBudget>,
+    },
+    /// The inbox of a node with parents, fed by them.
+    Inner(mpsc::Receiver<Box<Event>>),
+}
+
+impl InboxReceiver {
+    /// The next event; `None` once the inbox is closed and empty. Cancel safe.
+    pub(crate) async fn recv(&mut self) -> Option<Box<Event>> {
+        match self {
+            Self::Root { receiver, budget } => {
+                let queued = receiver.recv().await?;
+                budget.release(queued.bytes);
+                Some(queued.event)
+            }
+            Self::Inner(receiver) => receiver.recv().await,
+        }
+    }
+
+    /// The next event if one is waiting.
+    pub(crate) fn try_recv(&mut self) -> Option<Box<Event>> {
+        match self {
+            Self::Root { receiver, budget } => {
+                let queued = receiver.try_recv().ok()?;
+                budget.release(queued.bytes);
+                Some(queued.event)
+            }
+            Self::Inner(receiver) => receiver.try_recv().ok(),
+        }
+    }
+}
+
+/// Where one root node takes platform events in.
 struct Inbox {
     node: Arc<str>,
-    sender: mpsc::Sender<Box<Event>>,
+    sender: mpsc::Sender<Queued>,
     /// Whether platform interrupts reach this node on its interrupt line instead.
     interruptible: bool,
     /// How many events have entered this inbox: an interrupt carries the count, so the node
@@ -158,9 +261,30 @@ impl Session {
         for child in children.iter().flatten() {
             has_parent[*child] = true;
         }
-        let (inbox_senders, inbox_receivers): (Vec<_>, Vec<_>) = (0..count)
-            .map(|_| mpsc::channel::<Box<Event>>(capacity))
-            .unzip();
+        let budget = Arc::new(InboxBudget {
+            queued: AtomicUsize::new(0),
+            limit: setup.inbox_bytes,
+        });
+        // A root has no parents, so only the platform feeds it: its inbox carries each event's
+        // size for the budget. The others are fed by their parents' handles.
+        let mut root_senders: Vec<Option<mpsc::Sender<Queued>>> = vec![None; count];
+        let mut inbox_senders: Vec<Option<mpsc::Sender<Box<Event>>>> = vec![None; count];
+        let inbox_receivers: Vec<InboxReceiver> = (0..count)
+            .map(|index| {
+                if has_parent[index] {
+                    let (sender, receiver) = mpsc::channel(capacity);
+                    inbox_senders[index] = Some(sender);
+                    InboxReceiver::Inner(receiver)
+                } else {
+                    let (sender, receiver) = mpsc::channel(capacity);
+                    root_senders[index] = Some(sender);
+                    InboxReceiver::Root {
+                        receiver,
+                        budget: Arc::clone(&budget),
+                    }
+                }
+            })
+            .collect();
 
         // The platform learns the crew is ready before any node can speak.
         if setup
@@ -180,9 +304,10 @@ impl Session {
             let outputs: Arc<[mpsc::Sender<Box<Event>>]> = if children[index].is_empty() {
                 Arc::from(vec![setup.outbound.clone()])
             } else {
+                // Every child has a parent, so it has an inner inbox.
                 children[index]
                     .iter()
-                    .map(|&c| inbox_senders[c].clone())
+                    .filter_map(|&c| inbox_senders[c].clone())
                     .collect()
             };
             let handle = NodeHandle {
@@ -200,10 +325,10 @@ impl Session {
             } else {
                 None
             };
-            if root.is_some() {
+            if let Some(sender) = root_senders[index].take() {
                 roots.push(Inbox {
                     node: name.clone(),
-                    sender: inbox_senders[index].clone(),
+                    sender,
                     interruptible,
                     delivered: AtomicU64::new(0),
                 });
@@ -231,6 +356,7 @@ impl Session {
             interrupts,
             tasks,
             observer: setup.observer,
+            budget,
         })
     }
 
@@ -238,9 +364,19 @@ impl Session {
     ///
     /// An interrupt goes straight to every interruptible node on its interrupt line, so the
     /// running generation stops at once whatever is queued; other events enter the roots'
-    /// inboxes in order. A full inbox drops the event (counted) rather than stall the socket
-    /// reader, which must stay free to read the next interrupt.
+    /// inboxes in order. A full inbox, or inboxes holding the call's byte budget, drop the
+    /// event (counted) rather than stall the socket reader, which must stay free to read the
+    /// next interrupt.
+    ///
+    /// The event counts for its encoded size; [`dispatch_frame`](Self::dispatch_frame) takes
+    /// the size of the frame it was decoded from instead, at no cost.
     pub fn dispatch(&self, event: Event) -> Result<(), DispatchError> {
+        let bytes = crewline_protocol::encode(&event).len();
+        self.dispatch_frame(event, bytes)
+    }
+
+    /// Delivers one event decoded from a frame of `frame_bytes`, as [`dispatch`](Self::dispatch).
+    pub fn dispatch_frame(&self, event: Event, frame_bytes: usize) -> Result<(), DispatchError> {
         let interrupt = matches!(event.body, EventBody::Interrupt);
         let event = Box::new(event);
         let mut result = Ok(());
@@ -280,17 +416,42 @@ impl Session {
                 event.clone()
             };
             let Some(copy) = copy else { break };
-            match root.sender.try_send(copy) {
+            // Each copy is held by its own inbox, so each counts.
+            if let Err(queued) = self.budget.take(frame_bytes) {
+                self.observer.event_dropped("inbox_bytes");
+                tracing::warn!(
+                    node = %root.node,
+                    event = kind,
+                    bytes = frame_bytes,
+                    queued,
+                    limit = self.budget.limit,
+                    "inbox byte budget reached, event dropped"
+                );
+                result = Err(DispatchError::OverBudget {
+                    node: root.node.to_string(),
+                    event: kind,
+                    bytes: frame_bytes,
+                    queued,
+                    limit: self.budget.limit,
+                });
+                continue;
+            }
+            let queued = Queued {
+                event: copy,
+                bytes: frame_bytes,
+            };
+            match root.sender.try_send(queued) {
                 Ok(()) => {
                     root.delivered.fetch_add(1, Ordering::Relaxed);
                     delivered = true;
                 }
                 Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.budget.release(frame_bytes);
                     self.observer.event_dropped("inbox_full");
                     tracing::warn!(node = %root.node, event = kind, "inbox full, event dropped");
                     result = Err(DispatchError::Full(root.node.to_string()));
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => {}
+                Err(mpsc::error::TrySendError::Closed(_)) => self.budget.release(frame_bytes),
             }
         }
         if !delivered && result.is_ok() {

@@ -605,6 +605,36 @@ async fn a_full_inbox_drops_the_event_instead_of_blocking_the_caller() {
 }
 
 #[tokio::test]
+async fn events_past_the_inbox_byte_budget_are_dropped_long_before_the_event_capacity() {
+    let (outbound, _frames) = mpsc::channel(4);
+    let setup = SessionSetup::new(init(true), outbound).with_inbox_bytes(3000);
+    let mut crew = Crew::new();
+    crew.add_node(BackgroundNode::new("slow", Stuck));
+    let session = Session::start(crew, setup).await.unwrap();
+    let event = || Event::now(EventBody::UserJoined);
+
+    // The node takes the first event and is stuck on it; then 1000-byte events queue.
+    session.dispatch_frame(event(), 1000).unwrap();
+    tokio::task::yield_now().await;
+    session.dispatch_frame(event(), 1000).unwrap();
+    session.dispatch_frame(event(), 1000).unwrap();
+    session.dispatch_frame(event(), 1000).unwrap();
+    let refused = session.dispatch_frame(event(), 1000);
+    assert_eq!(
+        refused,
+        Err(DispatchError::OverBudget {
+            node: "slow".into(),
+            event: "system.user.joined",
+            bytes: 1000,
+            queued: 3000,
+            limit: 3000,
+        })
+    );
+    // Far below the 256-event capacity: the bytes were the limit.
+    assert!(refused.unwrap_err().to_string().contains("3000"));
+}
+
+#[tokio::test]
 async fn a_tool_that_opts_out_of_cancellation_finishes_after_a_barge_in() {
     let mut h = Harness::start(true, Duration::ZERO, None).await;
     h.next().await;

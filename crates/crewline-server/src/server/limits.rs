@@ -1,0 +1,99 @@
+//! The limits on what one caller or one connection can hold: calls, silent and stalled
+//! sockets, queued input, slow request headers. Their defaults are those of a live phone call.
+
+use std::time::Duration;
+
+use super::CrewServer;
+
+/// The default most calls served at once: 20,000.
+///
+/// Twice the 10,000 concurrent calls the load benchmark holds on a 2-core machine (about
+/// 50 KiB each at peak, BENCHMARKS.md), so that the benchmark runs unchanged, while a flood
+/// of connections gets 503 instead of exhausting the process's memory and file descriptors.
+pub const DEFAULT_MAX_SESSIONS: usize = 20_000;
+/// The default time between two WebSocket pings to the platform: 15 s.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(15);
+/// The default time without any inbound frame (pongs included) after which a call is taken
+/// for a half-open connection and closed: 35 s, two pings unanswered and 5 s for the second
+/// one's round trip.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(35);
+/// The default time one socket write may take before the call is ended: 5 s.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default time a client has to send a request's headers (also the longest an idle
+/// keep-alive connection is kept): 10 s.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long HTTP connections still open when the drain is over (a long-lived streaming
+/// response on a merged route, say) get to finish before they are dropped.
+pub(crate) const HTTP_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// The limits' settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    pub(crate) max_sessions: usize,
+    pub(crate) ping_interval: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) write_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
+    pub(crate) inbox_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            inbox_bytes: crewline::DEFAULT_INBOX_BYTES,
+        }
+    }
+}
+
+impl CrewServer {
+    /// The most calls served at once (default [`DEFAULT_MAX_SESSIONS`]); a call past it is
+    /// answered 503 before the WebSocket upgrade. `usize::MAX` sets no limit.
+    pub fn max_sessions(mut self, calls: usize) -> Self {
+        self.config.limits.max_sessions = calls;
+        self
+    }
+
+    /// How often the server pings the platform on each call (default 15 s).
+    ///
+    /// The pongs are what keeps a silent call alive under the
+    /// [`idle_timeout`](Self::idle_timeout): a caller who says nothing is not a dead
+    /// connection. `Duration::ZERO` counts as 1 ms.
+    pub fn ping_interval(mut self, interval: Duration) -> Self {
+        self.config.limits.ping_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// How long a call may go without any inbound frame, pongs included, before it is taken
+    /// for a half-open connection and closed (default 35 s: two unanswered pings).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.limits.idle_timeout = timeout;
+        self
+    }
+
+    /// How long one socket write may take (default 5 s); past it the platform is taken for
+    /// one that stopped reading, and the call is ended and its session shut down.
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.config.limits.write_timeout = timeout;
+        self
+    }
+
+    /// How long a client has to send a request's headers, and the longest an idle
+    /// keep-alive connection is kept (default 10 s).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.config.limits.header_read_timeout = timeout;
+        self
+    }
+
+    /// The most bytes of platform events queued for a call's nodes (default
+    /// [`crewline::DEFAULT_INBOX_BYTES`]); an event past it is dropped, counted, and the
+    /// platform gets an `agent.error` saying so.
+    pub fn inbox_bytes(mut self, bytes: usize) -> Self {
+        self.config.limits.inbox_bytes = bytes;
+        self
+    }
+}
