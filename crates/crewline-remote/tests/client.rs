@@ -19,7 +19,7 @@ use axum::{
 };
 use common::Weather;
 use crewline_remote::{Backoff, ClientConfig, ClientError, TaskClient, wire::TaskRequest};
-use crewline_tools::{Tool, ToolError, ToolPolicy, ToolRegistry};
+use crewline_tools::{Exports, Target, Tool, ToolError, ToolPolicy, ToolRegistry};
 use serde_json::{Value, json};
 
 /// What the fake sends for one poll.
@@ -193,7 +193,8 @@ impl Tool for Slow {
 }
 
 fn registry() -> ToolRegistry {
-    let mut registry = ToolRegistry::new();
+    // The client offers its tools to the remote crew: an explicit opt-in.
+    let mut registry = ToolRegistry::new().with_default_exports(Exports::only(&[Target::Remote]));
     registry
         .register(Weather)
         .expect("weather")

@@ -889,16 +889,22 @@ fn export_option_limits_where_the_tool_is_offered() {
     let crew = registry.export(Target::Crew).unwrap();
     assert_eq!(crew.names(), ["pick_seat", "def"]);
     assert!(crew.get("mcp_status").is_none());
+    // `pick_seat` names no targets: the crew only, by default.
     let mcp = registry.export(Target::Mcp).unwrap();
+    assert_eq!(mcp.names(), ["mcp_status", "def"]);
+    // Opted in per registry, it is exported, its result schema with it.
+    let opted_in = registry
+        .clone()
+        .with_default_exports(crewline::tool::Exports::all());
+    let mcp = opted_in.export(Target::Mcp).unwrap();
     assert_eq!(mcp.names(), ["pick_seat", "mcp_status", "def"]);
-    // The result schema travels with the exported tool.
     assert!(mcp.get("pick_seat").unwrap().result_schema().is_some());
 }
 
 #[test]
 fn a_python_keyword_tool_name_is_rejected_by_the_python_rules() {
-    use crewline::tool::{ExportError, NameRules, Target};
-    let mut registry = ToolRegistry::new();
+    use crewline::tool::{ExportError, Exports, NameRules, Target};
+    let mut registry = ToolRegistry::new().with_default_exports(Exports::all());
     registry
         .register(PickSeatTool)
         .unwrap()
