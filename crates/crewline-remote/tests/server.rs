@@ -400,7 +400,7 @@ async fn detail(response: reqwest::Response) -> String {
 #[tokio::test]
 async fn one_key_cannot_park_every_task_slot() {
     // Default limits: the store holds 10 000 tasks, one caller 1 000 of them.
-    let api = TaskApi::new().api_key("sk-crew");
+    let api = TaskApi::new().api_key("sk-crew").expect("a key");
     let url = serve(&api).await;
     let http = reqwest::Client::new();
     let create = || {

@@ -5,7 +5,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolResult};
+use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
 use crewline_llm::{
     ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };

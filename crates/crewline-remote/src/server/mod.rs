@@ -32,7 +32,7 @@ mod tool;
 use std::{sync::Arc, time::Duration};
 
 use axum::{
-    Json, Router,
+    Extension, Json, Router,
     body::Bytes,
     extract::{Path, RawQuery, State},
     http::{HeaderName, StatusCode},
@@ -203,21 +203,6 @@ impl TaskApi {
     }
 }
 
-impl TaskApi {
-    /// Who a request acts for, as the per-caller limits count it. A stand-in until the shared
-    /// auth layer names the matched credential in a request extension: the one api key has
-    /// already been checked by [`authorize`], so a request that got here presented it. A key
-    /// sent to a server that checks none is not an identity: `anonymous`, one owner for all,
-    /// so made-up keys cannot open fresh budgets.
-    fn owner(&self) -> &'static str {
-        if self.api_key.is_some() {
-            "api_key"
-        } else {
-            "anonymous"
-        }
-    }
-}
-
 /// An error response: a status and `{"detail": ...}`.
 #[derive(Debug)]
 struct ApiError {
@@ -291,6 +276,7 @@ fn task_response(task: TaskSnapshot, events: Vec<crate::wire::TaskEvent>) -> Tas
 
 async fn create_task(
     State(api): State<TaskApi>,
+    Extension(principal): Extension<Principal>,
     body: Bytes,
 ) -> Result<Json<Envelope<TaskResponse>>, ApiError> {
     let request: TaskRequest = parse_body(&body, "task request")?;
@@ -311,7 +297,7 @@ async fn create_task(
     }
     let task = api
         .store
-        .create(api.owner(), request.task, request.custom_tools)
+        .create(principal.name(), request.task, request.custom_tools)
         .await?;
     tracing::info!(task_id = %task.id, tools = task.custom_tools.len(), "task created");
     Ok(Json(Envelope {

@@ -16,11 +16,11 @@ use std::{
     time::Duration,
 };
 
+use super::{CallContext, CallError, SessionScope, detached, fingerprint};
+use crate::ToolRegistry;
 use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
-use super::{CallContext, CallError, SessionScope, detached, fingerprint};
-use crate::ToolRegistry;
 
 /// A call's outcome as every joiner reads it.
 pub(crate) type Settled = Result<Value, CallError>;
