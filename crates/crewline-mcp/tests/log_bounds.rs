@@ -9,7 +9,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use crewline::tool::{Tool, ToolError, ToolRegistry};
+use crewline::tool::{Exports, Tool, ToolError, ToolRegistry};
 use crewline_core::LOG_EXCERPT_BYTES;
 use crewline_mcp::McpServer;
 use serde_json::{Value, json};
@@ -99,7 +99,8 @@ fn longest_run(text: &str, c: char) -> usize {
 #[tokio::test]
 async fn a_megabyte_result_or_error_logs_at_most_an_excerpt() {
     let logs = captured_logs();
-    let mut tools = ToolRegistry::new();
+    // Hand-written tools have no `export` of their own: the registry opts them in to MCP.
+    let mut tools = ToolRegistry::new().with_default_exports(Exports::all());
     tools
         .register(HugeLiar)
         .expect("liar registers")

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crewline::{
     core::ToolErrorKind,
     function_tool,
-    tool::{Tool, ToolError, ToolRegistry},
+    tool::{Exports, Tool, ToolError, ToolRegistry},
 };
 use crewline_mcp::{McpClient, McpServer};
 use rmcp::{RoleClient, model::CallToolResult, service::RunningService};
@@ -85,7 +85,8 @@ impl Tool for Liar {
 }
 
 fn server() -> McpServer {
-    let mut tools = ToolRegistry::new();
+    // The hand-written `Liar` has no `export` of its own: the registry opts its tools in.
+    let mut tools = ToolRegistry::new().with_default_exports(Exports::all());
     tools
         .register(ForecastTool)
         .expect("forecast registers")

@@ -1101,10 +1101,11 @@ async fn a_non_cancellable_call_past_its_timeout_records_what_the_model_was_told
         &registry.executor().context(),
     )
     .await;
-    assert_eq!(kind(&result), Some(ToolErrorKind::Timeout));
+    // The model is told the payment still runs (never a plain Timeout it might retry on).
+    assert_eq!(kind(&result), Some(ToolErrorKind::StillRunning));
     release.notify_one();
     let records = records_eventually(&ledger, 2).await;
-    assert_eq!(records[0].error_kind, Some(ToolErrorKind::Timeout));
+    assert_eq!(records[0].error_kind, Some(ToolErrorKind::StillRunning));
     assert!(!records[0].ran_on);
     assert_eq!(records[1].outcome, Outcome::Ok);
     assert!(records[1].ran_on, "the real outcome is marked as ran on");

@@ -80,7 +80,7 @@ pub(crate) struct Waiter {
     outcome: watch::Receiver<Option<Settled>>,
     slots: Slots,
     /// The ledger hand-over of the caller that started the call (joiners have none).
-    handoff: Option<detached::Waiter>,
+    handoff: Option<Box<detached::Waiter>>,
 }
 
 impl Waiter {
@@ -211,7 +211,7 @@ impl InFlight {
             generation,
             outcome,
             slots: Arc::clone(&self.slots),
-            handoff: Some(handoff),
+            handoff: Some(Box::new(handoff)),
         })
     }
 
