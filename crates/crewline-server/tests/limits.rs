@@ -51,26 +51,6 @@ async fn raw_upgrade(stream: &mut TcpStream, addr: SocketAddr) {
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
 }
 
-/// A masked client frame (`opcode` 0x2 binary, 0x9 ping, ...) carrying `payload`.
-fn masked_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mask = [0x37u8, 0xfa, 0x21, 0x3d];
-    let mut frame = vec![0x80 | opcode];
-    match payload.len() {
-        len @ 0..=125 => frame.push(0x80 | len as u8),
-        len @ 126..=0xffff => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        len => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(len as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    frame
-}
-
 async fn send_json(stream: &mut TcpStream, frame: &Value) {
     let bytes = masked_frame(0x2, frame.to_string().as_bytes());
     stream.write_all(&bytes).await.expect("write a frame");

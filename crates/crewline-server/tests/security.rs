@@ -99,27 +99,6 @@ fn server(llm: &FakeLlm, setups: Arc<AtomicUsize>) -> CrewServer {
     .auth_token(TOKEN)
 }
 
-/// A masked client WebSocket frame carrying `payload` as binary.
-fn masked_binary_frame(payload: &[u8]) -> Vec<u8> {
-    let mask = [0x37_u8, 0xfa, 0x21, 0x3d];
-    let mut frame = vec![0x82];
-    match payload.len() {
-        n if n < 126 => frame.push(0x80 | n as u8),
-        n => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&u16::try_from(n).expect("a small frame").to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&mask);
-    frame.extend(
-        payload
-            .iter()
-            .enumerate()
-            .map(|(i, byte)| byte ^ mask[i % 4]),
-    );
-    frame
-}
-
 /// Sends an upgrade request with `auth` (extra header lines) on `path`, immediately followed by
 /// a `system.init` frame, as an eager client would; returns the status and whatever came back.
 async fn upgrade_then_init(server: &TestServer, path: &str, auth: &str) -> (u16, String) {
@@ -130,7 +109,8 @@ async fn upgrade_then_init(server: &TestServer, path: &str, auth: &str) -> (u16,
         server.addr
     );
     let mut bytes = request.into_bytes();
-    bytes.extend(masked_binary_frame(
+    bytes.extend(masked_frame(
+        0x2,
         init_frame("intruder").to_string().as_bytes(),
     ));
     stream.write_all(&bytes).await.expect("write");

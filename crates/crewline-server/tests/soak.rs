@@ -109,26 +109,6 @@ async fn closed_by_server(stream: &mut TcpStream, bound: Duration) -> bool {
     }
 }
 
-/// A masked binary client frame.
-fn masked_binary(payload: &[u8]) -> Vec<u8> {
-    let mask = [0x11u8, 0x22, 0x33, 0x44];
-    let mut frame = vec![0x82];
-    match payload.len() {
-        len @ 0..=125 => frame.push(0x80 | len as u8),
-        len @ 126..=0xffff => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        len => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(len as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    frame
-}
-
 /// Upgrades `stream` to a WebSocket on `/ws` by hand; whether the server said 101.
 async fn upgrade(stream: &mut TcpStream, addr: SocketAddr) -> bool {
     let request = format!(
@@ -163,11 +143,11 @@ async fn slow_reader(addr: SocketAddr, figures: &Figures) {
     }
     figures.slow_readers.fetch_add(1, Ordering::Relaxed);
     let init = init_frame("slow-reader").to_string();
-    let _ = stream.write_all(&masked_binary(init.as_bytes())).await;
+    let _ = stream.write_all(&masked_frame(0x2, init.as_bytes())).await;
     // Each request is echoed back with its 8 KiB of text, and answered.
     let words = "x".repeat(8 * 1024);
     let request = llm_request(&words).to_string();
-    let frame = masked_binary(request.as_bytes());
+    let frame = masked_frame(0x2, request.as_bytes());
     for _ in 0..64 {
         if tokio::time::timeout(Duration::from_millis(500), stream.write_all(&frame))
             .await
@@ -202,7 +182,10 @@ async fn half_open(addr: SocketAddr, upgraded: bool, figures: &Figures) {
     if closed_by_server(&mut stream, Duration::from_secs(25)).await {
         figures.half_open_closed.fetch_add(1, Ordering::Relaxed);
     } else {
-        eprintln!("half-open (upgraded: {upgraded}) still open after {:?}", waited.elapsed());
+        eprintln!(
+            "half-open (upgraded: {upgraded}) still open after {:?}",
+            waited.elapsed()
+        );
     }
 }
 
