@@ -34,11 +34,7 @@ const MAX_RETRIES: usize = 2;
 const HEALTHY_CALLS: usize = 5;
 
 fn openai_client(llm: &FakeLlm) -> OpenAiClient {
-    OpenAiClient::builder()
-        .model("fake")
-        .api_key("sk-test-not-a-real-key")
-        .base_url(llm.base_url())
-        .read_env(false)
+    llm.client_builder()
         .first_byte_timeout(FIRST_BYTE_TIMEOUT)
         .idle_timeout(IDLE_TIMEOUT)
         .max_retries(MAX_RETRIES)
@@ -305,13 +301,7 @@ async fn turn_within(client: &mut Client, words: &str, limit: Duration) -> Vec<V
 async fn with_default_limits_a_stream_silent_mid_answer_ends_the_turn_within_seconds() {
     // The client as an application builds it: no timeout set.
     let llm = FakeLlm::start().await;
-    let client = OpenAiClient::builder()
-        .model("fake")
-        .api_key("sk-test-not-a-real-key")
-        .base_url(llm.base_url())
-        .read_env(false)
-        .build()
-        .expect("client");
+    let client = llm.client_builder().build().expect("client");
     let server = TestServer::ready(crew_server(client)).await;
     let mut call = server.call("silent").await;
 

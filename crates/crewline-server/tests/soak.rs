@@ -55,16 +55,6 @@ struct Figures {
     endless_lines_failed: AtomicU64,
 }
 
-fn openai_client(llm: &FakeLlm) -> OpenAiClient {
-    OpenAiClient::builder()
-        .model("fake")
-        .api_key("sk-test-not-a-real-key")
-        .base_url(llm.base_url())
-        .read_env(false)
-        .build()
-        .expect("client")
-}
-
 /// The server under soak: the real client on the fake model, with the connection limits
 /// shortened so that each attacker is turned away many times over the soak.
 fn soak_server(client: OpenAiClient) -> CrewServer {
@@ -229,7 +219,8 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
     let warm_up = (soak / 10).max(Duration::from_secs(10));
 
     let llm = FakeLlm::start().await;
-    let server = TestServer::ready(soak_server(openai_client(&llm))).await;
+    let server =
+        TestServer::ready(soak_server(llm.client_builder().build().expect("client"))).await;
     let url = server.ws_url();
     let addr = server.addr;
     let figures = Arc::new(Figures::default());

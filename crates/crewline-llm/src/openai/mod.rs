@@ -856,12 +856,16 @@ mod tests {
 
     /// A reader over `body`, as `stream_chat` builds it.
     fn reader_over<B>(body: B) -> Reader<B> {
-        let client = builder()
+        Reader::new(body, &test_client(), Instant::now(), tracing::Span::none())
+    }
+
+    /// A client with the tests' short time limits.
+    fn test_client() -> OpenAiClient {
+        builder()
             .first_byte_timeout(FIRST_BYTE)
             .idle_timeout(IDLE)
             .build()
-            .expect("client");
-        Reader::new(body, &client, Instant::now(), tracing::Span::none())
+            .expect("client")
     }
 
     const FIRST_BYTE: Duration = Duration::from_secs(3);
@@ -1043,16 +1047,7 @@ mod tests {
     async fn a_stream_silent_mid_answer_ends_within_seconds_by_default() {
         // The client's own defaults: a live call's.
         let client = builder().build().expect("client");
-        let body = futures::stream::iter([Ok::<_, reqwest::Error>(bytes::Bytes::from_static(
-            TEXT.as_bytes(),
-        ))])
-        .chain(futures::stream::pending());
-        let mut reader = Reader::new(
-            Box::pin(body),
-            &client,
-            Instant::now(),
-            tracing::Span::none(),
-        );
+        let mut reader = client_reader_with_gaps(&client, vec![(Duration::ZERO, TEXT)]);
         assert!(reader.next().await.expect("item").is_ok());
         let started = Instant::now();
         let timeout = reader.next().await.expect("item");
@@ -1120,12 +1115,7 @@ mod tests {
     fn reader_with_gaps(
         parts: Vec<(Duration, &'static str)>,
     ) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin> {
-        let client = builder()
-            .first_byte_timeout(FIRST_BYTE)
-            .idle_timeout(IDLE)
-            .build()
-            .expect("client");
-        client_reader_with_gaps(&client, parts)
+        client_reader_with_gaps(&test_client(), parts)
     }
 
     /// The same, for `client`.

@@ -130,6 +130,16 @@ impl FakeLlm {
         format!("http://{}/v1", self.addr)
     }
 
+    /// A builder for the real client pointed at this fake (no environment, a dummy key); the
+    /// test sets the limits it needs.
+    pub fn client_builder(&self) -> crewline::llm::OpenAiClientBuilder {
+        crewline::llm::OpenAiClient::builder()
+            .model("fake")
+            .api_key("sk-test-not-a-real-key")
+            .base_url(self.base_url())
+            .read_env(false)
+    }
+
     /// How many requests carried `message` as their last user message.
     pub fn attempts(&self, message: &str) -> usize {
         lock(&self.state.attempts)
