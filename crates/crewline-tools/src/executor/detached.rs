@@ -15,10 +15,7 @@ use serde_json::Value;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::{CallError, Trace, ledger::LedgerSink};
-
-/// What a tool's call ends with (a panic already turned into a `ToolError`).
-pub(crate) type Done = Result<Value, CallError>;
+use super::{CallError, Trace, inflight::Settled, ledger::LedgerSink};
 
 /// The tracker of every detached (non-cancellable) tool task of the process.
 ///
@@ -57,7 +54,7 @@ enum State {
     /// The tool runs and its waiter waits.
     Running,
     /// The tool finished; its waiter has not taken the outcome yet.
-    Finished(Done),
+    Finished(Settled),
     /// The waiter took the outcome, or learnt that the task was dropped: it records.
     Handed,
     /// The waiter is gone: the task records when it ends.
@@ -81,7 +78,7 @@ impl Slot {
 ///
 /// `recorder` (when there is a ledger) is how the task records the outcome if the waiter
 /// leaves first.
-pub(crate) fn spawn(tool: BoxFuture<'static, Done>, recorder: Option<Recorder>) -> Waiter {
+pub(crate) fn spawn(tool: BoxFuture<'static, Settled>, recorder: Option<Recorder>) -> Waiter {
     let slot = Arc::new(Slot {
         state: Mutex::new(State::Running),
     });
@@ -110,7 +107,7 @@ struct TaskEnd {
 }
 
 impl TaskEnd {
-    fn finish(&mut self, done: Done) {
+    fn finish(&mut self, done: Settled) {
         self.done = true;
         let mut state = self.slot.lock();
         match std::mem::replace(&mut *state, State::Handed) {
