@@ -9,7 +9,7 @@
 //! frame (pongs included) for `idle_timeout` is a half-open connection and is closed; a socket
 //! write that takes longer than `write_timeout` ends the call (the platform stopped reading).
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{fmt, future::Future, sync::Arc, task::Poll, time::Duration};
 
 use axum::{
     body::Bytes,
@@ -510,19 +510,35 @@ struct Writer {
 
 /// One socket operation (`feed`, `flush`, `send`), bounded by `timeout`.
 ///
-/// The timer is registered only when the write has to wait: a write that completes at once
-/// costs one clock read.
+/// The timer starts only when the operation has to wait: a write that completes on its first
+/// poll (nearly every write to a socket with room) reads no clock and arms no timer.
+/// `tokio::time::timeout` did both for every frame, ~2 % of the text path's instructions.
 async fn bounded<F>(timeout: Duration, operation: F) -> Result<(), WriterEnd>
 where
-    F: std::future::Future<Output = Result<(), axum::Error>>,
+    F: Future<Output = Result<(), axum::Error>>,
 {
-    match tokio::time::timeout(timeout, operation).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => {
+    let mut operation = std::pin::pin!(operation);
+    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
+    let outcome = std::future::poll_fn(|cx| {
+        if let Poll::Ready(outcome) = operation.as_mut().poll(cx) {
+            return Poll::Ready(Some(outcome));
+        }
+        if timer.is_none() {
+            timer.set(Some(tokio::time::sleep(timeout)));
+        }
+        match timer.as_mut().as_pin_mut() {
+            Some(sleep) => sleep.poll(cx).map(|()| None),
+            None => Poll::Pending,
+        }
+    })
+    .await;
+    match outcome {
+        Some(Ok(())) => Ok(()),
+        Some(Err(error)) => {
             tracing::debug!(%error, "socket write failed");
             Err(WriterEnd::Failed)
         }
-        Err(_) => Err(WriterEnd::TimedOut),
+        None => Err(WriterEnd::TimedOut),
     }
 }
 

@@ -144,7 +144,7 @@ impl SseParser {
                 continue;
             }
             let from = self.scanned - self.pos;
-            let found = rest[from..].iter().position(|&b| b == b'\n' || b == b'\r');
+            let found = memchr::memchr2(b'\n', b'\r', &rest[from..]);
             #[cfg(test)]
             {
                 self.examined += found.map_or(rest.len() - from, |at| at + 1);
