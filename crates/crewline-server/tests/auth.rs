@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::{io, net::SocketAddr};
+use std::{io, net::SocketAddr, time::Duration};
 
 use axum::{Extension, routing::get};
 use common::*;
@@ -167,14 +167,24 @@ async fn the_router_of_a_server_with_an_empty_token_refuses_everyone() {
     assert_eq!(get_as(addr, "/metrics", "").await.status, 401);
 }
 
+/// What `serving` returns, failing the test if it is still serving after a few seconds: a server
+/// that does not refuse serves until stopped, and the suite must fail, not hang.
+async fn refused<T>(serving: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), serving)
+        .await
+        .expect("the server started serving instead of refusing")
+}
+
 #[tokio::test]
 async fn a_non_loopback_address_without_a_credential_refuses_to_start() {
     // `run` checks before it binds: nothing listens on the open address, even for a moment.
-    let error = CrewServer::new(echo_setup)
-        .bind(SocketAddr::from(([0, 0, 0, 0], 0)))
-        .run()
-        .await
-        .expect_err("must refuse");
+    let error = refused(
+        CrewServer::new(echo_setup)
+            .bind(SocketAddr::from(([0, 0, 0, 0], 0)))
+            .run(),
+    )
+    .await
+    .expect_err("must refuse");
     let message = error.to_string();
     assert!(
         matches!(error, ServerError::Unauthenticated { .. }),
@@ -190,8 +200,7 @@ async fn a_non_loopback_address_without_a_credential_refuses_to_start() {
     }
     // A listener bound beyond loopback is refused before its first accept.
     let listener = TcpListener::bind("0.0.0.0:0").await.expect("bind");
-    let error = CrewServer::new(echo_setup)
-        .serve(listener)
+    let error = refused(CrewServer::new(echo_setup).serve(listener))
         .await
         .expect_err("must refuse");
     assert!(
