@@ -30,11 +30,30 @@
 //! }
 //! ```
 
-// Compiles the README's code blocks as doctests (and runs those not marked `no_run`), so the
-// README cannot rot. They live here because this is the crate that sees the whole stack.
+// Compiles the code blocks of the README and of the docs pages as doctests (and runs those not
+// marked `no_run`), so they cannot rot. They live here because this is the crate that sees the
+// whole stack.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/crews.md")]
+struct CrewsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/router.md")]
+struct RouterDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/tools.md")]
+struct ToolsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/mcp.md")]
+struct McpDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/remote-tools.md")]
+struct RemoteToolsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/load-testing.md")]
+struct LoadTestingDoctests;
 
 #[cfg(feature = "clap")]
 mod args;
