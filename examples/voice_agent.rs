@@ -34,11 +34,11 @@ struct Args {
     #[command(flatten)]
     crew: ServeCrewArgs,
     /// How long the weather service takes to answer, in milliseconds.
-    #[arg(long = "service-delay-ms", value_parser = parse_millis, default_value = "300")]
+    #[arg(long = "service-delay-ms", value_name = "MS", value_parser = parse_millis, default_value = "300")]
     service_delay: Duration,
     /// Serve calls on N single-threaded runtimes (default: one per CPU; 0: on one shared,
     /// multi-threaded runtime).
-    #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    #[arg(long, value_name = "N", default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     worker_runtimes: usize,
 }
 
