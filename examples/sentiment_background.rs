@@ -17,233 +17,29 @@
 //! crewline chat --url ws://127.0.0.1:8080/ws   # try "this is useless" twice in a row
 //! ```
 
-#[path = "voice_agent/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod crew;
+use std::time::Duration;
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
-};
+use crewline_examples::{args::ServeCrewArgs, sentiment_background, voice_agent};
 
-use crewline::{
-    prelude::*,
-    protocol::{
-        HandoffKind, HandoffOption, HoldMusic, TranscriptRole, TransferOptions, TransferType,
-    },
-    tool::RegistryError,
-};
-use crewline_server::CrewServer;
-use serde_json::{Map, json};
-
-/// Words that suggest the caller is unhappy.
-const NEGATIVE: [&str; 9] = [
-    "hate",
-    "useless",
-    "terrible",
-    "awful",
-    "angry",
-    "worst",
-    "stupid",
-    "ridiculous",
-    "frustrating",
-];
-
-/// Words that suggest the caller is happy.
-const POSITIVE: [&str; 6] = ["thanks", "great", "perfect", "love", "good", "helpful"];
-
-/// Where frustrated callers are transferred.
-pub const HUMAN_DESK: &str = "+15550100";
-
-/// Frustrated turns in a row that escalate the call.
-pub const ESCALATE_AFTER: u32 = 2;
-
-/// What the agent says before handing a frustrated caller over.
-pub const APOLOGY: &str =
-    "I'm sorry this has been frustrating. Let me get you to a colleague who can help.";
-
-/// A score in -1..=1 from a tiny lexicon (a real crew would call a classifier here).
-pub fn score(text: &str) -> f64 {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .map(str::to_lowercase)
-        .collect();
-    let count = |lexicon: &[&str]| {
-        words
-            .iter()
-            .filter(|w| lexicon.contains(&w.as_str()))
-            .count() as f64
-    };
-    let (neg, pos) = (count(&NEGATIVE), count(&POSITIVE));
-    if neg + pos == 0.0 {
-        0.0
-    } else {
-        (pos - neg) / (pos + neg)
-    }
-}
-
-/// The observer's decision that the call should go to a human, shared with the agent.
-#[derive(Debug, Clone, Default)]
-pub struct Escalation(Arc<AtomicBool>);
-
-impl Escalation {
-    fn request(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether the observer asked for a human.
-    pub fn is_requested(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-/// Scores each user transcript and escalates repeated frustration.
-struct SentimentObserver {
-    /// Frustrated turns in a row.
-    streak: u32,
-    escalation: Escalation,
-}
-
-#[async_trait::async_trait]
-impl BackgroundAgent for SentimentObserver {
-    async fn on_event(&mut self, event: &Event, node: &NodeHandle) -> Result<(), NodeError> {
-        let EventBody::TranscriptUpdate(update) = &event.body else {
-            return Ok(());
-        };
-        if update.role != TranscriptRole::User {
-            return Ok(());
-        }
-        let score = score(&update.content);
-        let label = match score {
-            s if s < 0.0 => "negative",
-            s if s > 0.0 => "positive",
-            _ => "neutral",
-        };
-        self.streak = if score < 0.0 { self.streak + 1 } else { 0 };
-        let mut payload = Map::new();
-        payload.insert("score".into(), json!(score));
-        payload.insert("label".into(), json!(label));
-        payload.insert("frustrated_turns".into(), json!(self.streak));
-        node.log("sentiment", payload).await;
-        if self.streak >= ESCALATE_AFTER && !self.escalation.is_requested() {
-            tracing::info!(
-                streak = self.streak,
-                "repeated frustration: escalating to a human"
-            );
-            self.escalation.request();
-        }
-        Ok(())
-    }
-}
-
-/// The weather agent, which hands the call over once the observer escalated.
-struct EscalatingAgent {
-    agent: LoopAgent,
-    escalation: Escalation,
-    call: CallControl,
-}
-
-impl OutputAgent for EscalatingAgent {
-    fn context(&mut self) -> &mut Context {
-        self.agent.context()
-    }
-
-    fn generate_response(&mut self) -> TurnStream<'_> {
-        if !self.escalation.is_requested() {
-            return self.agent.generate_response();
-        }
-        Box::pin(async_stream::stream! {
-            yield Ok(TurnEvent::Text(APOLOGY.to_owned()));
-            self.agent.context().add(Message::assistant(APOLOGY));
-            let options = TransferOptions {
-                kind: TransferType::WarmTransfer,
-                private_handoff_option: Some(HandoffOption {
-                    kind: HandoffKind::Static,
-                    prompt: "The caller was frustrated on several turns in a row.".to_owned(),
-                }),
-                public_handoff_option: None,
-            };
-            // Held by the call until this answer is complete: sent right after the apology,
-            // and dropped with the turn if the caller interrupts it.
-            if let Err(error) = self
-                .call
-                .transfer_call(HUMAN_DESK, options, Some(HoldMusic::RelaxingSound))
-                .await
-            {
-                tracing::warn!(%error, "the escalation could not be sent");
-            }
-        })
-    }
-}
-
-/// The crew for one call: the sentiment observer, then the weather agent.
-pub fn sentiment_crew(weather: &crew::WeatherCrew, setup: &SessionSetup) -> Crew {
-    let escalation = Escalation::default();
-    let agent = LoopAgent::new(crew::PROMPT, weather.tool_loop().clone());
-    let mut crew = Crew::new();
-    // The observer forwards each event after scoring it: the agent answers a turn only once
-    // the verdict on it is in.
-    crew.add_node(
-        BackgroundNode::new(
-            "sentiment",
-            SentimentObserver {
-                streak: 0,
-                escalation: escalation.clone(),
-            },
-        )
-        .forward_events(true),
-    );
-    crew.add_node(OutputNode::new(
-        "weather-agent",
-        EscalatingAgent {
-            agent,
-            escalation,
-            call: setup.call().clone(),
-        },
-    ));
-    crew.add_edge("sentiment", "weather-agent");
-    crew
-}
-
-/// The crew server for `llm`.
-pub fn server(llm: Arc<dyn LlmClient>) -> Result<CrewServer, RegistryError> {
-    let weather = crew::WeatherCrew::new(llm, crew::WEATHER_SERVICE_DELAY)?;
-    Ok(CrewServer::new(move |setup: SessionSetup| {
-        std::future::ready(Ok::<_, std::convert::Infallible>(sentiment_crew(
-            &weather, &setup,
-        )))
-    }))
-}
-
-/// The offline model (the weather agent's script).
-pub fn scripted_model(chunk_delay: Duration) -> Arc<dyn LlmClient> {
-    Arc::new(crew::scripted_weather_model(chunk_delay))
-}
-
-/// Serves the sentiment crew on `/ws`.
+/// Serves the sentiment crew (a sentiment observer in front of the weather agent) on `/ws`.
 #[derive(clap::Parser)]
 struct Args {
     #[command(flatten)]
-    serve: crewline_server::ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
+    crew: ServeCrewArgs,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let Args { serve, port } = clap::Parser::parse();
-    let (llm, description) =
-        crew::demo_model(crew::ModelChoice::FromEnv, Duration::from_millis(20))?;
-    tracing::info!(port, model = %description, "sentiment crew listening on /ws");
-    serve.apply(server(llm)?, port).run().await?;
+    crewline_examples::args::init_logs("info");
+    let Args { crew } = clap::Parser::parse();
+    let model = voice_agent::model(
+        crew.model.choice(),
+        crew.model.model.clone(),
+        Duration::from_millis(20),
+    )?;
+    tracing::info!(port = crew.port, model = %model.description, "sentiment crew listening on /ws");
+    crew.apply(sentiment_background::server(model.llm)?)
+        .run()
+        .await?;
     Ok(())
 }

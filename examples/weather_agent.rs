@@ -10,32 +10,34 @@
 //! cargo run --example weather_agent -- "What's the weather in Paris and Tokyo?"
 //! ```
 
-#[path = "voice_agent/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod crew;
-
 use std::{io::Write, time::Duration};
 
 use crewline::prelude::*;
+use crewline_examples::{args::ModelArgs, voice_agent};
+
+/// Asks the weather agent one question and prints its turn as it streams, tools included.
+#[derive(clap::Parser)]
+struct Args {
+    /// What the caller says.
+    #[arg(default_value = "What's the weather in Paris and Tokyo?", num_args = 1..)]
+    question: Vec<String>,
+    #[command(flatten)]
+    model: ModelArgs,
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let question = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
-    let question = if question.is_empty() {
-        "What's the weather in Paris and Tokyo?".to_owned()
-    } else {
-        question
-    };
+    crewline_examples::args::init_logs("warn");
+    let args = <Args as clap::Parser>::parse();
+    let question = args.question.join(" ");
 
-    let (llm, _) = crew::demo_model(crew::ModelChoice::FromEnv, Duration::from_millis(15))?;
-    let agent = crew::WeatherCrew::new(llm, crew::WEATHER_SERVICE_DELAY)?;
-    let mut context = Context::with_system(crew::PROMPT);
+    let model = voice_agent::model(
+        args.model.choice(),
+        args.model.model.clone(),
+        Duration::from_millis(15),
+    )?;
+    let agent = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)?;
+    let mut context = Context::with_system(voice_agent::PROMPT);
     context.add(Message::user(question.clone()));
 
     let mut out = std::io::stdout().lock();

@@ -2,9 +2,6 @@
 //! transfer is asked for, the agent asks the caller to confirm, and the caller's next turn
 //! decides whether any money moves.
 
-#[path = "../examples/bank_support/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod bank;
 mod common;
 
 use std::{sync::Arc, time::Duration};
@@ -15,6 +12,7 @@ use crewline::{
     protocol::{EventBody, LlmRequest, Messages},
 };
 use crewline_cli::platform::{CrewFrame, PlatformClient, ToolOutcome, TurnSummary};
+use crewline_examples::bank_support as bank;
 use crewline_server::CrewServer;
 use serde_json::{Map, json};
 

@@ -2,15 +2,13 @@
 //! scripted conversations, asserting what reaches the platform: chunks, the `agent.transition`
 //! logs, the transfer hand-off, and each turn's end.
 
-#[path = "../examples/collections_router/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod collections;
 mod common;
 
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient, protocol::Caller};
 use crewline_cli::platform::{Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary};
+use crewline_examples::collections_router as collections;
 use crewline_server::CrewServer;
 use serde_json::{Map, Value, json};
 

@@ -1,15 +1,13 @@
 //! The example crews driven through the real server by the platform client, with a scripted
 //! conversation, asserting what reaches the platform.
 
-#[path = "../examples/call_control/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod call_control;
 mod common;
 
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient};
 use crewline_cli::platform::{Handoff, PlatformError};
+use crewline_examples::call_control;
 use crewline_server::CrewServer;
 
 use common::connect;

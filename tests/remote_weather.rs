@@ -2,13 +2,6 @@
 //! in this process, the weather station client in a separate process (the example binary in
 //! `--client` mode), and a platform call driven over the WebSocket.
 
-#[path = "../examples/remote_weather/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod crew;
-#[path = "../examples/remote_weather/station.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod station;
-
 mod common;
 
 use std::{
@@ -21,6 +14,8 @@ use std::{
 
 use crewline::llm::LlmClient;
 use crewline_cli::platform::{PlatformClient, PlatformConfig, PlatformError, ToolOutcome};
+use crewline_examples::remote_weather as crew;
+use crewline_examples::remote_weather::station;
 use crewline_remote::{ClientConfig, TaskApi, TaskClient, wire::TaskRequest};
 use crewline_server::CrewServer;
 use serde_json::{Value, json};

@@ -2,15 +2,12 @@
 //! each user turn gets a `sentiment` log, and two frustrated turns in a row end with an
 //! apology and a transfer to a human.
 
-#[path = "../examples/sentiment_background.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod sentiment;
-
 mod common;
 
 use std::time::Duration;
 
 use crewline_cli::platform::{Handoff, PlatformError, TurnSummary};
+use crewline_examples::sentiment_background as sentiment;
 use serde_json::{Map, Value, json};
 
 use common::{connect, say};
@@ -45,9 +42,13 @@ async fn two_frustrated_turns_in_a_row_end_with_an_apology_and_a_transfer() {
         json!({"score": -1.0, "label": "negative", "frustrated_turns": 1})
     );
     assert!(first.handoff.is_none(), "one bad turn is not enough");
-    assert_eq!(
-        first.text,
-        "Hi! I can tell you the weather in any big city. Which one?"
+    // Off the weather script: the scripted model says what it knows.
+    assert!(
+        first
+            .text
+            .contains("Paris, Tokyo, London, New York or San Francisco"),
+        "{}",
+        first.text
     );
 
     let second = say(&mut client, "I hate this, it's terrible!").await;

@@ -1,9 +1,6 @@
 //! The text chat example driven through the real server by the platform client in a `chat`
 //! conversation: markdown replies, no filler while the tool runs, and voice calls refused.
 
-#[path = "../examples/text_chat/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod chat;
 mod common;
 
 use std::sync::Arc;
@@ -12,6 +9,7 @@ use crewline::{SessionSetup, llm::LlmClient, protocol::ConversationType};
 use crewline_cli::platform::{
     CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome,
 };
+use crewline_examples::text_chat as chat;
 use crewline_server::CrewServer;
 use serde_json::json;
 

@@ -2,15 +2,12 @@
 //! filler is heard before the slow lookups finish, and a barge-in silences the crew, filler
 //! included.
 
-#[path = "../examples/voice_agent/crew.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod weather;
-
 mod common;
 
 use std::{sync::Arc, time::Duration};
 
 use crewline_cli::platform::{CrewFrame, ToolOutcome};
+use crewline_examples::voice_agent as weather;
 use crewline_server::CrewServer;
 
 use common::connect;

@@ -3,21 +3,39 @@
 //! Each line typed is a user turn; the reply prints as it streams, with tool activity and
 //! errors on lines of their own and the time to the first chunk after it. Input is read while
 //! a reply streams, so the caller can barge in: `/interrupt` (or, with barge-in on, any line)
-//! sends `system.control.interrupt`.
+//! sends `system.control.interrupt`. With `--voice` each reply is also spoken, sentence by
+//! sentence, by `crewline-speech`'s [`Voice`].
+//!
+//! [`ChatArgs`] is the command line and [`run_cli`] runs it; the loop itself is [`run_chat`]
+//! and [`run_voice_chat`], which read lines from a channel and write to any writer.
 
-use std::{collections::VecDeque, io, io::BufRead, io::Write, time::Duration};
+use std::{
+    collections::VecDeque,
+    io,
+    io::{BufRead, IsTerminal, Write},
+    path::PathBuf,
+    time::Duration,
+};
 
+use crewline::protocol::{Caller, ConversationType};
+use crewline_speech::{
+    SpokenReply, Voice, VoiceConfig,
+    voice::{VoiceError, VoiceRequest},
+};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::{
-    platform::{PlatformClient, PlatformError},
-    render::{TurnPrinter, ms},
-    voice::Voice,
+    platform::{CrewFrame, PlatformClient, PlatformConfig, PlatformError, TurnFrame},
+    render::{TurnPrinter, ms, voice_note, voice_report},
 };
 
 /// How long the idle loop waits for out-of-turn frames before looking at input again; only
 /// bounds a wait, nothing is polled on this period.
 const IDLE_WAIT: Duration = Duration::from_secs(3600);
+
+/// The prompt shown while `chat` waits for a line typed at a terminal.
+pub const PROMPT: &str = "you> ";
 
 /// The help shown by `/help`.
 pub const HELP: &str = "Type a message and press Enter. While a reply streams, /interrupt \
@@ -32,6 +50,8 @@ pub struct ChatOptions {
     pub barge_in: bool,
     /// Write each input line back as `you> …` (useful when input is not a terminal).
     pub echo_input: bool,
+    /// Show a `you> ` prompt while waiting for the next line (a person at a terminal).
+    pub prompt: bool,
 }
 
 impl Default for ChatOptions {
@@ -39,6 +59,20 @@ impl Default for ChatOptions {
         Self {
             barge_in: true,
             echo_input: false,
+            prompt: false,
+        }
+    }
+}
+
+impl ChatOptions {
+    /// The options for a person at a terminal (`interactive`: barge-in and a prompt) or for
+    /// piped input (lines wait for the reply and are echoed); `barge_in` overrides the
+    /// default when given.
+    pub fn for_input(interactive: bool, barge_in: Option<bool>) -> Self {
+        Self {
+            barge_in: barge_in.unwrap_or(interactive),
+            echo_input: !interactive,
+            prompt: interactive,
         }
     }
 }
@@ -75,6 +109,9 @@ pub enum ChatError {
     /// Writing the output failed.
     #[error("could not write the output: {0}")]
     Io(#[from] io::Error),
+    /// `--voice` could not be set up.
+    #[error(transparent)]
+    Voice(#[from] VoiceError),
 }
 
 /// Reads `input` line by line on a thread of its own and hands the lines over a channel; the
@@ -194,9 +231,15 @@ async fn chat_loop<W: Write>(
             Some(line) => line,
             None if input_ended => break,
             None => {
+                if options.prompt {
+                    printer.prompt(PROMPT)?;
+                }
                 tokio::select! {
                     line = lines.recv() => match line {
-                        Some(line) => line,
+                        Some(line) => {
+                            printer.prompt_answered();
+                            line
+                        }
                         None => {
                             input_ended = true;
                             continue;
@@ -256,7 +299,7 @@ async fn chat_loop<W: Write>(
                 frame = turn.next() => match frame? {
                     Some(frame) => {
                         if let Some(speech) = speech.as_mut() {
-                            speech.frame(&frame);
+                            speak_frame(speech, &frame);
                         }
                         printer.frame(&frame)?;
                     }
@@ -304,7 +347,7 @@ async fn chat_loop<W: Write>(
                     },
                 }
             };
-            printer.line(&report.line())?;
+            printer.line(&voice_report(&report))?;
             voice.record(report);
         }
         if client.handoff().is_some() {
@@ -326,4 +369,169 @@ pub fn banner(url: &str, connect_time: Duration) -> String {
         "connected to {url} (ready after {}). {HELP}",
         ms(connect_time)
     )
+}
+
+/// Hands one frame of a turn to the reply being spoken: chunks are its text, a tool call
+/// pauses it (what the model said before the call is spoken now), `agent.speak` is spoken as
+/// it is, and `end` ends it.
+fn speak_frame(speech: &mut SpokenReply, frame: &TurnFrame) {
+    match &frame.frame {
+        CrewFrame::Chunk { text } => speech.text(text, frame.elapsed),
+        CrewFrame::ToolStart(_) => speech.pause(frame.elapsed),
+        CrewFrame::Speak { text } => speech.speak(text, frame.elapsed),
+        CrewFrame::End => speech.end(frame.elapsed),
+        _ => {}
+    }
+}
+
+/// `crewline chat`'s command line.
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// The crew's WebSocket address.
+    #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
+    pub url: String,
+    /// Shared secret, sent as `Authorization: Bearer <token>`.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// The conversation type announced in `system.init`.
+    #[arg(long = "type", default_value = "webcall", value_parser = parse_conversation_type)]
+    pub conversation_type: ConversationType,
+    /// A call variable, `key=value` (repeatable).
+    #[arg(long = "var", value_parser = parse_var)]
+    pub vars: Vec<(String, String)>,
+    /// The caller's phone number (sent as `session_context.caller.user_number`).
+    #[arg(long, value_name = "NUMBER")]
+    pub caller: Option<String>,
+    /// Tell the crew the agent may not be interrupted.
+    #[arg(long)]
+    pub not_interruptible: bool,
+    /// Whether typing while a reply streams interrupts it (auto: when input is a terminal).
+    #[arg(long, value_enum, default_value_t = BargeIn::Auto)]
+    pub barge_in: BargeIn,
+    /// The longest silence within a turn, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub frame_timeout_secs: u64,
+    /// Speak the replies (espeak-ng) sentence by sentence as they stream, and report the time
+    /// to first sentence and to first audio per turn.
+    #[arg(long)]
+    pub voice: bool,
+    /// With --voice: write one WAV file per reply to this folder.
+    #[arg(long, value_name = "DIR", requires = "voice")]
+    pub out: Option<PathBuf>,
+    /// With --voice: do not play the audio (only write it with --out).
+    #[arg(long, requires = "voice")]
+    pub mute: bool,
+    /// With --voice: the espeak-ng voice, e.g. en-us, hi, cmn.
+    #[arg(long, value_name = "NAME", requires = "voice")]
+    pub espeak_voice: Option<String>,
+}
+
+/// Whether typing while a reply streams interrupts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BargeIn {
+    /// When input is a terminal.
+    Auto,
+    /// Always.
+    On,
+    /// Never (only `/interrupt` interrupts).
+    Off,
+}
+
+impl ChatArgs {
+    /// The platform client's configuration the flags ask for.
+    pub fn platform_config(&self) -> PlatformConfig {
+        let mut config = PlatformConfig::new(self.url.clone());
+        config.token = self.token.clone();
+        config.conversation_type = self.conversation_type;
+        config.interruptible = !self.not_interruptible;
+        config.caller = self.caller.clone().map(|number| Caller {
+            user_number: Some(number),
+            agent_number: None,
+            direction: Some(
+                match self.conversation_type {
+                    ConversationType::TelephonyOutbound => "outbound",
+                    _ => "inbound",
+                }
+                .to_owned(),
+            ),
+            call_id: None,
+            extra: serde_json::Map::new(),
+        });
+        config.timeouts.frame = Duration::from_secs(self.frame_timeout_secs.max(1));
+        for (key, value) in &self.vars {
+            config
+                .initial_variables
+                .insert(key.clone(), Value::String(value.clone()));
+        }
+        config
+    }
+}
+
+fn parse_conversation_type(text: &str) -> Result<ConversationType, String> {
+    serde_json::from_value(Value::String(text.to_owned())).map_err(|_| {
+        "expected one of telephonyInbound, telephonyOutbound, chat, webcall, supervisor_agent"
+            .to_owned()
+    })
+}
+
+fn parse_var(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("expected key=value, got `{text}`")),
+    }
+}
+
+/// Runs `crewline chat`: connects, then chats over stdin (a prompt and barge-in when it is a
+/// terminal) until `/quit`, end of input or a hand-off, writing to `out`.
+pub async fn run_cli(args: ChatArgs, mut out: impl Write) -> Result<ChatOutcome, ChatError> {
+    let interactive = std::io::stdin().is_terminal();
+    let options = ChatOptions::for_input(
+        interactive,
+        match args.barge_in {
+            BargeIn::Auto => None,
+            BargeIn::On => Some(true),
+            BargeIn::Off => Some(false),
+        },
+    );
+    let started = tokio::time::Instant::now();
+    let mut client = PlatformClient::connect(args.platform_config()).await?;
+    writeln!(out, "{}", banner(&args.url, started.elapsed()))?;
+    let lines = spawn_line_reader(std::io::BufReader::new(std::io::stdin()));
+    let outcome = if args.voice {
+        let request = VoiceRequest {
+            out_dir: args.out,
+            play: !args.mute,
+            espeak_voice: args.espeak_voice,
+        };
+        let writing_wavs = request.out_dir.is_some();
+        let (config, notes) = VoiceConfig::detect(request).await?;
+        for note in notes {
+            writeln!(out, "{}", voice_note(&note, writing_wavs))?;
+        }
+        let mut voice = Voice::new(config);
+        run_voice_chat(&mut client, lines, &mut out, options, &mut voice).await?
+    } else {
+        run_chat(&mut client, lines, &mut out, options).await?
+    };
+    tracing::debug!(?outcome, stats = ?client.stats(), "chat ended");
+    if let Err(error) = client.close().await {
+        tracing::debug!(%error, "closing the call");
+    }
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminal_gets_a_prompt_and_barge_in_and_piped_input_is_echoed_instead() {
+        let terminal = ChatOptions::for_input(true, None);
+        assert!(terminal.prompt && terminal.barge_in && !terminal.echo_input);
+        let piped = ChatOptions::for_input(false, None);
+        assert!(!piped.prompt && !piped.barge_in && piped.echo_input);
+        assert!(ChatOptions::for_input(false, Some(true)).barge_in);
+    }
 }

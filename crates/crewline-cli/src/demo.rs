@@ -1,15 +1,22 @@
 //! `crewline demo`: the weather crew served on a local port and a short scripted call driven
 //! through a real WebSocket with the platform client: a greeting, a weather question with two
-//! parallel tool calls, a barge-in while the answer streams, and a last turn.
+//! parallel tool calls, a barge-in while the answer streams, and a last turn. The crew is
+//! [`crewline_examples::voice_agent`]'s, the one the `voice_agent` example serves.
+//!
+//! With `--serve` it only serves the crew, for `crewline chat` to talk to.
 
 use std::{io, io::Write, net::SocketAddr, time::Duration};
 
 use crewline::{llm::LlmError, tool::RegistryError};
-use crewline_server::CrewServer;
+use crewline_examples::{
+    args::DEFAULT_PORT,
+    model::ModelChoice,
+    voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew},
+};
+use crewline_server::{CrewServer, ServeArgs, ServerError};
 use tokio::net::TcpListener;
 
 use crate::{
-    crew::{ModelChoice, WEATHER_SERVICE_DELAY, WeatherCrew, demo_model},
     platform::{
         ClientStats, CrewFrame, PlatformClient, PlatformConfig, PlatformError, Timeouts,
         TurnSummary,
@@ -19,6 +26,66 @@ use crate::{
 
 /// How long the server gets to finish after the call, before it is stopped hard.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `crewline demo`'s command line.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// The scripted model's pause before each streamed piece, in ms.
+    #[arg(long, default_value_t = 40)]
+    pub chunk_delay_ms: u64,
+    /// Use the scripted model even when OPENAI_API_KEY is set.
+    #[arg(long)]
+    pub scripted: bool,
+    /// Instead of driving a call, serve the demo crew until Ctrl-C (to try `crewline chat`
+    /// against it), on --host and --port.
+    #[arg(long)]
+    pub serve: bool,
+    /// With --serve: the port to listen on.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// With --serve: where and with which token.
+    #[command(flatten)]
+    pub listen: ServeArgs,
+}
+
+impl DemoArgs {
+    /// The demo's configuration from the flags.
+    pub fn config(&self) -> DemoConfig {
+        DemoConfig {
+            chunk_delay: Duration::from_millis(self.chunk_delay_ms),
+            model: if self.scripted {
+                ModelChoice::Scripted
+            } else {
+                ModelChoice::FromEnv
+            },
+            ..DemoConfig::default()
+        }
+    }
+}
+
+/// Runs `crewline demo`: drives the scripted call, or with `--serve` serves the crew until
+/// Ctrl-C; writes what happens to `out`.
+pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoError> {
+    let config = args.config();
+    if !args.serve {
+        run_demo(config, out).await?;
+        return Ok(());
+    }
+    let model = voice_agent::model(config.model, None, config.chunk_delay)?;
+    let crew = WeatherCrew::new(model.llm, config.service_delay)?;
+    writeln!(
+        out,
+        "serving the demo weather crew ({}) on ws://{}/ws; Ctrl-C stops",
+        model.description,
+        args.listen.addr(args.port)
+    )?;
+    out.flush()?;
+    args.listen
+        .apply(CrewServer::new(crew.setup_fn()), args.port)
+        .run()
+        .await
+        .map_err(|error| DemoError::Serve(Box::new(error)))
+}
 
 /// How the demo runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +148,7 @@ pub struct DemoReport {
     pub connect_time: Duration,
     /// The turns, in order.
     pub turns: Vec<DemoTurn>,
-    /// Echoes skipped, undecodable and stray frames.
+    /// Echoes of the platform's own events skipped, undecodable and stray frames.
     pub stats: ClientStats,
 }
 
@@ -101,6 +168,9 @@ pub enum DemoError {
     /// The server stopped with an error.
     #[error("the crew server failed: {0}")]
     Server(String),
+    /// `--serve`: the crew server could not start or failed.
+    #[error("the crew server failed")]
+    Serve(#[source] Box<ServerError>),
     /// The call failed.
     #[error(transparent)]
     Platform(#[from] PlatformError),
@@ -112,8 +182,9 @@ pub enum DemoError {
 /// Serves the weather crew on 127.0.0.1 (a free port), drives the scripted call, prints it
 /// to `out`, stops the server, and returns what happened.
 pub async fn run_demo<W: Write>(config: DemoConfig, out: W) -> Result<DemoReport, DemoError> {
-    let (llm, model) = demo_model(config.model, config.chunk_delay)?;
-    let crew = WeatherCrew::new(llm, config.service_delay)?;
+    let chosen = voice_agent::model(config.model, None, config.chunk_delay)?;
+    let model = chosen.description;
+    let crew = WeatherCrew::new(chosen.llm, config.service_delay)?;
     let server = CrewServer::new(crew.setup_fn()).drain_timeout(Duration::from_secs(2));
     let handle = server.handle();
     let listener = TcpListener::bind(("127.0.0.1", 0))
@@ -211,11 +282,7 @@ async fn drive_call<W: Write>(
         .map(|r| r.leaked_chunks.len())
         .sum();
     printer.line("")?;
-    printer.line(&format!(
-        "demo finished: {} turns, {tools} tool calls, {leaked} leaked chunks, {} echoes skipped",
-        turns.len(),
-        stats.echoes
-    ))?;
+    printer.line(&finished_line(turns.len(), tools, leaked))?;
     Ok(DemoReport {
         url: url.to_owned(),
         model: model.to_owned(),
@@ -223,4 +290,34 @@ async fn drive_call<W: Write>(
         turns,
         stats,
     })
+}
+
+/// The demo's last line. The chunks that matter are those the crew sent after an interrupted
+/// turn's end (it must fall silent at once); the echoes of the platform's own events that the
+/// crew sends back, as the reference does, are protocol bookkeeping and not shown.
+fn finished_line(turns: usize, tools: usize, leaked: usize) -> String {
+    let silence = match leaked {
+        0 => "the crew fell silent at the barge-in".to_owned(),
+        n => format!("the crew sent {n} chunks after the barge-in ended its turn"),
+    };
+    format!("demo finished: {turns} turns, {tools} tool calls, {silence}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_finished_line_says_whether_the_crew_fell_silent_and_not_how_many_echoes() {
+        let clean = finished_line(4, 2, 0);
+        assert_eq!(
+            clean,
+            "demo finished: 4 turns, 2 tool calls, the crew fell silent at the barge-in"
+        );
+        assert!(!clean.contains("echo"), "{clean}");
+        assert!(
+            finished_line(4, 2, 3).contains("sent 3 chunks after the barge-in"),
+            "a crew that talks on is named"
+        );
+    }
 }

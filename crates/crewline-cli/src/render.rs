@@ -4,6 +4,7 @@
 use std::{io, io::Write, time::Duration};
 
 use crewline::protocol::Severity;
+use crewline_speech::{VoiceReport, voice::VoiceNote};
 use serde_json::Value;
 
 use crate::platform::{CrewFrame, InterruptReport, ToolLog, TurnFrame, TurnSummary};
@@ -17,6 +18,8 @@ pub struct TurnPrinter<W: Write> {
     out: W,
     /// The reply's text is mid-line (no newline written after the last chunk yet).
     mid_line: bool,
+    /// A prompt is shown and not answered: other output starts on a line of its own.
+    prompt_open: bool,
 }
 
 impl<W: Write> TurnPrinter<W> {
@@ -25,6 +28,7 @@ impl<W: Write> TurnPrinter<W> {
         Self {
             out,
             mid_line: false,
+            prompt_open: false,
         }
     }
 
@@ -45,8 +49,22 @@ impl<W: Write> TurnPrinter<W> {
         self.out.flush()
     }
 
+    /// Shows `prompt` (e.g. `you> `) with no newline, for the user to type after.
+    pub fn prompt(&mut self, prompt: &str) -> io::Result<()> {
+        self.break_line()?;
+        write!(self.out, "{prompt}")?;
+        self.prompt_open = true;
+        self.out.flush()
+    }
+
+    /// The user answered the prompt: their Enter ended its line.
+    pub fn prompt_answered(&mut self) {
+        self.prompt_open = false;
+    }
+
     fn break_line(&mut self) -> io::Result<()> {
-        if std::mem::take(&mut self.mid_line) {
+        // Both at once cannot happen: a prompt is shown only after a line break.
+        if std::mem::take(&mut self.mid_line) | std::mem::take(&mut self.prompt_open) {
             writeln!(self.out)?;
         }
         Ok(())
@@ -62,6 +80,7 @@ impl<W: Write> TurnPrinter<W> {
         match frame {
             CrewFrame::Chunk { text } => {
                 if !self.mid_line {
+                    self.break_line()?;
                     write!(self.out, "agent> ")?;
                     self.mid_line = true;
                 }
@@ -171,6 +190,28 @@ pub fn interrupt_line(report: &InterruptReport) -> String {
     line
 }
 
+/// The lines about a spoken reply: `       (voice: first sentence 41 ms, ...)`, then one
+/// `[voice error]` line per error.
+pub fn voice_report(report: &VoiceReport) -> String {
+    let mut line = format!("       (voice: {report})");
+    for error in &report.errors {
+        line.push_str(&format!("\n[voice error] {error}"));
+    }
+    line
+}
+
+/// A line about the voice set-up, naming the `chat` flag that changes it where one does;
+/// `writing_wavs` is whether `--out` was given.
+pub fn voice_note(note: &VoiceNote, writing_wavs: bool) -> String {
+    match note {
+        VoiceNote::Muted => format!("{note} (--mute)"),
+        VoiceNote::NoPlayer(_) if !writing_wavs => {
+            format!("{note}; use --out DIR to keep the audio as WAV files")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// A duration as whole milliseconds (tenths below 10 ms, where they matter).
 pub fn ms(duration: Duration) -> String {
     let millis = duration.as_secs_f64() * 1e3;
@@ -252,6 +293,54 @@ mod tests {
             "agent> Let me check.\n\
              [tool] get_weather {\"location\":\"Paris\"} → {\"temperature\":18} 301 ms\n\
              agent> It is 18.\n"
+        );
+    }
+
+    #[test]
+    fn output_while_a_prompt_waits_starts_on_a_line_of_its_own() {
+        let mut printer = TurnPrinter::new(Vec::new());
+        printer.prompt("you> ").unwrap();
+        // The crew speaks between turns, before the user typed anything.
+        printer
+            .crew_frame(&CrewFrame::Chunk {
+                text: "Still there?".into(),
+            })
+            .unwrap();
+        printer.crew_frame(&CrewFrame::End).unwrap();
+        printer.prompt("you> ").unwrap();
+        // The user typed a line: the terminal's echo of Enter ended the prompt's line.
+        printer.prompt_answered();
+        printer.line("[tool] ...").unwrap();
+        let text = String::from_utf8(printer.into_inner()).unwrap();
+        assert_eq!(text, "you> \nagent> Still there?\nyou> [tool] ...\n");
+    }
+
+    #[test]
+    fn voice_lines_name_the_chat_flags_and_list_the_errors() {
+        assert_eq!(
+            voice_note(&VoiceNote::Muted, false),
+            "voice: not playing the audio (--mute)"
+        );
+        let no_player = || {
+            VoiceNote::NoPlayer(crewline_speech::SpeechError::NotInstalled {
+                program: "aplay".into(),
+            })
+        };
+        assert!(
+            voice_note(&no_player(), false)
+                .ends_with("use --out DIR to keep the audio as WAV files")
+        );
+        assert!(!voice_note(&no_player(), true).contains("--out"));
+        let report = VoiceReport {
+            time_to_first_sentence: Some(Duration::from_millis(41)),
+            sentences: vec!["Hi.".into()],
+            text_only: true,
+            errors: vec!["the disk is full".into()],
+            ..VoiceReport::default()
+        };
+        assert_eq!(
+            voice_report(&report),
+            "       (voice: first sentence 41 ms, 1 sentence, text only)\n[voice error] the disk is full"
         );
     }
 

@@ -55,6 +55,7 @@ async fn scripted_lines_run_one_turn_each_and_print_replies_tools_and_timings() 
         let options = ChatOptions {
             barge_in: false,
             echo_input: true,
+            prompt: false,
         };
         let outcome = run_chat(&mut client, lines, &mut out, options).await.unwrap();
         let out = String::from_utf8(out).unwrap();
@@ -90,6 +91,7 @@ async fn typing_while_a_reply_streams_barges_in_and_becomes_the_next_turn() {
         let options = ChatOptions {
             barge_in: true,
             echo_input: false,
+            prompt: false,
         };
         let chat =
             tokio::spawn(async move { run_chat(&mut client, lines, Tap(out_tx), options).await });
@@ -119,6 +121,37 @@ async fn typing_while_a_reply_streams_barges_in_and_becomes_the_next_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_terminal_a_prompt_waits_for_each_line() {
+    bounded(async {
+        let server = start(Duration::from_millis(5)).await;
+        let mut client = PlatformClient::connect(PlatformConfig::new(&server.url))
+            .await
+            .unwrap();
+        let (tx, lines) = mpsc::channel(8);
+        let (out_tx, mut output) = mpsc::unbounded_channel();
+        let options = ChatOptions::for_input(true, None);
+        let chat =
+            tokio::spawn(async move { run_chat(&mut client, lines, Tap(out_tx), options).await });
+
+        let mut seen = String::new();
+        // Nothing typed yet: the prompt is already there.
+        wait_for(&mut output, &mut seen, "you> ").await;
+        assert_eq!(seen, "you> ");
+        tx.send("Hi there!".into()).await.unwrap();
+        wait_for(&mut output, &mut seen, "first chunk").await;
+        // The reply is done: the prompt asks for the next line.
+        wait_for(&mut output, &mut seen, "\nyou> ").await;
+        drop(tx);
+        let outcome = chat.await.unwrap().unwrap();
+
+        assert_eq!(outcome.end, ChatEnd::EndOfInput);
+        assert_eq!(outcome.turns, 1);
+        assert!(seen.starts_with("you> agent> Hi!"), "{seen}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_chats_over_piped_stdin() {
     let server = start(Duration::from_millis(5)).await;
     let (ok, stdout, stderr) = run_binary(
@@ -142,6 +175,9 @@ async fn the_binary_chats_over_piped_stdin() {
         "{stdout}"
     );
     assert!(stdout.contains("you> Hi there!"), "{stdout}");
+    // Piped input gets its lines echoed, and no prompt.
+    assert!(!stdout.contains("you> you>"), "{stdout}");
+    assert!(!stdout.trim_end().ends_with("you>"), "{stdout}");
     assert!(
         stdout.contains("agent> Hi! I can tell you the weather in any big city."),
         "{stdout}"

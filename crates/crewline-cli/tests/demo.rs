@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use common::bounded;
 use crewline_cli::{
-    crew::ModelChoice,
     demo::{DemoConfig, SCRIPT, run_demo},
     platform::CrewFrame,
 };
+use crewline_examples::model::ModelChoice;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_call_streams_every_turn_uses_tools_and_barges_in_cleanly() {

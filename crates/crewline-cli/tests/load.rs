@@ -10,10 +10,8 @@ use crewline::{
     llm::{ChatRequest, Reply},
     prelude::{Message, ScriptedLlm},
 };
-use crewline_cli::{
-    crew::WeatherCrew,
-    load::{LoadConfig, Scenario, run},
-};
+use crewline_cli::load::{LoadConfig, Scenario, run};
+use crewline_examples::voice_agent::WeatherCrew;
 use crewline_server::CrewServer;
 use tokio::net::TcpListener;
 

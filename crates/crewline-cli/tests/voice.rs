@@ -13,9 +13,8 @@ use common::{bounded, start};
 use crewline_cli::{
     chat::{ChatEnd, ChatOptions, run_voice_chat},
     platform::{PlatformClient, PlatformConfig},
-    voice::{Voice, VoiceConfig},
 };
-use crewline_speech::{Audio, AudioPlayer, SpeechError, TextToSpeech};
+use crewline_speech::{Audio, AudioPlayer, SpeechError, TextToSpeech, Voice, VoiceConfig};
 use tokio::{sync::mpsc, time::Instant};
 
 /// Samples of fake audio per character of a sentence (8 kHz: 10 ms per character).
@@ -135,6 +134,7 @@ async fn each_reply_is_spoken_sentence_by_sentence_in_order_and_saved_as_one_wav
         let options = ChatOptions {
             barge_in: false,
             echo_input: true,
+            prompt: false,
         };
         let mut out = Vec::new();
         let outcome = run_voice_chat(&mut client, lines, &mut out, options, &mut voice)
@@ -205,6 +205,7 @@ async fn typing_while_the_agent_speaks_stops_the_audio_and_interrupts() {
         let options = ChatOptions {
             barge_in: true,
             echo_input: false,
+            prompt: false,
         };
         let chat = tokio::spawn(async move {
             let mut out = Vec::new();

@@ -6,6 +6,9 @@
 //! - [`TextToSpeech`]: one sentence in, audio out; [`EspeakNg`] runs the `espeak-ng` program.
 //! - [`AudioPlayer`]: plays audio; [`Aplay`] pipes it to ALSA's `aplay`.
 //! - [`Audio`] and [`ReplyRecording`]: PCM audio, WAV decoding, and one WAV file per reply.
+//! - [`Voice`]: all of it for a streamed reply: sentences to the engine while the reply still
+//!   streams, audio played in order, one WAV per reply, time to first sentence and to first
+//!   audio, and a barge-in that stops it at once ([`voice`]; `crewline chat --voice` runs it).
 //!
 //! Synthesis and playback run child processes that are killed when their future is dropped,
 //! so a caller who barges in silences the agent by dropping the future.
@@ -24,6 +27,7 @@ mod audio;
 mod espeak;
 mod player;
 pub mod sentence;
+pub mod voice;
 
 use std::path::PathBuf;
 
@@ -31,6 +35,7 @@ pub use audio::{Audio, AudioFormat, ReplyRecording};
 pub use espeak::EspeakNg;
 pub use player::{Aplay, AudioPlayer};
 pub use sentence::SentenceAggregator;
+pub use voice::{SpokenReply, Voice, VoiceConfig, VoiceReport};
 
 /// Turns one sentence into audio.
 ///

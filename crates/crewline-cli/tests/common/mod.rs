@@ -6,7 +6,7 @@
 use std::{future::Future, sync::Arc, time::Duration};
 
 use crewline::prelude::ScriptedLlm;
-use crewline_cli::crew::{WeatherCrew, scripted_weather_model};
+use crewline_examples::voice_agent::{WeatherCrew, scripted_weather_model};
 use crewline_server::{CrewServer, ServerHandle};
 use tokio::{net::TcpListener, task::JoinHandle};
 

@@ -15,13 +15,9 @@
 //! `--api-key KEY` (both sides) protects the task API; `OPENAI_API_KEY` switches the crew to
 //! a real model.
 
-#[allow(dead_code, unreachable_pub)]
-mod crew;
-#[allow(dead_code, unreachable_pub)]
-mod station;
-
 use std::{io::Write, time::Duration};
 
+use crewline_examples::{args::ServeCrewArgs, remote_weather};
 use crewline_remote::{ClientConfig, TaskApi};
 use crewline_server::CrewServer;
 
@@ -30,33 +26,22 @@ use crewline_server::CrewServer;
 #[derive(clap::Parser)]
 struct Args {
     #[command(flatten)]
-    serve: crewline_server::ServeArgs,
+    crew: ServeCrewArgs,
     /// Run the client instead of the server.
     #[arg(long)]
     client: bool,
-    /// The port to listen on.
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
     /// The client's server, e.g. http://127.0.0.1:8080.
     #[arg(long)]
     url: Option<String>,
     /// The task API's key (server: required of task clients; client: sent with each request).
     #[arg(long)]
     api_key: Option<String>,
-    /// The model, with OPENAI_API_KEY set (otherwise a scripted one).
-    #[arg(long)]
-    model: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Logs go to stderr: the client's stdout carries its task id for scripts.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    crewline_examples::args::init_logs("info");
     let args = <Args as clap::Parser>::parse();
     if args.client {
         let url = args.url.ok_or("--client needs --url http://HOST:PORT")?;
@@ -64,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(key) = args.api_key {
             config = config.api_key(key);
         }
-        let outcome = station::run(config, |task_id| {
+        let outcome = remote_weather::station::run(config, |task_id| {
             // One line a script (or the test) can read: the id to give the call.
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "task_id={task_id}");
@@ -80,20 +65,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
 
-    let (llm, description) = crew::model(
-        crew::ModelChoice::FromEnv,
-        args.model,
+    let crew = args.crew;
+    let model = remote_weather::model(
+        crew.model.choice(),
+        crew.model.model.clone(),
         Duration::from_millis(20),
     )?;
     let mut tasks = TaskApi::new().tool_timeout(Duration::from_secs(10));
     if let Some(key) = args.api_key {
         tasks = tasks.api_key(key)?;
     }
-    let port = args.port;
-    let crew = CrewServer::new(crew::RemoteWeatherCrew::new(llm, tasks.clone()).setup_fn())
-        .merge(tasks.router());
-    let server = args.serve.apply(crew, port);
-    tracing::info!(port, model = %description, "remote weather crew on /ws, task API on /task");
+    let server = CrewServer::new(
+        remote_weather::RemoteWeatherCrew::new(model.llm, tasks.clone()).setup_fn(),
+    )
+    .merge(tasks.router());
+    let server = crew.apply(server);
+    tracing::info!(port = crew.port, model = %model.description, "remote weather crew on /ws, task API on /task");
     server.run().await?;
     Ok(())
 }

@@ -4,13 +4,21 @@
 //! the task, which adds a remote `get_weather` to the call's registry. When the model calls it,
 //! the call parks until the client answers or the tool's timeout passes.
 //!
-//! Shared by the example binary and tests/remote_weather.rs.
+//! The example binary serves it; tests/remote_weather.rs drives it. The client side is
+//! [`station`].
 
 use std::{sync::Arc, time::Duration};
 
 use crewline::{llm::ChatRequest, prelude::*};
 use crewline_remote::TaskApi;
 use serde_json::{Value, json};
+
+use crate::{
+    model::{ChosenModel, ModelChoice, choose},
+    voice_agent,
+};
+
+pub mod station;
 
 /// The agent's system prompt.
 pub const PROMPT: &str = "You are a friendly voice assistant on a phone line. Answer in one or \
@@ -85,7 +93,7 @@ impl RemoteWeatherCrew {
 }
 
 /// The offline stand-in for a model: calls `get_weather` for the city the caller names, then
-/// reads the result (or the error) back.
+/// reads the result (or the error) back; to anything else it says which cities it knows.
 pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
     ScriptedLlm::from_fn(|request: &ChatRequest| match request.messages.last() {
         Some(Message::Tool { .. }) => {
@@ -119,7 +127,8 @@ pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
             {
                 Some(city) => Reply::tool_calls([("get_weather", json!({"location": city}))])
                     .with_text("Let me check that for you."),
-                None => Reply::text("Hi! I can tell you the weather in any big city. Which one?"),
+                None if voice_agent::is_greeting(&said) => Reply::text(voice_agent::GREETING),
+                None => Reply::text(voice_agent::off_script(&CITIES, &[])),
             }
         }
         _ => Reply::text("How can I help?"),
@@ -127,30 +136,16 @@ pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
     .with_chunk_delay(chunk_delay)
 }
 
-/// Which model the crew uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ModelChoice {
-    /// The real OpenAI-compatible endpoint when `OPENAI_API_KEY` is set, else the scripted one.
-    #[default]
-    FromEnv,
-    /// Always the offline scripted model.
-    Scripted,
-}
-
-/// The model and a short description of it.
+/// The crew's model for `choice`: OpenAI's `name` (see [`crate::model::choose`]), or
+/// [`scripted_model`] pausing `chunk_delay` before each streamed piece.
 pub fn model(
     choice: ModelChoice,
     name: Option<String>,
     chunk_delay: Duration,
-) -> Result<(Arc<dyn LlmClient>, String), LlmError> {
-    if choice == ModelChoice::FromEnv && std::env::var_os("OPENAI_API_KEY").is_some() {
-        let model = name
-            .or_else(|| std::env::var("OPENAI_MODEL").ok())
-            .unwrap_or_else(|| "gpt-4o-mini".to_owned());
-        let client = OpenAiClient::builder().model(model.clone()).build()?;
-        Ok((Arc::new(client), format!("OpenAI {model}")))
-    } else {
-        let description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
-        Ok((Arc::new(scripted_model(chunk_delay)), description))
+) -> Result<ChosenModel, LlmError> {
+    let mut chosen = choose(choice, name, || scripted_model(chunk_delay))?;
+    if chosen.scripted {
+        chosen.description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
     }
+    Ok(chosen)
 }

@@ -9,13 +9,16 @@
 //! and exactly once per turn, never on top of words the model already said; and it is part
 //! of the turn's stream, so a barge-in silences it like any other text.
 //!
-//! Shared by the `voice_agent`, `weather_agent` and `sentiment_background` examples and by
-//! `crewline demo` (which includes this file), so the demo runs exactly what the examples show.
+//! Served by the `voice_agent` example, run one turn at a time by `weather_agent`, put behind
+//! a sentiment observer by [`crate::sentiment_background`], and run by `crewline demo`: the
+//! demo runs exactly what the examples show.
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use crewline::{llm::ChatRequest, prelude::*, tool::RegistryError};
 use serde_json::{Value, json};
+
+use crate::model::{ChosenModel, ModelChoice, choose};
 
 /// The weather agent's system prompt.
 pub const PROMPT: &str = "You are a friendly voice assistant on a phone line. Answer in one or \
@@ -133,10 +136,42 @@ impl WeatherCrew {
     }
 }
 
+/// What the scripted models say to a greeting.
+pub const GREETING: &str = "Hi! I can tell you the weather in any big city. Which one?";
+
+/// Whether `said` (lower case) opens with a greeting word.
+pub(crate) fn is_greeting(said: &str) -> bool {
+    said.split(|c: char| !c.is_alphanumeric())
+        .find(|word| !word.is_empty())
+        .is_some_and(|word| ["hi", "hello", "hey", "hiya", "morning", "good"].contains(&word))
+}
+
+/// What a scripted model says to words off its script: it is a script, and what it knows
+/// (`cities`, and `more` phrases, e.g. "ask me for a story"), so a user trying it offline
+/// learns what to say instead of hearing the greeting again.
+pub(crate) fn off_script(cities: &[&str], more: &[&str]) -> String {
+    let cities = match cities {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [rest @ .., last] => format!("{} or {last}", rest.join(", ")),
+    };
+    let mut reply = format!(
+        "I'm the offline scripted model, so I only know a few things: ask me about the weather \
+         in {cities}"
+    );
+    for phrase in more {
+        reply.push_str(", ");
+        reply.push_str(phrase);
+    }
+    reply.push('.');
+    reply
+}
+
 /// The offline stand-in for a model: greets, calls `get_weather` once per city named (all in
 /// one round, so they run in parallel, without a word first, as real models often do: the
 /// crew's filler covers the wait), reads tool results back, tells a long story when asked
-/// (something to barge in on), and says goodbye.
+/// (something to barge in on), and says goodbye. Anything else gets what it knows: the cities
+/// of the weather service, the story, and goodbye.
 pub fn scripted_weather_model(chunk_delay: Duration) -> ScriptedLlm {
     ScriptedLlm::from_fn(|request: &ChatRequest| match request.messages.last() {
         Some(Message::Tool { .. }) => {
@@ -173,8 +208,10 @@ pub fn scripted_weather_model(chunk_delay: Duration) -> ScriptedLlm {
             } else if said.contains("bye") || said.contains("thank") || said.contains("never mind")
             {
                 Reply::text("No problem at all. Thanks for calling, and have a lovely day!")
+            } else if is_greeting(&said) {
+                Reply::text(GREETING)
             } else {
-                Reply::text("Hi! I can tell you the weather in any big city. Which one?")
+                Reply::text(off_script(&CITIES, &["ask me for a story", "or say bye"]))
             }
         }
         _ => Reply::text("How can I help?"),
@@ -189,39 +226,66 @@ shop, the children run to school, and the fishermen push their boats into the si
 Nimbus dreamed of becoming a great storm cloud, the kind that rolls over mountains with thunder \
 in its belly, but every afternoon the sun warmed her until she was thin and wispy again.";
 
-/// Which model the demo crew uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ModelChoice {
-    /// The real OpenAI-compatible endpoint when `OPENAI_API_KEY` is set, else the scripted one.
-    #[default]
-    FromEnv,
-    /// Always the offline scripted model.
-    Scripted,
-}
-
-/// The demo's model and a short description of it, e.g. `scripted (40 ms per chunk)`.
-pub fn demo_model(
-    choice: ModelChoice,
-    chunk_delay: Duration,
-) -> Result<(Arc<dyn LlmClient>, String), LlmError> {
-    model_named(choice, None, chunk_delay)
-}
-
-/// Like [`demo_model`], with the OpenAI model's name given (else `OPENAI_MODEL`, else
-/// gpt-4o-mini).
-pub fn model_named(
+/// The weather crew's model for `choice`: OpenAI's `name` (see [`crate::model::choose`]), or
+/// [`scripted_weather_model`] pausing `chunk_delay` before each streamed piece.
+pub fn model(
     choice: ModelChoice,
     name: Option<String>,
     chunk_delay: Duration,
-) -> Result<(Arc<dyn LlmClient>, String), LlmError> {
-    if choice == ModelChoice::FromEnv && std::env::var_os("OPENAI_API_KEY").is_some() {
-        let model = name
-            .or_else(|| std::env::var("OPENAI_MODEL").ok())
-            .unwrap_or_else(|| "gpt-4o-mini".to_owned());
-        let client = OpenAiClient::builder().model(model.clone()).build()?;
-        Ok((Arc::new(client), format!("OpenAI {model}")))
-    } else {
-        let description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
-        Ok((Arc::new(scripted_weather_model(chunk_delay)), description))
+) -> Result<ChosenModel, LlmError> {
+    let mut chosen = choose(choice, name, || scripted_weather_model(chunk_delay))?;
+    if chosen.scripted {
+        chosen.description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scripted model's answer to `said`, as the crew's tool loop streams it.
+    async fn answer(said: &str) -> String {
+        let crew = WeatherCrew::new(
+            Arc::new(scripted_weather_model(Duration::ZERO)),
+            Duration::ZERO,
+        )
+        .expect("the weather tools register");
+        let mut context = Context::with_system(PROMPT);
+        context.add(Message::user(said));
+        let mut turn = crew.tool_loop().run(&mut context);
+        let mut text = String::new();
+        while let Some(event) = turn.next().await {
+            if let TurnEvent::Text(chunk) = event.expect("the turn runs") {
+                text.push_str(&chunk);
+            }
+        }
+        text
+    }
+
+    #[tokio::test]
+    async fn off_its_script_the_model_says_which_cities_and_phrases_it_knows() {
+        let text = answer("What can you do?").await;
+        assert_eq!(
+            text,
+            "I'm the offline scripted model, so I only know a few things: ask me about the \
+             weather in Paris, Tokyo, London, New York or San Francisco, ask me for a story, or \
+             say bye."
+        );
+        assert_ne!(text, GREETING);
+    }
+
+    #[tokio::test]
+    async fn a_greeting_is_still_answered_with_the_greeting() {
+        assert_eq!(answer("Hi there!").await, GREETING);
+        assert_eq!(answer("Hello?").await, GREETING);
+    }
+
+    #[tokio::test]
+    async fn a_city_it_knows_is_looked_up() {
+        assert_eq!(
+            answer("Weather in Tokyo please").await,
+            format!("{FILLER}In Tokyo it is 24 degrees and sunny.")
+        );
     }
 }

@@ -1,9 +1,11 @@
-//! `crewline chat --voice`: speaks the crew's replies the way a voice platform does.
+//! Speaks a crew's streamed replies the way a voice platform does: sentence, speech, ordered
+//! playback, one WAV file per reply. `crewline chat --voice` runs it; a crew can run it
+//! without the CLI.
 //!
 //! Each reply's chunks go through a [`SentenceAggregator`]; every sentence goes to the
 //! text-to-speech engine the moment it is complete, while the reply still streams. Audio is
 //! played in order as it is ready (and, with an output folder, written as one WAV file per
-//! reply). Per turn it reports:
+//! reply). Per reply it reports:
 //! - **time to first sentence**: from sending the turn's request to the first complete
 //!   sentence (the moment a platform could start synthesizing);
 //! - **time to first audio**: from sending the request to the first sentence's audio being
@@ -14,8 +16,26 @@
 //!
 //! Without a TTS engine (espeak-ng not installed) it still aggregates and reports the time to
 //! first sentence, text only.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use crewline_speech::{Voice, VoiceConfig};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let mut voice = Voice::new(VoiceConfig::text_only());
+//! let mut reply = voice.start_reply(tokio::time::Instant::now());
+//! reply.text("Hello there. How can", Duration::from_millis(40));
+//! reply.text(" I help?", Duration::from_millis(60));
+//! reply.end(Duration::from_millis(70));
+//! let report = reply.finished().await;
+//! assert_eq!(report.sentences, ["Hello there.", "How can I help?"]);
+//! assert_eq!(report.time_to_first_sentence, Some(Duration::from_millis(40)));
+//! # });
+//! ```
 
 use std::{
+    fmt,
     path::PathBuf,
     sync::{
         Arc,
@@ -24,9 +44,6 @@ use std::{
     time::Duration,
 };
 
-use crewline_speech::{
-    Aplay, Audio, AudioPlayer, EspeakNg, ReplyRecording, SentenceAggregator, TextToSpeech,
-};
 use tokio::{
     sync::{mpsc, oneshot},
     task::JoinHandle,
@@ -34,8 +51,8 @@ use tokio::{
 };
 
 use crate::{
-    platform::{CrewFrame, TurnFrame},
-    render::ms,
+    Aplay, Audio, AudioPlayer, EspeakNg, ReplyRecording, SentenceAggregator, SpeechError,
+    TextToSpeech,
 };
 
 /// Past this many characters a sentence is cut at its next comma: about 12 s of speech, so
@@ -77,13 +94,13 @@ impl VoiceConfig {
             tts: None,
             player: None,
             out_dir: None,
-            min_sentence_chars: crewline_speech::sentence::DEFAULT_MIN_CHARS,
+            min_sentence_chars: crate::sentence::DEFAULT_MIN_CHARS,
             max_sentence_chars: Some(MAX_SENTENCE_CHARS),
         }
     }
 }
 
-/// What `crewline chat --voice` asked for.
+/// What voice to set up (`crewline chat --voice --out DIR --mute --espeak-voice NAME`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VoiceRequest {
     /// Where to write one WAV file per reply.
@@ -107,17 +124,56 @@ pub enum VoiceError {
     },
 }
 
+/// What [`VoiceConfig::detect`] found, for the user.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum VoiceNote {
+    /// Replies are spoken with this engine (its name and version).
+    Speaking(String),
+    /// No engine could run: text only (sentences and their timing are still reported).
+    NoEngine(SpeechError),
+    /// The audio is not played (only written, if a folder was given).
+    Muted,
+    /// No player could run: the audio is not played.
+    NoPlayer(SpeechError),
+    /// One WAV file per reply goes to this folder.
+    WritingTo(PathBuf),
+}
+
+impl fmt::Display for VoiceNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Speaking(engine) => write!(f, "voice: speaking with {engine}"),
+            Self::NoEngine(error) => write!(
+                f,
+                "voice: {error}; continuing text only (install it with `apt-get install \
+                 espeak-ng`); the time to first sentence is still reported"
+            ),
+            Self::Muted => write!(f, "voice: not playing the audio"),
+            Self::NoPlayer(error) => {
+                write!(f, "voice: cannot play audio: {error} (install alsa-utils)")
+            }
+            Self::WritingTo(dir) => write!(
+                f,
+                "voice: writing one WAV file per reply to {}",
+                dir.display()
+            ),
+        }
+    }
+}
+
 impl VoiceConfig {
     /// Sets up voice from what is installed: espeak-ng for speech, `aplay` for playback.
-    /// Returns the configuration and one line per finding, for the user.
+    /// Returns the configuration and what was found, for the user.
     ///
-    /// A missing program is not an error: without espeak-ng the chat runs text only, without
-    /// `aplay` it does not play. An output folder that cannot be created is an error.
-    pub async fn detect(request: VoiceRequest) -> Result<(Self, Vec<String>), VoiceError> {
+    /// A missing program is not an error: without espeak-ng the replies run text only,
+    /// without `aplay` they are not played. An output folder that cannot be created is an
+    /// error.
+    pub async fn detect(request: VoiceRequest) -> Result<(Self, Vec<VoiceNote>), VoiceError> {
         let mut notes = Vec::new();
         let mut config = Self::text_only();
         if let Some(dir) = &request.out_dir {
-            // tokio's version: this runs on the chat's runtime, which must not block.
+            // tokio's version: this runs on the caller's runtime, which must not block.
             tokio::fs::create_dir_all(dir)
                 .await
                 .map_err(|source| VoiceError::OutDir {
@@ -135,36 +191,23 @@ impl VoiceConfig {
                 // `eSpeak NG text-to-speech: 1.51  Data at: /usr/lib/...`: the name and version.
                 let version = version.lines().next().unwrap_or("espeak-ng");
                 let version = version.split("  ").next().unwrap_or(version);
-                notes.push(format!("voice: speaking with {version}"));
+                notes.push(VoiceNote::Speaking(version.to_owned()));
                 config.tts = Some(Arc::new(espeak));
             }
-            Err(error) => notes.push(format!(
-                "voice: {error}; continuing text only (install it with `apt-get install \
-                 espeak-ng`); the time to first sentence is still reported"
-            )),
+            Err(error) => notes.push(VoiceNote::NoEngine(error)),
         }
         if config.tts.is_some() {
             if !request.play {
-                notes.push("voice: not playing the audio (--mute)".to_owned());
+                notes.push(VoiceNote::Muted);
             } else {
                 let aplay = Aplay::new();
                 match aplay.probe().await {
                     Ok(_) => config.player = Some(Arc::new(aplay)),
-                    Err(error) => notes.push(format!(
-                        "voice: cannot play audio: {error} (install alsa-utils){}",
-                        if config.out_dir.is_some() {
-                            ""
-                        } else {
-                            "; use --out DIR to keep the audio as WAV files"
-                        }
-                    )),
+                    Err(error) => notes.push(VoiceNote::NoPlayer(error)),
                 }
             }
             if let Some(dir) = &config.out_dir {
-                notes.push(format!(
-                    "voice: writing one WAV file per reply to {}",
-                    dir.display()
-                ));
+                notes.push(VoiceNote::WritingTo(dir.clone()));
             }
         }
         Ok((config, notes))
@@ -271,9 +314,10 @@ pub struct VoiceReport {
     pub errors: Vec<String>,
 }
 
-impl VoiceReport {
-    /// One line for the user, e.g. `(voice: first sentence 41 ms, first audio 95 ms, ...)`.
-    pub fn line(&self) -> String {
+/// One line for the user, e.g. `first sentence 41 ms, first audio 95 ms, 2 sentences, 3.1 s of
+/// audio` (the errors are in [`VoiceReport::errors`]).
+impl fmt::Display for VoiceReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         match self.time_to_first_sentence {
             Some(at) => parts.push(format!("first sentence {}", ms(at))),
@@ -301,11 +345,17 @@ impl VoiceReport {
         if let Some(wav) = &self.wav {
             parts.push(format!("wrote {}", wav.display()));
         }
-        let mut line = format!("       (voice: {})", parts.join(", "));
-        for error in &self.errors {
-            line.push_str(&format!("\n[voice error] {error}"));
-        }
-        line
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// A duration as whole milliseconds (tenths below 10 ms, where they matter).
+fn ms(duration: Duration) -> String {
+    let millis = duration.as_secs_f64() * 1e3;
+    if millis < 10.0 {
+        format!("{millis:.1} ms")
+    } else {
+        format!("{millis:.0} ms")
     }
 }
 
@@ -320,8 +370,8 @@ struct Spoken {
     errors: Vec<String>,
 }
 
-/// One reply being spoken: feed it the turn's frames; it sends each sentence on as soon as
-/// it is complete.
+/// One reply being spoken: feed it the reply's text as it streams; it sends each sentence on
+/// as soon as it is complete.
 #[derive(Debug)]
 pub struct SpokenReply {
     aggregator: SentenceAggregator,
@@ -335,29 +385,29 @@ pub struct SpokenReply {
 }
 
 impl SpokenReply {
-    /// Takes one frame of the turn: chunks are aggregated, `end` flushes the rest, a tool
-    /// call flushes what the model said before it (e.g. "Let me check that."), and
-    /// `agent.speak` is spoken as it is.
-    pub fn frame(&mut self, frame: &TurnFrame) {
-        match &frame.frame {
-            CrewFrame::Chunk { text } => {
-                for sentence in self.aggregator.push(text) {
-                    self.send(sentence, frame.elapsed);
-                }
-            }
-            CrewFrame::ToolStart(_) => self.flush(frame.elapsed),
-            CrewFrame::Speak { text } => {
-                self.flush(frame.elapsed);
-                // Same settings, and empty: it was just flushed.
-                let mut speech = self.aggregator.clone();
-                let mut sentences = speech.push(text);
-                sentences.extend(speech.flush());
-                for sentence in sentences {
-                    self.send(sentence, frame.elapsed);
-                }
-            }
-            CrewFrame::End => self.end(frame.elapsed),
-            _ => {}
+    /// A streamed piece of the reply's text, `elapsed` after the request: each sentence it
+    /// completes goes to the engine at once.
+    pub fn text(&mut self, chunk: &str, elapsed: Duration) {
+        for sentence in self.aggregator.push(chunk) {
+            self.send(sentence, elapsed);
+        }
+    }
+
+    /// The reply's text paused (e.g. a tool call started): speaks what the model said before
+    /// it ("Let me check that.") instead of holding it back until the next sentence ends.
+    pub fn pause(&mut self, elapsed: Duration) {
+        self.flush(elapsed);
+    }
+
+    /// Text to say as it is (`agent.speak`), after what was said before it.
+    pub fn speak(&mut self, text: &str, elapsed: Duration) {
+        self.flush(elapsed);
+        // Same settings, and empty: it was just flushed.
+        let mut speech = self.aggregator.clone();
+        let mut sentences = speech.push(text);
+        sentences.extend(speech.flush());
+        for sentence in sentences {
+            self.send(sentence, elapsed);
         }
     }
 
@@ -387,7 +437,7 @@ impl SpokenReply {
     }
 
     /// The caller barged in: drops the text not yet spoken and stops synthesis and playback
-    /// now. Later frames of the reply are ignored.
+    /// now. Later text of the reply is ignored.
     pub fn barge_in(&mut self) {
         if self.report.barged_in || !self.is_speaking() {
             return;
@@ -573,9 +623,8 @@ async fn play_in_order(
 mod tests {
     use std::sync::Mutex;
 
-    use crewline_speech::{AudioFormat, SpeechError};
-
     use super::*;
+    use crate::AudioFormat;
 
     #[tokio::test]
     async fn an_output_folder_that_cannot_be_created_is_a_typed_error_naming_it() {
@@ -637,11 +686,8 @@ mod tests {
         }
     }
 
-    fn chunk(text: &str, elapsed_ms: u64) -> TurnFrame {
-        TurnFrame {
-            elapsed: Duration::from_millis(elapsed_ms),
-            frame: CrewFrame::Chunk { text: text.into() },
-        }
+    fn at(elapsed_ms: u64) -> Duration {
+        Duration::from_millis(elapsed_ms)
     }
 
     #[tokio::test]
@@ -651,18 +697,15 @@ mod tests {
         config.tts = Some(Arc::new(EchoTts(said_tx)));
         let mut voice = Voice::new(config);
         let mut reply = voice.start_reply(Instant::now());
-        reply.frame(&chunk("The weather in Paris", 10));
-        reply.frame(&chunk(" is mild today. It may", 20));
+        reply.text("The weather in Paris", at(10));
+        reply.text(" is mild today. It may", at(20));
         // The reply has not ended, yet the first sentence is being spoken.
         assert_eq!(
             said.recv().await.unwrap(),
             "The weather in Paris is mild today."
         );
-        reply.frame(&chunk(" rain later.", 30));
-        reply.frame(&TurnFrame {
-            elapsed: Duration::from_millis(40),
-            frame: CrewFrame::End,
-        });
+        reply.text(" rain later.", at(30));
+        reply.end(at(40));
         assert_eq!(said.recv().await.unwrap(), "It may rain later.");
         let report = reply.finished().await;
         assert_eq!(
@@ -688,11 +731,11 @@ mod tests {
         };
         let mut voice = Voice::new(config);
         let mut reply = voice.start_reply(Instant::now());
-        reply.frame(&chunk("Once upon a time there was a cloud. She", 10));
+        reply.text("Once upon a time there was a cloud. She", at(10));
         playing.recv().await.unwrap();
         assert!(reply.is_speaking());
         reply.barge_in();
-        reply.frame(&chunk(" dreamed of storms. The end.", 20));
+        reply.text(" dreamed of storms. The end.", at(20));
         let report = reply.finished().await;
         assert!(report.barged_in);
         assert_eq!(report.sentences, ["Once upon a time there was a cloud."]);
@@ -704,9 +747,8 @@ mod tests {
         // The speaker is done: whatever it was asked to say is in the channel by now.
         assert!(said.try_recv().is_err(), "nothing after the barge-in");
         assert!(
-            report.line().contains("stopped by barge-in"),
-            "{}",
-            report.line()
+            report.to_string().contains("stopped by barge-in"),
+            "{report}"
         );
     }
 
@@ -714,14 +756,9 @@ mod tests {
     async fn agent_speak_in_a_turn_is_spoken_after_the_text_before_it() {
         let mut voice = Voice::new(VoiceConfig::text_only());
         let mut reply = voice.start_reply(Instant::now());
-        reply.frame(&chunk("Sure, I can help with", 5));
-        reply.frame(&TurnFrame {
-            elapsed: Duration::from_millis(9),
-            frame: CrewFrame::Speak {
-                text: "One moment please. I am looking.".into(),
-            },
-        });
-        reply.frame(&chunk("The answer is yes.", 50));
+        reply.text("Sure, I can help with", at(5));
+        reply.speak("One moment please. I am looking.", at(9));
+        reply.text("The answer is yes.", at(50));
         reply.end(Duration::from_millis(60));
         assert_eq!(
             reply.finished().await.sentences,
@@ -738,12 +775,9 @@ mod tests {
     async fn text_only_reports_the_first_sentence_and_no_audio() {
         let mut voice = Voice::new(VoiceConfig::text_only());
         let mut reply = voice.start_reply(Instant::now());
-        reply.frame(&chunk("Let me check that for you.", 5));
-        reply.frame(&TurnFrame {
-            elapsed: Duration::from_millis(7),
-            frame: CrewFrame::ToolStart(Default::default()),
-        });
-        reply.frame(&chunk("In Paris it is 18 degrees.", 300));
+        reply.text("Let me check that for you.", at(5));
+        reply.pause(at(7));
+        reply.text("In Paris it is 18 degrees.", at(300));
         reply.end(Duration::from_millis(310));
         let report = reply.finished().await;
         assert_eq!(
@@ -755,7 +789,7 @@ mod tests {
             Some(Duration::from_millis(7))
         );
         assert_eq!(report.time_to_first_audio, None);
-        let line = report.line();
+        let line = report.to_string();
         assert!(line.contains("first sentence 7.0 ms"), "{line}");
         assert!(line.contains("text only"), "{line}");
     }

@@ -14,52 +14,31 @@
 //! # try: "my account is 12345", "1980-04-02", "I can pay 50 a month", "can I talk to a person?"
 //! ```
 
-// Shared with the example's integration test (tests/collections_router.rs).
-#[allow(dead_code, unreachable_pub)]
-mod crew;
-
-use std::sync::Arc;
-
-use crewline::prelude::*;
+use crewline::prelude::SessionSetup;
+use crewline_examples::{args::ServeCrewArgs, collections_router};
 use crewline_server::CrewServer;
 
-/// Serves the collections crew on `/ws`.
+/// Serves the collections crew (intake, verify, resolve on the router) on `/ws`.
 #[derive(clap::Parser)]
 struct Args {
     #[command(flatten)]
-    serve: crewline_server::ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
-    /// The model, with OPENAI_API_KEY set (otherwise a scripted one).
-    #[arg(long, default_value = "gpt-4o-mini")]
-    model: String,
+    crew: ServeCrewArgs,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let Args { serve, port, model } = clap::Parser::parse();
-    let (llm, description): (Arc<dyn LlmClient>, String) =
-        if std::env::var_os("OPENAI_API_KEY").is_some() {
-            (Arc::new(OpenAiClient::from_env(model.clone())?), model)
-        } else {
-            (
-                Arc::new(crew::scripted_collections_model()),
-                "scripted (offline)".to_owned(),
-            )
-        };
+    crewline_examples::args::init_logs("info");
+    let Args { crew } = clap::Parser::parse();
+    let model = crew
+        .model
+        .choose(collections_router::scripted_collections_model)?;
+    let llm = model.llm;
     // The model is shared by every call; each call gets its own router, state and tools.
-    let crew = CrewServer::new(move |setup: SessionSetup| {
-        let crew = crew::collections_crew(&setup, llm.clone());
+    let server = crew.apply(CrewServer::new(move |setup: SessionSetup| {
+        let crew = collections_router::collections_crew(&setup, llm.clone());
         async move { crew }
-    });
-    let server = serve.apply(crew, port);
-    tracing::info!(port, model = %description, "collections crew listening on /ws");
+    }));
+    tracing::info!(port = crew.port, model = %model.description, "collections crew listening on /ws");
     server.run().await?;
     Ok(())
 }

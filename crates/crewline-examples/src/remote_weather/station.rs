@@ -2,7 +2,7 @@
 //! in the client's process, registered as a custom tool with the crew server's task API and
 //! answered over HTTP with crewline-remote's `TaskClient`.
 //!
-//! Shared by the example binary (`--client`) and tests/remote_weather.rs.
+//! The example binary runs it with `--client`; tests/remote_weather.rs runs that binary.
 
 use crewline::{prelude::*, tool::RegistryError};
 use crewline_remote::{ClientConfig, ClientError, TaskClient, TaskOutcome, wire::TaskRequest};

@@ -13,53 +13,34 @@
 //! crewline chat --url ws://127.0.0.1:8080/ws    # try: "send $50 to Alice", then "yes"
 //! ```
 
-// Shared with the example's integration test (tests/bank_support.rs).
-#[allow(dead_code, unreachable_pub)]
-mod crew;
+use std::time::Duration;
 
-use std::{sync::Arc, time::Duration};
-
-use crewline::prelude::*;
+use crewline::prelude::SessionSetup;
+use crewline_examples::{args::ServeCrewArgs, bank_support};
 use crewline_server::CrewServer;
 
 /// Serves the bank crew on `/ws`.
 #[derive(clap::Parser)]
 struct Args {
     #[command(flatten)]
-    serve: crewline_server::ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
+    crew: ServeCrewArgs,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let Args { serve, port } = clap::Parser::parse();
-    let llm: Arc<dyn LlmClient> = if std::env::var_os("OPENAI_API_KEY").is_some() {
-        Arc::new(OpenAiClient::from_env(
-            std::env::var("OPENAI_MODEL").unwrap_or_else(|_| "gpt-4o-mini".into()),
-        )?)
-    } else {
-        Arc::new(crew::scripted_bank_model())
-    };
+    crewline_examples::args::init_logs("info");
+    let Args { crew } = clap::Parser::parse();
+    let model = crew.model.choose(bank_support::scripted_bank_model)?;
+    let llm = model.llm;
     // One set of books for every call (booking takes a moment, as a real core system's
     // does); each call gets its own approver.
-    let bank = crew::Bank::demo().with_processing_time(Duration::from_millis(300));
-    tracing::info!(port, "bank crew listening on /ws");
-    serve
-        .apply(
-            CrewServer::new(move |setup: SessionSetup| {
-                let crew = crew::bank_crew(&setup, llm.clone(), bank.clone());
-                async move { crew }
-            }),
-            port,
-        )
-        .run()
-        .await?;
+    let bank = bank_support::Bank::demo().with_processing_time(Duration::from_millis(300));
+    tracing::info!(port = crew.port, model = %model.description, "bank crew listening on /ws");
+    crew.apply(CrewServer::new(move |setup: SessionSetup| {
+        let crew = bank_support::bank_crew(&setup, llm.clone(), bank.clone());
+        async move { crew }
+    }))
+    .run()
+    .await?;
     Ok(())
 }

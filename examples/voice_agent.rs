@@ -18,12 +18,9 @@
 //! runtime per CPU (`CrewServer::worker_runtimes`); `--worker-runtimes 0` runs them on one
 //! shared, multi-threaded runtime instead.
 
-// Shared with the other weather examples and `crewline demo`; not every item is used here.
-#[allow(dead_code, unreachable_pub)]
-mod crew;
-
 use std::time::Duration;
 
+use crewline_examples::{args::ServeCrewArgs, voice_agent};
 use crewline_server::CrewServer;
 
 /// mimalloc instead of glibc malloc: each call allocates a few small buffers per frame, and
@@ -35,19 +32,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(clap::Parser)]
 struct Args {
     #[command(flatten)]
-    serve: crewline_server::ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
-    /// The model (with OPENAI_API_KEY set); without a key the crew runs on a scripted model.
-    #[arg(long)]
-    model: Option<String>,
+    crew: ServeCrewArgs,
     /// How long the weather service takes to answer, in milliseconds.
-    #[arg(long = "service-delay-ms", value_parser = parse_millis, default_value = "300")]
+    #[arg(long = "service-delay-ms", value_name = "MS", value_parser = parse_millis, default_value = "300")]
     service_delay: Duration,
     /// Serve calls on N single-threaded runtimes (default: one per CPU; 0: on one shared,
     /// multi-threaded runtime).
-    #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    #[arg(long, value_name = "N", default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     worker_runtimes: usize,
 }
 
@@ -56,11 +47,7 @@ fn parse_millis(text: &str) -> Result<Duration, std::num::ParseIntError> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    crewline_examples::args::init_logs("info");
     let args = <Args as clap::Parser>::parse();
     // With worker runtimes the calls run on the server's own threads, and this runtime only
     // waits for the shutdown signal: one thread is enough for it.
@@ -78,21 +65,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let Args {
-        serve,
-        port,
-        model,
+        crew,
         service_delay,
         worker_runtimes,
     } = args;
-    let (llm, description) =
-        crew::model_named(crew::ModelChoice::FromEnv, model, Duration::from_millis(20))?;
+    let model = voice_agent::model(
+        crew.model.choice(),
+        crew.model.model.clone(),
+        Duration::from_millis(20),
+    )?;
     // The model and the tools are shared by every call; each call gets its own conversation.
-    let weather = crew::WeatherCrew::new(llm, service_delay)?;
-    let mut server = serve.apply(CrewServer::new(weather.setup_fn()), port);
+    let weather = voice_agent::WeatherCrew::new(model.llm, service_delay)?;
+    let mut server = crew.apply(CrewServer::new(weather.setup_fn()));
     if worker_runtimes > 0 {
         server = server.worker_runtimes(worker_runtimes);
     }
-    tracing::info!(port, model = %description, worker_runtimes, "weather crew listening on /ws");
+    tracing::info!(port = crew.port, model = %model.description, worker_runtimes, "weather crew listening on /ws");
     server.run().await?;
     Ok(())
 }

@@ -1,0 +1,90 @@
+//! The command-line pieces every example shares, for `clap`'s `#[command(flatten)]`: where to
+//! serve ([`ServeCrewArgs`]) and which model to run on ([`ModelArgs`]), plus the examples' log
+//! set-up ([`init_logs`]).
+//!
+//! ```
+//! use clap::Parser;
+//! use crewline_examples::args::ServeCrewArgs;
+//!
+//! /// Serves my crew on `/ws`.
+//! #[derive(Parser)]
+//! struct Args {
+//!     #[command(flatten)]
+//!     crew: ServeCrewArgs,
+//! }
+//!
+//! let args = Args::parse_from(["my_crew", "--port", "9000", "--scripted"]);
+//! assert_eq!(args.crew.port, 9000);
+//! assert!(args.crew.model.scripted);
+//! ```
+
+use crewline::prelude::{LlmError, ScriptedLlm};
+use crewline_server::{CrewServer, ServeArgs};
+
+use crate::model::{ChosenModel, ModelChoice, choose};
+
+/// The port the examples listen on unless `--port` says otherwise.
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// `--model` and `--scripted`: which model the crew runs on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ModelArgs {
+    /// The OpenAI model, used when OPENAI_API_KEY is set (default: $OPENAI_MODEL, else
+    /// gpt-4o-mini). Without a key the crew runs on its scripted model, offline.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Run on the crew's scripted model even when OPENAI_API_KEY is set.
+    #[arg(long)]
+    pub scripted: bool,
+}
+
+impl ModelArgs {
+    /// What the flags ask for.
+    pub fn choice(&self) -> ModelChoice {
+        if self.scripted {
+            ModelChoice::Scripted
+        } else {
+            ModelChoice::FromEnv
+        }
+    }
+
+    /// The model the flags ask for; `scripted` makes the crew's offline one.
+    pub fn choose(&self, scripted: impl FnOnce() -> ScriptedLlm) -> Result<ChosenModel, LlmError> {
+        choose(self.choice(), self.model.clone(), scripted)
+    }
+}
+
+/// `--host`, `--port`, `--token`, `--allow-unauthenticated`, `--model` and `--scripted`: a
+/// crew served on `/ws`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeCrewArgs {
+    /// Where to listen and with which token.
+    #[command(flatten)]
+    pub listen: ServeArgs,
+    /// The port to listen on.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+impl ServeCrewArgs {
+    /// `server` bound to `--host` and `--port`, with the token options applied.
+    pub fn apply(&self, server: CrewServer) -> CrewServer {
+        self.listen.apply(server, self.port)
+    }
+}
+
+/// Logs to stderr at `default_filter` (e.g. `info`) unless `RUST_LOG` says otherwise; stderr
+/// keeps stdout for what a program prints for scripts (e.g. the remote weather client's task
+/// id).
+pub fn init_logs(default_filter: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}

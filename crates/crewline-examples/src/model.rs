@@ -1,0 +1,74 @@
+//! The model a crew runs on: a real OpenAI-compatible one when `OPENAI_API_KEY` is set, else
+//! the crew's own scripted model, so every example runs offline.
+
+use std::sync::Arc;
+
+use crewline::prelude::{LlmClient, LlmError, OpenAiClient, ScriptedLlm};
+
+/// The OpenAI model used when neither `--model` nor `OPENAI_MODEL` names one.
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
+
+/// Which model a crew uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelChoice {
+    /// The real OpenAI-compatible endpoint when `OPENAI_API_KEY` is set, else the scripted one.
+    #[default]
+    FromEnv,
+    /// Always the offline scripted model.
+    Scripted,
+}
+
+/// The model a crew runs on, and a short description of it for the logs.
+#[derive(Clone)]
+pub struct ChosenModel {
+    /// The model.
+    pub llm: Arc<dyn LlmClient>,
+    /// E.g. `OpenAI gpt-4o-mini` or `scripted model (offline)`.
+    pub description: String,
+    /// Whether it is the crew's scripted model.
+    pub scripted: bool,
+}
+
+impl std::fmt::Debug for ChosenModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChosenModel")
+            .field("description", &self.description)
+            .field("scripted", &self.scripted)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The model for `choice`: with [`ModelChoice::FromEnv`] and `OPENAI_API_KEY` set, OpenAI's
+/// `name` (else `OPENAI_MODEL`, else [`DEFAULT_OPENAI_MODEL`]); otherwise `scripted()`.
+///
+/// ```
+/// use crewline::prelude::{Reply, ScriptedLlm};
+/// use crewline_examples::model::{ModelChoice, choose};
+///
+/// let model = choose(ModelChoice::Scripted, None, || ScriptedLlm::new([Reply::text("Hi!")]))?;
+/// assert!(model.scripted);
+/// # Ok::<(), crewline::prelude::LlmError>(())
+/// ```
+pub fn choose(
+    choice: ModelChoice,
+    name: Option<String>,
+    scripted: impl FnOnce() -> ScriptedLlm,
+) -> Result<ChosenModel, LlmError> {
+    if choice == ModelChoice::FromEnv && std::env::var_os("OPENAI_API_KEY").is_some() {
+        let model = name
+            .or_else(|| std::env::var("OPENAI_MODEL").ok())
+            .unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned());
+        let client = OpenAiClient::from_env(model.clone())?;
+        Ok(ChosenModel {
+            llm: Arc::new(client),
+            description: format!("OpenAI {model}"),
+            scripted: false,
+        })
+    } else {
+        Ok(ChosenModel {
+            llm: Arc::new(scripted()),
+            description: "scripted model (offline)".to_owned(),
+            scripted: true,
+        })
+    }
+}
