@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use crewline_cli::platform::{Handoff, PlatformError, TurnSummary};
+use crewline_testkit::platform::{Handoff, PlatformError, TurnSummary};
 use serde_json::{Map, Value, json};
 
 use common::{connect, say};

@@ -9,10 +9,10 @@ mod common;
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient, protocol::ConversationType};
-use crewline_cli::platform::{
+use crewline_server::CrewServer;
+use crewline_testkit::platform::{
     CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome,
 };
-use crewline_server::CrewServer;
 use serde_json::json;
 
 use common::say;

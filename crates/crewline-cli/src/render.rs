@@ -115,6 +115,9 @@ impl<W: Write> TurnPrinter<W> {
             CrewFrame::MuteUser => self.line("[control] mute user"),
             CrewFrame::UnmuteUser => self.line("[control] unmute user"),
             CrewFrame::AgentInterrupt => self.line("[control] the agent asks to stop speaking"),
+            // `CrewFrame` (now in crewline-testkit) is non-exhaustive: a later kind of frame
+            // is shown by its wire type.
+            other => self.line(&format!("[{}]", other.wire_type())),
         }
     }
 

@@ -9,8 +9,8 @@ use common::bounded;
 use crewline_cli::{
     crew::ModelChoice,
     demo::{DemoConfig, SCRIPT, run_demo},
-    platform::CrewFrame,
 };
+use crewline_testkit::platform::CrewFrame;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_call_streams_every_turn_uses_tools_and_barges_in_cleanly() {

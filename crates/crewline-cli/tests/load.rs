@@ -10,11 +10,9 @@ use crewline::{
     llm::{ChatRequest, Reply},
     prelude::{Message, ScriptedLlm},
 };
-use crewline_cli::{
-    crew::WeatherCrew,
-    load::{LoadConfig, Scenario, run},
-};
+use crewline_cli::crew::WeatherCrew;
 use crewline_server::CrewServer;
+use crewline_testkit::load::{LoadConfig, Scenario, run};
 use tokio::net::TcpListener;
 
 fn config(url: &str, sessions: usize, turns: usize, scenario: Scenario) -> LoadConfig {

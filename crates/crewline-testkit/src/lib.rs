@@ -1,0 +1,19 @@
+//! Test doubles and instruments for crewline crews, in one place.
+//!
+//! - [`mock_llm`]: an OpenAI-compatible mock model served over HTTP ([`MockLlm`]), scripted
+//!   per request, with fault modes (HTTP errors, stalls, cut streams) for client tests.
+//! - [`platform`]: a platform client ([`PlatformClient`]) that plays the voice platform's part
+//!   against a crew over a real WebSocket.
+//! - [`load`]: the load generator behind `crewline load`.
+//! - [`ScriptedLlm`]: an in-process model that plays back scripted replies (defined in
+//!   `crewline-llm`, because the example crews ship it as their offline model; re-exported
+//!   here so every double is found in one crate).
+#![doc = "\n\nSee `docs/testing.md` for a guide to testing a crew."]
+
+pub mod load;
+pub mod mock_llm;
+pub mod platform;
+
+pub use crewline::llm::{Reply as ScriptedReply, ScriptedLlm};
+pub use mock_llm::{MockLlm, RunningMockLlm, Script};
+pub use platform::{PlatformClient, PlatformConfig, PlatformError};
