@@ -1,5 +1,7 @@
 //! Test doubles and instruments for crewline crews, in one place.
 //!
+//! - [`conversation`]: scripted conversations against a crew ([`TestCrew`], [`TestCall`]) with
+//!   assertions on each turn ([`TurnRecord`]): how a crew author tests a crew.
 //! - [`mock_llm`]: an OpenAI-compatible mock model served over HTTP ([`MockLlm`]), scripted
 //!   per request, with fault modes (HTTP errors, stalls, cut streams) for client tests.
 //! - [`platform`]: a platform client ([`PlatformClient`]) that plays the voice platform's part
@@ -10,10 +12,12 @@
 //!   here so every double is found in one crate).
 #![doc = "\n\nSee `docs/testing.md` for a guide to testing a crew."]
 
+pub mod conversation;
 pub mod load;
 pub mod mock_llm;
 pub mod platform;
 
+pub use conversation::{TestCall, TestCrew, TestkitError, ToolCallCheck, TurnRecord};
 pub use crewline::llm::{Reply as ScriptedReply, ScriptedLlm};
 pub use mock_llm::{MockLlm, RunningMockLlm, Script};
 pub use platform::{PlatformClient, PlatformConfig, PlatformError};
