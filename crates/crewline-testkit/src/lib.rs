@@ -10,7 +10,8 @@
 //! - [`ScriptedLlm`]: an in-process model that plays back scripted replies (defined in
 //!   `crewline-llm`, because the example crews ship it as their offline model; re-exported
 //!   here so every double is found in one crate).
-#![doc = "\n\nSee `docs/testing.md` for a guide to testing a crew."]
+//!
+//! [`guide`] (`docs/testing.md`) shows how to test a crew with it.
 
 pub mod conversation;
 pub mod load;
@@ -21,3 +22,7 @@ pub use conversation::{TestCall, TestCrew, TestkitError, ToolCallCheck, TurnReco
 pub use crewline::llm::{Reply as ScriptedReply, ScriptedLlm};
 pub use mock_llm::{MockLlm, RunningMockLlm, Script};
 pub use platform::{PlatformClient, PlatformConfig, PlatformError};
+
+/// The guide for crew authors, `docs/testing.md`, whose examples are compiled as doctests.
+#[doc = include_str!("../../../docs/testing.md")]
+pub mod guide {}
