@@ -7,6 +7,7 @@
 //! - [`platform`]: a platform client ([`PlatformClient`]) that plays the voice platform's part
 //!   against a crew over a real WebSocket.
 //! - [`load`]: the load generator behind `crewline load`.
+//! - [`CapturedLogs`]: the process's log lines in memory, for tests that bound what is logged.
 //! - [`ScriptedLlm`]: an in-process model that plays back scripted replies (defined in
 //!   `crewline-llm`, because the example crews ship it as their offline model; re-exported
 //!   here so every double is found in one crate).
@@ -15,11 +16,13 @@
 
 pub mod conversation;
 pub mod load;
+pub mod logs;
 pub mod mock_llm;
 pub mod platform;
 
 pub use conversation::{TestCall, TestCrew, TestkitError, ToolCallCheck, TurnRecord};
 pub use crewline::llm::{Reply as ScriptedReply, ScriptedLlm};
+pub use logs::CapturedLogs;
 pub use mock_llm::{MockLlm, RunningMockLlm, Script};
 pub use platform::{PlatformClient, PlatformConfig, PlatformError};
 
