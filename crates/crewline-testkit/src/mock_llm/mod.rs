@@ -38,6 +38,7 @@
 //! request and, at the end, its outcome.
 
 mod fault;
+pub mod raw;
 mod reply;
 mod script;
 
