@@ -232,10 +232,15 @@ impl Drop for OpenGuard<'_> {
     }
 }
 
-async fn handle(mut socket: TcpStream, state: Arc<State>) {
+async fn handle(socket: TcpStream, state: Arc<State>) {
     *lock(&state.connections) += 1;
     *lock(&state.open) += 1;
     let _open = OpenGuard(&state);
+    // The socket is closed inside (dropped there), before the guard counts it closed.
+    serve(socket, &state).await;
+}
+
+async fn serve(mut socket: TcpStream, state: &State) {
     while let Some(request) = read_request(&mut socket).await {
         let reply = (state.respond)(&request);
         lock(&state.requests).push(request);
@@ -245,13 +250,13 @@ async fn handle(mut socket: TcpStream, state: Arc<State>) {
             RawReply::Status(code, body) => write_whole(&mut socket, code, &body).await,
             RawReply::Json(body) => write_whole(&mut socket, 200, &body.to_string()).await,
             RawReply::StallBeforeHeaders => {
-                wait_for_close(&mut socket, &state).await;
+                wait_for_close(&mut socket, state).await;
                 Ok(())
             }
-            RawReply::Sse(events, after) => write_sse(&mut socket, &events, after, &state).await,
-            RawReply::EndlessLine(events) => write_endless_line(&mut socket, &events, &state).await,
+            RawReply::Sse(events, after) => write_sse(&mut socket, &events, after, state).await,
+            RawReply::EndlessLine(events) => write_endless_line(&mut socket, &events, state).await,
             RawReply::EndlessStatus(code, start) => {
-                write_endless_status(&mut socket, code, &start, &state).await
+                write_endless_status(&mut socket, code, &start, state).await
             }
         };
         if !keep_alive || written.is_err() {
