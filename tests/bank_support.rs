@@ -11,9 +11,9 @@ use crewline::{
     llm::LlmClient,
     protocol::{EventBody, LlmRequest, Messages},
 };
-use crewline_cli::platform::{CrewFrame, PlatformClient, ToolOutcome, TurnSummary};
 use crewline_examples::bank_support as bank;
 use crewline_server::CrewServer;
+use crewline_testkit::platform::{CrewFrame, PlatformClient, ToolOutcome, TurnSummary};
 use serde_json::{Map, json};
 
 use common::{connect, say};

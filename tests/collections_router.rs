@@ -7,9 +7,11 @@ mod common;
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient, protocol::Caller};
-use crewline_cli::platform::{Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary};
 use crewline_examples::collections_router as collections;
 use crewline_server::CrewServer;
+use crewline_testkit::platform::{
+    Handoff, PlatformClient, PlatformConfig, PlatformError, TurnSummary,
+};
 use serde_json::{Map, Value, json};
 
 /// Serves the collections crew on 127.0.0.1 (port 0) and returns its WebSocket URL.

@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient};
-use crewline_cli::platform::{Handoff, PlatformError};
 use crewline_examples::call_control;
 use crewline_server::CrewServer;
+use crewline_testkit::platform::{Handoff, PlatformError};
 
 use common::connect;
 

@@ -13,11 +13,11 @@ use std::{
 };
 
 use crewline::llm::LlmClient;
-use crewline_cli::platform::{PlatformClient, PlatformConfig, PlatformError, ToolOutcome};
 use crewline_examples::remote_weather as crew;
 use crewline_examples::remote_weather::station;
 use crewline_remote::{ClientConfig, TaskApi, TaskClient, wire::TaskRequest};
 use crewline_server::CrewServer;
+use crewline_testkit::platform::{PlatformClient, PlatformConfig, PlatformError, ToolOutcome};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncBufReadExt, BufReader, Lines},

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use crewline_cli::platform::{Handoff, PlatformError, TurnSummary};
 use crewline_examples::sentiment_background as sentiment;
+use crewline_testkit::platform::{Handoff, PlatformError, TurnSummary};
 use serde_json::{Map, Value, json};
 
 use common::{connect, say};

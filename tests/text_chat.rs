@@ -6,11 +6,11 @@ mod common;
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient, protocol::ConversationType};
-use crewline_cli::platform::{
-    CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome,
-};
 use crewline_examples::text_chat as chat;
 use crewline_server::CrewServer;
+use crewline_testkit::platform::{
+    CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome,
+};
 use serde_json::json;
 
 use common::say;

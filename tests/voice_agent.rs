@@ -6,9 +6,9 @@ mod common;
 
 use std::{sync::Arc, time::Duration};
 
-use crewline_cli::platform::{CrewFrame, ToolOutcome};
 use crewline_examples::voice_agent as weather;
 use crewline_server::CrewServer;
+use crewline_testkit::platform::{CrewFrame, ToolOutcome};
 
 use common::connect;
 
@@ -21,7 +21,7 @@ async fn serve(chunk_delay: Duration, service_delay: Duration) -> String {
 }
 
 /// The frame kinds of a turn, in order: `chunk:<text>` for chunks, wire names otherwise.
-fn timeline(frames: &[crewline_cli::platform::TurnFrame]) -> Vec<String> {
+fn timeline(frames: &[crewline_testkit::platform::TurnFrame]) -> Vec<String> {
     frames
         .iter()
         .map(|f| match &f.frame {

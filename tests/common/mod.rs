@@ -8,10 +8,10 @@
 use std::{net::SocketAddr, time::Duration};
 
 use crewline::protocol::TransferCall;
-use crewline_cli::platform::{
+use crewline_server::CrewServer;
+use crewline_testkit::platform::{
     CrewFrame, PlatformClient, PlatformConfig, PlatformError, TurnSummary,
 };
-use crewline_server::CrewServer;
 
 /// How long a handshake may take before the test fails instead of hanging.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);

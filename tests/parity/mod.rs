@@ -1,6 +1,6 @@
 //! The parity harness: runs one recorded reference scenario against crewline and compares.
 //!
-//! 1. The Rust mock LLM (`crewline_cli::mock_llm`) plays the fixture's `llm_script` on
+//! 1. The Rust mock LLM (`crewline_testkit::mock_llm`) plays the fixture's `llm_script` on
 //!    127.0.0.1:0.
 //! 2. A crewline crew server serves the crewline mirror of the fixture's reference crew
 //!    (`crews.rs`) on 127.0.0.1:0.
@@ -19,8 +19,8 @@ pub mod rules;
 
 use std::time::{Duration, Instant};
 
-use crewline_cli::mock_llm::{MockLlm, Script};
 use crewline_server::CrewServer;
+use crewline_testkit::mock_llm::{MockLlm, Script};
 use tokio::net::TcpListener;
 
 use self::{

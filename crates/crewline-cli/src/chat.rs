@@ -25,10 +25,11 @@ use crewline_speech::{
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::{
-    platform::{CrewFrame, PlatformClient, PlatformConfig, PlatformError, TurnFrame},
-    render::{TurnPrinter, ms, voice_note, voice_report},
+use crewline_testkit::platform::{
+    CrewFrame, PlatformClient, PlatformConfig, PlatformError, TurnFrame,
 };
+
+use crate::render::{TurnPrinter, ms, voice_note, voice_report};
 
 /// How long the idle loop waits for out-of-turn frames before looking at input again; only
 /// bounds a wait, nothing is polled on this period.

@@ -16,13 +16,11 @@ use crewline_examples::{
 use crewline_server::{CrewServer, ServeArgs, ServerError};
 use tokio::net::TcpListener;
 
-use crate::{
-    platform::{
-        ClientStats, CrewFrame, PlatformClient, PlatformConfig, PlatformError, Timeouts,
-        TurnSummary,
-    },
-    render::{TurnPrinter, ms},
+use crewline_testkit::platform::{
+    ClientStats, CrewFrame, PlatformClient, PlatformConfig, PlatformError, Timeouts, TurnSummary,
 };
+
+use crate::render::{TurnPrinter, ms};
 
 /// How long the server gets to finish after the call, before it is stopped hard.
 const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,7 +7,7 @@ use crewline::protocol::Severity;
 use crewline_speech::{VoiceReport, voice::VoiceNote};
 use serde_json::Value;
 
-use crate::platform::{CrewFrame, InterruptReport, ToolLog, TurnFrame, TurnSummary};
+use crewline_testkit::platform::{CrewFrame, InterruptReport, ToolLog, TurnFrame, TurnSummary};
 
 /// The longest tool response shown on a `[tool]` line; the rest is elided.
 const MAX_SHOWN_RESPONSE: usize = 160;
@@ -134,6 +134,9 @@ impl<W: Write> TurnPrinter<W> {
             CrewFrame::MuteUser => self.line("[control] mute user"),
             CrewFrame::UnmuteUser => self.line("[control] unmute user"),
             CrewFrame::AgentInterrupt => self.line("[control] the agent asks to stop speaking"),
+            // `CrewFrame` (now in crewline-testkit) is non-exhaustive: a later kind of frame
+            // is shown by its wire type.
+            other => self.line(&format!("[{}]", other.wire_type())),
         }
     }
 

@@ -9,10 +9,8 @@ use std::{
 };
 
 use common::{bounded, run_binary, start};
-use crewline_cli::{
-    chat::{ChatEnd, ChatOptions, run_chat},
-    platform::{PlatformClient, PlatformConfig},
-};
+use crewline_cli::chat::{ChatEnd, ChatOptions, run_chat};
+use crewline_testkit::platform::{PlatformClient, PlatformConfig};
 use tokio::sync::mpsc;
 
 /// A writer that forwards everything written to a channel, so the test can wait for output

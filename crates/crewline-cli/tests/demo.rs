@@ -6,11 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::bounded;
-use crewline_cli::{
-    demo::{DemoConfig, SCRIPT, run_demo},
-    platform::CrewFrame,
-};
+use crewline_cli::demo::{DemoConfig, SCRIPT, run_demo};
 use crewline_examples::model::ModelChoice;
+use crewline_testkit::platform::CrewFrame;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_call_streams_every_turn_uses_tools_and_barges_in_cleanly() {

@@ -10,9 +10,9 @@ use crewline::{
     llm::{ChatRequest, Reply},
     prelude::{Message, ScriptedLlm},
 };
-use crewline_cli::load::{LoadConfig, Scenario, run};
 use crewline_examples::voice_agent::WeatherCrew;
 use crewline_server::CrewServer;
+use crewline_testkit::load::{LoadConfig, Scenario, run};
 use tokio::net::TcpListener;
 
 fn config(url: &str, sessions: usize, turns: usize, scenario: Scenario) -> LoadConfig {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use common::{bounded, start, start_with};
 use crewline::prelude::{Crew, Message, SessionSetup};
-use crewline_cli::platform::{
+use crewline_server::CrewServer;
+use crewline_testkit::platform::{
     CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome,
 };
-use crewline_server::CrewServer;
 use serde_json::json;
 
 fn config(url: &str) -> PlatformConfig {

@@ -10,11 +10,9 @@ use std::{
 };
 
 use common::{bounded, start};
-use crewline_cli::{
-    chat::{ChatEnd, ChatOptions, run_voice_chat},
-    platform::{PlatformClient, PlatformConfig},
-};
+use crewline_cli::chat::{ChatEnd, ChatOptions, run_voice_chat};
 use crewline_speech::{Audio, AudioPlayer, SpeechError, TextToSpeech, Voice, VoiceConfig};
+use crewline_testkit::platform::{PlatformClient, PlatformConfig};
 use tokio::{sync::mpsc, time::Instant};
 
 /// Samples of fake audio per character of a sentence (8 kHz: 10 ms per character).

@@ -1,8 +1,6 @@
 //! `OpenAiClient` against a real local HTTP server: odd chunk shapes, tool calls, retries,
 //! cuts, timeouts, size limits, cancellation and the request it sends.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use crewline_core::{Message, ToolCall, ToolDefinition};
@@ -10,9 +8,9 @@ use crewline_llm::{
     ChatRequest, FinishReason, LlmClient, LlmError, LlmStream, OpenAiClient, OpenAiClientBuilder,
     RequestOptions, StreamItem, ToolChoice, Usage,
 };
+use crewline_testkit::mock_llm::raw::{After, FLOOD_LIMIT, RawMockLlm, RawReply as Reply};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use support::{After, FLOOD_LIMIT, Reply, TestServer};
 
 /// Generous upper bound for anything that should happen "at once" on a loaded CI machine.
 const PROMPTLY: Duration = Duration::from_secs(5);
@@ -21,7 +19,7 @@ const SHORT: Duration = Duration::from_millis(200);
 
 const KEY: &str = "sk-test-0123456789";
 
-fn client_for(server: &TestServer) -> OpenAiClientBuilder {
+fn client_for(server: &RawMockLlm) -> OpenAiClientBuilder {
     OpenAiClient::builder()
         .model("gpt-test")
         .api_key(KEY)
@@ -57,7 +55,7 @@ fn oks(items: &[Result<StreamItem, LlmError>]) -> Vec<StreamItem> {
 
 #[tokio::test]
 async fn odd_chunk_shapes_still_yield_text_finish_and_usage() {
-    let server = TestServer::start(vec![Reply::chunks(
+    let server = RawMockLlm::start(vec![Reply::chunks(
         &[
             // No `object`, role-only delta, `finish_reason: ""`.
             json!({"choices": [{"delta": {"role": "assistant"}, "finish_reason": ""}]}),
@@ -79,7 +77,8 @@ async fn odd_chunk_shapes_still_yield_text_finish_and_usage() {
         ],
         After::Done,
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -106,7 +105,9 @@ async fn finished_answers_leave_the_connection_for_the_next_turn() {
     // TCP (and, against a real provider, TLS) handshake. The next turn comes 100 ms later,
     // as when a caller speaks again.
     let answer = || Reply::chunks(&[content("Hi"), finish("stop")], After::DoneKeepAlive);
-    let server = TestServer::start(vec![answer(), answer(), answer()]).await;
+    let server = RawMockLlm::start(vec![answer(), answer(), answer()])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     for turn in 0..3 {
@@ -128,7 +129,7 @@ async fn finished_answers_leave_the_connection_for_the_next_turn() {
 
 #[tokio::test]
 async fn error_object_mid_stream_is_an_api_error_after_the_text() {
-    let server = TestServer::start(vec![Reply::chunks(
+    let server = RawMockLlm::start(vec![Reply::chunks(
         &[
             content("Let me"),
             json!({"error": {"message": "The model is overloaded", "type": "server_error", "code": 503}}),
@@ -136,7 +137,8 @@ async fn error_object_mid_stream_is_an_api_error_after_the_text() {
         ],
         After::Done,
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -155,7 +157,7 @@ async fn error_object_mid_stream_is_an_api_error_after_the_text() {
 
 #[tokio::test]
 async fn tool_calls_split_over_chunks_sharing_a_chunk_and_starting_at_index_1() {
-    let server = TestServer::start(vec![Reply::chunks(
+    let server = RawMockLlm::start(vec![Reply::chunks(
         &[
             json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [
                 {"index": 1, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
@@ -168,7 +170,8 @@ async fn tool_calls_split_over_chunks_sharing_a_chunk_and_starting_at_index_1() 
         ],
         After::Done,
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -187,7 +190,7 @@ async fn tool_calls_split_over_chunks_sharing_a_chunk_and_starting_at_index_1() 
 
 #[tokio::test]
 async fn tool_call_deltas_without_index_and_object_arguments_are_assembled() {
-    let server = TestServer::start(vec![Reply::chunks(
+    let server = RawMockLlm::start(vec![Reply::chunks(
         &[
             json!({"choices": [{"delta": {"tool_calls": [
                 {"id": "c1", "function": {"name": "lookup", "arguments": "{\"q\":"}}
@@ -202,7 +205,8 @@ async fn tool_call_deltas_without_index_and_object_arguments_are_assembled() {
         ],
         After::Done,
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let response = client
@@ -225,7 +229,7 @@ async fn tool_call_deltas_without_index_and_object_arguments_are_assembled() {
 
 #[tokio::test]
 async fn rate_limit_429_is_retried_and_the_turn_succeeds() {
-    let server = TestServer::start(vec![
+    let server = RawMockLlm::start(vec![
         Reply::Status(
             429,
             r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#
@@ -233,7 +237,8 @@ async fn rate_limit_429_is_retried_and_the_turn_succeeds() {
         ),
         Reply::chunks(&[content("Hi"), finish("stop")], After::Done),
     ])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -251,7 +256,7 @@ async fn rate_limit_429_is_retried_and_the_turn_succeeds() {
 #[tokio::test]
 async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
     // vLLM writes a numeric `code`; proxies answer in plain text.
-    let server = TestServer::start(vec![
+    let server = RawMockLlm::start(vec![
         Reply::Status(
             429,
             r#"{"object":"error","message":"slow down","type":"TooManyRequests","code":429}"#
@@ -263,7 +268,8 @@ async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
         ),
         Reply::chunks(&[content("Hi"), finish("stop")], After::Done),
     ])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).max_retries(2).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -274,12 +280,13 @@ async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
 
 #[tokio::test]
 async fn an_exhausted_quota_429_is_not_retried() {
-    let server = TestServer::start(vec![Reply::Status(
+    let server = RawMockLlm::start(vec![Reply::Status(
         429,
         r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#
             .into(),
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let err = client.stream_chat(hello()).await.err().expect("an error");
@@ -293,11 +300,12 @@ async fn an_exhausted_quota_429_is_not_retried() {
 
 #[tokio::test]
 async fn server_error_500_is_retried_and_the_turn_succeeds() {
-    let server = TestServer::start(vec![
+    let server = RawMockLlm::start(vec![
         Reply::Status(500, "upstream exploded".into()),
         Reply::chunks(&[content("Hi"), finish("stop")], After::Done),
     ])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -309,7 +317,9 @@ async fn server_error_500_is_retried_and_the_turn_succeeds() {
 #[tokio::test]
 async fn retries_stop_after_max_retries_with_the_last_status() {
     let busy = || Reply::Status(503, r#"{"error":{"message":"busy"}}"#.into());
-    let server = TestServer::start(vec![busy(), busy(), busy(), busy()]).await;
+    let server = RawMockLlm::start(vec![busy(), busy(), busy(), busy()])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).max_retries(2).build().expect("client");
 
     let err = client.stream_chat(hello()).await.err().expect("an error");
@@ -323,12 +333,13 @@ async fn retries_stop_after_max_retries_with_the_last_status() {
 
 #[tokio::test]
 async fn bad_request_400_is_an_api_error_with_the_server_message_and_no_retry() {
-    let server = TestServer::start(vec![Reply::Status(
+    let server = RawMockLlm::start(vec![Reply::Status(
         400,
         r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","param":"temperature","code":null}}"#
             .into(),
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let err = client.stream_chat(hello()).await.err().expect("an error");
@@ -344,12 +355,13 @@ async fn bad_request_400_is_an_api_error_with_the_server_message_and_no_retry() 
 #[tokio::test]
 async fn non_openai_error_bodies_keep_their_status_and_message() {
     // vLLM's shape: no `error` wrapper and a numeric `code`.
-    let server = TestServer::start(vec![Reply::Status(
+    let server = RawMockLlm::start(vec![Reply::Status(
         400,
         r#"{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}"#
             .into(),
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let err = client.stream_chat(hello()).await.err().expect("an error");
@@ -362,11 +374,12 @@ async fn non_openai_error_bodies_keep_their_status_and_message() {
 
 #[tokio::test]
 async fn an_echoed_api_key_never_reaches_the_error_message() {
-    let server = TestServer::start(vec![Reply::Status(
+    let server = RawMockLlm::start(vec![Reply::Status(
         401,
         format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
     )])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let err = client.stream_chat(hello()).await.err().expect("an error");
@@ -409,12 +422,13 @@ async fn unreachable_server_is_a_connect_error() {
 
 #[tokio::test]
 async fn stream_cut_mid_way_gives_the_text_then_stream_cut_and_no_retry() {
-    let server = TestServer::start(vec![
+    let server = RawMockLlm::start(vec![
         Reply::chunks(&[content("The weather"), content(" in Oslo")], After::Cut),
         // Would be used by a (wrong) retry.
         Reply::chunks(&[content("retried"), finish("stop")], After::Done),
     ])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -433,8 +447,9 @@ async fn stream_cut_mid_way_gives_the_text_then_stream_cut_and_no_retry() {
 
 #[tokio::test]
 async fn stream_closed_cleanly_without_finish_reason_is_a_cut() {
-    let server =
-        TestServer::start(vec![Reply::chunks(&[content("Half an answ")], After::Eof)]).await;
+    let server = RawMockLlm::start(vec![Reply::chunks(&[content("Half an answ")], After::Eof)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let result = crewline_llm::collect(client.stream_chat(hello()).await.expect("stream")).await;
@@ -447,7 +462,9 @@ async fn stream_closed_cleanly_without_finish_reason_is_a_cut() {
 
 #[tokio::test]
 async fn server_silent_before_headers_is_a_first_byte_timeout() {
-    let server = TestServer::start(vec![Reply::StallBeforeHeaders]).await;
+    let server = RawMockLlm::start(vec![Reply::StallBeforeHeaders])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
         .first_byte_timeout(SHORT)
         .build()
@@ -464,7 +481,9 @@ async fn server_silent_before_headers_is_a_first_byte_timeout() {
 
 #[tokio::test]
 async fn headers_without_any_event_is_a_first_byte_timeout() {
-    let server = TestServer::start(vec![Reply::Sse(vec![], After::Stall)]).await;
+    let server = RawMockLlm::start(vec![Reply::Sse(vec![], After::Stall)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
         .first_byte_timeout(SHORT)
         .build()
@@ -490,7 +509,9 @@ async fn headers_without_any_event_is_a_first_byte_timeout() {
 
 #[tokio::test]
 async fn stall_mid_stream_is_an_idle_timeout_and_lets_the_connection_go() {
-    let server = TestServer::start(vec![Reply::chunks(&[content("Hel")], After::Stall)]).await;
+    let server = RawMockLlm::start(vec![Reply::chunks(&[content("Hel")], After::Stall)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
         .idle_timeout(SHORT)
         .build()
@@ -515,7 +536,9 @@ async fn stall_mid_stream_is_an_idle_timeout_and_lets_the_connection_go() {
 
 #[tokio::test]
 async fn dropping_the_stream_closes_the_connection() {
-    let server = TestServer::start(vec![Reply::chunks(&[content("Hel")], After::Stall)]).await;
+    let server = RawMockLlm::start(vec![Reply::chunks(&[content("Hel")], After::Stall)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let mut stream = client.stream_chat(hello()).await.expect("stream");
@@ -537,11 +560,12 @@ async fn dropping_the_stream_closes_the_connection() {
 
 #[tokio::test]
 async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
-    let server = TestServer::start(vec![Reply::chunks(
+    let server = RawMockLlm::start(vec![Reply::chunks(
         &[content("ok"), finish("stop")],
         After::Done,
     )])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
         .temperature(0.5)
         .max_tokens(100)
@@ -621,7 +645,7 @@ async fn missing_model_fails_at_build_with_a_clear_error() {
 
 #[tokio::test]
 async fn non_streaming_chat_reads_the_whole_answer() {
-    let server = TestServer::start(vec![Reply::Json(json!({
+    let server = RawMockLlm::start(vec![Reply::Json(json!({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 1717000000.5,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "It is sunny.",
             "tool_calls": [{"id": "c1", "type": "function",
@@ -629,7 +653,8 @@ async fn non_streaming_chat_reads_the_whole_answer() {
             "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}
     }))])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let response = client.chat(hello()).await.expect("answer");
@@ -655,11 +680,12 @@ async fn non_streaming_chat_reads_the_whole_answer() {
 
 #[tokio::test]
 async fn non_streaming_chat_reports_http_errors_with_status() {
-    let server = TestServer::start(vec![Reply::Status(
+    let server = RawMockLlm::start(vec![Reply::Status(
         404,
         r#"{"error":{"message":"The model `gpt-test` does not exist"}}"#.into(),
     )])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let err = client.chat(hello()).await.expect_err("an error");
@@ -676,8 +702,9 @@ const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 
 #[tokio::test]
 async fn an_endless_line_fails_with_too_large_once_past_the_limit() {
-    let server =
-        TestServer::start(vec![Reply::EndlessLine(vec![content("Hel").to_string()])]).await;
+    let server = RawMockLlm::start(vec![Reply::EndlessLine(vec![content("Hel").to_string()])])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
@@ -710,11 +737,12 @@ async fn an_endless_line_fails_with_too_large_once_past_the_limit() {
 #[tokio::test]
 async fn a_line_just_under_a_configured_limit_passes_and_one_over_fails() {
     let long = "y".repeat(10_000);
-    let server = TestServer::start(vec![
+    let server = RawMockLlm::start(vec![
         Reply::chunks(&[content(&long), finish("stop")], After::Done),
         Reply::chunks(&[content(&long), finish("stop")], After::Done),
     ])
-    .await;
+    .await
+    .expect("the mock model binds 127.0.0.1");
     let event = content(&long).to_string().len();
 
     let roomy = client_for(&server)
@@ -744,7 +772,9 @@ async fn a_line_just_under_a_configured_limit_passes_and_one_over_fails() {
 #[tokio::test]
 async fn a_huge_error_body_is_cut_at_the_limit() {
     let start = r#"{"error":{"message":"bad request: "#;
-    let server = TestServer::start(vec![Reply::EndlessStatus(400, start.into())]).await;
+    let server = RawMockLlm::start(vec![Reply::EndlessStatus(400, start.into())])
+        .await
+        .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
         .first_byte_timeout(Duration::from_secs(15))
         .build()
@@ -775,10 +805,11 @@ async fn a_huge_error_body_is_cut_at_the_limit() {
 
 #[tokio::test]
 async fn a_non_streamed_answer_over_the_limit_is_too_large() {
-    let server = TestServer::start(vec![Reply::Json(json!({
+    let server = RawMockLlm::start(vec![Reply::Json(json!({
         "choices": [{"index": 0, "message": {"content": "z".repeat(10_000)}, "finish_reason": "stop"}]
     }))])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
         .max_event_bytes(4096)
         .build()
@@ -801,7 +832,7 @@ async fn a_non_streamed_answer_over_the_limit_is_too_large() {
 #[tokio::test]
 async fn tool_calls_and_their_finish_reason_on_a_connection_left_open_end_the_answer() {
     // The model is done, but the server sends neither usage nor `[DONE]` nor the body's end.
-    let server = TestServer::start(vec![Reply::chunks(
+    let server = RawMockLlm::start(vec![Reply::chunks(
         &[
             json!({"choices": [{"index": 0, "delta": {"tool_calls": [
                 {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":"}}
@@ -811,7 +842,8 @@ async fn tool_calls_and_their_finish_reason_on_a_connection_left_open_end_the_an
         ],
         After::Stall,
     )])
-    .await;
+    .await
+.expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
 
     let started = Instant::now();

@@ -13,10 +13,9 @@ use crewline::{
 };
 use crewline_mcp::{McpClient, McpServer};
 use crewline_server::CrewServer;
-use futures::{SinkExt, StreamExt};
+use crewline_testkit::platform::{PlatformClient, PlatformConfig};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio_tungstenite::{connect_async, tungstenite::Message as WsMessage};
 
 use common::WAIT;
 
@@ -54,23 +53,6 @@ fn crew(tools: &ToolRegistry) -> Crew {
     crew
 }
 
-async fn next_frame(
-    ws: &mut tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-) -> Value {
-    loop {
-        let message = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a frame in time")
-            .expect("the socket is open")
-            .expect("no socket error");
-        if let WsMessage::Binary(bytes) = message {
-            return serde_json::from_slice(&bytes).expect("a JSON frame");
-        }
-    }
-}
-
 #[tokio::test]
 async fn one_port_serves_the_crew_websocket_and_mcp() {
     let ledger = Arc::new(MemoryLedger::new());
@@ -103,37 +85,17 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
     let result = mounted.execute(&[call], false).await.remove(0);
     assert!(!result.is_error, "{}", result.content);
 
-    // The crew on /ws.
-    let (mut ws, _) = tokio::time::timeout(WAIT, connect_async(format!("ws://{addr}/ws")))
+    // The crew on /ws, through the platform client.
+    let mut call = PlatformClient::connect(PlatformConfig::new(format!("ws://{addr}/ws")))
         .await
-        .expect("connect in time")
         .expect("the crew is served on /ws");
-    let init = json!({
-        "type": "system.init",
-        "timestamp": "2030-01-02T03:04:00.000000",
-        "version": "1.0",
-        "session_context": {"initial_variables": {}, "conversation_type": "webcall", "caller": null},
-        "output_agent_settings": {"interruptible": true}
-    });
-    for frame in [
-        init,
-        json!({"type": "agent.transcript.update", "role": "user", "content": "a table for two"}),
-        json!({"type": "system.llm.request", "messages": [{"role": "user", "content": "a table for two"}]}),
-    ] {
-        ws.send(WsMessage::binary(frame.to_string().into_bytes()))
-            .await
-            .expect("send");
-    }
-    let mut spoken = String::new();
-    loop {
-        let frame = next_frame(&mut ws).await;
-        if frame["type"] == "agent.llm.response.chunk" {
-            spoken.push_str(frame["text"].as_str().unwrap_or_default());
-        }
-        if frame["type"] == "agent.llm.response.end" {
-            break;
-        }
-    }
+    let turn = call
+        .user_turn("a table for two")
+        .expect("the turn is sent")
+        .finish()
+        .await
+        .expect("the turn ends");
+    let spoken = turn.text;
     assert_eq!(spoken, "Booked for two.");
 
     // One executor, one ledger: the MCP call and the crew's call.
@@ -147,7 +109,7 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
     );
     drop(mounted);
     client.close().await;
-    ws.close(None).await.expect("close the socket");
+    call.close().await.expect("close the call");
     handle.shutdown();
     tokio::time::timeout(WAIT, task)
         .await

@@ -3,15 +3,11 @@
 
 mod common;
 
-use std::{
-    io::Write,
-    sync::{Mutex, OnceLock},
-};
-
 use async_trait::async_trait;
 use crewline::tool::{Exports, Tool, ToolError, ToolRegistry};
 use crewline_core::LOG_EXCERPT_BYTES;
 use crewline_mcp::McpServer;
+use crewline_testkit::CapturedLogs;
 use serde_json::{Value, json};
 
 /// Just under a megabyte: the most a tool result may be (1 MiB) with room for its JSON.
@@ -20,33 +16,8 @@ const MIB: usize = (1 << 20) - 1024;
 /// Everything this test binary logs, at TRACE, but rmcp's own DEBUG and TRACE records: rmcp
 /// logs every JSON-RPC message whole there (a deployment keeps `rmcp` at `info` or above; see
 /// SECURITY.md), and it is crewline's own log lines this test bounds.
-fn captured_logs() -> &'static Mutex<Vec<u8>> {
-    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
-        tracing_subscriber::fmt()
-            .with_env_filter("trace,rmcp=info")
-            .with_ansi(false)
-            .with_writer(move || Capture(logs))
-            .init();
-        logs
-    })
-}
-
-struct Capture(&'static Mutex<Vec<u8>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+fn captured_logs() -> &'static CapturedLogs {
+    CapturedLogs::install("trace,rmcp=info")
 }
 
 /// Declares an object result and returns a megabyte of something else.
@@ -118,8 +89,7 @@ async fn a_megabyte_result_or_error_logs_at_most_an_excerpt() {
     let failed = common::call_tool(&client, "huge_failure", json!({})).await;
     assert_eq!(failed.is_error, Some(true));
 
-    let text =
-        String::from_utf8_lossy(&logs.lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+    let text = logs.text();
     assert!(
         text.contains("the result does not match the tool's declared output schema"),
         "the bad result is logged"

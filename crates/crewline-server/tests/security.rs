@@ -7,9 +7,8 @@ mod common;
 mod fake_llm;
 
 use std::{
-    io::Write,
     sync::{
-        Arc, Mutex, OnceLock,
+        Arc,
         atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
@@ -20,6 +19,7 @@ use crewline::{
     Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, llm::OpenAiClient, tool::ToolRegistry,
 };
 use crewline_server::{CrewServer, FrameDrop, HandshakeFailure};
+use crewline_testkit::CapturedLogs;
 use fake_llm::FakeLlm;
 use serde_json::Value;
 use tokio::{
@@ -35,40 +35,12 @@ const API_KEY: &str = "sk-live-4e8d2b6a0c9f1735";
 /// Everything every test of this binary logs, at TRACE, from every crate (`log` records too),
 /// but the test's own WebSocket client: its handshake trace shows the URL it was given, token
 /// and all, and it stands for the platform, not for the crew's server.
-fn captured_logs() -> &'static Mutex<Vec<u8>> {
-    static LOGS: OnceLock<&'static Mutex<Vec<u8>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs: &'static Mutex<Vec<u8>> = Box::leak(Box::new(Mutex::new(Vec::new())));
-        tracing_subscriber::fmt()
-            .with_env_filter("trace,tungstenite::handshake::client=off")
-            .with_ansi(false)
-            .with_writer(move || Capture(logs))
-            .init();
-        logs
-    })
-}
-
-struct Capture(&'static Mutex<Vec<u8>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+fn captured_logs() -> &'static CapturedLogs {
+    CapturedLogs::install("trace,tungstenite::handshake::client=off")
 }
 
 fn logs_text() -> String {
-    let logs = captured_logs()
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    String::from_utf8_lossy(&logs).into_owned()
+    captured_logs().text()
 }
 
 /// A server with `TOKEN` whose crew answers with the real client (key `API_KEY`) on `llm`;

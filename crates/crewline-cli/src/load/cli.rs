@@ -2,9 +2,30 @@
 
 use std::{io::Write, path::PathBuf, time::Duration};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+use crewline_testkit::load::{LoadConfig, Scenario};
 
-use super::{LoadConfig, Scenario};
+/// `--scenario`: what each simulated caller says (the testkit's [`Scenario`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ScenarioArg {
+    /// A question answered with text.
+    #[default]
+    Text,
+    /// A weather question: the model calls `get_weather`, then answers.
+    Tool,
+    /// A question interrupted (`system.control.interrupt`) on its first chunk.
+    Interrupt,
+}
+
+impl From<ScenarioArg> for Scenario {
+    fn from(arg: ScenarioArg) -> Self {
+        match arg {
+            ScenarioArg::Text => Self::Text,
+            ScenarioArg::Tool => Self::Tool,
+            ScenarioArg::Interrupt => Self::Interrupt,
+        }
+    }
+}
 
 /// The options of `crewline load`.
 #[derive(Debug, Clone, Args)]
@@ -22,8 +43,8 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 5)]
     pub turns: usize,
     /// What the callers do.
-    #[arg(long, value_enum, default_value_t = Scenario::Text)]
-    pub scenario: Scenario,
+    #[arg(long, value_enum, default_value_t = ScenarioArg::Text)]
+    pub scenario: ScenarioArg,
     /// New connections per second while ramping up (0: all at once).
     #[arg(long, default_value_t = 1000)]
     pub ramp_per_sec: u32,
@@ -53,7 +74,7 @@ impl LoadArgs {
             token: self.token.clone(),
             sessions: self.sessions,
             turns: self.turns,
-            scenario: self.scenario,
+            scenario: self.scenario.into(),
             ramp_per_sec: self.ramp_per_sec,
             think: Duration::from_millis(self.think_ms),
             connect_timeout: Duration::from_secs(self.connect_timeout_secs.max(1)),
@@ -69,7 +90,7 @@ pub async fn run(
     args: LoadArgs,
     mut out: impl Write,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let report = super::run(args.config()).await?;
+    let report = crewline_testkit::load::run(args.config()).await?;
     let json = serde_json::to_string_pretty(&report)?;
     match args.json.as_deref() {
         Some(path) if path.as_os_str() == "-" => writeln!(out, "{json}")?,

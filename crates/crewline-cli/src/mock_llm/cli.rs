@@ -9,7 +9,7 @@ use std::{
 
 use clap::Args;
 
-use super::{MockLlm, Script};
+use crewline_testkit::mock_llm::{MockLlm, Script};
 
 /// The options of `crewline mock-llm`.
 #[derive(Debug, Clone, Args)]

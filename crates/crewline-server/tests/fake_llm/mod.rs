@@ -1,26 +1,23 @@
-//! A fake OpenAI-compatible LLM server on a raw `TcpListener`, for fault tests through a whole
-//! call (server, session, tool loop and the real `OpenAiClient`).
+//! The fault tests' model: the testkit's raw-wire mock ([`RawMockLlm`]) answering by the last
+//! user message, for fault tests through a whole call (server, session, tool loop and the real
+//! `OpenAiClient`).
 //!
 //! Each request's fault is chosen by the last user message, so one server serves healthy and
 //! faulty calls side by side: the message starts with a [`Fault`] keyword (`fault:500 ...`),
 //! anything else is answered normally. Every answer closes its connection, so one connection
-//! is one attempt, and the server counts attempts per message and connections still open.
+//! is one attempt, and the fake counts attempts per message and connections still open.
 #![allow(dead_code, unreachable_pub)]
 
 use std::{
     collections::HashMap,
-    net::SocketAddr,
-    sync::{
-        Arc, Mutex, MutexGuard,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex, MutexGuard},
 };
 
+// Not every test binary that includes this module uses it.
+#[allow(unused_imports)]
+pub use crewline_testkit::mock_llm::raw::FLOOD_LIMIT;
+use crewline_testkit::mock_llm::raw::{After, RawMockLlm, RawReply, RawRequest};
 use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-};
 
 /// What the fake does with a request, by the prefix of the last user message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,17 +78,7 @@ pub fn echo_answer(message: &str) -> String {
 /// The text chunks streamed before a mid-stream fault.
 pub const PARTIAL: [&str; 2] = ["partial ", "answer "];
 
-/// Where an endless line stops anyway, so a client without a limit fails its test without
-/// taking the machine's memory.
-pub const FLOOD_LIMIT: usize = 64 * 1024 * 1024;
-
-#[derive(Default)]
-struct State {
-    flooded: AtomicUsize,
-    attempts: Mutex<HashMap<String, usize>>,
-    open: AtomicUsize,
-    total: AtomicUsize,
-}
+type Attempts = Arc<Mutex<HashMap<String, usize>>>;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
@@ -101,33 +88,24 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A running fake; it lives as long as the test's runtime.
 pub struct FakeLlm {
-    addr: SocketAddr,
-    state: Arc<State>,
+    raw: RawMockLlm,
+    attempts: Attempts,
 }
 
 impl FakeLlm {
     /// Starts the fake on 127.0.0.1:0.
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let state = Arc::new(State::default());
-        let accepting = Arc::clone(&state);
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                let state = Arc::clone(&accepting);
-                state.open.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    serve(socket, &state).await;
-                    state.open.fetch_sub(1, Ordering::SeqCst);
-                });
-            }
-        });
-        Self { addr, state }
+        let attempts = Attempts::default();
+        let counted = Arc::clone(&attempts);
+        let raw = RawMockLlm::from_fn(move |request| respond(request, &counted))
+            .await
+            .expect("the fake LLM binds 127.0.0.1");
+        Self { raw, attempts }
     }
 
     /// The API base URL for the client.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        self.raw.base_url()
     }
 
     /// A builder for the real client pointed at this fake (no environment, a dummy key); the
@@ -142,25 +120,22 @@ impl FakeLlm {
 
     /// How many requests carried `message` as their last user message.
     pub fn attempts(&self, message: &str) -> usize {
-        lock(&self.state.attempts)
-            .get(message)
-            .copied()
-            .unwrap_or(0)
+        lock(&self.attempts).get(message).copied().unwrap_or(0)
     }
 
     /// Requests received in all.
     pub fn total(&self) -> usize {
-        self.state.total.load(Ordering::SeqCst)
+        self.raw.request_count()
     }
 
     /// Bytes of endless lines sent before the client went away.
     pub fn flooded(&self) -> usize {
-        self.state.flooded.load(Ordering::SeqCst)
+        self.raw.flooded()
     }
 
     /// Connections the fake still holds open.
     pub fn open_connections(&self) -> usize {
-        self.state.open.load(Ordering::SeqCst)
+        self.raw.open_connections()
     }
 }
 
@@ -182,85 +157,72 @@ fn last_messages(body: &Value) -> (String, String, String) {
     )
 }
 
-async fn serve(mut socket: TcpStream, state: &State) {
-    let Some((headers, body)) = read_request(&mut socket).await else {
-        return;
-    };
-    state.total.fetch_add(1, Ordering::SeqCst);
-    let (last_role, last_content, user) = last_messages(&body);
+fn respond(request: &RawRequest, attempts: &Attempts) -> RawReply {
+    let (last_role, last_content, user) = last_messages(&request.body);
     let attempt = {
-        let mut attempts = lock(&state.attempts);
+        let mut attempts = lock(attempts);
         let count = attempts.entry(user.clone()).or_insert(0);
         *count += 1;
         *count
     };
-    // Write errors mean the client went away, which the tests check from their side.
-    let _ = match Fault::of(&user) {
-        Fault::Status500 => {
-            write_status(&mut socket, 500, "the model is overloaded (scripted)").await
-        }
-        Fault::TooManyOnce if attempt == 1 => {
-            write_status(&mut socket, 429, "rate limited (scripted)").await
-        }
+    let tool_name = |prefix: &str| {
+        user.split_whitespace()
+            .next()
+            .and_then(|k| k.strip_prefix(prefix))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    match Fault::of(&user) {
+        Fault::Status500 => status(500, "the model is overloaded (scripted)"),
+        Fault::TooManyOnce if attempt == 1 => status(429, "rate limited (scripted)"),
         Fault::EchoKey => {
-            let authorization = headers.get("authorization").cloned().unwrap_or_default();
-            let message = format!("Incorrect API key provided: {authorization}");
-            write_status(&mut socket, 401, &message).await
+            let authorization = request
+                .headers
+                .get("authorization")
+                .cloned()
+                .unwrap_or_default();
+            status(401, &format!("Incorrect API key provided: {authorization}"))
         }
-        Fault::StallBeforeHeaders => {
-            wait_for_close(&mut socket).await;
-            Ok(())
-        }
-        Fault::StallMidStream => {
-            let result = write_sse(&mut socket, &text_chunks(&PARTIAL), false).await;
-            wait_for_close(&mut socket).await;
-            result
-        }
-        Fault::Cut => write_sse(&mut socket, &text_chunks(&PARTIAL), false).await,
+        Fault::StallBeforeHeaders => RawReply::StallBeforeHeaders,
+        Fault::StallMidStream => RawReply::Sse(text_chunks(&PARTIAL), After::Stall),
+        Fault::Cut => RawReply::Sse(text_chunks(&PARTIAL), After::Cut),
         Fault::ErrorEvent => {
             let mut events = text_chunks(&PARTIAL);
             events.push(
                 json!({"error": {"message": "the server had an error (scripted)", "type": "server_error"}})
                     .to_string(),
             );
-            write_sse(&mut socket, &events, true).await
+            finished(events)
         }
-        Fault::EndlessLine => {
-            let result = write_endless_line(&mut socket, &text_chunks(&PARTIAL), state).await;
-            wait_for_close(&mut socket).await;
-            result
-        }
-        Fault::Tool if last_role == "user" => {
-            let name = user
-                .split_whitespace()
-                .next()
-                .and_then(|k| k.strip_prefix("tool:"))
-                .unwrap_or_default();
-            write_sse(&mut socket, &tool_call_chunks(name), true).await
-        }
+        Fault::EndlessLine => RawReply::EndlessLine(text_chunks(&PARTIAL)),
+        Fault::Tool if last_role == "user" => finished(tool_call_chunks(&tool_name("tool:"))),
         Fault::ToolHold if last_role == "user" => {
-            let name = user
-                .split_whitespace()
-                .next()
-                .and_then(|k| k.strip_prefix("tool-hold:"))
-                .unwrap_or_default();
-            let result = write_sse(&mut socket, &tool_call_chunks(name), false).await;
-            wait_for_close(&mut socket).await;
-            result
+            RawReply::Sse(tool_call_chunks(&tool_name("tool-hold:")), After::Stall)
         }
         Fault::Tool | Fault::ToolHold => {
             // Quote the start of the tool result (what the model would read).
             let quoted: String = last_content.chars().take(120).collect();
             let text = format!("the tool said: {quoted}");
-            write_sse(&mut socket, &text_chunks(&[text.as_str()]), true).await
+            finished(text_chunks(&[text.as_str()]))
         }
         Fault::TooManyOnce | Fault::None => {
             let answer = echo_answer(&user);
-            let words: Vec<String> = answer.split_inclusive(' ').map(ToOwned::to_owned).collect();
-            let words: Vec<&str> = words.iter().map(String::as_str).collect();
-            write_sse(&mut socket, &text_chunks(&words), true).await
+            let words: Vec<&str> = answer.split_inclusive(' ').collect();
+            finished(text_chunks(&words))
         }
-    };
+    }
+}
+
+/// An error answer in OpenAI's shape.
+fn status(code: u16, message: &str) -> RawReply {
+    let body = json!({"error": {"message": message, "type": "scripted", "code": code}});
+    RawReply::Status(code, body.to_string())
+}
+
+/// `events`, a final `stop` chunk, `[DONE]` and the body's end.
+fn finished(mut events: Vec<String>) -> RawReply {
+    events.push(chunk(json!({}), Some("stop")));
+    RawReply::Sse(events, After::Done)
 }
 
 fn chunk(delta: Value, finish: Option<&str>) -> String {
@@ -294,109 +256,6 @@ fn tool_call_chunks(name: &str) -> Vec<String> {
         ),
         chunk(json!({}), Some("tool_calls")),
     ]
-}
-
-async fn write_status(socket: &mut TcpStream, code: u16, message: &str) -> std::io::Result<()> {
-    let body = json!({"error": {"message": message, "type": "scripted", "code": code}}).to_string();
-    let head = format!(
-        "HTTP/1.1 {code} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    socket.write_all(head.as_bytes()).await?;
-    socket.write_all(body.as_bytes()).await?;
-    socket.shutdown().await
-}
-
-/// Writes an SSE answer; with `finish`, a final `stop` chunk, `[DONE]` and the body's end.
-/// Without it the body is left unterminated (the caller cuts or stalls).
-async fn write_sse(socket: &mut TcpStream, events: &[String], finish: bool) -> std::io::Result<()> {
-    socket
-        .write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
-        )
-        .await?;
-    for event in events {
-        write_chunk(socket, &format!("data: {event}\n\n")).await?;
-    }
-    if finish {
-        write_chunk(
-            socket,
-            &format!("data: {}\n\n", chunk(json!({}), Some("stop"))),
-        )
-        .await?;
-        write_chunk(socket, "data: [DONE]\n\n").await?;
-        socket.write_all(b"0\r\n\r\n").await?;
-        socket.shutdown().await?;
-    }
-    Ok(())
-}
-
-/// Writes an SSE answer of `events`, then a `data:` line that never ends, until the client
-/// goes away or [`FLOOD_LIMIT`] bytes are out.
-async fn write_endless_line(
-    socket: &mut TcpStream,
-    events: &[String],
-    state: &State,
-) -> std::io::Result<()> {
-    write_sse(socket, events, false).await?;
-    write_chunk(socket, "data: ").await?;
-    let piece = "x".repeat(64 * 1024);
-    while state.flooded.load(Ordering::SeqCst) < FLOOD_LIMIT {
-        write_chunk(socket, &piece).await?;
-        state.flooded.fetch_add(piece.len(), Ordering::SeqCst);
-    }
-    Ok(())
-}
-
-async fn write_chunk(socket: &mut TcpStream, data: &str) -> std::io::Result<()> {
-    let framed = format!("{:x}\r\n{data}\r\n", data.len());
-    socket.write_all(framed.as_bytes()).await?;
-    socket.flush().await
-}
-
-/// Reads until the client closes the connection.
-async fn wait_for_close(socket: &mut TcpStream) {
-    let mut buf = [0_u8; 1024];
-    while let Ok(n) = socket.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-    }
-}
-
-async fn read_request(socket: &mut TcpStream) -> Option<(HashMap<String, String>, Value)> {
-    let mut data = Vec::new();
-    let mut buf = [0_u8; 8192];
-    let head_end = loop {
-        if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        data.extend_from_slice(&buf[..n]);
-    };
-    let head = String::from_utf8_lossy(&data[..head_end]).into_owned();
-    let headers: HashMap<String, String> = head
-        .split("\r\n")
-        .skip(1)
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    while data.len() < head_end + length {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        data.extend_from_slice(&buf[..n]);
-    }
-    let body = serde_json::from_slice(&data[head_end..head_end + length]).unwrap_or(Value::Null);
-    Some((headers, body))
 }
 
 /// Starts `count` healthy calls to `url` in the background, two turns each: every turn must

@@ -11,7 +11,7 @@ use crewline::{
     core::Message,
     llm::{ChatRequest, LlmClient, LlmError, OpenAiClient, StreamItem},
 };
-use crewline_cli::mock_llm::{MockLlm, RunningMockLlm, Script};
+use crewline_testkit::mock_llm::{MockLlm, RunningMockLlm, Script};
 use futures::StreamExt;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -131,7 +131,7 @@ async fn send_with_header(running: &RunningMockLlm, fault: &str) -> TcpStream {
     let request = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nHost: mock\r\nContent-Type: application/json\r\n\
          {}: {fault}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        crewline_cli::mock_llm::FAULT_HEADER,
+        crewline_testkit::mock_llm::FAULT_HEADER,
         body.len()
     );
     socket.write_all(request.as_bytes()).await.unwrap();

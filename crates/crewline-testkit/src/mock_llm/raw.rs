@@ -1,14 +1,32 @@
-//! A scripted OpenAI-compatible HTTP/1.1 server for the client's integration tests.
+//! The mock model's raw-wire mode: an OpenAI-compatible HTTP/1.1 server written on a bare
+//! `TcpListener`, for client tests that need what an HTTP framework hides.
 //!
-//! It is written by hand on a raw `TcpListener` so a test can do what a framework hides:
-//! break a stream off mid-body, stall before or after the headers, and see the moment the
-//! client lets a connection go. Every answer but [`After::DoneKeepAlive`] closes its
-//! connection (`Connection: close`), so one connection is one request.
+//! Hand-written on purpose: a test can break a stream off mid-body (no final chunk), stall
+//! before or after the headers, send a `data:` line or an error body that never ends, hold a
+//! connection open after the last event, and see the moment the client lets a connection go.
+//! Every answer but [`After::DoneKeepAlive`] closes its connection (`Connection: close`), so
+//! one connection is one request. For scripted conversations use [`MockLlm`](super::MockLlm).
+//!
+//! # Examples
+//!
+//! ```
+//! use crewline_testkit::mock_llm::raw::{After, RawMockLlm, RawReply};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! // The first request gets two events and a cut body; later ones a 500.
+//! let chunk = json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]});
+//! let server = RawMockLlm::start(vec![RawReply::chunks(&[chunk.clone(), chunk], After::Cut)]).await?;
+//! assert!(server.base_url().starts_with("http://127.0.0.1:"));
+//! assert_eq!(server.request_count(), 0);
+//! # Ok(()) }
+//! ```
 
 use std::{
     collections::{HashMap, VecDeque},
     net::SocketAddr,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
 
@@ -20,8 +38,8 @@ use tokio::{
 };
 
 /// How a streamed answer ends after its events.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum After {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
     /// `data: [DONE]`, then the end of the body, as OpenAI does.
     Done,
     /// `data: [DONE]`, then, 20 ms later in a write of its own, the end of the body; the
@@ -35,9 +53,9 @@ pub(crate) enum After {
     Stall,
 }
 
-/// One scripted answer.
-#[derive(Debug, Clone)]
-pub(crate) enum Reply {
+/// One scripted answer, byte for byte.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawReply {
     /// A `text/event-stream` answer: each string is one event's `data`.
     Sse(Vec<String>, After),
     /// A non-200 answer with this body.
@@ -51,112 +69,153 @@ pub(crate) enum Reply {
     /// [`FLOOD_LIMIT`] bytes are out; then the server waits for the close).
     EndlessLine(Vec<String>),
     /// An error answer with this status whose body starts with the text given and goes on
-    /// like [`Reply::EndlessLine`] (its `content-length` says 1 GiB).
+    /// like [`RawReply::EndlessLine`] (its `content-length` says 1 GiB).
     EndlessStatus(u16, String),
 }
 
-/// The size of each piece of an endless line or body.
-pub(crate) const FLOOD_PIECE: usize = 64 * 1024;
-/// Where an endless line or body stops anyway, so a client without a limit fails the test
-/// without taking the machine's memory.
-pub(crate) const FLOOD_LIMIT: usize = 64 * 1024 * 1024;
-
-impl Reply {
+impl RawReply {
     /// A streamed answer of JSON chunks.
-    pub(crate) fn chunks(chunks: &[Value], after: After) -> Self {
+    pub fn chunks(chunks: &[Value], after: After) -> Self {
         Self::Sse(chunks.iter().map(Value::to_string).collect(), after)
     }
 }
 
+/// The size of each piece of an endless line or body.
+pub const FLOOD_PIECE: usize = 64 * 1024;
+/// Where an endless line or body stops anyway, so a client without a limit fails its test
+/// without taking the machine's memory.
+pub const FLOOD_LIMIT: usize = 64 * 1024 * 1024;
+
 /// One request as the server read it.
-#[derive(Debug, Clone)]
-pub(crate) struct Captured {
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRequest {
     /// The request line's path.
-    pub(crate) path: String,
+    pub path: String,
     /// Headers, names in lowercase.
-    pub(crate) headers: HashMap<String, String>,
+    pub headers: HashMap<String, String>,
     /// The body as JSON (`Null` if it was not JSON).
-    pub(crate) body: Value,
+    pub body: Value,
 }
 
-#[derive(Default)]
+/// Chooses the answer to each request.
+type Responder = dyn Fn(&RawRequest) -> RawReply + Send + Sync;
+
 struct State {
-    replies: Mutex<VecDeque<Reply>>,
-    requests: Mutex<Vec<Captured>>,
+    respond: Box<Responder>,
+    requests: Mutex<Vec<RawRequest>>,
     disconnects: Mutex<usize>,
     disconnected: Notify,
     connections: Mutex<usize>,
+    open: Mutex<usize>,
     flooded: Mutex<usize>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A test that panicked while holding the lock has failed already; keep the data.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A running scripted server; it lives as long as the test's runtime.
-pub(crate) struct TestServer {
+/// A running raw-wire mock; it serves as long as the runtime it was started on.
+pub struct RawMockLlm {
     addr: SocketAddr,
     state: Arc<State>,
 }
 
-impl TestServer {
-    /// Starts a server on 127.0.0.1 that answers requests with `replies` in order (then 500).
-    pub(crate) async fn start(replies: Vec<Reply>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind a local port");
-        let addr = listener.local_addr().expect("local address");
-        let state = Arc::new(State {
-            replies: Mutex::new(replies.into()),
-            ..State::default()
-        });
-        let accept_state = state.clone();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(handle(socket, accept_state.clone()));
-            }
-        });
-        Self { addr, state }
+impl std::fmt::Debug for RawMockLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawMockLlm")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RawMockLlm {
+    /// Starts a server on 127.0.0.1 (a free port) that answers requests with `replies` in
+    /// order, then with HTTP 500 `no reply left`.
+    pub async fn start(replies: Vec<RawReply>) -> std::io::Result<Self> {
+        let queue = Mutex::new(VecDeque::from(replies));
+        Self::from_fn(move |_| {
+            lock(&queue).pop_front().unwrap_or_else(|| {
+                RawReply::Status(500, r#"{"error":{"message":"no reply left"}}"#.into())
+            })
+        })
+        .await
     }
 
-    /// The API base URL to give the client.
-    pub(crate) fn base_url(&self) -> String {
+    /// Starts a server on 127.0.0.1 (a free port) that answers each request with what
+    /// `respond` returns for it.
+    pub async fn from_fn(
+        respond: impl Fn(&RawRequest) -> RawReply + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            respond: Box::new(respond),
+            requests: Mutex::default(),
+            disconnects: Mutex::default(),
+            disconnected: Notify::new(),
+            connections: Mutex::default(),
+            open: Mutex::default(),
+            flooded: Mutex::default(),
+        });
+        let accept_state = Arc::clone(&state);
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(handle(socket, Arc::clone(&accept_state)));
+            }
+        });
+        Ok(Self { addr, state })
+    }
+
+    /// The API base URL to give the client (`http://127.0.0.1:PORT/v1`).
+    pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// The requests received so far.
-    pub(crate) fn requests(&self) -> Vec<Captured> {
+    pub fn requests(&self) -> Vec<RawRequest> {
         lock(&self.state.requests).clone()
     }
 
     /// How many requests were received.
-    pub(crate) fn request_count(&self) -> usize {
+    pub fn request_count(&self) -> usize {
         lock(&self.state.requests).len()
     }
 
     /// How many connections the client has opened.
-    pub(crate) fn connections(&self) -> usize {
+    pub fn connections(&self) -> usize {
         *lock(&self.state.connections)
     }
 
+    /// How many connections are open now (the server has not finished with them).
+    pub fn open_connections(&self) -> usize {
+        *lock(&self.state.open)
+    }
+
     /// How many bytes of endless lines and bodies were sent before the client closed.
-    pub(crate) fn flooded(&self) -> usize {
+    pub fn flooded(&self) -> usize {
         *lock(&self.state.flooded)
     }
 
-    /// How many stalled connections the client has closed.
-    pub(crate) fn disconnects(&self) -> usize {
+    /// How many stalled or flooded connections the client has closed.
+    pub fn disconnects(&self) -> usize {
         *lock(&self.state.disconnects)
     }
 
     /// Whether the client closes a stalled connection within `limit`.
-    pub(crate) async fn disconnected_within(&self, limit: Duration) -> bool {
+    pub async fn disconnected_within(&self, limit: Duration) -> bool {
         tokio::time::timeout(limit, async {
-            while self.disconnects() == 0 {
-                self.state.disconnected.notified().await;
+            loop {
+                let notified = self.state.disconnected.notified();
+                if self.disconnects() > 0 {
+                    break;
+                }
+                notified.await;
             }
         })
         .await
@@ -164,26 +223,40 @@ impl TestServer {
     }
 }
 
-async fn handle(mut socket: TcpStream, state: Arc<State>) {
+/// Counts a connection open for as long as it is served.
+struct OpenGuard<'s>(&'s State);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.open) -= 1;
+    }
+}
+
+async fn handle(socket: TcpStream, state: Arc<State>) {
     *lock(&state.connections) += 1;
+    *lock(&state.open) += 1;
+    let _open = OpenGuard(&state);
+    // The socket is closed inside (dropped there), before the guard counts it closed.
+    serve(socket, &state).await;
+}
+
+async fn serve(mut socket: TcpStream, state: &State) {
     while let Some(request) = read_request(&mut socket).await {
+        let reply = (state.respond)(&request);
         lock(&state.requests).push(request);
-        let reply = lock(&state.replies).pop_front().unwrap_or_else(|| {
-            Reply::Status(500, r#"{"error":{"message":"no reply left"}}"#.into())
-        });
-        let keep_alive = matches!(reply, Reply::Sse(_, After::DoneKeepAlive));
+        let keep_alive = matches!(reply, RawReply::Sse(_, After::DoneKeepAlive));
         // Write errors mean the client went away; the test sees that from its side.
         let written = match reply {
-            Reply::Status(code, body) => write_whole(&mut socket, code, &body).await,
-            Reply::Json(body) => write_whole(&mut socket, 200, &body.to_string()).await,
-            Reply::StallBeforeHeaders => {
-                wait_for_close(&mut socket, &state).await;
+            RawReply::Status(code, body) => write_whole(&mut socket, code, &body).await,
+            RawReply::Json(body) => write_whole(&mut socket, 200, &body.to_string()).await,
+            RawReply::StallBeforeHeaders => {
+                wait_for_close(&mut socket, state).await;
                 Ok(())
             }
-            Reply::Sse(events, after) => write_sse(&mut socket, &events, after, &state).await,
-            Reply::EndlessLine(events) => write_endless_line(&mut socket, &events, &state).await,
-            Reply::EndlessStatus(code, start) => {
-                write_endless_status(&mut socket, code, &start, &state).await
+            RawReply::Sse(events, after) => write_sse(&mut socket, &events, after, state).await,
+            RawReply::EndlessLine(events) => write_endless_line(&mut socket, &events, state).await,
+            RawReply::EndlessStatus(code, start) => {
+                write_endless_status(&mut socket, code, &start, state).await
             }
         };
         if !keep_alive || written.is_err() {
@@ -191,7 +264,6 @@ async fn handle(mut socket: TcpStream, state: Arc<State>) {
         }
     }
 }
-
 async fn write_whole(socket: &mut TcpStream, code: u16, body: &str) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {code} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -316,7 +388,7 @@ async fn wait_for_close(socket: &mut TcpStream, state: &State) {
     state.disconnected.notify_one();
 }
 
-async fn read_request(socket: &mut TcpStream) -> Option<Captured> {
+async fn read_request(socket: &mut TcpStream) -> Option<RawRequest> {
     let mut data = Vec::new();
     let mut buf = [0_u8; 4096];
     let head_end = loop {
@@ -348,7 +420,7 @@ async fn read_request(socket: &mut TcpStream) -> Option<Captured> {
         data.extend_from_slice(&buf[..n]);
     }
     let body = serde_json::from_slice(&data[head_end..head_end + length]).unwrap_or(Value::Null);
-    Some(Captured {
+    Some(RawRequest {
         path,
         headers,
         body,

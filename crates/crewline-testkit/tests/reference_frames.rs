@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use crewline::protocol::decode;
-use crewline_cli::platform::{CrewFrame, ToolLog};
+use crewline_testkit::platform::{CrewFrame, ToolLog};
 use serde_json::{Value, json};
 
 fn fixture(name: &str) -> Value {

@@ -10,7 +10,7 @@ use crewline::{
     core::{Message, ToolCall},
     llm::{ChatRequest, LlmClient, LlmError, OpenAiClient, StreamItem},
 };
-use crewline_cli::mock_llm::{MockLlm, RunningMockLlm, Script};
+use crewline_testkit::mock_llm::{MockLlm, RunningMockLlm, Script};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::{

@@ -8,9 +8,9 @@
 //! caller consumes them.
 //!
 //! ```no_run
-//! use crewline_cli::platform::{PlatformClient, PlatformConfig};
+//! use crewline_testkit::platform::{PlatformClient, PlatformConfig};
 //!
-//! # async fn run() -> Result<(), crewline_cli::platform::PlatformError> {
+//! # async fn run() -> Result<(), crewline_testkit::platform::PlatformError> {
 //! let mut client = PlatformClient::connect(PlatformConfig::new("ws://127.0.0.1:8080/ws")).await?;
 //! let mut turn = client.user_turn("What's the weather in Paris?")?;
 //! while let Some(frame) = turn.next().await? {

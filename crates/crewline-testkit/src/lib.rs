@@ -1,0 +1,31 @@
+//! Test doubles and instruments for crewline crews, in one place.
+//!
+//! - [`conversation`]: scripted conversations against a crew ([`TestCrew`], [`TestCall`]) with
+//!   assertions on each turn ([`TurnRecord`]): how a crew author tests a crew.
+//! - [`mock_llm`]: an OpenAI-compatible mock model served over HTTP ([`MockLlm`]), scripted
+//!   per request, with fault modes (HTTP errors, stalls, cut streams) for client tests.
+//! - [`platform`]: a platform client ([`PlatformClient`]) that plays the voice platform's part
+//!   against a crew over a real WebSocket.
+//! - [`load`]: the load generator behind `crewline load`.
+//! - [`CapturedLogs`]: the process's log lines in memory, for tests that bound what is logged.
+//! - [`ScriptedLlm`]: an in-process model that plays back scripted replies (defined in
+//!   `crewline-llm`, because the example crews ship it as their offline model; re-exported
+//!   here so every double is found in one crate).
+//!
+//! [`guide`] (`docs/testing.md`) shows how to test a crew with it.
+
+pub mod conversation;
+pub mod load;
+pub mod logs;
+pub mod mock_llm;
+pub mod platform;
+
+pub use conversation::{TestCall, TestCrew, TestkitError, ToolCallCheck, TurnRecord};
+pub use crewline::llm::{Reply as ScriptedReply, ScriptedLlm};
+pub use logs::CapturedLogs;
+pub use mock_llm::{MockLlm, RunningMockLlm, Script};
+pub use platform::{PlatformClient, PlatformConfig, PlatformError};
+
+/// The guide for crew authors, `docs/testing.md`, whose examples are compiled as doctests.
+#[doc = include_str!("../../../docs/testing.md")]
+pub mod guide {}

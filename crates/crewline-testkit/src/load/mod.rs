@@ -1,0 +1,546 @@
+//! The load generator behind `crewline load`: many concurrent platform connections driving a crew, with latency
+//! percentiles, error counts and (given the server's pid) its CPU time per turn and memory.
+//!
+//! Each session connects (`system.init`, `agent.ready`), waits until every session has
+//! connected, then runs its turns back to back: `agent.transcript.update` and
+//! `system.llm.request` with the conversation so far, reading until
+//! `agent.llm.response.end`. Measured per turn: the time from sending the request to the first
+//! chunk and to `end`; in the interrupt scenario, `system.control.interrupt` is sent on the
+//! first chunk and the time to the last chunk after it (zero when none came) and to `end` is
+//! measured.
+//!
+//! ```no_run
+//! use crewline_testkit::load::{LoadConfig, Scenario, run};
+//!
+//! # async fn go() -> Result<(), crewline_testkit::load::LoadError> {
+//! let mut config = LoadConfig::new("ws://127.0.0.1:8080/ws");
+//! config.sessions = 100;
+//! config.turns = 5;
+//! config.scenario = Scenario::Tool;
+//! let report = run(config).await?;
+//! tracing::info!(p99 = report.time_to_first_chunk.p99_ms, "done");
+//! # Ok(()) }
+//! ```
+
+mod procfs;
+mod session;
+mod stats;
+
+use std::{
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use serde::Serialize;
+use tokio::{sync::watch, task::JoinSet, time::Instant};
+
+pub use stats::Percentiles;
+
+/// What each simulated caller says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// A question answered with text.
+    #[default]
+    Text,
+    /// A weather question: the model calls `get_weather`, then answers.
+    Tool,
+    /// A question interrupted (`system.control.interrupt`) on its first chunk.
+    Interrupt,
+}
+
+impl Scenario {
+    /// The user's words for `turn` of `session`.
+    pub fn user_text(self, session: usize, turn: usize) -> String {
+        match self {
+            Self::Text => format!("Hello, this is caller {session}, turn {turn}."),
+            Self::Tool => "What's the weather in Paris?".to_owned(),
+            Self::Interrupt => format!("Tell me a long story, caller {session} turn {turn}."),
+        }
+    }
+}
+
+/// A load run's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadConfig {
+    /// The crew's WebSocket address.
+    pub url: String,
+    /// Shared secret, sent as `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Concurrent sessions (calls).
+    pub sessions: usize,
+    /// Turns per session.
+    pub turns: usize,
+    /// What the callers say.
+    pub scenario: Scenario,
+    /// New connections per second while ramping up (0: all at once).
+    pub ramp_per_sec: u32,
+    /// The pause between a session's turns; when set, the first turns are spread over one
+    /// such pause too.
+    pub think: Duration,
+    /// Connecting plus the handshake.
+    pub connect_timeout: Duration,
+    /// One whole turn.
+    pub turn_timeout: Duration,
+    /// The server process to watch (CPU time and memory from `/proc`).
+    pub pid: Option<u32>,
+    /// How often the server's memory is sampled.
+    pub sample_every: Duration,
+}
+
+impl LoadConfig {
+    /// One text session of one turn against `url`, with generous timeouts.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            token: None,
+            sessions: 1,
+            turns: 1,
+            scenario: Scenario::Text,
+            ramp_per_sec: 0,
+            think: Duration::ZERO,
+            connect_timeout: Duration::from_secs(30),
+            turn_timeout: Duration::from_secs(60),
+            pid: None,
+            sample_every: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why a load run could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// The settings are unusable.
+    #[error("invalid load settings: {0}")]
+    Invalid(String),
+    /// The server process named by `pid` cannot be read.
+    #[error("cannot read the server process {pid}: {source}")]
+    Process {
+        /// The pid.
+        pid: u32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The result of a load run (also its JSON form).
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    /// The crew's address.
+    pub url: String,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Sessions asked for.
+    pub sessions: usize,
+    /// Turns per session asked for.
+    pub turns_per_session: usize,
+    /// Sessions that completed the handshake.
+    pub connected: u64,
+    /// Sessions that could not connect or were refused.
+    pub connect_errors: u64,
+    /// Turns that ended with `agent.llm.response.end`.
+    pub turns_completed: u64,
+    /// Completed turns with chunks (or interrupted) and no `agent.error`.
+    pub turns_ok: u64,
+    /// Completed turns that carried an `agent.error`.
+    pub turns_with_agent_error: u64,
+    /// Completed, not interrupted turns without a single chunk.
+    pub turns_without_chunks: u64,
+    /// Turns with no `end` within the turn timeout (the session stops there).
+    pub turns_timed_out: u64,
+    /// Turns whose connection was lost (the session stops there).
+    pub turns_lost: u64,
+    /// Turns never started because their session failed earlier.
+    pub turns_not_run: u64,
+    /// All errors: connect errors, turns with an agent error, timed out or lost.
+    pub errors: u64,
+    /// `agent.error` frames received.
+    pub agent_errors: u64,
+    /// Chunks received in turns.
+    pub chunks: u64,
+    /// Chunks that arrived outside a turn (before its `start`).
+    pub stray_chunks: u64,
+    /// `tool_call_end` logs received.
+    pub tool_calls_ended: u64,
+    /// `tool_call_error` logs received.
+    pub tool_calls_failed: u64,
+    /// Connect plus handshake.
+    pub connect_time: Percentiles,
+    /// From `system.llm.request` sent to the first chunk.
+    pub time_to_first_chunk: Percentiles,
+    /// From `system.llm.request` sent to `end`.
+    pub time_to_end: Percentiles,
+    /// Turns the client interrupted.
+    pub turns_interrupted: u64,
+    /// Chunks that arrived after an interrupt was sent.
+    pub chunks_after_interrupt: u64,
+    /// From the interrupt to the last chunk after it (zero when none came).
+    pub interrupt_to_last_chunk: Percentiles,
+    /// From the interrupt to `end`.
+    pub interrupt_to_end: Percentiles,
+    /// Seconds from the start line (all sessions connected) to the last turn's end.
+    pub turn_phase_secs: f64,
+    /// Completed turns per second over the turn phase.
+    pub turns_per_sec: f64,
+    /// Seconds for the whole run, connecting included.
+    pub total_secs: f64,
+    /// The server's figures, when `pid` was given.
+    pub server: Option<ServerUsage>,
+    /// CPU time the load generator itself used, in ms.
+    pub load_generator_cpu_ms: Option<f64>,
+    /// The first few distinct error messages.
+    pub error_samples: Vec<String>,
+}
+
+/// The watched server's CPU time and memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerUsage {
+    /// The pid.
+    pub pid: u32,
+    /// CPU time (user + system) over the whole run, in ms.
+    pub cpu_ms_total: f64,
+    /// CPU time over the turn phase, in ms.
+    pub cpu_ms_turn_phase: f64,
+    /// CPU time over the turn phase per completed turn, in ms.
+    pub cpu_ms_per_turn: Option<f64>,
+    /// CPU time over the connect phase per connected session, in ms.
+    pub cpu_ms_per_connect: Option<f64>,
+    /// Resident memory before the first connection, in MiB.
+    pub rss_baseline_mib: f64,
+    /// The highest resident memory sampled during the run, in MiB.
+    pub rss_peak_mib: f64,
+    /// Resident memory with every session connected (at the start line), in MiB.
+    pub rss_connected_mib: f64,
+    /// `VmHWM` at the end (the process's peak since it started), in MiB.
+    pub vm_hwm_mib: f64,
+    /// (peak sampled RSS − baseline) / connected sessions, in KiB.
+    pub memory_per_session_kib: Option<f64>,
+}
+
+/// State shared by the sessions of a run.
+pub(crate) struct Shared {
+    pub(crate) config: LoadConfig,
+    totals: Mutex<stats::Totals>,
+    arrived: AtomicUsize,
+    start: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, stats::Totals> {
+        self.totals.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A session has connected (or failed to); the last one opens the start line.
+    pub(crate) fn arrive(&self) {
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.config.sessions {
+            self.start.send_replace(true);
+        }
+    }
+
+    /// Waits until every session has arrived.
+    pub(crate) async fn wait_start(&self) {
+        let mut start = self.start.subscribe();
+        // The sender lives as long as `self`, so this only ends when the line opens.
+        let _ = start.wait_for(|open| *open).await;
+    }
+}
+
+/// Samples the server's memory until dropped; keeps the highest RSS.
+struct MemorySampler {
+    peak: Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MemorySampler {
+    fn start(pid: u32, every: Duration) -> Self {
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = Arc::clone(&peak);
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            loop {
+                ticks.tick().await;
+                if let Ok(memory) = procfs::memory(pid) {
+                    seen.fetch_max(memory.rss_kib, Ordering::Relaxed);
+                }
+            }
+        });
+        Self { peak, task }
+    }
+
+    fn peak_kib(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for MemorySampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit (each session is one socket);
+/// returns the soft limit in force afterwards.
+pub fn raise_fd_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(error) => {
+            tracing::warn!(%error, "could not raise the open-file limit");
+            rlimit::Resource::NOFILE
+                .get()
+                .map_or(0, |(soft, _hard)| soft)
+        }
+    }
+}
+
+/// Runs the load described by `config` and reports.
+pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
+    if config.sessions == 0 {
+        return Err(LoadError::Invalid("sessions must be at least 1".to_owned()));
+    }
+    let limit = raise_fd_limit();
+    if (config.sessions as u64).saturating_add(64) > limit {
+        tracing::warn!(
+            limit,
+            sessions = config.sessions,
+            "the open-file limit is below the session count; raise it (ulimit -n)"
+        );
+    }
+    let pid = config.pid;
+    let cpu_before = match pid {
+        Some(pid) => {
+            Some(procfs::cpu_time(pid).map_err(|source| LoadError::Process { pid, source })?)
+        }
+        None => None,
+    };
+    let baseline = match pid {
+        Some(pid) => {
+            Some(procfs::memory(pid).map_err(|source| LoadError::Process { pid, source })?)
+        }
+        None => None,
+    };
+    let self_cpu_before = procfs::cpu_time(std::process::id()).ok();
+    let sampler = pid.map(|pid| MemorySampler::start(pid, config.sample_every));
+
+    let (start, _) = watch::channel(false);
+    let sessions = config.sessions;
+    let ramp = config.ramp_per_sec;
+    let shared = Arc::new(Shared {
+        config,
+        totals: Mutex::new(stats::Totals::new()),
+        arrived: AtomicUsize::new(0),
+        start,
+    });
+    let began = Instant::now();
+    let mut tasks = JoinSet::new();
+    for index in 0..sessions {
+        if ramp > 0 && index > 0 {
+            let due = began + Duration::from_secs_f64(index as f64 / f64::from(ramp));
+            tokio::time::sleep_until(due).await;
+        }
+        tasks.spawn(session::run(Arc::clone(&shared), index));
+    }
+    shared.wait_start().await;
+    let line = Instant::now();
+    let cpu_at_line = pid.and_then(|pid| procfs::cpu_time(pid).ok());
+    let rss_connected = pid.and_then(|pid| procfs::memory(pid).ok());
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(error) = joined {
+            shared
+                .lock()
+                .note_error(format!("session task failed: {error}"));
+        }
+    }
+    let ended = Instant::now();
+    let cpu_after = pid.and_then(|pid| procfs::cpu_time(pid).ok());
+    let memory_after = pid.and_then(|pid| procfs::memory(pid).ok());
+    let self_cpu_after = procfs::cpu_time(std::process::id()).ok();
+
+    let totals = shared.lock().clone();
+    let turn_phase = ended - line;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    let server = match (
+        pid,
+        cpu_before,
+        cpu_at_line,
+        cpu_after,
+        baseline,
+        memory_after,
+    ) {
+        (Some(pid), Some(before), Some(at_line), Some(after), Some(baseline), Some(after_mem)) => {
+            let sampled_peak = sampler
+                .as_ref()
+                .map_or(0, MemorySampler::peak_kib)
+                .max(after_mem.rss_kib)
+                .max(rss_connected.map_or(0, |m| m.rss_kib));
+            let turn_cpu = after.saturating_sub(at_line);
+            Some(ServerUsage {
+                pid,
+                cpu_ms_total: ms(after.saturating_sub(before)),
+                cpu_ms_turn_phase: ms(turn_cpu),
+                cpu_ms_per_turn: (totals.turns_completed > 0)
+                    .then(|| ms(turn_cpu) / totals.turns_completed as f64),
+                cpu_ms_per_connect: (totals.connected > 0)
+                    .then(|| ms(at_line.saturating_sub(before)) / totals.connected as f64),
+                rss_baseline_mib: mib(baseline.rss_kib),
+                rss_peak_mib: mib(sampled_peak),
+                rss_connected_mib: mib(rss_connected.map_or(0, |m| m.rss_kib)),
+                vm_hwm_mib: mib(after_mem.hwm_kib),
+                memory_per_session_kib: (totals.connected > 0).then(|| {
+                    sampled_peak.saturating_sub(baseline.rss_kib) as f64 / totals.connected as f64
+                }),
+            })
+        }
+        _ => None,
+    };
+    drop(sampler);
+    let errors = totals.connect_errors
+        + totals.turns_with_agent_error
+        + totals.turns_timed_out
+        + totals.turns_lost;
+    let config = &shared.config;
+    Ok(LoadReport {
+        url: config.url.clone(),
+        scenario: config.scenario,
+        sessions: config.sessions,
+        turns_per_session: config.turns,
+        connected: totals.connected,
+        connect_errors: totals.connect_errors,
+        turns_completed: totals.turns_completed,
+        turns_ok: totals.turns_ok,
+        turns_with_agent_error: totals.turns_with_agent_error,
+        turns_without_chunks: totals.turns_without_chunks,
+        turns_timed_out: totals.turns_timed_out,
+        turns_lost: totals.turns_lost,
+        turns_not_run: totals.turns_not_run,
+        errors,
+        agent_errors: totals.agent_errors,
+        chunks: totals.chunks,
+        stray_chunks: totals.stray_chunks,
+        tool_calls_ended: totals.tool_calls_ended,
+        tool_calls_failed: totals.tool_calls_failed,
+        connect_time: totals.connect.summary(),
+        time_to_first_chunk: totals.first_chunk.summary(),
+        time_to_end: totals.end.summary(),
+        turns_interrupted: totals.turns_interrupted,
+        chunks_after_interrupt: totals.chunks_after_interrupt,
+        interrupt_to_last_chunk: totals.interrupt_to_last_chunk.summary(),
+        interrupt_to_end: totals.interrupt_to_end.summary(),
+        turn_phase_secs: turn_phase.as_secs_f64(),
+        turns_per_sec: if turn_phase.is_zero() {
+            0.0
+        } else {
+            totals.turns_completed as f64 / turn_phase.as_secs_f64()
+        },
+        total_secs: (ended - began).as_secs_f64(),
+        server,
+        load_generator_cpu_ms: match (self_cpu_before, self_cpu_after) {
+            (Some(before), Some(after)) => Some(ms(after.saturating_sub(before))),
+            _ => None,
+        },
+        error_samples: totals.error_samples,
+    })
+}
+
+impl LoadReport {
+    /// The report as a plain-text table.
+    pub fn to_table(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let row = |out: &mut String, name: &str, p: &Percentiles| {
+            let _ = writeln!(
+                out,
+                "  {name:<26} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                p.count, p.p50_ms, p.p90_ms, p.p99_ms, p.max_ms
+            );
+        };
+        let _ = writeln!(
+            out,
+            "crewline load: {} sessions x {} turns, scenario {:?}, {}",
+            self.sessions, self.turns_per_session, self.scenario, self.url
+        );
+        let _ = writeln!(
+            out,
+            "  connected {} ({} failed); turns completed {} (ok {}, with agent.error {}, \
+             without chunks {}), timed out {}, lost {}, not run {}; errors {}",
+            self.connected,
+            self.connect_errors,
+            self.turns_completed,
+            self.turns_ok,
+            self.turns_with_agent_error,
+            self.turns_without_chunks,
+            self.turns_timed_out,
+            self.turns_lost,
+            self.turns_not_run,
+            self.errors
+        );
+        let _ = writeln!(
+            out,
+            "  chunks {} (stray {}), tool calls ended {} (failed {}), agent.error frames {}",
+            self.chunks,
+            self.stray_chunks,
+            self.tool_calls_ended,
+            self.tool_calls_failed,
+            self.agent_errors
+        );
+        let _ = writeln!(
+            out,
+            "  {:<26} {:>8} {:>9} {:>9} {:>9} {:>9}",
+            "latency (ms)", "count", "p50", "p90", "p99", "max"
+        );
+        row(&mut out, "connect + handshake", &self.connect_time);
+        row(
+            &mut out,
+            "request -> first chunk",
+            &self.time_to_first_chunk,
+        );
+        row(&mut out, "request -> end", &self.time_to_end);
+        if self.turns_interrupted > 0 {
+            row(
+                &mut out,
+                "interrupt -> last chunk",
+                &self.interrupt_to_last_chunk,
+            );
+            row(&mut out, "interrupt -> end", &self.interrupt_to_end);
+            let _ = writeln!(
+                out,
+                "  interrupted turns {}, chunks after the interrupt {}",
+                self.turns_interrupted, self.chunks_after_interrupt
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  turns/s {:.1} over {:.2} s (whole run {:.2} s)",
+            self.turns_per_sec, self.turn_phase_secs, self.total_secs
+        );
+        if let Some(server) = &self.server {
+            let or_dash = |value: Option<f64>, digits: usize| {
+                value.map_or_else(|| "-".to_owned(), |v| format!("{v:.digits$}"))
+            };
+            let _ = writeln!(
+                out,
+                "  server pid {}: CPU {} ms/turn ({:.0} ms in turns, {:.0} ms total); RSS \
+                 {:.1} MiB before, {:.1} MiB connected, {:.1} MiB peak (VmHWM {:.1}); {} \
+                 KiB/session",
+                server.pid,
+                or_dash(server.cpu_ms_per_turn, 3),
+                server.cpu_ms_turn_phase,
+                server.cpu_ms_total,
+                server.rss_baseline_mib,
+                server.rss_connected_mib,
+                server.rss_peak_mib,
+                server.vm_hwm_mib,
+                or_dash(server.memory_per_session_kib, 1)
+            );
+        }
+        for sample in &self.error_samples {
+            let _ = writeln!(out, "  error: {sample}");
+        }
+        out
+    }
+}

@@ -1,0 +1,529 @@
+//! A scriptable, OpenAI-compatible mock LLM: the Rust twin of `reference/mock_llm.py`.
+//!
+//! It serves `POST /v1/chat/completions` (and `/chat/completions`): streaming SSE in OpenAI's
+//! exact chunk shape, or a plain `chat.completion` object when the request has no
+//! `"stream": true`. Each request's answer comes from a [`Script`], in the same JSON format as
+//! the Python mock, so the reference recordings' scripts play unchanged: text deltas, tool
+//! calls (one header delta per call, or all headers in one delta), pauses, an HTTP error
+//! status (500, 429...) before the first byte, a stall before the headers, and a connection cut
+//! after N events. Control endpoints:
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /health` | `{"status": "ok"}` |
+//! | `POST /_mock/script` | load a script (JSON body); clears the request log and counter |
+//! | `POST /_mock/reset` | clears the request log and counter, keeps the script |
+//! | `GET /_mock/requests` | the requests received, each `{index, method, path, headers, body, outcome}` |
+//!
+//! Any request can also be made to fail whatever the script says, with the `x-mock-fault`
+//! header or a `[[mock:FAULT]]` marker in its last user message: `500`, `429` (any status),
+//! `cut` / `cut:N` (the stream aborted mid-way), `stall` / `stall:MS` (no byte for a long
+//! time); see [`Fault`].
+//!
+//! The outcome of a request is `pending`, `completed`, `client_disconnected`,
+//! `cut_by_script_after_N_chunks` or `http_<status>`.
+//!
+//! ```no_run
+//! use crewline_testkit::mock_llm::{MockLlm, Script};
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! let mock = MockLlm::new(Script::text(5, std::time::Duration::from_millis(20)));
+//! let running = mock.spawn("127.0.0.1:0".parse().expect("address")).await?;
+//! tracing::info!(base_url = %running.base_url(), "point the OpenAI client here");
+//! # Ok(()) }
+//! ```
+//!
+//! Efficiency (it also serves the load benchmarks): a request's SSE frames are built once, up
+//! front; streaming them allocates nothing more, and the only lock is the one that records the
+//! request and, at the end, its outcome.
+
+mod fault;
+pub mod raw;
+mod reply;
+mod script;
+
+use std::{
+    collections::VecDeque,
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    body::{Body, Bytes},
+    extract::{DefaultBodyLimit, State},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde_json::{Map, Value, json};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+
+pub use fault::{FAULT_HEADER, Fault};
+pub use script::{Reply, Rule, Script, ScriptError, ScriptedCall, When};
+
+/// The largest request body accepted (as the Python mock: 64 MiB).
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The request headers kept in the log.
+const LOGGED_HEADERS: [&str; 3] = ["content-type", "accept", "x-stainless-retry-count"];
+
+/// One request the mock received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// Its number since the script was loaded (or the log reset).
+    pub index: usize,
+    /// The HTTP method.
+    pub method: String,
+    /// The path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// The `content-type`, `accept` and `x-stainless-retry-count` headers, when sent.
+    pub headers: Map<String, Value>,
+    /// The JSON body (`{"_unparseable": text}` when it was not JSON).
+    pub body: Value,
+    /// How it ended: `pending`, `completed`, `client_disconnected`,
+    /// `cut_by_script_after_N_chunks` or `http_<status>`.
+    pub outcome: String,
+}
+
+impl RecordedRequest {
+    /// The entry as the Python mock writes it in `GET /_mock/requests`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "index": self.index,
+            "method": self.method,
+            "path": self.path,
+            "headers": self.headers,
+            "body": self.body,
+            "outcome": self.outcome,
+        })
+    }
+}
+
+/// A scriptable mock of an OpenAI-compatible server; cheap to clone (clones share state).
+#[derive(Clone)]
+pub struct MockLlm {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for MockLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.shared.state();
+        f.debug_struct("MockLlm")
+            .field("rules", &state.script.rules.len())
+            .field("requests", &state.next_index)
+            .finish()
+    }
+}
+
+struct Shared {
+    state: Mutex<LogState>,
+    /// Bumped whenever an outcome changes, so waiters need not poll.
+    changed: watch::Sender<u64>,
+}
+
+struct LogState {
+    script: Arc<Script>,
+    /// Bumped by every script load and reset: late outcomes of older requests are ignored.
+    generation: u64,
+    /// The index the next request gets.
+    next_index: usize,
+    /// The recorded requests; the oldest are dropped beyond `limit`.
+    log: VecDeque<RecordedRequest>,
+    limit: Option<usize>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn bump(&self) {
+        self.changed
+            .send_modify(|version| *version = version.wrapping_add(1));
+    }
+}
+
+/// Sets the outcome of one recorded request.
+pub(crate) struct Recorder {
+    shared: Arc<Shared>,
+    generation: u64,
+    index: usize,
+}
+
+impl Recorder {
+    pub(crate) fn set_outcome(&self, outcome: String) {
+        {
+            let mut state = self.shared.state();
+            if state.generation != self.generation {
+                return;
+            }
+            let first = state.log.front().map_or(0, |entry| entry.index);
+            if let Some(entry) = self
+                .index
+                .checked_sub(first)
+                .and_then(|at| state.log.get_mut(at))
+            {
+                entry.outcome = outcome;
+            }
+        }
+        self.shared.bump();
+    }
+}
+
+/// Marks a request whose handler was dropped before it answered (the client went away during
+/// `first_byte_delay`).
+struct PendingGuard(Option<Recorder>);
+
+impl PendingGuard {
+    fn answer(mut self, outcome: Option<String>) -> Option<Recorder> {
+        let recorder = self.0.take();
+        if let (Some(recorder), Some(outcome)) = (&recorder, outcome) {
+            recorder.set_outcome(outcome);
+        }
+        recorder
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        if let Some(recorder) = self.0.take() {
+            recorder.set_outcome("client_disconnected".to_owned());
+        }
+    }
+}
+
+impl MockLlm {
+    /// A mock playing `script`, recording every request.
+    pub fn new(script: Script) -> Self {
+        let (changed, _) = watch::channel(0);
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(LogState {
+                    script: Arc::new(script),
+                    generation: 0,
+                    next_index: 0,
+                    log: VecDeque::new(),
+                    limit: None,
+                }),
+                changed,
+            }),
+        }
+    }
+
+    /// Keeps at most `limit` requests in the log (the oldest go first); for long load tests.
+    /// Request indexes keep counting.
+    pub fn with_record_limit(self, limit: usize) -> Self {
+        self.shared.state().limit = Some(limit);
+        self
+    }
+
+    /// Loads `script`, clearing the request log and the request counter.
+    pub fn load(&self, script: Script) {
+        {
+            let mut state = self.shared.state();
+            state.script = Arc::new(script);
+            state.clear();
+        }
+        self.shared.bump();
+    }
+
+    /// Clears the request log and the request counter; keeps the script.
+    pub fn reset(&self) {
+        self.shared.state().clear();
+        self.shared.bump();
+    }
+
+    /// The requests received since the last load or reset (up to the record limit).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.state().log.iter().cloned().collect()
+    }
+
+    /// Waits until no recorded request is `pending` any more, at most `timeout`; returns
+    /// whether that happened.
+    pub async fn wait_settled(&self, timeout: Duration) -> bool {
+        let mut changes = self.shared.changed.subscribe();
+        let settled = async {
+            loop {
+                if !self
+                    .shared
+                    .state()
+                    .log
+                    .iter()
+                    .any(|request| request.outcome == "pending")
+                {
+                    return;
+                }
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, settled).await.is_ok()
+    }
+
+    /// The routes: the completions endpoints and the control endpoints.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/health", get(health))
+            .route("/_mock/script", post(load_script))
+            .route("/_mock/reset", post(reset))
+            .route("/_mock/requests", get(requests))
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/chat/completions", post(chat_completions))
+            .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .with_state(self.clone())
+    }
+
+    /// Serves on `listener` until the returned server is shut down or dropped; call it inside
+    /// a Tokio runtime.
+    pub fn serve(&self, listener: TcpListener) -> std::io::Result<RunningMockLlm> {
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = self.router();
+        // Without TCP_NODELAY, each small SSE event after the first waits for the client's
+        // delayed ACK (about 40 ms on Linux): streamed answers would crawl.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!(%error, "could not set TCP_NODELAY");
+            }
+        });
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(RunningMockLlm {
+            addr,
+            mock: self.clone(),
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Binds `addr` (use port 0 for a free one) and serves there.
+    pub async fn spawn(&self, addr: SocketAddr) -> std::io::Result<RunningMockLlm> {
+        let listener = TcpListener::bind(addr).await?;
+        self.serve(listener)
+    }
+
+    /// Records a request and picks its reply (while the body is at hand).
+    fn record(&self, method: &Method, path: &str, headers: &HeaderMap, body: Value) -> Picked {
+        let logged: Map<String, Value> = LOGGED_HEADERS
+            .iter()
+            .filter_map(|name| {
+                let value = headers.get(*name)?.to_str().ok()?;
+                Some(((*name).to_owned(), Value::from(value)))
+            })
+            .collect();
+        let mut state = self.shared.state();
+        let index = state.next_index;
+        state.next_index += 1;
+        let script = Arc::clone(&state.script);
+        let rule = script.pick_rule(index, &body);
+        let model = script
+            .model
+            .clone()
+            .or_else(|| {
+                body.get("model")
+                    .and_then(Value::as_str)
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| "mock-gpt".to_owned());
+        state.log.push_back(RecordedRequest {
+            index,
+            method: method.as_str().to_owned(),
+            path: path.to_owned(),
+            headers: logged,
+            body,
+            outcome: "pending".to_owned(),
+        });
+        if let Some(limit) = state.limit {
+            while state.log.len() > limit {
+                state.log.pop_front();
+            }
+        }
+        let recorder = Recorder {
+            shared: Arc::clone(&self.shared),
+            generation: state.generation,
+            index,
+        };
+        Picked {
+            index,
+            script,
+            rule,
+            model,
+            recorder,
+        }
+    }
+}
+
+/// A recorded request and the reply chosen for it.
+struct Picked {
+    index: usize,
+    script: Arc<Script>,
+    rule: Option<usize>,
+    model: String,
+    recorder: Recorder,
+}
+
+impl LogState {
+    fn clear(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        self.next_index = 0;
+        self.log.clear();
+    }
+}
+
+/// A mock serving on a socket; dropping it stops the server.
+#[derive(Debug)]
+pub struct RunningMockLlm {
+    addr: SocketAddr,
+    mock: MockLlm,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningMockLlm {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The OpenAI base URL to give a client: `http://<addr>/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The mock's state (script, request log).
+    pub fn mock(&self) -> &MockLlm {
+        &self.mock
+    }
+
+    /// Stops accepting requests and waits (at most `timeout`) for the open ones to end.
+    pub async fn shutdown(mut self, timeout: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(timeout, &mut self.task).await.is_err() {
+            self.task.abort();
+        }
+    }
+}
+
+impl Drop for RunningMockLlm {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn health() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+async fn load_script(State(mock): State<MockLlm>, body: Bytes) -> Response {
+    let script = serde_json::from_slice::<Value>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|value| Script::from_json(&value).map_err(|e| e.to_string()));
+    match script {
+        Ok(script) => {
+            mock.load(script);
+            Json(json!({"ok": true})).into_response()
+        }
+        Err(error) => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"ok": false, "error": error})),
+        )
+            .into_response(),
+    }
+}
+
+async fn reset(State(mock): State<MockLlm>) -> Response {
+    mock.reset();
+    Json(json!({"ok": true})).into_response()
+}
+
+async fn requests(State(mock): State<MockLlm>) -> Response {
+    let entries: Vec<Value> = mock
+        .requests()
+        .iter()
+        .map(RecordedRequest::to_json)
+        .collect();
+    Json(Value::Array(entries)).into_response()
+}
+
+async fn chat_completions(
+    State(mock): State<MockLlm>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    raw: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&raw)
+        .unwrap_or_else(|_| json!({"_unparseable": String::from_utf8_lossy(&raw)}));
+    let stream = body.get("stream").is_some_and(truthy);
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .is_some_and(truthy);
+    let fault = Fault::of_request(&headers, &body);
+    let Picked {
+        index,
+        script,
+        rule,
+        model,
+        recorder,
+    } = mock.record(&method, uri.path(), &headers, body);
+    let reply = match fault {
+        Some(fault) => {
+            let scripted = script.reply(rule);
+            let events = reply::sse_frames(scripted, &model, index, include_usage).len();
+            fault.apply(scripted, events)
+        }
+        None => std::borrow::Cow::Borrowed(script.reply(rule)),
+    };
+    let reply = reply.as_ref();
+    let guard = PendingGuard(Some(recorder));
+
+    if !reply.first_byte_delay.is_zero() {
+        tokio::time::sleep(reply.first_byte_delay).await;
+    }
+    if let Some(status) = reply.http_status {
+        guard.answer(Some(format!("http_{status}")));
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, Json(reply.error_body())).into_response();
+    }
+    if !stream {
+        guard.answer(Some("completed".to_owned()));
+        return Json(reply::completion(reply, &model, index)).into_response();
+    }
+    let frames = reply::sse_frames(reply, &model, index, include_usage);
+    let Some(recorder) = guard.answer(None) else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let stream =
+        reply::ReplyStream::new(frames, reply.chunk_delay, reply.cut_after_chunks, recorder);
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// Python truthiness, for the request's `stream` and `include_usage`.
+fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
