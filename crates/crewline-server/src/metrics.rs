@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use crewline::{Observer, TurnOutcome, TurnReport, core::ToolErrorKind, protocol::Severity};
+use crewline::{Observer, TurnOutcome, TurnReport, protocol::Severity, types::ToolErrorKind};
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, NoLabelSet, prometheus_text},
