@@ -17,7 +17,7 @@ use axum::{
 };
 use crewline::{
     DispatchError, Observer, Session, SessionSetup,
-    protocol::{AgentError, DecodeError, Event, EventBody, Severity, SystemInit},
+    protocol::{AgentError, Event, EventBody, Severity, SystemInit},
 };
 use futures::{
     SinkExt, StreamExt,
@@ -388,8 +388,9 @@ impl Connection {
                 },
                 Err(error) => {
                     bad_frames = bad_frames.saturating_add(1);
-                    metrics.frame_dropped(frame_drop(&error));
                     let kind = error.kind();
+                    metrics.frame_dropped(FrameDrop::from(kind));
+                    let kind = kind.as_str();
                     let error = truncate(&error.to_string(), 200).into_owned();
                     if bad_frames <= LOUD_BAD_FRAMES {
                         tracing::warn!(
@@ -654,19 +655,6 @@ fn too_big(error: axum::Error) -> Option<(usize, usize)> {
             _ => None,
         },
         Err(_) => None,
-    }
-}
-
-/// The metrics label of a decode error.
-fn frame_drop(error: &DecodeError) -> FrameDrop {
-    match error.kind() {
-        "not_utf8" => FrameDrop::NotUtf8,
-        "not_json" => FrameDrop::NotJson,
-        "not_an_object" => FrameDrop::NotAnObject,
-        "missing_type" => FrameDrop::MissingType,
-        "unknown_type" => FrameDrop::UnknownType,
-        "too_deep" => FrameDrop::TooDeep,
-        _ => FrameDrop::InvalidFields,
     }
 }
 

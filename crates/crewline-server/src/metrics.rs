@@ -10,7 +10,11 @@ use std::{
     time::Duration,
 };
 
-use crewline::{Observer, TurnOutcome, TurnReport, protocol::Severity, types::ToolErrorKind};
+use crewline::{
+    Observer, TurnOutcome, TurnReport,
+    protocol::{DecodeErrorKind, Severity},
+    types::ToolErrorKind,
+};
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, NoLabelSet, prometheus_text},
@@ -61,6 +65,20 @@ pub enum FrameDrop {
     TooDeep,
     /// The frame is over the connection's size limit (the connection is closed with 1009).
     TooBig,
+}
+
+impl From<DecodeErrorKind> for FrameDrop {
+    fn from(kind: DecodeErrorKind) -> Self {
+        match kind {
+            DecodeErrorKind::NotUtf8 => Self::NotUtf8,
+            DecodeErrorKind::NotJson => Self::NotJson,
+            DecodeErrorKind::NotAnObject => Self::NotAnObject,
+            DecodeErrorKind::MissingType => Self::MissingType,
+            DecodeErrorKind::UnknownType => Self::UnknownType,
+            DecodeErrorKind::InvalidFields => Self::InvalidFields,
+            DecodeErrorKind::TooDeep => Self::TooDeep,
+        }
+    }
 }
 
 impl FrameDrop {
