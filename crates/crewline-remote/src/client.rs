@@ -16,9 +16,11 @@ use std::{
 };
 
 use axum::body::Bytes;
+use backon::{ExponentialBuilder, Retryable};
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_tools::{CallContext, ExportError, PANIC_MESSAGE, SessionScope, Target, ToolRegistry};
 use reqwest::{Method, StatusCode, Url};
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -31,21 +33,30 @@ use crate::wire::{
 /// How many event ids the client remembers for deduplication.
 const SEEN_EVENTS: usize = 4096;
 
-/// An API key: sent in the `apikey` header, never shown by `Debug` or in logs.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
+/// An API key: sent in the `apikey` header, never shown by `Debug` or in logs, and zeroed in
+/// memory when dropped.
+#[derive(Clone)]
+pub struct ApiKey(SecretString);
 
 impl ApiKey {
     /// Wraps a key.
     pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
+        Self(SecretString::from(key.into()))
     }
 
     /// The key itself, for the header.
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose_secret()
     }
 }
+
+impl PartialEq for ApiKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for ApiKey {}
 
 impl fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -76,12 +87,14 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// The delay after failed attempt number `attempt` (1-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.initial.saturating_mul(factor).min(self.max)
+    /// The delays between attempts, as backon runs them: `initial`, doubling, at most `max`,
+    /// `max_attempts - 1` of them. No jitter, so the delays are the ones configured.
+    fn schedule(&self) -> ExponentialBuilder {
+        ExponentialBuilder::new()
+            .with_min_delay(self.initial.min(self.max))
+            .with_max_delay(self.max)
+            .with_factor(2.0)
+            .with_max_times(self.max_attempts.max(1) as usize - 1)
     }
 }
 
@@ -499,32 +512,37 @@ impl TaskClient {
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the backoff's attempts run out.
-    async fn retrying<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, ClientError>
+    async fn retrying<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T, ClientError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let backoff = self.config.backoff;
-        let max_attempts = backoff.max_attempts.max(1);
-        let mut attempts = 0;
-        loop {
+        retrying(self.config.backoff, what, attempt).await
+    }
+}
+
+/// Runs `attempt` under `backoff`; a retryable failure left when the attempts run out is
+/// [`ClientError::GaveUp`].
+async fn retrying<T, F, Fut>(backoff: Backoff, what: &str, attempt: F) -> Result<T, ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ClientError>>,
+{
+    let mut attempts = 1;
+    let result = attempt
+        .retry(backoff.schedule())
+        .when(ClientError::is_retryable)
+        .notify(|error, delay| {
+            tracing::warn!(%error, attempt = attempts, ?delay, "{what} failed; retrying");
             attempts += 1;
-            match attempt().await {
-                Ok(value) => return Ok(value),
-                Err(error) if error.is_retryable() && attempts < max_attempts => {
-                    let delay = backoff.delay(attempts);
-                    tracing::warn!(%error, attempt = attempts, ?delay, "{what} failed; retrying");
-                    tokio::time::sleep(delay).await;
-                }
-                Err(error) if error.is_retryable() => {
-                    return Err(ClientError::GaveUp {
-                        attempts,
-                        last: Box::new(error),
-                    });
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        })
+        .await;
+    match result {
+        Err(error) if error.is_retryable() => Err(ClientError::GaveUp {
+            attempts,
+            last: Box::new(error),
+        }),
+        other => other,
     }
 }
 
@@ -665,16 +683,86 @@ impl SeenEvents {
 mod tests {
     use super::*;
 
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
+    /// When each attempt started (ms from the first) in a run under `backoff` whose every
+    /// attempt fails with `status`, and the error it ended with.
+    async fn attempt_times(backoff: Backoff, status: u16) -> (Vec<u128>, ClientError) {
+        let started = tokio::time::Instant::now();
+        let mut times = Vec::new();
+        let error = retrying(backoff, "test", || {
+            times.push(started.elapsed().as_millis());
+            let detail = String::new();
+            async move { Err::<(), _>(ClientError::Status { status, detail }) }
+        })
+        .await
+        .expect_err("every attempt fails");
+        (times, error)
+    }
+
+    /// The pauses between `times`, each checked against its nominal length (ms): backon
+    /// computes delays in `f32` seconds and tokio's timer rounds up to the millisecond, so a
+    /// pause may be 1 ms longer, never shorter.
+    fn assert_pauses(times: &[u128], expected: &[u128]) {
+        let pauses: Vec<u128> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(pauses.len(), expected.len(), "{pauses:?}");
+        for (pause, nominal) in pauses.iter().zip(expected) {
+            assert!(
+                (*nominal..=nominal + 1).contains(pause),
+                "{pauses:?} != {expected:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_doubles_up_to_its_cap() {
         let backoff = Backoff {
             initial: Duration::from_millis(100),
             max: Duration::from_millis(700),
             max_attempts: 5,
         };
-        let delays: Vec<u128> = (1..=5).map(|a| backoff.delay(a).as_millis()).collect();
-        assert_eq!(delays, [100, 200, 400, 700, 700]);
-        assert_eq!(backoff.delay(200), Duration::from_millis(700));
+        let (times, error) = attempt_times(backoff, 503).await;
+        assert_pauses(&times, &[100, 200, 400, 700]);
+        assert!(
+            matches!(&error, ClientError::GaveUp { attempts: 5, last }
+                if matches!(**last, ClientError::Status { status: 503, .. })),
+            "{error:?}"
+        );
+        let long = Backoff {
+            max_attempts: 200,
+            ..backoff
+        };
+        let (times, _) = attempt_times(long, 503).await;
+        assert_eq!(times.len(), 200);
+        assert_pauses(&times[190..], &[700; 9]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_backoff_and_what_is_not_retried() {
+        let (times, error) = attempt_times(Backoff::default(), 429).await;
+        assert_pauses(&times, &[100, 200, 400, 800, 1600, 3200, 5000]);
+        assert!(
+            matches!(error, ClientError::GaveUp { attempts: 8, .. }),
+            "{error:?}"
+        );
+        // A client error is not retried, and keeps its own type.
+        let (times, error) = attempt_times(Backoff::default(), 400).await;
+        assert_eq!(times, [0]);
+        assert!(
+            matches!(error, ClientError::Status { status: 400, .. }),
+            "{error:?}"
+        );
+        // One attempt allowed (or none, which counts as one): no retry.
+        for max_attempts in [0, 1] {
+            let once = Backoff {
+                max_attempts,
+                ..Backoff::default()
+            };
+            let (times, error) = attempt_times(once, 503).await;
+            assert_eq!(times, [0]);
+            assert!(
+                matches!(error, ClientError::GaveUp { attempts: 1, .. }),
+                "{error:?}"
+            );
+        }
     }
 
     #[test]
