@@ -201,7 +201,11 @@ fn inbound_frames_decode_like_the_reference() {
                     // Raw bytes the reference could not read as JSON: so do we.
                     let data = step["data"].as_str().unwrap_or_default();
                     let err = decode_str(data).err();
-                    assert_eq!(err.map(|e| e.kind().as_str()), Some("not_json"), "{scenario}");
+                    assert_eq!(
+                        err.map(|e| e.kind().as_str()),
+                        Some("not_json"),
+                        "{scenario}"
+                    );
                     continue;
                 }
                 _ => continue,
