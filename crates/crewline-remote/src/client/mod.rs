@@ -10,17 +10,15 @@
 
 use std::{
     collections::{HashSet, VecDeque},
-    fmt,
     sync::Arc,
     time::Duration,
 };
 
 use axum::body::Bytes;
-use backon::{ExponentialBuilder, Retryable};
+use backon::Retryable;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
-use crewline_tools::{CallContext, ExportError, PANIC_MESSAGE, SessionScope, Target, ToolRegistry};
+use crewline_tools::{CallContext, PANIC_MESSAGE, SessionScope, Target, ToolRegistry};
 use reqwest::{Method, StatusCode, Url};
-use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -30,199 +28,16 @@ use crate::wire::{
     TaskStatus, ToolAnswer, ToolCallPayload,
 };
 
+mod config;
+mod error;
+
+pub use self::{
+    config::{ApiKey, Backoff, ClientConfig},
+    error::ClientError,
+};
+
 /// How many event ids the client remembers for deduplication.
 const SEEN_EVENTS: usize = 4096;
-
-/// An API key: sent in the `apikey` header, never shown by `Debug` or in logs, and zeroed in
-/// memory when dropped.
-#[derive(Clone)]
-pub struct ApiKey(SecretString);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(SecretString::from(key.into()))
-    }
-
-    /// The key itself, for the header.
-    pub fn expose(&self) -> &str {
-        self.0.expose_secret()
-    }
-}
-
-impl PartialEq for ApiKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.expose() == other.expose()
-    }
-}
-
-impl Eq for ApiKey {}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
-/// How failed requests are retried: exponential delays from `initial`, doubling, capped at
-/// `max`, for at most `max_attempts` attempts in a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// The first delay.
-    pub initial: Duration,
-    /// The longest delay.
-    pub max: Duration,
-    /// Attempts (the first one included) before giving up.
-    pub max_attempts: u32,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(5),
-            max_attempts: 8,
-        }
-    }
-}
-
-impl Backoff {
-    /// The delays between attempts, as backon runs them: `initial`, doubling, at most `max`,
-    /// `max_attempts - 1` of them. No jitter, so the delays are the ones configured.
-    fn schedule(&self) -> ExponentialBuilder {
-        ExponentialBuilder::new()
-            .with_min_delay(self.initial.min(self.max))
-            .with_max_delay(self.max)
-            .with_factor(2.0)
-            .with_max_times(self.max_attempts.max(1) as usize - 1)
-    }
-}
-
-/// Where the task API is and how to talk to it.
-#[derive(Debug, Clone)]
-pub struct ClientConfig {
-    /// The API's base URL, e.g. `https://api.smooth.sh/api/v1` or `http://127.0.0.1:8080`.
-    pub base_url: String,
-    /// Sent as the `apikey` header.
-    pub api_key: Option<ApiKey>,
-    /// The shortest time between two polls that brought nothing new.
-    pub poll_interval: Duration,
-    /// Asks the server to hold a poll open until an event comes, up to this long (`wait_ms`,
-    /// a crewline extension; other servers ignore it and answer at once).
-    pub long_poll: Option<Duration>,
-    /// The longest a request may take (a long poll gets its wait on top).
-    pub request_timeout: Duration,
-    /// How failed requests are retried.
-    pub backoff: Backoff,
-}
-
-impl ClientConfig {
-    /// A configuration for `base_url`, without a key: 250 ms between idle polls, 10 s long
-    /// polls, 30 s request timeout, default backoff.
-    pub fn new(base_url: impl Into<String>) -> Self {
-        Self {
-            base_url: base_url.into(),
-            api_key: None,
-            poll_interval: Duration::from_millis(250),
-            long_poll: Some(Duration::from_secs(10)),
-            request_timeout: Duration::from_secs(30),
-            backoff: Backoff::default(),
-        }
-    }
-
-    /// With this API key.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(ApiKey::new(key));
-        self
-    }
-
-    /// With this time between idle polls.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// With long polls of at most `wait` (`None`: plain polling).
-    pub fn long_poll(mut self, wait: Option<Duration>) -> Self {
-        self.long_poll = wait;
-        self
-    }
-
-    /// With this retry policy.
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// With this request timeout.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-}
-
-/// Why a task API request failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// The configuration cannot work (e.g. the base URL does not parse).
-    #[error("invalid task client configuration: {0}")]
-    Config(String),
-    /// The request did not get an answer (connection refused, reset, timed out).
-    #[error("could not reach the task API: {0}")]
-    Network(#[source] reqwest::Error),
-    /// The API answered with an error status.
-    #[error("the task API answered {status}: {detail}")]
-    Status {
-        /// The HTTP status.
-        status: u16,
-        /// The API's explanation.
-        detail: String,
-    },
-    /// The API does not know the task.
-    #[error("the task API has no task `{0}`")]
-    TaskNotFound(String),
-    /// The API refused the key.
-    #[error("the task API refused the api key ({status}): {detail}")]
-    Unauthorized {
-        /// 401 or 403.
-        status: u16,
-        /// The API's explanation.
-        detail: String,
-    },
-    /// A success response did not have the expected shape.
-    #[error("the task API sent a body that is not the expected {what}: {source}")]
-    Decode {
-        /// What was expected.
-        what: &'static str,
-        /// The parse error.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The registry's tools cannot be exported to a remote agent.
-    #[error(transparent)]
-    Export(#[from] ExportError),
-    /// Every attempt failed; the last failure is kept.
-    #[error("gave up after {attempts} attempts: {last}")]
-    GaveUp {
-        /// How many attempts were made.
-        attempts: u32,
-        /// The last attempt's failure.
-        #[source]
-        last: Box<ClientError>,
-    },
-}
-
-impl ClientError {
-    /// Whether trying again may help (network errors, 5xx, 408, 429).
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Network(_) => true,
-            Self::Status { status, .. } => *status >= 500 || *status == 408 || *status == 429,
-            _ => false,
-        }
-    }
-}
 
 /// How a served task ended.
 #[derive(Debug, Clone, PartialEq)]
