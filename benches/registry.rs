@@ -141,7 +141,7 @@ fn bench(c: &mut Criterion) {
             HookAction::Continue
         }))
         .after_hook(FnAfterHook(
-            |_: &ToolCall, outcome: &mut Result<Value, crewline::tool::CallError>| {
+            |_: &ToolCall, outcome: &mut Result<Value, crewline::tool::ToolCallError>| {
                 black_box(outcome);
             },
         ))

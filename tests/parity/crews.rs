@@ -8,11 +8,11 @@ use std::{convert::Infallible, fmt, sync::Arc};
 use crewline::{
     BackgroundAgent, BackgroundNode, CallControl, Crew, MAX_TOOL_ROUNDS, NodeError, NodeHandle,
     OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
-    core::Context,
     llm::{LlmClient, OpenAiClient},
     protocol::{Event, EventBody, TransferOptions, TransferType},
     tool::{ToolError, ToolRegistry},
     tools,
+    types::Context,
 };
 use serde_json::{Value, json};
 

@@ -1,6 +1,9 @@
-use std::time::Duration;
+use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
 
 /// Why a chat completion failed.
+///
+/// A failure that came from below (the network, a decoder, another client's own error) keeps
+/// it: walk [`std::error::Error::source`] from the error to reach it.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlmError {
@@ -12,7 +15,7 @@ pub enum LlmError {
     Config(String),
     /// The server could not be reached.
     #[error("could not reach the LLM server: {0}")]
-    Connect(String),
+    Connect(#[source] ErrorDetail),
     /// The server answered with an error.
     #[error("the LLM server answered {}: {message}", status.map_or_else(|| "an error".to_owned(), |s| format!("HTTP {s}")))]
     Api {
@@ -26,10 +29,10 @@ pub enum LlmError {
     Timeout(Duration),
     /// The stream broke off before the model finished.
     #[error("the LLM stream broke off mid-way: {0}")]
-    StreamCut(String),
+    StreamCut(#[source] ErrorDetail),
     /// The server's answer could not be read.
     #[error("could not read the LLM server's answer: {0}")]
-    InvalidResponse(String),
+    InvalidResponse(#[source] ErrorDetail),
     /// Part of the server's answer was larger than the client's limit (see
     /// [`OpenAiClientBuilder::max_event_bytes`](crate::OpenAiClientBuilder::max_event_bytes)):
     /// the answer was stopped there, so a runaway or hostile server costs at most the limit.
@@ -40,7 +43,101 @@ pub enum LlmError {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// A scripted model ran out of script or was told to fail.
-    #[error("scripted model: {0}")]
-    Script(String),
+    /// Another client's own failure (a custom model, the scripted one), in its words: see
+    /// [`LlmError::other`].
+    #[error("{0}")]
+    Other(#[source] ErrorDetail),
+}
+
+impl LlmError {
+    /// A client's own failure, keeping `error` as its cause (its message is the error's).
+    pub fn other(error: impl StdError + Send + Sync + 'static) -> Self {
+        Self::Other(ErrorDetail::caused_by(error.to_string(), error))
+    }
+}
+
+/// What went wrong, in words, and the error that caused it when there was one (reachable
+/// through [`std::error::Error::source`]).
+///
+/// The message already holds the cause's words, so logging the [`LlmError`] alone says it
+/// all; the cause is kept for code that inspects it (`downcast_ref::<std::io::Error>()`).
+#[derive(Clone)]
+pub struct ErrorDetail {
+    message: String,
+    source: Option<Arc<dyn StdError + Send + Sync>>,
+}
+
+impl ErrorDetail {
+    /// A message with no cause.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A message caused by `source`.
+    pub fn caused_by(
+        message: impl Into<String>,
+        source: impl StdError + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same cause with its message changed (to scrub a secret out of it).
+    pub(crate) fn map_message(self, map: impl FnOnce(String) -> String) -> Self {
+        Self {
+            message: map(self.message),
+            source: self.source,
+        }
+    }
+}
+
+impl fmt::Debug for ErrorDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The message's own `Debug`, as the variants held a bare string before, with the cause
+        // only when there is one.
+        match &self.source {
+            None => fmt::Debug::fmt(&self.message, f),
+            Some(source) => f
+                .debug_struct("ErrorDetail")
+                .field("message", &self.message)
+                .field("source", source)
+                .finish(),
+        }
+    }
+}
+
+impl fmt::Display for ErrorDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl StdError for ErrorDetail {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn StdError + 'static))
+    }
+}
+
+impl From<String> for ErrorDetail {
+    fn from(message: String) -> Self {
+        Self::new(message)
+    }
+}
+
+impl From<&str> for ErrorDetail {
+    fn from(message: &str) -> Self {
+        Self::new(message)
+    }
 }

@@ -22,8 +22,8 @@ pub use assembler::{ToolCallAssembler, ToolCallDelta};
 pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]
 pub use client::MockLlmClient;
-pub use error::LlmError;
+pub use error::{ErrorDetail, LlmError};
 pub use openai::{OpenAiClient, OpenAiClientBuilder};
 pub use request::{ChatRequest, RequestOptions, ToolChoice};
-pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptedLlm};
+pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptError, ScriptedLlm};
 pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};

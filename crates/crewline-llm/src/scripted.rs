@@ -24,6 +24,21 @@ use crate::{
 /// What a scripted model says when told not to call tools but scripted to call some.
 const NO_TOOLS_FALLBACK: &str = "I wasn't able to finish that with my tools.";
 
+/// Why a scripted model gave no reply (the cause of an [`LlmError::Other`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScriptError {
+    /// Every scripted reply has been played.
+    #[error("scripted model: script exhausted after {played} replies")]
+    Exhausted {
+        /// How many replies were played.
+        played: usize,
+    },
+    /// The model had no reply to give.
+    #[error("scripted model: no reply")]
+    NoReply,
+}
+
 /// One scripted answer.
 #[derive(Debug, Clone)]
 pub enum Reply {
@@ -219,10 +234,9 @@ impl ScriptedLlm {
                         state.played += 1;
                         Some(Ok(reply))
                     }
-                    None => Some(Err(LlmError::Script(format!(
-                        "script exhausted after {} replies",
-                        state.played
-                    )))),
+                    None => Some(Err(LlmError::other(ScriptError::Exhausted {
+                        played: state.played,
+                    }))),
                 },
                 Source::Function(_) => None,
             };
@@ -232,7 +246,7 @@ impl ScriptedLlm {
         let reply = match (scripted, &self.shared.source) {
             (Some(reply), _) => reply,
             (None, Source::Function(respond)) => Ok(respond(request)),
-            (None, Source::Script) => Err(LlmError::Script("no reply".to_owned())),
+            (None, Source::Script) => Err(LlmError::other(ScriptError::NoReply)),
         };
         (reply, turn)
     }
@@ -270,10 +284,9 @@ impl ScriptedLlm {
                 .map(|piece| Ok(StreamItem::Text(piece))),
         );
         if cut {
-            items.push(Err(LlmError::StreamCut(format!(
-                "scripted cut after {} chars",
-                text.chars().count()
-            ))));
+            items.push(Err(LlmError::StreamCut(
+                format!("scripted cut after {} chars", text.chars().count()).into(),
+            )));
             return items;
         }
         let calls = assemble_calls(&calls, turn);

@@ -455,7 +455,7 @@ async fn stream_closed_cleanly_without_finish_reason_is_a_cut() {
     let result = crewline_llm::collect(client.stream_chat(hello()).await.expect("stream")).await;
 
     assert!(
-        matches!(&result, Err(LlmError::StreamCut(m)) if m.contains("finish_reason")),
+        matches!(&result, Err(LlmError::StreamCut(m)) if m.message().contains("finish_reason")),
         "{result:?}"
     );
 }

@@ -5,8 +5,8 @@ use std::{collections::HashSet, time::Duration};
 
 use crewline_core::{Message, ToolCall};
 use crewline_llm::{
-    ChatRequest, FinishReason, LlmClient, LlmError, Reply, ScriptedLlm, StreamItem, ToolChoice,
-    collect,
+    ChatRequest, FinishReason, LlmClient, LlmError, Reply, ScriptError, ScriptedLlm, StreamItem,
+    ToolChoice, collect,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -184,11 +184,15 @@ async fn running_out_of_script_is_a_clear_error() {
     llm.chat(ask("2")).await.unwrap();
     assert_eq!(llm.remaining(), Some(0));
     let err = llm.stream_chat(ask("3")).await.err().unwrap();
-    assert!(matches!(&err, LlmError::Script(_)), "{err:?}");
+    assert!(matches!(&err, LlmError::Other(_)), "{err:?}");
     assert!(
         err.to_string().contains("exhausted after 2 replies"),
         "{err}"
     );
+    // The scripted model's own error is the cause, for code that tells it apart.
+    let cause = std::iter::successors(std::error::Error::source(&err), |e| e.source())
+        .find_map(|e| e.downcast_ref::<ScriptError>());
+    assert_eq!(cause, Some(&ScriptError::Exhausted { played: 2 }));
     // The unanswered request is still logged, for assertions.
     assert_eq!(llm.requests().len(), 3);
 }

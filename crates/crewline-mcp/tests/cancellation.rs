@@ -15,11 +15,11 @@ use std::{
 
 use async_trait::async_trait;
 use crewline::{
-    core::{ToolCall, ToolErrorKind},
     tool::{
         Executor, Exports, Tool, ToolError, ToolPolicy, ToolRegistry,
         executor::ledger::{LedgerRecord, MemoryLedger, Outcome},
     },
+    types::{ToolCall, ToolErrorKind},
 };
 use crewline_mcp::{McpClient, McpError, McpServer};
 use rmcp::{

@@ -7,11 +7,11 @@ mod common;
 use std::{sync::Arc, time::Duration};
 
 use crewline::{
-    core::{ToolCall, ToolErrorKind, ToolResult},
     tool::{
         Executor, ToolRegistry,
         executor::ledger::{MemoryLedger, Outcome},
     },
+    types::{ToolCall, ToolErrorKind, ToolResult},
 };
 use crewline_mcp::{McpClient, McpError, SchemaFlavour};
 use serde_json::{Value, json};

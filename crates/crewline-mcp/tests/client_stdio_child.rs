@@ -9,11 +9,11 @@ mod common;
 use std::{process::ExitCode, sync::Arc, time::Duration};
 
 use crewline::{
-    core::{ToolCall, ToolErrorKind},
     tool::{
         Executor, ToolRegistry,
         executor::ledger::{JsonlLedger, MemoryLedger, Outcome},
     },
+    types::{ToolCall, ToolErrorKind},
 };
 use crewline_mcp::{McpClient, SchemaFlavour};
 

@@ -7,9 +7,9 @@ use std::{convert::Infallible, sync::Arc};
 
 use crewline::{
     Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
-    core::Context,
     llm::{Reply, ScriptedLlm},
     tool::{ToolRegistry, executor::ledger::MemoryLedger},
+    types::Context,
 };
 use crewline_mcp::{McpClient, McpServer};
 use crewline_server::CrewServer;
@@ -77,7 +77,7 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
         .expect("MCP is served on /mcp");
     let mut mounted = ToolRegistry::new();
     client.mount(&mut mounted).await.expect("the tools mount");
-    let call = crewline::core::ToolCall::new(
+    let call = crewline::types::ToolCall::new(
         "m1",
         "book_table",
         r#"{"restaurant":"Noma","party_size":3}"#,

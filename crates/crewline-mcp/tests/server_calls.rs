@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 
 use crewline::{
-    core::ToolErrorKind,
     tool::executor::ledger::{MemoryLedger, Outcome},
+    types::ToolErrorKind,
 };
 use crewline_mcp::SchemaFlavour;
 use rmcp::{RoleClient, model::CallToolResult, service::RunningService};

@@ -13,8 +13,8 @@ use std::{
 
 use async_trait::async_trait;
 use crewline::{
-    core::ToolCall,
     tool::{Exports, SessionScope, Tool, ToolError, ToolPolicy, ToolRegistry},
+    types::ToolCall,
 };
 use crewline_mcp::McpServer;
 use serde_json::{Value, json};

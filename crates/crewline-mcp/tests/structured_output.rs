@@ -6,9 +6,9 @@ mod common;
 
 use async_trait::async_trait;
 use crewline::{
-    core::ToolErrorKind,
     function_tool,
     tool::{Exports, Tool, ToolError, ToolRegistry},
+    types::ToolErrorKind,
 };
 use crewline_mcp::{McpClient, McpServer};
 use rmcp::{RoleClient, model::CallToolResult, service::RunningService};
@@ -203,7 +203,7 @@ async fn a_mounted_tool_keeps_its_result_schema_and_returns_the_structured_value
     );
     let results = registry
         .execute(
-            &[crewline::core::ToolCall::new(
+            &[crewline::types::ToolCall::new(
                 "c1",
                 "forecast",
                 r#"{"city":"Oslo"}"#,

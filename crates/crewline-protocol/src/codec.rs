@@ -50,17 +50,62 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
-    /// A stable snake_case name of the error kind, for logs and metrics labels.
-    pub fn kind(&self) -> &'static str {
+    /// The error's kind, for logs and metrics labels.
+    pub fn kind(&self) -> DecodeErrorKind {
+        match self {
+            Self::NotUtf8 => DecodeErrorKind::NotUtf8,
+            Self::NotJson(_) => DecodeErrorKind::NotJson,
+            Self::NotAnObject => DecodeErrorKind::NotAnObject,
+            Self::MissingType => DecodeErrorKind::MissingType,
+            Self::UnknownType(_) => DecodeErrorKind::UnknownType,
+            Self::InvalidFields { .. } => DecodeErrorKind::InvalidFields,
+            Self::TooDeep => DecodeErrorKind::TooDeep,
+        }
+    }
+}
+
+/// The kind of a [`DecodeError`], without its details: what logs and metrics label a dropped
+/// frame with.
+///
+/// Not `#[non_exhaustive]` on purpose: code that maps every kind (a metrics family, say)
+/// matches it exhaustively, and a new kind is a compile error there rather than a silent
+/// fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecodeErrorKind {
+    /// See [`DecodeError::NotUtf8`].
+    NotUtf8,
+    /// See [`DecodeError::NotJson`].
+    NotJson,
+    /// See [`DecodeError::NotAnObject`].
+    NotAnObject,
+    /// See [`DecodeError::MissingType`].
+    MissingType,
+    /// See [`DecodeError::UnknownType`].
+    UnknownType,
+    /// See [`DecodeError::InvalidFields`].
+    InvalidFields,
+    /// See [`DecodeError::TooDeep`].
+    TooDeep,
+}
+
+impl DecodeErrorKind {
+    /// A stable snake_case name, e.g. `not_json`.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::NotUtf8 => "not_utf8",
-            Self::NotJson(_) => "not_json",
+            Self::NotJson => "not_json",
             Self::NotAnObject => "not_an_object",
             Self::MissingType => "missing_type",
-            Self::UnknownType(_) => "unknown_type",
-            Self::InvalidFields { .. } => "invalid_fields",
+            Self::UnknownType => "unknown_type",
+            Self::InvalidFields => "invalid_fields",
             Self::TooDeep => "too_deep",
         }
+    }
+}
+
+impl std::fmt::Display for DecodeErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -25,6 +25,8 @@ mod codec;
 mod event;
 mod timestamp;
 
-pub use codec::{DecodeError, MAX_DEPTH, decode, decode_str, encode, encode_into, encode_string};
+pub use codec::{
+    DecodeError, DecodeErrorKind, MAX_DEPTH, decode, decode_str, encode, encode_into, encode_string,
+};
 pub use event::*;
 pub use timestamp::Timestamp;

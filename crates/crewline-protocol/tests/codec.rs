@@ -428,7 +428,7 @@ fn every_error_kind_is_reported() {
             Ok(event) => panic!("{:?} decoded to {event:?}", String::from_utf8_lossy(&bytes)),
             Err(err) => err,
         };
-        assert_eq!(got.kind(), kind, "{got}");
+        assert_eq!(got.kind().as_str(), kind, "{got}");
         if let DecodeError::NotJson(message) = &got {
             assert!(!message.is_empty(), "serde's message is kept");
         } else {

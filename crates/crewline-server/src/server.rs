@@ -5,7 +5,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use crewline::{Crew, SessionSetup};
 use crewline_auth::{Auth, Credential, CredentialError};
 use tokio::net::TcpListener;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     BoxError, Metrics, ServerError,
@@ -13,12 +13,14 @@ use crate::{
 };
 
 mod limits;
+mod serve;
 
 pub(crate) use limits::Limits;
 pub use limits::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
     DEFAULT_WRITE_TIMEOUT,
 };
+use serve::{HttpSettings, drain, join_result, serve_http, serve_on_workers, shutdown_signal};
 
 /// The default address: loopback, port 8080. A pod the platform reaches binds `0.0.0.0:8080`
 /// and sets a token ([`CrewServer::auth_token`]): beyond loopback the server refuses to start
@@ -357,259 +359,6 @@ impl CrewServer {
             .await
             .map_err(|source| ServerError::Bind { addr, source })?;
         self.serve_with_shutdown(listener, shutdown_signal()).await
-    }
-}
-
-/// How the HTTP connections are served.
-#[derive(Debug, Clone, Copy)]
-struct HttpSettings {
-    header_read_timeout: Duration,
-    /// How long connections still open at the stop get before they are dropped.
-    shutdown_grace: Duration,
-}
-
-impl HttpSettings {
-    fn new(config: &Config) -> Self {
-        Self {
-            header_read_timeout: config.limits.header_read_timeout,
-            shutdown_grace: limits::HTTP_SHUTDOWN_GRACE,
-        }
-    }
-}
-
-/// Serves `app` on `listener` until `stop` fires, then gives the open connections
-/// [`HttpSettings::shutdown_grace`] to finish and drops those that did not.
-///
-/// Hand-written over hyper's HTTP/1 connections rather than `axum::serve`, which sets no timer
-/// (so no header-read timeout takes effect) and waits for every open connection at shutdown
-/// with no bound (an endless streaming response on a merged route would hold it forever).
-async fn serve_http(
-    listener: TcpListener,
-    app: axum::Router,
-    stop: CancellationToken,
-    settings: HttpSettings,
-) -> std::io::Result<()> {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout);
-    let connections = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
-            Err(error) => {
-                accept_failed(error).await;
-                continue;
-            }
-        };
-        // Without TCP_NODELAY, every small frame after the first of a burst (the chunks after
-        // `start`) waits for the platform's delayed ACK: about 40 ms added to the first chunk.
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY on a call's socket");
-        }
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let connection = http
-            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-            .with_upgrades();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(error) = served {
-                        tracing::debug!(%error, "HTTP connection ended with an error");
-                    }
-                    return;
-                }
-                () = stop.cancelled() => {}
-            }
-            // Finishes the request in flight, then closes; bounded, because a response may
-            // never end (an event stream).
-            connection.as_mut().graceful_shutdown();
-            if tokio::time::timeout(settings.shutdown_grace, connection)
-                .await
-                .is_err()
-            {
-                tracing::debug!("an HTTP connection did not finish in time: dropping it");
-            }
-        });
-    }
-    // The listener closes here: the port stops accepting while the last connections finish.
-    drop(listener);
-    connections.close();
-    connections.wait().await;
-    Ok(())
-}
-
-/// Waits after an `accept` error that is not one connection's fault (out of file
-/// descriptors, say), so that the loop does not spin; as `axum::serve` does.
-async fn accept_failed(error: std::io::Error) {
-    use std::io::ErrorKind;
-    if matches!(
-        error.kind(),
-        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
-    ) {
-        return;
-    }
-    tracing::error!(%error, "accept failed; retrying in 1 s");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
-/// Serves `app` on `threads` threads, each with a single-threaded runtime accepting from
-/// `listener`; the returned task ends when every thread has.
-fn serve_on_workers(
-    listener: TcpListener,
-    app: axum::Router,
-    threads: usize,
-    stop: CancellationToken,
-    settings: HttpSettings,
-) -> std::io::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
-    // Out of the caller's runtime, so that each worker registers its own copy with its own
-    // event loop; the kernel hands each new connection to one of them.
-    let listener = listener.into_std()?;
-    let mut workers = Vec::with_capacity(threads);
-    for index in 0..threads {
-        let started = listener.try_clone().and_then(|listener| {
-            let app = app.clone();
-            let stop = stop.clone();
-            let span = tracing::info_span!("worker", index);
-            std::thread::Builder::new()
-                .name(format!("crewline-worker-{index}"))
-                .spawn(move || {
-                    let _entered = span.enter();
-                    let stopped = stop.clone();
-                    let served = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .and_then(|runtime| {
-                            // The listener registers with the event loop of the runtime it is
-                            // made in, so it is made inside this one.
-                            runtime.block_on(async move {
-                                serve_http(
-                                    TcpListener::from_std(listener)?,
-                                    app,
-                                    stopped,
-                                    settings,
-                                )
-                                .await
-                            })
-                        });
-                    if let Err(error) = &served {
-                        tracing::error!(%error, "a worker runtime stopped serving; stopping the others");
-                        stop.cancel();
-                    }
-                    served
-                })
-        });
-        match started {
-            Ok(worker) => workers.push(worker),
-            Err(error) => {
-                // The workers already started have no connection yet; stop them.
-                stop.cancel();
-                return Err(error);
-            }
-        }
-    }
-    Ok(tokio::task::spawn_blocking(move || {
-        let mut result = Ok(());
-        for worker in workers {
-            let served = worker
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("a worker thread panicked")));
-            if result.is_ok() {
-                result = served;
-            }
-        }
-        result
-    }))
-}
-
-fn join_result(
-    result: Result<std::io::Result<()>, tokio::task::JoinError>,
-) -> Result<(), ServerError> {
-    match result {
-        Ok(served) => served.map_err(ServerError::Io),
-        Err(error) => Err(ServerError::Task(error.to_string())),
-    }
-}
-
-/// Refuses new calls, waits for live ones up to the drain timeout, then closes them.
-async fn drain(service: &Service) {
-    let deadline = tokio::time::Instant::now() + service.config.drain_timeout;
-    let state = &service.state;
-    state.start_draining();
-    state.calls.close();
-    let live = state.metrics.active_sessions();
-    tracing::info!(
-        live,
-        timeout = ?service.config.drain_timeout,
-        "draining: new calls are refused, live calls may finish"
-    );
-    if tokio::time::timeout(service.config.drain_timeout, state.calls.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            live = state.metrics.active_sessions(),
-            "drain timeout: closing the live calls"
-        );
-        state.close_calls.cancel();
-        // Each call shuts its session down and runs a closing handshake within the close
-        // timeout; the second is for the sessions' shutdown and the scheduler.
-        let grace = service.config.close_timeout + Duration::from_secs(1);
-        if tokio::time::timeout(grace, state.calls.wait())
-            .await
-            .is_err()
-        {
-            tracing::error!(
-                live = state.metrics.active_sessions(),
-                "some calls did not close in time; leaving them behind"
-            );
-        }
-    }
-    // A non-cancellable tool (a payment) runs on after its call ended: give it what is left
-    // of the drain deadline, so the runtime does not drop it half-way.
-    let detached = crewline::tool::executor::detached_tasks();
-    if tokio::time::timeout_at(deadline, detached.wait())
-        .await
-        .is_err()
-    {
-        tracing::error!(
-            running = detached.len(),
-            "drain deadline: non-cancellable tools left running"
-        );
-    }
-    tracing::info!("drained");
-}
-
-/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
     }
 }
 

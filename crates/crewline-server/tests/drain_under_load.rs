@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use common::*;
 use crewline::{
-    Crew, OutputAgent, OutputNode, SessionSetup, TurnEvent, TurnOutcome, TurnStream, core::Context,
+    Crew, OutputAgent, OutputNode, SessionSetup, TurnEvent, TurnOutcome, TurnStream, types::Context,
 };
 use crewline_server::{CrewServer, HandshakeFailure};
 use futures::{StreamExt, stream};

@@ -16,7 +16,9 @@ use std::{
 
 use axum::{body::Body, routing::get};
 use common::*;
-use crewline::{Crew, OutputAgent, OutputNode, SessionSetup, TurnEvent, TurnStream, core::Context};
+use crewline::{
+    Crew, OutputAgent, OutputNode, SessionSetup, TurnEvent, TurnStream, types::Context,
+};
 use crewline_server::{CrewServer, ErrorKind, HandshakeFailure};
 use futures::{StreamExt, stream};
 use serde_json::{Value, json};

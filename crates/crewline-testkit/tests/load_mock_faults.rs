@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use crewline::{
-    core::Message,
     llm::{ChatRequest, LlmClient, LlmError, OpenAiClient, StreamItem},
+    types::Message,
 };
 use crewline_testkit::mock_llm::{MockLlm, RunningMockLlm, Script};
 use futures::StreamExt;

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use crewline::{
-    core::{Message, ToolCall},
     llm::{ChatRequest, LlmClient, LlmError, OpenAiClient, StreamItem},
+    types::{Message, ToolCall},
 };
 use crewline_testkit::mock_llm::{MockLlm, RunningMockLlm, Script};
 use futures::StreamExt;

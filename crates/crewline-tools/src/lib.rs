@@ -25,8 +25,8 @@ pub mod __private;
 
 pub use error::RegistryError;
 pub use executor::{
-    CallContext, CallError, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor,
-    ExecutorBuilder, ExecutorError, INTERRUPTED_MESSAGE, PANIC_MESSAGE, RunSyncError, SessionScope,
+    CallContext, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor, ExecutorBuilder,
+    ExecutorError, INTERRUPTED_MESSAGE, PANIC_MESSAGE, RunSyncError, SessionScope, ToolCallError,
     run_sync,
 };
 pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};

@@ -14,7 +14,7 @@ use std::{
 use async_trait::async_trait;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_tools::{
-    CallContext, CallError, Executor, ExecutorError, Tool, ToolError, ToolPolicy, ToolRegistry,
+    CallContext, Executor, ExecutorError, Tool, ToolCallError, ToolError, ToolPolicy, ToolRegistry,
     executor::{
         approval::{
             ApprovalDecision, ApprovalRecord, ApprovalRequest, CallbackApproval, DeferredApproval,
@@ -263,7 +263,7 @@ async fn after_hooks_see_and_rewrite_the_outcome() {
     let (echo, _) = counting_echo("echo", ToolPolicy::new());
     let executor = Executor::builder()
         .after_hook(FnAfterHook(
-            |_: &ToolCall, outcome: &mut Result<Value, CallError>| {
+            |_: &ToolCall, outcome: &mut Result<Value, ToolCallError>| {
                 if let Ok(value) = outcome {
                     *value = json!({"wrapped": value.clone()});
                 }

@@ -29,7 +29,7 @@ impl Handoff {
 /// Why a call control could not act.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum CallError {
+pub enum CallControlError {
     /// The call already ended or was transferred.
     #[error("the call was already handed off (ended or transferred)")]
     HandedOff,
@@ -116,12 +116,12 @@ impl CallControl {
     }
 
     /// Says `text` to the caller now, outside a turn (`agent.speak`).
-    pub async fn speak(&self, text: impl Into<String>) -> Result<(), CallError> {
+    pub async fn speak(&self, text: impl Into<String>) -> Result<(), CallControlError> {
         self.send(EventBody::Speak { text: text.into() }).await
     }
 
     /// Hangs up after the current turn (`agent.end_call`).
-    pub async fn end_call(&self) -> Result<(), CallError> {
+    pub async fn end_call(&self) -> Result<(), CallControlError> {
         self.hand_off(Handoff::EndCall).await
     }
 
@@ -131,7 +131,7 @@ impl CallControl {
         number: impl Into<String>,
         options: TransferOptions,
         on_hold_music: Option<HoldMusic>,
-    ) -> Result<(), CallError> {
+    ) -> Result<(), CallControlError> {
         self.hand_off(Handoff::Transfer(TransferCall {
             transfer_call_number: number.into(),
             transfer_options: options,
@@ -141,20 +141,20 @@ impl CallControl {
     }
 
     /// Mutes the caller's microphone on the platform.
-    pub async fn mute_user(&self) -> Result<(), CallError> {
+    pub async fn mute_user(&self) -> Result<(), CallControlError> {
         self.send(EventBody::MuteUser).await
     }
 
     /// Unmutes the caller's microphone on the platform.
-    pub async fn unmute_user(&self) -> Result<(), CallError> {
+    pub async fn unmute_user(&self) -> Result<(), CallControlError> {
         self.send(EventBody::UnmuteUser).await
     }
 
-    async fn hand_off(&self, handoff: Handoff) -> Result<(), CallError> {
+    async fn hand_off(&self, handoff: Handoff) -> Result<(), CallControlError> {
         {
             let mut state = self.state();
             if state.handed_off {
-                return Err(CallError::HandedOff);
+                return Err(CallControlError::HandedOff);
             }
             if state.generating.is_some() {
                 // Held until the generation completes; the last request wins.
@@ -166,19 +166,19 @@ impl CallControl {
         self.send_raw(handoff.into_body()).await
     }
 
-    async fn send(&self, body: EventBody) -> Result<(), CallError> {
+    async fn send(&self, body: EventBody) -> Result<(), CallControlError> {
         if self.is_handed_off() {
-            return Err(CallError::HandedOff);
+            return Err(CallControlError::HandedOff);
         }
         self.send_raw(body).await
     }
 
-    async fn send_raw(&self, body: EventBody) -> Result<(), CallError> {
+    async fn send_raw(&self, body: EventBody) -> Result<(), CallControlError> {
         self.inner
             .outbound
             .send(Box::new(Event::now(body)))
             .await
-            .map_err(|_| CallError::SessionEnded)
+            .map_err(|_| CallControlError::SessionEnded)
     }
 
     /// Marks the start of a generation: hand-offs are held from now on.

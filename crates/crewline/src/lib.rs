@@ -34,9 +34,11 @@ mod runner;
 mod session;
 mod tool_loop;
 
-pub use call::{CallControl, CallError, Handoff};
+pub use call::{CallControl, CallControlError, Handoff};
 pub use crew::{Crew, DEFAULT_INBOX_CAPACITY, GraphError};
-pub use crewline_core as core;
+/// The vocabulary every crewline crate shares (messages, tool calls, contexts): `crewline-core`,
+/// re-exported as `types` so it does not shadow the standard library's `core`.
+pub use crewline_core as types;
 pub use crewline_llm as llm;
 pub use crewline_macros::{function_tool, tools};
 pub use crewline_protocol as protocol;

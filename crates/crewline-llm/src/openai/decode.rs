@@ -122,9 +122,12 @@ impl Decoder {
         } else {
             "; unfinished tool calls were dropped".to_owned()
         };
-        out.push_back(Err(LlmError::StreamCut(format!(
-            "the server closed the stream before the model finished (no finish_reason){dropped_calls}"
-        ))));
+        out.push_back(Err(LlmError::StreamCut(
+            format!(
+                "the server closed the stream before the model finished (no finish_reason){dropped_calls}"
+            )
+            .into(),
+        )));
     }
 }
 
@@ -142,9 +145,8 @@ pub(crate) fn response(chunk: Chunk) -> Result<ChatResponse, LlmError> {
         });
     }
     let usage = chunk.usage.as_ref().and_then(|u| u.to_usage());
-    let choice = first_choice(chunk.choices).ok_or_else(|| {
-        LlmError::InvalidResponse("the answer has no choice at index 0".to_owned())
-    })?;
+    let choice = first_choice(chunk.choices)
+        .ok_or_else(|| LlmError::InvalidResponse("the answer has no choice at index 0".into()))?;
     let finish_reason = choice
         .finish_reason
         .as_deref()
@@ -303,7 +305,7 @@ mod tests {
         let items = decode(&[json!({"choices": [{"delta": {"content": "Hal"}}]})]);
         assert_eq!(items[0].as_ref().ok(), Some(&text("Hal")));
         assert!(
-            matches!(&items[1], Err(LlmError::StreamCut(m)) if m.contains("finish_reason")),
+            matches!(&items[1], Err(LlmError::StreamCut(m)) if m.message().contains("finish_reason")),
             "{items:?}"
         );
         assert_eq!(items.len(), 2);

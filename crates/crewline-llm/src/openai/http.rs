@@ -3,13 +3,14 @@
 
 use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
 
+use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use thread_local::ThreadLocal;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::wire::{error_body_message, snippet};
-use crate::LlmError;
+use crate::{ErrorDetail, LlmError};
 
 /// How much of an error answer's body is read: far more than any server's message; the rest
 /// is left unread (the connection is closed), so a huge or endless error body costs nothing.
@@ -137,7 +138,7 @@ fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
 /// byte of the answer is read), each attempt carrying `authorization`; a final error answer
 /// is read in full into an [`HttpStatusError`].
 ///
-/// The retries are ours: a 429 is retried whatever shape its body has (vLLM and others send
+/// Which failures are retried is ours (backon only times the retries): a 429 is retried whatever shape its body has (vLLM and others send
 /// `"code": 429` as a number, proxies send text), unless it says the quota is used up.
 #[derive(Clone)]
 pub(crate) struct Transport {
@@ -172,60 +173,97 @@ impl Transport {
     /// Posts the JSON `body`, retrying what may succeed on another try, at most `max_retries`
     /// times; returns the first successful answer, before reading any of its body.
     pub(crate) async fn send(&self, body: Bytes) -> Result<reqwest::Response, SendError> {
-        let mut backoff = FIRST_BACKOFF;
-        let mut retries = 0;
         let http = self.clients.current().map_err(SendError::Http)?;
-        loop {
-            let attempt = http
+        with_retries(self.max_retries, || {
+            let request = http
                 .post(self.url.clone())
                 .header(AUTHORIZATION, self.authorization.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .body(body.clone())
-                .send()
-                .await;
-            let (error, retryable, retry_after) = match attempt {
-                Ok(response) if response.status().is_success() => return Ok(response),
-                Ok(response) => {
-                    let status = response.status();
-                    let retry_after = retry_after(response.headers());
-                    let (message, permanent) = match read_limited(response, ERROR_BODY_LIMIT).await
-                    {
-                        Ok(Limited::Whole(body)) => {
-                            (error_body_message(&body), is_out_of_quota(&body))
-                        }
-                        // A cut body is no JSON: its start is the message, and it is retried
-                        // (or not) by its status alone.
-                        Ok(Limited::Cut(body)) => (error_body_message(&body), false),
-                        Err(err) => (
-                            Some(format!("(the error body could not be read: {err})")),
-                            false,
-                        ),
-                    };
-                    let message = message.unwrap_or_else(|| {
-                        status.canonical_reason().unwrap_or("no message").to_owned()
-                    });
-                    // An exhausted quota answers 429 too, but waiting does not help.
-                    let retryable =
-                        (status.as_u16() == 429 && !permanent) || status.is_server_error();
-                    let error = SendError::Status(HttpStatusError {
-                        status: status.as_u16(),
-                        message,
-                    });
-                    (error, retryable, retry_after)
-                }
-                Err(err) if err.is_connect() => (SendError::Http(err), true, None),
-                Err(err) => return Err(SendError::Http(err)),
-            };
-            if !retryable || retries >= self.max_retries {
-                return Err(error);
-            }
-            retries += 1;
-            let pause = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
-            tracing::debug!(retry = retries, ?pause, %error, "retrying the LLM request");
-            tokio::time::sleep(pause).await;
-            backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
-        }
+                .body(body.clone());
+            async move { attempt(request).await }
+        })
+        .await
     }
+}
+
+/// A failed attempt: why, whether another attempt may succeed, and the server's `Retry-After`.
+#[derive(Debug)]
+struct Failed {
+    error: SendError,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+/// Sends one request; an error answer is read (up to [`ERROR_BODY_LIMIT`]) and judged.
+async fn attempt(request: reqwest::RequestBuilder) -> Result<reqwest::Response, Failed> {
+    let response = match request.send().await {
+        Ok(response) if response.status().is_success() => return Ok(response),
+        Ok(response) => response,
+        Err(err) => {
+            let retryable = err.is_connect();
+            return Err(Failed {
+                error: SendError::Http(err),
+                retryable,
+                retry_after: None,
+            });
+        }
+    };
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    let (message, permanent) = match read_limited(response, ERROR_BODY_LIMIT).await {
+        Ok(Limited::Whole(body)) => (error_body_message(&body), is_out_of_quota(&body)),
+        // A cut body is no JSON: its start is the message, and it is retried (or not) by its
+        // status alone.
+        Ok(Limited::Cut(body)) => (error_body_message(&body), false),
+        Err(err) => (
+            Some(format!("(the error body could not be read: {err})")),
+            false,
+        ),
+    };
+    let message =
+        message.unwrap_or_else(|| status.canonical_reason().unwrap_or("no message").to_owned());
+    // An exhausted quota answers 429 too, but waiting does not help.
+    let retryable = (status.as_u16() == 429 && !permanent) || status.is_server_error();
+    Err(Failed {
+        error: SendError::Status(HttpStatusError {
+            status: status.as_u16(),
+            message,
+        }),
+        retryable,
+        retry_after,
+    })
+}
+
+/// The pauses between attempts: [`FIRST_BACKOFF`], doubling, at most [`MAX_BACKOFF`], and
+/// `max_retries` of them. No jitter: a call's retries are few and must fit in its first-byte
+/// limit, so their timing is kept exact.
+fn backoff(max_retries: usize) -> ExponentialBuilder {
+    ExponentialBuilder::new()
+        .with_min_delay(FIRST_BACKOFF)
+        .with_max_delay(MAX_BACKOFF)
+        .with_factor(2.0)
+        .with_max_times(max_retries)
+}
+
+/// Runs `attempt` until it succeeds, fails for good or has been retried `max_retries` times,
+/// pausing as [`backoff`] says, or as long as the server's `Retry-After` (at most
+/// [`MAX_BACKOFF`]).
+async fn with_retries<T, F, Fut>(max_retries: usize, attempt: F) -> Result<T, SendError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Failed>>,
+{
+    let mut retries = 0;
+    attempt
+        .retry(backoff(max_retries))
+        .when(|failed: &Failed| failed.retryable)
+        .adjust(|failed, pause| pause.map(|pause| failed.retry_after.unwrap_or(pause).min(MAX_BACKOFF)))
+        .notify(|failed, pause| {
+            retries += 1;
+            tracing::debug!(retry = retries, ?pause, error = %failed.error, "retrying the LLM request");
+        })
+        .await
+        .map_err(|failed| failed.error)
 }
 
 /// The server's `Retry-After`, in whole seconds.
@@ -254,7 +292,7 @@ fn is_out_of_quota(body: &[u8]) -> bool {
 /// Maps an error from before the first byte of the answer.
 pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmError {
     match error {
-        SendError::Http(err) => http_error(&err, connect_timeout),
+        SendError::Http(err) => http_error(err, connect_timeout),
         SendError::Status(status) => LlmError::Api {
             status: Some(status.status),
             message: status.message,
@@ -263,24 +301,23 @@ pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmE
 }
 
 /// Maps a transfer error from before the first byte (or while reading a whole answer).
-pub(crate) fn http_error(err: &reqwest::Error, connect_timeout: Duration) -> LlmError {
+pub(crate) fn http_error(err: reqwest::Error, connect_timeout: Duration) -> LlmError {
     if err.is_connect() && err.is_timeout() {
-        LlmError::Connect(format!(
-            "no connection within {connect_timeout:?}: {}",
-            chain(err)
-        ))
+        let message = format!("no connection within {connect_timeout:?}: {}", chain(&err));
+        LlmError::Connect(ErrorDetail::caused_by(message, err))
     } else if err.is_timeout() {
         LlmError::Timeout(connect_timeout)
     } else if err.is_body() || err.is_decode() {
-        LlmError::InvalidResponse(chain(err))
+        LlmError::InvalidResponse(ErrorDetail::caused_by(chain(&err), err))
     } else {
-        LlmError::Connect(chain(err))
+        LlmError::Connect(ErrorDetail::caused_by(chain(&err), err))
     }
 }
 
 /// Maps an error while reading the streamed body: the answer is cut.
-pub(crate) fn stream_error(error: &reqwest::Error) -> LlmError {
-    LlmError::StreamCut(format!("stream failed: {}", chain(error)))
+pub(crate) fn stream_error(error: reqwest::Error) -> LlmError {
+    let message = format!("stream failed: {}", chain(&error));
+    LlmError::StreamCut(ErrorDetail::caused_by(message, error))
 }
 
 /// Reads one event's data: a chunk, `None` for a blank event (skipped), or an unreadable-answer
@@ -289,9 +326,12 @@ pub(crate) fn event_chunk(data: &str) -> Result<Option<super::wire::Chunk>, LlmE
     match super::wire::decode_chunk(data.as_bytes()) {
         Ok(chunk) => Ok(Some(chunk)),
         Err(_) if data.trim().is_empty() => Ok(None),
-        Err(err) => Err(LlmError::InvalidResponse(format!(
-            "a stream event is not a JSON chunk ({err}): {}",
-            snippet(data, 300)
+        Err(err) => Err(LlmError::InvalidResponse(ErrorDetail::caused_by(
+            format!(
+                "a stream event is not a JSON chunk ({err}): {}",
+                snippet(data, 300)
+            ),
+            err,
         ))),
     }
 }
@@ -335,7 +375,7 @@ mod tests {
         assert!(matches!(event_chunk(""), Ok(None)));
         let garbage = event_chunk("<html>").expect_err("not JSON");
         assert!(
-            matches!(&garbage, LlmError::InvalidResponse(m) if m.contains("<html>")),
+            matches!(&garbage, LlmError::InvalidResponse(m) if m.message().contains("<html>")),
             "{garbage:?}"
         );
         let chunk = event_chunk(r#"{"choices":[{"delta":{"content":"Hi"}}]}"#)
@@ -354,6 +394,99 @@ mod tests {
             br#"{"error":{"message":"slow down","type":"requests","code":429}}"#
         ));
         assert!(!is_out_of_quota(b"Too Many Requests"));
+    }
+
+    /// A failed attempt, answered with `status` and the server's `Retry-After`.
+    fn failed(status: u16, retryable: bool, retry_after: Option<Duration>) -> Failed {
+        Failed {
+            error: SendError::Status(HttpStatusError {
+                status,
+                message: "busy".to_owned(),
+            }),
+            retryable,
+            retry_after,
+        }
+    }
+
+    /// When each attempt started, from the first, in a run whose every attempt fails so.
+    async fn attempt_times(
+        max_retries: usize,
+        fail: impl Fn() -> Failed,
+    ) -> (Vec<u128>, SendError) {
+        let started = tokio::time::Instant::now();
+        let mut times = Vec::new();
+        let error = with_retries(max_retries, || {
+            times.push(started.elapsed().as_millis());
+            let failure = fail();
+            async move { Err::<(), _>(failure) }
+        })
+        .await
+        .expect_err("every attempt fails");
+        (times, error)
+    }
+
+    /// Checks the pauses between attempts against `expected` (ms). backon computes delays in
+    /// `f32` seconds (200 ms is 200.000003 ms) and tokio's timer rounds up to the millisecond,
+    /// so a pause may be 1 ms longer than its nominal length, never shorter.
+    fn assert_pauses(times: &[u128], expected: &[u128]) {
+        let pauses: Vec<u128> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(pauses.len(), expected.len(), "{pauses:?}");
+        for (pause, nominal) in pauses.iter().zip(expected) {
+            assert!(
+                (*nominal..=nominal + 1).contains(pause),
+                "{pauses:?} != {expected:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_pause_100_ms_doubling_up_to_8_s() {
+        let (times, error) = attempt_times(super::super::builder::DEFAULT_MAX_RETRIES, || {
+            failed(503, true, None)
+        })
+        .await;
+        assert_pauses(&times, &[100, 200]);
+        assert!(matches!(
+            error,
+            SendError::Status(HttpStatusError { status: 503, .. })
+        ));
+
+        let (times, _) = attempt_times(9, || failed(503, true, None)).await;
+        assert_pauses(&times, &[100, 200, 400, 800, 1600, 3200, 6400, 8000, 8000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_sets_the_pause_up_to_8_s_and_a_permanent_failure_is_not_retried() {
+        let (times, _) = attempt_times(2, || failed(429, true, Some(Duration::from_secs(3)))).await;
+        assert_pauses(&times, &[3000, 3000]);
+        let (times, _) =
+            attempt_times(1, || failed(429, true, Some(Duration::from_secs(60)))).await;
+        assert_pauses(&times, &[8000]);
+        let (times, error) = attempt_times(2, || failed(400, false, None)).await;
+        assert_eq!(times, [0]);
+        assert!(matches!(
+            error,
+            SendError::Status(HttpStatusError { status: 400, .. })
+        ));
+        let (times, _) = attempt_times(0, || failed(503, true, None)).await;
+        assert_eq!(times, [0], "no retries when none are allowed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retried_attempt_that_succeeds_ends_the_retries() {
+        let mut attempts = 0;
+        let answer = with_retries(2, || {
+            attempts += 1;
+            let result = if attempts == 1 {
+                Err(failed(502, true, None))
+            } else {
+                Ok(attempts)
+            };
+            async move { result }
+        })
+        .await
+        .expect("the retry succeeds");
+        assert_eq!(answer, 2);
     }
 
     #[test]

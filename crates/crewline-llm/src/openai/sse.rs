@@ -1,4 +1,5 @@
-//! A server-sent-events parser for streamed answers.
+//! A server-sent-events parser for streamed answers. Kept hand-written on purpose: measured
+//! cheaper per chunk than `eventsource-stream`, and tested against it (see below).
 //!
 //! It follows the event stream format of the HTML spec as far as a chat-completion stream
 //! uses it (`data` and `event` fields, comments, CR / LF / CRLF line ends, a leading BOM) and

@@ -1,4 +1,6 @@
-//! Lenient serde types for what OpenAI-compatible servers send back.
+//! Lenient serde types for what OpenAI-compatible servers send back. Kept hand-written on
+//! purpose: no crate's types read every server's odd shapes, and the strict-first reading
+//! below was measured on the chunk path (the tests pin each shape).
 //!
 //! Servers that call themselves OpenAI-compatible differ in small ways, and none of those ways
 //! may break a voice turn. Every field here is optional and defaulted, unknown fields are

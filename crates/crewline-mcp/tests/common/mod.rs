@@ -6,7 +6,6 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use crewline::{
-    core::ToolCall,
     function_tool,
     tool::{
         Executor, ToolError, ToolRegistry,
@@ -15,6 +14,7 @@ use crewline::{
             ledger::MemoryLedger,
         },
     },
+    types::ToolCall,
 };
 use crewline_mcp::{McpClient, McpServer, SchemaFlavour};
 use rmcp::{

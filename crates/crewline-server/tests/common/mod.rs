@@ -11,9 +11,9 @@ use std::{
 
 use crewline::{
     Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
-    core::{Context, Message},
     llm::{Reply, ScriptedLlm},
     tool::ToolRegistry,
+    types::{Context, Message},
 };
 use crewline_server::{CrewServer, ServerError, ServerHandle};
 use futures::{SinkExt, StreamExt};

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use tokio::time::Instant;
 
-use super::{CallError, SessionScope};
+use super::{SessionScope, ToolCallError};
 
 /// How long a caller waits for a deferred decision by default: a phone caller is waiting.
 pub const DEFAULT_APPROVAL_WAIT: Duration = Duration::from_secs(10);
@@ -364,16 +364,16 @@ impl ApprovalPort for DeferredApproval {
 }
 
 /// The error for a denied call.
-pub(crate) fn denied(reason: &str) -> CallError {
-    CallError::new(
+pub(crate) fn denied(reason: &str) -> ToolCallError {
+    ToolCallError::new(
         ToolErrorKind::ApprovalDenied,
         format!("the call was not approved: {reason}"),
     )
 }
 
 /// The error for a call still waiting for approval.
-pub(crate) fn pending() -> CallError {
-    CallError::new(
+pub(crate) fn pending() -> ToolCallError {
+    ToolCallError::new(
         ToolErrorKind::ApprovalPending,
         "the call is waiting for approval; tell the user it needs their confirmation",
     )

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::{CallError, Trace, inflight::Settled, ledger::LedgerSink};
+use super::{ToolCallError, Trace, inflight::Settled, ledger::LedgerSink};
 
 /// The tracker of every detached (non-cancellable) tool task of the process.
 ///
@@ -41,7 +41,7 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     /// Writes the record of a call that finished (or was dropped) after its waiter left.
-    fn write(self, outcome: Result<Value, CallError>) {
+    fn write(self, outcome: Result<Value, ToolCallError>) {
         let mut record = super::record(&self.call, outcome, self.started.elapsed(), self.trace);
         record.ran_on = true;
         if let Err(error) = self.sink.record(&record) {
@@ -139,7 +139,7 @@ impl Drop for TaskEnd {
                 drop(state);
                 tracing::error!("a non-cancellable tool was stopped half-way by the shutdown");
                 if let Some(recorder) = recorder {
-                    recorder.write(Err(CallError::new(
+                    recorder.write(Err(ToolCallError::new(
                         crewline_core::ToolErrorKind::Cancelled,
                         "the call was cut short by a shutdown",
                     )
@@ -188,7 +188,7 @@ impl Drop for Waiter {
             State::Handed => {
                 drop(state);
                 if let Some(recorder) = self.recorder.take() {
-                    recorder.write(Err(CallError::new(
+                    recorder.write(Err(ToolCallError::new(
                         crewline_core::ToolErrorKind::Cancelled,
                         "the call was cut short by a shutdown",
                     )

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 
-use super::CallError;
+use super::ToolCallError;
 
 /// A guardrail's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub(crate) async fn check(
     side: Side,
     call: &ToolCall,
     value: &Value,
-) -> Result<(), CallError> {
+) -> Result<(), ToolCallError> {
     for guardrail in guardrails {
         let verdict = match side {
             Side::Input => guardrail.check_input(call, value).await,
@@ -72,7 +72,7 @@ pub(crate) async fn check(
                 Side::Input => "call",
                 Side::Output => "result",
             };
-            return Err(CallError::new(
+            return Err(ToolCallError::new(
                 ToolErrorKind::GuardrailBlocked,
                 format!("the {what} was blocked: {reason}"),
             )

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crewline_core::ToolCall;
 use serde_json::Value;
 
-use super::CallError;
+use super::ToolCallError;
 
 /// What a before-hook decides.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,7 +31,7 @@ pub trait BeforeHook: Send + Sync {
 #[async_trait]
 pub trait AfterHook: Send + Sync {
     /// Observes the outcome; may rewrite it.
-    async fn after(&self, call: &ToolCall, outcome: &mut Result<Value, CallError>);
+    async fn after(&self, call: &ToolCall, outcome: &mut Result<Value, ToolCallError>);
 }
 
 /// A before-hook from a synchronous closure.
@@ -53,9 +53,9 @@ pub struct FnAfterHook<F>(pub F);
 #[async_trait]
 impl<F> AfterHook for FnAfterHook<F>
 where
-    F: Fn(&ToolCall, &mut Result<Value, CallError>) + Send + Sync,
+    F: Fn(&ToolCall, &mut Result<Value, ToolCallError>) + Send + Sync,
 {
-    async fn after(&self, call: &ToolCall, outcome: &mut Result<Value, CallError>) {
+    async fn after(&self, call: &ToolCall, outcome: &mut Result<Value, ToolCallError>) {
         (self.0)(call, outcome)
     }
 }
@@ -76,7 +76,7 @@ mod tests {
         assert_eq!(rewrite.before(&call, &mut args).await, HookAction::Continue);
         assert_eq!(args, json!({"city": "Oslo"}));
 
-        let after = FnAfterHook(|_: &ToolCall, outcome: &mut Result<Value, CallError>| {
+        let after = FnAfterHook(|_: &ToolCall, outcome: &mut Result<Value, ToolCallError>| {
             *outcome = Ok(json!("redacted"));
         });
         let mut outcome = Ok(json!("secret"));

@@ -16,14 +16,14 @@ use std::{
     time::Duration,
 };
 
-use super::{CallContext, CallError, SessionScope, detached, fingerprint};
+use super::{CallContext, SessionScope, ToolCallError, detached, fingerprint};
 use crate::ToolRegistry;
 use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
 
 /// A call's outcome as every joiner reads it.
-pub(crate) type Settled = Result<Value, CallError>;
+pub(crate) type Settled = Result<Value, ToolCallError>;
 
 /// What makes two calls the same call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -98,7 +98,7 @@ impl Waiter {
             Err(_elapsed) => return None,
             Ok(Ok(Some(settled))) => settled,
             // The task was dropped before it finished (the runtime is shutting down).
-            Ok(_) => Err(CallError::new(
+            Ok(_) => Err(ToolCallError::new(
                 ToolErrorKind::ToolError,
                 "the tool stopped before it reported a result",
             )),
@@ -237,8 +237,8 @@ fn lock(slots: &Slots) -> MutexGuard<'_, HashMap<Key, Slot>> {
 }
 
 /// The error for a non-cancellable call whose caller stopped waiting while it runs on.
-pub(crate) fn still_running() -> CallError {
-    CallError::new(
+pub(crate) fn still_running() -> ToolCallError {
+    ToolCallError::new(
         ToolErrorKind::StillRunning,
         "the action is still in progress and must not be retried or started again; tell the \
          user it is being processed. To learn its outcome, call this tool again with exactly \

@@ -12,7 +12,7 @@ use std::{
 use crewline_core::ToolErrorKind;
 use tokio_util::sync::CancellationToken;
 
-use super::CallError;
+use super::ToolCallError;
 
 /// The limits of one run; `None` is unlimited (the default: a run may be a whole MCP session;
 /// the tool loop caps its turns' calls itself).
@@ -119,7 +119,7 @@ impl Run {
 
     /// Admits one call of `tool`, or says which limit it would exceed. On success, returns the
     /// tool time the run has left, if limited.
-    pub(crate) fn admit(&self, tool: &str) -> Result<Option<Duration>, CallError> {
+    pub(crate) fn admit(&self, tool: &str) -> Result<Option<Duration>, ToolCallError> {
         let limits = self.inner.limits;
         let mut usage = self.lock();
         if let Some(max) = limits.max_calls
@@ -165,15 +165,15 @@ impl Run {
 }
 
 /// The error for a call past the run's call limit (`max` calls).
-pub fn calls_exceeded(max: u32) -> CallError {
+pub fn calls_exceeded(max: u32) -> ToolCallError {
     exceeded(format!(
         "this turn already made its {max} allowed tool calls; answer with what you have"
     ))
 }
 
 /// The error for a call over a run limit.
-pub(crate) fn exceeded(message: impl Into<String>) -> CallError {
-    CallError::new(ToolErrorKind::RunLimitExceeded, message)
+pub(crate) fn exceeded(message: impl Into<String>) -> ToolCallError {
+    ToolCallError::new(ToolErrorKind::RunLimitExceeded, message)
 }
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ pub const PANIC_MESSAGE: &str = "the tool failed unexpectedly";
 /// Why one call failed: its kind, the message the model reads, and the operator's detail.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
-pub struct CallError {
+pub struct ToolCallError {
     /// The kind the model is told.
     pub kind: ToolErrorKind,
     /// The message written for the model.
@@ -93,7 +93,7 @@ pub struct CallError {
     pub detail: Option<String>,
 }
 
-impl CallError {
+impl ToolCallError {
     /// A failure with a message for the model.
     pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
         Self {
@@ -110,7 +110,7 @@ impl CallError {
     }
 }
 
-impl From<ToolError> for CallError {
+impl From<ToolError> for ToolCallError {
     fn from(error: ToolError) -> Self {
         let kind = if error.is_invalid_arguments() {
             ToolErrorKind::ToolArgsInvalid
@@ -237,9 +237,10 @@ impl Drop for LedgerGuard<'_> {
         if self.finished || self.trace.detached {
             return;
         }
-        let error = CallError::new(ToolErrorKind::Cancelled, "the call was cancelled").with_detail(
-            "the caller stopped waiting (a barge-in or a shutdown) before the call finished",
-        );
+        let error = ToolCallError::new(ToolErrorKind::Cancelled, "the call was cancelled")
+            .with_detail(
+                "the caller stopped waiting (a barge-in or a shutdown) before the call finished",
+            );
         let record = record(
             self.call,
             Err(error),
@@ -412,9 +413,9 @@ impl Executor {
         context: &CallContext,
         trace: &mut Trace,
         started: Instant,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Value, ToolCallError> {
         let Some(entry) = tools.entry(&call.name) else {
-            return Err(CallError::new(
+            return Err(ToolCallError::new(
                 ToolErrorKind::UnknownTool,
                 tools.unknown_tool_message(&call.name),
             ));
@@ -482,7 +483,7 @@ impl Executor {
         arguments: Value,
         context: &CallContext,
         trace: &mut Trace,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Value, ToolCallError> {
         let Some(approver) = &self.approval else {
             // Fail closed: a tool that asks for confirmation never runs unconfirmed.
             trace.approval = Some(ApprovalRecord::Denied);
@@ -511,7 +512,7 @@ impl Executor {
                     .validate_value(entry, arguments)
                     .map_err(|error| {
                         let detail = format!("the approver's edited arguments: {}", error.message);
-                        CallError::new(
+                        ToolCallError::new(
                             ToolErrorKind::ToolArgsInvalid,
                             "the arguments the approver edited are not valid for this tool",
                         )
@@ -542,7 +543,7 @@ impl Executor {
         remaining: Option<Duration>,
         trace: &mut Trace,
         call_started: Instant,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Value, ToolCallError> {
         let cached = match (&self.cache, policy.cache_ttl) {
             (Some(cache), Some(ttl)) => {
                 let key = cache.key_for(&context.scope, tools.id(), &call.name, &arguments);
@@ -586,14 +587,14 @@ impl Executor {
                     "this turn ran out of time for tools while the tool was running",
                 )
                 .with_detail(format!("stopped after the run's remaining {limit:?}"))),
-                Raced::TimedOut => Err(CallError::new(
+                Raced::TimedOut => Err(ToolCallError::new(
                     ToolErrorKind::Timeout,
                     format!(
                         "the tool did not finish within {}; try again later or without it",
                         human_duration(limit)
                     ),
                 )),
-                Raced::Cancelled(by) => Err(CallError::new(
+                Raced::Cancelled(by) => Err(ToolCallError::new(
                     ToolErrorKind::Cancelled,
                     "the call was cancelled",
                 )
@@ -626,7 +627,7 @@ impl Executor {
 
     /// The outcome of a non-cancellable call this caller waits for at most `limit`: the
     /// tool's own, or `StillRunning` (the call runs on and must not be started again).
-    async fn settle(&self, joined: Joined, limit: Duration) -> Result<Value, CallError> {
+    async fn settle(&self, joined: Joined, limit: Duration) -> Result<Value, ToolCallError> {
         let settled = match joined {
             Joined::Finished(settled) => settled,
             Joined::Running(waiter) => match waiter.wait(limit).await {
@@ -696,13 +697,13 @@ impl Executor {
     }
 
     /// `value`, or a `ToolError` when its content is over the result size limit.
-    fn check_result_size(&self, value: Value) -> Result<Value, CallError> {
+    fn check_result_size(&self, value: Value) -> Result<Value, ToolCallError> {
         let Some(max) = self.max_result_bytes else {
             return Ok(value);
         };
         match result_size(&value, max) {
             Some(_) => Ok(value),
-            None => Err(CallError::new(
+            None => Err(ToolCallError::new(
                 ToolErrorKind::ToolError,
                 format!(
                     "the tool's result is larger than the {max} bytes this crew accepts; \
@@ -750,7 +751,7 @@ fn result_size(value: &Value, max: usize) -> Option<usize> {
 
 /// How the call itself ended.
 enum Raced {
-    Done(Result<Value, CallError>),
+    Done(Result<Value, ToolCallError>),
     TimedOut,
     Cancelled(CancelledBy),
 }
@@ -773,7 +774,7 @@ async fn call_cancelled(token: Option<&CancellationToken>) {
 fn guarded_call(
     entry: &Entry,
     arguments: Value,
-) -> impl Future<Output = Result<Value, CallError>> + Send + 'static {
+) -> impl Future<Output = Result<Value, ToolCallError>> + Send + 'static {
     let tool = Arc::clone(&entry.tool);
     // The future is created inside the guarded block too, so a hand-written `call` that
     // panics before returning its future is caught as well.
@@ -781,8 +782,8 @@ fn guarded_call(
         .catch_unwind()
         .map(|done| match done {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(CallError::from(error)),
-            Err(payload) => Err(CallError::new(ToolErrorKind::ToolError, PANIC_MESSAGE)
+            Ok(Err(error)) => Err(ToolCallError::from(error)),
+            Err(payload) => Err(ToolCallError::new(ToolErrorKind::ToolError, PANIC_MESSAGE)
                 .with_detail(format!("panic: {}", panic_text(payload.as_ref())))),
         })
 }
@@ -807,7 +808,7 @@ async fn call_tool(
 /// Stage 9's record of one call.
 fn record(
     call: &ToolCall,
-    outcome: Result<Value, CallError>,
+    outcome: Result<Value, ToolCallError>,
     latency: Duration,
     trace: Trace,
 ) -> LedgerRecord {
@@ -1048,13 +1049,13 @@ mod tests {
 
     #[test]
     fn tool_errors_keep_the_detail_chain_for_the_operator() {
-        let error = CallError::from(
+        let error = ToolCallError::from(
             ToolError::new("weather is down").with_detail(std::io::Error::other("503")),
         );
         assert_eq!(error.kind, ToolErrorKind::ToolError);
         assert_eq!(error.message, "weather is down");
         assert_eq!(error.detail.as_deref(), Some("503"));
-        let invalid = CallError::from(ToolError::invalid_arguments("bad date"));
+        let invalid = ToolCallError::from(ToolError::invalid_arguments("bad date"));
         assert_eq!(invalid.kind, ToolErrorKind::ToolArgsInvalid);
     }
 

@@ -5,7 +5,7 @@
 use crewline_core::ToolErrorKind;
 use serde_json::Value;
 
-use super::CallError;
+use super::ToolCallError;
 use crate::{registry::Entry, schema};
 
 /// How validation failures are reported to the model.
@@ -29,7 +29,7 @@ impl Default for ValidationConfig {
 
 impl ValidationConfig {
     /// Parses the model's argument text and checks it against the tool's schema.
-    pub(crate) fn validate_text(&self, entry: &Entry, text: &str) -> Result<Value, CallError> {
+    pub(crate) fn validate_text(&self, entry: &Entry, text: &str) -> Result<Value, ToolCallError> {
         let arguments = parse_arguments(text)?;
         self.validate_value(entry, arguments)
     }
@@ -40,9 +40,9 @@ impl ValidationConfig {
         &self,
         entry: &Entry,
         mut arguments: Value,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Value, ToolCallError> {
         if !arguments.is_object() {
-            return Err(CallError::new(
+            return Err(ToolCallError::new(
                 ToolErrorKind::ToolArgsInvalid,
                 format!(
                     "the arguments must be a JSON object, not {}",
@@ -51,7 +51,7 @@ impl ValidationConfig {
             ));
         }
         if let Some(message) = self.schema_problems(&entry.validator, &arguments) {
-            return Err(CallError::new(ToolErrorKind::ToolArgsInvalid, message));
+            return Err(ToolCallError::new(ToolErrorKind::ToolArgsInvalid, message));
         }
         schema::strip_absent_nulls(&entry.lenient, &mut arguments);
         Ok(arguments)
@@ -102,12 +102,12 @@ impl ValidationConfig {
 }
 
 /// The model's arguments as a JSON value; empty text counts as no arguments.
-fn parse_arguments(text: &str) -> Result<Value, CallError> {
+fn parse_arguments(text: &str) -> Result<Value, ToolCallError> {
     if text.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
     serde_json::from_str(text).map_err(|e| {
-        CallError::new(
+        ToolCallError::new(
             ToolErrorKind::ToolArgsInvalid,
             format!("the arguments are not valid JSON: {e}"),
         )

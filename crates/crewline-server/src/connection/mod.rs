@@ -9,20 +9,14 @@
 //! frame (pongs included) for `idle_timeout` is a half-open connection and is closed; a socket
 //! write that takes longer than `write_timeout` ends the call (the platform stopped reading).
 
-use std::{fmt, future::Future, sync::Arc, task::Poll, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use axum::{
-    body::Bytes,
-    extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code},
-};
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use crewline::{
     DispatchError, Observer, Session, SessionSetup,
-    protocol::{AgentError, DecodeError, Event, EventBody, Severity, SystemInit},
+    protocol::{AgentError, Event, EventBody, Severity, SystemInit},
 };
-use futures::{
-    SinkExt, StreamExt,
-    stream::{SplitSink, SplitStream},
-};
+use futures::{StreamExt, stream::SplitStream};
 use serde_json::{Map, Value};
 use tokio::{
     sync::{mpsc, oneshot},
@@ -31,6 +25,13 @@ use tokio::{
 };
 use tracing::Instrument;
 
+mod end;
+mod writer;
+
+use self::{
+    end::{End, Failure, too_big_message},
+    writer::{Writer, WriterEnd},
+};
 use crate::{
     SetupError,
     metrics::{ErrorKind, FrameDrop, HandshakeFailure},
@@ -47,10 +48,10 @@ const MAX_ERROR_TEXT: usize = 1000;
 pub(crate) const MAX_ID_BYTES: usize = 64;
 
 /// Close code and reason at the drain deadline.
-const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
+pub(super) const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
 /// Close code and reason for a call that answered no ping within the idle timeout (those
 /// of the reference's WebSocket library).
-const IDLE_CLOSE: (u16, &str) = (close_code::ERROR, "keepalive ping timeout");
+pub(super) const IDLE_CLOSE: (u16, &str) = (close_code::ERROR, "keepalive ping timeout");
 
 /// Serves one call on `socket` until it ends.
 pub(crate) async fn run(socket: WebSocket, service: Arc<Service>) {
@@ -76,104 +77,6 @@ pub(crate) async fn run(socket: WebSocket, service: Arc<Service>) {
     };
     let end = connection.serve().await;
     tracing::info!(end = %end, duration = ?started.elapsed(), "call ended");
-}
-
-/// Why a call ended.
-enum End {
-    /// The handshake or the setup failed.
-    Handshake(HandshakeFailure),
-    /// The platform closed the socket.
-    PeerClosed,
-    /// The connection broke.
-    SocketError,
-    /// A frame over the limit arrived.
-    TooBig,
-    /// The drain deadline passed.
-    ShuttingDown,
-    /// No inbound frame, pongs included, within the idle timeout: a half-open connection.
-    Idle,
-    /// A socket write did not complete within the write timeout: the platform stopped reading.
-    WriteTimeout,
-}
-
-impl fmt::Display for End {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Handshake(reason) => write!(f, "handshake failed ({})", reason.as_str()),
-            Self::PeerClosed => f.write_str("platform closed"),
-            Self::SocketError => f.write_str("socket error"),
-            Self::TooBig => f.write_str("frame too large"),
-            Self::ShuttingDown => f.write_str("server shutting down"),
-            Self::Idle => f.write_str("idle timeout (no pong)"),
-            Self::WriteTimeout => f.write_str("write timeout (the platform stopped reading)"),
-        }
-    }
-}
-
-/// A failed handshake or setup: what the platform is told.
-struct Failure {
-    reason: HandshakeFailure,
-    /// The `agent.error` message; `None` when the platform is already gone.
-    message: Option<String>,
-    code: u16,
-    close_reason: &'static str,
-}
-
-impl Failure {
-    fn new(
-        reason: HandshakeFailure,
-        message: String,
-        code: u16,
-        close_reason: &'static str,
-    ) -> Self {
-        Self {
-            reason,
-            message: Some(message),
-            code,
-            close_reason,
-        }
-    }
-
-    fn closed() -> Self {
-        Self {
-            reason: HandshakeFailure::Closed,
-            message: None,
-            code: close_code::NORMAL,
-            close_reason: "",
-        }
-    }
-
-    fn shutting_down() -> Self {
-        Self::new(
-            HandshakeFailure::ShuttingDown,
-            "the server is shutting down".to_owned(),
-            SHUTDOWN_CLOSE.0,
-            SHUTDOWN_CLOSE.1,
-        )
-    }
-
-    fn too_big(size: usize, max: usize) -> Self {
-        Self::new(
-            HandshakeFailure::TooBig,
-            too_big_message(size, max),
-            close_code::SIZE,
-            "frame too large",
-        )
-    }
-
-    fn setup(error: SetupError) -> Self {
-        let (reason, close_reason) = match &error {
-            SetupError::Failed(_) => (HandshakeFailure::SetupFailed, "crew setup failed"),
-            SetupError::Panicked(_) => (HandshakeFailure::SetupPanicked, "crew setup failed"),
-            SetupError::TimedOut(_) => (HandshakeFailure::SetupTimeout, "crew setup timed out"),
-            SetupError::InvalidGraph(_) => (HandshakeFailure::InvalidGraph, "invalid crew"),
-        };
-        Self::new(reason, error.to_string(), close_code::ERROR, close_reason)
-    }
-}
-
-fn too_big_message(size: usize, max: usize) -> String {
-    format!("a frame of {size} bytes is over this server's limit of {max} bytes")
 }
 
 struct Connection {
@@ -388,8 +291,9 @@ impl Connection {
                 },
                 Err(error) => {
                     bad_frames = bad_frames.saturating_add(1);
-                    metrics.frame_dropped(frame_drop(&error));
                     let kind = error.kind();
+                    metrics.frame_dropped(FrameDrop::from(kind));
+                    let kind = kind.as_str();
                     let error = truncate(&error.to_string(), 200).into_owned();
                     if bad_frames <= LOUD_BAD_FRAMES {
                         tracing::warn!(
@@ -491,158 +395,6 @@ impl Connection {
     }
 }
 
-/// How the writer stopped.
-enum WriterEnd {
-    /// It sent the close frame, or was asked to stop.
-    Done,
-    /// A socket write failed.
-    Failed,
-    /// A socket write did not complete within the write timeout.
-    TimedOut,
-}
-
-/// The socket's sending half and the writer's limits.
-struct Writer {
-    sink: SplitSink<WebSocket, Message>,
-    write_timeout: Duration,
-    ping_interval: Duration,
-}
-
-/// One socket operation (`feed`, `flush`, `send`), bounded by `timeout`.
-///
-/// The timer starts only when the operation has to wait: a write that completes on its first
-/// poll (nearly every write to a socket with room) reads no clock and arms no timer.
-/// `tokio::time::timeout` did both for every frame, ~2 % of the text path's instructions.
-async fn bounded<F>(timeout: Duration, operation: F) -> Result<(), WriterEnd>
-where
-    F: Future<Output = Result<(), axum::Error>>,
-{
-    let mut operation = std::pin::pin!(operation);
-    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
-    let outcome = std::future::poll_fn(|cx| {
-        if let Poll::Ready(outcome) = operation.as_mut().poll(cx) {
-            return Poll::Ready(Some(outcome));
-        }
-        if timer.is_none() {
-            timer.set(Some(tokio::time::sleep(timeout)));
-        }
-        match timer.as_mut().as_pin_mut() {
-            Some(sleep) => sleep.poll(cx).map(|()| None),
-            None => Poll::Pending,
-        }
-    })
-    .await;
-    match outcome {
-        Some(Ok(())) => Ok(()),
-        Some(Err(error)) => {
-            tracing::debug!(%error, "socket write failed");
-            Err(WriterEnd::Failed)
-        }
-        None => Err(WriterEnd::TimedOut),
-    }
-}
-
-impl Writer {
-    async fn feed(&mut self, message: Message) -> Result<(), WriterEnd> {
-        bounded(self.write_timeout, self.sink.feed(message)).await
-    }
-
-    async fn flush(&mut self) -> Result<(), WriterEnd> {
-        bounded(self.write_timeout, self.sink.flush()).await
-    }
-
-    async fn send(&mut self, message: Message) -> Result<(), WriterEnd> {
-        bounded(self.write_timeout, self.sink.send(message)).await
-    }
-
-    /// Encodes each event as a binary frame, and pings every ping interval; on a close
-    /// request, sends what is queued and the close frame, then stops. Stops at the first
-    /// socket error or write timeout.
-    async fn run(
-        mut self,
-        mut events: mpsc::Receiver<Box<Event>>,
-        mut close: oneshot::Receiver<CloseFrame>,
-    ) -> WriterEnd {
-        let mut pings =
-            tokio::time::interval_at(Instant::now() + self.ping_interval, self.ping_interval);
-        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let result = loop {
-            tokio::select! {
-                biased;
-                frame = &mut close => break self.close(&mut events, frame).await,
-                event = events.recv() => {
-                    let Some(event) = event else {
-                        // Unreachable while the connection holds a sender; wait for the close.
-                        break self.close(&mut events, close.await).await;
-                    };
-                    if let Err(end) = self.send_events(event, &mut events).await {
-                        break Err(end);
-                    }
-                }
-                _ = pings.tick() => {
-                    let ping = Message::Ping(Bytes::new());
-                    if let Err(end) = self.send(ping).await {
-                        break Err(end);
-                    }
-                }
-            }
-        };
-        result.err().unwrap_or(WriterEnd::Done)
-    }
-
-    /// Writes `event` and the events that are ready behind it, then flushes.
-    async fn send_events(
-        &mut self,
-        event: Box<Event>,
-        events: &mut mpsc::Receiver<Box<Event>>,
-    ) -> Result<(), WriterEnd> {
-        let frame = binary(&event);
-        self.feed(frame).await?;
-        if !events.is_empty() {
-            return Ok(());
-        }
-        // The model's pieces usually arrive a few at a time, each woken separately: letting
-        // the tasks that are ready run first gathers them into one socket write (one syscall
-        // instead of one per frame). When nothing else is ready this costs one pass of the
-        // scheduler, a few microseconds.
-        tokio::task::yield_now().await;
-        while let Ok(event) = events.try_recv() {
-            let frame = binary(&event);
-            self.feed(frame).await?;
-        }
-        self.flush().await
-    }
-
-    /// Sends what is queued, then the close frame (or only flushes, when the connection
-    /// dropped its close request).
-    async fn close(
-        &mut self,
-        events: &mut mpsc::Receiver<Box<Event>>,
-        frame: Result<CloseFrame, oneshot::error::RecvError>,
-    ) -> Result<(), WriterEnd> {
-        let queued = events.len();
-        for _ in 0..queued {
-            let Ok(event) = events.try_recv() else { break };
-            let frame = binary(&event);
-            self.feed(frame).await?;
-        }
-        match frame {
-            Ok(frame) => {
-                let close = Message::Close(Some(frame));
-                if let Err(end) = self.send(close).await {
-                    tracing::debug!("could not send the close frame");
-                    return Err(end);
-                }
-                Ok(())
-            }
-            Err(_) => self.flush().await,
-        }
-    }
-}
-fn binary(event: &Event) -> Message {
-    Message::Binary(Bytes::from(crewline::protocol::encode(event)))
-}
-
 /// The size and limit when `error` is an oversized frame or message.
 fn too_big(error: axum::Error) -> Option<(usize, usize)> {
     use tungstenite::error::{CapacityError, Error};
@@ -654,19 +406,6 @@ fn too_big(error: axum::Error) -> Option<(usize, usize)> {
             _ => None,
         },
         Err(_) => None,
-    }
-}
-
-/// The metrics label of a decode error.
-fn frame_drop(error: &DecodeError) -> FrameDrop {
-    match error.kind() {
-        "not_utf8" => FrameDrop::NotUtf8,
-        "not_json" => FrameDrop::NotJson,
-        "not_an_object" => FrameDrop::NotAnObject,
-        "missing_type" => FrameDrop::MissingType,
-        "unknown_type" => FrameDrop::UnknownType,
-        "too_deep" => FrameDrop::TooDeep,
-        _ => FrameDrop::InvalidFields,
     }
 }
 

@@ -10,14 +10,14 @@
 
 use std::{
     collections::{HashSet, VecDeque},
-    fmt,
     sync::Arc,
     time::Duration,
 };
 
 use axum::body::Bytes;
+use backon::Retryable;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
-use crewline_tools::{CallContext, ExportError, PANIC_MESSAGE, SessionScope, Target, ToolRegistry};
+use crewline_tools::{CallContext, PANIC_MESSAGE, SessionScope, Target, ToolRegistry};
 use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -28,188 +28,16 @@ use crate::wire::{
     TaskStatus, ToolAnswer, ToolCallPayload,
 };
 
+mod config;
+mod error;
+
+pub use self::{
+    config::{ApiKey, Backoff, ClientConfig},
+    error::ClientError,
+};
+
 /// How many event ids the client remembers for deduplication.
 const SEEN_EVENTS: usize = 4096;
-
-/// An API key: sent in the `apikey` header, never shown by `Debug` or in logs.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    /// The key itself, for the header.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
-/// How failed requests are retried: exponential delays from `initial`, doubling, capped at
-/// `max`, for at most `max_attempts` attempts in a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// The first delay.
-    pub initial: Duration,
-    /// The longest delay.
-    pub max: Duration,
-    /// Attempts (the first one included) before giving up.
-    pub max_attempts: u32,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(5),
-            max_attempts: 8,
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay after failed attempt number `attempt` (1-based).
-    pub fn delay(&self, attempt: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.initial.saturating_mul(factor).min(self.max)
-    }
-}
-
-/// Where the task API is and how to talk to it.
-#[derive(Debug, Clone)]
-pub struct ClientConfig {
-    /// The API's base URL, e.g. `https://api.smooth.sh/api/v1` or `http://127.0.0.1:8080`.
-    pub base_url: String,
-    /// Sent as the `apikey` header.
-    pub api_key: Option<ApiKey>,
-    /// The shortest time between two polls that brought nothing new.
-    pub poll_interval: Duration,
-    /// Asks the server to hold a poll open until an event comes, up to this long (`wait_ms`,
-    /// a crewline extension; other servers ignore it and answer at once).
-    pub long_poll: Option<Duration>,
-    /// The longest a request may take (a long poll gets its wait on top).
-    pub request_timeout: Duration,
-    /// How failed requests are retried.
-    pub backoff: Backoff,
-}
-
-impl ClientConfig {
-    /// A configuration for `base_url`, without a key: 250 ms between idle polls, 10 s long
-    /// polls, 30 s request timeout, default backoff.
-    pub fn new(base_url: impl Into<String>) -> Self {
-        Self {
-            base_url: base_url.into(),
-            api_key: None,
-            poll_interval: Duration::from_millis(250),
-            long_poll: Some(Duration::from_secs(10)),
-            request_timeout: Duration::from_secs(30),
-            backoff: Backoff::default(),
-        }
-    }
-
-    /// With this API key.
-    pub fn api_key(mut self, key: impl Into<String>) -> Self {
-        self.api_key = Some(ApiKey::new(key));
-        self
-    }
-
-    /// With this time between idle polls.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// With long polls of at most `wait` (`None`: plain polling).
-    pub fn long_poll(mut self, wait: Option<Duration>) -> Self {
-        self.long_poll = wait;
-        self
-    }
-
-    /// With this retry policy.
-    pub fn backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
-    /// With this request timeout.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-}
-
-/// Why a task API request failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// The configuration cannot work (e.g. the base URL does not parse).
-    #[error("invalid task client configuration: {0}")]
-    Config(String),
-    /// The request did not get an answer (connection refused, reset, timed out).
-    #[error("could not reach the task API: {0}")]
-    Network(#[source] reqwest::Error),
-    /// The API answered with an error status.
-    #[error("the task API answered {status}: {detail}")]
-    Status {
-        /// The HTTP status.
-        status: u16,
-        /// The API's explanation.
-        detail: String,
-    },
-    /// The API does not know the task.
-    #[error("the task API has no task `{0}`")]
-    TaskNotFound(String),
-    /// The API refused the key.
-    #[error("the task API refused the api key ({status}): {detail}")]
-    Unauthorized {
-        /// 401 or 403.
-        status: u16,
-        /// The API's explanation.
-        detail: String,
-    },
-    /// A success response did not have the expected shape.
-    #[error("the task API sent a body that is not the expected {what}: {source}")]
-    Decode {
-        /// What was expected.
-        what: &'static str,
-        /// The parse error.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The registry's tools cannot be exported to a remote agent.
-    #[error(transparent)]
-    Export(#[from] ExportError),
-    /// Every attempt failed; the last failure is kept.
-    #[error("gave up after {attempts} attempts: {last}")]
-    GaveUp {
-        /// How many attempts were made.
-        attempts: u32,
-        /// The last attempt's failure.
-        #[source]
-        last: Box<ClientError>,
-    },
-}
-
-impl ClientError {
-    /// Whether trying again may help (network errors, 5xx, 408, 429).
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Self::Network(_) => true,
-            Self::Status { status, .. } => *status >= 500 || *status == 408 || *status == 429,
-            _ => false,
-        }
-    }
-}
 
 /// How a served task ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -499,32 +327,37 @@ impl TaskClient {
     }
 
     /// Runs `attempt` until it succeeds, fails for good, or the backoff's attempts run out.
-    async fn retrying<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, ClientError>
+    async fn retrying<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T, ClientError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, ClientError>>,
     {
-        let backoff = self.config.backoff;
-        let max_attempts = backoff.max_attempts.max(1);
-        let mut attempts = 0;
-        loop {
+        retrying(self.config.backoff, what, attempt).await
+    }
+}
+
+/// Runs `attempt` under `backoff`; a retryable failure left when the attempts run out is
+/// [`ClientError::GaveUp`].
+async fn retrying<T, F, Fut>(backoff: Backoff, what: &str, attempt: F) -> Result<T, ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ClientError>>,
+{
+    let mut attempts = 1;
+    let result = attempt
+        .retry(backoff.schedule())
+        .when(ClientError::is_retryable)
+        .notify(|error, delay| {
+            tracing::warn!(%error, attempt = attempts, ?delay, "{what} failed; retrying");
             attempts += 1;
-            match attempt().await {
-                Ok(value) => return Ok(value),
-                Err(error) if error.is_retryable() && attempts < max_attempts => {
-                    let delay = backoff.delay(attempts);
-                    tracing::warn!(%error, attempt = attempts, ?delay, "{what} failed; retrying");
-                    tokio::time::sleep(delay).await;
-                }
-                Err(error) if error.is_retryable() => {
-                    return Err(ClientError::GaveUp {
-                        attempts,
-                        last: Box::new(error),
-                    });
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        })
+        .await;
+    match result {
+        Err(error) if error.is_retryable() => Err(ClientError::GaveUp {
+            attempts,
+            last: Box::new(error),
+        }),
+        other => other,
     }
 }
 
@@ -665,16 +498,86 @@ impl SeenEvents {
 mod tests {
     use super::*;
 
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
+    /// When each attempt started (ms from the first) in a run under `backoff` whose every
+    /// attempt fails with `status`, and the error it ended with.
+    async fn attempt_times(backoff: Backoff, status: u16) -> (Vec<u128>, ClientError) {
+        let started = tokio::time::Instant::now();
+        let mut times = Vec::new();
+        let error = retrying(backoff, "test", || {
+            times.push(started.elapsed().as_millis());
+            let detail = String::new();
+            async move { Err::<(), _>(ClientError::Status { status, detail }) }
+        })
+        .await
+        .expect_err("every attempt fails");
+        (times, error)
+    }
+
+    /// The pauses between `times`, each checked against its nominal length (ms): backon
+    /// computes delays in `f32` seconds and tokio's timer rounds up to the millisecond, so a
+    /// pause may be 1 ms longer, never shorter.
+    fn assert_pauses(times: &[u128], expected: &[u128]) {
+        let pauses: Vec<u128> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(pauses.len(), expected.len(), "{pauses:?}");
+        for (pause, nominal) in pauses.iter().zip(expected) {
+            assert!(
+                (*nominal..=nominal + 1).contains(pause),
+                "{pauses:?} != {expected:?}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_doubles_up_to_its_cap() {
         let backoff = Backoff {
             initial: Duration::from_millis(100),
             max: Duration::from_millis(700),
             max_attempts: 5,
         };
-        let delays: Vec<u128> = (1..=5).map(|a| backoff.delay(a).as_millis()).collect();
-        assert_eq!(delays, [100, 200, 400, 700, 700]);
-        assert_eq!(backoff.delay(200), Duration::from_millis(700));
+        let (times, error) = attempt_times(backoff, 503).await;
+        assert_pauses(&times, &[100, 200, 400, 700]);
+        assert!(
+            matches!(&error, ClientError::GaveUp { attempts: 5, last }
+                if matches!(**last, ClientError::Status { status: 503, .. })),
+            "{error:?}"
+        );
+        let long = Backoff {
+            max_attempts: 200,
+            ..backoff
+        };
+        let (times, _) = attempt_times(long, 503).await;
+        assert_eq!(times.len(), 200);
+        assert_pauses(&times[190..], &[700; 9]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_backoff_and_what_is_not_retried() {
+        let (times, error) = attempt_times(Backoff::default(), 429).await;
+        assert_pauses(&times, &[100, 200, 400, 800, 1600, 3200, 5000]);
+        assert!(
+            matches!(error, ClientError::GaveUp { attempts: 8, .. }),
+            "{error:?}"
+        );
+        // A client error is not retried, and keeps its own type.
+        let (times, error) = attempt_times(Backoff::default(), 400).await;
+        assert_eq!(times, [0]);
+        assert!(
+            matches!(error, ClientError::Status { status: 400, .. }),
+            "{error:?}"
+        );
+        // One attempt allowed (or none, which counts as one): no retry.
+        for max_attempts in [0, 1] {
+            let once = Backoff {
+                max_attempts,
+                ..Backoff::default()
+            };
+            let (times, error) = attempt_times(once, 503).await;
+            assert_eq!(times, [0]);
+            assert!(
+                matches!(error, ClientError::GaveUp { attempts: 1, .. }),
+                "{error:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,319 @@
+//! The client's settings, checked once when it is built.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use reqwest::header::HeaderValue;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{Map, Value};
+
+use super::{OpenAiClient, body, http::Transport, key::ApiKey};
+use crate::{LlmError, RequestOptions};
+
+/// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
+const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A live call's limit on silence mid-answer. A healthy stream sends a token every few tens of
+/// milliseconds and pauses for a second or two at worst (a loaded provider); a caller who
+/// hears nothing for ten seconds is about to hang up, so by then the turn must end with an
+/// error the platform can act on (apologize, transfer) rather than wait on.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest line or event of a stream, and the largest whole answer. A chunk is a few
+/// hundred bytes and the longest answers are tens of kilobytes: 4 MiB is far above anything
+/// real, yet bounds what a runaway or hostile server can make one call hold.
+const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+pub(super) const DEFAULT_MAX_RETRIES: usize = 2;
+
+/// Settings for an [`OpenAiClient`].
+#[derive(Clone)]
+pub struct OpenAiClientBuilder {
+    model: Option<String>,
+    base_url: Option<String>,
+    api_key: Option<SecretString>,
+    read_env: bool,
+    temperature: Option<f32>,
+    max_tokens: Option<u32>,
+    extra: Map<String, Value>,
+    connect_timeout: Duration,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+    max_retries: usize,
+    max_event_bytes: usize,
+}
+
+impl Default for OpenAiClientBuilder {
+    fn default() -> Self {
+        Self {
+            model: None,
+            base_url: None,
+            api_key: None,
+            read_env: true,
+            temperature: None,
+            max_tokens: None,
+            extra: Map::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
+
+impl fmt::Debug for OpenAiClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenAiClientBuilder")
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("read_env", &self.read_env)
+            .field("temperature", &self.temperature)
+            .field("max_tokens", &self.max_tokens)
+            .field("extra", &self.extra)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("max_event_bytes", &self.max_event_bytes)
+            .finish()
+    }
+}
+
+impl OpenAiClientBuilder {
+    /// The model to use (required).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The API base URL, e.g. `http://localhost:8000/v1` (default: `OPENAI_BASE_URL`, else
+    /// `https://api.openai.com/v1`).
+    pub fn base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = Some(base_url.into());
+        self
+    }
+
+    /// The API key (default: `OPENAI_API_KEY`).
+    pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = Some(SecretString::from(api_key.into()));
+        self
+    }
+
+    /// Whether `build()` may fall back to `OPENAI_API_KEY` and `OPENAI_BASE_URL` (default
+    /// `true`); turn off to depend on nothing but the builder.
+    pub fn read_env(mut self, read_env: bool) -> Self {
+        self.read_env = read_env;
+        self
+    }
+
+    /// The default sampling temperature.
+    pub fn temperature(mut self, temperature: f32) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// The default limit of generated tokens (sent as `max_tokens`).
+    pub fn max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// An extra body parameter sent with every request (`top_p`, `seed`, vendor fields...).
+    pub fn extra(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.extra.insert(key.into(), value);
+        self
+    }
+
+    /// The time limit for opening a connection (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The time limit from sending a request to its answer's headers and first token (text,
+    /// a tool call or the finish reason), retries included (default 30 s). Separate from the
+    /// idle timeout so a reasoning model that thinks before its first token can be given
+    /// longer. A non-streaming
+    /// [`LlmClient::chat`] gets this plus the idle timeout for its whole answer.
+    pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.first_byte_timeout = timeout;
+        self
+    }
+
+    /// The longest allowed gap between two chunks of a streamed answer that carry something
+    /// (text, a tool call, the finish reason, usage), after the first token (default 10 s: a
+    /// caller hears nothing while the stream is silent). Keepalives, comments and empty
+    /// deltas do not count.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The largest line or event of a streamed answer, and the largest non-streamed answer,
+    /// in bytes (default 4 MiB); past it the call fails with [`LlmError::TooLarge`], having
+    /// held at most about this much of the answer.
+    pub fn max_event_bytes(mut self, max_event_bytes: usize) -> Self {
+        self.max_event_bytes = max_event_bytes;
+        self
+    }
+
+    /// How many times a request is retried before its first byte (default 2).
+    pub fn max_retries(mut self, max_retries: usize) -> Self {
+        self.max_retries = max_retries;
+        self
+    }
+
+    /// Checks the settings and builds the client.
+    pub fn build(self) -> Result<OpenAiClient, LlmError> {
+        let model = self.model.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
+            LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
+        })?;
+        let api_key = self
+            .api_key
+            .or_else(|| env_var(self.read_env, "OPENAI_API_KEY").map(SecretString::from))
+            .filter(|k| !k.expose_secret().trim().is_empty())
+            .ok_or(LlmError::MissingApiKey)?;
+        let key = api_key.expose_secret().trim();
+        let base_url = self
+            .base_url
+            .or_else(|| env_var(self.read_env, "OPENAI_BASE_URL"))
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let base_url = check_base_url(&base_url)?;
+        if let Some(temperature) = self.temperature {
+            body::check_temperature(temperature)?;
+        }
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("first_byte_timeout", self.first_byte_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(LlmError::Config(format!("{name} must be more than zero")));
+            }
+        }
+        if self.max_event_bytes == 0 {
+            return Err(LlmError::Config(
+                "max_event_bytes must be more than zero".to_owned(),
+            ));
+        }
+
+        // The key travels only in this header, marked sensitive so no HTTP layer logs it.
+        let mut authorization = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+            LlmError::Config(
+                "the API key has characters that cannot go in an HTTP header".to_owned(),
+            )
+        })?;
+        authorization.set_sensitive(true);
+
+        let transport = Transport::new(
+            self.connect_timeout,
+            &base_url,
+            authorization,
+            self.max_retries,
+        )?;
+
+        Ok(OpenAiClient {
+            transport,
+            defaults: RequestOptions {
+                model: Some(model),
+                temperature: self.temperature,
+                max_tokens: self.max_tokens,
+                extra: self.extra,
+            },
+            base_url,
+            api_key: ApiKey(Arc::new(SecretString::from(key))),
+            connect_timeout: self.connect_timeout,
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.idle_timeout,
+            max_retries: self.max_retries,
+            max_event_bytes: self.max_event_bytes,
+        })
+    }
+}
+
+/// The variable's value, if reading the environment is allowed and it is set.
+fn env_var(allowed: bool, name: &str) -> Option<String> {
+    if allowed {
+        std::env::var(name).ok()
+    } else {
+        None
+    }
+}
+
+/// The base URL without a trailing slash (`/chat/completions` is appended to it).
+fn check_base_url(base_url: &str) -> Result<String, LlmError> {
+    let trimmed = base_url.trim().trim_end_matches('/');
+    let url = reqwest::Url::parse(trimmed)
+        .map_err(|e| LlmError::Config(format!("invalid base URL {trimmed:?}: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(LlmError::Config(format!(
+            "invalid base URL {trimmed:?}: the scheme must be http or https"
+        )));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// Settings for the tests: a model, a key, a local URL, no environment.
+#[cfg(test)]
+pub(super) fn test_builder() -> OpenAiClientBuilder {
+    OpenAiClient::builder()
+        .model("m")
+        .api_key("sk-secret-123456")
+        .base_url("http://127.0.0.1:9/v1/")
+        .read_env(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> OpenAiClientBuilder {
+        test_builder()
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_key() {
+        let builder = builder();
+        assert!(!format!("{builder:?}").contains("sk-secret"));
+        let client = builder.build().expect("client");
+        let debug = format!("{client:?}");
+        assert!(!debug.contains("sk-secret"), "{debug}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+    }
+
+    #[test]
+    fn trailing_slash_is_trimmed_from_the_base_url() {
+        assert_eq!(
+            builder().build().expect("client").base_url(),
+            "http://127.0.0.1:9/v1"
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_config_errors() {
+        let cases = [
+            OpenAiClient::builder().api_key("k").read_env(false).build(),
+            builder().model(" ").build(),
+            builder().base_url("ftp://x").build(),
+            builder().base_url("not a url").build(),
+            builder().temperature(f32::INFINITY).build(),
+            builder().idle_timeout(Duration::ZERO).build(),
+            builder().max_event_bytes(0).build(),
+            builder().api_key("bad\nkey").build(),
+        ];
+        for case in cases {
+            let err = case.expect_err("invalid settings");
+            assert!(matches!(err, LlmError::Config(_)), "{err:?}");
+            assert!(!err.to_string().contains("bad\nkey"));
+        }
+    }
+
+    #[test]
+    fn missing_or_blank_key_is_missing_api_key() {
+        let no_key = OpenAiClient::builder().model("m").read_env(false).build();
+        assert!(matches!(no_key, Err(LlmError::MissingApiKey)));
+        let blank = builder().api_key("  ").build();
+        assert!(matches!(blank, Err(LlmError::MissingApiKey)));
+    }
+}

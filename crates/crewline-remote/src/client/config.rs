@@ -1,0 +1,134 @@
+//! Where the task API is, the key sent to it, and how failed requests are retried.
+
+use std::{fmt, time::Duration};
+
+use backon::ExponentialBuilder;
+use secrecy::{ExposeSecret, SecretString};
+
+/// An API key: sent in the `apikey` header, never shown by `Debug` or in logs, and zeroed in
+/// memory when dropped.
+#[derive(Clone)]
+pub struct ApiKey(SecretString);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(SecretString::from(key.into()))
+    }
+
+    /// The key itself, for the header.
+    pub fn expose(&self) -> &str {
+        self.0.expose_secret()
+    }
+}
+
+impl PartialEq for ApiKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for ApiKey {}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// How failed requests are retried: exponential delays from `initial`, doubling, capped at
+/// `max`, for at most `max_attempts` attempts in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first delay.
+    pub initial: Duration,
+    /// The longest delay.
+    pub max: Duration,
+    /// Attempts (the first one included) before giving up.
+    pub max_attempts: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(5),
+            max_attempts: 8,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delays between attempts, as backon runs them: `initial`, doubling, at most `max`,
+    /// `max_attempts - 1` of them. No jitter, so the delays are the ones configured.
+    pub(super) fn schedule(&self) -> ExponentialBuilder {
+        ExponentialBuilder::new()
+            .with_min_delay(self.initial.min(self.max))
+            .with_max_delay(self.max)
+            .with_factor(2.0)
+            .with_max_times(self.max_attempts.max(1) as usize - 1)
+    }
+}
+
+/// Where the task API is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The API's base URL, e.g. `https://api.smooth.sh/api/v1` or `http://127.0.0.1:8080`.
+    pub base_url: String,
+    /// Sent as the `apikey` header.
+    pub api_key: Option<ApiKey>,
+    /// The shortest time between two polls that brought nothing new.
+    pub poll_interval: Duration,
+    /// Asks the server to hold a poll open until an event comes, up to this long (`wait_ms`,
+    /// a crewline extension; other servers ignore it and answer at once).
+    pub long_poll: Option<Duration>,
+    /// The longest a request may take (a long poll gets its wait on top).
+    pub request_timeout: Duration,
+    /// How failed requests are retried.
+    pub backoff: Backoff,
+}
+
+impl ClientConfig {
+    /// A configuration for `base_url`, without a key: 250 ms between idle polls, 10 s long
+    /// polls, 30 s request timeout, default backoff.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key: None,
+            poll_interval: Duration::from_millis(250),
+            long_poll: Some(Duration::from_secs(10)),
+            request_timeout: Duration::from_secs(30),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// With this API key.
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(ApiKey::new(key));
+        self
+    }
+
+    /// With this time between idle polls.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// With long polls of at most `wait` (`None`: plain polling).
+    pub fn long_poll(mut self, wait: Option<Duration>) -> Self {
+        self.long_poll = wait;
+        self
+    }
+
+    /// With this retry policy.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// With this request timeout.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+}

@@ -1,0 +1,177 @@
+//! Writes the measurements through prometheus-client's encoder at scrape time.
+
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    },
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, NoLabelSet},
+    metrics::MetricType,
+};
+
+use super::{
+    ErrorKind, FrameDrop, HandshakeFailure, Metrics, SEVERITIES, TURN_OUTCOMES, ToolStats,
+};
+
+/// Writes [`Metrics`] through prometheus-client's encoder at scrape time.
+#[derive(Debug)]
+pub(super) struct Exporter(pub(super) Arc<Metrics>);
+
+fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    encoder
+        .encode_descriptor(name, help, None, MetricType::Counter)?
+        .encode_counter::<NoLabelSet, _, u64>(&value, None)
+}
+
+fn counter_family<'a>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: impl IntoIterator<Item = (&'a str, u64)>,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (label_value, value) in values {
+        metric
+            .encode_family(&[(label, label_value)])?
+            .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+    }
+    Ok(())
+}
+
+fn loads<'a>(labels: &[&'a str], counters: &[AtomicU64]) -> Vec<(&'a str, u64)> {
+    labels
+        .iter()
+        .zip(counters)
+        .map(|(label, counter)| (*label, counter.load(Relaxed)))
+        .collect()
+}
+
+impl Collector for Exporter {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let m = &self.0;
+        let e = &mut encoder;
+        e.encode_descriptor(
+            "crewline_active_sessions",
+            "Calls in progress (live WebSocket sessions).",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&(m.active_sessions() as u64))?;
+        counter(
+            e,
+            "crewline_sessions",
+            "Calls accepted (WebSocket upgrades).",
+            m.sessions_total(),
+        )?;
+        counter(
+            e,
+            "crewline_turns_started",
+            "LLM turns started.",
+            m.turns_started.load(Relaxed),
+        )?;
+        counter_family(
+            e,
+            "crewline_turns",
+            "LLM turns ended, by outcome.",
+            "outcome",
+            loads(&TURN_OUTCOMES, &m.turns),
+        )?;
+        m.first_chunk.encode(
+            "crewline_time_to_first_chunk_seconds",
+            "Time from an LLM request to the first chunk sent.",
+            e,
+        )?;
+        m.turn_duration.encode(
+            "crewline_turn_duration_seconds",
+            "Time from an LLM request to the end of its turn.",
+            e,
+        )?;
+        m.llm_first_token.encode(
+            "crewline_llm_time_to_first_token_seconds",
+            "Time from each LLM request to its first token.",
+            e,
+        )?;
+
+        let mut tools: Vec<(Box<str>, Arc<ToolStats>)> = m
+            .tools
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(name, stats)| (name.clone(), Arc::clone(stats)))
+            .collect();
+        tools.sort_by(|a, b| a.0.cmp(&b.0));
+        {
+            let mut metric = e.encode_descriptor(
+                "crewline_tool_duration_seconds",
+                "Tool call latency, by tool.",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (name, stats) in &tools {
+                let (sum, count, buckets) = stats.latency.snapshot();
+                metric
+                    .encode_family(&[("tool", &**name)])?
+                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+            }
+        }
+        {
+            let mut metric = e.encode_descriptor(
+                "crewline_tool_errors",
+                "Tool calls that failed, by tool and kind.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (name, stats) in &tools {
+                for (kind, value) in stats.errors.snapshot() {
+                    metric
+                        .encode_family(&[("tool", &**name), ("kind", kind)])?
+                        .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+                }
+            }
+        }
+        counter_family(
+            e,
+            "crewline_node_errors",
+            "Errors raised by node code, by severity.",
+            "severity",
+            loads(&SEVERITIES, &m.node_errors),
+        )?;
+        let kinds: Vec<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        counter_family(
+            e,
+            "crewline_errors",
+            "Errors, by kind.",
+            "kind",
+            loads(&kinds, &m.errors),
+        )?;
+        let drops: Vec<&str> = FrameDrop::ALL.iter().map(|k| k.as_str()).collect();
+        counter_family(
+            e,
+            "crewline_dropped_frames",
+            "Inbound frames dropped, by reason.",
+            "reason",
+            loads(&drops, &m.dropped_frames),
+        )?;
+        counter_family(
+            e,
+            "crewline_dropped_events",
+            "Inbound events the session dropped, by reason.",
+            "reason",
+            m.dropped_events.snapshot(),
+        )?;
+        let failures: Vec<&str> = HandshakeFailure::ALL.iter().map(|k| k.as_str()).collect();
+        counter_family(
+            e,
+            "crewline_handshake_failures",
+            "Calls that ended before agent.ready, by reason.",
+            "reason",
+            loads(&failures, &m.handshake_failures),
+        )
+    }
+}
