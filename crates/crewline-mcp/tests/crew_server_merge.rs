@@ -7,9 +7,9 @@ use std::{convert::Infallible, sync::Arc};
 
 use crewline::{
     Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
-    core::Context,
+    core::{Context, ToolCall, ToolResult},
     llm::{Reply, ScriptedLlm},
-    tool::{ToolRegistry, executor::ledger::MemoryLedger},
+    tool::{ExecuteOptions, ToolRegistry, executor::ledger::MemoryLedger},
 };
 use crewline_mcp::{McpClient, McpServer};
 use crewline_server::CrewServer;
@@ -19,6 +19,16 @@ use tokio::net::TcpListener;
 use tokio_tungstenite::{connect_async, tungstenite::Message as WsMessage};
 
 use common::WAIT;
+
+/// The results of `calls` run by `registry`, in call order (`parallel`: concurrently).
+async fn results(registry: &ToolRegistry, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
+    registry
+        .execute(calls, ExecuteOptions::new().parallel(parallel))
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect()
+}
 
 /// An output agent that runs the tool loop.
 struct Booker {
@@ -100,8 +110,8 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
         "book_table",
         r#"{"restaurant":"Noma","party_size":3}"#,
     );
-    let result = mounted.execute(&[call], false).await.remove(0);
-    assert!(!result.is_error, "{}", result.content);
+    let result = results(&mounted, &[call], false).await.remove(0);
+    assert!(!result.is_error(), "{}", result.content());
 
     // The crew on /ws.
     let (mut ws, _) = tokio::time::timeout(WAIT, connect_async(format!("ws://{addr}/ws")))
