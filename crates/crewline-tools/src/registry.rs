@@ -388,7 +388,13 @@ impl ToolRegistry {
     }
 
     /// What the model reads for `call` when its caller stopped waiting before it finished (a
-    /// barge-in dropped the turn): see [`Executor::interrupted`].
+    /// barge-in dropped the turn): the real outcome of a non-cancellable call that has
+    /// finished, `StillRunning` for one still running, `Cancelled` for anything else (a
+    /// cancellable call was stopped; a call that had not started never will).
+    ///
+    /// Synchronous, for drop guards: output guardrails and after-hooks cannot run here, so
+    /// with any of them configured a finished outcome is not handed over but left for the
+    /// retry (`StillRunning`), which reads it through the whole pipeline.
     pub fn interrupted(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
         self.executor.interrupted(&self.catalog, call, context)
     }
