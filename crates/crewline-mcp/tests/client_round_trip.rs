@@ -36,7 +36,7 @@ fn local_registry(ledger: &Arc<MemoryLedger>) -> ToolRegistry {
 
 async fn run(registry: &ToolRegistry, name: &str, args: Value) -> ToolResult {
     let call = ToolCall::new(format!("local_{name}"), name, args.to_string());
-    let mut results = tokio::time::timeout(WAIT, results(&registry, &[call], false))
+    let mut results = tokio::time::timeout(WAIT, results(registry, &[call], false))
         .await
         .expect("the call answers in time");
     results.pop().expect("one result")

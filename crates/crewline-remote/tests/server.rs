@@ -91,7 +91,7 @@ fn crew_registry(remote: &RemoteTools) -> ToolRegistry {
 
 async fn call(registry: &ToolRegistry, id: &str, arguments: Value) -> ToolResult {
     let calls = [ToolCall::new(id, "get_weather", arguments.to_string())];
-    results(&registry, &calls, false).await.remove(0)
+    results(registry, &calls, false).await.remove(0)
 }
 
 fn error_message(result: &ToolResult) -> String {
