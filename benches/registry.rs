@@ -1,6 +1,6 @@
 //! Registry overhead per tool call: parsing, schema validation, dispatch and result encoding.
 //!
-//! Side by side: `ToolRegistry::execute` on one call versus calling the same tool body
+//! Side by side: `ToolRegistry::execute` (and the model's text of its result) on one call versus calling the same tool body
 //! directly with already-parsed arguments, so the ratio is the registry's cost. The `executor`
 //! group puts one call through the executor with every optional stage off, then with all of
 //! them on (hooks, guardrails, run limits, a cache miss, a memory ledger).
@@ -10,7 +10,7 @@ use std::{hint::black_box, sync::Arc, time::Duration};
 use async_trait::async_trait;
 use crewline::prelude::*;
 use crewline::tool::{
-    Executor, ToolPolicy,
+    ExecuteOptions, Executor, ToolPolicy, ToolRun,
     executor::{
         guardrails::{Guardrail, Verdict},
         hooks::{FnAfterHook, FnBeforeHook, HookAction},
@@ -22,6 +22,12 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
 struct Lookup;
+
+/// The model's text of each run: a call ends as that text, so the cost of making it is part of
+/// the registry's cost (the results stay structured until then).
+fn contents(runs: Vec<ToolRun>) -> Vec<String> {
+    runs.into_iter().map(|run| run.result.content()).collect()
+}
 
 #[tools]
 impl Lookup {
@@ -112,16 +118,27 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("execute_1_call", |b| {
-        b.to_async(&runtime)
-            .iter(|| async { black_box(registry.execute(&one, true).await) })
+        b.to_async(&runtime).iter(|| async {
+            black_box(contents(
+                registry.execute(&one, ExecuteOptions::new()).await,
+            ))
+        })
     });
     group.bench_function("execute_4_calls_parallel", |b| {
-        b.to_async(&runtime)
-            .iter(|| async { black_box(registry.execute(&four, true).await) })
+        b.to_async(&runtime).iter(|| async {
+            black_box(contents(
+                registry.execute(&four, ExecuteOptions::new()).await,
+            ))
+        })
     });
     group.bench_function("execute_4_calls_sequential", |b| {
-        b.to_async(&runtime)
-            .iter(|| async { black_box(registry.execute(&four, false).await) })
+        b.to_async(&runtime).iter(|| async {
+            black_box(contents(
+                registry
+                    .execute(&four, ExecuteOptions::new().sequential())
+                    .await,
+            ))
+        })
     });
     group.finish();
 
@@ -161,12 +178,13 @@ fn bench(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("executor");
     group.bench_function("1_call_stages_off", |b| {
-        b.to_async(&runtime)
-            .iter(|| async { black_box(all_off.execute(&one, true).await) })
+        b.to_async(&runtime).iter(|| async {
+            black_box(contents(all_off.execute(&one, ExecuteOptions::new()).await))
+        })
     });
     group.bench_function("1_call_stages_on", |b| {
         b.to_async(&runtime).iter(|| async {
-            let out = all_on.execute(&one, true).await;
+            let out = contents(all_on.execute(&one, ExecuteOptions::new()).await);
             // Keeps the ledger from growing over millions of iterations.
             black_box(ledger.take());
             black_box(out)

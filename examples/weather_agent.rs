@@ -66,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     out,
                     "  tool< {} -> {} ({} ms)",
                     run.result.name,
-                    run.result.content,
+                    run.result.content(),
                     run.latency.as_millis()
                 )?;
             }

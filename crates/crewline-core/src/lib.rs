@@ -27,4 +27,4 @@ pub use definition::{OpenAiTool, ToolDefinition};
 pub use error::{CoreError, ToolErrorKind};
 pub use excerpt::{Excerpt, LOG_EXCERPT_BYTES, excerpt};
 pub use message::{Message, Role};
-pub use tool_call::{ToolCall, ToolResult};
+pub use tool_call::{ToolCall, ToolFailure, ToolResult};

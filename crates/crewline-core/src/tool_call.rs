@@ -101,63 +101,135 @@ impl<'de> Deserialize<'de> for ToolCall {
     }
 }
 
-/// The outcome of one tool call, ready to go back to the model.
+/// Why a tool call failed, as the model is told: a kind and a message written for it.
+///
+/// The operator's detail (an error chain, a panic payload) is never part of it: it goes to the
+/// logs and the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolFailure {
+    /// What kind of failure it was.
+    pub kind: ToolErrorKind,
+    /// The message the model reads.
+    pub message: String,
+}
+
+impl ToolFailure {
+    /// A failure of `kind` with a message for the model.
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The outcome of one tool call: the tool's value or a failure.
+///
+/// It stays structured on its way through the runtime (the tool logs read the value and the
+/// failure's kind from it) and becomes text once, when it becomes the model's message
+/// ([`content`](Self::content), [`into_message`](Self::into_message)).
+///
+/// ```
+/// use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
+/// use serde_json::json;
+///
+/// let call = ToolCall::new("call_1", "get_weather", r#"{"location":"Oslo"}"#);
+/// let sunny = ToolResult::from_value(&call, json!({"temp": 3}));
+/// assert_eq!(sunny.content(), r#"{"temp":3}"#);
+/// let late = ToolResult::error(&call, ToolErrorKind::Timeout, "took longer than 5s");
+/// assert_eq!(late.error_kind(), Some(ToolErrorKind::Timeout));
+/// assert_eq!(late.content(), r#"{"error":{"kind":"Timeout","message":"took longer than 5s"}}"#);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolResult {
     /// The id of the call this answers.
     pub tool_call_id: String,
     /// The tool's name.
     pub name: String,
-    /// The text the model reads: the tool's output, or a JSON error object.
-    pub content: String,
-    /// Whether the call failed.
-    pub is_error: bool,
+    /// The tool's value, or why the call failed.
+    pub outcome: Result<Value, ToolFailure>,
 }
 
 impl ToolResult {
-    /// A successful result with `content` as the model should read it.
-    pub fn ok(call: &ToolCall, content: impl Into<String>) -> Self {
+    /// A result of `call` with this outcome.
+    pub fn new(call: &ToolCall, outcome: Result<Value, ToolFailure>) -> Self {
         Self {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
-            content: content.into(),
-            is_error: false,
+            outcome,
         }
     }
 
-    /// A successful result from a value: a JSON string is the content as is, anything else
-    /// is JSON-encoded.
-    pub fn from_value(call: &ToolCall, value: &Value) -> Self {
-        match value {
-            Value::String(text) => Self::ok(call, text.clone()),
-            other => Self::ok(call, other.to_string()),
-        }
+    /// A successful result whose content is `content` as is.
+    pub fn ok(call: &ToolCall, content: impl Into<String>) -> Self {
+        Self::new(call, Ok(Value::String(content.into())))
+    }
+
+    /// A successful result from a value: the model reads a JSON string as is, anything else
+    /// JSON-encoded.
+    pub fn from_value(call: &ToolCall, value: Value) -> Self {
+        Self::new(call, Ok(value))
     }
 
     /// A failed result; the model reads `{"error": {"kind": ..., "message": ...}}`.
     pub fn error(call: &ToolCall, kind: ToolErrorKind, message: impl Into<String>) -> Self {
-        let content = json!({"error": {"kind": kind, "message": message.into()}}).to_string();
-        Self {
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-            content,
-            is_error: true,
-        }
+        Self::new(call, Err(ToolFailure::new(kind, message)))
     }
 
-    /// The error kind of a failed result, read back from its content.
+    /// Whether the call failed.
+    pub fn is_error(&self) -> bool {
+        self.outcome.is_err()
+    }
+
+    /// The tool's value, when the call succeeded.
+    pub fn value(&self) -> Option<&Value> {
+        self.outcome.as_ref().ok()
+    }
+
+    /// Why the call failed, when it did.
+    pub fn failure(&self) -> Option<&ToolFailure> {
+        self.outcome.as_ref().err()
+    }
+
+    /// The error kind of a failed result.
     pub fn error_kind(&self) -> Option<ToolErrorKind> {
-        if !self.is_error {
-            return None;
+        self.failure().map(|failure| failure.kind)
+    }
+
+    /// The text the model reads: a string value as is, any other value as JSON, a failure as
+    /// `{"error": {"kind", "message"}}`.
+    pub fn content(&self) -> String {
+        match &self.outcome {
+            Ok(Value::String(text)) => text.clone(),
+            Ok(other) => other.to_string(),
+            Err(failure) => error_content(failure),
         }
-        let value: Value = serde_json::from_str(&self.content).ok()?;
-        serde_json::from_value(value.get("error")?.get("kind")?.clone()).ok()
     }
 
     /// The `role: "tool"` message that carries this result to the model.
     pub fn to_message(&self) -> Message {
-        Message::tool(self.tool_call_id.clone(), self.content.clone())
+        Message::tool(self.tool_call_id.clone(), self.content())
     }
+
+    /// Like [`to_message`](Self::to_message), without copying the id or a string value.
+    pub fn into_message(self) -> Message {
+        let content = match self.outcome {
+            Ok(Value::String(text)) => text,
+            Ok(other) => other.to_string(),
+            Err(failure) => error_content(&failure),
+        };
+        Message::tool(self.tool_call_id, content)
+    }
+}
+
+/// `{"error": {"kind": .., "message": ..}}` as the model reads it.
+fn error_content(failure: &ToolFailure) -> String {
+    #[derive(Serialize)]
+    struct Wire<'a> {
+        error: &'a ToolFailure,
+    }
+    // A struct of strings always serialises; the empty fallback is never taken.
+    serde_json::to_string(&Wire { error: failure }).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -171,11 +243,11 @@ mod tests {
     #[test]
     fn string_values_are_content_as_is_and_others_are_json() {
         assert_eq!(
-            ToolResult::from_value(&call(), &json!("sunny")).content,
+            ToolResult::from_value(&call(), json!("sunny")).content(),
             "sunny"
         );
         assert_eq!(
-            ToolResult::from_value(&call(), &json!({"temp": 3})).content,
+            ToolResult::from_value(&call(), json!({"temp": 3})).content(),
             r#"{"temp":3}"#
         );
     }
@@ -183,12 +255,13 @@ mod tests {
     #[test]
     fn error_results_carry_kind_and_message_for_the_model() {
         let result = ToolResult::error(&call(), ToolErrorKind::Timeout, "took longer than 5s");
-        let content: Value = serde_json::from_str(&result.content).unwrap();
+        let content: Value = serde_json::from_str(&result.content()).unwrap();
         assert_eq!(content["error"]["kind"], "Timeout");
         assert_eq!(content["error"]["message"], "took longer than 5s");
         assert_eq!(result.error_kind(), Some(ToolErrorKind::Timeout));
-        let expected = Message::tool("call_9", result.content.clone());
+        let expected = Message::tool("call_9", result.content());
         assert_eq!(result.to_message(), expected);
+        assert_eq!(result.into_message(), expected);
     }
 
     #[test]

@@ -365,7 +365,7 @@ impl OutputAgent for BankAgent {
                 let outcomes = self.untold.clone();
                 let task_call = call.clone();
                 let task = tokio::spawn(async move {
-                    let run = tools.executor().execute(&tools, &task_call, &context).await;
+                    let run = tools.execute_one(&task_call, &context).await;
                     untold(&outcomes).push((task_call, run.result.clone()));
                     run
                 });

@@ -126,18 +126,9 @@ pub(crate) fn tool_items(
         Output::Value(ty) => quote_spanned!(ty.span()=> #private::output_value(__crewline_output)),
     };
 
-    // Only written when it differs from the trait's default.
-    let cancel_on_interrupt = (!spec.cancellable).then(|| {
-        quote! {
-            fn cancel_on_interrupt(&self) -> bool {
-                false
-            }
-        }
-    });
-
-    // Only written when an option changes it; the trait's default keeps `cancellable` in step
-    // with `cancel_on_interrupt`.
-    let policy = (spec.timeout_ms.is_some()
+    // Only written when an option changes it (the trait's default policy otherwise).
+    let policy = (!spec.cancellable
+        || spec.timeout_ms.is_some()
         || spec.confirm
         || spec.cache_ttl_s.is_some()
         || spec.export.is_some())
@@ -159,10 +150,11 @@ pub(crate) fn tool_items(
                 })
             }
         });
+        let cancellable = (!spec.cancellable).then(|| quote!(.cancellable(false)));
         quote! {
             fn policy(&self) -> #private::ToolPolicy {
                 #private::ToolPolicy::new()
-                    .cancellable(#private::Tool::cancel_on_interrupt(self))
+                    #cancellable
                     #timeout
                     #confirm
                     #cache
@@ -207,8 +199,6 @@ pub(crate) fn tool_items(
             fn description(&self) -> &str {
                 #description
             }
-
-            #cancel_on_interrupt
 
             #policy
 

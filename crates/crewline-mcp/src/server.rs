@@ -320,12 +320,7 @@ impl McpServer {
     /// shared with another MCP session or with the crew's calls.
     fn session(&self) -> Session {
         Session {
-            context: self
-                .shared
-                .tools
-                .executor()
-                .context()
-                .with_scope(SessionScope::new()),
+            context: self.shared.tools.context().with_scope(SessionScope::new()),
             shared: Arc::clone(&self.shared),
         }
     }
@@ -448,16 +443,18 @@ impl ServerHandler for Session {
         // rmcp cancels `context.ct` when the client cancels this request or the session ends;
         // it cancels only this call, not the session's run.
         let for_call = self.context.clone().with_call_token(context.ct);
-        let run = tools.executor().execute(tools, &call, &for_call).await;
-        if run.result.is_error {
-            let content = vec![ContentBlock::text(run.result.content)];
+        let run = tools.execute_one(&call, &for_call).await;
+        let result = run.result;
+        if let (Some(validator), Some(_)) = (self.shared.outputs.get(&call.name), result.value()) {
+            let value = result.outcome.unwrap_or_default();
+            return Ok(structured_result(&call.name, value, validator).into());
+        }
+        // The model's text, made once here from the structured result.
+        let content = vec![ContentBlock::text(result.content())];
+        if result.is_error() {
             return Ok(CallToolResult::error(content).into());
         }
-        let Some(validator) = self.shared.outputs.get(&call.name) else {
-            let content = vec![ContentBlock::text(run.result.content)];
-            return Ok(CallToolResult::success(content).into());
-        };
-        Ok(structured_result(&call.name, &run.result.content, validator).into())
+        Ok(CallToolResult::success(content).into())
     }
 }
 
@@ -465,17 +462,22 @@ impl ServerHandler for Session {
 /// and as text; or, if it does not match the schema, a `ToolError` result.
 fn structured_result(
     tool: &str,
-    content: &str,
+    value: Value,
     validator: &jsonschema::Validator,
 ) -> CallToolResult {
-    let value = serde_json::from_str::<Value>(content).ok();
+    // A tool that returns its object as JSON text (a proxied tool) is read as that object.
+    let value = match value {
+        Value::String(text) => serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)),
+        value => value,
+    };
     match value {
-        Some(value) if validator.is_valid(&value) => CallToolResult::structured(value),
-        _ => {
+        value if validator.is_valid(&value) => CallToolResult::structured(value),
+        value => {
             // The result may be large (and the caller's data): only an excerpt is logged.
+            let content = value.to_string();
             tracing::warn!(
                 tool,
-                content = %crewline_core::excerpt(content),
+                content = %crewline_core::excerpt(&content),
                 "the result does not match the tool's declared output schema"
             );
             let error = serde_json::json!({"error": {

@@ -281,7 +281,7 @@ async fn mounted(
 async fn barge_in_on_a_mounted_tool_cancels_the_call_on_the_server() {
     let fixture = fixture();
     let (registry, client_ledger, client, stop) = mounted(&fixture.server).await;
-    let context = registry.executor().context();
+    let context = registry.context();
     let run = context.run().clone();
     let call = ToolCall::new("c1", "slow", "{}");
     let barge_in = async {
@@ -289,17 +289,14 @@ async fn barge_in_on_a_mounted_tool_cancels_the_call_on_the_server() {
         run.cancel();
     };
     let (local, ()) = within("the local call", async {
-        tokio::join!(
-            registry.executor().execute(&registry, &call, &context),
-            barge_in
-        )
+        tokio::join!(registry.execute_one(&call, &context), barge_in)
     })
     .await;
     assert_eq!(
         local.result.error_kind(),
         Some(ToolErrorKind::Cancelled),
         "{}",
-        local.result.content
+        local.result.content()
     );
     assert_eq!(
         client_ledger.records()[0].error_kind,
@@ -328,11 +325,7 @@ async fn a_timed_out_mounted_call_is_cancelled_on_the_server() {
     client.mount(&mut registry).await.expect("the tools mount");
     let result = within(
         "the local timeout",
-        registry.executor().execute(
-            &registry,
-            &ToolCall::new("c1", "slow", "{}"),
-            &registry.executor().context(),
-        ),
+        registry.execute_one(&ToolCall::new("c1", "slow", "{}"), &registry.context()),
     )
     .await;
     assert_eq!(result.result.error_kind(), Some(ToolErrorKind::Timeout));

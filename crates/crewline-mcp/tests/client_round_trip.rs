@@ -8,7 +8,7 @@ use std::{sync::Arc, time::Duration};
 
 use crewline::{
     tool::{
-        Executor, ToolRegistry,
+        ExecuteOptions, Executor, ToolRegistry,
         executor::ledger::{MemoryLedger, Outcome},
     },
     types::{ToolCall, ToolErrorKind, ToolResult},
@@ -18,6 +18,16 @@ use serde_json::{Value, json};
 
 use common::{HttpServer, WAIT, error_of};
 
+/// The results of `calls` run by `registry`, in call order (`parallel`: concurrently).
+async fn results(registry: &ToolRegistry, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
+    registry
+        .execute(calls, ExecuteOptions::new().parallel(parallel))
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect()
+}
+
 /// An empty registry recording to `ledger`.
 fn local_registry(ledger: &Arc<MemoryLedger>) -> ToolRegistry {
     let executor = Executor::builder().ledger(Arc::clone(ledger) as _).build();
@@ -26,7 +36,7 @@ fn local_registry(ledger: &Arc<MemoryLedger>) -> ToolRegistry {
 
 async fn run(registry: &ToolRegistry, name: &str, args: Value) -> ToolResult {
     let call = ToolCall::new(format!("local_{name}"), name, args.to_string());
-    let mut results = tokio::time::timeout(WAIT, registry.execute(&[call], false))
+    let mut results = tokio::time::timeout(WAIT, results(registry, &[call], false))
         .await
         .expect("the call answers in time");
     results.pop().expect("one result")
@@ -56,9 +66,9 @@ async fn round_trip(client: McpClient, remote_ledger: &Arc<MemoryLedger>) {
         json!({"restaurant": "Noma", "party_size": 4, "time": "20:00"}),
     )
     .await;
-    assert!(!ok.is_error, "{}", ok.content);
+    assert!(!ok.is_error(), "{}", ok.content());
     assert_eq!(
-        serde_json::from_str::<Value>(&ok.content).expect("JSON"),
+        serde_json::from_str::<Value>(&ok.content()).expect("JSON"),
         json!({"restaurant": "Noma", "party_size": 4, "time": "20:00"})
     );
 
@@ -70,9 +80,9 @@ async fn round_trip(client: McpClient, remote_ledger: &Arc<MemoryLedger>) {
         json!({"restaurant": "Noma", "party_size": 40}),
     )
     .await;
-    assert!(bad.is_error);
+    assert!(bad.is_error());
     assert_eq!(bad.error_kind(), Some(ToolErrorKind::ToolArgsInvalid));
-    let (_, message) = error_of(&bad.content);
+    let (_, message) = error_of(&bad.content());
     assert!(message.contains("between 1 and 12"), "{message}");
 
     // Another remote kind reaches the model as a tool error with the remote message.
@@ -84,9 +94,9 @@ async fn round_trip(client: McpClient, remote_ledger: &Arc<MemoryLedger>) {
     .await;
     assert_eq!(blocked.error_kind(), Some(ToolErrorKind::ToolError));
     assert!(
-        error_of(&blocked.content).1.contains("closed today"),
+        error_of(&blocked.content()).1.contains("closed today"),
         "{}",
-        blocked.content
+        blocked.content()
     );
 
     let local: Vec<_> = local_ledger
@@ -179,7 +189,7 @@ async fn a_remote_call_over_its_timeout_is_a_timeout_for_the_model() {
         slow.error_kind(),
         Some(ToolErrorKind::Timeout),
         "{}",
-        slow.content
+        slow.content()
     );
     assert_eq!(
         local_ledger.records()[0].error_kind,
@@ -187,7 +197,7 @@ async fn a_remote_call_over_its_timeout_is_a_timeout_for_the_model() {
     );
     // The connection is still usable afterwards.
     let quick = run(&registry, "slow_echo", json!({"text": "hi", "delay_ms": 0})).await;
-    assert_eq!(quick.content, "hi");
+    assert_eq!(quick.content(), "hi");
     server.stop().await;
 }
 
@@ -208,12 +218,14 @@ async fn a_server_that_went_away_is_a_tool_error_not_a_crash() {
         result.error_kind(),
         Some(ToolErrorKind::ToolError),
         "{}",
-        result.content
+        result.content()
     );
     assert!(
-        error_of(&result.content).1.contains("could not be reached"),
+        error_of(&result.content())
+            .1
+            .contains("could not be reached"),
         "{}",
-        result.content
+        result.content()
     );
     let record = &local_ledger.records()[0];
     assert!(

@@ -10,12 +10,22 @@ use std::{process::ExitCode, sync::Arc, time::Duration};
 
 use crewline::{
     tool::{
-        Executor, ToolRegistry,
+        ExecuteOptions, Executor, ToolRegistry,
         executor::ledger::{JsonlLedger, MemoryLedger, Outcome},
     },
-    types::{ToolCall, ToolErrorKind},
+    types::{ToolCall, ToolErrorKind, ToolResult},
 };
 use crewline_mcp::{McpClient, SchemaFlavour};
+
+/// The results of `calls` run by `registry`, in call order (`parallel`: concurrently).
+async fn results(registry: &ToolRegistry, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
+    registry
+        .execute(calls, ExecuteOptions::new().parallel(parallel))
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect()
+}
 
 const CHILD: &str = "CREWLINE_MCP_CHILD";
 const LEDGER: &str = "CREWLINE_MCP_CHILD_LEDGER";
@@ -78,12 +88,12 @@ async fn tools_of_a_child_process_run_through_both_executors() {
             r#"{"restaurant":"Noma","party_size":99}"#,
         ),
     ];
-    let results = registry.execute(&calls, false).await;
-    assert!(!results[0].is_error, "{}", results[0].content);
+    let results = results(&registry, &calls, false).await;
+    assert!(!results[0].is_error(), "{}", results[0].content());
     assert!(
-        results[0].content.contains("18:00"),
+        results[0].content().contains("18:00"),
         "{}",
-        results[0].content
+        results[0].content()
     );
     assert_eq!(
         results[1].error_kind(),

@@ -8,7 +8,7 @@ use std::{convert::Infallible, sync::Arc};
 use crewline::{
     Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
     llm::{Reply, ScriptedLlm},
-    tool::{ToolRegistry, executor::ledger::MemoryLedger},
+    tool::{ExecuteOptions, ToolRegistry, executor::ledger::MemoryLedger},
     types::Context,
 };
 use crewline_mcp::{McpClient, McpServer};
@@ -82,8 +82,12 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
         "book_table",
         r#"{"restaurant":"Noma","party_size":3}"#,
     );
-    let result = mounted.execute(&[call], false).await.remove(0);
-    assert!(!result.is_error, "{}", result.content);
+    let result = mounted
+        .execute(&[call], ExecuteOptions::new().sequential())
+        .await
+        .remove(0)
+        .result;
+    assert!(!result.is_error(), "{}", result.content());
 
     // The crew on /ws, through the platform client.
     let mut call = PlatformClient::connect(PlatformConfig::new(format!("ws://{addr}/ws")))

@@ -62,9 +62,9 @@ async fn mcp_sessions_and_crew_calls_never_share_cached_results() {
 
     // A crew call caches its result first, in its own session.
     let crew_call = ToolCall::new("call_0", "account_summary", "{}");
-    let context = tools.executor().context().with_scope(SessionScope::new());
-    let crew = tools.executor().execute(&tools, &crew_call, &context).await;
-    assert_eq!(crew.result.content, r#"{"run":1}"#);
+    let context = tools.context().with_scope(SessionScope::new());
+    let crew = tools.execute_one(&crew_call, &context).await;
+    assert_eq!(crew.result.content(), r#"{"run":1}"#);
 
     let first = common::rmcp_client(server.clone()).await;
     let second = common::rmcp_client(server).await;
@@ -81,7 +81,7 @@ async fn mcp_sessions_and_crew_calls_never_share_cached_results() {
         run_of(&call_tool(&first, "account_summary", json!({})).await),
         2
     );
-    let crew = tools.executor().execute(&tools, &crew_call, &context).await;
-    assert_eq!(crew.result.content, r#"{"run":1}"#);
+    let crew = tools.execute_one(&crew_call, &context).await;
+    assert_eq!(crew.result.content(), r#"{"run":1}"#);
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 }

@@ -201,18 +201,21 @@ async fn a_mounted_tool_keeps_its_result_schema_and_returns_the_structured_value
         mounted.result_schema().expect("a result schema")["type"],
         "object"
     );
-    let results = registry
+    let results: Vec<_> = registry
         .execute(
             &[crewline::types::ToolCall::new(
                 "c1",
                 "forecast",
                 r#"{"city":"Oslo"}"#,
             )],
-            false,
+            crewline::tool::ExecuteOptions::new().sequential(),
         )
-        .await;
-    assert!(!results[0].is_error, "{}", results[0].content);
-    let value: Value = serde_json::from_str(&results[0].content).expect("JSON");
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect();
+    assert!(!results[0].is_error(), "{}", results[0].content());
+    let value: Value = serde_json::from_str(&results[0].content()).expect("JSON");
     assert_eq!(
         value,
         json!({"city": "Oslo", "celsius": 21.5, "summary": null})

@@ -23,10 +23,12 @@
 
 mod codec;
 mod event;
+mod payloads;
 mod timestamp;
 
 pub use codec::{
     DecodeError, DecodeErrorKind, MAX_DEPTH, decode, decode_str, encode, encode_into, encode_string,
 };
 pub use event::*;
+pub use payloads::{NodeFailure, ToolCallEnd, ToolCallError, ToolCallStart};
 pub use timestamp::Timestamp;

@@ -12,8 +12,18 @@ use crewline_remote::{
     TaskOutcome,
     wire::{CustomTool, TaskRequest, TaskResponse},
 };
-use crewline_tools::{Exports, Target, ToolRegistry};
+use crewline_tools::{ExecuteOptions, Exports, Target, ToolRegistry};
 use serde_json::{Map, Value, json};
+
+/// The results of `calls` run by `registry`, in call order (`parallel`: concurrently).
+async fn results(registry: &ToolRegistry, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
+    registry
+        .execute(calls, ExecuteOptions::new().parallel(parallel))
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect()
+}
 
 /// Serves `api` on 127.0.0.1:0; returns its base URL.
 async fn serve(api: &TaskApi) -> String {
@@ -81,11 +91,11 @@ fn crew_registry(remote: &RemoteTools) -> ToolRegistry {
 
 async fn call(registry: &ToolRegistry, id: &str, arguments: Value) -> ToolResult {
     let calls = [ToolCall::new(id, "get_weather", arguments.to_string())];
-    registry.execute(&calls, false).await.remove(0)
+    results(registry, &calls, false).await.remove(0)
 }
 
 fn error_message(result: &ToolResult) -> String {
-    let content: Value = serde_json::from_str(&result.content).expect("error JSON");
+    let content: Value = serde_json::from_str(&result.content()).expect("error JSON");
     content["error"]["message"]
         .as_str()
         .expect("message")
@@ -127,8 +137,8 @@ async fn remote_tool_calls_are_answered_by_the_client_and_the_task_ends_with_the
     let crew = crew_registry(&remote);
 
     let paris = call(&crew, "c1", json!({"location": "Paris"})).await;
-    assert!(!paris.is_error, "{}", paris.content);
-    let value: Value = serde_json::from_str(&paris.content).expect("JSON result");
+    assert!(!paris.is_error(), "{}", paris.content());
+    let value: Value = serde_json::from_str(&paris.content()).expect("JSON result");
     assert_eq!(value["temperature_c"], 18);
 
     let atlantis = call(&crew, "c2", json!({"location": "Atlantis"})).await;
@@ -472,7 +482,7 @@ async fn cancelling_the_task_fails_the_waiting_call_with_a_tool_error() {
     assert!(
         error_message(&result).contains("cancelled its task"),
         "{}",
-        result.content
+        result.content()
     );
 }
 
@@ -504,7 +514,7 @@ async fn measure_round_trip() {
             let started = std::time::Instant::now();
             let result = call(&crew, &format!("c{i}"), json!({"location": "Paris"})).await;
             times.push(started.elapsed());
-            assert!(!result.is_error);
+            assert!(!result.is_error());
         }
         times.sort();
         eprintln!(

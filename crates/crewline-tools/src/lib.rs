@@ -12,6 +12,7 @@
 //!
 //! Most tools are written with `#[function_tool]` from the `crewline` crate.
 
+mod catalog;
 mod error;
 pub mod executor;
 mod exports;
@@ -26,10 +27,10 @@ pub mod __private;
 pub use error::RegistryError;
 pub use executor::{
     CallContext, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor, ExecutorBuilder,
-    ExecutorError, INTERRUPTED_MESSAGE, PANIC_MESSAGE, RunSyncError, SessionScope, ToolCallError,
+    INTERRUPTED_MESSAGE, PANIC_MESSAGE, RunSyncError, SessionScope, ToolCallError, ToolRun,
     run_sync,
 };
 pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};
-pub use registry::{DEFAULT_MAX_CONCURRENCY, ToolRegistry, ToolRun};
+pub use registry::{DEFAULT_MAX_CONCURRENCY, ExecuteOptions, ToolRegistry};
 pub use schema::{normalize_schema, schema_for};
 pub use tool::{Tool, ToolError, ToolPolicy, ToolProvider};

@@ -1,14 +1,6 @@
 //! The registry that holds and runs an agent's tools.
 
-use std::{
-    collections::HashMap,
-    fmt,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::{fmt, sync::Arc};
 
 use crewline_core::{ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
 use futures::{Stream, StreamExt, stream};
@@ -16,34 +8,71 @@ use serde_json::Value;
 
 use crate::{
     CallContext, Executor, ExportError, Exports, NameRules, RegistryError, Target, Tool,
-    ToolProvider,
-    schema::{self, Mode},
+    ToolProvider, ToolRun,
+    catalog::{Catalog, Entry},
 };
 
 /// How many tools run at once by default in a parallel round.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 8;
 
-/// The longest tool name a model API accepts.
-const MAX_NAME_LEN: usize = 64;
-
-/// One finished tool call: its result and how long it took.
+/// How [`ToolRegistry::execute`] and [`ToolRegistry::execute_each`] run a batch of calls.
+///
+/// By default the calls run concurrently (at most the registry's
+/// [`max_concurrency`](ToolRegistry::max_concurrency) at once) in a run of their own.
+///
+/// ```
+/// use crewline_tools::{ExecuteOptions, ToolRegistry};
+///
+/// let tools = ToolRegistry::new();
+/// // One run for several batches: its limits and cancellation token span them all.
+/// let run = tools.context();
+/// let options = ExecuteOptions::new().sequential().in_run(run);
+/// assert!(!options.is_parallel());
+/// ```
 #[derive(Debug, Clone)]
-pub struct ToolRun {
-    /// The result the model reads.
-    pub result: ToolResult,
-    /// Time from start to result.
-    pub latency: Duration,
+pub struct ExecuteOptions {
+    parallel: bool,
+    context: Option<CallContext>,
 }
 
-/// A registered tool with everything prepared for it at registration.
-pub(crate) struct Entry {
-    pub(crate) tool: Arc<dyn Tool>,
-    /// What the model is shown (strict, normalised schema).
-    definition: ToolDefinition,
-    /// The lenient view the arguments are checked against (see [`crate::schema`]).
-    pub(crate) lenient: Value,
-    /// Compiled once from `lenient`, so calls do not pay for it.
-    pub(crate) validator: jsonschema::Validator,
+impl Default for ExecuteOptions {
+    fn default() -> Self {
+        Self {
+            parallel: true,
+            context: None,
+        }
+    }
+}
+
+impl ExecuteOptions {
+    /// Concurrent calls in a run of their own.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the calls run concurrently (`true`, the default) or one after the other.
+    pub fn parallel(mut self, parallel: bool) -> Self {
+        self.parallel = parallel;
+        self
+    }
+
+    /// One call after the other, in call order.
+    pub fn sequential(self) -> Self {
+        self.parallel(false)
+    }
+
+    /// The calls belong to the run (and session) of `context`, whose limits, cancellation
+    /// token and scope they share; without it, the batch is a run of its own (see
+    /// [`ToolRegistry::context`]).
+    pub fn in_run(mut self, context: CallContext) -> Self {
+        self.context = Some(context);
+        self
+    }
+
+    /// Whether the calls run concurrently.
+    pub fn is_parallel(&self) -> bool {
+        self.parallel
+    }
 }
 
 /// An agent's tools.
@@ -51,11 +80,7 @@ pub(crate) struct Entry {
 /// Cloning is cheap: the tools and their compiled schemas are shared.
 #[derive(Clone)]
 pub struct ToolRegistry {
-    /// Names this registry (and its clones, subsets and exports) in the keys of what the
-    /// executor keeps between calls: two registries with a tool of the same name never share.
-    id: u64,
-    entries: Vec<Arc<Entry>>,
-    by_name: HashMap<String, usize>,
+    catalog: Catalog,
     max_concurrency: usize,
     executor: Arc<Executor>,
     /// The exports of tools whose policy sets none.
@@ -64,13 +89,12 @@ pub struct ToolRegistry {
 
 impl Default for ToolRegistry {
     fn default() -> Self {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Self {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            entries: Vec::new(),
-            by_name: HashMap::new(),
+            catalog: Catalog::default(),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
-            executor: Executor::default_executor(),
+            // An executor of the registry's own: what it keeps between calls (the cache, the
+            // calls still running) is shared by its clones, subsets and exports only.
+            executor: Arc::new(Executor::default()),
             default_exports: Exports::crew_only(),
         }
     }
@@ -87,7 +111,7 @@ impl fmt::Debug for ToolRegistry {
 }
 
 impl ToolRegistry {
-    /// An empty registry.
+    /// An empty registry with a default executor of its own ([`Executor::default`]).
     pub fn new() -> Self {
         Self::default()
     }
@@ -98,10 +122,10 @@ impl ToolRegistry {
         self
     }
 
-    /// The same registry, running its calls through `executor` instead of the process-wide
-    /// default.
-    pub fn with_executor(mut self, executor: Arc<Executor>) -> Self {
-        self.executor = executor;
+    /// The same registry, running its calls through `executor` (an `Executor` or an
+    /// `Arc<Executor>` shared with other registries) instead of a default one of its own.
+    pub fn with_executor(mut self, executor: impl Into<Arc<Executor>>) -> Self {
+        self.executor = executor.into();
         self
     }
 
@@ -145,8 +169,8 @@ impl ToolRegistry {
     /// own `required` list (optional arguments may be left out, or sent as `null`), not against
     /// the stricter one the model is shown.
     pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
-        let entry = self.prepare(tool)?;
-        self.push(entry);
+        let entry = self.catalog.prepare(tool)?;
+        self.catalog.push(Arc::new(entry));
         Ok(self)
     }
 
@@ -158,7 +182,7 @@ impl ToolRegistry {
     ) -> Result<&mut Self, RegistryError> {
         let mut prepared: Vec<Entry> = Vec::new();
         for tool in P::tools(agent) {
-            let entry = self.prepare(tool)?;
+            let entry = self.catalog.prepare(tool)?;
             if prepared
                 .iter()
                 .any(|e| e.definition.name == entry.definition.name)
@@ -168,20 +192,25 @@ impl ToolRegistry {
             prepared.push(entry);
         }
         for entry in prepared {
-            self.push(entry);
+            self.catalog.push(Arc::new(entry));
         }
         Ok(self)
     }
 
     /// The tools' definitions, with normalised schemas, in registration order.
     pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.entries.iter().map(|e| e.definition.clone()).collect()
+        self.catalog
+            .entries()
+            .iter()
+            .map(|e| e.definition.clone())
+            .collect()
     }
 
     /// The OpenAI tool definitions (`{"type": "function", "function": {...}}`), in
     /// registration order.
     pub fn get_schemas(&self) -> Vec<Value> {
-        self.entries
+        self.catalog
+            .entries()
             .iter()
             .map(|e| e.definition.to_openai())
             .collect()
@@ -189,47 +218,37 @@ impl ToolRegistry {
 
     /// The tools' names, in registration order.
     pub fn names(&self) -> Vec<&str> {
-        self.entries
-            .iter()
-            .map(|e| e.definition.name.as_str())
-            .collect()
+        self.catalog.names()
     }
 
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.entry(name).map(|e| &e.tool)
+        self.catalog.entry(name).map(|e| &e.tool)
     }
 
     /// How many tools there are.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.catalog.entries().len()
     }
 
     /// Whether there are no tools.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.catalog.entries().is_empty()
     }
 
     /// A registry with only the tools `names`, in that order (for a sub-agent that may use a
     /// few of its parent's tools). Same concurrency limit.
     pub fn subset(&self, names: &[&str]) -> Result<ToolRegistry, RegistryError> {
-        let mut subset = ToolRegistry::new()
-            .with_max_concurrency(self.max_concurrency)
-            .with_executor(Arc::clone(&self.executor))
-            .with_default_exports(self.default_exports);
-        subset.id = self.id;
+        let mut subset = self.empty_like();
         for name in names {
-            let index = *self
-                .by_name
-                .get(*name)
+            let entry = self
+                .catalog
+                .entry(name)
                 .ok_or_else(|| RegistryError::UnknownTool((*name).to_owned()))?;
-            if subset.by_name.contains_key(*name) {
+            if subset.catalog.contains(name) {
                 return Err(RegistryError::DuplicateName((*name).to_owned()));
             }
-            subset
-                .by_name
-                .insert((*name).to_owned(), subset.entries.len());
-            subset.entries.push(Arc::clone(&self.entries[index]));
+            subset.catalog.push(Arc::clone(entry));
         }
         Ok(subset)
     }
@@ -239,7 +258,8 @@ impl ToolRegistry {
     ///
     /// [`ToolPolicy::exports`]: crate::ToolPolicy::exports
     pub fn definitions_for(&self, target: Target) -> Vec<ToolDefinition> {
-        self.entries
+        self.catalog
+            .entries()
             .iter()
             .filter(|e| self.exported(e, target))
             .map(|e| e.definition.clone())
@@ -261,12 +281,8 @@ impl ToolRegistry {
         target: Target,
         rules: NameRules,
     ) -> Result<ToolRegistry, ExportError> {
-        let mut exported = ToolRegistry::new()
-            .with_max_concurrency(self.max_concurrency)
-            .with_executor(Arc::clone(&self.executor))
-            .with_default_exports(self.default_exports);
-        exported.id = self.id;
-        for entry in &self.entries {
+        let mut exported = self.empty_like();
+        for entry in self.catalog.entries() {
             if !self.exported(entry, target) {
                 continue;
             }
@@ -278,58 +294,43 @@ impl ToolRegistry {
                     target,
                     reason,
                 })?;
-            exported.push_shared(Arc::clone(entry));
+            exported.catalog.push(Arc::clone(entry));
         }
         Ok(exported)
     }
 
-    /// Runs `calls`, returning one result per call in call order.
+    /// Runs `calls`, returning one run (result and latency) per call, in call order.
     ///
-    /// With `parallel`, the calls run concurrently inside the caller's task (at most
-    /// [`max_concurrency`](Self::max_concurrency) at once); otherwise one after the other, in
-    /// order. Nothing is spawned: dropping the future cancels the tools still running (barge-in).
+    /// With [`ExecuteOptions::parallel`] (the default), the calls run concurrently inside the
+    /// caller's task (at most [`max_concurrency`](Self::max_concurrency) at once); otherwise
+    /// one after the other, in order. Nothing is spawned: dropping the future cancels the
+    /// tools still running (barge-in).
     ///
     /// Every call gets a result: an unknown tool, arguments that are not a JSON object or do
     /// not match the schema, a tool's error and a tool's panic all become error results the
     /// model can read (`{"error": {"kind", "message"}}`).
     ///
     /// Each call goes through the registry's [`Executor`]; the batch is one run (its limits
-    /// and cancellation token are shared by these calls only): use
-    /// [`execute_in`](Self::execute_in) to share a run across batches.
-    pub async fn execute(&self, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
-        self.execute_in(calls, parallel, &self.executor.context())
-            .await
-    }
-
-    /// Like [`execute`](Self::execute), in the run of `context`.
-    pub async fn execute_in(
-        &self,
-        calls: &[ToolCall],
-        parallel: bool,
-        context: &CallContext,
-    ) -> Vec<ToolResult> {
-        self.execute_timed_in(calls, parallel, context)
-            .await
-            .into_iter()
-            .map(|run| run.result)
-            .collect()
-    }
-
-    /// Like [`execute`](Self::execute), with each call's latency.
-    pub async fn execute_timed(&self, calls: &[ToolCall], parallel: bool) -> Vec<ToolRun> {
-        self.execute_timed_in(calls, parallel, &self.executor.context())
-            .await
-    }
-
-    /// Like [`execute_timed`](Self::execute_timed), in the run of `context`.
-    pub async fn execute_timed_in(
-        &self,
-        calls: &[ToolCall],
-        parallel: bool,
-        context: &CallContext,
-    ) -> Vec<ToolRun> {
+    /// and cancellation token are shared by these calls only) unless
+    /// [`ExecuteOptions::in_run`] names one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use crewline_core::ToolCall;
+    /// use crewline_tools::{ExecuteOptions, ToolRegistry};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let tools = ToolRegistry::new();
+    /// let calls = [ToolCall::new("call_1", "get_weather", r#"{"location":"Oslo"}"#)];
+    /// let runs = tools.execute(&calls, ExecuteOptions::new()).await;
+    /// // No such tool: the model reads why, and which tools there are.
+    /// assert!(runs[0].result.is_error());
+    /// # });
+    /// ```
+    pub async fn execute(&self, calls: &[ToolCall], options: ExecuteOptions) -> Vec<ToolRun> {
         let mut slots: Vec<Option<ToolRun>> = vec![None; calls.len()];
-        let mut finished = self.execute_each_in(calls, parallel, context.clone());
+        let mut finished = self.execute_each(calls, options);
         while let Some((index, run)) = finished.next().await {
             if let Some(slot) = slots.get_mut(index) {
                 *slot = Some(run);
@@ -347,137 +348,70 @@ impl ToolRegistry {
                         ToolErrorKind::ToolError,
                         "the tool did not report a result",
                     ),
-                    latency: Duration::ZERO,
+                    latency: std::time::Duration::ZERO,
                 })
             })
             .collect()
     }
 
     /// Runs `calls` like [`execute`](Self::execute), yielding each finished call with its index
-    /// in `calls` as soon as it finishes (so in completion order when `parallel`).
+    /// in `calls` as soon as it finishes (so in completion order when parallel).
     ///
-    /// Dropping the stream cancels the calls still running.
+    /// Dropping the stream cancels the calls still running; so does the token of the run
+    /// named by [`ExecuteOptions::in_run`] (a barge-in).
     pub fn execute_each<'a>(
         &'a self,
         calls: &'a [ToolCall],
-        parallel: bool,
+        options: ExecuteOptions,
     ) -> impl Stream<Item = (usize, ToolRun)> + Send + 'a {
-        self.execute_each_in(calls, parallel, self.executor.context())
-    }
-
-    /// Like [`execute_each`](Self::execute_each), in the run of `context` (whose token
-    /// cancels the running calls, e.g. on barge-in).
-    pub fn execute_each_in<'a>(
-        &'a self,
-        calls: &'a [ToolCall],
-        parallel: bool,
-        context: CallContext,
-    ) -> impl Stream<Item = (usize, ToolRun)> + Send + 'a {
-        let limit = if parallel { self.max_concurrency } else { 1 };
+        let limit = if options.parallel {
+            self.max_concurrency
+        } else {
+            1
+        };
+        let context = options.context.unwrap_or_else(|| self.context());
         stream::iter(calls.iter().enumerate())
             .map(move |(index, call)| {
                 let context = context.clone();
-                async move { (index, self.executor.execute(self, call, &context).await) }
+                async move {
+                    let run = self.executor.execute(&self.catalog, call, &context).await;
+                    (index, run)
+                }
             })
             .buffer_unordered(limit)
     }
 
-    /// What the model reads after calling a tool that does not exist: the tools that do.
-    pub(crate) fn unknown_tool_message(&self, name: &str) -> String {
-        if self.entries.is_empty() {
-            return format!("there is no tool named `{name}`; no tools are available");
-        }
-        format!(
-            "there is no tool named `{name}`; available tools: {}",
-            self.names().join(", ")
-        )
+    /// Runs one call in the run of `context`: what an MCP server or a remote agent does with
+    /// each request. Like [`execute`](Self::execute), it never fails.
+    pub async fn execute_one(&self, call: &ToolCall, context: &CallContext) -> ToolRun {
+        self.executor.execute(&self.catalog, call, context).await
     }
 
-    /// The registry's id (shared by its clones, subsets and exports).
-    pub(crate) fn id(&self) -> u64 {
-        self.id
+    /// What the model reads for `call` when its caller stopped waiting before it finished (a
+    /// barge-in dropped the turn): the real outcome of a non-cancellable call that has
+    /// finished, `StillRunning` for one still running, `Cancelled` for anything else (a
+    /// cancellable call was stopped; a call that had not started never will).
+    ///
+    /// Synchronous, for drop guards: output guardrails and after-hooks cannot run here, so
+    /// with any of them configured a finished outcome is not handed over but left for the
+    /// retry (`StillRunning`), which reads it through the whole pipeline.
+    pub fn interrupted(&self, call: &ToolCall, context: &CallContext) -> ToolResult {
+        self.executor.interrupted(&self.catalog, call, context)
     }
 
-    pub(crate) fn entry(&self, name: &str) -> Option<&Arc<Entry>> {
-        self.by_name
-            .get(name)
-            .and_then(|&index| self.entries.get(index))
+    /// A context for a new run of this registry's executor (its run limits, a fresh session
+    /// scope): [`Executor::context`].
+    pub fn context(&self) -> CallContext {
+        self.executor.context()
     }
 
-    /// Checks `tool` and prepares its entry, without adding it.
-    fn prepare(&self, tool: Arc<dyn Tool>) -> Result<Entry, RegistryError> {
-        let name = tool.name().to_owned();
-        if !is_valid_name(&name) {
-            return Err(RegistryError::InvalidName(name));
-        }
-        if self.by_name.contains_key(&name) {
-            return Err(RegistryError::DuplicateName(name));
-        }
-        let invalid = |reason: String| RegistryError::InvalidSchema {
-            name: name.clone(),
-            reason,
-        };
-
-        let raw = tool.parameters();
-        let strict = schema::normalize(&raw, Mode::Strict);
-        if let Some(reference) = strict.unresolved.first() {
-            return Err(invalid(format!(
-                "`$ref` `{reference}` cannot be resolved; only references inside the schema \
-                 (`#/$defs/...`, `#/definitions/...`) are supported"
-            )));
-        }
-        if strict.schema.get("type") != Some(&Value::String("object".to_owned())) {
-            return Err(invalid(
-                "the arguments must be described as one object (`\"type\": \"object\"`), \
-                 which is what model APIs require"
-                    .to_owned(),
-            ));
-        }
-        let lenient = schema::normalize(&raw, Mode::Lenient).schema;
-        let validator = jsonschema::validator_for(&lenient).map_err(|e| invalid(e.to_string()))?;
-
-        Ok(Entry {
-            definition: ToolDefinition {
-                name,
-                description: tool.description().to_owned(),
-                parameters: strict.schema,
-            },
-            tool,
-            lenient,
-            validator,
-        })
-    }
-
-    fn push(&mut self, entry: Entry) {
-        self.push_shared(Arc::new(entry));
-    }
-
-    fn push_shared(&mut self, entry: Arc<Entry>) {
-        self.by_name
-            .insert(entry.definition.name.clone(), self.entries.len());
-        self.entries.push(entry);
-    }
-}
-
-/// Whether `name` matches `^[a-zA-Z0-9_-]{1,64}$`.
-fn is_valid_name(name: &str) -> bool {
-    (1..=MAX_NAME_LEN).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_follow_the_model_api_rule() {
-        for ok in ["a", "get_weather", "get-weather", "A1", &"x".repeat(64)] {
-            assert!(is_valid_name(ok), "{ok}");
-        }
-        for bad in ["", "get weather", "tool.name", "naïve", &"x".repeat(65)] {
-            assert!(!is_valid_name(bad), "{bad}");
+    /// An empty registry with the same executor, settings and id (for a subset or an export).
+    fn empty_like(&self) -> ToolRegistry {
+        ToolRegistry {
+            catalog: self.catalog.empty_like(),
+            max_concurrency: self.max_concurrency,
+            executor: Arc::clone(&self.executor),
+            default_exports: self.default_exports,
         }
     }
 }

@@ -28,21 +28,13 @@ pub trait Tool: Send + Sync {
         None
     }
 
-    /// Whether a barge-in may cancel the tool mid-call (default `true`).
+    /// How the executor runs the tool: timeout, confirmation, caching, exports, and whether
+    /// a barge-in may cancel it mid-call ([`ToolPolicy::cancellable`], the one place that says
+    /// so).
     ///
-    /// Return `false` for tools whose effect must not be cut off half-way (a payment, a
-    /// booking): the call then runs to completion even if the caller interrupts; its result is
-    /// discarded with the turn.
-    fn cancel_on_interrupt(&self) -> bool {
-        true
-    }
-
-    /// How the executor runs the tool: timeout, confirmation, caching, cancellation.
-    ///
-    /// The default asks for nothing special and takes `cancellable` from
-    /// [`cancel_on_interrupt`](Self::cancel_on_interrupt).
+    /// The default asks for nothing special ([`ToolPolicy::default`]).
     fn policy(&self) -> ToolPolicy {
-        ToolPolicy::default().cancellable(self.cancel_on_interrupt())
+        ToolPolicy::default()
     }
 
     /// Runs the tool on arguments that already match [`Tool::parameters`].
@@ -60,7 +52,12 @@ pub struct ToolPolicy {
     pub confirm: bool,
     /// How long a successful result may be reused for the same arguments (`None`: never).
     pub cache_ttl: Option<Duration>,
-    /// Whether cancelling the run (barge-in) stops the call mid-way.
+    /// Whether cancelling the run (barge-in) stops the call mid-way (default `true`).
+    ///
+    /// `false` for tools whose effect must not be cut off half-way (a payment, a booking):
+    /// the call then runs to completion in its own task even if the caller interrupts or its
+    /// timeout passes (the model reads `StillRunning`); `#[function_tool(cancellable = false)]`
+    /// sets it.
     pub cancellable: bool,
     /// Where the tool may be offered (crew loop, MCP, remote agents); `None`: where its
     /// registry's default says ([`ToolRegistry::with_default_exports`], the crew only unless

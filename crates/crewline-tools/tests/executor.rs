@@ -14,7 +14,8 @@ use std::{
 use async_trait::async_trait;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_tools::{
-    CallContext, Executor, ExecutorError, Tool, ToolCallError, ToolError, ToolPolicy, ToolRegistry,
+    CallContext, ExecuteOptions, Executor, Tool, ToolCallError, ToolError, ToolPolicy,
+    ToolRegistry,
     executor::{
         approval::{
             ApprovalDecision, ApprovalRecord, ApprovalRequest, CallbackApproval, DeferredApproval,
@@ -24,10 +25,21 @@ use crewline_tools::{
         ledger::{JsonlLedger, LedgerSink, MemoryLedger, Outcome},
         limits::{Run, RunLimits},
     },
+    run_sync,
 };
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
+
+/// The results of `calls` run by `registry`, in call order (`parallel`: concurrently).
+async fn results(registry: &ToolRegistry, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
+    registry
+        .execute(calls, ExecuteOptions::new().parallel(parallel))
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect()
+}
 
 /// Generous: only reached when a test is about to fail (a deadlock), never on the happy path.
 const DEADLOCK: Duration = Duration::from_secs(20);
@@ -106,11 +118,7 @@ async fn within<T>(future: impl Future<Output = T>) -> T {
 }
 
 async fn run_one(registry: &ToolRegistry, call: &ToolCall, context: &CallContext) -> ToolResult {
-    registry
-        .executor()
-        .execute(registry, call, context)
-        .await
-        .result
+    registry.execute_one(call, context).await.result
 }
 
 fn kind(result: &ToolResult) -> Option<ToolErrorKind> {
@@ -118,7 +126,7 @@ fn kind(result: &ToolResult) -> Option<ToolErrorKind> {
 }
 
 fn message(result: &ToolResult) -> String {
-    let content: Value = serde_json::from_str(&result.content).unwrap();
+    let content: Value = serde_json::from_str(&result.content()).unwrap();
     content["error"]["message"].as_str().unwrap().to_owned()
 }
 
@@ -155,7 +163,7 @@ fn hanging(name: &str, policy: ToolPolicy) -> (TestTool, Arc<AtomicBool>, Arc<No
 async fn invalid_arguments_name_the_json_path_and_the_tool_is_not_called() {
     let (echo, count) = counting_echo("echo", ToolPolicy::new());
     let registry = registry(Executor::builder().build(), [echo]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let result = run_one(&registry, &call("c1", "echo", r#"{"n": "x"}"#), &context).await;
     assert_eq!(kind(&result), Some(ToolErrorKind::ToolArgsInvalid));
     assert!(message(&result).contains("`/n`"), "{}", message(&result));
@@ -168,9 +176,12 @@ async fn invalid_arguments_name_the_json_path_and_the_tool_is_not_called() {
 async fn a_call_without_an_id_gets_a_fresh_one() {
     let (echo, _) = counting_echo("echo", ToolPolicy::new());
     let registry = registry(Executor::builder().build(), [echo]);
-    let results = registry
-        .execute(&[call("", "echo", "{}"), call("", "echo", "{}")], true)
-        .await;
+    let results = results(
+        &registry,
+        &[call("", "echo", "{}"), call("", "echo", "{}")],
+        true,
+    )
+    .await;
     let ids: Vec<_> = results.iter().map(|r| r.tool_call_id.as_str()).collect();
     assert!(ids.iter().all(|id| id.starts_with("call_")), "{ids:?}");
     assert_ne!(ids[0], ids[1]);
@@ -183,14 +194,9 @@ async fn a_panic_is_a_generic_tool_error_with_the_payload_in_the_ledger() {
         panic!("secret internals");
     });
     let registry = registry(Executor::builder().ledger(ledger.clone()).build(), [boom]);
-    let result = run_one(
-        &registry,
-        &call("c", "boom", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("c", "boom", "{}"), &registry.context()).await;
     assert_eq!(kind(&result), Some(ToolErrorKind::ToolError));
-    assert!(!result.content.contains("secret"), "{}", result.content);
+    assert!(!result.content().contains("secret"), "{}", result.content());
     let record = &ledger.records()[0];
     assert_eq!(record.error_kind, Some(ToolErrorKind::ToolError));
     assert!(
@@ -213,14 +219,9 @@ async fn a_tool_error_detail_reaches_the_ledger_but_not_the_model() {
         Executor::builder().ledger(ledger.clone()).build(),
         [failing],
     );
-    let result = run_one(
-        &registry,
-        &call("c", "down", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("c", "down", "{}"), &registry.context()).await;
     assert_eq!(message(&result), "weather is down, try later");
-    assert!(!result.content.contains("503"));
+    assert!(!result.content().contains("503"));
     let record = &ledger.records()[0];
     assert_eq!(record.outcome, Outcome::Error);
     assert_eq!(record.detail.as_deref(), Some("upstream 503"));
@@ -245,16 +246,16 @@ async fn before_hooks_rewrite_arguments_and_short_circuit() {
         }))
         .build();
     let registry = registry(executor, [echo]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let rewritten = run_one(
         &registry,
         &call("a", "echo", r#"{"n": 1, "s": "x"}"#),
         &context,
     )
     .await;
-    assert_eq!(rewritten.content, r#"{"n":1,"s":"rewritten"}"#);
+    assert_eq!(rewritten.content(), r#"{"n":1,"s":"rewritten"}"#);
     let answered = run_one(&registry, &call("b", "echo", r#"{"n": 0}"#), &context).await;
-    assert_eq!(answered.content, "answered by the hook");
+    assert_eq!(answered.content(), "answered by the hook");
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
@@ -274,10 +275,10 @@ async fn after_hooks_see_and_rewrite_the_outcome() {
     let result = run_one(
         &registry,
         &call("a", "echo", r#"{"n": 2}"#),
-        &registry.executor().context(),
+        &registry.context(),
     )
     .await;
-    assert_eq!(result.content, r#"{"wrapped":{"n":2}}"#);
+    assert_eq!(result.content(), r#"{"wrapped":{"n":2}}"#);
 }
 
 struct Rails;
@@ -312,7 +313,7 @@ async fn guardrails_block_input_before_the_tool_and_output_after_it() {
         .ledger(ledger.clone())
         .build();
     let registry = registry(executor, [echo]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let input = run_one(
         &registry,
         &call("a", "echo", r#"{"s": "drop table"}"#),
@@ -330,7 +331,11 @@ async fn guardrails_block_input_before_the_tool_and_output_after_it() {
     )
     .await;
     assert_eq!(kind(&output), Some(ToolErrorKind::GuardrailBlocked));
-    assert!(!output.content.contains("password\""), "{}", output.content);
+    assert!(
+        !output.content().contains("password\""),
+        "{}",
+        output.content()
+    );
     assert_eq!(count.load(Ordering::SeqCst), 1);
     let records = ledger.records();
     assert!(records[1].detail.as_deref().unwrap().contains("rails"));
@@ -346,12 +351,7 @@ fn confirm() -> ToolPolicy {
 async fn confirm_tools_without_an_approver_are_denied() {
     let (pay, count) = counting_echo("pay", confirm());
     let registry = registry(Executor::builder().build(), [pay]);
-    let result = run_one(
-        &registry,
-        &call("a", "pay", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("a", "pay", "{}"), &registry.context()).await;
     assert_eq!(kind(&result), Some(ToolErrorKind::ApprovalDenied));
     assert_eq!(count.load(Ordering::SeqCst), 0);
 }
@@ -385,9 +385,9 @@ async fn a_callback_approves_denies_or_edits_and_edits_are_validated_again() {
         call("3", "pay", r#"{"n": 3}"#),
         call("4", "pay", r#"{"n": 4}"#),
     ];
-    let results = registry.execute(&calls, false).await;
-    assert_eq!(results[0].content, r#"{"n":1}"#);
-    assert_eq!(results[1].content, r#"{"n":20}"#);
+    let results = results(&registry, &calls, false).await;
+    assert_eq!(results[0].content(), r#"{"n":1}"#);
+    assert_eq!(results[1].content(), r#"{"n":20}"#);
     assert_eq!(kind(&results[2]), Some(ToolErrorKind::ToolArgsInvalid));
     assert_eq!(kind(&results[3]), Some(ToolErrorKind::ApprovalDenied));
     assert!(message(&results[3]).contains("too high"));
@@ -418,7 +418,7 @@ async fn a_deferred_approval_is_answered_later_from_another_task() {
     let waiting = {
         let registry = Arc::clone(&registry);
         tokio::spawn(async move {
-            let context = registry.executor().context();
+            let context = registry.context();
             run_one(&registry, &call("c1", "pay", r#"{"n": 5}"#), &context).await
         })
     };
@@ -444,7 +444,7 @@ async fn a_deferred_approval_is_answered_later_from_another_task() {
     });
     let result = within(waiting).await.unwrap();
     within(operator).await.unwrap();
-    assert_eq!(result.content, r#"{"n":4}"#);
+    assert_eq!(result.content(), r#"{"n":4}"#);
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
@@ -458,7 +458,7 @@ async fn a_caller_that_cannot_wait_gets_pending_and_collects_the_decision_later(
             .build(),
         [pay],
     );
-    let context = registry.executor().context().without_waiting();
+    let context = registry.context().without_waiting();
     let the_call = call("c7", "pay", r#"{"n": 1}"#);
     let first = run_one(&registry, &the_call, &context).await;
     assert_eq!(kind(&first), Some(ToolErrorKind::ApprovalPending));
@@ -469,7 +469,7 @@ async fn a_caller_that_cannot_wait_gets_pending_and_collects_the_decision_later(
         .decide(&parked.id, ApprovalDecision::Approve)
         .unwrap();
     let again = run_one(&registry, &the_call, &context).await;
-    assert!(!again.is_error, "{}", again.content);
+    assert!(!again.is_error(), "{}", again.content());
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
@@ -483,12 +483,7 @@ async fn a_deferred_wait_timeout_answers_pending() {
             .build(),
         [pay],
     );
-    let result = run_one(
-        &registry,
-        &call("c", "pay", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("c", "pay", "{}"), &registry.context()).await;
     assert_eq!(kind(&result), Some(ToolErrorKind::ApprovalPending));
     assert_eq!(approver.pending().len(), 1);
 }
@@ -500,12 +495,7 @@ async fn a_timeout_really_stops_a_slow_tool() {
     let (slow, dropped, _) = hanging("slow", ToolPolicy::new().timeout(Duration::from_secs(2)));
     let registry = registry(Executor::builder().build(), [slow]);
     let started = tokio::time::Instant::now();
-    let result = run_one(
-        &registry,
-        &call("c", "slow", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("c", "slow", "{}"), &registry.context()).await;
     assert_eq!(kind(&result), Some(ToolErrorKind::Timeout));
     assert!(message(&result).contains("2s"), "{}", message(&result));
     assert_eq!(started.elapsed(), Duration::from_secs(2));
@@ -522,12 +512,7 @@ async fn tools_without_a_timeout_get_the_executor_default() {
         .default_timeout(Duration::from_millis(500))
         .build();
     let registry = registry(executor, [slow]);
-    let result = run_one(
-        &registry,
-        &call("c", "slow", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("c", "slow", "{}"), &registry.context()).await;
     assert_eq!(kind(&result), Some(ToolErrorKind::Timeout));
     assert!(dropped.load(Ordering::SeqCst));
 }
@@ -536,7 +521,7 @@ async fn tools_without_a_timeout_get_the_executor_default() {
 async fn cancelling_the_run_stops_a_cancellable_call_mid_way() {
     let (slow, dropped, started) = hanging("slow", ToolPolicy::new());
     let registry = registry(Executor::builder().build(), [slow]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let run = context.run().clone();
     let canceller = async {
         started.notified().await;
@@ -563,7 +548,7 @@ async fn cancelling_the_run_does_not_stop_a_non_cancellable_call() {
         }
     });
     let registry = registry(Executor::builder().build(), [payment]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let run = context.run().clone();
     let driver = async {
         started.notified().await;
@@ -573,7 +558,7 @@ async fn cancelling_the_run_does_not_stop_a_non_cancellable_call() {
     let the_call = call("c", "pay", "{}");
     let (result, ()) =
         within(async { tokio::join!(run_one(&registry, &the_call, &context), driver) }).await;
-    assert_eq!(result.content, "paid");
+    assert_eq!(result.content(), "paid");
 }
 
 #[tokio::test(start_paused = true)]
@@ -596,12 +581,7 @@ async fn a_timeout_stops_the_wait_for_a_non_cancellable_call_but_not_the_call() 
         },
     );
     let registry = registry(Executor::builder().build(), [booking]);
-    let result = run_one(
-        &registry,
-        &call("c", "book", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("c", "book", "{}"), &registry.context()).await;
     // The model is told the booking runs on (not `Timeout`, which invites a retry).
     assert_eq!(kind(&result), Some(ToolErrorKind::StillRunning));
     // The booking task is still alive and finishes once released.
@@ -613,7 +593,7 @@ async fn a_timeout_stops_the_wait_for_a_non_cancellable_call_but_not_the_call() 
 async fn a_cancelled_run_runs_no_further_cancellable_calls() {
     let (echo, count) = counting_echo("echo", ToolPolicy::new());
     let registry = registry(Executor::builder().build(), [echo]);
-    let context = registry.executor().context();
+    let context = registry.context();
     context.run().cancel();
     let result = run_one(&registry, &call("c", "echo", "{}"), &context).await;
     assert_eq!(kind(&result), Some(ToolErrorKind::Cancelled));
@@ -627,7 +607,7 @@ async fn a_call_token_stops_its_call_and_records_it_as_cancelled() {
     let ledger = Arc::new(MemoryLedger::new());
     let executor = Executor::builder().ledger(ledger.clone()).build();
     let registry = registry(executor, [slow, echo]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let token = tokio_util::sync::CancellationToken::new();
     let for_call = context.clone().with_call_token(token.clone());
     let canceller = async {
@@ -658,7 +638,7 @@ async fn a_call_token_stops_its_call_and_records_it_as_cancelled() {
     // Only that call was cancelled: the run goes on.
     assert!(!context.run().token().is_cancelled());
     let next = run_one(&registry, &call("c2", "echo", r#"{"n":1}"#), &context).await;
-    assert!(!next.is_error, "{}", next.content);
+    assert!(!next.is_error(), "{}", next.content());
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
@@ -677,7 +657,7 @@ async fn a_call_token_does_not_stop_a_non_cancellable_call() {
     });
     let registry = registry(Executor::builder().build(), [payment]);
     let token = tokio_util::sync::CancellationToken::new();
-    let context = registry.executor().context().with_call_token(token.clone());
+    let context = registry.context().with_call_token(token.clone());
     let driver = async {
         started.notified().await;
         token.cancel();
@@ -686,7 +666,7 @@ async fn a_call_token_does_not_stop_a_non_cancellable_call() {
     let the_call = call("c", "pay", "{}");
     let (result, ()) =
         within(async { tokio::join!(run_one(&registry, &the_call, &context), driver) }).await;
-    assert_eq!(result.content, "paid");
+    assert_eq!(result.content(), "paid");
 }
 
 #[tokio::test]
@@ -735,10 +715,11 @@ async fn run_limits_hold_exactly_across_parallel_calls() {
         })
         .collect();
     let context = CallContext::new(Run::new(limits));
-    let results = within(registry.execute_in(&calls, true, &context)).await;
-    let over = results
+    let options = ExecuteOptions::new().in_run(context.clone());
+    let runs = within(registry.execute(&calls, options)).await;
+    let over = runs
         .iter()
-        .filter(|r| kind(r) == Some(ToolErrorKind::RunLimitExceeded))
+        .filter(|r| kind(&r.result) == Some(ToolErrorKind::RunLimitExceeded))
         .count();
     assert_eq!(over, 15);
     assert_eq!(
@@ -749,8 +730,8 @@ async fn run_limits_hold_exactly_across_parallel_calls() {
     assert_eq!(context.run().calls(), 5);
 
     // Each `execute` is a run of its own, with the executor's limits.
-    let fresh = registry.execute(&calls[..2], true).await;
-    assert!(fresh.iter().all(|r| !r.is_error));
+    let fresh = results(&registry, &calls[..2], true).await;
+    assert!(fresh.iter().all(|r| !r.is_error()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -767,8 +748,8 @@ async fn the_runs_tool_time_is_a_budget() {
     let calls: Vec<_> = (0..3)
         .map(|i| call(&i.to_string(), "sleep", "{}"))
         .collect();
-    let results = registry.execute(&calls, false).await;
-    assert!(!results[0].is_error);
+    let results = results(&registry, &calls, false).await;
+    assert!(!results[0].is_error());
     // The second call is stopped when the budget runs out (4 s in), the third never starts.
     assert_eq!(kind(&results[1]), Some(ToolErrorKind::RunLimitExceeded));
     assert_eq!(kind(&results[2]), Some(ToolErrorKind::RunLimitExceeded));
@@ -781,7 +762,7 @@ async fn cached_results_are_reused_until_they_expire() {
     let (echo, count) = counting_echo("echo", ToolPolicy::new().cache_ttl(Duration::from_secs(60)));
     let ledger = Arc::new(MemoryLedger::new());
     let registry = registry(Executor::builder().ledger(ledger.clone()).build(), [echo]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let first = run_one(
         &registry,
         &call("1", "echo", r#"{"n": 1, "s": "a"}"#),
@@ -795,7 +776,7 @@ async fn cached_results_are_reused_until_they_expire() {
         &context,
     )
     .await;
-    assert_eq!(first.content, second.content);
+    assert_eq!(first.content(), second.content());
     assert_eq!(count.load(Ordering::SeqCst), 1);
     // Other arguments: a miss.
     run_one(&registry, &call("3", "echo", r#"{"n": 2}"#), &context).await;
@@ -833,7 +814,7 @@ async fn failures_are_not_cached_and_uncached_tools_always_run() {
         call("3", "plain", "{}"),
         call("4", "plain", "{}"),
     ];
-    registry.execute(&calls, false).await;
+    results(&registry, &calls, false).await;
     assert_eq!(count.load(Ordering::SeqCst), 2);
     assert_eq!(plain_count.load(Ordering::SeqCst), 2);
 }
@@ -864,7 +845,7 @@ async fn the_jsonl_ledger_survives_a_torn_last_line() {
         registry
             .execute(
                 &[call("a", "echo", r#"{"n": 1}"#), call("b", "nope", "{}")],
-                false,
+                ExecuteOptions::new().sequential(),
             )
             .await;
     }
@@ -911,7 +892,7 @@ async fn the_ledger_has_one_record_per_call_with_its_kind_and_latency() {
                 call("2", "echo", "[1]"),
                 call("3", "x", "{}"),
             ],
-            true,
+            ExecuteOptions::new(),
         )
         .await;
     let mut records = ledger.records();
@@ -931,55 +912,44 @@ async fn the_ledger_has_one_record_per_call_with_its_kind_and_latency() {
 
 // --- defaults and sync ----------------------------------------------------------------------
 
+// There is no process-wide default executor: each new registry has one of its own, shared
+// by its clones, subsets and exports only.
 #[test]
-fn the_default_executor_is_set_at_most_once() {
-    let _ = Executor::set_default(Executor::builder().build());
-    assert_eq!(
-        Executor::set_default(Executor::builder().build()),
-        Err(ExecutorError::DefaultAlreadySet)
-    );
-    let registry = ToolRegistry::new();
-    assert!(Arc::ptr_eq(
-        registry.executor(),
-        &Executor::default_executor()
-    ));
+fn each_new_registry_has_an_executor_of_its_own() {
+    let (first, second) = (ToolRegistry::new(), ToolRegistry::new());
+    assert!(!Arc::ptr_eq(first.executor(), second.executor()));
+    assert!(Arc::ptr_eq(first.executor(), first.clone().executor()));
+    let subset = first.subset(&[]).unwrap();
+    assert!(Arc::ptr_eq(first.executor(), subset.executor()));
+    let shared = Arc::new(Executor::default());
+    let given = ToolRegistry::new().with_executor(Arc::clone(&shared));
+    assert!(Arc::ptr_eq(given.executor(), &shared));
 }
 
 #[test]
-fn execute_sync_runs_from_plain_synchronous_code() {
+fn run_sync_runs_a_call_from_plain_synchronous_code() {
     let (echo, _) = counting_echo("echo", ToolPolicy::new());
     let registry = registry(Executor::builder().build(), [echo]);
-    let run = registry
-        .executor()
-        .execute_sync(
-            &registry,
-            &call("1", "echo", r#"{"n": 3}"#),
-            &registry.executor().context(),
-        )
-        .unwrap();
-    assert_eq!(run.result.content, r#"{"n":3}"#);
+    let context = registry.context();
+    let run = run_sync(registry.execute_one(&call("1", "echo", r#"{"n": 3}"#), &context)).unwrap();
+    assert_eq!(run.result.content(), r#"{"n":3}"#);
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn execute_sync_inside_a_runtime_runs_on_its_own_thread_without_deadlock() {
+async fn run_sync_inside_a_runtime_runs_a_call_on_its_own_thread_without_deadlock() {
     let sleeper = tool("sleep", ToolPolicy::new(), |_| async {
         tokio::time::sleep(Duration::from_millis(5)).await;
         Ok(json!("slept"))
     });
     let registry = registry(Executor::builder().build(), [sleeper]);
-    let run = registry
-        .executor()
-        .execute_sync(
-            &registry,
-            &call("1", "sleep", "{}"),
-            &registry.executor().context(),
-        )
-        .unwrap();
-    assert_eq!(run.result.content, "slept");
+    let context = registry.context();
+    let run = run_sync(registry.execute_one(&call("1", "sleep", "{}"), &context)).unwrap();
+    assert_eq!(run.result.content(), "slept");
 }
 
+// `ToolPolicy::cancellable` is the one way to say a tool is not cancellable.
 #[test]
-fn the_default_policy_follows_cancel_on_interrupt() {
+fn a_policy_says_whether_a_tool_is_cancellable() {
     struct Booking;
     #[async_trait]
     impl Tool for Booking {
@@ -992,13 +962,14 @@ fn the_default_policy_follows_cancel_on_interrupt() {
         fn parameters(&self) -> Value {
             json!({"type": "object"})
         }
-        fn cancel_on_interrupt(&self) -> bool {
-            false
+        fn policy(&self) -> ToolPolicy {
+            ToolPolicy::new().cancellable(false)
         }
         async fn call(&self, _arguments: Value) -> Result<Value, ToolError> {
             Ok(Value::Null)
         }
     }
+    assert!(ToolPolicy::default().cancellable);
     let policy = Booking.policy();
     assert!(!policy.cancellable);
     assert_eq!(policy, ToolPolicy::new().cancellable(false));
@@ -1028,7 +999,7 @@ async fn a_barge_in_that_drops_the_whole_call_still_records_it_as_cancelled() {
     let (slow, dropped, started) = hanging("slow", ToolPolicy::new());
     let ledger = Arc::new(MemoryLedger::new());
     let registry = registry(Executor::builder().ledger(ledger.clone()).build(), [slow]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let the_call = call("c1", "slow", r#"{"n": 7}"#);
     // The turn's future is dropped as a barge-in drops it: no token fires.
     tokio::select! {
@@ -1068,7 +1039,7 @@ async fn a_non_cancellable_call_dropped_by_a_barge_in_records_its_real_outcome_w
         Executor::builder().ledger(ledger.clone()).build(),
         [payment],
     );
-    let context = registry.executor().context();
+    let context = registry.context();
     let the_call = call("p1", "pay", r#"{"n": 100}"#);
     tokio::select! {
         _ = run_one(&registry, &the_call, &context) => panic!("the payment finished early"),
@@ -1095,12 +1066,7 @@ async fn a_non_cancellable_call_past_its_timeout_records_what_the_model_was_told
         Executor::builder().ledger(ledger.clone()).build(),
         [payment],
     );
-    let result = run_one(
-        &registry,
-        &call("p1", "pay", "{}"),
-        &registry.executor().context(),
-    )
-    .await;
+    let result = run_one(&registry, &call("p1", "pay", "{}"), &registry.context()).await;
     // The model is told the payment still runs (never a plain Timeout it might retry on).
     assert_eq!(kind(&result), Some(ToolErrorKind::StillRunning));
     release.notify_one();
@@ -1115,7 +1081,7 @@ async fn a_non_cancellable_call_past_its_timeout_records_what_the_model_was_told
 async fn detached_tools_are_tracked_until_they_end() {
     let (payment, release, started) = gated_payment(ToolPolicy::new());
     let registry = registry(Executor::builder().build(), [payment]);
-    let context = registry.executor().context();
+    let context = registry.context();
     let the_call = call("p1", "pay", "{}");
     tokio::select! {
         _ = run_one(&registry, &the_call, &context) => panic!("finished early"),

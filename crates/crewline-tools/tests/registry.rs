@@ -14,11 +14,22 @@ use std::{
 use async_trait::async_trait;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_tools::{
-    DEFAULT_MAX_CONCURRENCY, RegistryError, Tool, ToolError, ToolProvider, ToolRegistry,
+    DEFAULT_MAX_CONCURRENCY, ExecuteOptions, RegistryError, Tool, ToolError, ToolProvider,
+    ToolRegistry,
 };
 use futures::{StreamExt, future::BoxFuture};
 use serde_json::{Value, json};
 use tokio::sync::{Barrier, Notify, Semaphore, oneshot, watch};
+
+/// The results of `calls` run by `registry`, in call order (`parallel`: concurrently).
+async fn results(registry: &ToolRegistry, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
+    registry
+        .execute(calls, ExecuteOptions::new().parallel(parallel))
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect()
+}
 
 /// Generous: only reached when a test is about to fail (a deadlock), never on the happy path.
 const DEADLOCK: Duration = Duration::from_secs(20);
@@ -94,7 +105,7 @@ fn ids(results: &[ToolResult]) -> Vec<&str> {
 }
 
 fn error_message(result: &ToolResult) -> String {
-    let content: Value = serde_json::from_str(&result.content).unwrap();
+    let content: Value = serde_json::from_str(&result.content()).unwrap();
     content["error"]["message"].as_str().unwrap().to_owned()
 }
 
@@ -128,9 +139,9 @@ async fn parallel_results_are_in_call_order_even_when_they_finish_out_of_order()
         call("c1", "echo", r#"{"n":1}"#),
         call("c2", "open", "{}"),
     ];
-    let results = within(registry.execute(&calls, true)).await;
+    let results = within(results(&registry, &calls, true)).await;
     assert_eq!(ids(&results), ["c0", "c1", "c2"]);
-    let contents: Vec<&str> = results.iter().map(|r| r.content.as_str()).collect();
+    let contents: Vec<String> = results.iter().map(ToolResult::content).collect();
     assert_eq!(contents, ["waited", r#"{"n":1}"#, "opened"]);
 }
 
@@ -140,10 +151,10 @@ async fn sequential_results_are_in_call_order() {
     let calls: Vec<ToolCall> = (0..5)
         .map(|i| call(&format!("c{i}"), "echo", &format!(r#"{{"i":{i}}}"#)))
         .collect();
-    let results = within(registry.execute(&calls, false)).await;
+    let results = within(results(&registry, &calls, false)).await;
     assert_eq!(ids(&results), ["c0", "c1", "c2", "c3", "c4"]);
     for (i, result) in results.iter().enumerate() {
-        assert_eq!(result.content, format!(r#"{{"i":{i}}}"#));
+        assert_eq!(result.content(), format!(r#"{{"i":{i}}}"#));
     }
 }
 
@@ -159,8 +170,12 @@ async fn parallel_calls_really_overlap() {
         }
     })]);
     let calls = [call("a", "meet", "{}"), call("b", "meet", "{}")];
-    let results = within(registry.execute(&calls, true)).await;
-    assert!(results.iter().all(|r| !r.is_error && r.content == "met"));
+    let results = within(results(&registry, &calls, true)).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| !r.is_error() && r.content() == "met")
+    );
 }
 
 /// A tool that logs its start and end, yielding in between so that overlapping calls would
@@ -199,7 +214,7 @@ async fn sequential_calls_run_one_at_a_time_in_order() {
     let calls: Vec<ToolCall> = (0..4)
         .map(|i| call(&format!("c{i}"), "log", &format!(r#"{{"i":{i}}}"#)))
         .collect();
-    within(registry.execute(&calls, false)).await;
+    within(results(&registry, &calls, false)).await;
     assert_eq!(peak.load(Ordering::SeqCst), 1);
     let expected: Vec<String> = (0..4)
         .flat_map(|i| [format!("start {i}"), format!("end {i}")])
@@ -235,8 +250,8 @@ async fn peak_concurrency(limit: usize, calls: usize) -> usize {
         release.add_permits(calls.len());
     };
     let (results, ()) =
-        within(async { tokio::join!(registry.execute(&calls, true), controller) }).await;
-    assert!(results.iter().all(|r| !r.is_error));
+        within(async { tokio::join!(results(&registry, &calls, true), controller) }).await;
+    assert!(results.iter().all(|r| !r.is_error()));
     peak.load(Ordering::SeqCst)
 }
 
@@ -278,7 +293,7 @@ async fn execute_each_yields_each_call_as_it_finishes() {
     };
     let registry = registry_of([waiting("slow", slow_rx), waiting("fast", fast_rx)]);
     let calls = [call("s", "slow", "{}"), call("f", "fast", "{}")];
-    let mut finished = registry.execute_each(&calls, true);
+    let mut finished = registry.execute_each(&calls, ExecuteOptions::new());
 
     fast_tx.send(()).unwrap();
     let (index, run) = within(finished.next()).await.unwrap();
@@ -315,7 +330,7 @@ async fn dropping_the_execution_cancels_running_tools() {
     })]);
     let calls = [call("a", "forever", "{}"), call("b", "forever", "{}")];
     // Boxed so that `drop` below really drops the future (a pinned reference would not).
-    let mut execution = Box::pin(registry.execute(&calls, true));
+    let mut execution = Box::pin(results(&registry, &calls, true));
     within(async {
         tokio::select! {
             _ = &mut execution => panic!("a tool that never ends finished"),
@@ -329,10 +344,10 @@ async fn dropping_the_execution_cancels_running_tools() {
 }
 
 #[tokio::test]
-async fn execute_timed_reports_latency_in_call_order() {
+async fn execute_reports_latency_in_call_order() {
     let registry = registry_of([echo("echo")]);
     let calls = [call("a", "echo", "{}"), call("b", "nope", "{}")];
-    let runs = within(registry.execute_timed(&calls, true)).await;
+    let runs = within(registry.execute(&calls, ExecuteOptions::new())).await;
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0].result.tool_call_id, "a");
     assert_eq!(
@@ -345,7 +360,7 @@ async fn execute_timed_reports_latency_in_call_order() {
 #[tokio::test]
 async fn an_empty_batch_gives_no_results() {
     let registry = registry_of([echo("echo")]);
-    assert!(registry.execute(&[], true).await.is_empty());
+    assert!(results(&registry, &[], true).await.is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -407,7 +422,7 @@ async fn check_error_paths(parallel: bool) {
         call("panic", "boom", "{}"),
         call("ok", "get_weather", r#"{"location": "Paris"}"#),
     ];
-    let results = within(registry.execute(&calls, parallel)).await;
+    let results = within(results(&registry, &calls, parallel)).await;
     assert_eq!(
         ids(&results),
         calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>()
@@ -429,7 +444,7 @@ async fn check_error_paths(parallel: bool) {
         ]
     );
     for result in &results[..8] {
-        assert!(result.is_error, "{result:?}");
+        assert!(result.is_error(), "{result:?}");
     }
 
     let unknown = error_message(&results[0]);
@@ -450,17 +465,17 @@ async fn check_error_paths(parallel: bool) {
         "Weather service unavailable, try later"
     );
     assert!(
-        !down.content.contains("upstream 503"),
+        !down.content().contains("upstream 503"),
         "operator detail leaked: {}",
-        down.content
+        down.content()
     );
     assert_eq!(error_message(&results[6]), "`date` must be in the future");
     let panic = error_message(&results[7]);
     assert_eq!(panic, "the tool failed unexpectedly");
-    assert!(!results[7].content.contains("secret"));
+    assert!(!results[7].content().contains("secret"));
 
-    assert!(!results[8].is_error);
-    assert!(results[8].content.contains("sunny"));
+    assert!(!results[8].is_error());
+    assert!(results[8].content().contains("sunny"));
 }
 
 #[tokio::test]
@@ -475,9 +490,7 @@ async fn every_failure_is_an_error_result_and_the_batch_goes_on_in_sequence() {
 
 #[tokio::test]
 async fn calling_an_unregistered_tool_on_an_empty_registry_says_so() {
-    let results = ToolRegistry::new()
-        .execute(&[call("a", "anything", "{}")], true)
-        .await;
+    let results = results(&ToolRegistry::new(), &[call("a", "anything", "{}")], true).await;
     assert_eq!(results[0].error_kind(), Some(ToolErrorKind::UnknownTool));
     assert!(error_message(&results[0]).contains("no tools"));
 }
@@ -486,9 +499,9 @@ async fn calling_an_unregistered_tool_on_an_empty_registry_says_so() {
 async fn empty_arguments_count_as_an_empty_object() {
     let registry = registry_of([echo("echo")]);
     let calls = [call("a", "echo", ""), call("b", "echo", "  \n ")];
-    for result in registry.execute(&calls, true).await {
-        assert!(!result.is_error, "{result:?}");
-        assert_eq!(result.content, "{}");
+    for result in results(&registry, &calls, true).await {
+        assert!(!result.is_error(), "{result:?}");
+        assert_eq!(result.content(), "{}");
     }
 }
 
@@ -528,8 +541,8 @@ async fn optional_arguments_may_be_omitted_or_null() {
         ),
         call("null_required", "book", r#"{"city": null}"#),
     ];
-    let results = registry.execute(&calls, false).await;
-    assert!(results[..3].iter().all(|r| !r.is_error), "{results:?}");
+    let results = results(&registry, &calls, false).await;
+    assert!(results[..3].iter().all(|r| !r.is_error()), "{results:?}");
     assert_eq!(
         results[3].error_kind(),
         Some(ToolErrorKind::ToolArgsInvalid)
@@ -556,13 +569,13 @@ async fn a_string_result_is_the_content_as_is_and_anything_else_is_json() {
         call("b", "object", "{}"),
         call("c", "nothing", "{}"),
     ];
-    let results = registry.execute(&calls, true).await;
-    let contents: Vec<&str> = results.iter().map(|r| r.content.as_str()).collect();
+    let results = results(&registry, &calls, true).await;
+    let contents: Vec<String> = results.iter().map(ToolResult::content).collect();
     assert_eq!(contents, ["18°C, cloudy", r#"{"temp":18}"#, "null"]);
     assert!(
         results
             .iter()
-            .all(|r| !r.is_error && r.error_kind().is_none())
+            .all(|r| !r.is_error() && r.error_kind().is_none())
     );
     assert_eq!(results[0].name, "text");
 }
@@ -713,10 +726,8 @@ async fn subset_keeps_only_the_named_tools() {
     assert_eq!(subset.names(), ["c", "a"]);
     assert_eq!(subset.max_concurrency(), 3);
     assert!(subset.get("b").is_none());
-    let results = subset
-        .execute(&[call("1", "a", "{}"), call("2", "b", "{}")], true)
-        .await;
-    assert!(!results[0].is_error);
+    let results = results(&subset, &[call("1", "a", "{}"), call("2", "b", "{}")], true).await;
+    assert!(!results[0].is_error());
     assert_eq!(results[1].error_kind(), Some(ToolErrorKind::UnknownTool));
 
     let error = registry.subset(&["a", "zzz"]).unwrap_err();
@@ -750,6 +761,6 @@ fn the_registry_and_its_futures_can_cross_threads() {
     let registry = registry_of([echo("a")]);
     send_sync(&registry);
     let calls = [call("1", "a", "{}")];
-    send(&registry.execute(&calls, true));
-    send(&registry.execute_each(&calls, true));
+    send(&registry.execute(&calls, ExecuteOptions::new()));
+    send(&registry.execute_each(&calls, ExecuteOptions::new()));
 }

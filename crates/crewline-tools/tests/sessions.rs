@@ -77,7 +77,7 @@ fn registry_with(executor: Option<Executor>, tool: Counted) -> ToolRegistry {
 }
 
 fn in_session(registry: &ToolRegistry, scope: &SessionScope) -> CallContext {
-    registry.executor().context().with_scope(scope.clone())
+    registry.context().with_scope(scope.clone())
 }
 
 async fn run(
@@ -87,17 +87,14 @@ async fn run(
     arguments: Value,
 ) -> ToolResult {
     let call = ToolCall::new(id, registry.names()[0], arguments.to_string());
-    tokio::time::timeout(
-        DEADLOCK,
-        registry.executor().execute(registry, &call, context),
-    )
-    .await
-    .expect("deadlocked")
-    .result
+    tokio::time::timeout(DEADLOCK, registry.execute_one(&call, context))
+        .await
+        .expect("deadlocked")
+        .result
 }
 
 fn content(result: &ToolResult) -> Value {
-    serde_json::from_str(&result.content).unwrap()
+    serde_json::from_str(&result.content()).unwrap()
 }
 
 // --- the result cache -------------------------------------------------------------------------
@@ -167,20 +164,8 @@ async fn contexts_that_name_no_session_share_nothing() {
         Duration::ZERO,
     );
     let registry = registry_with(None, tool);
-    run(
-        &registry,
-        &registry.executor().context(),
-        "a",
-        json!({"n": 1}),
-    )
-    .await;
-    run(
-        &registry,
-        &registry.executor().context(),
-        "b",
-        json!({"n": 1}),
-    )
-    .await;
+    run(&registry, &registry.context(), "a", json!({"n": 1})).await;
+    run(&registry, &registry.context(), "b", json!({"n": 1})).await;
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
@@ -370,7 +355,7 @@ async fn a_waiting_caller_waits_seconds_by_default_not_forever() {
     let [id] = pending_ids(&approver, 1).try_into().unwrap();
     approver.decide(&id, ApprovalDecision::Approve).unwrap();
     let paid = run(&registry, &session, "b", json!({"n": 1})).await;
-    assert!(!paid.is_error, "{}", paid.content);
+    assert!(!paid.is_error(), "{}", paid.content());
 }
 
 // --- a tool that moves money runs once ------------------------------------------------------
@@ -395,14 +380,14 @@ async fn a_retry_after_a_timeout_joins_the_running_transfer_and_sees_its_outcome
     let first = run(&registry, &session, "call_0", json!({"n": 50})).await;
     assert_eq!(first.error_kind(), Some(ToolErrorKind::StillRunning));
     assert!(
-        first.content.contains("must not be retried"),
+        first.content().contains("must not be retried"),
         "{}",
-        first.content
+        first.content()
     );
 
     // The model retries the same call: it joins the running transfer.
     let retry = run(&registry, &session, "call_0", json!({"n": 50})).await;
-    assert!(!retry.is_error, "{}", retry.content);
+    assert!(!retry.is_error(), "{}", retry.content());
     assert_eq!(content(&retry), json!({"run": 1, "n": 50}));
     assert_eq!(
         runs.load(Ordering::SeqCst),
@@ -464,13 +449,12 @@ async fn a_barge_in_leaves_the_transfer_running_and_the_retry_joins_it() {
     let call = ToolCall::new("call_0", "transfer", json!({"n": 50}).to_string());
 
     // Barge-in: the turn (and the executor's future) is dropped while the transfer runs.
-    let executor = registry.executor();
     tokio::select! {
-        _ = executor.execute(&registry, &call, &session) => panic!("the transfer finished early"),
+        _ = registry.execute_one(&call, &session) => panic!("the transfer finished early"),
         () = tokio::time::sleep(Duration::from_millis(100)) => {}
     }
     // What the conversation records for the cut-short call: not `Cancelled`.
-    let recorded = executor.interrupted(&registry, &call, &session);
+    let recorded = registry.interrupted(&call, &session);
     assert_eq!(recorded.error_kind(), Some(ToolErrorKind::StillRunning));
 
     // The caller speaks; the model's next turn retries within the tool's timeout.
@@ -486,13 +470,12 @@ async fn a_barge_in_after_the_transfer_finished_records_its_real_outcome() {
     let registry = registry_with(Some(Executor::builder().build()), transfer);
     let session = in_session(&registry, &SessionScope::new());
     let call = ToolCall::new("call_0", "transfer", json!({"n": 50}).to_string());
-    let executor = registry.executor();
     tokio::select! {
-        _ = executor.execute(&registry, &call, &session) => panic!("the transfer finished early"),
+        _ = registry.execute_one(&call, &session) => panic!("the transfer finished early"),
         () = tokio::time::sleep(Duration::from_millis(100)) => {}
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let recorded = executor.interrupted(&registry, &call, &session);
+    let recorded = registry.interrupted(&call, &session);
     assert_eq!(content(&recorded), json!({"run": 1, "n": 50}));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

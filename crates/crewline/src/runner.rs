@@ -4,11 +4,12 @@ use std::{collections::VecDeque, panic::AssertUnwindSafe, sync::Arc, time::Insta
 
 use crewline_core::{Message, Role};
 use crewline_protocol::{
-    AgentError, Event, EventBody, LlmRequest, Messages, Severity, TranscriptRole, TranscriptUpdate,
+    Event, EventBody, LlmRequest, Messages, NodeFailure, Severity, ToolCallEnd, ToolCallError,
+    ToolCallStart, TranscriptRole, TranscriptUpdate,
 };
 use crewline_tools::ToolRun;
 use futures::{FutureExt, StreamExt};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::{
@@ -79,15 +80,14 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// The `agent.error` for a failure of `method` in node code.
 fn error_event(node: &str, method: &str, error: &NodeError, severity: Severity) -> Event {
-    let mut payload = Map::new();
-    payload.insert("node_name".into(), Value::from(node));
-    payload.insert("error_class".into(), Value::from(error.class()));
-    payload.insert("traceback".into(), Value::from(error.traceback()));
-    Event::now(EventBody::AgentError(AgentError {
-        message: format!("{} in {node}.{method}: {}", error.class(), error.message()),
-        severity,
-        payload,
-    }))
+    let failure = NodeFailure {
+        node,
+        method,
+        class: error.class(),
+        message: error.message(),
+        traceback: error.traceback(),
+    };
+    Event::now(EventBody::AgentError(failure.into_error(severity)))
 }
 
 /// Runs a future of node code, turning a panic into a [`NodeError`].
@@ -331,7 +331,13 @@ impl OutputRunner {
                     }
                     Ok(Some(Ok(TurnEvent::ToolStarted(call)))) => {
                         let arguments = arguments_json(&call.arguments);
-                        let log = tool_started(&turn_id, &call, arguments.clone());
+                        let log = ToolCallStart {
+                            turn_id: &turn_id,
+                            tool_call_id: &call.id,
+                            function_name: &call.name,
+                            arguments: arguments.clone(),
+                        }
+                        .into_body();
                         tool_arguments.insert(call.id, arguments);
                         if let Some(event) =
                             emit_unless_interrupted(&handle, &mut self.io.interrupt, log).await
@@ -349,7 +355,7 @@ impl OutputRunner {
                         let arguments = tool_arguments
                             .remove(&run.result.tool_call_id)
                             .unwrap_or_else(|| Value::Object(Map::new()));
-                        let log = tool_finished(&turn_id, &run, arguments);
+                        let log = tool_finished(&turn_id, run, arguments);
                         if let Some(event) =
                             emit_unless_interrupted(&handle, &mut self.io.interrupt, log).await
                         {
@@ -419,66 +425,32 @@ fn arguments_json(arguments: &str) -> Value {
     }
 }
 
-fn tool_log(name: &str, payload: Value) -> EventBody {
-    let payload = match payload {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    EventBody::Log {
-        name: name.to_owned(),
-        payload,
-    }
-}
-
-fn tool_started(turn_id: &str, call: &crewline_core::ToolCall, arguments: Value) -> EventBody {
-    tool_log(
-        "tool_call_start",
-        json!({
-            "turn_id": turn_id,
-            "tool_call_id": call.id,
-            "function_name": call.name,
-            "context": {"arguments": arguments},
-        }),
-    )
-}
-
 /// The end (or error) log of a call; `arguments` as logged at its start, like the reference.
-fn tool_finished(turn_id: &str, run: &ToolRun, arguments: Value) -> EventBody {
-    let result = &run.result;
-    let latency = u64::try_from(run.latency.as_millis()).unwrap_or(u64::MAX);
-    if result.is_error {
-        let error: Value = serde_json::from_str(&result.content).unwrap_or(Value::Null);
-        let message = error
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .unwrap_or(&result.content)
-            .to_owned();
-        tool_log(
-            "tool_call_error",
-            json!({
-                "turn_id": turn_id,
-                "tool_call_id": result.tool_call_id,
-                "function_name": result.name,
-                "context": {"arguments": arguments},
-                "error": message,
-                "error_kind": error.pointer("/error/kind").cloned().unwrap_or(Value::Null),
-                "latency": latency,
-                "success": false,
-            }),
-        )
-    } else {
-        let response = serde_json::from_str::<Value>(&result.content)
-            .unwrap_or_else(|_| Value::String(result.content.clone()));
-        tool_log(
-            "tool_call_end",
-            json!({
-                "turn_id": turn_id,
-                "tool_call_id": result.tool_call_id,
-                "function_name": result.name,
-                "context": {"arguments": arguments, "response": response},
-                "latency": latency,
-                "success": true,
-            }),
-        )
+///
+/// The result is still the tool's value (or the failure's kind and message): nothing is
+/// parsed back from the model's text.
+fn tool_finished(turn_id: &str, run: ToolRun, arguments: Value) -> EventBody {
+    let latency_ms = u64::try_from(run.latency.as_millis()).unwrap_or(u64::MAX);
+    let result = run.result;
+    match result.outcome {
+        Ok(response) => ToolCallEnd {
+            turn_id,
+            tool_call_id: &result.tool_call_id,
+            function_name: &result.name,
+            arguments,
+            response,
+            latency_ms,
+        }
+        .into_body(),
+        Err(failure) => ToolCallError {
+            turn_id,
+            tool_call_id: &result.tool_call_id,
+            function_name: &result.name,
+            arguments,
+            error: &failure.message,
+            error_kind: failure.kind,
+            latency_ms,
+        }
+        .into_body(),
     }
 }

@@ -9,7 +9,7 @@ use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, T
 use crewline_llm::{
     ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };
-use crewline_tools::{CallContext, SessionScope, Target, ToolRegistry, ToolRun};
+use crewline_tools::{CallContext, ExecuteOptions, SessionScope, Target, ToolRegistry, ToolRun};
 use futures::{StreamExt, stream::BoxStream};
 
 /// How many tool rounds a turn may take by default.
@@ -157,10 +157,7 @@ impl ToolLoop {
     /// A context for tool calls of this loop's session outside its turns (a call the agent
     /// runs itself, such as an approved call run again).
     pub fn call_context(&self) -> CallContext {
-        self.tools
-            .executor()
-            .context()
-            .with_scope(self.scope.clone())
+        self.tools.context().with_scope(self.scope.clone())
     }
 
     /// Speaks a filler ("Let me check that for you.") while a round's tools run, when the
@@ -368,10 +365,11 @@ impl ToolLoop {
                         "the model asked for more tool calls than the caps allow; refusing the rest"
                     ));
                 }
-                let mut runs = self.tools.execute_each_in(
+                let mut runs = self.tools.execute_each(
                     calls.get(..allowed).unwrap_or_default(),
-                    self.config.parallel_tools,
-                    run.clone(),
+                    ExecuteOptions::new()
+                        .parallel(self.config.parallel_tools)
+                        .in_run(run.clone()),
                 );
                 while let Some((index, run)) = runs.next().await {
                     round.tools.push((run.result.name.clone(), run.latency));
@@ -459,7 +457,7 @@ impl TurnReport {
 /// turn dropped at any await point (barge-in) still leaves a valid conversation.
 struct TurnState<'a> {
     context: &'a mut Context,
-    /// What a call cut short is answered with (see [`crewline_tools::Executor::interrupted`]).
+    /// What a call cut short is answered with (see [`ToolRegistry::interrupted`]).
     tools: &'a ToolRegistry,
     run: CallContext,
     /// Text of the current round not yet in the context.
@@ -507,12 +505,8 @@ impl<'a> TurnState<'a> {
             .zip(results)
             .map(|(call, result)| {
                 result
-                    .unwrap_or_else(|| {
-                        self.tools
-                            .executor()
-                            .interrupted(self.tools, call, &self.run)
-                    })
-                    .to_message()
+                    .unwrap_or_else(|| self.tools.interrupted(call, &self.run))
+                    .into_message()
             })
             .collect();
         self.context.add(Message::assistant_with_tools(text, calls));

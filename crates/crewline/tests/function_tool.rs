@@ -9,9 +9,20 @@ use std::sync::{
 use std::time::Duration;
 
 use crewline::prelude::*;
+use crewline::tool::ExecuteOptions;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+/// The results of `calls` run by `registry`, in call order (`parallel`: concurrently).
+async fn results(registry: &ToolRegistry, calls: &[ToolCall], parallel: bool) -> Vec<ToolResult> {
+    registry
+        .execute(calls, ExecuteOptions::new().parallel(parallel))
+        .await
+        .into_iter()
+        .map(|run| run.result)
+        .collect()
+}
 
 // ---------------------------------------------------------------------------------------------
 // Free functions
@@ -726,22 +737,22 @@ async fn registry_discovers_registers_describes_and_executes() {
         ToolCall::new("4", "get_weather", r#"{"location": ""}"#),
         ToolCall::new("5", "get_weather", r#"{"unit": "celsius"}"#),
     ];
-    let results = registry.execute(&calls, true).await;
+    let results = results(&registry, &calls, true).await;
     assert_eq!(results.len(), 5);
-    assert_eq!(results[0].content, "2");
-    assert!(!results[1].is_error);
-    let weather: Value = serde_json::from_str(&results[1].content).unwrap();
+    assert_eq!(results[0].content(), "2");
+    assert!(!results[1].is_error());
+    let weather: Value = serde_json::from_str(&results[1].content()).unwrap();
     assert_eq!(weather["unit"], "celsius");
-    let forecast: Value = serde_json::from_str(&results[2].content).unwrap();
+    let forecast: Value = serde_json::from_str(&results[2].content()).unwrap();
     assert_eq!(forecast["days"], 3);
-    assert!(results[3].is_error);
+    assert!(results[3].is_error());
     assert!(
-        results[3].content.contains("Unknown location"),
+        results[3].content().contains("Unknown location"),
         "{}",
-        results[3].content
+        results[3].content()
     );
     assert_eq!(results[3].error_kind(), Some(ToolErrorKind::ToolError));
-    assert!(results[4].is_error);
+    assert!(results[4].is_error());
     assert_eq!(
         results[4].error_kind(),
         Some(ToolErrorKind::ToolArgsInvalid)

@@ -224,7 +224,7 @@ async fn one_tool_round_feeds_results_back_and_answers() {
             .any(|e| matches!(e, TurnEvent::ToolStarted(c) if c.id == "call_a"))
     );
     assert!(events.iter().any(
-        |e| matches!(e, TurnEvent::ToolFinished(run) if run.result.content == "Sunny in Paris")
+        |e| matches!(e, TurnEvent::ToolFinished(run) if run.result.content() == "Sunny in Paris")
     ));
     let report = report(&events);
     assert_eq!(report.rounds.len(), 2);
@@ -502,7 +502,7 @@ async fn tool_failures_reach_the_model_as_errors_and_the_turn_goes_on() {
     assert!(
         results
             .iter()
-            .any(|r| r.content.contains("Service down, try later"))
+            .any(|r| r.content().contains("Service down, try later"))
     );
     assert_every_call_answered(&context);
     assert_eq!(

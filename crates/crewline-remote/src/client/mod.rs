@@ -19,7 +19,7 @@ use backon::Retryable;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_tools::{CallContext, PANIC_MESSAGE, SessionScope, Target, ToolRegistry};
 use reqwest::{Method, StatusCode, Url};
-use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
@@ -210,7 +210,7 @@ impl TaskClient {
         let tools = registry.export(Target::Remote)?;
         // All calls of one task share a run (its limits and cancellation) and a session scope
         // of their own: nothing the executor keeps for this task reaches another caller.
-        let context = tools.executor().context().with_scope(SessionScope::new());
+        let context = tools.context().with_scope(SessionScope::new());
         let mut seen = SeenEvents::default();
         let mut cursor = 0u64;
         let mut calls: JoinSet<bool> = JoinSet::new();
@@ -408,8 +408,8 @@ pub async fn run_tool_call(
         other => other.to_string(),
     };
     let call = ToolCall::new(event.id.clone(), payload.name, arguments);
-    let run = tools.executor().execute(tools, &call, context).await;
-    answer_for(&run.result)
+    let run = tools.execute_one(&call, context).await;
+    answer_for(run.result)
 }
 
 /// The answer for a tool result: 200 with the output, 400 for errors the agent can correct,
@@ -417,43 +417,38 @@ pub async fn run_tool_call(
 ///
 /// A successful result whose content is a JSON object or array is sent as that JSON; any
 /// other content is sent as a string. An error is sent as `{"error": {"kind", "message"}}`.
-pub fn answer_for(result: &ToolResult) -> ToolAnswer {
-    if !result.is_error {
-        let content = result.content.trim_start();
-        let output = if content.starts_with('{') || content.starts_with('[') {
-            serde_json::from_str(&result.content)
-                .unwrap_or_else(|_| Value::String(result.content.clone()))
-        } else {
-            Value::String(result.content.clone())
-        };
-        return ToolAnswer::ok(output);
-    }
-    // Parsed once: the kind comes from the content itself (content that is not the error
-    // shape has no kind and is a failure).
-    let parsed: Option<Value> = serde_json::from_str(&result.content).ok();
-    let kind = parsed
-        .as_ref()
-        .and_then(|value| value.pointer("/error/kind"))
-        .and_then(|kind| ToolErrorKind::deserialize(kind).ok());
-    let output = parsed.unwrap_or_else(
-        || json!({"error": {"kind": ToolErrorKind::ToolError, "message": result.content}}),
-    );
-    let message = output
-        .pointer("/error/message")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+pub fn answer_for(result: ToolResult) -> ToolAnswer {
+    let failure = match result.outcome {
+        Ok(value) => {
+            let output = match value {
+                // A tool that returns JSON text (a proxied tool) is sent as that JSON.
+                Value::String(text) => {
+                    let trimmed = text.trim_start();
+                    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+                        serde_json::from_str(&text).unwrap_or(Value::String(text))
+                    } else {
+                        Value::String(text)
+                    }
+                }
+                value @ (Value::Object(_) | Value::Array(_)) => value,
+                other => Value::String(other.to_string()),
+            };
+            return ToolAnswer::ok(output);
+        }
+        Err(failure) => failure,
+    };
+    let kind = failure.kind;
+    let panicked = kind == ToolErrorKind::ToolError && failure.message == PANIC_MESSAGE;
+    let output = json!({"error": {"kind": kind, "message": failure.message}});
     // A panic is a failure (500), not an error the agent can correct.
     match kind {
-        Some(
-            ToolErrorKind::Timeout
-            | ToolErrorKind::Cancelled
-            | ToolErrorKind::RunLimitExceeded
-            | ToolErrorKind::ApprovalPending
-            | ToolErrorKind::StillRunning,
-        )
-        | None => ToolAnswer::failure(output),
-        Some(ToolErrorKind::ToolError) if message == PANIC_MESSAGE => ToolAnswer::failure(output),
-        Some(_) => ToolAnswer::tool_error(output),
+        ToolErrorKind::Timeout
+        | ToolErrorKind::Cancelled
+        | ToolErrorKind::RunLimitExceeded
+        | ToolErrorKind::ApprovalPending
+        | ToolErrorKind::StillRunning => ToolAnswer::failure(output),
+        ToolErrorKind::ToolError if panicked => ToolAnswer::failure(output),
+        _ => ToolAnswer::tool_error(output),
     }
 }
 
@@ -613,9 +608,9 @@ mod tests {
     #[test]
     fn results_map_to_codes_by_who_can_fix_them() {
         let call = ToolCall::new("e1", "t", "{}");
-        let ok = answer_for(&ToolResult::ok(&call, r#"{"temp": 3}"#));
+        let ok = answer_for(ToolResult::ok(&call, r#"{"temp": 3}"#));
         assert_eq!((ok.code, ok.output["temp"].as_i64()), (200, Some(3)));
-        let text = answer_for(&ToolResult::ok(&call, "42"));
+        let text = answer_for(ToolResult::ok(&call, "42"));
         assert_eq!(text.output, json!("42"), "non-object content stays text");
         for (kind, code) in [
             (ToolErrorKind::ToolArgsInvalid, 400),
@@ -624,11 +619,11 @@ mod tests {
             (ToolErrorKind::Timeout, 500),
             (ToolErrorKind::Cancelled, 500),
         ] {
-            let answer = answer_for(&ToolResult::error(&call, kind, "m"));
+            let answer = answer_for(ToolResult::error(&call, kind, "m"));
             assert_eq!(answer.code, code, "{kind}");
             assert_eq!(answer.error_kind(), Some(kind.as_str()));
         }
-        let panic = answer_for(&ToolResult::error(
+        let panic = answer_for(ToolResult::error(
             &call,
             ToolErrorKind::ToolError,
             PANIC_MESSAGE,

@@ -42,7 +42,7 @@ pub(crate) struct Recorder {
 impl Recorder {
     /// Writes the record of a call that finished (or was dropped) after its waiter left.
     fn write(self, outcome: Result<Value, ToolCallError>) {
-        let mut record = super::record(&self.call, outcome, self.started.elapsed(), self.trace);
+        let mut record = super::record(&self.call, &outcome, self.started.elapsed(), self.trace);
         record.ran_on = true;
         if let Err(error) = self.sink.record(&record) {
             tracing::error!(%error, "the tool ledger could not be written");

@@ -17,7 +17,7 @@ use std::{
 };
 
 use super::{CallContext, SessionScope, ToolCallError, detached, fingerprint};
-use crate::ToolRegistry;
+use crate::catalog::Catalog;
 use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
@@ -38,7 +38,7 @@ impl Key {
     /// The key of `call` with its validated `arguments`, in the session of `context`.
     pub(crate) fn new(
         context: &CallContext,
-        tools: &ToolRegistry,
+        tools: &Catalog,
         call: &ToolCall,
         arguments: &Value,
     ) -> Self {

@@ -6,7 +6,7 @@ use crewline_core::ToolErrorKind;
 use serde_json::Value;
 
 use super::ToolCallError;
-use crate::{registry::Entry, schema};
+use crate::{catalog::Entry, schema};
 
 /// How validation failures are reported to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

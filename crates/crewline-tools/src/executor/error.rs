@@ -1,0 +1,88 @@
+//! Why one call failed: the kind and message the model reads, and the operator's detail.
+
+use crewline_core::{ToolErrorKind, ToolFailure};
+
+use crate::ToolError;
+
+/// Why one call failed: its kind, the message the model reads, and the operator's detail.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ToolCallError {
+    /// The kind the model is told.
+    pub kind: ToolErrorKind,
+    /// The message written for the model.
+    pub message: String,
+    /// The full chain for the operator (logs, ledger); never shown to the model.
+    pub detail: Option<String>,
+}
+
+impl ToolCallError {
+    /// A failure with a message for the model.
+    pub fn new(kind: ToolErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    /// Attaches the operator's detail.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+}
+
+impl From<ToolError> for ToolCallError {
+    fn from(error: ToolError) -> Self {
+        let kind = if error.is_invalid_arguments() {
+            ToolErrorKind::ToolArgsInvalid
+        } else {
+            ToolErrorKind::ToolError
+        };
+        Self {
+            kind,
+            message: error.message().to_owned(),
+            detail: error.detail().map(|detail| error_chain(detail)),
+        }
+    }
+}
+
+impl From<ToolCallError> for ToolFailure {
+    /// What the model is told; the detail stays with the operator.
+    fn from(error: ToolCallError) -> Self {
+        ToolFailure {
+            kind: error.kind,
+            message: error.message,
+        }
+    }
+}
+
+/// An error and its sources, for the operator.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_errors_keep_the_detail_chain_for_the_operator() {
+        let error = ToolCallError::from(
+            ToolError::new("weather is down").with_detail(std::io::Error::other("503")),
+        );
+        assert_eq!(error.kind, ToolErrorKind::ToolError);
+        assert_eq!(error.message, "weather is down");
+        assert_eq!(error.detail.as_deref(), Some("503"));
+        let invalid = ToolCallError::from(ToolError::invalid_arguments("bad date"));
+        assert_eq!(invalid.kind, ToolErrorKind::ToolArgsInvalid);
+    }
+}
