@@ -211,28 +211,11 @@ fn resolve<'r>(root: &'r Value, reference: &str) -> Option<&'r Value> {
         // A named anchor (`#foo`); schemars never writes them.
         return None;
     }
-    root.pointer(&percent_decode(fragment)?)
-}
-
-/// Decodes `%XX` escapes of a URI fragment (schemars escapes names such as `Wrapper<T>`).
-fn percent_decode(text: &str) -> Option<String> {
-    if !text.contains('%') {
-        return Some(text.to_owned());
-    }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    // The fragment is percent-encoded (schemars escapes names such as `Wrapper<T>`).
+    let pointer = percent_encoding::percent_decode_str(fragment)
+        .decode_utf8()
+        .ok()?;
+    root.pointer(&pointer)
 }
 
 /// Whether `schema` already accepts `null`.
