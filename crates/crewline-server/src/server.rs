@@ -300,10 +300,23 @@ impl CrewServer {
             tracing::error!("{error}");
             return Err(error);
         }
-        if self.auth.credentials.is_empty() {
-            tracing::warn!("serving without authentication: anyone who reaches the port can call");
-        }
         Ok(())
+    }
+
+    /// Says once, when serving starts, who can call a server without a credential: anyone who
+    /// reaches the port, or only this machine.
+    fn log_open_access(&self, addr: Option<SocketAddr>) {
+        if !self.auth.credentials.is_empty() {
+            return;
+        }
+        match addr {
+            Some(addr) if crewline_auth::is_loopback(&addr) => {
+                tracing::info!(%addr, "serving on loopback without authentication");
+            }
+            _ => tracing::warn!(
+                "serving without authentication: anyone who reaches the port can call"
+            ),
+        }
     }
 
     /// Serves on `listener` until [`ServerHandle::shutdown`] is called.
@@ -326,6 +339,7 @@ impl CrewServer {
         S: Future<Output = ()> + Send + 'static,
     {
         self.check_auth(listener.local_addr().ok())?;
+        self.log_open_access(listener.local_addr().ok());
         let service = self.service();
         service.start_dry_run();
         match listener.local_addr() {
