@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use crewline::tool::RegistryError;
-use crewline_examples::{call_control, voice_agent};
+use crewline_examples::{call_control, collections_router, voice_agent};
 use crewline_testkit::TestCrew;
 use serde_json::json;
 
@@ -73,6 +73,42 @@ async fn the_support_crew_transfers_on_request_and_ends_the_call_on_goodbye() {
         turn.assert_tools_called(&["end_call"])
             .assert_ended_call()
             .assert_text("Thanks for calling, goodbye!");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() {
+    bounded(async {
+        // `collections_crew` fails with a boxed error; `TestCrew::serve` wants a sized one.
+        let crew = TestCrew::serve(|setup| {
+            collections_router::collections_crew(
+                setup,
+                Arc::new(collections_router::scripted_collections_model()),
+            )
+            .map_err(std::io::Error::other)
+        })
+        .await
+        .unwrap();
+        let mut call = crew.call().await.unwrap();
+
+        call.say("My account is 12345.")
+            .await
+            .unwrap()
+            .assert_tools_called(&["find_account"])
+            .assert_no_errors();
+        // Intake found the account, so the router moved to verify: a date of birth is checked.
+        call.say("It's 1980-04-02.")
+            .await
+            .unwrap()
+            .assert_tools_called(&["verify_identity"])
+            .assert_no_errors()
+            .assert_no_handoff();
+        call.say("Can I talk to a person?")
+            .await
+            .unwrap()
+            .assert_tools_called(&["transfer_to_human"])
+            .assert_transferred_to(collections_router::COLLECTIONS_DESK);
     })
     .await;
 }
