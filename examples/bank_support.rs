@@ -15,9 +15,7 @@
 
 use std::time::Duration;
 
-use crewline::prelude::SessionSetup;
 use crewline_examples::{args::ServeCrewArgs, bank_support};
-use crewline_server::CrewServer;
 
 /// Serves the bank crew on `/ws`.
 #[derive(clap::Parser)]
@@ -27,20 +25,16 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), crewline_server::BoxError> {
     crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
-    let model = crew.model.choose(bank_support::scripted_bank_model)?;
-    let llm = model.llm;
     // One set of books for every call (booking takes a moment, as a real core system's
     // does); each call gets its own approver.
     let bank = bank_support::Bank::demo().with_processing_time(Duration::from_millis(300));
-    tracing::info!(port = crew.port, model = %model.description, "bank crew listening on /ws");
-    crew.apply(CrewServer::new(move |setup: SessionSetup| {
-        let crew = bank_support::bank_crew(&setup, llm.clone(), bank.clone());
-        async move { crew }
-    }))
-    .run()
-    .await?;
-    Ok(())
+    crew.serve(
+        "bank crew",
+        bank_support::scripted_bank_model,
+        move |setup, llm| bank_support::bank_crew(setup, llm, bank.clone()),
+    )
+    .await
 }

@@ -10,9 +10,7 @@
 //! crewline chat --url ws://127.0.0.1:8080/ws      # try: "can I talk to a person?" or "bye"
 //! ```
 
-use crewline::prelude::SessionSetup;
 use crewline_examples::{args::ServeCrewArgs, call_control};
-use crewline_server::CrewServer;
 
 /// Serves the support crew (whose tools end and transfer the call) on `/ws`.
 #[derive(clap::Parser)]
@@ -22,17 +20,13 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), crewline_server::BoxError> {
     crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
-    let model = crew.model.choose(call_control::scripted_support_model)?;
-    let llm = model.llm;
-    tracing::info!(port = crew.port, model = %model.description, "support crew listening on /ws");
-    crew.apply(CrewServer::new(move |setup: SessionSetup| {
-        let crew = call_control::support_crew(&setup, llm.clone());
-        async move { crew }
-    }))
-    .run()
-    .await?;
-    Ok(())
+    crew.serve(
+        "support crew",
+        call_control::scripted_support_model,
+        call_control::support_crew,
+    )
+    .await
 }

@@ -14,9 +14,7 @@
 //! # try: "my account is 12345", "1980-04-02", "I can pay 50 a month", "can I talk to a person?"
 //! ```
 
-use crewline::prelude::SessionSetup;
 use crewline_examples::{args::ServeCrewArgs, collections_router};
-use crewline_server::CrewServer;
 
 /// Serves the collections crew (intake, verify, resolve on the router) on `/ws`.
 #[derive(clap::Parser)]
@@ -26,19 +24,14 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), crewline_server::BoxError> {
     crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
-    let model = crew
-        .model
-        .choose(collections_router::scripted_collections_model)?;
-    let llm = model.llm;
     // The model is shared by every call; each call gets its own router, state and tools.
-    let server = crew.apply(CrewServer::new(move |setup: SessionSetup| {
-        let crew = collections_router::collections_crew(&setup, llm.clone());
-        async move { crew }
-    }));
-    tracing::info!(port = crew.port, model = %model.description, "collections crew listening on /ws");
-    server.run().await?;
-    Ok(())
+    crew.serve(
+        "collections crew",
+        collections_router::scripted_collections_model,
+        collections_router::collections_crew,
+    )
+    .await
 }

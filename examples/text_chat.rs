@@ -10,9 +10,7 @@
 //! crewline chat --url ws://127.0.0.1:8080/ws --type chat    # try: "where is order 1042?"
 //! ```
 
-use crewline::prelude::SessionSetup;
 use crewline_examples::{args::ServeCrewArgs, text_chat};
-use crewline_server::CrewServer;
 
 /// Serves the web shop's chat crew (conversations of type `chat`) on `/ws`.
 #[derive(clap::Parser)]
@@ -22,17 +20,13 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), crewline_server::BoxError> {
     crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
-    let model = crew.model.choose(text_chat::scripted_chat_model)?;
-    let llm = model.llm;
-    tracing::info!(port = crew.port, model = %model.description, "chat crew listening on /ws");
-    crew.apply(CrewServer::new(move |setup: SessionSetup| {
-        let crew = text_chat::chat_crew(&setup, llm.clone());
-        async move { crew }
-    }))
-    .run()
-    .await?;
-    Ok(())
+    crew.serve(
+        "chat crew",
+        text_chat::scripted_chat_model,
+        text_chat::chat_crew,
+    )
+    .await
 }

@@ -18,8 +18,10 @@
 //! assert!(args.crew.model.scripted);
 //! ```
 
-use crewline::prelude::{LlmError, ScriptedLlm};
-use crewline_server::{CrewServer, ServeArgs};
+use std::sync::Arc;
+
+use crewline::prelude::{Crew, LlmClient, LlmError, ScriptedLlm, SessionSetup};
+use crewline_server::{BoxError, CrewServer, ServeArgs};
 
 use crate::model::{ChosenModel, ModelChoice, choose};
 
@@ -73,6 +75,30 @@ impl ServeCrewArgs {
     /// `server` bound to `--host` and `--port`, with the token options applied.
     pub fn apply(&self, server: CrewServer) -> CrewServer {
         self.listen.apply(server, self.port)
+    }
+
+    /// Serves one crew per call, built by `crew` from the call's setup and the model the flags
+    /// chose (`scripted` makes the crew's offline one), until SIGTERM or Ctrl-C; `what` names
+    /// the crew in the log line that says where it listens.
+    pub async fn serve<C, E>(
+        &self,
+        what: &str,
+        scripted: impl FnOnce() -> ScriptedLlm,
+        crew: C,
+    ) -> Result<(), BoxError>
+    where
+        C: Fn(&SessionSetup, Arc<dyn LlmClient>) -> Result<Crew, E> + Send + Sync + 'static,
+        E: Into<BoxError> + Send + 'static,
+    {
+        let model = self.model.choose(scripted)?;
+        let llm = model.llm;
+        tracing::info!(port = self.port, model = %model.description, "{what} listening on /ws");
+        self.apply(CrewServer::new(move |setup: SessionSetup| {
+            std::future::ready(crew(&setup, Arc::clone(&llm)))
+        }))
+        .run()
+        .await?;
+        Ok(())
     }
 }
 
