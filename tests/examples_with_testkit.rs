@@ -80,13 +80,11 @@ async fn the_support_crew_transfers_on_request_and_ends_the_call_on_goodbye() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() {
     bounded(async {
-        // `collections_crew` fails with a boxed error; `TestCrew::serve` wants a sized one.
         let crew = TestCrew::serve(|setup| {
             collections_router::collections_crew(
                 setup,
                 Arc::new(collections_router::scripted_collections_model()),
             )
-            .map_err(std::io::Error::other)
         })
         .await
         .unwrap();

@@ -113,7 +113,8 @@ impl TestCrew {
     pub async fn serve<F, E>(setup: F) -> Result<Self, TestkitError>
     where
         F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
-        E: std::error::Error + Send + Sync + 'static,
+        // What `CrewServer::new` takes: a typed error or an already boxed one.
+        E: Into<crewline_server::BoxError> + Send + 'static,
     {
         let setup = Arc::new(setup);
         Self::serve_server(CrewServer::new(move |session: SessionSetup| {
