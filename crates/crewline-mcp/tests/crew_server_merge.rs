@@ -125,33 +125,7 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
 /// POSTs an MCP `initialize` to `/mcp` with `Host: localhost` and `extra` header lines;
 /// returns the status line.
 async fn initialize(addr: std::net::SocketAddr, extra: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut response = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !response.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
-            .await
-            .expect("an answer in time")
-            .expect("read");
-        if n == 0 {
-            break;
-        }
-        response.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&response)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_owned()
+    common::initialize_raw(addr, "localhost", extra).await
 }
 
 #[tokio::test]

@@ -8,43 +8,13 @@ use std::{net::SocketAddr, sync::Arc};
 
 use crewline::tool::executor::ledger::MemoryLedger;
 use crewline_mcp::SchemaFlavour;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-};
+use tokio::net::TcpStream;
 
 use common::{HttpServer, WAIT};
 
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
-
 /// POSTs an MCP `initialize` to `/mcp` with this `Host` header; returns the status line.
 async fn initialize_with_host(addr: SocketAddr, host: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{INITIALIZE}",
-        INITIALIZE.len()
-    );
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut response = Vec::new();
-    // Read the head only: an accepted initialize may answer with an open event stream.
-    let mut buf = [0u8; 1024];
-    while !response.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
-            .await
-            .expect("an answer in time")
-            .expect("read");
-        if n == 0 {
-            break;
-        }
-        response.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&response)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_owned()
+    common::initialize_raw(addr, host, "").await
 }
 
 #[tokio::test]
