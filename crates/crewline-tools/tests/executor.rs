@@ -14,8 +14,8 @@ use std::{
 use async_trait::async_trait;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_tools::{
-    CallContext, ExecuteOptions, Executor, Tool, ToolCallError, ToolError, ToolPolicy,
-    ToolRegistry,
+    CallArguments, CallContext, ExecuteOptions, Executor, Tool, ToolCallError, ToolError,
+    ToolPolicy, ToolRegistry,
     executor::{
         approval::{
             ApprovalDecision, ApprovalRecord, ApprovalRequest, CallbackApproval, DeferredApproval,
@@ -170,6 +170,36 @@ async fn invalid_arguments_name_the_json_path_and_the_tool_is_not_called() {
     let unknown = run_one(&registry, &call("c2", "nope", "{}"), &context).await;
     assert_eq!(kind(&unknown), Some(ToolErrorKind::UnknownTool));
     assert_eq!(count.load(Ordering::SeqCst), 0);
+}
+
+// The tool loop reads each call's text once and hands the executor that parse: the executor
+// validates what it is given and never parses the text again (a call past the list is read
+// from its text).
+#[tokio::test]
+async fn the_executor_validates_the_arguments_its_caller_read_without_parsing_the_text_again() {
+    let (echo, count) = counting_echo("echo", ToolPolicy::new());
+    let registry = registry(Executor::builder().build(), [echo]);
+    let calls = [
+        call("c1", "echo", r#"{"n": 1}"#),
+        call("c2", "echo", r#"{"n": 1}"#),
+        call("c3", "echo", r#"{"n": 3}"#),
+    ];
+    let read = vec![
+        CallArguments::parse(r#"{"n": 2}"#),
+        CallArguments::parse("{broken"),
+    ];
+    let runs = registry
+        .execute(&calls, ExecuteOptions::new().read_arguments(read))
+        .await;
+    assert_eq!(runs[0].result.outcome.as_ref().ok(), Some(&json!({"n": 2})));
+    assert_eq!(kind(&runs[1].result), Some(ToolErrorKind::ToolArgsInvalid));
+    assert!(
+        message(&runs[1].result).contains("not valid JSON"),
+        "{}",
+        message(&runs[1].result)
+    );
+    assert_eq!(runs[2].result.outcome.as_ref().ok(), Some(&json!({"n": 3})));
+    assert_eq!(count.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -23,6 +23,7 @@ use super::{
     inflight::{self, Joined},
     ledger::{LedgerRecord, LedgerSink, Outcome},
     limits,
+    validation::CallArguments,
 };
 use crate::{
     ToolPolicy,
@@ -78,10 +79,12 @@ impl Executor {
     /// error results.
     ///
     /// A call with an empty id gets a fresh `call_...` id, which its result carries.
+    /// `arguments` are the call's, read once by the caller (its text is not parsed again).
     pub(crate) async fn execute(
         &self,
         tools: &Catalog,
         call: &ToolCall,
+        arguments: CallArguments,
         context: &CallContext,
     ) -> ToolRun {
         let call = if call.id.is_empty() {
@@ -103,7 +106,7 @@ impl Executor {
                 finished: false,
             };
             let outcome = self
-                .pipeline(tools, &call, context, &mut guard.trace, started)
+                .pipeline(tools, &call, arguments, context, &mut guard.trace, started)
                 .await;
             guard.finished = true;
             let trace = std::mem::take(&mut guard.trace);
@@ -144,6 +147,7 @@ impl Executor {
         &self,
         tools: &Catalog,
         call: &ToolCall,
+        arguments: CallArguments,
         context: &CallContext,
         trace: &mut Trace,
         started: Instant,
@@ -154,7 +158,7 @@ impl Executor {
                 tools.unknown_tool_message(&call.name),
             ));
         };
-        let mut arguments = self.validation.validate_text(entry, &call.arguments)?;
+        let mut arguments = self.validation.validate_read(entry, arguments)?;
         for hook in &self.before_hooks {
             if let HookAction::Respond(value) = hook.before(call, &mut arguments).await {
                 self.keep_arguments(trace, &arguments);
@@ -396,7 +400,8 @@ impl Executor {
         if entry.tool.policy().cancellable {
             return cancelled();
         }
-        let Ok(arguments) = self.validation.validate_text(entry, &call.arguments) else {
+        let read = CallArguments::parse(&call.arguments);
+        let Ok(arguments) = self.validation.validate_read(entry, read) else {
             return cancelled();
         };
         let key = inflight::Key::new(context, tools, call, &arguments);
