@@ -508,18 +508,46 @@ mod tests {
         (times, error)
     }
 
-    /// The pauses between `times`, each checked against its nominal length (ms): backon
-    /// computes delays in `f32` seconds and tokio's timer rounds up to the millisecond, so a
-    /// pause may be 1 ms longer, never shorter.
+    /// The pauses between `times`, each checked against its nominal length (ms): a jittered
+    /// pause is between half of it and all of it. backon computes delays in `f32` seconds and
+    /// tokio's timer rounds up to the millisecond, so a pause may be 1 ms off either end.
     fn assert_pauses(times: &[u128], expected: &[u128]) {
         let pauses: Vec<u128> = times.windows(2).map(|w| w[1] - w[0]).collect();
         assert_eq!(pauses.len(), expected.len(), "{pauses:?}");
         for (pause, nominal) in pauses.iter().zip(expected) {
             assert!(
-                (*nominal..=nominal + 1).contains(pause),
-                "{pauses:?} != {expected:?}"
+                (nominal / 2 - 1..=nominal + 1).contains(pause),
+                "{pauses:?} not within half of and all of {expected:?}"
             );
         }
+    }
+
+    #[test]
+    fn backoff_schedules_are_jittered_within_their_nominal_delays() {
+        use backon::BackoffBuilder;
+        let schedule = || -> Vec<u128> {
+            Backoff::default()
+                .schedule()
+                .build()
+                .map(|d| d.as_millis())
+                .collect()
+        };
+        let nominal = [100, 200, 400, 800, 1600, 3200, 5000];
+        let (first, second) = (schedule(), schedule());
+        for pauses in [&first, &second] {
+            assert_eq!(pauses.len(), nominal.len(), "{pauses:?}");
+            for (pause, nominal) in pauses.iter().zip(nominal) {
+                assert!(
+                    (nominal / 2 - 1..=nominal).contains(pause),
+                    "{pauses:?} not within half of and all of {nominal}"
+                );
+            }
+            // All the retries of one request stay within the nominal schedule's 11.3 s.
+            assert!(pauses.iter().sum::<u128>() <= 11_300, "{pauses:?}");
+        }
+        // Clients that failed together retry at different times (seven equal random
+        // pauses: nil chance).
+        assert_ne!(first, second);
     }
 
     #[tokio::test(start_paused = true)]
