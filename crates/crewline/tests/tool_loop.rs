@@ -1,4 +1,7 @@
 //! The `generate_response` tool loop against a mocked LLM (mockall).
+//!
+//! One long file for now: the tool loop itself is being reworked on another branch; this file
+//! is split by topic once that has landed, to spare a merge.
 
 use std::{
     future::Future,
