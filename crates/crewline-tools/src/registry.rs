@@ -7,8 +7,8 @@ use futures::{Stream, StreamExt, stream};
 use serde_json::Value;
 
 use crate::{
-    CallContext, Executor, ExportError, Exports, NameRules, RegistryError, Target, Tool,
-    ToolProvider, ToolRun,
+    CallArguments, CallContext, Executor, ExportError, Exports, NameRules, RegistryError, Target,
+    Tool, ToolProvider, ToolRun,
     catalog::{Catalog, Entry},
 };
 
@@ -33,6 +33,7 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 8;
 pub struct ExecuteOptions {
     parallel: bool,
     context: Option<CallContext>,
+    arguments: Vec<CallArguments>,
 }
 
 impl Default for ExecuteOptions {
@@ -40,6 +41,7 @@ impl Default for ExecuteOptions {
         Self {
             parallel: true,
             context: None,
+            arguments: Vec::new(),
         }
     }
 }
@@ -66,6 +68,14 @@ impl ExecuteOptions {
     /// [`ToolRegistry::context`]).
     pub fn in_run(mut self, context: CallContext) -> Self {
         self.context = Some(context);
+        self
+    }
+
+    /// The calls' arguments, already read (one per call, in call order): the executor
+    /// validates these instead of parsing the calls' text again. Calls past the end of the
+    /// list are read from their text.
+    pub fn read_arguments(mut self, arguments: Vec<CallArguments>) -> Self {
+        self.arguments = arguments;
         self
     }
 
@@ -370,11 +380,18 @@ impl ToolRegistry {
             1
         };
         let context = options.context.unwrap_or_else(|| self.context());
+        let mut read = options.arguments.into_iter();
         stream::iter(calls.iter().enumerate())
             .map(move |(index, call)| {
                 let context = context.clone();
+                let arguments = read
+                    .next()
+                    .unwrap_or_else(|| CallArguments::parse(&call.arguments));
                 async move {
-                    let run = self.executor.execute(&self.catalog, call, &context).await;
+                    let run = self
+                        .executor
+                        .execute(&self.catalog, call, arguments, &context)
+                        .await;
                     (index, run)
                 }
             })
@@ -384,7 +401,10 @@ impl ToolRegistry {
     /// Runs one call in the run of `context`: what an MCP server or a remote agent does with
     /// each request. Like [`execute`](Self::execute), it never fails.
     pub async fn execute_one(&self, call: &ToolCall, context: &CallContext) -> ToolRun {
-        self.executor.execute(&self.catalog, call, context).await
+        let arguments = CallArguments::parse(&call.arguments);
+        self.executor
+            .execute(&self.catalog, call, arguments, context)
+            .await
     }
 
     /// What the model reads for `call` when its caller stopped waiting before it finished (a

@@ -29,7 +29,7 @@
 mod store;
 mod tool;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use axum::{
     Extension, Json, Router,
@@ -306,8 +306,8 @@ async fn create_task(
 }
 
 /// Reads `name` from the query: an integer (or a float, floored) of at least 0.
-fn query_number(query: &Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
-    let Some(Value::String(text)) = query.get(name) else {
+fn query_number(query: &HashMap<String, String>, name: &str) -> Result<Option<u64>, ApiError> {
+    let Some(text) = query.get(name) else {
         return Ok(None);
     };
     if let Ok(number) = text.parse::<u64>() {
@@ -322,14 +322,12 @@ fn query_number(query: &Map<String, Value>, name: &str) -> Result<Option<u64>, A
     }
 }
 
-/// The query's `key=value` pairs as strings. Values are not percent-decoded: the only ones
-/// read are numbers, which clients send as plain digits (an encoded digit is refused).
-fn parse_query(raw: Option<&str>) -> Map<String, Value> {
-    raw.unwrap_or_default()
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+/// The query's `key=value` pairs, percent-decoded (`form_urlencoded`, as browsers and HTTP
+/// clients encode them); a key given twice keeps its last value.
+fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
+    form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .filter(|(key, _)| !key.is_empty())
-        .map(|(key, value)| (key.to_owned(), Value::String(value.to_owned())))
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
         .collect()
 }
 
@@ -413,5 +411,20 @@ mod tests {
         assert_eq!(query_number(&query, "missing").unwrap(), None);
         assert!(query_number(&query, "bad").is_err());
         assert!(query.contains_key("flag"));
+    }
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        let query = parse_query(Some(
+            "event_t=%31%32&wait_ms=2%2E5&twice=1&twice=7&note=a+b%26c",
+        ));
+        assert_eq!(query_number(&query, "event_t").unwrap(), Some(12));
+        assert_eq!(query_number(&query, "wait_ms").unwrap(), Some(2));
+        assert_eq!(query_number(&query, "twice").unwrap(), Some(7));
+        assert_eq!(query.get("note").map(String::as_str), Some("a b&c"));
+        // A value that decodes to something else than a number is still refused, by name.
+        let query = parse_query(Some("wait_ms=1%20s"));
+        let error = query_number(&query, "wait_ms").unwrap_err();
+        assert!(format!("{error:?}").contains("wait_ms"), "{error:?}");
     }
 }
