@@ -78,6 +78,55 @@ impl ExecuteOptions {
 /// An agent's tools.
 ///
 /// Cloning is cheap: the tools and their compiled schemas are shared.
+///
+/// # Examples
+///
+/// Register tools, show the model their definitions, run its calls:
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError};
+/// # use serde_json::{Value, json};
+/// # struct Weather;
+/// # #[async_trait]
+/// # impl Tool for Weather {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "The weather in a city." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!({"city": args["city"], "sky": "sunny"}))
+/// #     }
+/// # }
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::{ExecuteOptions, RegistryError, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), RegistryError> {
+/// let mut tools = ToolRegistry::new();
+/// tools.register(Weather)?;
+/// assert_eq!(tools.names(), ["get_weather"]);
+///
+/// // What goes in the model's request (schemas normalised for strict mode).
+/// let definitions = tools.definitions();
+/// assert_eq!(definitions[0].parameters["additionalProperties"], false);
+///
+/// // A name is registered once.
+/// assert!(matches!(tools.register(Weather), Err(RegistryError::DuplicateName(_))));
+///
+/// // Every call gets exactly one result, in call order; none of them is an `Err`.
+/// let calls = [
+///     ToolCall::new("call_1", "get_weather", r#"{"city": "Paris"}"#),
+///     ToolCall::new("call_2", "get_weather", r#"{"town": "Paris"}"#),
+///     ToolCall::new("call_3", "book_flight", "{}"),
+/// ];
+/// let runs = tools.execute(&calls, ExecuteOptions::new()).await;
+/// assert_eq!(runs[0].result.value(), Some(&json!({"city": "Paris", "sky": "sunny"})));
+/// assert_eq!(runs[1].result.error_kind(), Some(ToolErrorKind::ToolArgsInvalid));
+/// assert_eq!(runs[2].result.error_kind(), Some(ToolErrorKind::UnknownTool));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ToolRegistry {
     catalog: Catalog,
