@@ -99,7 +99,7 @@ pub trait Tool: Send + Sync {
 /// How the executor runs one tool.
 ///
 /// A tool returns it from [`Tool::policy`]; `#[function_tool(timeout_ms = .., confirm,
-/// cache_ttl_ms = .., cancellable = false)]` writes it for you.
+/// cache_ttl_s = .., cancellable = false)]` writes it for you.
 ///
 /// # Examples
 ///
