@@ -60,6 +60,70 @@ use crate::{
 pub const MAX_SENTENCE_CHARS: usize = 200;
 
 /// How replies are spoken.
+///
+/// # Examples
+///
+/// Any engine and player plug in (espeak-ng and `aplay` are [`EspeakNg`] and [`Aplay`]); here
+/// in-process ones, with one WAV file per reply:
+///
+/// ```
+/// # use std::sync::{Arc, Mutex};
+/// # use crewline_speech::{Audio, AudioFormat, AudioPlayer, SpeechError, TextToSpeech};
+/// /// A stand-in engine: 10 ms of silence per character.
+/// struct Beeper;
+///
+/// #[async_trait::async_trait]
+/// impl TextToSpeech for Beeper {
+///     async fn synthesize(&self, text: &str) -> Result<Audio, SpeechError> {
+///         Ok(Audio::new(AudioFormat::mono(16_000), vec![0; 160 * text.len()]))
+///     }
+///     fn name(&self) -> String {
+///         "beeper".into()
+///     }
+/// }
+///
+/// /// A player that notes how long each piece played.
+/// #[derive(Default)]
+/// struct Speaker(Mutex<Vec<std::time::Duration>>);
+///
+/// #[async_trait::async_trait]
+/// impl AudioPlayer for Speaker {
+///     async fn play(&self, audio: &Audio) -> Result<(), SpeechError> {
+///         self.0.lock().unwrap().push(audio.duration());
+///         Ok(())
+///     }
+/// }
+///
+/// use std::time::Duration;
+///
+/// use crewline_speech::{Voice, VoiceConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let speaker = Arc::new(Speaker::default());
+/// let out_dir = std::env::temp_dir().join(format!("crewline-voice-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&out_dir)?;
+/// let config = VoiceConfig {
+///     tts: Some(Arc::new(Beeper)),
+///     player: Some(speaker.clone()),
+///     out_dir: Some(out_dir.clone()),
+///     ..VoiceConfig::text_only()
+/// };
+///
+/// let mut voice = Voice::new(config);
+/// let mut reply = voice.start_reply(tokio::time::Instant::now());
+/// reply.text("Your table is booked. ", Duration::from_millis(30));
+/// reply.text("See you at eight!", Duration::from_millis(50));
+/// let report = reply.finished().await;
+///
+/// assert_eq!(report.sentences, ["Your table is booked.", "See you at eight!"]);
+/// assert_eq!(report.synthesized, 2);
+/// assert_eq!(*speaker.0.lock().unwrap(), [Duration::from_millis(210), Duration::from_millis(170)]);
+/// let wav = report.wav.as_ref().expect("a WAV per reply");
+/// assert_eq!(Audio::from_wav(&std::fs::read(wav)?)?.duration(), report.audio);
+/// # std::fs::remove_dir_all(&out_dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct VoiceConfig {
     /// The engine; `None` runs text only (sentences and their timing, no audio).
@@ -372,6 +436,30 @@ struct Spoken {
 
 /// One reply being spoken: feed it the reply's text as it streams; it sends each sentence on
 /// as soon as it is complete.
+///
+/// # Examples
+///
+/// A barge-in drops what was not said yet:
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline_speech::{Voice, VoiceConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut voice = Voice::new(VoiceConfig::text_only());
+/// let mut reply = voice.start_reply(tokio::time::Instant::now());
+/// reply.text("Let me check that. The flight leaves", Duration::from_millis(20));
+/// assert!(reply.is_speaking());
+/// reply.barge_in(); // the caller spoke
+/// reply.text(" at nine.", Duration::from_millis(40)); // ignored
+///
+/// let report = reply.finished().await;
+/// assert!(report.barged_in);
+/// assert_eq!(report.sentences, ["Let me check that."]);
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct SpokenReply {
     aggregator: SentenceAggregator,

@@ -75,6 +75,29 @@ impl Backoff {
 }
 
 /// Where the task API is and how to talk to it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline_remote::{Backoff, ClientConfig, ClientError, TaskClient};
+///
+/// let config = ClientConfig::new("https://api.smooth.sh/api/v1")
+///     .api_key("sk-task-123")
+///     .poll_interval(Duration::from_millis(500))
+///     .long_poll(None) // a server without `wait_ms`
+///     .request_timeout(Duration::from_secs(10))
+///     .backoff(Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(2), max_attempts: 4 });
+/// assert!(!format!("{config:?}").contains("sk-task-123")); // the key is never printed
+/// let client = TaskClient::new(config)?;
+/// assert_eq!(client.config().api_key.as_ref().map(|k| k.expose()), Some("sk-task-123"));
+///
+/// // The URL is checked when the client is made.
+/// let bad = TaskClient::new(ClientConfig::new("not a url"));
+/// assert!(matches!(bad, Err(ClientError::Config(_))));
+/// # Ok::<(), ClientError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     /// The API's base URL, e.g. `https://api.smooth.sh/api/v1` or `http://127.0.0.1:8080`.

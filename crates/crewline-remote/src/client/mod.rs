@@ -417,6 +417,25 @@ pub async fn run_tool_call(
 ///
 /// A successful result whose content is a JSON object or array is sent as that JSON; any
 /// other content is sent as a string. An error is sent as `{"error": {"kind", "message"}}`.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
+/// use crewline_remote::answer_for;
+/// use serde_json::json;
+///
+/// let call = ToolCall::new("evt_1", "read_clipboard", "{}");
+/// let ok = answer_for(ToolResult::from_value(&call, json!({"text": "hi"})));
+/// assert_eq!((ok.code, ok.output), (200, json!({"text": "hi"})));
+///
+/// let bad_args = answer_for(ToolResult::error(&call, ToolErrorKind::ToolArgsInvalid, "`n` must be a number"));
+/// assert_eq!(bad_args.code, 400); // the agent can correct it
+/// assert_eq!(bad_args.output["error"]["kind"], "ToolArgsInvalid");
+///
+/// let late = answer_for(ToolResult::error(&call, ToolErrorKind::Timeout, "took longer than 5s"));
+/// assert_eq!(late.code, 500);
+/// ```
 pub fn answer_for(result: ToolResult) -> ToolAnswer {
     let failure = match result.outcome {
         Ok(value) => {

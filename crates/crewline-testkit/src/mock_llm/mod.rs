@@ -102,6 +102,46 @@ impl RecordedRequest {
 }
 
 /// A scriptable mock of an OpenAI-compatible server; cheap to clone (clones share state).
+///
+/// # Examples
+///
+/// A script with a rule per situation, a fault on demand, and the requests it received:
+///
+/// ```
+/// use crewline::llm::{ChatRequest, LlmClient, LlmError, OpenAiClient};
+/// use crewline::types::Message;
+/// use crewline_testkit::mock_llm::{MockLlm, Script};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let script = Script::from_json_str(r#"{"replies": [
+///     {"when": {"last_user_contains": "Paris"}, "reply": {"content_chunks": ["Sunny ", "in Paris."]}},
+///     {"reply": {"content_chunks": ["Which city?"]}}
+/// ]}"#)?;
+/// let mock = MockLlm::new(script);
+/// let running = mock.spawn("127.0.0.1:0".parse()?).await?;
+///
+/// let client = OpenAiClient::builder()
+///     .model("mock")
+///     .base_url(running.base_url())
+///     .api_key("sk-test")
+///     .max_retries(0)
+///     .build()?;
+/// let ask = |text: &str| ChatRequest::new(vec![Message::user(text)]);
+/// assert_eq!(client.chat(ask("Weather in Paris?")).await?.content, "Sunny in Paris.");
+/// assert_eq!(client.chat(ask("Weather?")).await?.content, "Which city?");
+///
+/// // Any request can be made to fail: with the `x-mock-fault` header, or a marker in its words.
+/// let failed = client.chat(ask("Weather in Paris? [[mock:500]]")).await;
+/// assert!(matches!(failed, Err(LlmError::Api { status: Some(500), .. })));
+///
+/// let requests = mock.requests();
+/// assert_eq!(requests.len(), 3);
+/// assert_eq!(requests[0].body["messages"][0]["content"], "Weather in Paris?");
+/// assert_eq!(requests[2].outcome, "http_500");
+/// running.shutdown(std::time::Duration::from_secs(1)).await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct MockLlm {
     shared: Arc<Shared>,

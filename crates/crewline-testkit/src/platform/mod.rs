@@ -248,6 +248,45 @@ pub enum Handoff {
 }
 
 /// A connected platform session with a crew: one call.
+///
+/// # Examples
+///
+/// One turn against a crew, frame by frame, as the platform sees it:
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
+/// # fn setup(_: &SessionSetup) -> Result<Crew, std::io::Error> {
+/// #     let llm = ScriptedLlm::new([Reply::text("Hello! How can I help?")]);
+/// #     let agent = LoopAgent::new("Be brief.", ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())));
+/// #     let mut crew = Crew::new();
+/// #     crew.add_node(OutputNode::new("assistant", agent));
+/// #     Ok(crew)
+/// # }
+/// use crewline_testkit::{PlatformClient, TestCrew};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let crew = TestCrew::serve(setup).await?; // or any `ws://host:port/ws`
+/// let mut client = PlatformClient::connect(crew.config()).await?;
+///
+/// let mut turn = client.user_turn("Hi")?;
+/// let mut chunks = 0;
+/// while let Some(frame) = turn.next().await? {
+///     chunks += usize::from(frame.frame.wire_type() == "agent.llm.response.chunk");
+/// }
+/// let summary = turn.finish().await?;
+/// assert_eq!(summary.text, "Hello! How can I help?");
+/// assert_eq!(summary.chunks, chunks);
+/// assert_eq!(summary.wire_types().first(), Some(&"agent.llm.response.start"));
+/// assert!(summary.time_to_first_chunk.is_some());
+///
+/// // The client keeps the conversation, as the platform does.
+/// assert_eq!(client.messages().len(), 2); // the user's words and the answer
+/// client.close().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct PlatformClient {
     outbound: mpsc::UnboundedSender<WsMessage>,
