@@ -105,7 +105,7 @@ type Filler = Arc<dyn Fn(&[ToolCall]) -> Option<String> + Send + Sync>;
 /// while let Some(event) = turn.next().await {
 ///     match event? {
 ///         TurnEvent::Text(text) => heard.push_str(&text), // streamed in pieces
-///         TurnEvent::ToolStarted(call) => heard.push_str(&format!("[{}]", call.name)),
+///         TurnEvent::ToolStarted { call, .. } => heard.push_str(&format!("[{}]", call.name)),
 ///         TurnEvent::ToolFinished(_) | TurnEvent::Done(_) => {}
 ///     }
 /// }
