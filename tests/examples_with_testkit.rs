@@ -7,7 +7,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crewline::{protocol::ConversationType, tool::RegistryError};
+use crewline::{Crew, SessionSetup, protocol::ConversationType, tool::RegistryError};
 use crewline_examples::{
     bank_support, call_control, collections_router, sentiment_background, text_chat, voice_agent,
 };
@@ -207,15 +207,17 @@ async fn the_bank_crew_moves_nothing_on_a_no_and_serves_the_account_the_call_nam
     .await;
 }
 
-/// The sentiment crew: the observer in front of the weather agent, on the offline model.
-async fn sentiment_crew() -> TestCrew {
+/// The sentiment crew's setup: the observer in front of the weather agent, on the offline
+/// model.
+fn sentiment_setup() -> impl Fn(&SessionSetup) -> Result<Crew, RegistryError> + Send + Sync {
     let llm = sentiment_background::scripted_model(Duration::ZERO);
     let weather = voice_agent::WeatherCrew::new(llm, Duration::from_millis(20)).unwrap();
-    TestCrew::serve(move |setup| {
-        Ok::<_, RegistryError>(sentiment_background::sentiment_crew(&weather, setup))
-    })
-    .await
-    .unwrap()
+    move |setup| Ok(sentiment_background::sentiment_crew(&weather, setup))
+}
+
+/// The sentiment crew, served on 127.0.0.1.
+async fn sentiment_crew() -> TestCrew {
+    TestCrew::serve(sentiment_setup()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,6 +269,36 @@ async fn a_calm_turn_resets_the_frustration_streak() {
             .unwrap()
             .assert_logged("sentiment", json!({"frustrated_turns": 1}))
             .assert_no_handoff();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentiment_crew_answers_the_same_in_process_as_through_a_socket() {
+    bounded(async {
+        let mut transcripts = Vec::new();
+        for crew in [
+            sentiment_crew().await,
+            TestCrew::in_process(sentiment_setup()),
+        ] {
+            let mut call = crew.call().await.unwrap();
+            let mut turns = Vec::new();
+            for words in [
+                "What's the weather in Paris?",
+                "This is useless.",
+                "I hate this!",
+            ] {
+                turns.push(call.say(words).await.unwrap().to_string());
+            }
+            transcripts.push(turns);
+        }
+        // The background node's logs, the tool call, the apology and the transfer, in order.
+        assert_eq!(transcripts[0], transcripts[1]);
+        assert!(
+            transcripts[1][2].contains("transfer_call to"),
+            "{:?}",
+            transcripts[1]
+        );
     })
     .await;
 }
