@@ -1,6 +1,8 @@
 //! A platform client: plays the voice platform's part against a crew over a real WebSocket
 //! ([`PlatformClient::connect`]), or in this process with no socket
-//! ([`PlatformClient::in_process`]).
+//! ([`PlatformClient::in_process`]). Below it, [`raw`] is the same socket with no protocol on
+//! top (raw frames, close codes), and [`http`] a raw HTTP/1.1 client for the server's other
+//! routes.
 //!
 //! It does what the platform (and the reference's `agent-crew chat`) does: the `system.init`
 //! handshake, one `agent.transcript.update` plus one `system.llm.request` per user turn with
@@ -24,7 +26,9 @@
 //! ```
 
 mod frame;
+pub mod http;
 mod in_process;
+pub mod raw;
 mod socket;
 mod turn;
 
@@ -189,6 +193,15 @@ pub enum PlatformError {
     /// The crew already ended or transferred the call; it will not answer further turns.
     #[error("the crew has ended or transferred the call")]
     HandedOff,
+    /// A frame the raw socket did not expect (a text frame where events are binary, bytes
+    /// that are not JSON).
+    #[error("expected {expected}, got {got}")]
+    UnexpectedFrame {
+        /// What the socket waited for.
+        expected: &'static str,
+        /// What came instead.
+        got: String,
+    },
 }
 
 fn close_detail(code: Option<u16>, reason: &str) -> String {

@@ -1,0 +1,134 @@
+//! A raw HTTP/1.1 client for a crew server's HTTP surface (`/health`, `/ready`, `/metrics`,
+//! `/mcp`): the request is written byte for byte, so a test can send what a well-behaved
+//! client library would not (a `Host` header of its choosing, a token in the query, odd
+//! header lines), and the response is read as it came.
+//!
+//! Hand-written on purpose: an HTTP client crate would normalise exactly what these tests
+//! need to control.
+//!
+//! ```no_run
+//! # async fn run() -> std::io::Result<()> {
+//! let addr = "127.0.0.1:8080".parse().expect("address");
+//! let health = crewline_testkit::platform::http::get(addr, "/health").await?;
+//! assert_eq!(health.status, 200);
+//! # Ok(()) }
+//! ```
+
+use std::{io, net::SocketAddr, time::Duration};
+
+use serde_json::Value;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+/// How long a request may take, from connecting to the end of the response.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An HTTP response, read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// The headers, in order, as sent.
+    pub headers: Vec<(String, String)>,
+    /// The body (after the blank line), as text.
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The first header named `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(&self.body)
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the HTTP exchange took too long")
+}
+
+/// `GET path` over a fresh connection (`Connection: close`).
+pub async fn get(addr: SocketAddr, path: &str) -> io::Result<HttpResponse> {
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// Writes `raw` (a whole request) on a fresh connection and reads the response to the end
+/// of the connection, within [`HTTP_TIMEOUT`].
+pub async fn request(addr: SocketAddr, raw: &str) -> io::Result<HttpResponse> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(raw.as_bytes()).await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        Ok::<_, io::Error>(response)
+    };
+    let response = tokio::time::timeout(HTTP_TIMEOUT, exchange)
+        .await
+        .map_err(|_| timed_out())??;
+    let text = String::from_utf8(response).map_err(|_| invalid("a response that is not UTF-8"))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| invalid("a response without the end of its head"))?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(status_of)
+        .ok_or_else(|| invalid("a response without a status line"))?;
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: body.to_owned(),
+    })
+}
+
+/// Writes `raw` on a fresh connection and reads the response's head only (an answer may be
+/// an event stream that stays open); returns the status line.
+pub async fn request_head(addr: SocketAddr, raw: &str) -> io::Result<String> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(raw.as_bytes()).await?;
+        let mut response = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !response.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            response.extend_from_slice(&buf[..n]);
+        }
+        Ok::<_, io::Error>(response)
+    };
+    let response = tokio::time::timeout(HTTP_TIMEOUT, exchange)
+        .await
+        .map_err(|_| timed_out())??;
+    Ok(String::from_utf8_lossy(&response)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// The code of a status line (`HTTP/1.1 200 OK`).
+fn status_of(line: &str) -> Option<u16> {
+    line.split(' ').nth(1)?.parse().ok()
+}
