@@ -18,6 +18,7 @@ use crewline::tool::{
         limits::RunLimits,
     },
 };
+use crewline::tool::{Tool, ToolRegistry};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 

@@ -3,6 +3,13 @@
 //! Side by side: a text-only turn through `ToolLoop` versus draining the same scripted stream
 //! directly, and a one-tool-round turn, so the ratios show what the loop itself adds.
 
+use crewline::{
+    ToolLoop,
+    llm::{Reply, ScriptedLlm},
+    tool::ToolRegistry,
+    types::{Context, Message},
+};
+use futures::StreamExt;
 use std::{hint::black_box, sync::Arc};
 
 use crewline::{llm::ChatRequest, prelude::*};

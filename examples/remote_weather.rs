@@ -17,6 +17,7 @@
 
 use std::{io::Write, time::Duration};
 
+use crewline::SessionSetup;
 use crewline_examples::{args::ServeCrewArgs, remote_weather};
 use crewline_remote::{ClientConfig, TaskApi};
 use crewline_server::CrewServer;
@@ -75,9 +76,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(key) = args.api_key {
         tasks = tasks.api_key(key)?;
     }
-    let server = CrewServer::new(
-        remote_weather::RemoteWeatherCrew::new(model.llm, tasks.clone()).setup_fn(),
-    )
+    let weather = remote_weather::RemoteWeatherCrew::new(model.llm, tasks.clone());
+    // Attaching a call's task is async: the setup is an async closure of the call.
+    let server = CrewServer::new(move |setup: SessionSetup| {
+        let weather = weather.clone();
+        async move { weather.build(&setup).await }
+    })
     .merge(tasks.router());
     let server = crew.apply(server);
     tracing::info!(port = crew.port, model = %model.description, "remote weather crew on /ws, task API on /task");

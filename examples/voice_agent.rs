@@ -76,7 +76,7 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     )?;
     // The model and the tools are shared by every call; each call gets its own conversation.
     let weather = voice_agent::WeatherCrew::new(model.llm, service_delay)?;
-    let mut server = crew.apply(CrewServer::new(weather.setup_fn()));
+    let mut server = crew.apply(CrewServer::new(weather.agent().clone()));
     if worker_runtimes > 0 {
         server = server.worker_runtimes(worker_runtimes);
     }

@@ -12,8 +12,12 @@
 
 use std::{io::Write, time::Duration};
 
-use crewline::prelude::*;
+use crewline::{
+    TurnEvent,
+    types::{Context, Message},
+};
 use crewline_examples::{args::ModelArgs, voice_agent};
+use futures::StreamExt;
 
 /// Asks the weather agent one question and prints its turn as it streams, tools included.
 #[derive(clap::Parser)]

@@ -27,8 +27,12 @@ use tokio::{
 /// Serves the remote weather crew with `tasks` merged on 127.0.0.1:0; returns the address.
 async fn serve(tasks: TaskApi) -> SocketAddr {
     let llm: Arc<dyn LlmClient> = Arc::new(crew::scripted_model(Duration::ZERO));
-    let server = CrewServer::new(crew::RemoteWeatherCrew::new(llm, tasks.clone()).setup_fn())
-        .merge(tasks.router());
+    let weather = crew::RemoteWeatherCrew::new(llm, tasks.clone());
+    let server = CrewServer::new(move |setup: crewline::SessionSetup| {
+        let weather = weather.clone();
+        async move { weather.build(&setup).await }
+    })
+    .merge(tasks.router());
     common::listen(server).await
 }
 

@@ -17,7 +17,7 @@ use common::connect;
 async fn serve(chunk_delay: Duration, service_delay: Duration) -> String {
     let llm = Arc::new(weather::scripted_weather_model(chunk_delay));
     let crew = weather::WeatherCrew::new(llm, service_delay).expect("the weather tools register");
-    common::serve(CrewServer::new(crew.setup_fn())).await
+    common::serve(CrewServer::new(crew.agent().clone())).await
 }
 
 /// The frame kinds of a turn, in order: `chunk:<text>` for chunks, wire names otherwise.

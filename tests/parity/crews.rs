@@ -3,11 +3,11 @@
 //! parallel tool execution, built only from crewline's public API. The LLM is crewline's
 //! `OpenAiClient` pointed at the mock LLM (model `mock-gpt`, key `sk-mock`, no environment).
 
-use std::{convert::Infallible, fmt, sync::Arc};
+use std::{fmt, sync::Arc};
 
 use crewline::{
-    BackgroundAgent, BackgroundNode, CallControl, Crew, MAX_TOOL_ROUNDS, NodeError, NodeHandle,
-    OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
+    BackgroundAgent, BackgroundNode, CallControl, Crew, CrewSetup, MAX_TOOL_ROUNDS, NodeError,
+    NodeHandle, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
     llm::{LlmClient, OpenAiClient},
     protocol::{Event, EventBody, TransferOptions, TransferType},
     tool::{ToolError, ToolRegistry},
@@ -211,10 +211,7 @@ pub fn build(kind: CrewKind, llm: &Arc<dyn LlmClient>, setup: &SessionSetup) -> 
     crew
 }
 
-/// The setup function for `CrewServer::new`.
-pub fn setup_fn(
-    kind: CrewKind,
-    llm: Arc<dyn LlmClient>,
-) -> impl Fn(SessionSetup) -> std::future::Ready<Result<Crew, Infallible>> + Send + Sync + 'static {
-    move |setup| std::future::ready(Ok(build(kind, &llm, &setup)))
+/// The crew setup for `CrewServer::new`.
+pub fn setup(kind: CrewKind, llm: Arc<dyn LlmClient>) -> impl CrewSetup {
+    move |setup: SessionSetup| build(kind, &llm, &setup)
 }

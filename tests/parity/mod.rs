@@ -45,8 +45,7 @@ pub async fn check(scenario: &str) {
         .await
         .expect("the mock LLM starts");
     let llm = crews::mock_llm_client(&mock.base_url());
-    let mut server =
-        CrewServer::new(crews::setup_fn(kind, llm)).drain_timeout(Duration::from_secs(1));
+    let mut server = CrewServer::new(crews::setup(kind, llm)).drain_timeout(Duration::from_secs(1));
     if scenario == "handshake_timeout" {
         server = server.handshake_timeout(rules::SHORT_HANDSHAKE_TIMEOUT);
     }

@@ -7,7 +7,7 @@
 
 use std::{io, io::Write, net::SocketAddr, time::Duration};
 
-use crewline::{llm::LlmError, tool::RegistryError};
+use crewline::{AgentError, llm::LlmError};
 use crewline_examples::{
     args::DEFAULT_PORT,
     model::ModelChoice,
@@ -79,7 +79,7 @@ pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoErro
     )?;
     out.flush()?;
     args.listen
-        .apply(CrewServer::new(crew.setup_fn()), args.port)
+        .apply(CrewServer::new(crew.agent().clone()), args.port)
         .run()
         .await
         .map_err(|error| DemoError::Serve(Box::new(error)))
@@ -159,7 +159,7 @@ pub enum DemoError {
     Llm(#[from] LlmError),
     /// The crew's tools could not be registered.
     #[error("could not register the crew's tools: {0}")]
-    Registry(#[from] RegistryError),
+    Agent(#[from] AgentError),
     /// The local port could not be bound.
     #[error("could not listen on 127.0.0.1: {0}")]
     Bind(io::Error),
@@ -183,7 +183,7 @@ pub async fn run_demo<W: Write>(config: DemoConfig, out: W) -> Result<DemoReport
     let chosen = voice_agent::model(config.model, None, config.chunk_delay)?;
     let model = chosen.description;
     let crew = WeatherCrew::new(chosen.llm, config.service_delay)?;
-    let server = CrewServer::new(crew.setup_fn()).drain_timeout(Duration::from_secs(2));
+    let server = CrewServer::new(crew.agent().clone()).drain_timeout(Duration::from_secs(2));
     let handle = server.handle();
     let listener = TcpListener::bind(("127.0.0.1", 0))
         .await

@@ -7,8 +7,9 @@ use std::{sync::Arc, time::Duration};
 
 use common::{bounded, start};
 use crewline::{
+    llm::ScriptedLlm,
     llm::{ChatRequest, Reply},
-    prelude::{Message, ScriptedLlm},
+    types::Message,
 };
 use crewline_examples::voice_agent::WeatherCrew;
 use crewline_server::CrewServer;
@@ -129,7 +130,7 @@ async fn model_failures_and_refused_connections_are_errors() {
         let crew = WeatherCrew::new(Arc::new(llm), Duration::ZERO).unwrap();
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let url = format!("ws://{}/ws", listener.local_addr().unwrap());
-        let task = tokio::spawn(CrewServer::new(crew.setup_fn()).serve(listener));
+        let task = tokio::spawn(CrewServer::new(crew.agent().clone()).serve(listener));
 
         let report = run(config(&url, 3, 2, Scenario::Text)).await.unwrap();
         assert_eq!(report.turns_completed, 6);

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, start, start_with};
-use crewline::prelude::{Crew, Message, SessionSetup};
+use crewline::{Crew, SessionSetup, types::Message};
 use crewline_server::CrewServer;
 use crewline_testkit::platform::{
     CrewFrame, PlatformClient, PlatformConfig, PlatformError, ToolOutcome,

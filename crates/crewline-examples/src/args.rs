@@ -20,7 +20,10 @@
 
 use std::sync::Arc;
 
-use crewline::prelude::{Crew, LlmClient, LlmError, ScriptedLlm, SessionSetup};
+use crewline::{
+    llm::{LlmError, ScriptedLlm},
+    prelude::{Crew, LlmClient, SessionSetup},
+};
 use crewline_server::{BoxError, CrewServer, ServeArgs};
 
 use crate::model::{ChosenModel, ModelChoice, choose};

@@ -14,6 +14,13 @@
 //! taken from the caller's own words, by code. A barge-in while an approved transfer is being
 //! booked ends the turn, not the transfer; its outcome is kept and told on the next turn.
 
+use crewline::{
+    OutputAgent, ToolLoop, TurnEvent, TurnStream,
+    llm::{Reply, ScriptedLlm},
+    tool::ToolRegistry,
+    types::{Context, Message, ToolErrorKind, ToolResult},
+};
+use futures::StreamExt;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, PoisonError},

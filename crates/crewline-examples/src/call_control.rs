@@ -1,13 +1,17 @@
 //! The call-control crew: a support agent whose tools end and transfer the call. Shared by the
 //! `call_control` example and its integration test.
 
+use crewline::{
+    AgentError, CallControl,
+    llm::{Reply, ScriptedLlm},
+    types::Message,
+};
 use std::{sync::Arc, time::Duration};
 
 use crewline::{
     llm::ChatRequest,
     prelude::*,
     protocol::{HandoffKind, HandoffOption, HoldMusic, TransferOptions, TransferType},
-    tool::RegistryError,
 };
 use serde_json::json;
 
@@ -78,18 +82,17 @@ pub fn scripted_support_model() -> ScriptedLlm {
 }
 
 /// The crew for one call: the support agent with tools bound to this call's controls.
-pub fn support_crew(setup: &SessionSetup, llm: Arc<dyn LlmClient>) -> Result<Crew, RegistryError> {
+pub fn support_crew(setup: &SessionSetup, llm: Arc<dyn LlmClient>) -> Result<Crew, AgentError> {
     // The tools act on this call, so they are made per call from its controls.
-    let mut registry = ToolRegistry::new();
-    registry.discover(&Arc::new(CallTools {
-        call: setup.call().clone(),
-    }))?;
-    let agent = LoopAgent::new(
-        "You are a support agent. End the call when the caller says goodbye; \
-         transfer to a human when asked.",
-        ToolLoop::new(llm, Arc::new(registry)),
-    );
-    let mut crew = Crew::new();
-    crew.add_node(OutputNode::new("support", agent));
-    Ok(crew)
+    let agent = Agent::builder_shared(llm)
+        .name("support")
+        .prompt(
+            "You are a support agent. End the call when the caller says goodbye; \
+             transfer to a human when asked.",
+        )
+        .tools(CallTools {
+            call: setup.call().clone(),
+        })
+        .build()?;
+    Ok(agent.crew_for(setup))
 }

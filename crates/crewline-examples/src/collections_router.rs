@@ -2,6 +2,12 @@
 //! resolve) whose tools record what they learn in the router's state. Shared by the
 //! `collections_router` example and its integration test.
 
+use crewline::{
+    CallControl, DeterministicRouter, RouterState, SubAgent,
+    llm::{Reply, ScriptedLlm},
+    tool::ToolRegistry,
+    types::Message,
+};
 use std::{sync::Arc, time::Duration};
 
 use crewline::{

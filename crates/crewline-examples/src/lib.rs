@@ -25,7 +25,7 @@
 //!
 //! let model = voice_agent::model(ModelChoice::Scripted, None, Duration::ZERO)?;
 //! let crew = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)?;
-//! let _server = crewline_server::CrewServer::new(crew.setup_fn());
+//! let _server = crewline_server::CrewServer::new(crew.agent().clone());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crewline::prelude::{LlmClient, LlmError, OpenAiClient, ScriptedLlm};
+use crewline::llm::{LlmClient, LlmError, OpenAiClient, ScriptedLlm};
 
 /// The OpenAI model used when neither `--model` nor `OPENAI_MODEL` names one.
 pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
@@ -42,12 +42,12 @@ impl std::fmt::Debug for ChosenModel {
 /// `name` (else `OPENAI_MODEL`, else [`DEFAULT_OPENAI_MODEL`]); otherwise `scripted()`.
 ///
 /// ```
-/// use crewline::prelude::{Reply, ScriptedLlm};
+/// use crewline::llm::{Reply, ScriptedLlm};
 /// use crewline_examples::model::{ModelChoice, choose};
 ///
 /// let model = choose(ModelChoice::Scripted, None, || ScriptedLlm::new([Reply::text("Hi!")]))?;
 /// assert!(model.scripted);
-/// # Ok::<(), crewline::prelude::LlmError>(())
+/// # Ok::<(), crewline::llm::LlmError>(())
 /// ```
 pub fn choose(
     choice: ModelChoice,

@@ -17,6 +17,11 @@
 //! crewline chat --url ws://127.0.0.1:8080/ws   # try "this is useless" twice in a row
 //! ```
 
+use crewline::{
+    AgentError, CallControl, LoopAgent, NodeError, NodeHandle, OutputAgent, TurnEvent, TurnStream,
+    protocol::{Event, EventBody},
+    types::{Context, Message},
+};
 use std::{
     sync::{
         Arc,
@@ -30,7 +35,6 @@ use crewline::{
     protocol::{
         HandoffKind, HandoffOption, HoldMusic, TranscriptRole, TransferOptions, TransferType,
     },
-    tool::RegistryError,
 };
 use crewline_server::CrewServer;
 use serde_json::{Map, json};
@@ -180,7 +184,7 @@ impl OutputAgent for EscalatingAgent {
 /// The crew for one call: the sentiment observer, then the weather agent.
 pub fn sentiment_crew(weather: &WeatherCrew, setup: &SessionSetup) -> Crew {
     let escalation = Escalation::default();
-    let agent = LoopAgent::new(voice_agent::PROMPT, weather.tool_loop().clone());
+    let agent = weather.agent().loop_agent(setup);
     let mut crew = Crew::new();
     // The observer forwards each event after scoring it: the agent answers a turn only once
     // the verdict on it is in.
@@ -207,12 +211,10 @@ pub fn sentiment_crew(weather: &WeatherCrew, setup: &SessionSetup) -> Crew {
 }
 
 /// The crew server for `llm`.
-pub fn server(llm: Arc<dyn LlmClient>) -> Result<CrewServer, RegistryError> {
+pub fn server(llm: Arc<dyn LlmClient>) -> Result<CrewServer, AgentError> {
     let weather = WeatherCrew::new(llm, voice_agent::WEATHER_SERVICE_DELAY)?;
     Ok(CrewServer::new(move |setup: SessionSetup| {
-        std::future::ready(Ok::<_, std::convert::Infallible>(sentiment_crew(
-            &weather, &setup,
-        )))
+        sentiment_crew(&weather, &setup)
     }))
 }
 

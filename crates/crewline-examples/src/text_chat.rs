@@ -8,9 +8,14 @@
 //! crew serves chats only: its markdown read aloud by a voice platform would be noise, so a
 //! voice call is refused at setup with an error that says why.
 
+use crewline::{
+    AgentError,
+    llm::{Reply, ScriptedLlm},
+    types::Message,
+};
 use std::{sync::Arc, time::Duration};
 
-use crewline::{llm::ChatRequest, prelude::*, protocol::ConversationType, tool::RegistryError};
+use crewline::{llm::ChatRequest, prelude::*, protocol::ConversationType};
 use serde_json::{Value, json};
 
 /// The assistant's instructions for the chat widget.
@@ -28,9 +33,9 @@ pub enum ChatCrewError {
          its markdown replies are meant to be read, not spoken"
     )]
     NotChat(String),
-    /// The tools could not be registered.
+    /// The agent could not be built.
     #[error(transparent)]
-    Registry(#[from] RegistryError),
+    Agent(#[from] AgentError),
 }
 
 /// One line of an order.
@@ -113,16 +118,13 @@ pub fn chat_crew(setup: &SessionSetup, llm: Arc<dyn LlmClient>) -> Result<Crew, 
             .unwrap_or_else(|| format!("{kind:?}"));
         return Err(ChatCrewError::NotChat(name));
     }
-    let mut registry = ToolRegistry::new();
-    registry.discover(&Arc::new(OrderDesk))?;
     // No filler: in a chat it would stay in the transcript, and the widget shows typing.
-    let tool_loop = ToolLoop::new(llm, Arc::new(registry));
-    let mut crew = Crew::new();
-    crew.add_node(OutputNode::new(
-        "chat-assistant",
-        LoopAgent::new(PROMPT, tool_loop),
-    ));
-    Ok(crew)
+    let agent = Agent::builder_shared(llm)
+        .name("chat-assistant")
+        .prompt(PROMPT)
+        .tools(OrderDesk)
+        .build()?;
+    Ok(agent.crew_for(setup))
 }
 
 /// An order number in the customer's words: the first run of three or more digits.

@@ -13,9 +13,15 @@
 //! a sentiment observer by [`crate::sentiment_background`], and run by `crewline demo`: the
 //! demo runs exactly what the examples show.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use crewline::{llm::ChatRequest, prelude::*, tool::RegistryError};
+use crewline::{
+    AgentError, ToolLoop,
+    llm::{LlmError, Reply, ScriptedLlm},
+    types::Message,
+};
+
+use crewline::{llm::ChatRequest, prelude::*};
 use serde_json::{Value, json};
 
 use crate::model::{ChosenModel, ModelChoice, choose};
@@ -78,62 +84,55 @@ impl WeatherService {
     }
 }
 
-/// Builds the weather crew for each call; cheap to clone (the model and tools are shared).
-#[derive(Clone)]
+/// The weather agent, built once: every call gets its own conversation with it.
+#[derive(Debug, Clone)]
 pub struct WeatherCrew {
-    tool_loop: ToolLoop,
-}
-
-impl std::fmt::Debug for WeatherCrew {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WeatherCrew").finish_non_exhaustive()
-    }
+    agent: Agent,
 }
 
 impl WeatherCrew {
     /// A crew answering with `llm`, its weather service taking `service_delay` per call.
-    pub fn new(llm: Arc<dyn LlmClient>, service_delay: Duration) -> Result<Self, RegistryError> {
-        let mut registry = ToolRegistry::new();
-        registry.discover(&Arc::new(WeatherService {
-            delay: service_delay,
-        }))?;
-        // Several cities in one question become parallel calls in one round; the filler
-        // covers the wait.
-        let tool_loop = ToolLoop::new(llm, Arc::new(registry))
-            .with_parallel_tools(true)
-            .with_filler(filler);
-        Ok(Self { tool_loop })
+    pub fn new(llm: Arc<dyn LlmClient>, service_delay: Duration) -> Result<Self, AgentError> {
+        let agent = Agent::builder_shared(llm)
+            .name("weather-agent")
+            .prompt_with(prompt)
+            .tools(WeatherService {
+                delay: service_delay,
+            })
+            // Several cities in one question become parallel calls in one round (the
+            // default); the filler covers the wait.
+            .filler(filler)
+            .build()?;
+        Ok(Self { agent })
+    }
+
+    /// The agent: what `CrewServer::new` serves.
+    pub fn agent(&self) -> &Agent {
+        &self.agent
     }
 
     /// The tool loop shared by every call (for running a turn outside a crew).
     pub fn tool_loop(&self) -> &ToolLoop {
-        &self.tool_loop
+        self.agent.tool_loop()
     }
 
     /// The crew for one call: a single interruptible output node.
     pub fn build(&self, setup: &SessionSetup) -> Crew {
-        let mut prompt = String::from(PROMPT);
-        if let Some(name) = setup
-            .initial_variables()
-            .get("name")
-            .and_then(Value::as_str)
-        {
-            prompt.push_str(&format!(" The caller's name is {name}."));
-        }
-        // The output node: this call's conversation, answered by the shared tool loop.
-        let agent = LoopAgent::new(prompt, self.tool_loop.clone());
-        let mut crew = Crew::new();
-        crew.add_node(OutputNode::new("weather-agent", agent));
-        crew
+        self.agent.crew_for(setup)
     }
+}
 
-    /// The setup function for `CrewServer::new`.
-    pub fn setup_fn(
-        self,
-    ) -> impl Fn(SessionSetup) -> std::future::Ready<Result<Crew, Infallible>> + Send + Sync + 'static
+/// The system prompt for a call: [`PROMPT`], and the caller's name when the platform sent one.
+pub fn prompt(setup: &SessionSetup) -> String {
+    let mut prompt = String::from(PROMPT);
+    if let Some(name) = setup
+        .initial_variables()
+        .get("name")
+        .and_then(Value::as_str)
     {
-        move |setup| std::future::ready(Ok(self.build(&setup)))
+        prompt.push_str(&format!(" The caller's name is {name}."));
     }
+    prompt
 }
 
 /// What the scripted models say to a greeting.
@@ -243,6 +242,8 @@ pub fn model(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crewline::{TurnEvent, types::Context};
+    use futures::StreamExt;
 
     /// The scripted model's answer to `said`, as the crew's tool loop streams it.
     async fn answer(said: &str) -> String {

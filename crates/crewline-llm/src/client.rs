@@ -20,3 +20,15 @@ pub trait LlmClient: Send + Sync {
         collect(self.stream_chat(request).await?).await
     }
 }
+
+/// A shared model is a model: an `Arc<dyn LlmClient>` goes wherever an `impl LlmClient` does.
+#[async_trait]
+impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
+    async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
+        (**self).stream_chat(request).await
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
+        (**self).chat(request).await
+    }
+}

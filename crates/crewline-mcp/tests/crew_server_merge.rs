@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::{convert::Infallible, sync::Arc};
+use std::sync::Arc;
 
 use crewline::{
     Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
@@ -59,11 +59,7 @@ async fn one_port_serves_the_crew_websocket_and_mcp() {
     let tools = common::registry(&ledger);
     let mcp = McpServer::new(&tools).expect("the tools export to MCP");
     let crew_tools = tools.clone();
-    let server = CrewServer::new(move |_setup: SessionSetup| {
-        let crew = crew(&crew_tools);
-        async move { Ok::<_, Infallible>(crew) }
-    })
-    .merge(mcp.router());
+    let server = CrewServer::new(move |_setup: SessionSetup| crew(&crew_tools)).merge(mcp.router());
 
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
@@ -134,12 +130,9 @@ async fn a_merged_mcp_router_is_behind_the_crew_servers_token() {
     let tools = common::registry(&ledger);
     let mcp = McpServer::new(&tools).expect("the tools export to MCP");
     let crew_tools = tools.clone();
-    let server = CrewServer::new(move |_setup: SessionSetup| {
-        let crew = crew(&crew_tools);
-        async move { Ok::<_, Infallible>(crew) }
-    })
-    .auth_token("crew-secret")
-    .merge(mcp.router());
+    let server = CrewServer::new(move |_setup: SessionSetup| crew(&crew_tools))
+        .auth_token("crew-secret")
+        .merge(mcp.router());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
     let handle = server.handle();

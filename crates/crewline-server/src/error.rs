@@ -5,7 +5,7 @@ use std::{io, net::SocketAddr, time::Duration};
 use crewline::GraphError;
 
 /// Any error from a crew's setup code.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub use crewline::BoxError;
 
 /// Why the server could not run.
 #[derive(Debug, thiserror::Error)]

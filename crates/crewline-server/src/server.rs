@@ -2,13 +2,13 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
-use crewline::{Crew, SessionSetup};
+use crewline::{CrewSetup, SessionSetup};
 use crewline_auth::{Auth, Credential, CredentialError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    BoxError, Metrics, ServerError,
+    Metrics, ServerError,
     state::{Config, Readiness, Service, SetupFn, State},
 };
 
@@ -84,17 +84,11 @@ impl std::fmt::Debug for CrewServer {
 }
 
 impl CrewServer {
-    /// A server whose calls each get the crew that `setup` builds from the call's handshake.
-    pub fn new<F, Fut, E>(setup: F) -> Self
-    where
-        F: Fn(SessionSetup) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Crew, E>> + Send + 'static,
-        E: Into<BoxError> + 'static,
-    {
-        let setup: Arc<SetupFn> = Arc::new(move |session: SessionSetup| {
-            let future = setup(session);
-            Box::pin(async move { future.await.map_err(Into::into) }) as crate::state::SetupFuture
-        });
+    /// A server whose calls each get the crew that `setup` builds from the call's handshake:
+    /// an [`Agent`](crewline::Agent), or a function of the call's [`SessionSetup`] returning a
+    /// [`Crew`](crewline::Crew), a `Result<Crew, E>` or a future of either (see [`CrewSetup`]).
+    pub fn new<M>(setup: impl CrewSetup<M>) -> Self {
+        let setup: Arc<SetupFn> = Arc::new(move |session: SessionSetup| setup.setup(session));
         Self {
             config: Config {
                 bind: DEFAULT_BIND,
@@ -422,6 +416,7 @@ impl ServerHandle {
 #[cfg(test)]
 mod auth_tests {
     use super::*;
+    use crewline::Crew;
 
     async fn setup(_: SessionSetup) -> Result<Crew, std::io::Error> {
         Ok(Crew::new())

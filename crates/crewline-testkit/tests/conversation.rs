@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crewline::{
+    CallControl, LoopAgent, ToolLoop, llm::ChatRequest, tool::ToolRegistry, types::Message,
+};
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use crewline::{prelude::*, tool::RegistryError};

@@ -13,6 +13,38 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 256;
 /// leaves (nodes without children) go to the platform. The graph is checked as a whole by
 /// [`Crew::validate`] before anything starts: unknown nodes, duplicate names and cycles are
 /// errors that name the nodes.
+///
+/// # Examples
+///
+/// A voice agent with an observer beside it: both see every event of the call, only the agent
+/// speaks.
+///
+/// ```
+/// use crewline::prelude::*;
+/// use crewline::{GraphError, NodeError, NodeHandle, llm::ScriptedLlm, protocol::Event};
+///
+/// struct Sentiment;
+///
+/// #[async_trait]
+/// impl BackgroundAgent for Sentiment {
+///     async fn on_event(&mut self, event: &Event, _node: &NodeHandle) -> Result<(), NodeError> {
+///         tracing::info!(?event, "observed");
+///         Ok(())
+///     }
+/// }
+///
+/// let agent = Agent::builder(ScriptedLlm::new([])).name("voice").build()?;
+/// let mut crew = Crew::new();
+/// crew.add_node(BackgroundNode::new("sentiment", Sentiment))
+///     .add_node(agent.node(&SessionSetup::dry_run()))
+///     .add_edge("sentiment", "voice");
+/// assert_eq!(crew.node_names(), ["sentiment", "voice"]);
+/// assert!(crew.validate().is_ok());
+///
+/// crew.add_edge("voice", "sentiment");
+/// assert!(matches!(crew.validate(), Err(GraphError::Cycle(_))));
+/// # Ok::<(), crewline::AgentError>(())
+/// ```
 pub struct Crew {
     pub(crate) nodes: Vec<NodeSpec>,
     pub(crate) edges: Vec<(String, String)>,

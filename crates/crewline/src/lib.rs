@@ -5,25 +5,51 @@
 //! the tools (in parallel or in sequence), feeds the results back, and streams the text as it
 //! comes, stopping after [`MAX_TOOL_ROUNDS`] rounds.
 //!
-//! ```no_run
-//! use std::sync::Arc;
-//! use crewline::prelude::*;
+//! An [`Agent`] is the model, the prompt and the tools; served by `crewline_server::CrewServer`
+//! it answers every call. Here one turn runs offline, on a scripted model:
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let llm = Arc::new(OpenAiClient::builder().model("gpt-4o-mini").build()?);
-//! let tools = Arc::new(ToolRegistry::new());
-//! let turn_loop = ToolLoop::new(llm, tools);
-//! let mut context = Context::with_system("You are a helpful voice agent.");
-//! context.add(Message::user("Hi!"));
-//! let mut turn = turn_loop.run(&mut context);
-//! while let Some(event) = turn.next().await {
-//!     if let TurnEvent::Text(chunk) = event? {
-//!         tracing::info!(%chunk, "speak");
+//! ```
+//! use crewline::prelude::*;
+//! use crewline::{TurnEvent, llm::{Reply, ScriptedLlm}, types::{Context, Message}};
+//! use futures::StreamExt;
+//!
+//! struct Weather;
+//!
+//! #[tools]
+//! impl Weather {
+//!     /// Get the current weather for a city.
+//!     #[function_tool]
+//!     async fn get_weather(&self, city: String) -> Result<String, ToolError> {
+//!         Ok(format!("18°C and cloudy in {city}"))
 //!     }
 //! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = ScriptedLlm::new([
+//!     Reply::tool_call("get_weather", serde_json::json!({"city": "Paris"})),
+//!     Reply::text("It is 18°C and cloudy in Paris."),
+//! ]);
+//! let agent = Agent::builder(model).prompt("You are a weather line.").tools(Weather).build()?;
+//!
+//! let mut context = Context::with_system("You are a weather line.");
+//! context.add(Message::user("What's the weather in Paris?"));
+//! let mut turn = agent.tool_loop().run(&mut context);
+//! let mut spoken = String::new();
+//! while let Some(event) = turn.next().await {
+//!     if let TurnEvent::Text(chunk) = event? {
+//!         spoken.push_str(&chunk);
+//!     }
+//! }
+//! assert_eq!(spoken, "It is 18°C and cloudy in Paris.");
+//! drop(turn);
+//! // The conversation holds the tool call, its result and the answer.
+//! assert_eq!(context.messages()[3], Message::tool("call_1_0", "18°C and cloudy in Paris"));
+//! assert_eq!(context.messages()[4], Message::assistant("It is 18°C and cloudy in Paris."));
 //! # Ok(()) }
 //! ```
 
+mod agent;
 mod call;
 mod crew;
 mod loop_agent;
@@ -32,8 +58,12 @@ mod observer;
 pub mod router;
 mod runner;
 mod session;
+mod setup;
 mod tool_loop;
 
+pub use agent::{Agent, AgentBuilder, AgentError, DEFAULT_AGENT_NAME};
+/// Implements [`OutputAgent`] and [`BackgroundAgent`], whose methods are async.
+pub use async_trait::async_trait;
 pub use call::{CallControl, CallControlError, Handoff};
 pub use crew::{Crew, DEFAULT_INBOX_CAPACITY, GraphError};
 /// The vocabulary every crewline crate shares (messages, tool calls, contexts): `crewline-core`,
@@ -50,6 +80,7 @@ pub use node::{
 pub use observer::{NoopObserver, Observer, TurnOutcome};
 pub use router::{DeterministicRouter, RouterBuilder, RouterError, RouterState, SubAgent};
 pub use session::{DEFAULT_INBOX_BYTES, DispatchError, Session, SessionSetup};
+pub use setup::{BoxError, CrewSetup, marker as setup_marker};
 pub use tool_loop::{
     MAX_CALLS_PER_ANSWER, MAX_CALLS_PER_TURN, MAX_TOOL_ROUNDS, RoundReport, ToolLoop,
     ToolLoopConfig, TurnError, TurnEvent, TurnReport, TurnStream,
@@ -58,22 +89,14 @@ pub use tool_loop::{
 #[doc(hidden)]
 pub use crewline_tools::__private;
 
-/// The names most crews need, in one import.
+/// The names a crew author uses, in one import: an agent and its tools, the crew and its
+/// nodes, the models. Everything else is imported from its module.
 pub mod prelude {
     pub use crate::{
-        BackgroundAgent, BackgroundNode, CallControl, Crew, DeterministicRouter, LoopAgent,
-        MAX_TOOL_ROUNDS, NodeError, NodeHandle, OutputAgent, OutputNode, RouterState, SessionSetup,
-        SubAgent, ToolLoop, ToolLoopConfig, TurnError, TurnEvent, TurnReport, TurnStream,
+        Agent, BackgroundAgent, BackgroundNode, Crew, OutputNode, SessionSetup, async_trait,
         function_tool, tools,
     };
-    pub use crewline_core::{
-        Context, ContextLimits, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult,
-    };
-    pub use crewline_llm::{
-        ChatRequest, LlmClient, LlmError, OpenAiClient, Reply, RequestOptions, ScriptedLlm,
-        StreamItem, ToolChoice, Usage,
-    };
-    pub use crewline_protocol::{Event, EventBody};
-    pub use crewline_tools::{Tool, ToolError, ToolProvider, ToolRegistry};
-    pub use futures::StreamExt;
+    pub use crewline_core::ToolCall;
+    pub use crewline_llm::{LlmClient, OpenAiClient};
+    pub use crewline_tools::ToolError;
 }

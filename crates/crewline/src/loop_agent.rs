@@ -8,14 +8,22 @@ use crate::{CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStrea
 /// An output agent that answers every LLM request with its [`ToolLoop`] on its conversation:
 /// what most crews' output node is, without writing the [`OutputAgent`] impl by hand.
 ///
-/// ```no_run
-/// # use std::sync::Arc;
-/// # use crewline::prelude::*;
-/// # fn crew(tool_loop: ToolLoop) -> Crew {
-/// let agent = LoopAgent::new("You are a friendly voice assistant.", tool_loop);
+/// [`Agent`](crate::Agent) builds one per call; build one yourself for a crew of your own.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use crewline::{LoopAgent, OutputAgent, ToolLoop, llm::{Reply, ScriptedLlm}, prelude::*, tool::ToolRegistry};
+///
+/// let model = Arc::new(ScriptedLlm::new([Reply::text("Hello!")]));
+/// let tool_loop = ToolLoop::new(model, Arc::new(ToolRegistry::new()));
+/// let mut agent = LoopAgent::new("You are a friendly voice assistant.", tool_loop);
+/// assert_eq!(agent.context().messages().len(), 1); // the system prompt
+///
 /// let mut crew = Crew::new();
 /// crew.add_node(OutputNode::new("weather-agent", agent));
-/// # crew }
+/// assert!(crew.validate().is_ok());
 /// ```
 pub struct LoopAgent {
     context: Context,

@@ -58,6 +58,57 @@ impl Default for ToolLoopConfig {
 type Filler = Arc<dyn Fn(&[ToolCall]) -> Option<String> + Send + Sync>;
 
 /// Runs an agent's LLM turns with tools.
+///
+/// [`Agent`](crate::Agent) builds one; build one yourself to run turns outside a crew.
+///
+/// # Examples
+///
+/// A filler covers a slow tool: the caller hears it before the tool runs.
+///
+/// ```
+/// use std::sync::Arc;
+/// use crewline::{ToolLoop, TurnEvent, llm::{Reply, ScriptedLlm}, prelude::*};
+/// use crewline::{tool::ToolRegistry, types::{Context, Message}};
+/// use futures::StreamExt;
+///
+/// struct Orders;
+///
+/// #[tools]
+/// impl Orders {
+///     /// Look an order up.
+///     #[function_tool]
+///     async fn find_order(&self, id: u32) -> Result<String, ToolError> {
+///         Ok(format!("order {id} ships tomorrow"))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let model = Arc::new(ScriptedLlm::new([
+///     Reply::tool_call("find_order", serde_json::json!({"id": 7})),
+///     Reply::text(" It ships tomorrow."),
+/// ]));
+/// let mut tools = ToolRegistry::new();
+/// tools.discover(&Arc::new(Orders))?;
+/// let tool_loop = ToolLoop::new(model, Arc::new(tools))
+///     .with_parallel_tools(false)
+///     .with_max_tool_rounds(2)
+///     .with_filler(|_calls| Some("One moment.".to_owned()));
+///
+/// let mut context = Context::with_system("You answer order questions.");
+/// context.add(Message::user("Where is order 7?"));
+/// let mut heard = String::new();
+/// let mut turn = tool_loop.run(&mut context);
+/// while let Some(event) = turn.next().await {
+///     match event? {
+///         TurnEvent::Text(text) => heard.push_str(&text), // streamed in pieces
+///         TurnEvent::ToolStarted(call) => heard.push_str(&format!("[{}]", call.name)),
+///         TurnEvent::ToolFinished(_) | TurnEvent::Done(_) => {}
+///     }
+/// }
+/// assert_eq!(heard, "One moment.[find_order] It ships tomorrow.");
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ToolLoop {
     llm: Arc<dyn LlmClient>,

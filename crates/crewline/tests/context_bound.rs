@@ -4,6 +4,13 @@
 
 mod common;
 
+use crewline::{
+    DeterministicRouter, LoopAgent, SubAgent, ToolLoop,
+    llm::{Reply, ScriptedLlm},
+    protocol::EventBody,
+    tool::ToolRegistry,
+    types::{ContextLimits, Message},
+};
 use std::{
     collections::HashSet,
     sync::{Arc, Mutex},

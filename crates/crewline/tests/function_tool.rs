@@ -9,7 +9,10 @@ use std::sync::{
 use std::time::Duration;
 
 use crewline::prelude::*;
-use crewline::tool::ExecuteOptions;
+use crewline::{
+    tool::{ExecuteOptions, Tool, ToolProvider, ToolRegistry},
+    types::{ToolErrorKind, ToolResult},
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -4,6 +4,14 @@
 
 mod common;
 
+use crewline::{
+    CallControl, DeterministicRouter, OutputAgent, RouterState, SubAgent, ToolLoop, TurnEvent,
+    llm::{Reply, ScriptedLlm},
+    protocol::{Event, EventBody},
+    tool::ToolRegistry,
+    types::{Context, Message},
+};
+use futures::StreamExt;
 use std::{sync::Arc, time::Duration};
 
 use crewline::{

@@ -5,6 +5,13 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crewline::{
+    ToolLoop, TurnEvent,
+    llm::{ChatRequest, Reply, ScriptedLlm},
+    tool::{Tool, ToolRegistry},
+    types::{Context, Message},
+};
+use futures::StreamExt;
 use std::{
     sync::{
         Arc,

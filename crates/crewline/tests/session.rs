@@ -3,6 +3,13 @@
 
 mod common;
 
+use crewline::{
+    CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStream,
+    llm::{Reply, ScriptedLlm},
+    protocol::{Event, EventBody},
+    tool::ToolRegistry,
+    types::{Context, Message},
+};
 use std::{
     sync::{
         Arc,

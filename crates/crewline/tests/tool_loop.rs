@@ -12,8 +12,15 @@ use std::{
 
 use async_trait::async_trait;
 use crewline::prelude::*;
+use crewline::{
+    ToolLoop, TurnError, TurnEvent, TurnReport,
+    llm::{LlmError, StreamItem, ToolChoice, Usage},
+    tool::{Tool, ToolRegistry},
+    types::{Context, Message, ToolErrorKind, ToolResult},
+};
 use crewline_core::Role;
 use crewline_llm::{FinishReason, LlmStream, MockLlmClient};
+use futures::StreamExt;
 use futures::stream;
 use mockall::Sequence;
 use serde_json::{Value, json};

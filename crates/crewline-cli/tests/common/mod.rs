@@ -5,7 +5,7 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use crewline::prelude::ScriptedLlm;
+use crewline::llm::ScriptedLlm;
 use crewline_examples::voice_agent::{WeatherCrew, scripted_weather_model};
 use crewline_server::{CrewServer, ServerHandle};
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -38,7 +38,7 @@ pub async fn start_with(
 ) -> TestServer {
     let llm = scripted_weather_model(chunk_delay);
     let crew = WeatherCrew::new(Arc::new(llm.clone()), Duration::from_millis(50)).unwrap();
-    let server = configure(CrewServer::new(crew.setup_fn()));
+    let server = configure(CrewServer::new(crew.agent().clone()));
     let handle = server.handle();
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -7,6 +7,11 @@
 //! The example binary serves it; tests/remote_weather.rs drives it. The client side is
 //! [`station`].
 
+use crewline::{
+    llm::{LlmError, Reply, ScriptedLlm},
+    tool::ToolRegistry,
+    types::Message,
+};
 use std::{sync::Arc, time::Duration};
 
 use crewline::{llm::ChatRequest, prelude::*};
@@ -65,30 +70,12 @@ impl RemoteWeatherCrew {
             // the task is marked done and the client stops polling.
             remote.register_into(&mut registry)?;
         }
-        let tool_loop = ToolLoop::new(Arc::clone(&self.llm), Arc::new(registry));
-        let mut crew = Crew::new();
-        crew.add_node(OutputNode::new(
-            "weather-agent",
-            LoopAgent::new(PROMPT, tool_loop),
-        ));
-        Ok(crew)
-    }
-
-    /// The setup function for `CrewServer::new`.
-    pub fn setup_fn(
-        self,
-    ) -> impl Fn(
-        SessionSetup,
-    ) -> futures::future::BoxFuture<
-        'static,
-        Result<Crew, Box<dyn std::error::Error + Send + Sync>>,
-    > + Send
-    + Sync
-    + 'static {
-        move |setup| {
-            let crew = self.clone();
-            Box::pin(async move { crew.build(&setup).await })
-        }
+        let agent = Agent::builder_shared(Arc::clone(&self.llm))
+            .name("weather-agent")
+            .prompt(PROMPT)
+            .registry(registry)
+            .build()?;
+        Ok(agent.crew_for(setup))
     }
 }
 

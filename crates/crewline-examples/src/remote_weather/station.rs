@@ -4,6 +4,7 @@
 //!
 //! The example binary runs it with `--client`; tests/remote_weather.rs runs that binary.
 
+use crewline::tool::ToolRegistry;
 use crewline::{prelude::*, tool::RegistryError};
 use crewline_remote::{ClientConfig, ClientError, TaskClient, TaskOutcome, wire::TaskRequest};
 use serde_json::{Value, json};

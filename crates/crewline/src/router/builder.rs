@@ -59,6 +59,32 @@ struct Declared {
 }
 
 /// Declares a [`DeterministicRouter`]; [`build`](Self::build) checks the whole graph once.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use crewline::{DeterministicRouter, RouterError, RouterState, SubAgent};
+/// use crewline::{llm::ScriptedLlm, router::when};
+///
+/// let llm = Arc::new(ScriptedLlm::new([]));
+/// let state = RouterState::new(); // the tools hold a clone and record what they found
+/// let router = DeterministicRouter::builder("intake", llm.clone())
+///     .state(state.clone())
+///     .sub_agent(SubAgent::new("intake", "Find the caller's account."))
+///     .sub_agent(SubAgent::new("resolve", "Agree a payment plan."))
+///     .add_transition("intake", "resolve", when::present("account_id"))
+///     .build()?;
+/// # drop(router);
+///
+/// // The graph is checked once, when it is built: a typo is an error naming it.
+/// let typo = DeterministicRouter::builder("intake", llm)
+///     .sub_agent(SubAgent::new("intake", "Find the caller's account."))
+///     .add_default("intake", "resolv")
+///     .build();
+/// assert!(matches!(typo, Err(RouterError::UnknownSubAgent { .. })));
+/// # Ok::<(), RouterError>(())
+/// ```
 pub struct RouterBuilder {
     start: String,
     llm: Arc<dyn LlmClient>,

@@ -13,7 +13,7 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use crewline::{prelude::*, router::when};
+//! # use crewline::{prelude::*, router::when, DeterministicRouter, RouterState, SubAgent, tool::ToolRegistry};
 //! # fn build(llm: Arc<dyn LlmClient>, tools: Arc<ToolRegistry>, state: RouterState)
 //! # -> Result<DeterministicRouter, crewline::RouterError> {
 //! let router = DeterministicRouter::builder("intake", llm)

@@ -1,0 +1,324 @@
+//! [`Agent`]: a model, a prompt and tools, built once and served as every call's output node.
+
+use std::{fmt, sync::Arc};
+
+use crewline_core::{ContextLimits, ToolCall};
+use crewline_llm::{LlmClient, RequestOptions};
+use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
+
+use crate::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+
+/// The node name of an agent that was not given one.
+pub const DEFAULT_AGENT_NAME: &str = "agent";
+
+/// How an agent's system prompt is chosen for a call.
+#[derive(Clone)]
+enum Prompt {
+    Fixed(Arc<str>),
+    PerCall(Arc<dyn Fn(&SessionSetup) -> String + Send + Sync>),
+}
+
+/// A voice agent: the model, the prompt and the tools, built once and shared by every call.
+///
+/// Each call gets its own conversation and its own tool-call scope; the model, the tools and
+/// their executor are shared. An `Agent` is a crew setup of its own (`CrewServer::new(agent)`),
+/// or the output node of a larger crew ([`Agent::node`]).
+///
+/// # Examples
+///
+/// ```
+/// use crewline::prelude::*;
+/// use crewline::llm::{Reply, ScriptedLlm};
+///
+/// struct Weather;
+///
+/// #[tools]
+/// impl Weather {
+///     /// Get the current weather for a city.
+///     #[function_tool]
+///     async fn get_weather(&self, city: String) -> Result<String, ToolError> {
+///         Ok(format!("18°C and cloudy in {city}"))
+///     }
+/// }
+///
+/// let model = ScriptedLlm::new([Reply::text("Hello!")]);
+/// let agent = Agent::builder(model)
+///     .prompt("You are a friendly voice assistant.")
+///     .tools(Weather)
+///     .sequential_tools()
+///     .max_tool_rounds(2)
+///     .build()?;
+/// assert_eq!(agent.tool_loop().tools().names(), ["get_weather"]);
+/// assert_eq!(agent.crew().node_names(), ["agent"]);
+/// # Ok::<(), crewline::AgentError>(())
+/// ```
+#[derive(Clone)]
+pub struct Agent {
+    name: Arc<str>,
+    prompt: Prompt,
+    limits: Option<ContextLimits>,
+    interruptible: bool,
+    tool_loop: ToolLoop,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("name", &self.name)
+            .field("tools", &self.tool_loop.tools().names())
+            .field("config", self.tool_loop.config())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts an agent answering with `model` (an [`OpenAiClient`], a [`ScriptedLlm`], any
+    /// [`LlmClient`]).
+    ///
+    /// [`OpenAiClient`]: crewline_llm::OpenAiClient
+    /// [`ScriptedLlm`]: crewline_llm::ScriptedLlm
+    pub fn builder(model: impl LlmClient + 'static) -> AgentBuilder {
+        Self::builder_shared(Arc::new(model))
+    }
+
+    /// Starts an agent answering with a model shared with other agents.
+    pub fn builder_shared(model: Arc<dyn LlmClient>) -> AgentBuilder {
+        AgentBuilder {
+            model,
+            name: Arc::from(DEFAULT_AGENT_NAME),
+            prompt: Prompt::Fixed(Arc::from("")),
+            limits: None,
+            interruptible: true,
+            registry: Ok(ToolRegistry::new()),
+            configure: Vec::new(),
+        }
+    }
+
+    /// The output node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tool loop every call's turns run on.
+    pub fn tool_loop(&self) -> &ToolLoop {
+        &self.tool_loop
+    }
+
+    /// A call's output agent with a fresh conversation, for a crew of your own; its system
+    /// prompt is the agent's, or what [`AgentBuilder::prompt_with`] says for `setup`.
+    pub fn loop_agent(&self, setup: &SessionSetup) -> LoopAgent {
+        let prompt = match &self.prompt {
+            Prompt::Fixed(prompt) => prompt.to_string(),
+            Prompt::PerCall(prompt) => prompt(setup),
+        };
+        let agent = LoopAgent::new(prompt, self.tool_loop.clone());
+        match self.limits {
+            Some(limits) => agent.context_limits(limits),
+            None => agent,
+        }
+    }
+
+    /// The call's output node (named [`name`](Self::name)), for a crew with other nodes.
+    pub fn node(&self, setup: &SessionSetup) -> OutputNode {
+        OutputNode::new(self.name.to_string(), self.loop_agent(setup))
+            .interruptible(self.interruptible)
+    }
+
+    /// A crew of this agent alone, for a call whose handshake was `setup`.
+    pub fn crew_for(&self, setup: &SessionSetup) -> Crew {
+        let mut crew = Crew::new();
+        crew.add_node(self.node(setup));
+        crew
+    }
+
+    /// A crew of this agent alone, outside any call (the prompt chosen for a dry run).
+    pub fn crew(&self) -> Crew {
+        self.crew_for(&SessionSetup::dry_run())
+    }
+}
+
+/// A setting of the tool loop, applied when the agent is built.
+type Configure = Box<dyn FnOnce(ToolLoop) -> ToolLoop + Send>;
+
+/// Builds an [`Agent`]; from [`Agent::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use crewline::prelude::*;
+/// use crewline::{AgentError, llm::ScriptedLlm, tool::RegistryError};
+///
+/// struct Desk;
+///
+/// #[tools]
+/// impl Desk {
+///     /// Look an order up.
+///     #[function_tool]
+///     async fn find_order(&self, id: u32) -> Result<String, ToolError> {
+///         Ok(format!("order {id} ships tomorrow"))
+///     }
+/// }
+///
+/// let agent = Agent::builder(ScriptedLlm::new([]))
+///     .name("orders")
+///     .prompt_with(|call: &SessionSetup| format!("Help with orders on a {:?} call.", call.session_context().conversation_type))
+///     .tools(Desk)
+///     .filler(|_calls: &[ToolCall]| Some("One moment.".to_owned()))
+///     .max_tool_rounds(2)
+///     .build()?;
+/// assert_eq!(agent.tool_loop().config().max_tool_rounds, 2);
+///
+/// // A tool that cannot be added is reported by `build`, not lost.
+/// let twice = Agent::builder(ScriptedLlm::new([])).tools(Desk).tools(Desk).build();
+/// assert!(matches!(twice, Err(AgentError::Tools(RegistryError::DuplicateName(_)))));
+/// # Ok::<(), AgentError>(())
+/// ```
+#[must_use = "an agent builder does nothing until `build` is called"]
+pub struct AgentBuilder {
+    model: Arc<dyn LlmClient>,
+    name: Arc<str>,
+    prompt: Prompt,
+    limits: Option<ContextLimits>,
+    interruptible: bool,
+    /// The tools so far, or the first tool that could not be added (reported by `build`).
+    registry: Result<ToolRegistry, RegistryError>,
+    configure: Vec<Configure>,
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an [`Agent`] could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// A tool could not be added (an invalid or repeated name, an unusable schema).
+    #[error(transparent)]
+    Tools(#[from] RegistryError),
+}
+
+impl AgentBuilder {
+    /// The system prompt of every call.
+    pub fn prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.prompt = Prompt::Fixed(Arc::from(prompt.into()));
+        self
+    }
+
+    /// A system prompt chosen per call from its handshake (e.g. the caller's name in its
+    /// initial variables).
+    pub fn prompt_with<F>(mut self, prompt: F) -> Self
+    where
+        F: Fn(&SessionSetup) -> String + Send + Sync + 'static,
+    {
+        self.prompt = Prompt::PerCall(Arc::new(prompt));
+        self
+    }
+
+    /// The output node's name (default [`DEFAULT_AGENT_NAME`]).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Arc::from(name.into());
+        self
+    }
+
+    /// Adds every `#[function_tool]` method of `provider` (a `#[tools]` impl).
+    pub fn tools<P: ToolProvider>(self, provider: P) -> Self {
+        self.tools_shared(&Arc::new(provider))
+    }
+
+    /// Adds every `#[function_tool]` method of a provider the crew also holds.
+    pub fn tools_shared<P: ToolProvider>(mut self, provider: &Arc<P>) -> Self {
+        if let Ok(registry) = &mut self.registry
+            && let Err(error) = registry.discover(provider)
+        {
+            self.registry = Err(error);
+        }
+        self
+    }
+
+    /// Adds one tool.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
+        if let Ok(registry) = &mut self.registry
+            && let Err(error) = registry.register(tool)
+        {
+            self.registry = Err(error);
+        }
+        self
+    }
+
+    /// Uses `registry` (its tools, its executor and limits); tools added before are dropped,
+    /// tools added after join it.
+    pub fn registry(mut self, registry: ToolRegistry) -> Self {
+        self.registry = Ok(registry);
+        self
+    }
+
+    /// Runs a round's tool calls one after the other, in the model's order (default: at once).
+    pub fn sequential_tools(self) -> Self {
+        self.configure(|tool_loop| tool_loop.with_parallel_tools(false))
+    }
+
+    /// Says `filler` while a round's tools run, when the turn has said nothing yet (see
+    /// [`ToolLoop::with_filler`]).
+    pub fn filler<F>(self, filler: F) -> Self
+    where
+        F: Fn(&[ToolCall]) -> Option<String> + Send + Sync + 'static,
+    {
+        self.configure(move |tool_loop| tool_loop.with_filler(filler))
+    }
+
+    /// The most tool rounds per turn (default [`MAX_TOOL_ROUNDS`](crate::MAX_TOOL_ROUNDS)).
+    pub fn max_tool_rounds(self, rounds: usize) -> Self {
+        self.configure(move |tool_loop| tool_loop.with_max_tool_rounds(rounds))
+    }
+
+    /// Overrides for every model request (temperature, max tokens, extras).
+    pub fn request_options(self, options: RequestOptions) -> Self {
+        self.configure(move |tool_loop| {
+            let mut config = tool_loop.config().clone();
+            config.options = options;
+            tool_loop.with_config(config)
+        })
+    }
+
+    /// How much of the conversation each call keeps (default [`ContextLimits::default`]).
+    pub fn context_limits(mut self, limits: ContextLimits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// Whether the caller may interrupt the agent (default `true`).
+    pub fn interruptible(mut self, interruptible: bool) -> Self {
+        self.interruptible = interruptible;
+        self
+    }
+
+    /// Any other tool-loop setting, applied in order when the agent is built.
+    pub fn configure<F>(mut self, configure: F) -> Self
+    where
+        F: FnOnce(ToolLoop) -> ToolLoop + Send + 'static,
+    {
+        self.configure.push(Box::new(configure));
+        self
+    }
+
+    /// The agent, or the first tool that could not be added.
+    pub fn build(self) -> Result<Agent, AgentError> {
+        let registry = self.registry?;
+        let tool_loop = self.configure.into_iter().fold(
+            ToolLoop::new(self.model, Arc::new(registry)),
+            |tool_loop, configure| configure(tool_loop),
+        );
+        Ok(Agent {
+            name: self.name,
+            prompt: self.prompt,
+            limits: self.limits,
+            interruptible: self.interruptible,
+            tool_loop,
+        })
+    }
+}
