@@ -5,7 +5,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crewline::{prelude::*, tool::RegistryError};
+use crewline::{
+    CallControl, LoopAgent, ToolLoop,
+    llm::ChatRequest,
+    prelude::*,
+    tool::{RegistryError, ToolRegistry},
+    types::Message,
+};
 use crewline_testkit::{
     ScriptedLlm, ScriptedReply as Reply, TestCrew, TestkitError, platform::PlatformError,
 };

@@ -53,7 +53,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 
 pub use record::{ToolCallCheck, TurnRecord};
 
-use crate::platform::{CrewFrame, CrewSetup, PlatformClient, PlatformConfig, PlatformError};
+use crate::platform::{CrewFrame, PlatformClient, PlatformConfig, PlatformError, SetupFn};
 
 /// Why a scripted conversation could not run (assertion failures panic instead, as in any
 /// test).
@@ -97,7 +97,7 @@ enum Target {
     /// A crew this value serves on 127.0.0.1.
     Served(Served),
     /// A crew run in this process, one session per call.
-    InProcess(CrewSetup),
+    InProcess(SetupFn),
 }
 
 impl std::fmt::Debug for Target {
@@ -162,7 +162,7 @@ impl TestCrew {
     /// ```
     /// use std::sync::Arc;
     ///
-    /// use crewline::prelude::*;
+    /// use crewline::{LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
     /// use crewline_testkit::{ScriptedLlm, ScriptedReply as Reply, TestCrew};
     ///
     /// fn greeter(_setup: &SessionSetup) -> Result<Crew, std::convert::Infallible> {
@@ -186,7 +186,7 @@ impl TestCrew {
         F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
         E: Into<crewline_server::BoxError>,
     {
-        let setup: CrewSetup =
+        let setup: SetupFn =
             Arc::new(move |session: &SessionSetup| setup(session).map_err(Into::into));
         Self {
             target: Target::InProcess(setup),

@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use super::{Inbound, socket::decode};
 
 /// A crew's setup function, shared by the calls of one [`TestCrew`](crate::TestCrew).
-pub(crate) type CrewSetup = Arc<dyn Fn(&SessionSetup) -> Result<Crew, BoxError> + Send + Sync>;
+pub(crate) type SetupFn = Arc<dyn Fn(&SessionSetup) -> Result<Crew, BoxError> + Send + Sync>;
 
 /// How many of the crew's events may wait for the client (the server's outbound queue).
 const OUTBOUND_CAPACITY: usize = 1024;
@@ -39,7 +39,7 @@ const SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
 /// Runs one call: the handshake from the client's first frame, then the session until the
 /// client closes or goes away.
 pub(super) async fn run_call(
-    setup: CrewSetup,
+    setup: SetupFn,
     mut from_client: mpsc::UnboundedReceiver<WsMessage>,
     to_client: mpsc::Sender<Inbound>,
 ) {
@@ -159,7 +159,7 @@ async fn handshake(
 }
 
 /// Runs the crew's setup (catching a panic, as the server does) and starts the session.
-async fn start(setup: &CrewSetup, session_setup: SessionSetup) -> Result<Session, Refusal> {
+async fn start(setup: &SetupFn, session_setup: SessionSetup) -> Result<Session, Refusal> {
     let built = std::panic::catch_unwind(AssertUnwindSafe(|| setup(&session_setup)));
     let crew = match built {
         Ok(Ok(crew)) => crew,

@@ -47,7 +47,7 @@ use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 
 pub use frame::{CrewFrame, ReceivedFrame, ToolLog};
-pub(crate) use in_process::CrewSetup;
+pub(crate) use in_process::SetupFn;
 pub(crate) use socket::open_socket;
 use socket::{read_frames, write_frames};
 pub use turn::{InterruptReport, ToolActivity, ToolOutcome, Turn, TurnFrame, TurnSummary};
@@ -316,7 +316,7 @@ impl PlatformClient {
         F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
         E: Into<crewline_server::BoxError>,
     {
-        let setup: CrewSetup =
+        let setup: SetupFn =
             Arc::new(move |session: &SessionSetup| setup(session).map_err(Into::into));
         Self::connect_in_process(config, setup).await
     }
@@ -324,7 +324,7 @@ impl PlatformClient {
     /// [`PlatformClient::in_process`] with the setup already shared.
     pub(crate) async fn connect_in_process(
         config: PlatformConfig,
-        setup: CrewSetup,
+        setup: SetupFn,
     ) -> Result<Self, PlatformError> {
         let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
         let (out_tx, out_rx) = mpsc::unbounded_channel();
