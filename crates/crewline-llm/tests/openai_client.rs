@@ -8,7 +8,10 @@ use crewline_llm::{
     ChatRequest, FinishReason, LlmClient, LlmError, LlmStream, OpenAiClient, OpenAiClientBuilder,
     RequestOptions, StreamItem, ToolChoice, Usage,
 };
-use crewline_testkit::mock_llm::raw::{After, FLOOD_LIMIT, RawMockLlm, RawReply as Reply};
+use crewline_testkit::mock_llm::{
+    MockLlm, RunningMockLlm,
+    raw::{After, FLOOD_LIMIT, RawReply as Reply},
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -19,12 +22,17 @@ const SHORT: Duration = Duration::from_millis(200);
 
 const KEY: &str = "sk-test-0123456789";
 
-fn client_for(server: &RawMockLlm) -> OpenAiClientBuilder {
+fn client_for(server: &RunningMockLlm) -> OpenAiClientBuilder {
     OpenAiClient::builder()
         .model("gpt-test")
         .api_key(KEY)
         .base_url(server.base_url())
         .read_env(false)
+}
+
+/// The one mock model in raw mode, answering with `replies` in order, on 127.0.0.1.
+async fn serve(replies: Vec<Reply>) -> std::io::Result<RunningMockLlm> {
+    MockLlm::raw(replies).start().await
 }
 
 fn hello() -> ChatRequest {
@@ -55,7 +63,7 @@ fn oks(items: &[Result<StreamItem, LlmError>]) -> Vec<StreamItem> {
 
 #[tokio::test]
 async fn odd_chunk_shapes_still_yield_text_finish_and_usage() {
-    let server = RawMockLlm::start(vec![Reply::chunks(
+    let server = serve(vec![Reply::chunks(
         &[
             // No `object`, role-only delta, `finish_reason: ""`.
             json!({"choices": [{"delta": {"role": "assistant"}, "finish_reason": ""}]}),
@@ -105,7 +113,7 @@ async fn finished_answers_leave_the_connection_for_the_next_turn() {
     // TCP (and, against a real provider, TLS) handshake. The next turn comes 100 ms later,
     // as when a caller speaks again.
     let answer = || Reply::chunks(&[content("Hi"), finish("stop")], After::DoneKeepAlive);
-    let server = RawMockLlm::start(vec![answer(), answer(), answer()])
+    let server = serve(vec![answer(), answer(), answer()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
@@ -123,13 +131,17 @@ async fn finished_answers_leave_the_connection_for_the_next_turn() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    assert_eq!(server.request_count(), 3);
-    assert_eq!(server.connections(), 1, "all three turns on one connection");
+    assert_eq!(server.mock().request_count(), 3);
+    assert_eq!(
+        server.mock().connections(),
+        1,
+        "all three turns on one connection"
+    );
 }
 
 #[tokio::test]
 async fn error_object_mid_stream_is_an_api_error_after_the_text() {
-    let server = RawMockLlm::start(vec![Reply::chunks(
+    let server = serve(vec![Reply::chunks(
         &[
             content("Let me"),
             json!({"error": {"message": "The model is overloaded", "type": "server_error", "code": 503}}),
@@ -152,12 +164,12 @@ async fn error_object_mid_stream_is_an_api_error_after_the_text() {
         matches!(&items[1], Err(LlmError::Api { status: None, message }) if message.contains("overloaded")),
         "{items:?}"
     );
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(server.mock().request_count(), 1);
 }
 
 #[tokio::test]
 async fn tool_calls_split_over_chunks_sharing_a_chunk_and_starting_at_index_1() {
-    let server = RawMockLlm::start(vec![Reply::chunks(
+    let server = serve(vec![Reply::chunks(
         &[
             json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [
                 {"index": 1, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
@@ -190,7 +202,7 @@ async fn tool_calls_split_over_chunks_sharing_a_chunk_and_starting_at_index_1() 
 
 #[tokio::test]
 async fn tool_call_deltas_without_index_and_object_arguments_are_assembled() {
-    let server = RawMockLlm::start(vec![Reply::chunks(
+    let server = serve(vec![Reply::chunks(
         &[
             json!({"choices": [{"delta": {"tool_calls": [
                 {"id": "c1", "function": {"name": "lookup", "arguments": "{\"q\":"}}
@@ -229,7 +241,7 @@ async fn tool_call_deltas_without_index_and_object_arguments_are_assembled() {
 
 #[tokio::test]
 async fn rate_limit_429_is_retried_and_the_turn_succeeds() {
-    let server = RawMockLlm::start(vec![
+    let server = serve(vec![
         Reply::Status(
             429,
             r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#
@@ -250,13 +262,13 @@ async fn rate_limit_429_is_retried_and_the_turn_succeeds() {
             StreamItem::Finish(FinishReason::Stop)
         ]
     );
-    assert_eq!(server.request_count(), 2);
+    assert_eq!(server.mock().request_count(), 2);
 }
 
 #[tokio::test]
 async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
     // vLLM writes a numeric `code`; proxies answer in plain text.
-    let server = RawMockLlm::start(vec![
+    let server = serve(vec![
         Reply::Status(
             429,
             r#"{"object":"error","message":"slow down","type":"TooManyRequests","code":429}"#
@@ -275,12 +287,12 @@ async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
 
     assert_eq!(items[0].as_ref().ok(), Some(&StreamItem::Text("Hi".into())));
-    assert_eq!(server.request_count(), 3);
+    assert_eq!(server.mock().request_count(), 3);
 }
 
 #[tokio::test]
 async fn an_exhausted_quota_429_is_not_retried() {
-    let server = RawMockLlm::start(vec![Reply::Status(
+    let server = serve(vec![Reply::Status(
         429,
         r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#
             .into(),
@@ -295,12 +307,12 @@ async fn an_exhausted_quota_429_is_not_retried() {
         matches!(&err, LlmError::Api { status: Some(429), message } if message.contains("quota")),
         "{err:?}"
     );
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(server.mock().request_count(), 1);
 }
 
 #[tokio::test]
 async fn server_error_500_is_retried_and_the_turn_succeeds() {
-    let server = RawMockLlm::start(vec![
+    let server = serve(vec![
         Reply::Status(500, "upstream exploded".into()),
         Reply::chunks(&[content("Hi"), finish("stop")], After::Done),
     ])
@@ -311,13 +323,13 @@ async fn server_error_500_is_retried_and_the_turn_succeeds() {
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
 
     assert_eq!(items[0].as_ref().ok(), Some(&StreamItem::Text("Hi".into())));
-    assert_eq!(server.request_count(), 2);
+    assert_eq!(server.mock().request_count(), 2);
 }
 
 #[tokio::test]
 async fn retries_stop_after_max_retries_with_the_last_status() {
     let busy = || Reply::Status(503, r#"{"error":{"message":"busy"}}"#.into());
-    let server = RawMockLlm::start(vec![busy(), busy(), busy(), busy()])
+    let server = serve(vec![busy(), busy(), busy(), busy()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).max_retries(2).build().expect("client");
@@ -328,12 +340,12 @@ async fn retries_stop_after_max_retries_with_the_last_status() {
         matches!(&err, LlmError::Api { status: Some(503), message } if message == "busy"),
         "{err:?}"
     );
-    assert_eq!(server.request_count(), 3, "1 request + 2 retries");
+    assert_eq!(server.mock().request_count(), 3, "1 request + 2 retries");
 }
 
 #[tokio::test]
 async fn bad_request_400_is_an_api_error_with_the_server_message_and_no_retry() {
-    let server = RawMockLlm::start(vec![Reply::Status(
+    let server = serve(vec![Reply::Status(
         400,
         r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","param":"temperature","code":null}}"#
             .into(),
@@ -349,13 +361,13 @@ async fn bad_request_400_is_an_api_error_with_the_server_message_and_no_retry() 
         "{err:?}"
     );
     assert!(err.to_string().contains("HTTP 400"), "{err}");
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(server.mock().request_count(), 1);
 }
 
 #[tokio::test]
 async fn non_openai_error_bodies_keep_their_status_and_message() {
     // vLLM's shape: no `error` wrapper and a numeric `code`.
-    let server = RawMockLlm::start(vec![Reply::Status(
+    let server = serve(vec![Reply::Status(
         400,
         r#"{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}"#
             .into(),
@@ -374,7 +386,7 @@ async fn non_openai_error_bodies_keep_their_status_and_message() {
 
 #[tokio::test]
 async fn an_echoed_api_key_never_reaches_the_error_message() {
-    let server = RawMockLlm::start(vec![Reply::Status(
+    let server = serve(vec![Reply::Status(
         401,
         format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
     )])
@@ -422,7 +434,7 @@ async fn unreachable_server_is_a_connect_error() {
 
 #[tokio::test]
 async fn stream_cut_mid_way_gives_the_text_then_stream_cut_and_no_retry() {
-    let server = RawMockLlm::start(vec![
+    let server = serve(vec![
         Reply::chunks(&[content("The weather"), content(" in Oslo")], After::Cut),
         // Would be used by a (wrong) retry.
         Reply::chunks(&[content("retried"), finish("stop")], After::Done),
@@ -442,12 +454,12 @@ async fn stream_cut_mid_way_gives_the_text_then_stream_cut_and_no_retry() {
         ]
     );
     assert!(matches!(items[2], Err(LlmError::StreamCut(_))), "{items:?}");
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(server.mock().request_count(), 1);
 }
 
 #[tokio::test]
 async fn stream_closed_cleanly_without_finish_reason_is_a_cut() {
-    let server = RawMockLlm::start(vec![Reply::chunks(&[content("Half an answ")], After::Eof)])
+    let server = serve(vec![Reply::chunks(&[content("Half an answ")], After::Eof)])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
@@ -462,7 +474,7 @@ async fn stream_closed_cleanly_without_finish_reason_is_a_cut() {
 
 #[tokio::test]
 async fn server_silent_before_headers_is_a_first_byte_timeout() {
-    let server = RawMockLlm::start(vec![Reply::StallBeforeHeaders])
+    let server = serve(vec![Reply::StallBeforeHeaders])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
@@ -475,13 +487,13 @@ async fn server_silent_before_headers_is_a_first_byte_timeout() {
 
     assert!(matches!(err, LlmError::Timeout(d) if d == SHORT), "{err:?}");
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-    assert!(server.disconnected_within(PROMPTLY).await);
-    assert_eq!(server.request_count(), 1, "timeouts are not retried");
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
+    assert_eq!(server.mock().request_count(), 1, "timeouts are not retried");
 }
 
 #[tokio::test]
 async fn headers_without_any_event_is_a_first_byte_timeout() {
-    let server = RawMockLlm::start(vec![Reply::Sse(vec![], After::Stall)])
+    let server = serve(vec![Reply::Sse(vec![], After::Stall)])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
@@ -504,12 +516,12 @@ async fn headers_without_any_event_is_a_first_byte_timeout() {
         "{items:?}"
     );
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
 }
 
 #[tokio::test]
 async fn stall_mid_stream_is_an_idle_timeout_and_lets_the_connection_go() {
-    let server = RawMockLlm::start(vec![Reply::chunks(&[content("Hel")], After::Stall)])
+    let server = serve(vec![Reply::chunks(&[content("Hel")], After::Stall)])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
@@ -531,12 +543,12 @@ async fn stall_mid_stream_is_an_idle_timeout_and_lets_the_connection_go() {
     // The stream is over, and the connection is closed without waiting for the caller to drop
     // the stream.
     assert!(stream.next().await.is_none());
-    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
 }
 
 #[tokio::test]
 async fn dropping_the_stream_closes_the_connection() {
-    let server = RawMockLlm::start(vec![Reply::chunks(&[content("Hel")], After::Stall)])
+    let server = serve(vec![Reply::chunks(&[content("Hel")], After::Stall)])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
@@ -545,7 +557,7 @@ async fn dropping_the_stream_closes_the_connection() {
     let first = stream.next().await.expect("an item").expect("text");
     assert_eq!(first, StreamItem::Text("Hel".into()));
     assert_eq!(
-        server.disconnects(),
+        server.mock().disconnects(),
         0,
         "the connection is open while streaming"
     );
@@ -553,14 +565,14 @@ async fn dropping_the_stream_closes_the_connection() {
     drop(stream);
 
     assert!(
-        server.disconnected_within(PROMPTLY).await,
+        server.mock().disconnected_within(PROMPTLY).await,
         "the server still holds an open connection after the stream was dropped"
     );
 }
 
 #[tokio::test]
 async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
-    let server = RawMockLlm::start(vec![Reply::chunks(
+    let server = serve(vec![Reply::chunks(
         &[content("ok"), finish("stop")],
         After::Done,
     )])
@@ -595,7 +607,7 @@ async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
 
     drain(client.stream_chat(request).await.expect("stream")).await;
 
-    let requests = server.requests();
+    let requests = server.mock().raw_requests();
     assert_eq!(requests.len(), 1);
     let captured = &requests[0];
     assert_eq!(captured.path, "/v1/chat/completions");
@@ -645,7 +657,7 @@ async fn missing_model_fails_at_build_with_a_clear_error() {
 
 #[tokio::test]
 async fn non_streaming_chat_reads_the_whole_answer() {
-    let server = RawMockLlm::start(vec![Reply::Json(json!({
+    let server = serve(vec![Reply::Json(json!({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 1717000000.5,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "It is sunny.",
             "tool_calls": [{"id": "c1", "type": "function",
@@ -673,14 +685,14 @@ async fn non_streaming_chat_reads_the_whole_answer() {
             total_tokens: 24
         })
     );
-    let body = &server.requests()[0].body;
+    let body = &server.mock().raw_requests()[0].body;
     assert_eq!(body["stream"], false);
     assert!(body.get("stream_options").is_none(), "{body}");
 }
 
 #[tokio::test]
 async fn non_streaming_chat_reports_http_errors_with_status() {
-    let server = RawMockLlm::start(vec![Reply::Status(
+    let server = serve(vec![Reply::Status(
         404,
         r#"{"error":{"message":"The model `gpt-test` does not exist"}}"#.into(),
     )])
@@ -694,7 +706,7 @@ async fn non_streaming_chat_reports_http_errors_with_status() {
         matches!(&err, LlmError::Api { status: Some(404), message } if message.contains("does not exist")),
         "{err:?}"
     );
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(server.mock().request_count(), 1);
 }
 
 /// The client's default limit on one line or event of a stream, and on a whole answer.
@@ -702,7 +714,7 @@ const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 
 #[tokio::test]
 async fn an_endless_line_fails_with_too_large_once_past_the_limit() {
-    let server = RawMockLlm::start(vec![Reply::EndlessLine(vec![content("Hel").to_string()])])
+    let server = serve(vec![Reply::EndlessLine(vec![content("Hel").to_string()])])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
@@ -724,20 +736,20 @@ async fn an_endless_line_fails_with_too_large_once_past_the_limit() {
         ),
         "{items:?}"
     );
-    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
     // The client let go near the limit (socket buffers hold a few MiB more), long before the
     // server would have stopped.
     assert!(
-        server.flooded() < FLOOD_LIMIT / 2,
+        server.mock().flooded() < FLOOD_LIMIT / 2,
         "the client read {} bytes of the line",
-        server.flooded()
+        server.mock().flooded()
     );
 }
 
 #[tokio::test]
 async fn a_line_just_under_a_configured_limit_passes_and_one_over_fails() {
     let long = "y".repeat(10_000);
-    let server = RawMockLlm::start(vec![
+    let server = serve(vec![
         Reply::chunks(&[content(&long), finish("stop")], After::Done),
         Reply::chunks(&[content(&long), finish("stop")], After::Done),
     ])
@@ -772,7 +784,7 @@ async fn a_line_just_under_a_configured_limit_passes_and_one_over_fails() {
 #[tokio::test]
 async fn a_huge_error_body_is_cut_at_the_limit() {
     let start = r#"{"error":{"message":"bad request: "#;
-    let server = RawMockLlm::start(vec![Reply::EndlessStatus(400, start.into())])
+    let server = serve(vec![Reply::EndlessStatus(400, start.into())])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
@@ -794,18 +806,18 @@ async fn a_huge_error_body_is_cut_at_the_limit() {
     assert!(message.starts_with(start), "{message}");
     assert!(message.chars().count() <= 501, "{} chars", message.len());
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
     assert!(
-        server.flooded() < FLOOD_LIMIT / 2,
+        server.mock().flooded() < FLOOD_LIMIT / 2,
         "the client read {} bytes of the body",
-        server.flooded()
+        server.mock().flooded()
     );
-    assert_eq!(server.request_count(), 1, "a 400 is not retried");
+    assert_eq!(server.mock().request_count(), 1, "a 400 is not retried");
 }
 
 #[tokio::test]
 async fn a_non_streamed_answer_over_the_limit_is_too_large() {
-    let server = RawMockLlm::start(vec![Reply::Json(json!({
+    let server = serve(vec![Reply::Json(json!({
         "choices": [{"index": 0, "message": {"content": "z".repeat(10_000)}, "finish_reason": "stop"}]
     }))])
     .await
@@ -832,7 +844,7 @@ async fn a_non_streamed_answer_over_the_limit_is_too_large() {
 #[tokio::test]
 async fn tool_calls_and_their_finish_reason_on_a_connection_left_open_end_the_answer() {
     // The model is done, but the server sends neither usage nor `[DONE]` nor the body's end.
-    let server = RawMockLlm::start(vec![Reply::chunks(
+    let server = serve(vec![Reply::chunks(
         &[
             json!({"choices": [{"index": 0, "delta": {"tool_calls": [
                 {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":"}}
@@ -861,5 +873,5 @@ async fn tool_calls_and_their_finish_reason_on_a_connection_left_open_end_the_an
         ]
     );
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
 }
