@@ -26,7 +26,7 @@ async fn the_weather_crew_looks_up_two_cities_in_one_round_and_says_the_filler_f
     bounded(async {
         let llm = Arc::new(voice_agent::scripted_weather_model(Duration::ZERO));
         let weather = voice_agent::WeatherCrew::new(llm, Duration::from_millis(20)).unwrap();
-        let crew = TestCrew::serve(move |setup| Ok::<_, RegistryError>(weather.build(setup)))
+        let crew = TestCrew::serve(move |setup: &SessionSetup| weather.build(setup))
             .await
             .unwrap();
         let mut call = crew.call().await.unwrap();
@@ -57,7 +57,7 @@ async fn the_weather_crew_looks_up_two_cities_in_one_round_and_says_the_filler_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_support_crew_transfers_on_request_and_ends_the_call_on_goodbye() {
     bounded(async {
-        let crew = TestCrew::serve(|setup| {
+        let crew = TestCrew::serve(|setup: &SessionSetup| {
             call_control::support_crew(setup, Arc::new(call_control::scripted_support_model()))
         })
         .await
@@ -83,7 +83,7 @@ async fn the_support_crew_transfers_on_request_and_ends_the_call_on_goodbye() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() {
     bounded(async {
-        let crew = TestCrew::serve(|setup| {
+        let crew = TestCrew::serve(|setup: &SessionSetup| {
             collections_router::collections_crew(
                 setup,
                 Arc::new(collections_router::scripted_collections_model()),
@@ -117,7 +117,7 @@ async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() 
 /// The bank crew over `books`, on its offline model.
 async fn bank_crew(books: &bank_support::Bank) -> TestCrew {
     let books = books.clone();
-    TestCrew::serve(move |setup| {
+    TestCrew::serve(move |setup: &SessionSetup| {
         bank_support::bank_crew(
             setup,
             Arc::new(bank_support::scripted_bank_model()),
@@ -305,9 +305,11 @@ async fn the_sentiment_crew_answers_the_same_in_process_as_through_a_socket() {
 
 /// The chat crew, on its offline model.
 async fn chat_crew() -> TestCrew {
-    TestCrew::serve(|setup| text_chat::chat_crew(setup, Arc::new(text_chat::scripted_chat_model())))
-        .await
-        .unwrap()
+    TestCrew::serve(|setup: &SessionSetup| {
+        text_chat::chat_crew(setup, Arc::new(text_chat::scripted_chat_model()))
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
