@@ -363,3 +363,58 @@ async fn the_chat_crew_refuses_a_voice_call_and_says_why() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_remote_weather_crew_speaks_what_the_callers_own_station_answers() {
+    use crewline_examples::remote_weather::{self, station};
+    use crewline_remote::{ClientConfig, TaskApi, wire::TaskStatus};
+    use crewline_server::CrewServer;
+
+    bounded(async {
+        // The crew with its task API, as the example serves it.
+        let tasks = TaskApi::new();
+        let model = Arc::new(remote_weather::scripted_model(Duration::ZERO));
+        let weather = remote_weather::RemoteWeatherCrew::new(model, tasks.clone());
+        let server = CrewServer::new(move |setup: SessionSetup| {
+            let weather = weather.clone();
+            async move { weather.build(&setup).await }
+        })
+        .merge(tasks.router());
+        let crew = TestCrew::serve_server(server).await.unwrap();
+
+        // The station (the remote side) registers its tools as a task, here in the test.
+        let base = crew.url().unwrap().replacen("ws://", "http://", 1);
+        let base = base.trim_end_matches("/ws").to_owned();
+        let (task_tx, task_rx) = tokio::sync::oneshot::channel();
+        let station = tokio::spawn(station::run(ClientConfig::new(base), move |id| {
+            let _ = task_tx.send(id.to_owned());
+        }));
+        let task_id = task_rx.await.unwrap();
+
+        let mut config = crew.config();
+        config
+            .initial_variables
+            .insert("task_id".to_owned(), json!(task_id));
+        let mut call = crew.call_with(config).await.unwrap();
+        let oslo = call.say("What's the weather in Oslo?").await.unwrap();
+        let answer = oslo
+            .assert_tool_call("get_weather", json!({"location": "Oslo"}))
+            .succeeded();
+        assert_eq!(answer["source"], "client weather station");
+        oslo.assert_text_contains("In Oslo it is 4 degrees and snowing.");
+
+        // The station's own error reaches the model as a tool error, and is said.
+        let atlantis = call.say("And in Atlantis?").await.unwrap();
+        atlantis
+            .assert_tool_call("get_weather", json!({"location": "Atlantis"}))
+            .failed_with("no data for Atlantis");
+        atlantis.assert_text_contains("The station has no data for Atlantis");
+
+        // Hanging up ends the task; the station stops, having answered both calls.
+        call.hang_up().await.unwrap();
+        let outcome = station.await.unwrap().unwrap();
+        assert_eq!(outcome.status, TaskStatus::Done);
+        assert_eq!(outcome.calls_answered, 2);
+    })
+    .await;
+}
