@@ -603,6 +603,7 @@ async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
         temperature: Some(0.1),
         max_tokens: None,
         extra,
+        ..RequestOptions::default()
     });
 
     drain(client.stream_chat(request).await.expect("stream")).await;

@@ -1,13 +1,17 @@
 //! The client's settings, checked once when it is built.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
 
 use reqwest::header::HeaderValue;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
 use super::{OpenAiClient, body, http::Transport, key::ApiKey};
-use crate::{LlmError, RequestOptions};
+use crate::{LlmError, MaxTokensField, RequestOptions};
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -77,6 +81,8 @@ pub struct OpenAiClientBuilder {
     temperature: Option<f32>,
     max_tokens: Option<u32>,
     extra: Map<String, Value>,
+    /// The typed defaults set with [`OpenAiClientBuilder::defaults`] and the quirk settings.
+    options: RequestOptions,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
@@ -94,6 +100,7 @@ impl Default for OpenAiClientBuilder {
             temperature: None,
             max_tokens: None,
             extra: Map::new(),
+            options: RequestOptions::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -113,6 +120,7 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("temperature", &self.temperature)
             .field("max_tokens", &self.max_tokens)
             .field("extra", &self.extra)
+            .field("options", &self.options)
             .field("connect_timeout", &self.connect_timeout)
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
@@ -155,9 +163,39 @@ impl OpenAiClientBuilder {
         self
     }
 
-    /// The default limit of generated tokens (sent as `max_tokens`).
+    /// The default limit of generated tokens (sent as `max_tokens`, or as
+    /// `max_completion_tokens` after [`max_tokens_field`](Self::max_tokens_field)).
     pub fn max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// The body field the token limit goes in (default `max_tokens`). OpenAI's reasoning
+    /// models (o1, o3, gpt-5...) refuse `max_tokens`: use
+    /// [`MaxTokensField::MaxCompletionTokens`] for them.
+    pub fn max_tokens_field(mut self, field: MaxTokensField) -> Self {
+        self.options.max_tokens_field = Some(field);
+        self
+    }
+
+    /// Whether streamed answers ask for token usage with `stream_options` (default `true`).
+    /// Turn off for a server that rejects `stream_options`; without this, the client finds
+    /// out from the server's first 400 naming it, retries once without it and leaves it out
+    /// from then on (one warning).
+    pub fn stream_usage(mut self, stream_usage: bool) -> Self {
+        self.options.stream_usage = Some(stream_usage);
+        self
+    }
+
+    /// Typed defaults for every request (`parallel_tool_calls`, `response_format`, `seed`,
+    /// `user`, `metadata`...); the builder's own setters (model, temperature, token limit,
+    /// extras, token field, stream usage) win over the same fields here, whatever the order
+    /// of the calls.
+    pub fn defaults(mut self, options: RequestOptions) -> Self {
+        let quirks = (self.options.max_tokens_field, self.options.stream_usage);
+        self.options = options;
+        self.options.max_tokens_field = quirks.0.or(self.options.max_tokens_field);
+        self.options.stream_usage = quirks.1.or(self.options.stream_usage);
         self
     }
 
@@ -207,10 +245,14 @@ impl OpenAiClientBuilder {
     }
 
     /// Checks the settings and builds the client.
-    pub fn build(self) -> Result<OpenAiClient, LlmError> {
-        let model = self.model.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
-            LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
-        })?;
+    pub fn build(mut self) -> Result<OpenAiClient, LlmError> {
+        let model = self
+            .model
+            .or_else(|| self.options.model.take())
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| {
+                LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
+            })?;
         let api_key = self
             .api_key
             .or_else(|| env_var(self.read_env, "OPENAI_API_KEY").map(SecretString::from))
@@ -223,7 +265,9 @@ impl OpenAiClientBuilder {
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         let base_url = check_base_url(&base_url)?;
-        if let Some(temperature) = self.temperature {
+        let mut extra = std::mem::take(&mut self.options.extra);
+        extra.extend(self.extra);
+        if let Some(temperature) = self.temperature.or(self.options.temperature) {
             body::check_temperature(temperature)?;
         }
         for (name, value) in [
@@ -260,10 +304,12 @@ impl OpenAiClientBuilder {
             transport,
             defaults: RequestOptions {
                 model: Some(model),
-                temperature: self.temperature,
-                max_tokens: self.max_tokens,
-                extra: self.extra,
+                temperature: self.temperature.or(self.options.temperature),
+                max_tokens: self.max_tokens.or(self.options.max_tokens),
+                extra,
+                ..self.options
             },
+            stream_options_refused: Arc::new(AtomicBool::new(false)),
             base_url,
             api_key: ApiKey(Arc::new(SecretString::from(key))),
             connect_timeout: self.connect_timeout,
