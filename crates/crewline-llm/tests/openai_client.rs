@@ -100,7 +100,8 @@ async fn odd_chunk_shapes_still_yield_text_finish_and_usage() {
             StreamItem::Usage(Usage {
                 prompt_tokens: 12,
                 completion_tokens: 3,
-                total_tokens: 15
+                total_tokens: 15,
+                reasoning_tokens: 0
             }),
         ]
     );
@@ -683,7 +684,8 @@ async fn non_streaming_chat_reads_the_whole_answer() {
         Some(Usage {
             prompt_tokens: 20,
             completion_tokens: 4,
-            total_tokens: 24
+            total_tokens: 24,
+            reasoning_tokens: 0
         })
     );
     let body = &server.mock().raw_requests()[0].body;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crewline_core::{Message, ToolDefinition};
 use crewline_llm::{
     ChatRequest, JsonSchemaFormat, LlmClient, LlmError, LlmStream, MaxTokensField, OpenAiClient,
-    OpenAiClientBuilder, RequestOptions, ResponseFormat, StreamItem, ToolChoice,
+    OpenAiClientBuilder, RequestOptions, ResponseFormat, StreamItem, ToolChoice, Usage,
 };
 use crewline_testkit::mock_llm::{
     MockLlm, RunningMockLlm,
@@ -276,4 +276,68 @@ async fn other_refusals_are_not_retried() {
         })
     ));
     assert_eq!(server.mock().raw_requests().len(), 1);
+}
+
+#[tokio::test]
+async fn reasoning_deltas_are_their_own_items_and_counted_in_usage() {
+    let usage = json!({"prompt_tokens": 10, "completion_tokens": 30, "total_tokens": 40,
+                       "completion_tokens_details": {"reasoning_tokens": 22}});
+    let server = MockLlm::raw(vec![Reply::chunks(
+        &[
+            // DeepSeek and vLLM: `reasoning_content`, with `content: null` while thinking.
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "reasoning_content": "Paris is "}}]}),
+            // OpenRouter: `reasoning`.
+            json!({"choices": [{"index": 0, "delta": {"content": "", "reasoning": "in France."}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Sunny.", "reasoning_content": null}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": usage}),
+        ],
+        After::Done,
+    )])
+    .start()
+    .await
+    .expect("the mock binds");
+    let client = client_for(&server).build().expect("client");
+
+    let items: Vec<StreamItem> = drain(client.stream_chat(hello()).await.expect("stream"))
+        .await
+        .into_iter()
+        .map(|item| item.expect("no error"))
+        .collect();
+
+    assert_eq!(
+        items,
+        [
+            StreamItem::Reasoning("Paris is ".into()),
+            StreamItem::Reasoning("in France.".into()),
+            StreamItem::Text("Sunny.".into()),
+            StreamItem::Finish(crewline_llm::FinishReason::Stop),
+            StreamItem::Usage(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 30,
+                total_tokens: 40,
+                reasoning_tokens: 22,
+            }),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_whole_answer_keeps_its_reasoning_out_of_the_content() {
+    let server = MockLlm::raw(vec![Reply::Json(json!({
+        "choices": [{"message": {"content": "Sunny.", "reasoning_content": "Paris, so..."},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2,
+                  "completion_tokens_details": {"reasoning_tokens": 1.0}}
+    }))])
+    .start()
+    .await
+    .expect("the mock binds");
+    let client = client_for(&server).build().expect("client");
+
+    let answer = client.chat(hello()).await.expect("answer");
+
+    assert_eq!(answer.content, "Sunny.");
+    assert_eq!(answer.reasoning, "Paris, so...");
+    assert_eq!(answer.usage.map(|u| u.reasoning_tokens), Some(1));
 }
