@@ -341,3 +341,61 @@ async fn a_whole_answer_keeps_its_reasoning_out_of_the_content() {
     assert_eq!(answer.reasoning, "Paris, so...");
     assert_eq!(answer.usage.map(|u| u.reasoning_tokens), Some(1));
 }
+
+#[tokio::test]
+async fn azure_deployments_get_their_url_key_header_and_content_filter_fields() {
+    let filters = json!({"hate": {"filtered": false, "severity": "safe"},
+                         "violence": {"filtered": false, "severity": "safe"}});
+    let server = MockLlm::raw(vec![Reply::chunks(
+        &[
+            // Azure's first chunk: no choices, the prompt's filter results.
+            json!({"choices": [], "created": 0, "id": "", "model": "", "object": "",
+                   "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": filters}]}),
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                "content_filter_results": {}, "finish_reason": null}],
+                   "created": 1717000000, "id": "chatcmpl-1", "model": "gpt-4o",
+                   "object": "chat.completion.chunk", "system_fingerprint": "fp_1"}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Sunny"},
+                                "content_filter_results": filters, "finish_reason": null}]}),
+            // The filter stopped the answer.
+            json!({"choices": [{"index": 0, "delta": {}, "content_filter_results": filters,
+                                "finish_reason": "content_filter"}]}),
+        ],
+        After::Done,
+    )])
+    .start()
+    .await
+    .expect("the mock binds");
+    let endpoint = server.base_url().trim_end_matches("/v1").to_owned() + "/";
+    let client = OpenAiClient::builder()
+        .azure(endpoint, "gpt-4o-prod", "2024-10-21")
+        .api_key("azure-key")
+        .read_env(false)
+        .build()
+        .expect("client");
+
+    let items: Vec<StreamItem> = drain(client.stream_chat(hello()).await.expect("stream"))
+        .await
+        .into_iter()
+        .map(|item| item.expect("no error"))
+        .collect();
+
+    assert_eq!(
+        items,
+        [
+            StreamItem::Text("Sunny".into()),
+            StreamItem::Finish(crewline_llm::FinishReason::ContentFilter),
+        ]
+    );
+    let request = &server.mock().raw_requests()[0];
+    assert_eq!(
+        request.path,
+        "/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21"
+    );
+    assert_eq!(
+        request.headers.get("api-key").map(String::as_str),
+        Some("azure-key")
+    );
+    assert!(!request.headers.contains_key("authorization"));
+    assert_eq!(request.body["model"], "gpt-4o-prod");
+}

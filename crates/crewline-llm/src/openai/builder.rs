@@ -6,7 +6,7 @@ use std::{
     time::Duration,
 };
 
-use reqwest::header::HeaderValue;
+use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
@@ -83,6 +83,8 @@ pub struct OpenAiClientBuilder {
     extra: Map<String, Value>,
     /// The typed defaults set with [`OpenAiClientBuilder::defaults`] and the quirk settings.
     options: RequestOptions,
+    /// Azure OpenAI's deployment and `api-version`, when the base URL is an Azure resource.
+    azure: Option<Azure>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
@@ -101,6 +103,7 @@ impl Default for OpenAiClientBuilder {
             max_tokens: None,
             extra: Map::new(),
             options: RequestOptions::default(),
+            azure: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -121,6 +124,7 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("max_tokens", &self.max_tokens)
             .field("extra", &self.extra)
             .field("options", &self.options)
+            .field("azure", &self.azure)
             .field("connect_timeout", &self.connect_timeout)
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
@@ -187,6 +191,36 @@ impl OpenAiClientBuilder {
         self
     }
 
+    /// Azure OpenAI: requests go to
+    /// `{endpoint}/openai/deployments/{deployment}/chat/completions?api-version={api_version}`
+    /// with the key in the `api-key` header (default: `AZURE_OPENAI_API_KEY`, else
+    /// `OPENAI_API_KEY`). The model defaults to the deployment's name (Azure reads the
+    /// deployment from the URL). Azure's content-filter fields in chunks are read without
+    /// error; an answer the filter stopped ends with
+    /// [`FinishReason::ContentFilter`](crate::FinishReason::ContentFilter).
+    ///
+    /// ```
+    /// let client = crewline_llm::OpenAiClient::builder()
+    ///     .azure("https://my-resource.openai.azure.com", "gpt-4o-prod", "2024-10-21")
+    ///     .api_key("azure-key")
+    ///     .build()?;
+    /// assert_eq!(client.model(), "gpt-4o-prod");
+    /// # Ok::<(), crewline_llm::LlmError>(())
+    /// ```
+    pub fn azure(
+        mut self,
+        endpoint: impl Into<String>,
+        deployment: impl Into<String>,
+        api_version: impl Into<String>,
+    ) -> Self {
+        self.base_url = Some(endpoint.into());
+        self.azure = Some(Azure {
+            deployment: deployment.into(),
+            api_version: api_version.into(),
+        });
+        self
+    }
+
     /// Typed defaults for every request (`parallel_tool_calls`, `response_format`, `seed`,
     /// `user`, `metadata`...); the builder's own setters (model, temperature, token limit,
     /// extras, token field, stream usage) win over the same fields here, whatever the order
@@ -246,16 +280,24 @@ impl OpenAiClientBuilder {
 
     /// Checks the settings and builds the client.
     pub fn build(mut self) -> Result<OpenAiClient, LlmError> {
+        let azure = self.azure.take();
         let model = self
             .model
             .or_else(|| self.options.model.take())
+            .or_else(|| azure.as_ref().map(|a| a.deployment.clone()))
             .filter(|m| !m.trim().is_empty())
             .ok_or_else(|| {
                 LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
             })?;
         let api_key = self
             .api_key
-            .or_else(|| env_var(self.read_env, "OPENAI_API_KEY").map(SecretString::from))
+            .or_else(|| {
+                azure
+                    .as_ref()
+                    .and_then(|_| env_var(self.read_env, "AZURE_OPENAI_API_KEY"))
+                    .or_else(|| env_var(self.read_env, "OPENAI_API_KEY"))
+                    .map(SecretString::from)
+            })
             .filter(|k| !k.expose_secret().trim().is_empty())
             .ok_or(LlmError::MissingApiKey)?;
         let key = api_key.expose_secret().trim();
@@ -286,16 +328,25 @@ impl OpenAiClientBuilder {
         }
 
         // The key travels only in this header, marked sensitive so no HTTP layer logs it.
-        let mut authorization = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+        let (key_header, value) = match &azure {
+            Some(_) => (HeaderName::from_static("api-key"), key.to_owned()),
+            None => (AUTHORIZATION, format!("Bearer {key}")),
+        };
+        let mut authorization = HeaderValue::from_str(&value).map_err(|_| {
             LlmError::Config(
                 "the API key has characters that cannot go in an HTTP header".to_owned(),
             )
         })?;
         authorization.set_sensitive(true);
 
+        let url = match &azure {
+            Some(azure) => azure.url(&base_url)?,
+            None => format!("{base_url}/chat/completions"),
+        };
         let transport = Transport::new(
             self.connect_timeout,
-            &base_url,
+            &url,
+            key_header,
             authorization,
             self.max_retries,
         )?;
@@ -318,6 +369,39 @@ impl OpenAiClientBuilder {
             max_retries: self.max_retries,
             max_event_bytes: self.max_event_bytes,
         })
+    }
+}
+
+/// An Azure OpenAI deployment.
+#[derive(Debug, Clone)]
+struct Azure {
+    deployment: String,
+    api_version: String,
+}
+
+impl Azure {
+    /// The deployment's chat-completions URL under the resource's `endpoint`.
+    fn url(&self, endpoint: &str) -> Result<String, LlmError> {
+        if self.deployment.trim().is_empty() || self.api_version.trim().is_empty() {
+            return Err(LlmError::Config(
+                "Azure OpenAI needs a deployment and an api-version".to_owned(),
+            ));
+        }
+        let mut url = reqwest::Url::parse(endpoint)
+            .map_err(|e| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}: {e}")))?;
+        url.path_segments_mut()
+            .map_err(|()| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}")))?
+            .pop_if_empty()
+            .extend([
+                "openai",
+                "deployments",
+                self.deployment.trim(),
+                "chat",
+                "completions",
+            ]);
+        url.query_pairs_mut()
+            .append_pair("api-version", self.api_version.trim());
+        Ok(url.into())
     }
 }
 
