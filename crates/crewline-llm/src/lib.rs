@@ -24,6 +24,8 @@ pub use client::LlmClient;
 pub use client::MockLlmClient;
 pub use error::{ErrorDetail, LlmError};
 pub use openai::{OpenAiClient, OpenAiClientBuilder};
-pub use request::{ChatRequest, RequestOptions, ToolChoice};
+pub use request::{
+    ChatRequest, JsonSchemaFormat, MaxTokensField, RequestOptions, ResponseFormat, ToolChoice,
+};
 pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptError, ScriptedLlm};
 pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};

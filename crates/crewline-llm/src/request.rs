@@ -159,9 +159,29 @@ pub struct RequestOptions {
     pub model: Option<String>,
     /// Sampling temperature.
     pub temperature: Option<f32>,
-    /// The most tokens to generate.
+    /// The most tokens to generate (sent under the name [`max_tokens_field`](Self::max_tokens_field) says).
     pub max_tokens: Option<u32>,
-    /// Other body fields, sent as they are (`top_p`, `seed`, vendor extensions...).
+    /// Which body field carries `max_tokens`; unset means [`MaxTokensField::MaxTokens`].
+    /// OpenAI's reasoning models (o1, o3, gpt-5...) refuse `max_tokens` and want
+    /// [`MaxTokensField::MaxCompletionTokens`].
+    pub max_tokens_field: Option<MaxTokensField>,
+    /// Whether the model may call several tools in one turn (`parallel_tool_calls`); sent only
+    /// with tools, as OpenAI rejects it without.
+    pub parallel_tool_calls: Option<bool>,
+    /// The answer's format (`response_format`): text, any JSON object, or JSON by a schema.
+    pub response_format: Option<ResponseFormat>,
+    /// A seed for (best-effort) deterministic sampling (`seed`).
+    pub seed: Option<i64>,
+    /// An id of the end user, for the provider's abuse monitoring (`user`).
+    pub user: Option<String>,
+    /// Key-value tags stored with the completion (`metadata`; OpenAI takes string values).
+    pub metadata: Option<Map<String, Value>>,
+    /// Whether a streamed answer asks for token usage (`stream_options.include_usage`);
+    /// unset means yes. Set `false` for a server that rejects `stream_options` (the default
+    /// client also finds this out by itself, once, from the server's 400).
+    pub stream_usage: Option<bool>,
+    /// Other body fields, sent as they are (`top_p`, vendor extensions...). An extra with the
+    /// name of a typed field overrides it.
     pub extra: Map<String, Value>,
 }
 
@@ -174,7 +194,91 @@ impl RequestOptions {
             model: other.model.clone().or_else(|| self.model.clone()),
             temperature: other.temperature.or(self.temperature),
             max_tokens: other.max_tokens.or(self.max_tokens),
+            max_tokens_field: other.max_tokens_field.or(self.max_tokens_field),
+            parallel_tool_calls: other.parallel_tool_calls.or(self.parallel_tool_calls),
+            response_format: other
+                .response_format
+                .clone()
+                .or_else(|| self.response_format.clone()),
+            seed: other.seed.or(self.seed),
+            user: other.user.clone().or_else(|| self.user.clone()),
+            metadata: other.metadata.clone().or_else(|| self.metadata.clone()),
+            stream_usage: other.stream_usage.or(self.stream_usage),
             extra,
         }
     }
+}
+
+/// The body field that carries the token limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MaxTokensField {
+    /// `max_tokens`: most servers (vLLM, Ollama, Groq...) and OpenAI's older models.
+    #[default]
+    MaxTokens,
+    /// `max_completion_tokens`: OpenAI's reasoning models, which refuse `max_tokens`.
+    MaxCompletionTokens,
+}
+
+impl MaxTokensField {
+    /// The field's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::MaxTokens => "max_tokens",
+            Self::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+}
+
+/// The format the answer must take (OpenAI's `response_format`).
+///
+/// # Examples
+///
+/// ```
+/// use crewline_llm::{JsonSchemaFormat, ResponseFormat};
+/// use serde_json::json;
+///
+/// let format = ResponseFormat::JsonSchema {
+///     json_schema: JsonSchemaFormat {
+///         name: "weather".into(),
+///         description: None,
+///         schema: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+///         strict: Some(true),
+///     },
+/// };
+/// assert_eq!(
+///     serde_json::to_value(&format).unwrap(),
+///     json!({"type": "json_schema", "json_schema": {
+///         "name": "weather",
+///         "schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+///         "strict": true
+///     }})
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    /// Plain text (the default of every server).
+    Text,
+    /// Any JSON object ("JSON mode").
+    JsonObject,
+    /// JSON that follows a schema ("structured outputs").
+    JsonSchema {
+        /// The schema the answer follows.
+        json_schema: JsonSchemaFormat,
+    },
+}
+
+/// A named JSON schema for [`ResponseFormat::JsonSchema`], sent as `json_schema`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JsonSchemaFormat {
+    /// The schema's name (letters, digits, `_` and `-`).
+    pub name: String,
+    /// What the answer is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON schema.
+    pub schema: Value,
+    /// Whether the server must follow the schema exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }

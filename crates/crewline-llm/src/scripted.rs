@@ -548,5 +548,6 @@ fn usage(request: &ChatRequest, completion_chars: usize) -> Usage {
         prompt_tokens,
         completion_tokens,
         total_tokens: prompt_tokens.saturating_add(completion_tokens),
+        reasoning_tokens: 0,
     }
 }

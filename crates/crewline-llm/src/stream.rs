@@ -11,7 +11,8 @@ pub type LlmStream = BoxStream<'static, Result<StreamItem, LlmError>>;
 ///
 /// Order: any number of `Text` items as the model writes; then, if the model called tools, one
 /// `ToolCalls` item with every call assembled; then one `Finish`. `Usage` may come anywhere,
-/// usually last.
+/// usually last. `Reasoning` items (a reasoning model's thinking) come as the model writes
+/// them, usually before any `Text`: they are never to be spoken.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {
     /// A piece of the answer's text.
@@ -22,6 +23,10 @@ pub enum StreamItem {
     Finish(FinishReason),
     /// Token usage of the request.
     Usage(Usage),
+    /// A piece of the model's reasoning (`reasoning_content` or `reasoning` in a delta, as
+    /// DeepSeek, vLLM's reasoning parsers and OpenRouter send): for logs and the node, never
+    /// for speech.
+    Reasoning(String),
 }
 
 /// Why the model stopped writing.
@@ -62,6 +67,10 @@ pub struct Usage {
     pub completion_tokens: u32,
     /// Both together.
     pub total_tokens: u32,
+    /// Of the completion tokens, those the model spent reasoning
+    /// (`completion_tokens_details.reasoning_tokens`; 0 when the server does not say).
+    #[serde(default)]
+    pub reasoning_tokens: u32,
 }
 
 impl std::ops::AddAssign for Usage {
@@ -69,6 +78,7 @@ impl std::ops::AddAssign for Usage {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
     }
 }
 
@@ -77,6 +87,8 @@ impl std::ops::AddAssign for Usage {
 pub struct ChatResponse {
     /// The answer's text.
     pub content: String,
+    /// The model's reasoning, when it sent any (never part of `content`).
+    pub reasoning: String,
     /// The tool calls the model made.
     pub tool_calls: Vec<ToolCall>,
     /// Why the model stopped, when the server said.
@@ -94,6 +106,7 @@ pub async fn collect(mut stream: LlmStream) -> Result<ChatResponse, LlmError> {
             StreamItem::ToolCalls(calls) => response.tool_calls.extend(calls),
             StreamItem::Finish(reason) => response.finish_reason = Some(reason),
             StreamItem::Usage(usage) => response.usage = Some(usage),
+            StreamItem::Reasoning(text) => response.reasoning.push_str(&text),
         }
     }
     Ok(response)

@@ -100,7 +100,8 @@ async fn odd_chunk_shapes_still_yield_text_finish_and_usage() {
             StreamItem::Usage(Usage {
                 prompt_tokens: 12,
                 completion_tokens: 3,
-                total_tokens: 15
+                total_tokens: 15,
+                reasoning_tokens: 0
             }),
         ]
     );
@@ -603,6 +604,7 @@ async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
         temperature: Some(0.1),
         max_tokens: None,
         extra,
+        ..RequestOptions::default()
     });
 
     drain(client.stream_chat(request).await.expect("stream")).await;
@@ -682,7 +684,8 @@ async fn non_streaming_chat_reads_the_whole_answer() {
         Some(Usage {
             prompt_tokens: 20,
             completion_tokens: 4,
-            total_tokens: 24
+            total_tokens: 24,
+            reasoning_tokens: 0
         })
     );
     let body = &server.mock().raw_requests()[0].body;

@@ -370,6 +370,8 @@ impl ToolLoop {
                             round.usage = Some(usage);
                         }
                         Ok(StreamItem::Finish(_)) => {}
+                        // A reasoning model's thinking is never spoken.
+                        Ok(StreamItem::Reasoning(_)) => {}
                         Err(error) => {
                             span.in_scope(|| tracing::warn!(%error, "LLM stream failed mid-way"));
                             yield Err(TurnError::Llm(error));

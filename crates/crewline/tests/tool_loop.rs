@@ -94,6 +94,7 @@ fn text_reply(chunks: &[&str]) -> LlmStream {
         prompt_tokens: 10,
         completion_tokens: 5,
         total_tokens: 15,
+        reasoning_tokens: 0,
     })));
     Box::pin(stream::iter(items))
 }
@@ -114,6 +115,7 @@ fn tool_reply(text: &str, calls: &[(&str, &str, Value)]) -> LlmStream {
         prompt_tokens: 20,
         completion_tokens: 3,
         total_tokens: 23,
+        reasoning_tokens: 0,
     })));
     Box::pin(stream::iter(items))
 }
@@ -180,6 +182,27 @@ async fn text_only_turn_streams_chunks_and_appends_one_assistant_message() {
     assert_eq!(report.usage.total_tokens, 15);
     assert!(report.time_to_first_token.is_some());
     assert!(!report.hit_round_cap);
+}
+
+#[tokio::test]
+async fn reasoning_is_never_spoken_nor_kept_in_the_context() {
+    let mut llm = MockLlmClient::new();
+    llm.expect_stream_chat().times(1).returning(|_| {
+        Ok(Box::pin(stream::iter(vec![
+            Ok(StreamItem::Reasoning("The user wants Paris. ".into())),
+            Ok(StreamItem::Text("Sunny.".into())),
+            Ok(StreamItem::Reasoning("Done.".into())),
+            Ok(StreamItem::Finish(FinishReason::Stop)),
+        ])))
+    });
+    let turn_loop = ToolLoop::new(Arc::new(llm), registry(vec![weather_tool()]));
+    let mut context = context();
+
+    let (events, error) = drive(&turn_loop, &mut context).await;
+
+    assert!(error.is_none());
+    assert_eq!(texts(&events), "Sunny.");
+    assert_eq!(context.last(), Some(&Message::assistant("Sunny.")));
 }
 
 #[tokio::test]

@@ -9,39 +9,73 @@ use crewline_core::{Message, ToolDefinition};
 use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value};
 
-use crate::{ChatRequest, LlmError, RequestOptions, ToolChoice};
+use crate::{ChatRequest, LlmError, MaxTokensField, RequestOptions, ResponseFormat, ToolChoice};
 
 /// The fields the client writes itself, in the order they go on the wire.
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 14] = [
     "model",
     "messages",
     "tools",
     "tool_choice",
+    "parallel_tool_calls",
     "temperature",
     "max_tokens",
+    "max_completion_tokens",
+    "response_format",
+    "seed",
+    "user",
+    "metadata",
     "stream",
     "stream_options",
 ];
+
+/// A written request body and what it asked for, for reading the server's refusals.
+pub(crate) struct Built {
+    /// The JSON body.
+    pub(crate) bytes: Bytes,
+    /// The field the token limit went in, if one was sent.
+    pub(crate) token_field: Option<MaxTokensField>,
+    /// Whether `stream_options` was sent.
+    pub(crate) stream_options: bool,
+}
 
 /// The request body for `request`, as JSON bytes, with the client's `defaults` overridden by
 /// the request's own options.
 ///
 /// - `tools` is omitted when there are none;
-/// - `tool_choice` is sent only when it was set *and* there are tools: OpenAI rejects a
-///   `tool_choice` without `tools`, and without tools the model cannot call any anyway;
-/// - streaming bodies ask for usage (`stream_options.include_usage`);
-/// - extra parameters come last and may override any field but `stream` (and, for a
-///   non-streaming body, `stream_options`), which must match how the answer is read; an
+/// - `tool_choice` and `parallel_tool_calls` are sent only when set *and* there are tools:
+///   OpenAI rejects either without `tools`, and without tools the model cannot call any anyway;
+/// - the token limit goes in `max_tokens` or `max_completion_tokens`, as the options say;
+/// - streaming bodies ask for usage (`stream_options.include_usage`) unless the options say
+///   not to or `stream_options_allowed` is false (the server refused it before);
+/// - extra parameters come last and may override any field but `stream` (and, where the
+///   client sends none, `stream_options`), which must match how the answer is read; an
 ///   overriding parameter takes the overridden field's place.
+pub(crate) fn build_body(
+    defaults: &RequestOptions,
+    request: &ChatRequest,
+    stream: bool,
+    stream_options_allowed: bool,
+) -> Result<Built, LlmError> {
+    let body = Body::new(defaults, request, stream, stream_options_allowed)?;
+    let bytes = serde_json::to_vec(&body)
+        .map(Bytes::from)
+        .map_err(|e| LlmError::Config(format!("the request cannot be written as JSON: {e}")))?;
+    Ok(Built {
+        bytes,
+        token_field: body.max_tokens.map(|_| body.token_field),
+        stream_options: body.stream_options,
+    })
+}
+
+/// [`build_body`]'s bytes, `stream_options` allowed.
+#[cfg(test)]
 pub(crate) fn build(
     defaults: &RequestOptions,
     request: &ChatRequest,
     stream: bool,
 ) -> Result<Bytes, LlmError> {
-    let body = Body::new(defaults, request, stream)?;
-    serde_json::to_vec(&body)
-        .map(Bytes::from)
-        .map_err(|e| LlmError::Config(format!("the request cannot be written as JSON: {e}")))
+    build_body(defaults, request, stream, true).map(|built| built.bytes)
 }
 
 /// One request body, borrowing everything from the request and the client's defaults.
@@ -50,9 +84,17 @@ struct Body<'a> {
     messages: &'a [Message],
     tools: &'a [ToolDefinition],
     tool_choice: Option<&'a ToolChoice>,
+    parallel_tool_calls: Option<bool>,
     temperature: Option<f64>,
     max_tokens: Option<u32>,
+    token_field: MaxTokensField,
+    response_format: Option<&'a ResponseFormat>,
+    seed: Option<i64>,
+    user: Option<&'a str>,
+    metadata: Option<&'a Map<String, Value>>,
     stream: bool,
+    /// Whether `stream_options` goes in (streaming, usage wanted, not refused before).
+    stream_options: bool,
     /// The merged extra parameters: the request's override the client's, in the client's
     /// order, new ones last (as `Map::extend` orders them).
     extra: ExtraParams<'a>,
@@ -95,6 +137,7 @@ impl<'a> Body<'a> {
         defaults: &'a RequestOptions,
         request: &'a ChatRequest,
         stream: bool,
+        stream_options_allowed: bool,
     ) -> Result<Self, LlmError> {
         let options = &request.options;
         let model = options
@@ -103,40 +146,72 @@ impl<'a> Body<'a> {
             .or(defaults.model.as_deref())
             .filter(|m| !m.trim().is_empty())
             .ok_or_else(|| LlmError::Config("the request has no model".to_owned()))?;
-        let tool_choice = if request.tools.is_empty() {
+        let has_tools = !request.tools.is_empty();
+        let tool_choice = if has_tools {
+            request.tool_choice.as_ref()
+        } else {
             if request.tool_choice.is_some() {
                 tracing::debug!("tool_choice without tools is not sent");
             }
             None
-        } else {
-            request.tool_choice.as_ref()
         };
+        let parallel_tool_calls = options
+            .parallel_tool_calls
+            .or(defaults.parallel_tool_calls)
+            .filter(|_| has_tools);
         let temperature = options
             .temperature
             .or(defaults.temperature)
             .map(temperature_number)
             .transpose()?;
+        let stream_options = stream
+            && stream_options_allowed
+            && options
+                .stream_usage
+                .or(defaults.stream_usage)
+                .unwrap_or(true);
         let extra = ExtraParams {
             defaults: &defaults.extra,
             request: &options.extra,
         };
-        if !extra.is_empty() {
-            for (key, _) in extra.iter() {
-                if is_reserved(key, stream) {
-                    tracing::warn!(param = %key, "extra parameter ignored: the client sets it itself");
-                }
-            }
-        }
-        Ok(Self {
+        let body = Self {
             model,
             messages: &request.messages,
             tools: &request.tools,
             tool_choice,
+            parallel_tool_calls,
             temperature,
             max_tokens: options.max_tokens.or(defaults.max_tokens),
+            token_field: options
+                .max_tokens_field
+                .or(defaults.max_tokens_field)
+                .unwrap_or_default(),
+            response_format: options
+                .response_format
+                .as_ref()
+                .or(defaults.response_format.as_ref()),
+            seed: options.seed.or(defaults.seed),
+            user: options.user.as_deref().or(defaults.user.as_deref()),
+            metadata: options.metadata.as_ref().or(defaults.metadata.as_ref()),
             stream,
+            stream_options,
             extra,
-        })
+        };
+        if !body.extra.is_empty() {
+            for (key, _) in body.extra.iter() {
+                if body.is_reserved(key) {
+                    tracing::warn!(param = %key, "extra parameter ignored: the client sets it itself");
+                }
+            }
+        }
+        Ok(body)
+    }
+
+    /// Whether an extra parameter may not override `key`: it decides how the answer is read
+    /// (`stream`), or the client sends no `stream_options` (not streaming, usage not wanted,
+    /// or the server refused it).
+    fn is_reserved(&self, key: &str) -> bool {
+        key == "stream" || (!self.stream_options && key == "stream_options")
     }
 
     /// Whether the client writes `field` itself in this body.
@@ -145,9 +220,19 @@ impl<'a> Body<'a> {
             "model" | "messages" | "stream" => true,
             "tools" => !self.tools.is_empty(),
             "tool_choice" => self.tool_choice.is_some(),
+            "parallel_tool_calls" => self.parallel_tool_calls.is_some(),
             "temperature" => self.temperature.is_some(),
-            "max_tokens" => self.max_tokens.is_some(),
-            "stream_options" => self.stream,
+            "max_tokens" => {
+                self.max_tokens.is_some() && self.token_field == MaxTokensField::MaxTokens
+            }
+            "max_completion_tokens" => {
+                self.max_tokens.is_some() && self.token_field == MaxTokensField::MaxCompletionTokens
+            }
+            "response_format" => self.response_format.is_some(),
+            "seed" => self.seed.is_some(),
+            "user" => self.user.is_some(),
+            "metadata" => self.metadata.is_some(),
+            "stream_options" => self.stream_options,
             _ => false,
         }
     }
@@ -157,7 +242,7 @@ impl<'a> Body<'a> {
         map: &mut M,
         field: &'static str,
     ) -> Result<(), M::Error> {
-        if !is_reserved(field, self.stream)
+        if !self.is_reserved(field)
             && let Some(value) = self.extra.get(field)
         {
             return map.serialize_entry(field, value);
@@ -167,8 +252,13 @@ impl<'a> Body<'a> {
             "messages" => map.serialize_entry(field, self.messages),
             "tools" => map.serialize_entry(field, &Tools(self.tools)),
             "tool_choice" => map.serialize_entry(field, &self.tool_choice),
+            "parallel_tool_calls" => map.serialize_entry(field, &self.parallel_tool_calls),
             "temperature" => map.serialize_entry(field, &self.temperature),
-            "max_tokens" => map.serialize_entry(field, &self.max_tokens),
+            "max_tokens" | "max_completion_tokens" => map.serialize_entry(field, &self.max_tokens),
+            "response_format" => map.serialize_entry(field, &self.response_format),
+            "seed" => map.serialize_entry(field, &self.seed),
+            "user" => map.serialize_entry(field, &self.user),
+            "metadata" => map.serialize_entry(field, &self.metadata),
             "stream" => map.serialize_entry(field, &self.stream),
             "stream_options" => map.serialize_entry(field, &StreamOptions),
             _ => Ok(()),
@@ -187,18 +277,13 @@ impl Serialize for Body<'_> {
         if !self.extra.is_empty() {
             for (key, value) in self.extra.iter() {
                 // Overrides went in their field's place above; reserved keys are dropped.
-                if !is_reserved(key, self.stream) && !self.has(key) {
+                if !self.is_reserved(key) && !self.has(key) {
                     map.serialize_entry(key, value)?;
                 }
             }
         }
         map.end()
     }
-}
-
-/// Whether an extra parameter may not override `key` (it decides how the answer is read).
-fn is_reserved(key: &str, stream: bool) -> bool {
-    key == "stream" || (!stream && key == "stream_options")
 }
 
 /// The tools in OpenAI's shape (see [`ToolDefinition::openai`]).
@@ -248,6 +333,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The old rule: only `stream` (and `stream_options` when not streaming) is reserved.
+    fn is_reserved(key: &str, stream: bool) -> bool {
+        key == "stream" || (!stream && key == "stream_options")
+    }
 
     /// The body as a JSON value.
     fn build_value(
@@ -311,6 +401,7 @@ mod tests {
             temperature: Some(0.7),
             max_tokens: Some(256),
             extra,
+            ..RequestOptions::default()
         }
     }
 
@@ -354,6 +445,7 @@ mod tests {
             temperature: Some(0.0),
             max_tokens: None,
             extra,
+            ..RequestOptions::default()
         });
         let body = build_value(&defaults(), &request, true).expect("body");
         assert_eq!(body["model"], "gpt-4o");

@@ -1,13 +1,17 @@
 //! The client's settings, checked once when it is built.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::{Arc, atomic::AtomicBool},
+    time::Duration,
+};
 
-use reqwest::header::HeaderValue;
+use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
 use super::{OpenAiClient, body, http::Transport, key::ApiKey};
-use crate::{LlmError, RequestOptions};
+use crate::{LlmError, MaxTokensField, RequestOptions};
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -77,6 +81,10 @@ pub struct OpenAiClientBuilder {
     temperature: Option<f32>,
     max_tokens: Option<u32>,
     extra: Map<String, Value>,
+    /// The typed defaults set with [`OpenAiClientBuilder::defaults`] and the quirk settings.
+    options: RequestOptions,
+    /// Azure OpenAI's deployment and `api-version`, when the base URL is an Azure resource.
+    azure: Option<Azure>,
     connect_timeout: Duration,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
@@ -94,6 +102,8 @@ impl Default for OpenAiClientBuilder {
             temperature: None,
             max_tokens: None,
             extra: Map::new(),
+            options: RequestOptions::default(),
+            azure: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -113,6 +123,8 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("temperature", &self.temperature)
             .field("max_tokens", &self.max_tokens)
             .field("extra", &self.extra)
+            .field("options", &self.options)
+            .field("azure", &self.azure)
             .field("connect_timeout", &self.connect_timeout)
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
@@ -155,9 +167,69 @@ impl OpenAiClientBuilder {
         self
     }
 
-    /// The default limit of generated tokens (sent as `max_tokens`).
+    /// The default limit of generated tokens (sent as `max_tokens`, or as
+    /// `max_completion_tokens` after [`max_tokens_field`](Self::max_tokens_field)).
     pub fn max_tokens(mut self, max_tokens: u32) -> Self {
         self.max_tokens = Some(max_tokens);
+        self
+    }
+
+    /// The body field the token limit goes in (default `max_tokens`). OpenAI's reasoning
+    /// models (o1, o3, gpt-5...) refuse `max_tokens`: use
+    /// [`MaxTokensField::MaxCompletionTokens`] for them.
+    pub fn max_tokens_field(mut self, field: MaxTokensField) -> Self {
+        self.options.max_tokens_field = Some(field);
+        self
+    }
+
+    /// Whether streamed answers ask for token usage with `stream_options` (default `true`).
+    /// Turn off for a server that rejects `stream_options`; without this, the client finds
+    /// out from the server's first 400 naming it, retries once without it and leaves it out
+    /// from then on (one warning).
+    pub fn stream_usage(mut self, stream_usage: bool) -> Self {
+        self.options.stream_usage = Some(stream_usage);
+        self
+    }
+
+    /// Azure OpenAI: requests go to
+    /// `{endpoint}/openai/deployments/{deployment}/chat/completions?api-version={api_version}`
+    /// with the key in the `api-key` header (default: `AZURE_OPENAI_API_KEY`, else
+    /// `OPENAI_API_KEY`). The model defaults to the deployment's name (Azure reads the
+    /// deployment from the URL). Azure's content-filter fields in chunks are read without
+    /// error; an answer the filter stopped ends with
+    /// [`FinishReason::ContentFilter`](crate::FinishReason::ContentFilter).
+    ///
+    /// ```
+    /// let client = crewline_llm::OpenAiClient::builder()
+    ///     .azure("https://my-resource.openai.azure.com", "gpt-4o-prod", "2024-10-21")
+    ///     .api_key("azure-key")
+    ///     .build()?;
+    /// assert_eq!(client.model(), "gpt-4o-prod");
+    /// # Ok::<(), crewline_llm::LlmError>(())
+    /// ```
+    pub fn azure(
+        mut self,
+        endpoint: impl Into<String>,
+        deployment: impl Into<String>,
+        api_version: impl Into<String>,
+    ) -> Self {
+        self.base_url = Some(endpoint.into());
+        self.azure = Some(Azure {
+            deployment: deployment.into(),
+            api_version: api_version.into(),
+        });
+        self
+    }
+
+    /// Typed defaults for every request (`parallel_tool_calls`, `response_format`, `seed`,
+    /// `user`, `metadata`...); the builder's own setters (model, temperature, token limit,
+    /// extras, token field, stream usage) win over the same fields here, whatever the order
+    /// of the calls.
+    pub fn defaults(mut self, options: RequestOptions) -> Self {
+        let quirks = (self.options.max_tokens_field, self.options.stream_usage);
+        self.options = options;
+        self.options.max_tokens_field = quirks.0.or(self.options.max_tokens_field);
+        self.options.stream_usage = quirks.1.or(self.options.stream_usage);
         self
     }
 
@@ -207,13 +279,25 @@ impl OpenAiClientBuilder {
     }
 
     /// Checks the settings and builds the client.
-    pub fn build(self) -> Result<OpenAiClient, LlmError> {
-        let model = self.model.filter(|m| !m.trim().is_empty()).ok_or_else(|| {
-            LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
-        })?;
+    pub fn build(mut self) -> Result<OpenAiClient, LlmError> {
+        let azure = self.azure.take();
+        let model = self
+            .model
+            .or_else(|| self.options.model.take())
+            .or_else(|| azure.as_ref().map(|a| a.deployment.clone()))
+            .filter(|m| !m.trim().is_empty())
+            .ok_or_else(|| {
+                LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
+            })?;
         let api_key = self
             .api_key
-            .or_else(|| env_var(self.read_env, "OPENAI_API_KEY").map(SecretString::from))
+            .or_else(|| {
+                azure
+                    .as_ref()
+                    .and_then(|_| env_var(self.read_env, "AZURE_OPENAI_API_KEY"))
+                    .or_else(|| env_var(self.read_env, "OPENAI_API_KEY"))
+                    .map(SecretString::from)
+            })
             .filter(|k| !k.expose_secret().trim().is_empty())
             .ok_or(LlmError::MissingApiKey)?;
         let key = api_key.expose_secret().trim();
@@ -223,7 +307,9 @@ impl OpenAiClientBuilder {
             .filter(|u| !u.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         let base_url = check_base_url(&base_url)?;
-        if let Some(temperature) = self.temperature {
+        let mut extra = std::mem::take(&mut self.options.extra);
+        extra.extend(self.extra);
+        if let Some(temperature) = self.temperature.or(self.options.temperature) {
             body::check_temperature(temperature)?;
         }
         for (name, value) in [
@@ -242,16 +328,25 @@ impl OpenAiClientBuilder {
         }
 
         // The key travels only in this header, marked sensitive so no HTTP layer logs it.
-        let mut authorization = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+        let (key_header, value) = match &azure {
+            Some(_) => (HeaderName::from_static("api-key"), key.to_owned()),
+            None => (AUTHORIZATION, format!("Bearer {key}")),
+        };
+        let mut authorization = HeaderValue::from_str(&value).map_err(|_| {
             LlmError::Config(
                 "the API key has characters that cannot go in an HTTP header".to_owned(),
             )
         })?;
         authorization.set_sensitive(true);
 
+        let url = match &azure {
+            Some(azure) => azure.url(&base_url)?,
+            None => format!("{base_url}/chat/completions"),
+        };
         let transport = Transport::new(
             self.connect_timeout,
-            &base_url,
+            &url,
+            key_header,
             authorization,
             self.max_retries,
         )?;
@@ -260,10 +355,12 @@ impl OpenAiClientBuilder {
             transport,
             defaults: RequestOptions {
                 model: Some(model),
-                temperature: self.temperature,
-                max_tokens: self.max_tokens,
-                extra: self.extra,
+                temperature: self.temperature.or(self.options.temperature),
+                max_tokens: self.max_tokens.or(self.options.max_tokens),
+                extra,
+                ..self.options
             },
+            stream_options_refused: Arc::new(AtomicBool::new(false)),
             base_url,
             api_key: ApiKey(Arc::new(SecretString::from(key))),
             connect_timeout: self.connect_timeout,
@@ -272,6 +369,39 @@ impl OpenAiClientBuilder {
             max_retries: self.max_retries,
             max_event_bytes: self.max_event_bytes,
         })
+    }
+}
+
+/// An Azure OpenAI deployment.
+#[derive(Debug, Clone)]
+struct Azure {
+    deployment: String,
+    api_version: String,
+}
+
+impl Azure {
+    /// The deployment's chat-completions URL under the resource's `endpoint`.
+    fn url(&self, endpoint: &str) -> Result<String, LlmError> {
+        if self.deployment.trim().is_empty() || self.api_version.trim().is_empty() {
+            return Err(LlmError::Config(
+                "Azure OpenAI needs a deployment and an api-version".to_owned(),
+            ));
+        }
+        let mut url = reqwest::Url::parse(endpoint)
+            .map_err(|e| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}: {e}")))?;
+        url.path_segments_mut()
+            .map_err(|()| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}")))?
+            .pop_if_empty()
+            .extend([
+                "openai",
+                "deployments",
+                self.deployment.trim(),
+                "chat",
+                "completions",
+            ]);
+        url.query_pairs_mut()
+            .append_pair("api-version", self.api_version.trim());
+        Ok(url.into())
     }
 }
 

@@ -85,7 +85,13 @@ impl Decoder {
             }
             return;
         }
-        if let Some(body) = body {
+        if let Some(mut body) = body {
+            // Reasoning goes out on its own, never as text: it is not to be spoken. It counts
+            // as progress, so a model that thinks for long does not look stalled.
+            if let Some(reasoning) = body.take_reasoning() {
+                self.progress = true;
+                out.push_back(Ok(StreamItem::Reasoning(reasoning)));
+            }
             if let Some(text) = body.content.filter(|t| !t.is_empty()) {
                 self.progress = true;
                 out.push_back(Ok(StreamItem::Text(text)));
@@ -156,7 +162,8 @@ pub(crate) fn response(chunk: Chunk) -> Result<ChatResponse, LlmError> {
         usage,
         ..ChatResponse::default()
     };
-    if let Some(message) = choice.message.or(choice.delta) {
+    if let Some(mut message) = choice.message.or(choice.delta) {
+        response.reasoning = message.take_reasoning().unwrap_or_default();
         response.content = message.content.unwrap_or_default();
         // Whole calls go through the assembler too, so ids, names and empty arguments follow
         // the same rules as streamed ones.
@@ -199,6 +206,7 @@ mod tests {
             prompt_tokens: p,
             completion_tokens: c,
             total_tokens: p + c,
+            reasoning_tokens: 0,
         })
     }
 
@@ -224,7 +232,8 @@ mod tests {
                 StreamItem::Usage(Usage {
                     prompt_tokens: 5,
                     completion_tokens: 2,
-                    total_tokens: 7
+                    total_tokens: 7,
+                    reasoning_tokens: 0,
                 }),
             ]
         );
@@ -252,7 +261,8 @@ mod tests {
                 StreamItem::Usage(Usage {
                     prompt_tokens: 1,
                     completion_tokens: 2,
-                    total_tokens: 3
+                    total_tokens: 3,
+                    reasoning_tokens: 0,
                 }),
             ]
         );

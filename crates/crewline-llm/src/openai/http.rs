@@ -5,7 +5,7 @@ use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use thread_local::ThreadLocal;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
@@ -135,7 +135,7 @@ fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
 }
 
 /// Sends chat-completion requests: retries (connect errors, 429, 5xx, with backoff, before any
-/// byte of the answer is read), each attempt carrying `authorization`; a final error answer
+/// byte of the answer is read), each attempt carrying the key header; a final error answer
 /// is read in full into an [`HttpStatusError`].
 ///
 /// Which failures are retried is ours (backon only times the retries): a 429 is retried whatever shape its body has (vLLM and others send
@@ -143,28 +143,32 @@ fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
 #[derive(Clone)]
 pub(crate) struct Transport {
     clients: Arc<Clients>,
-    /// `{base}/chat/completions`.
+    /// `{base}/chat/completions`, or an Azure deployment's URL.
     url: reqwest::Url,
-    /// The key, marked sensitive so no HTTP layer logs it.
+    /// The key's header (`authorization`, or Azure's `api-key`).
+    key_header: HeaderName,
+    /// The key header's value, marked sensitive so no HTTP layer logs it.
     authorization: HeaderValue,
     max_retries: usize,
 }
 
 impl Transport {
-    /// A transport posting to `{base_url}/chat/completions`.
+    /// A transport posting to `url` with the key in `key_header`.
     pub(crate) fn new(
         connect_timeout: Duration,
-        base_url: &str,
+        url: &str,
+        key_header: HeaderName,
         authorization: HeaderValue,
         max_retries: usize,
     ) -> Result<Self, LlmError> {
-        let url = reqwest::Url::parse(&format!("{base_url}/chat/completions"))
-            .map_err(|e| LlmError::Config(format!("invalid base URL {base_url:?}: {e}")))?;
+        let url = reqwest::Url::parse(url)
+            .map_err(|e| LlmError::Config(format!("invalid URL {url:?}: {e}")))?;
         let clients = Clients::new(connect_timeout)
             .map_err(|e| LlmError::Config(format!("could not set up the HTTP client: {e}")))?;
         Ok(Self {
             clients: Arc::new(clients),
             url,
+            key_header,
             authorization,
             max_retries,
         })
@@ -177,7 +181,7 @@ impl Transport {
         with_retries(self.max_retries, || {
             let request = http
                 .post(self.url.clone())
-                .header(AUTHORIZATION, self.authorization.clone())
+                .header(&self.key_header, self.authorization.clone())
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(body.clone());
             async move { attempt(request).await }

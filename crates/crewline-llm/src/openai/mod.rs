@@ -23,11 +23,19 @@ mod builder;
 mod decode;
 mod http;
 mod key;
+mod quirks;
 mod reader;
 mod sse;
 mod wire;
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use tokio::time::Instant;
@@ -103,6 +111,9 @@ pub struct OpenAiClient {
     idle_timeout: Duration,
     max_retries: usize,
     max_event_bytes: usize,
+    /// Set once the server has refused `stream_options` (a 400 naming it): later requests
+    /// leave it out. Shared by clones, like the connection pool.
+    stream_options_refused: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for OpenAiClient {
@@ -119,6 +130,10 @@ impl fmt::Debug for OpenAiClient {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
+            .field(
+                "stream_options_refused",
+                &self.stream_options_refused.load(Ordering::Relaxed),
+            )
             .finish()
     }
 }
@@ -222,13 +237,36 @@ impl OpenAiClient {
 impl LlmClient for OpenAiClient {
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
         let span = self.span(&request, true);
-        let body = body::build(&self.defaults, &request, true)?;
+        let allowed = !self.stream_options_refused.load(Ordering::Relaxed);
+        let built = body::build_body(&self.defaults, &request, true, allowed)?;
         let started = Instant::now();
         let deadline = started + self.first_byte_timeout;
-        let response = self
-            .open_stream(body, started, deadline)
+        let mut token_field = built.token_field;
+        let mut response = self
+            .open_stream(built.bytes, started, deadline)
             .instrument(span.clone())
-            .await?;
+            .await;
+        if built.stream_options
+            && let Err(error) = &response
+            && quirks::refuses_stream_options(error)
+        {
+            // Once per client: every later request leaves `stream_options` out.
+            if !self.stream_options_refused.swap(true, Ordering::Relaxed) {
+                span.in_scope(|| {
+                    tracing::warn!(
+                        %error,
+                        "the server refuses stream_options: retrying without it, and leaving it out from now on (no token usage from this server's streams)"
+                    );
+                });
+            }
+            let built = body::build_body(&self.defaults, &request, true, false)?;
+            token_field = built.token_field;
+            response = self
+                .open_stream(built.bytes, started, deadline)
+                .instrument(span.clone())
+                .await;
+        }
+        let response = response.map_err(|e| quirks::explain(e, token_field))?;
         Ok(Box::pin(Reader::new(
             response.bytes_stream(),
             self,
@@ -239,7 +277,8 @@ impl LlmClient for OpenAiClient {
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
         let span = self.span(&request, false);
-        let body = body::build(&self.defaults, &request, false)?;
+        let built = body::build_body(&self.defaults, &request, false, false)?;
+        let (body, token_field) = (built.bytes, built.token_field);
         // The server usually sends nothing until the whole answer is written, so the answer
         // gets both limits together.
         let limit = self.first_byte_timeout.saturating_add(self.idle_timeout);
@@ -249,7 +288,9 @@ impl LlmClient for OpenAiClient {
             .await;
         let result = match answer {
             Err(_) => Err(LlmError::Timeout(limit)),
-            Ok(result) => result.map_err(|e| self.api_key.scrub_error(e)),
+            Ok(result) => {
+                result.map_err(|e| quirks::explain(self.api_key.scrub_error(e), token_field))
+            }
         };
         span.in_scope(|| match &result {
             Ok(_) => tracing::debug!(

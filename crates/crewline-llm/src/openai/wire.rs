@@ -85,6 +85,23 @@ pub(crate) struct Delta {
     /// Tool-call fragments (whole calls in a non-streamed answer).
     #[serde(deserialize_with = "lenient_vec")]
     pub(crate) tool_calls: Vec<WireToolCall>,
+    /// Reasoning text, under DeepSeek's and vLLM's name.
+    #[serde(deserialize_with = "lenient_text")]
+    reasoning_content: Option<String>,
+    /// Reasoning text, under OpenRouter's (and newer vLLM's) name.
+    #[serde(deserialize_with = "lenient_text")]
+    reasoning: Option<String>,
+}
+
+impl Delta {
+    /// The reasoning text, under either name (`reasoning_content` first: a server that sends
+    /// both sends the same text twice).
+    pub(crate) fn take_reasoning(&mut self) -> Option<String> {
+        self.reasoning_content
+            .take()
+            .or_else(|| self.reasoning.take())
+            .filter(|t| !t.is_empty())
+    }
 }
 
 /// One tool-call fragment.
@@ -144,6 +161,16 @@ pub(crate) struct WireUsage {
     completion_tokens: Option<u32>,
     #[serde(deserialize_with = "lenient_count")]
     total_tokens: Option<u32>,
+    #[serde(deserialize_with = "lenient")]
+    completion_tokens_details: Option<WireCompletionDetails>,
+}
+
+/// The breakdown of the completion tokens (OpenAI, DeepSeek, OpenRouter).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct WireCompletionDetails {
+    #[serde(deserialize_with = "lenient_count")]
+    reasoning_tokens: Option<u32>,
 }
 
 impl WireUsage {
@@ -163,6 +190,11 @@ impl WireUsage {
             total_tokens: self
                 .total_tokens
                 .unwrap_or_else(|| prompt_tokens.saturating_add(completion_tokens)),
+            reasoning_tokens: self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
         })
     }
 }
@@ -233,6 +265,8 @@ struct StrictDelta {
         deserialize_with = "strict_vec::<_, StrictToolCall, WireToolCall>"
     )]
     tool_calls: Vec<WireToolCall>,
+    reasoning_content: Option<String>,
+    reasoning: Option<String>,
 }
 
 impl From<StrictDelta> for Delta {
@@ -240,6 +274,8 @@ impl From<StrictDelta> for Delta {
         Self {
             content: delta.content,
             tool_calls: delta.tool_calls,
+            reasoning_content: delta.reasoning_content,
+            reasoning: delta.reasoning,
         }
     }
 }
@@ -277,6 +313,12 @@ struct StrictUsage {
     prompt_tokens: Option<u32>,
     completion_tokens: Option<u32>,
     total_tokens: Option<u32>,
+    completion_tokens_details: Option<StrictCompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct StrictCompletionDetails {
+    reasoning_tokens: Option<u32>,
 }
 
 impl From<StrictUsage> for WireUsage {
@@ -285,6 +327,11 @@ impl From<StrictUsage> for WireUsage {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
             total_tokens: usage.total_tokens,
+            completion_tokens_details: usage.completion_tokens_details.map(|d| {
+                WireCompletionDetails {
+                    reasoning_tokens: d.reasoning_tokens,
+                }
+            }),
         }
     }
 }
@@ -554,7 +601,8 @@ mod tests {
             Some(Usage {
                 prompt_tokens: 3,
                 completion_tokens: 4,
-                total_tokens: 7
+                total_tokens: 7,
+                reasoning_tokens: 0,
             })
         );
         // Floats, and a missing total computed from the parts.
@@ -563,7 +611,8 @@ mod tests {
             Some(Usage {
                 prompt_tokens: 3,
                 completion_tokens: 4,
-                total_tokens: 7
+                total_tokens: 7,
+                reasoning_tokens: 0,
             })
         );
         assert_eq!(usage(json!({})), None);
