@@ -11,6 +11,8 @@
 //! Tool-call deltas are put together by the [`ToolCallAssembler`], which both clients use.
 
 mod assembler;
+#[cfg(feature = "async-openai")]
+mod async_openai;
 mod client;
 mod error;
 mod openai;
@@ -19,6 +21,8 @@ mod scripted;
 mod stream;
 
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
+#[cfg(feature = "async-openai")]
+pub use async_openai::{AsyncOpenAiClient, ConversionError, convert as async_openai_convert};
 pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]
 pub use client::MockLlmClient;
