@@ -8,6 +8,10 @@
 //!   shapes real servers send never break a turn;
 //! - [`ScriptedLlm`]: a deterministic, offline model for tests, examples and demos.
 //!
+//! With the `async-openai` feature, `AsyncOpenAiClient` streams through an
+//! `async_openai::Client` a team already configured (Azure, a proxy, its own retry policy),
+//! read by the same lenient reader; `async_openai_convert` converts requests both ways.
+//!
 //! Tool-call deltas are put together by the [`ToolCallAssembler`], which both clients use.
 
 mod assembler;
