@@ -59,7 +59,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 write!(out, "{chunk}")?;
                 out.flush()?;
             }
-            TurnEvent::ToolStarted(call) => {
+            TurnEvent::ToolStarted { call, .. } => {
                 if std::mem::take(&mut mid_line) {
                     writeln!(out)?;
                 }

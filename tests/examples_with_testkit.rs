@@ -1,14 +1,17 @@
 //! The example crews tested the way a crew author tests their own, with `crewline-testkit`:
 //! a scripted conversation through the real server, asserted on what the caller hears, the
-//! tools the crew ran and the hand-offs it asked for.
+//! tools the crew ran (with their arguments and results), the hand-offs it asked for and what
+//! its background nodes logged. One section per example crew in `crewline-examples`.
 
 #![allow(clippy::unwrap_used)]
 
 use std::{sync::Arc, time::Duration};
 
-use crewline::tool::RegistryError;
-use crewline_examples::{call_control, collections_router, voice_agent};
-use crewline_testkit::TestCrew;
+use crewline::{Crew, SessionSetup, protocol::ConversationType, tool::RegistryError};
+use crewline_examples::{
+    bank_support, call_control, collections_router, sentiment_background, text_chat, voice_agent,
+};
+use crewline_testkit::{TestCrew, TestkitError, platform::PlatformError};
 use serde_json::json;
 
 /// A bound on each whole test, far above what it needs, so a hang fails instead of stalling.
@@ -107,6 +110,254 @@ async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() 
             .unwrap()
             .assert_tools_called(&["transfer_to_human"])
             .assert_transferred_to(collections_router::COLLECTIONS_DESK);
+    })
+    .await;
+}
+
+/// The bank crew over `books`, on its offline model.
+async fn bank_crew(books: &bank_support::Bank) -> TestCrew {
+    let books = books.clone();
+    TestCrew::serve(move |setup| {
+        bank_support::bank_crew(
+            setup,
+            Arc::new(bank_support::scripted_bank_model()),
+            books.clone(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bank_crew_moves_money_only_after_the_callers_yes() {
+    bounded(async {
+        let books = bank_support::Bank::demo();
+        let crew = bank_crew(&books).await;
+        let mut call = crew.call().await.unwrap();
+
+        let turn = call.say("What's my balance?").await.unwrap();
+        turn.assert_tool_call("get_balance", json!({}))
+            .returned(json!({"balance": "$1,250.00"}));
+        turn.assert_text("Your balance is $1,250.00.");
+
+        // The transfer is parked: the caller is asked, and nothing moves yet.
+        let turn = call.say("Please send $50 to Alice.").await.unwrap();
+        turn.assert_tool_call(
+            "transfer_money",
+            json!({"amount": 50.0, "recipient": "Alice"}),
+        )
+        .failed_with("waiting for approval");
+        turn.assert_text("Shall I transfer $50.00 to Alice?")
+            .assert_no_errors();
+        assert_eq!(books.balance("caller"), Some(125_000));
+        assert_eq!(books.balance("alice"), Some(10_000));
+
+        // The caller's yes runs that same call.
+        let turn = call.say("Yes, please.").await.unwrap();
+        turn.assert_tools_called(&["transfer_money"])
+            .assert_tool_call(
+                "transfer_money",
+                json!({"amount": 50.0, "recipient": "Alice"}),
+            )
+            .returned(json!({
+                "status": "completed",
+                "amount": "$50.00",
+                "recipient": "Alice",
+                "new_balance": "$1,200.00",
+            }));
+        turn.assert_text("Done: I've sent $50.00 to Alice. Your new balance is $1,200.00.");
+        assert_eq!(books.balance("caller"), Some(120_000));
+        assert_eq!(books.balance("alice"), Some(15_000));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bank_crew_moves_nothing_on_a_no_and_serves_the_account_the_call_names() {
+    bounded(async {
+        let books = bank_support::Bank::demo();
+        let crew = bank_crew(&books).await;
+        let mut call = crew.call().await.unwrap();
+
+        call.say("Send $50 to Alice.")
+            .await
+            .unwrap()
+            .assert_text("Shall I transfer $50.00 to Alice?");
+        let turn = call.say("No, don't do that.").await.unwrap();
+        turn.assert_tool_call(
+            "transfer_money",
+            json!({"amount": 50.0, "recipient": "Alice"}),
+        )
+        .failed_with("the caller said no");
+        turn.assert_text("Okay, I haven't transferred anything. Your balance is unchanged.");
+        assert_eq!(books.balance("caller"), Some(125_000));
+        assert_eq!(books.balance("alice"), Some(10_000));
+
+        // The call's `account` variable picks whose books the tools read.
+        let mut config = crew.config();
+        config
+            .initial_variables
+            .insert(bank_support::ACCOUNT_VARIABLE.to_owned(), json!("alice"));
+        let mut call = crew.call_with(config).await.unwrap();
+        call.say("What's my balance?")
+            .await
+            .unwrap()
+            .assert_text("Your balance is $100.00.");
+    })
+    .await;
+}
+
+/// The sentiment crew's setup: the observer in front of the weather agent, on the offline
+/// model.
+fn sentiment_setup() -> impl Fn(&SessionSetup) -> Result<Crew, RegistryError> + Send + Sync {
+    let llm = sentiment_background::scripted_model(Duration::ZERO);
+    let weather = voice_agent::WeatherCrew::new(llm, Duration::from_millis(20)).unwrap();
+    move |setup| Ok(sentiment_background::sentiment_crew(&weather, setup))
+}
+
+/// The sentiment crew, served on 127.0.0.1.
+async fn sentiment_crew() -> TestCrew {
+    TestCrew::serve(sentiment_setup()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentiment_observer_scores_each_turn_and_two_frustrated_turns_go_to_a_human() {
+    bounded(async {
+        let crew = sentiment_crew().await;
+        let mut call = crew.call().await.unwrap();
+
+        let turn = call.say("This is useless.").await.unwrap();
+        turn.assert_logged(
+            "sentiment",
+            json!({"score": -1.0, "label": "negative", "frustrated_turns": 1}),
+        );
+        // One bad turn is not enough: the weather agent answers as usual.
+        turn.assert_no_handoff().assert_text_contains("Paris");
+
+        let turn = call.say("I hate this, it's terrible!").await.unwrap();
+        turn.assert_logged(
+            "sentiment",
+            json!({"label": "negative", "frustrated_turns": 2}),
+        );
+        turn.assert_text(sentiment_background::APOLOGY)
+            .assert_no_tool_calls()
+            .assert_transferred_to(sentiment_background::HUMAN_DESK);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calm_turn_resets_the_frustration_streak() {
+    bounded(async {
+        let crew = sentiment_crew().await;
+        let mut call = crew.call().await.unwrap();
+
+        call.say("This is ridiculous.")
+            .await
+            .unwrap()
+            .assert_logged("sentiment", json!({"frustrated_turns": 1}));
+        let turn = call.say("What's the weather in Paris?").await.unwrap();
+        turn.assert_logged(
+            "sentiment",
+            json!({"label": "neutral", "frustrated_turns": 0}),
+        );
+        turn.assert_tool_call("get_weather", json!({"location": "Paris"}))
+            .succeeded();
+        turn.assert_text_contains("In Paris it is");
+        call.say("Ugh, awful.")
+            .await
+            .unwrap()
+            .assert_logged("sentiment", json!({"frustrated_turns": 1}))
+            .assert_no_handoff();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentiment_crew_answers_the_same_in_process_as_through_a_socket() {
+    bounded(async {
+        let mut transcripts = Vec::new();
+        for crew in [
+            sentiment_crew().await,
+            TestCrew::in_process(sentiment_setup()),
+        ] {
+            let mut call = crew.call().await.unwrap();
+            let mut turns = Vec::new();
+            for words in [
+                "What's the weather in Paris?",
+                "This is useless.",
+                "I hate this!",
+            ] {
+                turns.push(call.say(words).await.unwrap().to_string());
+            }
+            transcripts.push(turns);
+        }
+        // The background node's logs, the tool call, the apology and the transfer, in order.
+        assert_eq!(transcripts[0], transcripts[1]);
+        assert!(
+            transcripts[1][2].contains("transfer_call to"),
+            "{:?}",
+            transcripts[1]
+        );
+    })
+    .await;
+}
+
+/// The chat crew, on its offline model.
+async fn chat_crew() -> TestCrew {
+    TestCrew::serve(|setup| text_chat::chat_crew(setup, Arc::new(text_chat::scripted_chat_model())))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_crew_looks_the_order_up_and_answers_in_markdown_without_a_filler() {
+    bounded(async {
+        let crew = chat_crew().await;
+        let mut config = crew.config();
+        config.conversation_type = ConversationType::Chat;
+        let mut call = crew.call_with(config).await.unwrap();
+
+        call.say("Hi!")
+            .await
+            .unwrap()
+            .assert_no_tool_calls()
+            .assert_text_contains("**order number**");
+
+        let turn = call.say("Where is my order #1042?").await.unwrap();
+        let order = turn
+            .assert_tool_call("order_status", json!({"order_id": "1042"}))
+            .succeeded();
+        assert_eq!(order["status"], "shipped", "{turn}");
+        // No "Let me check that": what the widget shows is only the answer.
+        turn.assert_text(
+            "**Order 1042** is shipped.\n\n\
+             - 1 × Trail runner shoes\n\
+             - 2 × Merino socks\n\n\
+             Expected delivery: **Friday**. Details are on \
+             [your order page](https://shop.example.com/orders/1042).",
+        )
+        .assert_no_errors();
+
+        let turn = call.say("And order 9999?").await.unwrap();
+        turn.assert_tool_call("order_status", json!({"order_id": "9999"}))
+            .failed_with("There is no order 9999");
+        turn.assert_text_contains("Sorry, I couldn't find that order.");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_crew_refuses_a_voice_call_and_says_why() {
+    bounded(async {
+        let crew = chat_crew().await;
+        // The default call is a web call: a voice conversation.
+        match crew.call().await {
+            Err(TestkitError::Platform(PlatformError::Rejected { message })) => {
+                assert!(message.contains("answers text chats"), "{message}");
+            }
+            other => panic!("a voice call was not refused: {other:?}"),
+        }
     })
     .await;
 }

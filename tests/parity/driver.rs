@@ -15,13 +15,7 @@ use std::{
 
 use futures::{SinkExt, StreamExt, stream::SplitSink};
 use serde_json::Value;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-    sync::watch,
-    task::JoinHandle,
-    time::Instant,
-};
+use tokio::{net::TcpStream, sync::watch, task::JoinHandle, time::Instant};
 use tokio_tungstenite::{
     MaybeTlsStream, WebSocketStream, connect_async,
     tungstenite::{
@@ -451,55 +445,16 @@ impl Driver {
     }
 }
 
-/// A raw HTTP/1.1 request (`Connection: close`): status, content type and body.
+/// A raw HTTP/1.1 request (`Connection: close`): status, content type and body (decoded
+/// when chunked), through the testkit's raw HTTP client.
 pub async fn http_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
-    let exchange = async {
-        let mut socket = TcpStream::connect(addr).await.expect("HTTP connect");
-        let request =
-            format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        socket
-            .write_all(request.as_bytes())
-            .await
-            .expect("HTTP write");
-        let mut raw = Vec::new();
-        socket.read_to_end(&mut raw).await.expect("HTTP read");
-        raw
-    };
-    let raw = tokio::time::timeout(WAIT, exchange)
+    let request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let response = crewline_testkit::platform::http::request(addr, &request)
         .await
-        .expect("HTTP timed out");
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("an HTTP status");
-    let header = |name: &str| {
-        head.lines().skip(1).find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            key.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| value.trim().to_owned())
-        })
-    };
-    let body = if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    (status, header("content-type").unwrap_or_default(), body)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
+        .expect("an HTTP answer in time");
+    let content_type = response
+        .header("content-type")
+        .unwrap_or_default()
+        .to_owned();
+    (response.status, content_type, response.body)
 }

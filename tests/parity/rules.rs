@@ -1,6 +1,8 @@
 //! What crewline must send, derived from what the reference sent: the fixture, transformed by
 //! the named rules below. Every difference between crewline and the reference that the parity
 //! tests accept is one of these rules; nothing else is ignored. PARITY.md lists the same rules.
+//! Long on purpose: the whole catalogue of accepted differences is kept in one file, each rule
+//! beside the transform that applies it, so none is hidden in another module.
 
 use std::collections::HashMap;
 

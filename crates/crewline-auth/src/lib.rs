@@ -8,10 +8,12 @@
 //! extensions, so that a handler can tell (and count) its callers:
 //!
 //! ```
-//! use axum::{Extension, Router, routing::get};
+//! use axum::{Extension, Router, body::Body, http::{Request, StatusCode, header}, routing::get};
 //! use crewline_auth::{Auth, Credential, Principal};
+//! use tower::ServiceExt; // for `oneshot`
 //!
-//! # fn main() -> Result<(), crewline_auth::CredentialError> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let auth = Auth::required([
 //!     Credential::new("platform", "s3cret-one")?,
 //!     Credential::new("ops", "s3cret-two")?,
@@ -23,7 +25,20 @@
 //!     }))
 //!     .route("/health", get(|| async { "ok" }))
 //!     .layer(auth.layer());
-//! # let _ = app;
+//!
+//! let ops = Request::get("/whoami").header(header::AUTHORIZATION, "Bearer s3cret-two").body(Body::empty())?;
+//! let response = app.clone().oneshot(ops).await?;
+//! assert_eq!(response.status(), StatusCode::OK);
+//! let body = axum::body::to_bytes(response.into_body(), 1024).await?;
+//! assert_eq!(&body[..], b"ops");
+//!
+//! let stranger = Request::get("/whoami").body(Body::empty())?;
+//! let response = app.clone().oneshot(stranger).await?;
+//! assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+//! assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+//!
+//! let probe = Request::get("/health").body(Body::empty())?;
+//! assert_eq!(app.oneshot(probe).await?.status(), StatusCode::OK);
 //! # Ok(())
 //! # }
 //! ```
@@ -67,6 +82,21 @@ pub enum CredentialError {
 }
 
 /// A named shared secret a caller may present; its `Debug` shows the name only.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_auth::{Credential, CredentialError};
+///
+/// let platform = Credential::new("platform", "s3cret")?;
+/// assert_eq!(platform.name(), "platform");
+/// assert!(!format!("{platform:?}").contains("s3cret")); // safe to log
+///
+/// // An empty secret would admit an empty header: refused up front.
+/// let empty = Credential::new("platform", "");
+/// assert!(matches!(empty, Err(CredentialError::EmptySecret { .. })));
+/// # Ok::<(), CredentialError>(())
+/// ```
 #[derive(Clone)]
 pub struct Credential {
     name: Arc<str>,
@@ -142,6 +172,37 @@ impl Principal {
 type OnUnauthorized = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// What the layer accepts; cheap to clone.
+///
+/// # Examples
+///
+/// Where a secret may come from, checked without a server ([`authenticate`](Self::authenticate)
+/// is what the layer runs):
+///
+/// ```
+/// use axum::http::{HeaderName, Request};
+/// use crewline_auth::{Auth, Credential};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let auth = Auth::required([Credential::new("platform", "s3cret")?])
+///     .header(HeaderName::from_static("apikey"))
+///     .query_token_on("/ws");
+///
+/// let bearer = Request::get("/tasks").header("authorization", "Bearer s3cret").body(())?;
+/// assert_eq!(auth.authenticate(&bearer).map(|p| p.name().to_owned()).as_deref(), Some("platform"));
+/// let apikey = Request::get("/tasks").header("apikey", "s3cret").body(())?;
+/// assert!(auth.authenticate(&apikey).is_some());
+/// let query = Request::get("/ws?token=s3cret").body(())?;
+/// assert!(auth.authenticate(&query).is_some());
+/// // `?token=` counts only where it was allowed.
+/// let query_elsewhere = Request::get("/tasks?token=s3cret").body(())?;
+/// assert!(auth.authenticate(&query_elsewhere).is_none());
+///
+/// // With authentication off, everyone is `anonymous`.
+/// let open = Auth::unauthenticated();
+/// assert!(!open.is_required());
+/// assert!(open.authenticate(&Request::get("/").body(())?).is_some_and(|p| p.is_anonymous()));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Auth {
     inner: Arc<Inner>,

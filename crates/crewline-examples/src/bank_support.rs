@@ -363,7 +363,7 @@ impl OutputAgent for BankAgent {
                     request.tool.clone(),
                     request.arguments.to_string(),
                 );
-                yield Ok(TurnEvent::ToolStarted(call.clone()));
+                yield Ok(TurnEvent::tool_started(call.clone()));
                 // The call runs as a task of its own: a barge-in ends this turn, not the
                 // transfer, and the outcome is kept until the caller has been told. It runs in
                 // the call's session, where the decision is bound.
@@ -398,7 +398,7 @@ impl OutputAgent for BankAgent {
                 while let Some(event) = turn.next().await {
                     completed &= event.is_ok();
                     match &event {
-                        Ok(TurnEvent::ToolStarted(call)) => started.push(call.clone()),
+                        Ok(TurnEvent::ToolStarted { call, .. }) => started.push(call.clone()),
                         Ok(TurnEvent::ToolFinished(run))
                             if run.result.error_kind() == Some(ToolErrorKind::ApprovalPending) =>
                         {

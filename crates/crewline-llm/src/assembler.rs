@@ -85,6 +85,28 @@ struct Partial {
 
 /// Puts streamed [`ToolCallDelta`]s together into [`ToolCall`]s (see the module docs for the
 /// rules).
+///
+/// # Examples
+///
+/// Two calls streamed in pieces, their fragments interleaved, as OpenAI sends them:
+///
+/// ```
+/// use crewline_llm::{ToolCallAssembler, ToolCallDelta};
+///
+/// let mut calls = ToolCallAssembler::new();
+/// calls.push_all([
+///     ToolCallDelta::at(0).id("call_a").name("get_weather").arguments(""),
+///     ToolCallDelta::at(1).id("call_b").name("get_time"),
+///     ToolCallDelta::at(0).arguments(r#"{"city":"#),
+///     ToolCallDelta::at(0).arguments(r#" "Paris"}"#),
+/// ]);
+/// assert_eq!(calls.len(), 2);
+///
+/// let calls = calls.finish();
+/// assert_eq!(calls[0].name, "get_weather");
+/// assert_eq!(calls[0].arguments, r#"{"city": "Paris"}"#);
+/// assert_eq!((calls[1].id.as_str(), calls[1].arguments.as_str()), ("call_b", "{}"));
+/// ```
 #[derive(Debug, Default)]
 pub struct ToolCallAssembler {
     calls: Vec<Partial>,

@@ -6,6 +6,39 @@ use crate::{ChatRequest, ChatResponse, LlmError, LlmStream, collect};
 ///
 /// Implementations must make dropping the returned stream cancel the request at once: that is
 /// how barge-in stops a generation.
+///
+/// # Examples
+///
+/// A model of your own (a canned answer here; a vendor's SDK in practice) needs only
+/// `stream_chat`; `chat` collects the stream:
+///
+/// ```
+/// use async_trait::async_trait;
+/// use crewline_core::Message;
+/// use crewline_llm::{ChatRequest, FinishReason, LlmClient, LlmError, LlmStream, StreamItem};
+/// use futures::StreamExt;
+///
+/// struct Echo;
+///
+/// #[async_trait]
+/// impl LlmClient for Echo {
+///     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
+///         let said = request.messages.last().and_then(Message::text).unwrap_or_default();
+///         let items = vec![
+///             Ok(StreamItem::Text(format!("You said: {said}"))),
+///             Ok(StreamItem::Finish(FinishReason::Stop)),
+///         ];
+///         Ok(futures::stream::iter(items).boxed())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LlmError> {
+/// let answer = Echo.chat(ChatRequest::new(vec![Message::user("hello")])).await?;
+/// assert_eq!(answer.content, "You said: hello");
+/// assert_eq!(answer.finish_reason, Some(FinishReason::Stop));
+/// # Ok(()) }
+/// ```
 #[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
 pub trait LlmClient: Send + Sync {

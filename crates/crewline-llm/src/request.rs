@@ -4,6 +4,43 @@ use crewline_core::{Message, ToolDefinition};
 use serde_json::{Map, Value};
 
 /// One chat-completion request.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_core::{Message, ToolDefinition};
+/// use crewline_llm::{ChatRequest, LlmClient, RequestOptions, ScriptedLlm, ToolChoice};
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), crewline_llm::LlmError> {
+/// let weather = ToolDefinition {
+///     name: "get_weather".into(),
+///     description: "The weather in a city.".into(),
+///     parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+/// };
+/// let request = ChatRequest::new(vec![
+///     Message::system("You are a weather assistant."),
+///     Message::user("Weather in Paris?"),
+/// ])
+/// .with_tools(vec![weather])
+/// .with_tool_choice(ToolChoice::Function("get_weather".into()))
+/// .with_options(RequestOptions {
+///     max_tokens: Some(200),
+///     ..RequestOptions::default()
+/// });
+/// assert_eq!(request.tools[0].name, "get_weather");
+/// assert_eq!(
+///     request.tool_choice.as_ref().map(ToolChoice::to_openai),
+///     Some(json!({"type": "function", "function": {"name": "get_weather"}})),
+/// );
+///
+/// // Any `LlmClient` takes it; the scripted model records what it was sent.
+/// let model = ScriptedLlm::new([crewline_llm::Reply::text("Sunny.")]);
+/// model.chat(request.clone()).await?;
+/// assert_eq!(model.requests(), [request]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {
     /// The conversation so far.
@@ -92,6 +129,30 @@ impl serde::Serialize for ToolChoice {
 }
 
 /// Settings that one request may override; unset fields keep the client's values.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_llm::RequestOptions;
+/// use serde_json::json;
+///
+/// let client_defaults = RequestOptions {
+///     model: Some("gpt-4o-mini".into()),
+///     temperature: Some(0.7),
+///     extra: [("seed".to_owned(), json!(1))].into_iter().collect(),
+///     ..RequestOptions::default()
+/// };
+/// let this_turn = RequestOptions {
+///     temperature: Some(0.0),
+///     extra: [("top_p".to_owned(), json!(0.9))].into_iter().collect(),
+///     ..RequestOptions::default()
+/// };
+///
+/// let sent = client_defaults.merged_with(&this_turn);
+/// assert_eq!(sent.model.as_deref(), Some("gpt-4o-mini")); // kept
+/// assert_eq!(sent.temperature, Some(0.0)); // overridden
+/// assert_eq!(sent.extra.len(), 2); // both extras go
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestOptions {
     /// The model name.

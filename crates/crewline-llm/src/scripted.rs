@@ -40,6 +40,36 @@ pub enum ScriptError {
 }
 
 /// One scripted answer.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_llm::{ChatRequest, LlmClient, LlmError, Reply, ScriptedLlm, StreamItem};
+/// use futures::StreamExt;
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LlmError> {
+/// let model = ScriptedLlm::new([
+///     // Two calls in one turn, in this order.
+///     Reply::tool_calls([("get_weather", json!({"city": "Paris"})), ("get_time", json!(null))]),
+///     // A server that breaks off mid-answer.
+///     Reply::CutAfter("It is sunny".into()),
+///     // A server that refuses before the first byte.
+///     Reply::Fail(LlmError::Timeout(std::time::Duration::from_secs(30))),
+/// ]);
+///
+/// let calls = model.chat(ChatRequest::default()).await?.tool_calls;
+/// assert_eq!(calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["get_weather", "get_time"]);
+/// assert_eq!(calls[1].arguments, "{}");
+///
+/// let items: Vec<_> = model.stream_chat(ChatRequest::default()).await?.collect().await;
+/// assert!(matches!(&items[0], Ok(StreamItem::Text(t)) if t == "It "));
+/// assert!(matches!(items.last(), Some(Err(LlmError::StreamCut(_)))));
+///
+/// assert!(matches!(model.chat(ChatRequest::default()).await, Err(LlmError::Timeout(_))));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// Stream this text in chunks.
@@ -136,6 +166,65 @@ enum Chunking {
 /// of the request.
 ///
 /// Clones share the script and the request log; the streaming settings belong to each handle.
+///
+/// # Examples
+///
+/// A script of one tool call and the answer after it, as the tool loop would drive it:
+///
+/// ```
+/// use crewline_core::Message;
+/// use crewline_llm::{ChatRequest, LlmClient, Reply, ScriptError, ScriptedLlm};
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let model = ScriptedLlm::new([
+///     Reply::tool_call("get_weather", json!({"city": "Paris"})).with_text("Let me check."),
+///     Reply::text("It is sunny in Paris."),
+/// ]);
+///
+/// let mut messages = vec![Message::user("Weather in Paris?")];
+/// let first = model.chat(ChatRequest::new(messages.clone())).await?;
+/// assert_eq!(first.content, "Let me check.");
+/// let call = &first.tool_calls[0];
+/// assert_eq!(call.name, "get_weather");
+/// assert_eq!(call.parse_arguments()?, json!({"city": "Paris"}));
+///
+/// messages.push(Message::assistant_with_tools(first.content, first.tool_calls.clone()));
+/// messages.push(Message::tool(&call.id, r#"{"sky": "sunny"}"#));
+/// let second = model.chat(ChatRequest::new(messages)).await?;
+/// assert_eq!(second.content, "It is sunny in Paris.");
+///
+/// // What the model was sent is kept for assertions.
+/// let requests = model.requests();
+/// assert_eq!(ScriptedLlm::last_tool_results(&requests[1]), [r#"{"sky": "sunny"}"#]);
+/// assert_eq!(model.remaining(), Some(0));
+///
+/// // Past the end of its script the model fails, with a typed cause.
+/// let error = model.chat(ChatRequest::default()).await.unwrap_err();
+/// let cause = std::iter::successors(Some(&error as &dyn std::error::Error), |e| e.source())
+///     .find_map(|e| e.downcast_ref::<ScriptError>());
+/// assert_eq!(cause, Some(&ScriptError::Exhausted { played: 2 }));
+/// # Ok(()) }
+/// ```
+///
+/// A model that answers from the request, e.g. with the tool result it was given:
+///
+/// ```
+/// use crewline_core::Message;
+/// use crewline_llm::{ChatRequest, LlmClient, Reply, ScriptedLlm};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), crewline_llm::LlmError> {
+/// let model = ScriptedLlm::from_fn(|request| match ScriptedLlm::last_tool_results(request)[..] {
+///     [result] => Reply::text(format!("The tool said {result}.")),
+///     _ => Reply::text("Hello!"),
+/// });
+/// let messages = vec![Message::user("Hi"), Message::tool("call_1", "42")];
+/// assert_eq!(model.chat(ChatRequest::new(messages)).await?.content, "The tool said 42.");
+/// assert_eq!(model.remaining(), None);
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ScriptedLlm {
     shared: Arc<Shared>,

@@ -13,11 +13,19 @@ use crewline_llm::{
     AsyncOpenAiClient, ChatRequest, FinishReason, LlmClient, LlmError, OpenAiClient,
     RequestOptions, StreamItem, ToolChoice,
 };
-use crewline_testkit::mock_llm::raw::{After, RawMockLlm, RawReply as Reply};
+use crewline_testkit::mock_llm::{
+    MockLlm, RunningMockLlm,
+    raw::{After, RawReply as Reply},
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-0123456789";
+
+/// The one mock model in raw mode, answering with `replies` in order, on 127.0.0.1.
+async fn serve(replies: Vec<Reply>) -> std::io::Result<RunningMockLlm> {
+    MockLlm::raw(replies).start().await
+}
 
 fn hi_then_stop() -> Reply {
     Reply::chunks(
@@ -41,7 +49,7 @@ async fn items(client: &impl LlmClient, request: ChatRequest) -> Vec<StreamItem>
 
 #[tokio::test]
 async fn an_azure_client_calls_its_deployment_with_its_version_and_key() {
-    let server = RawMockLlm::start(vec![hi_then_stop()])
+    let server = serve(vec![hi_then_stop()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let base = server.base_url();
@@ -61,7 +69,7 @@ async fn an_azure_client_calls_its_deployment_with_its_version_and_key() {
             StreamItem::Finish(FinishReason::Stop)
         ]
     );
-    let request = &server.requests()[0];
+    let request = &server.mock().raw_requests()[0];
     assert_eq!(
         request.path,
         "/openai/deployments/voice-gpt/chat/completions?api-version=2024-10-21"
@@ -79,7 +87,7 @@ async fn an_azure_client_calls_its_deployment_with_its_version_and_key() {
 
 #[tokio::test]
 async fn the_teams_headers_reach_the_server() {
-    let server = RawMockLlm::start(vec![hi_then_stop()])
+    let server = serve(vec![hi_then_stop()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let config = OpenAIConfig::new()
@@ -91,7 +99,7 @@ async fn the_teams_headers_reach_the_server() {
 
     items(&client, ChatRequest::new(vec![Message::user("Hello?")])).await;
 
-    let request = &server.requests()[0];
+    let request = &server.mock().raw_requests()[0];
     assert_eq!(
         request.headers.get("x-team-proxy").map(String::as_str),
         Some("voice")
@@ -104,7 +112,7 @@ async fn the_teams_headers_reach_the_server() {
 
 #[tokio::test]
 async fn the_body_sent_is_the_default_clients() {
-    let server = RawMockLlm::start(vec![hi_then_stop(), hi_then_stop()])
+    let server = serve(vec![hi_then_stop(), hi_then_stop()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let defaults = RequestOptions {
@@ -142,7 +150,7 @@ async fn the_body_sent_is_the_default_clients() {
     items(&default_client, request.clone()).await;
     items(&client, request).await;
 
-    let requests = server.requests();
+    let requests = server.mock().raw_requests();
     assert_eq!(requests[0].body, requests[1].body);
     assert_eq!(requests[1].body["stream"], true);
     assert_eq!(requests[1].body["stream_options"]["include_usage"], true);
@@ -155,7 +163,7 @@ async fn an_error_body_async_openai_cannot_read_is_still_an_api_error_with_its_m
     // vLLM's shape (no `error` wrapper, a numeric `code`): async-openai drops the status of
     // an error answer it cannot read, so only the message is left (the default client keeps
     // both).
-    let server = RawMockLlm::start(vec![Reply::Status(
+    let server = serve(vec![Reply::Status(
         400,
         r#"{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}"#
             .into(),
@@ -177,12 +185,12 @@ async fn an_error_body_async_openai_cannot_read_is_still_an_api_error_with_its_m
         matches!(&err, LlmError::Api { status: None, message } if message.contains("maximum context length")),
         "{err:?}"
     );
-    assert_eq!(server.request_count(), 1);
+    assert_eq!(server.mock().request_count(), 1);
 }
 
 #[tokio::test]
 async fn a_model_set_per_request_wins_over_the_clients() {
-    let server = RawMockLlm::start(vec![hi_then_stop()])
+    let server = serve(vec![hi_then_stop()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let config = OpenAIConfig::new()
@@ -196,6 +204,6 @@ async fn a_model_set_per_request_wins_over_the_clients() {
 
     items(&client, request).await;
 
-    let body: &Value = &server.requests()[0].body;
+    let body: &Value = &server.mock().raw_requests()[0].body;
     assert_eq!(body["model"], "per-request");
 }

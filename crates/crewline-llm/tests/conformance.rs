@@ -112,7 +112,10 @@ mod cases {
 
     use crewline_core::{Message, ToolCall};
     use crewline_llm::{ChatRequest, FinishReason, LlmError, LlmStream, StreamItem, Usage};
-    use crewline_testkit::mock_llm::raw::{After, RawMockLlm, RawReply as Reply};
+    use crewline_testkit::mock_llm::{
+        MockLlm, RunningMockLlm,
+        raw::{After, RawReply as Reply},
+    };
     use futures::StreamExt;
     use serde_json::{Value, json};
 
@@ -122,6 +125,11 @@ mod cases {
     const PROMPTLY: Duration = Duration::from_secs(5);
     /// Short limits for the timeout tests: the server stalls forever, so only the limit matters.
     const SHORT: Duration = Duration::from_millis(200);
+
+    /// The one mock model in raw mode, answering with `replies` in order, on 127.0.0.1.
+    async fn serve(replies: Vec<Reply>) -> std::io::Result<RunningMockLlm> {
+        MockLlm::raw(replies).start().await
+    }
 
     fn hello() -> ChatRequest {
         ChatRequest::new(vec![Message::user("Hello?")])
@@ -150,7 +158,7 @@ mod cases {
     }
 
     pub(crate) async fn odd_chunk_shapes_still_yield_text_finish_and_usage(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::chunks(
+        let server = serve(vec![Reply::chunks(
             &[
                 // No `object`, role-only delta, `finish_reason: ""`.
                 json!({"choices": [{"delta": {"role": "assistant"}, "finish_reason": ""}]}),
@@ -194,7 +202,7 @@ mod cases {
     }
 
     pub(crate) async fn error_object_mid_stream_is_an_api_error_after_the_text(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::chunks(
+        let server = serve(vec![Reply::chunks(
             &[
                 content("Let me"),
                 json!({"error": {"message": "The model is overloaded", "type": "server_error", "code": 503}}),
@@ -217,13 +225,13 @@ mod cases {
             matches!(&items[1], Err(LlmError::Api { status: None, message }) if message.contains("overloaded")),
             "{items:?}"
         );
-        assert_eq!(server.request_count(), 1);
+        assert_eq!(server.mock().request_count(), 1);
     }
 
     pub(crate) async fn tool_calls_split_over_chunks_sharing_a_chunk_and_starting_at_index_1(
         client: Factory,
     ) {
-        let server = RawMockLlm::start(vec![Reply::chunks(
+        let server = serve(vec![Reply::chunks(
             &[
                 json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [
                     {"index": 1, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
@@ -257,7 +265,7 @@ mod cases {
     pub(crate) async fn tool_call_deltas_without_index_and_object_arguments_are_assembled(
         client: Factory,
     ) {
-        let server = RawMockLlm::start(vec![Reply::chunks(
+        let server = serve(vec![Reply::chunks(
             &[
                 json!({"choices": [{"delta": {"tool_calls": [
                     {"id": "c1", "function": {"name": "lookup", "arguments": "{\"q\":"}}
@@ -298,7 +306,7 @@ mod cases {
         client: Factory,
     ) {
         // The model is done, but the server sends neither usage nor `[DONE]` nor the body's end.
-        let server = RawMockLlm::start(vec![Reply::chunks(
+        let server = serve(vec![Reply::chunks(
             &[
                 json!({"choices": [{"index": 0, "delta": {"tool_calls": [
                     {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":"}}
@@ -327,11 +335,11 @@ mod cases {
             ]
         );
         assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-        assert!(server.disconnected_within(PROMPTLY).await);
+        assert!(server.mock().disconnected_within(PROMPTLY).await);
     }
 
     pub(crate) async fn rate_limit_429_is_retried_and_the_turn_succeeds(client: Factory) {
-        let server = RawMockLlm::start(vec![
+        let server = serve(vec![
             Reply::Status(
                 429,
                 r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#
@@ -352,11 +360,11 @@ mod cases {
                 StreamItem::Finish(FinishReason::Stop)
             ]
         );
-        assert_eq!(server.request_count(), 2);
+        assert_eq!(server.mock().request_count(), 2);
     }
 
     pub(crate) async fn an_exhausted_quota_429_is_not_retried(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::Status(
+        let server = serve(vec![Reply::Status(
             429,
             r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#
                 .into(),
@@ -371,11 +379,11 @@ mod cases {
             matches!(&err, LlmError::Api { status: Some(429), message } if message.contains("quota")),
             "{err:?}"
         );
-        assert_eq!(server.request_count(), 1);
+        assert_eq!(server.mock().request_count(), 1);
     }
 
     pub(crate) async fn server_error_500_is_retried_and_the_turn_succeeds(client: Factory) {
-        let server = RawMockLlm::start(vec![
+        let server = serve(vec![
             Reply::Status(500, "upstream exploded".into()),
             Reply::chunks(&[content("Hi"), finish("stop")], After::Done),
         ])
@@ -386,13 +394,13 @@ mod cases {
         let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
 
         assert_eq!(items[0].as_ref().ok(), Some(&StreamItem::Text("Hi".into())));
-        assert_eq!(server.request_count(), 2);
+        assert_eq!(server.mock().request_count(), 2);
     }
 
     pub(crate) async fn bad_request_400_is_an_api_error_with_the_server_message_and_no_retry(
         client: Factory,
     ) {
-        let server = RawMockLlm::start(vec![Reply::Status(
+        let server = serve(vec![Reply::Status(
             400,
             r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error","param":"temperature","code":null}}"#
                 .into(),
@@ -408,11 +416,11 @@ mod cases {
             "{err:?}"
         );
         assert!(err.to_string().contains("HTTP 400"), "{err}");
-        assert_eq!(server.request_count(), 1);
+        assert_eq!(server.mock().request_count(), 1);
     }
 
     pub(crate) async fn an_echoed_api_key_never_reaches_the_error_message(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::Status(
+        let server = serve(vec![Reply::Status(
             401,
             format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
         )])
@@ -453,7 +461,7 @@ mod cases {
     pub(crate) async fn stream_cut_mid_way_gives_the_text_then_stream_cut_and_no_retry(
         client: Factory,
     ) {
-        let server = RawMockLlm::start(vec![
+        let server = serve(vec![
             Reply::chunks(&[content("The weather"), content(" in Oslo")], After::Cut),
             // Would be used by a (wrong) retry.
             Reply::chunks(&[content("retried"), finish("stop")], After::Done),
@@ -473,11 +481,11 @@ mod cases {
             ]
         );
         assert!(matches!(items[2], Err(LlmError::StreamCut(_))), "{items:?}");
-        assert_eq!(server.request_count(), 1);
+        assert_eq!(server.mock().request_count(), 1);
     }
 
     pub(crate) async fn stream_closed_cleanly_without_finish_reason_is_a_cut(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::chunks(&[content("Half an answ")], After::Eof)])
+        let server = serve(vec![Reply::chunks(&[content("Half an answ")], After::Eof)])
             .await
             .expect("the mock model binds 127.0.0.1");
         let client = client(&server.base_url(), Limits::default());
@@ -492,7 +500,7 @@ mod cases {
     }
 
     pub(crate) async fn server_silent_before_headers_is_a_first_byte_timeout(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::StallBeforeHeaders])
+        let server = serve(vec![Reply::StallBeforeHeaders])
             .await
             .expect("the mock model binds 127.0.0.1");
         let client = client(
@@ -508,12 +516,12 @@ mod cases {
 
         assert!(matches!(err, LlmError::Timeout(d) if d == SHORT), "{err:?}");
         assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-        assert!(server.disconnected_within(PROMPTLY).await);
-        assert_eq!(server.request_count(), 1, "timeouts are not retried");
+        assert!(server.mock().disconnected_within(PROMPTLY).await);
+        assert_eq!(server.mock().request_count(), 1, "timeouts are not retried");
     }
 
     pub(crate) async fn headers_without_any_event_is_a_first_byte_timeout(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::Sse(vec![], After::Stall)])
+        let server = serve(vec![Reply::Sse(vec![], After::Stall)])
             .await
             .expect("the mock model binds 127.0.0.1");
         let client = client(
@@ -539,13 +547,13 @@ mod cases {
             "{items:?}"
         );
         assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-        assert!(server.disconnected_within(PROMPTLY).await);
+        assert!(server.mock().disconnected_within(PROMPTLY).await);
     }
 
     pub(crate) async fn stall_mid_stream_is_an_idle_timeout_and_lets_the_connection_go(
         client: Factory,
     ) {
-        let server = RawMockLlm::start(vec![Reply::chunks(&[content("Hel")], After::Stall)])
+        let server = serve(vec![Reply::chunks(&[content("Hel")], After::Stall)])
             .await
             .expect("the mock model binds 127.0.0.1");
         let client = client(
@@ -570,11 +578,11 @@ mod cases {
         // The stream is over, and the connection is closed without waiting for the caller to drop
         // the stream.
         assert!(stream.next().await.is_none());
-        assert!(server.disconnected_within(PROMPTLY).await);
+        assert!(server.mock().disconnected_within(PROMPTLY).await);
     }
 
     pub(crate) async fn dropping_the_stream_closes_the_connection(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::chunks(&[content("Hel")], After::Stall)])
+        let server = serve(vec![Reply::chunks(&[content("Hel")], After::Stall)])
             .await
             .expect("the mock model binds 127.0.0.1");
         let client = client(&server.base_url(), Limits::default());
@@ -583,7 +591,7 @@ mod cases {
         let first = stream.next().await.expect("an item").expect("text");
         assert_eq!(first, StreamItem::Text("Hel".into()));
         assert_eq!(
-            server.disconnects(),
+            server.mock().disconnects(),
             0,
             "the connection is open while streaming"
         );
@@ -591,13 +599,13 @@ mod cases {
         drop(stream);
 
         assert!(
-            server.disconnected_within(PROMPTLY).await,
+            server.mock().disconnected_within(PROMPTLY).await,
             "the server still holds an open connection after the stream was dropped"
         );
     }
 
     pub(crate) async fn non_streaming_chat_reads_the_whole_answer(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::Json(json!({
+        let server = serve(vec![Reply::Json(json!({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1717000000.5,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "It is sunny.",
                 "tool_calls": [{"id": "c1", "type": "function",
@@ -625,13 +633,13 @@ mod cases {
                 total_tokens: 24
             })
         );
-        let body = &server.requests()[0].body;
+        let body = &server.mock().raw_requests()[0].body;
         assert_eq!(body["stream"], false);
         assert!(body.get("stream_options").is_none(), "{body}");
     }
 
     pub(crate) async fn non_streaming_chat_reports_http_errors_with_status(client: Factory) {
-        let server = RawMockLlm::start(vec![Reply::Status(
+        let server = serve(vec![Reply::Status(
             404,
             r#"{"error":{"message":"The model `gpt-test` does not exist"}}"#.into(),
         )])
@@ -645,6 +653,6 @@ mod cases {
             matches!(&err, LlmError::Api { status: Some(404), message } if message.contains("does not exist")),
             "{err:?}"
         );
-        assert_eq!(server.request_count(), 1);
+        assert_eq!(server.mock().request_count(), 1);
     }
 }

@@ -9,7 +9,10 @@ use crewline_llm::{
     ChatRequest, FinishReason, LlmClient, LlmError, LlmStream, OpenAiClient, OpenAiClientBuilder,
     RequestOptions, StreamItem, ToolChoice,
 };
-use crewline_testkit::mock_llm::raw::{After, FLOOD_LIMIT, RawMockLlm, RawReply as Reply};
+use crewline_testkit::mock_llm::{
+    MockLlm, RunningMockLlm,
+    raw::{After, FLOOD_LIMIT, RawReply as Reply},
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -18,12 +21,17 @@ const PROMPTLY: Duration = Duration::from_secs(5);
 
 const KEY: &str = "sk-test-0123456789";
 
-fn client_for(server: &RawMockLlm) -> OpenAiClientBuilder {
+fn client_for(server: &RunningMockLlm) -> OpenAiClientBuilder {
     OpenAiClient::builder()
         .model("gpt-test")
         .api_key(KEY)
         .base_url(server.base_url())
         .read_env(false)
+}
+
+/// The one mock model in raw mode, answering with `replies` in order, on 127.0.0.1.
+async fn serve(replies: Vec<Reply>) -> std::io::Result<RunningMockLlm> {
+    MockLlm::raw(replies).start().await
 }
 
 fn hello() -> ChatRequest {
@@ -59,7 +67,7 @@ async fn finished_answers_leave_the_connection_for_the_next_turn() {
     // TCP (and, against a real provider, TLS) handshake. The next turn comes 100 ms later,
     // as when a caller speaks again.
     let answer = || Reply::chunks(&[content("Hi"), finish("stop")], After::DoneKeepAlive);
-    let server = RawMockLlm::start(vec![answer(), answer(), answer()])
+    let server = serve(vec![answer(), answer(), answer()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
@@ -77,14 +85,18 @@ async fn finished_answers_leave_the_connection_for_the_next_turn() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    assert_eq!(server.request_count(), 3);
-    assert_eq!(server.connections(), 1, "all three turns on one connection");
+    assert_eq!(server.mock().request_count(), 3);
+    assert_eq!(
+        server.mock().connections(),
+        1,
+        "all three turns on one connection"
+    );
 }
 
 #[tokio::test]
 async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
     // vLLM writes a numeric `code`; proxies answer in plain text.
-    let server = RawMockLlm::start(vec![
+    let server = serve(vec![
         Reply::Status(
             429,
             r#"{"object":"error","message":"slow down","type":"TooManyRequests","code":429}"#
@@ -103,13 +115,13 @@ async fn rate_limit_429_in_other_servers_shapes_is_retried_too() {
     let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
 
     assert_eq!(items[0].as_ref().ok(), Some(&StreamItem::Text("Hi".into())));
-    assert_eq!(server.request_count(), 3);
+    assert_eq!(server.mock().request_count(), 3);
 }
 
 #[tokio::test]
 async fn retries_stop_after_max_retries_with_the_last_status() {
     let busy = || Reply::Status(503, r#"{"error":{"message":"busy"}}"#.into());
-    let server = RawMockLlm::start(vec![busy(), busy(), busy(), busy()])
+    let server = serve(vec![busy(), busy(), busy(), busy()])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).max_retries(2).build().expect("client");
@@ -120,13 +132,13 @@ async fn retries_stop_after_max_retries_with_the_last_status() {
         matches!(&err, LlmError::Api { status: Some(503), message } if message == "busy"),
         "{err:?}"
     );
-    assert_eq!(server.request_count(), 3, "1 request + 2 retries");
+    assert_eq!(server.mock().request_count(), 3, "1 request + 2 retries");
 }
 
 #[tokio::test]
 async fn non_openai_error_bodies_keep_their_status_and_message() {
     // vLLM's shape: no `error` wrapper and a numeric `code`.
-    let server = RawMockLlm::start(vec![Reply::Status(
+    let server = serve(vec![Reply::Status(
         400,
         r#"{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":null,"code":400}"#
             .into(),
@@ -145,7 +157,7 @@ async fn non_openai_error_bodies_keep_their_status_and_message() {
 
 #[tokio::test]
 async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
-    let server = RawMockLlm::start(vec![Reply::chunks(
+    let server = serve(vec![Reply::chunks(
         &[content("ok"), finish("stop")],
         After::Done,
     )])
@@ -180,7 +192,7 @@ async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
 
     drain(client.stream_chat(request).await.expect("stream")).await;
 
-    let requests = server.requests();
+    let requests = server.mock().raw_requests();
     assert_eq!(requests.len(), 1);
     let captured = &requests[0];
     assert_eq!(captured.path, "/v1/chat/completions");
@@ -233,7 +245,7 @@ const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 
 #[tokio::test]
 async fn an_endless_line_fails_with_too_large_once_past_the_limit() {
-    let server = RawMockLlm::start(vec![Reply::EndlessLine(vec![content("Hel").to_string()])])
+    let server = serve(vec![Reply::EndlessLine(vec![content("Hel").to_string()])])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server).build().expect("client");
@@ -255,20 +267,20 @@ async fn an_endless_line_fails_with_too_large_once_past_the_limit() {
         ),
         "{items:?}"
     );
-    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
     // The client let go near the limit (socket buffers hold a few MiB more), long before the
     // server would have stopped.
     assert!(
-        server.flooded() < FLOOD_LIMIT / 2,
+        server.mock().flooded() < FLOOD_LIMIT / 2,
         "the client read {} bytes of the line",
-        server.flooded()
+        server.mock().flooded()
     );
 }
 
 #[tokio::test]
 async fn a_line_just_under_a_configured_limit_passes_and_one_over_fails() {
     let long = "y".repeat(10_000);
-    let server = RawMockLlm::start(vec![
+    let server = serve(vec![
         Reply::chunks(&[content(&long), finish("stop")], After::Done),
         Reply::chunks(&[content(&long), finish("stop")], After::Done),
     ])
@@ -303,7 +315,7 @@ async fn a_line_just_under_a_configured_limit_passes_and_one_over_fails() {
 #[tokio::test]
 async fn a_huge_error_body_is_cut_at_the_limit() {
     let start = r#"{"error":{"message":"bad request: "#;
-    let server = RawMockLlm::start(vec![Reply::EndlessStatus(400, start.into())])
+    let server = serve(vec![Reply::EndlessStatus(400, start.into())])
         .await
         .expect("the mock model binds 127.0.0.1");
     let client = client_for(&server)
@@ -325,18 +337,18 @@ async fn a_huge_error_body_is_cut_at_the_limit() {
     assert!(message.starts_with(start), "{message}");
     assert!(message.chars().count() <= 501, "{} chars", message.len());
     assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
-    assert!(server.disconnected_within(PROMPTLY).await);
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
     assert!(
-        server.flooded() < FLOOD_LIMIT / 2,
+        server.mock().flooded() < FLOOD_LIMIT / 2,
         "the client read {} bytes of the body",
-        server.flooded()
+        server.mock().flooded()
     );
-    assert_eq!(server.request_count(), 1, "a 400 is not retried");
+    assert_eq!(server.mock().request_count(), 1, "a 400 is not retried");
 }
 
 #[tokio::test]
 async fn a_non_streamed_answer_over_the_limit_is_too_large() {
-    let server = RawMockLlm::start(vec![Reply::Json(json!({
+    let server = serve(vec![Reply::Json(json!({
         "choices": [{"index": 0, "message": {"content": "z".repeat(10_000)}, "finish_reason": "stop"}]
     }))])
     .await

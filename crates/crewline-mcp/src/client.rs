@@ -29,6 +29,60 @@ use crate::McpError;
 /// a remote `{"error": {"kind": "ToolArgsInvalid", ..}}` (a crewline server) stays
 /// `ToolArgsInvalid`. A remote `structuredContent` is the call's result value.
 ///
+/// # Examples
+///
+/// Mount the tools of an MCP server reached over streamable HTTP (here a crewline one on a
+/// free local port, with a token):
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline::tool::{ExecuteOptions, ToolRegistry};
+/// use crewline::types::{ToolCall, ToolErrorKind};
+/// use crewline_mcp::{McpClient, McpServer};
+///
+/// # use crewline::{function_tool, tool::ToolError};
+/// /// The weather in a city.
+/// ///
+/// /// # Arguments
+/// /// * `city` - The city
+/// #[function_tool(export = "crew,mcp")]
+/// async fn get_weather(city: String) -> Result<String, ToolError> {
+///     match city.as_str() {
+///         "Paris" => Ok("Sunny, 21 °C".into()),
+///         _ => Err(ToolError::new(format!("No forecast for {city}."))),
+///     }
+/// }
+///
+/// /// Refunds an order (for the crew only: no `export`).
+/// #[function_tool]
+/// async fn refund(order: String) -> String {
+///     order
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mut tools = ToolRegistry::new();
+/// # tools.register(GetWeatherTool)?;
+/// # let server = McpServer::new(&tools)?.auth_token("s3cret");
+/// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// # let url = format!("http://{}/mcp", listener.local_addr()?);
+/// # tokio::spawn(async move { server.serve_http(listener).await });
+/// // `url` is e.g. "http://127.0.0.1:8080/mcp".
+/// assert!(McpClient::connect_http(&url).await.is_err()); // no token: refused
+///
+/// let client = McpClient::connect_http_with_bearer(&url, "s3cret")
+///     .await?
+///     .with_timeout(Duration::from_secs(5)); // each remote call's limit
+/// let mut registry = ToolRegistry::new();
+/// client.mount(&mut registry).await?;
+///
+/// let call = ToolCall::new("call_1", "get_weather", r#"{"town": "Paris"}"#);
+/// let result = &registry.execute(&[call], ExecuteOptions::new()).await[0].result;
+/// // Checked locally against the server's schema before anything is sent.
+/// assert_eq!(result.error_kind(), Some(ToolErrorKind::ToolArgsInvalid));
+/// # Ok(()) }
+/// ```
+///
 /// A call given up locally (a barge-in cancelling the run, the tool's timeout) drops the
 /// request, and rmcp then sends the server `notifications/cancelled` for it, so a crewline
 /// server stops the call too.

@@ -70,6 +70,61 @@ pub const MCP_PATH: &str = "/mcp";
 /// called. [`router`](Self::router) merged into a `CrewServer` is covered by the crew server's
 /// own auth layer (its token); a token set here is checked as well. The `Host` allowlist
 /// ([`allowed_hosts`](Self::allowed_hosts)) is no authentication: the client writes that header.
+///
+/// # Examples
+///
+/// Serve a registry's MCP tools, and call them from another process's registry (here both
+/// ends in one process, over an in-memory pipe; [`serve_stdio`](Self::serve_stdio) and
+/// [`serve_http`](Self::serve_http) are the real transports):
+///
+/// ```
+/// use crewline::tool::{ExecuteOptions, ToolRegistry};
+/// use crewline::types::{ToolCall, ToolErrorKind};
+/// use crewline_mcp::{McpClient, McpServer};
+///
+/// # use crewline::{function_tool, tool::ToolError};
+/// /// The weather in a city.
+/// ///
+/// /// # Arguments
+/// /// * `city` - The city
+/// #[function_tool(export = "crew,mcp")]
+/// async fn get_weather(city: String) -> Result<String, ToolError> {
+///     match city.as_str() {
+///         "Paris" => Ok("Sunny, 21 °C".into()),
+///         _ => Err(ToolError::new(format!("No forecast for {city}."))),
+///     }
+/// }
+///
+/// /// Refunds an order (for the crew only: no `export`).
+/// #[function_tool]
+/// async fn refund(order: String) -> String {
+///     order
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tools = ToolRegistry::new();
+/// tools.register(GetWeatherTool)?;
+/// tools.register(RefundTool)?;
+/// let server = McpServer::new(&tools)?.named("weather-desk", "1.0.0");
+/// assert_eq!(server.tools().len(), 1); // `refund` is not exported to MCP
+///
+/// let (server_end, client_end) = tokio::io::duplex(64 * 1024);
+/// tokio::spawn(async move { server.serve_io(server_end).await });
+///
+/// // The other side: mount the server's tools into a registry of its own.
+/// let client = McpClient::connect_io(client_end).await?;
+/// let mut remote = ToolRegistry::new();
+/// assert_eq!(client.mount(&mut remote).await?, ["get_weather"]);
+///
+/// let calls = [
+///     ToolCall::new("call_1", "get_weather", r#"{"city": "Paris"}"#),
+///     ToolCall::new("call_2", "get_weather", r#"{"city": "Oslo"}"#),
+/// ];
+/// let runs = remote.execute(&calls, ExecuteOptions::new()).await;
+/// assert_eq!(runs[0].result.content(), "Sunny, 21 °C");
+/// assert_eq!(runs[1].result.error_kind(), Some(ToolErrorKind::ToolError));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct McpServer {
     shared: Arc<Shared>,

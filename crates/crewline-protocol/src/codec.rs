@@ -18,6 +18,22 @@ use crate::{
 pub const MAX_DEPTH: usize = 100;
 
 /// Why a frame could not be read as an event.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_protocol::{DecodeError, DecodeErrorKind, decode};
+///
+/// let error = decode(br#"{"type": "system.dance", "timestamp": 0}"#).unwrap_err();
+/// assert_eq!(error, DecodeError::UnknownType("system.dance".into()));
+/// assert_eq!(error.kind().as_str(), "unknown_type"); // a metrics label
+///
+/// let error = decode(br#"{"type": "agent.llm.response.chunk", "timestamp": 0}"#).unwrap_err();
+/// assert_eq!(error.kind(), DecodeErrorKind::InvalidFields);
+/// assert!(error.to_string().contains("text")); // names the missing field
+///
+/// assert_eq!(decode(b"[1, 2]").unwrap_err().kind(), DecodeErrorKind::NotAnObject);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DecodeError {

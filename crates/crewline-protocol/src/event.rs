@@ -4,6 +4,32 @@ use serde_json::{Map, Value, value::RawValue};
 use crate::Timestamp;
 
 /// One protocol event: what happened and when.
+///
+/// # Examples
+///
+/// A platform frame in, the crew's answer out:
+///
+/// ```
+/// use crewline_protocol::{Event, EventBody, decode, encode};
+///
+/// let frame = br#"{"type": "system.llm.request", "timestamp": 1767225600.5,
+///     "messages": [{"role": "user", "content": "Hi"}], "extra_params": {}}"#;
+/// let event = decode(frame)?;
+/// assert_eq!(event.body.type_name(), "system.llm.request");
+/// let EventBody::LlmRequest(request) = &event.body else { panic!("not a request") };
+/// let messages = request.messages.as_ref().map(|m| m.as_json());
+/// assert_eq!(messages, Some(r#"[{"role":"user","content":"Hi"}]"#)); // JSON text, to echo back
+///
+/// let answer = Event::with_timestamp(
+///     "2026-01-01T00:00:00",
+///     EventBody::ResponseChunk { text: "Hello!".into() },
+/// );
+/// let bytes = encode(&answer);
+/// assert_eq!(decode(&bytes)?, answer); // what is encoded decodes back the same
+/// assert!(!answer.is_interrupt());
+/// assert!(decode(br#"{"type": "system.control.interrupt", "timestamp": 0}"#)?.is_interrupt());
+/// # Ok::<(), crewline_protocol::DecodeError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// When it happened.
@@ -186,6 +212,20 @@ pub struct LlmRequest {
 /// A request carries the whole conversation and the output node echoes it back; keeping the
 /// text means it is neither built into a tree of JSON values on the way in nor re-encoded on
 /// the way out. Read it typed with [`Messages::parse`] or as values with [`Messages::values`].
+///
+/// # Examples
+///
+/// ```
+/// use crewline_core::Message;
+/// use crewline_protocol::Messages;
+///
+/// let messages = Messages::from_json(r#"[{"role": "user", "content": "Hi"}, {"role": "alien"}]"#)?;
+/// let read: Vec<Result<Message, _>> = messages.parse()?.collect();
+/// assert_eq!(read[0].as_ref().ok(), Some(&Message::user("Hi")));
+/// assert!(read[1].is_err()); // one odd message does not hide the others
+/// assert!(Messages::from_json(r#"{"role": "user"}"#).is_err()); // must be an array
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Messages(Box<RawValue>);
 

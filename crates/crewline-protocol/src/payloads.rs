@@ -62,6 +62,29 @@ pub struct ToolCallEnd<'a> {
 }
 
 /// The `tool_call_error` log: a call failed.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_core::ToolErrorKind;
+/// use crewline_protocol::{EventBody, ToolCallError};
+/// use serde_json::json;
+///
+/// let body = ToolCallError {
+///     turn_id: "t1",
+///     tool_call_id: "call_1",
+///     function_name: "get_weather",
+///     arguments: json!({"location": "Atlantis"}),
+///     error: "No forecast for Atlantis.",
+///     error_kind: ToolErrorKind::ToolError,
+///     latency_ms: 4,
+/// }
+/// .into_body();
+/// let EventBody::Log { name, payload } = body else { panic!("not a log") };
+/// assert_eq!(name, "tool_call_error");
+/// assert_eq!(payload["success"], false);
+/// assert_eq!(payload["error"], "No forecast for Atlantis.");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCallError<'a> {
     /// The turn's id.
@@ -163,6 +186,24 @@ impl ToolCallError<'_> {
 
 /// A failure of node code (a hook that returned an error or panicked), reported as
 /// `agent.error` with the reference's payload (`node_name`, `error_class`, `traceback`).
+///
+/// # Examples
+///
+/// ```
+/// use crewline_protocol::{NodeFailure, Severity};
+///
+/// let error = NodeFailure {
+///     node: "sentiment",
+///     method: "process_event",
+///     class: "LlmError",
+///     message: "the LLM server did not answer within 10s",
+///     traceback: "LlmError: timeout",
+/// }
+/// .into_error(Severity::Warning);
+/// assert_eq!(error.message, "LlmError in sentiment.process_event: the LLM server did not answer within 10s");
+/// assert_eq!(error.payload["node_name"], "sentiment");
+/// assert_eq!(error.severity, Severity::Warning); // the call goes on
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeFailure<'a> {
     /// The node's name.

@@ -40,20 +40,63 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves a crew over the platform's WebSocket protocol, one session per connection.
 ///
-/// ```no_run
-/// use crewline::{Crew, SessionSetup};
-/// use crewline_server::CrewServer;
+/// Its settings come in groups: where and for whom ([`bind`](Self::bind),
+/// [`auth_token`](Self::auth_token), [`credential`](Self::credential),
+/// [`allow_unauthenticated`](Self::allow_unauthenticated)), what else it serves
+/// ([`merge`](Self::merge)), its limits ([`max_frame_bytes`](Self::max_frame_bytes),
+/// [`handshake_timeout`](Self::handshake_timeout), [`setup_timeout`](Self::setup_timeout),
+/// [`drain_timeout`](Self::drain_timeout)) and its threads
+/// ([`worker_runtimes`](Self::worker_runtimes)); then one of [`run`](Self::run),
+/// [`serve`](Self::serve) or [`serve_with_shutdown`](Self::serve_with_shutdown).
 ///
+/// # Examples
+///
+/// A crew built per call from the call's handshake, served on a free port and called the way
+/// the platform calls it (here with the testkit's [`PlatformClient`]):
+///
+/// [`PlatformClient`]: https://docs.rs/crewline-testkit
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
+/// use crewline_server::CrewServer;
+/// # use crewline_testkit::{PlatformClient, PlatformConfig};
+///
+/// // Any error type that converts into a boxed error will do.
 /// async fn setup(session: SessionSetup) -> Result<Crew, std::io::Error> {
-///     let crew = Crew::new();
-///     // crew.add_node(...);
-///     let _ = session;
+///     let name = session.initial_variables().get("name").and_then(|v| v.as_str()).unwrap_or("there");
+///     let llm = ScriptedLlm::new([Reply::text(format!("Hello {name}, how can I help?"))]);
+///     let agent = LoopAgent::new(
+///         "You are a friendly receptionist.",
+///         ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())),
+///     );
+///     let mut crew = Crew::new();
+///     crew.add_node(OutputNode::new("receptionist", agent));
 ///     Ok(crew)
 /// }
 ///
-/// # async fn run() -> Result<(), crewline_server::ServerError> {
-/// CrewServer::new(setup).run().await
-/// # }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // In production: `CrewServer::new(setup).bind(..).auth_token(..).run().await`.
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let url = format!("ws://{}/ws", listener.local_addr()?);
+/// let server = CrewServer::new(setup);
+/// let handle = server.handle();
+/// let serving = tokio::spawn(server.serve(listener));
+///
+/// let mut config = PlatformConfig::new(url);
+/// config.initial_variables.insert("name".into(), "Ada".into());
+/// let mut platform = PlatformClient::connect(config).await?; // `system.init` → `agent.ready`
+/// assert_eq!(handle.active_sessions(), 1);
+/// let turn = platform.user_turn("Hi")?.finish().await?;
+/// assert_eq!(turn.text, "Hello Ada, how can I help?");
+///
+/// platform.close().await?;
+/// handle.shutdown(); // drains, then `serve` returns
+/// serving.await??;
+/// # Ok(()) }
 /// ```
 pub struct CrewServer {
     config: Config,
@@ -109,6 +152,54 @@ impl CrewServer {
 
     /// Serves `routes` beside the crew's own (`/ws`, `/health`, ...), e.g. an MCP endpoint
     /// or a task API; a route that clashes with one already served panics at start-up.
+    ///
+    /// The merged routes sit behind the same authentication as the crew's own.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+    /// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
+    /// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
+    /// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);
+    /// #     let agent = LoopAgent::new("Be brief.", ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())));
+    /// #     let mut crew = Crew::new();
+    /// #     crew.add_node(OutputNode::new("assistant", agent));
+    /// #     Ok(crew)
+    /// # }
+    /// # async fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> std::io::Result<String> {
+    /// #     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    /// #     let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    /// #     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    /// #     let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n");
+    /// #     stream.write_all(request.as_bytes()).await?;
+    /// #     let mut response = String::new();
+    /// #     stream.read_to_string(&mut response).await?;
+    /// #     Ok(response)
+    /// # }
+    /// use axum::{Router, routing::get};
+    /// use crewline_server::CrewServer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let status = Router::new().route("/version", get(|| async { "crew 1.4.2" }));
+    /// let server = CrewServer::new(setup).merge(status).auth_token("s3cret");
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let addr = listener.local_addr()?;
+    /// # let handle = server.handle();
+    /// # let serving = tokio::spawn(server.serve(listener));
+    ///
+    /// let denied = http_get(addr, "/version", None).await?;
+    /// assert!(denied.starts_with("HTTP/1.1 401"));
+    /// let allowed = http_get(addr, "/version", Some("s3cret")).await?;
+    /// assert!(allowed.starts_with("HTTP/1.1 200") && allowed.ends_with("crew 1.4.2"));
+    /// // `/health` stays open for the orchestrator's probes.
+    /// assert!(http_get(addr, "/health", None).await?.starts_with("HTTP/1.1 200"));
+    /// # handle.shutdown();
+    /// # serving.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn merge(mut self, routes: axum::Router) -> Self {
         self.extra_routes.push(routes);
         self
@@ -130,6 +221,49 @@ impl CrewServer {
     /// [`router`](Self::router) then refuse everyone).
     ///
     /// [`Principal`]: crewline_auth::Principal
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+    /// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
+    /// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
+    /// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);
+    /// #     let agent = LoopAgent::new("Be brief.", ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())));
+    /// #     let mut crew = Crew::new();
+    /// #     crew.add_node(OutputNode::new("assistant", agent));
+    /// #     Ok(crew)
+    /// # }
+    /// use crewline_auth::Credential;
+    /// use crewline_server::{CrewServer, ServerError};
+    /// # use crewline_testkit::{PlatformClient, PlatformConfig, PlatformError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The platform's token, and a second credential for an operator's dashboard.
+    /// let server = CrewServer::new(setup)
+    ///     .auth_token("platform-s3cret")
+    ///     .credential(Credential::new("ops", "ops-s3cret")?);
+    /// assert!(server.has_credentials());
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let url = format!("ws://{}/ws", listener.local_addr()?);
+    /// # let handle = server.handle();
+    /// # let serving = tokio::spawn(server.serve(listener));
+    ///
+    /// let anonymous = PlatformClient::connect(PlatformConfig::new(url.clone())).await;
+    /// assert!(matches!(anonymous, Err(PlatformError::Refused { status: 401 })));
+    /// let mut config = PlatformConfig::new(url);
+    /// config.token = Some("platform-s3cret".into()); // sent as `Authorization: Bearer ..`
+    /// PlatformClient::connect(config).await?.close().await?;
+    /// # handle.shutdown();
+    /// # serving.await??;
+    ///
+    /// // Beyond loopback, a server without a credential refuses to start.
+    /// let open = CrewServer::new(setup).bind(([0, 0, 0, 0], 0)).run().await;
+    /// assert!(matches!(open, Err(ServerError::Unauthenticated { .. })));
+    /// # Ok(()) }
+    /// ```
     pub fn auth_token(self, token: impl AsRef<[u8]>) -> Self {
         self.add_credential("auth_token", Credential::new("default", token))
     }
@@ -186,6 +320,43 @@ impl CrewServer {
     }
 
     /// How long the crew's setup code may take, per call and for the dry run (default 30 s).
+    ///
+    /// # Examples
+    ///
+    /// The limits, together; a setup that takes too long leaves the server not ready:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use crewline::{Crew, SessionSetup};
+    /// use crewline_server::CrewServer;
+    /// # use crewline_testkit::{PlatformClient, PlatformConfig, PlatformError};
+    ///
+    /// async fn slow_setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
+    ///     tokio::time::sleep(Duration::from_secs(60)).await; // a stuck database, say
+    ///     Ok(Crew::new())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = CrewServer::new(slow_setup)
+    ///     .max_frame_bytes(256 * 1024)
+    ///     .handshake_timeout(Duration::from_secs(5))
+    ///     .setup_timeout(Duration::from_millis(50))
+    ///     .drain_timeout(Duration::from_secs(10));
+    /// let handle = server.handle();
+    /// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// # let url = format!("ws://{}/ws", listener.local_addr()?);
+    /// let serving = tokio::spawn(server.serve(listener));
+    ///
+    /// // The call is told why at once, instead of hanging on its handshake.
+    /// let call = PlatformClient::connect(PlatformConfig::new(url)).await;
+    /// assert!(matches!(call, Err(PlatformError::Rejected { message }) if message.contains("did not finish")));
+    /// assert!(!handle.is_ready()); // and `/ready` answers 503: the dry run failed too
+    /// # handle.shutdown();
+    /// # serving.await??;
+    /// # Ok(()) }
+    /// ```
     pub fn setup_timeout(mut self, timeout: Duration) -> Self {
         self.config.setup_timeout = timeout;
         self
@@ -371,6 +542,42 @@ impl CrewServer {
 }
 
 /// Watches and stops a [`CrewServer`]; cheap to clone.
+///
+/// # Examples
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
+/// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
+/// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);
+/// #     let agent = LoopAgent::new("Be brief.", ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())));
+/// #     let mut crew = Crew::new();
+/// #     crew.add_node(OutputNode::new("assistant", agent));
+/// #     Ok(crew)
+/// # }
+/// use std::time::Duration;
+///
+/// use crewline_server::CrewServer;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = CrewServer::new(setup);
+/// let handle = server.handle(); // valid before serving starts
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let serving = tokio::spawn(server.serve(listener));
+///
+/// // Ready once the dry run of `setup` has passed.
+/// while !handle.is_ready() {
+///     tokio::time::sleep(Duration::from_millis(5)).await;
+/// }
+/// assert_eq!(handle.active_sessions(), 0);
+///
+/// handle.shutdown(); // what SIGTERM does under `run`
+/// serving.await??; // drained: no call was live
+/// assert!(handle.is_draining() && !handle.is_ready());
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ServerHandle {
     state: Arc<State>,

@@ -8,20 +8,12 @@ mod common;
 use common::*;
 use crewline::protocol::{DecodeError, decode};
 use crewline_server::{CrewServer, FrameDrop};
-use futures::SinkExt;
 use proptest::{
     prelude::*,
     strategy::ValueTree,
     test_runner::{Config, TestRunner},
 };
 use serde_json::{Value, json};
-use tokio_tungstenite::tungstenite::{
-    Message as WsMessage,
-    protocol::frame::{
-        Frame,
-        coding::{Data, OpCode},
-    },
-};
 
 /// Bad frames generated per run (`CREWLINE_BAD_FRAMES` overrides).
 const BAD_FRAMES: usize = 1500;
@@ -243,31 +235,19 @@ async fn frames_at_the_limit_pass_and_one_byte_over_closes_the_call_with_1009() 
         frames.iter().any(|f| f["type"] == "agent.error"),
         "{frames:?}"
     );
-    assert_eq!(u16::from(close.expect("a close frame").code), 1009);
+    assert_eq!(close.expect("a close frame").code, 1009);
 
     // A message over the limit in small fragments, each under it, is refused the same way.
     let mut client = server.call("Bo").await;
     let whole = transcript_of_size(LIMIT + 1);
     let pieces: Vec<&[u8]> = whole.chunks(LIMIT / 4).collect();
-    for (i, piece) in pieces.iter().enumerate() {
-        let opcode = if i == 0 {
-            OpCode::Data(Data::Binary)
-        } else {
-            OpCode::Data(Data::Continue)
-        };
-        let last = i + 1 == pieces.len();
-        client
-            .ws
-            .send(WsMessage::Frame(Frame::message(
-                piece.to_vec(),
-                opcode,
-                last,
-            )))
-            .await
-            .expect("send a fragment");
-    }
+    client
+        .socket
+        .send_fragments(&pieces)
+        .await
+        .expect("send the fragments");
     let (_, close) = client.recv_until_close().await;
-    assert_eq!(u16::from(close.expect("a close frame").code), 1009);
+    assert_eq!(close.expect("a close frame").code, 1009);
 
     server.wait_for_active(0).await;
     let metrics = server.handle.metrics();

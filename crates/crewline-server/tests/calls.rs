@@ -8,9 +8,8 @@ use std::time::Duration;
 use common::*;
 use crewline::SessionSetup;
 use crewline_server::{CrewServer, FrameDrop};
-use futures::{SinkExt, StreamExt};
+use crewline_testkit::platform::raw::RawFrame;
 use serde_json::{Value, json};
-use tokio_tungstenite::{connect_async, tungstenite::Message as WsMessage};
 
 fn fixture(name: &str) -> Value {
     let path = format!(
@@ -65,11 +64,10 @@ async fn a_text_turn_streams_in_the_reference_order() {
     let raw = {
         client.send(&llm_request("again")).await;
         loop {
-            let message = client.ws.next().await.expect("open").expect("frame");
-            let WsMessage::Binary(bytes) = message else {
+            let RawFrame::Binary(bytes) = client.next_frame().await else {
                 continue;
             };
-            let text = String::from_utf8(bytes.to_vec()).expect("utf-8");
+            let text = String::from_utf8(bytes).expect("utf-8");
             if text.contains("agent.llm.response.chunk") {
                 break text;
             }
@@ -166,14 +164,13 @@ async fn text_frames_are_accepted_and_answered_in_binary() {
     assert_eq!(spoken(&frames), expected_answer("Bo", "yo"));
     // Pings are answered.
     client
-        .ws
-        .send(WsMessage::Ping(b"are you there".to_vec().into()))
+        .socket
+        .send_ping(b"are you there".to_vec())
         .await
         .expect("ping");
     let pong = loop {
-        match client.ws.next().await.expect("open").expect("frame") {
-            WsMessage::Pong(data) => break data,
-            _ => continue,
+        if let RawFrame::Pong(data) = client.next_frame().await {
+            break data;
         }
     };
     assert_eq!(&pong[..], b"are you there");
@@ -281,9 +278,7 @@ async fn drain_lets_a_live_turn_finish_refuses_new_calls_then_closes_with_1001()
         server.get("/health").await.body,
         r#"{"status":"ok","active_sessions":1}"#
     );
-    let error = connect_async(server.ws_url())
-        .await
-        .expect_err("new calls are refused");
+    let error = refusal(&server.ws_url()).await;
     assert!(refused_with(&error, 503), "{error:?}");
 
     // The live call finishes its turn.
@@ -292,7 +287,7 @@ async fn drain_lets_a_live_turn_finish_refuses_new_calls_then_closes_with_1001()
     // At the deadline it is closed cleanly.
     let (_, close) = client.recv_until_close().await;
     let close = close.expect("a close frame");
-    assert_eq!(u16::from(close.code), 1001);
+    assert_eq!(close.code, 1001);
     assert_eq!(close.reason.as_str(), "server shutting down");
     server.join().await.expect("clean shutdown");
     assert_eq!(server.handle.active_sessions(), 0);
@@ -411,7 +406,7 @@ async fn worker_runtimes_answer_calls_on_their_own_threads_and_drain() {
         expected_answer("caller-7", "one two three")
     );
     let (_, close) = live.recv_until_close().await;
-    assert_eq!(u16::from(close.expect("a close frame").code), 1001);
+    assert_eq!(close.expect("a close frame").code, 1001);
     server.join().await.expect("clean shutdown");
     assert_eq!(server.handle.active_sessions(), 0);
 }

@@ -8,12 +8,7 @@ use std::{io, time::Duration};
 use common::*;
 use crewline::{Crew, SessionSetup};
 use crewline_server::{CrewServer, FrameDrop, HandshakeFailure};
-use futures::SinkExt;
 use serde_json::{Value, json};
-use tokio_tungstenite::{
-    connect_async,
-    tungstenite::{Message as WsMessage, client::IntoClientRequest, http::HeaderValue},
-};
 
 fn fixture(name: &str) -> Value {
     let path = format!(
@@ -111,7 +106,7 @@ async fn ready_is_503_with_the_reason_when_setup_fails() {
     );
     assert_eq!(frames[0]["payload"], json!({"reason": "setup_failed"}));
     let close = close.expect("a close frame");
-    assert_eq!(u16::from(close.code), 1011);
+    assert_eq!(close.code, 1011);
     assert_eq!(close.reason.as_str(), "crew setup failed");
     assert_eq!(
         server
@@ -133,7 +128,7 @@ async fn ready_is_503_when_setup_hangs_past_the_setup_timeout() {
     .await;
     let first = server.get("/ready").await;
     assert_eq!(first.status, 503);
-    assert_eq!(first.json()["detail"]["status"], "not_ready");
+    assert_eq!(first.json().expect("JSON")["detail"]["status"], "not_ready");
     let addr = server.addr;
     eventually("the setup timeout", || async move {
         http_get(addr, "/ready")
@@ -159,7 +154,7 @@ async fn ready_names_an_invalid_graph() {
         http_get(addr, "/ready").await.body.contains("invalid crew")
     })
     .await;
-    let body = server.get("/ready").await.json();
+    let body = server.get("/ready").await.json().expect("JSON");
     assert!(
         body["detail"]["reason"]
             .as_str()
@@ -183,7 +178,7 @@ async fn a_panicking_setup_fails_its_call_only() {
     assert_eq!(types(&frames), ["agent.error"]);
     assert_eq!(frames[0]["severity"], "fatal");
     assert_eq!(frames[0]["message"], "crew setup panicked: setup exploded");
-    assert_eq!(u16::from(close.expect("close").code), 1011);
+    assert_eq!(close.expect("close").code, 1011);
 
     let mut fine = server.call("Ada").await;
     let (_, text) = fine.turn("still there?").await;
@@ -202,34 +197,24 @@ async fn a_panicking_setup_fails_its_call_only() {
 async fn auth_is_checked_before_the_upgrade() {
     let server = TestServer::ready(CrewServer::new(echo_setup).auth_token("s3cr3t/+")).await;
 
-    let error = connect_async(server.ws_url()).await.expect_err("no token");
+    let error = refusal(&server.ws_url()).await;
     assert!(refused_with(&error, 401), "{error:?}");
-    let error = connect_async(format!("{}?token=wrong", server.ws_url()))
-        .await
-        .expect_err("wrong token");
+    let error = refusal(&format!("{}?token=wrong", server.ws_url())).await;
     assert!(refused_with(&error, 401), "{error:?}");
-    let mut request = server.ws_url().into_client_request().expect("request");
-    request
-        .headers_mut()
-        .insert("authorization", HeaderValue::from_static("Bearer not-it"));
-    let error = connect_async(request).await.expect_err("wrong bearer");
+    let mut config = PlatformConfig::new(server.ws_url());
+    config.token = Some("not-it".to_owned());
+    let error = refusal_with(config).await;
     assert!(refused_with(&error, 401), "{error:?}");
 
     // The right token, in the header or (percent-encoded) in the query.
-    let mut request = server.ws_url().into_client_request().expect("request");
-    request
-        .headers_mut()
-        .insert("authorization", HeaderValue::from_static("Bearer s3cr3t/+"));
-    let (ws, _) = connect_async(request).await.expect("bearer accepted");
-    let mut client = Client { ws };
+    let mut config = PlatformConfig::new(server.ws_url());
+    config.token = Some("s3cr3t/+".to_owned());
+    let mut client = Client::connect_with(config).await;
     client.send(&init_frame("Ada")).await;
     assert_eq!(client.recv().await["type"], "agent.ready");
     client.close().await;
 
-    let (ws, _) = connect_async(format!("{}?token=s3cr3t%2F%2B", server.ws_url()))
-        .await
-        .expect("query token accepted");
-    let mut client = Client { ws };
+    let mut client = Client::connect(&format!("{}?token=s3cr3t%2F%2B", server.ws_url())).await;
     client.send(&init_frame("Ada")).await;
     assert_eq!(client.recv().await["type"], "agent.ready");
     client.close().await;
@@ -253,11 +238,7 @@ async fn silence_gets_an_error_and_a_close_frame_after_the_handshake_timeout() {
     .await;
     let mut client = Client::connect(&server.ws_url()).await;
     // Pings do not count as the first frame.
-    client
-        .ws
-        .send(WsMessage::Ping(b"hi".to_vec().into()))
-        .await
-        .expect("ping");
+    client.socket.send_ping(b"hi".to_vec()).await.expect("ping");
     let (frames, close) = client.recv_until_close().await;
     assert_eq!(types(&frames), ["agent.error"]);
     assert_eq!(frames[0]["severity"], "fatal");
@@ -266,7 +247,7 @@ async fn silence_gets_an_error_and_a_close_frame_after_the_handshake_timeout() {
         "handshake timeout: no system.init within 300ms"
     );
     let close = close.expect("a close frame");
-    assert_eq!(u16::from(close.code), 1008);
+    assert_eq!(close.code, 1008);
     assert_eq!(close.reason.as_str(), "handshake timeout");
     server.wait_for_active(0).await;
     assert_eq!(
@@ -308,7 +289,7 @@ async fn a_wrong_or_invalid_first_frame_gets_an_error_and_a_close_frame() {
         let got = frames[0]["message"].as_str().expect("message");
         assert!(got.starts_with(message), "{got}");
         let close = close.expect("a close frame");
-        assert_eq!(u16::from(close.code), 1008);
+        assert_eq!(close.code, 1008);
         assert_eq!(close.reason.as_str(), reason);
     }
     let metrics = server.handle.metrics();
@@ -330,7 +311,7 @@ async fn an_oversized_frame_closes_the_call_with_1009() {
         frames[0]["message"],
         "a frame of 10000 bytes is over this server's limit of 4096 bytes"
     );
-    assert_eq!(u16::from(close.expect("close").code), 1009);
+    assert_eq!(close.expect("close").code, 1009);
 
     // During a call: frames under the limit pass, the first one over it ends the call.
     let mut client = server.call("Ada").await;
@@ -346,7 +327,7 @@ async fn an_oversized_frame_closes_the_call_with_1009() {
         .expect("agent.error");
     assert_eq!(error["severity"], "fatal");
     let close = close.expect("close");
-    assert_eq!(u16::from(close.code), 1009);
+    assert_eq!(close.code, 1009);
     assert_eq!(close.reason.as_str(), "frame too large");
     server.wait_for_active(0).await;
     assert_eq!(server.handle.metrics().dropped_frames(FrameDrop::TooBig), 2);

@@ -21,9 +21,7 @@ use crewline::{
 };
 use crewline_server::CrewServer;
 use fake_llm::{FLOOD_LIMIT, FakeLlm, PARTIAL, echo_answer, spawn_healthy_calls};
-use futures::StreamExt;
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 /// The client's limits: short, so stalls fail fast, yet far above what a healthy answer from
 /// the local fake takes on a loaded CI machine.
@@ -279,13 +277,17 @@ async fn turn_within(client: &mut Client, words: &str, limit: Duration) -> Vec<V
         .await;
     client.send(&llm_request(words)).await;
     let mut frames = Vec::new();
+    client.socket.set_wait(limit);
     loop {
-        let message = tokio::time::timeout(limit, client.ws.next())
+        let message = client
+            .socket
+            .next_frame()
             .await
-            .unwrap_or_else(|_| panic!("no frame within {limit:?}; so far: {frames:#?}"))
-            .expect("the socket closed")
-            .expect("socket error");
-        let WsMessage::Binary(bytes) = message else {
+            .unwrap_or_else(|error| {
+                panic!("no frame within {limit:?} ({error}); so far: {frames:#?}")
+            })
+            .expect("the socket closed");
+        let RawFrame::Binary(bytes) = message else {
             continue;
         };
         let frame: Value = serde_json::from_slice(&bytes).expect("a JSON frame");

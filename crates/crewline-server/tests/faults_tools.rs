@@ -19,9 +19,7 @@ use crewline::{
 };
 use crewline_server::CrewServer;
 use fake_llm::{FakeLlm, echo_answer, spawn_healthy_calls};
-use futures::StreamExt;
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 /// Healthy calls running beside each faulty one.
 const HEALTHY_CALLS: usize = 4;
@@ -129,12 +127,7 @@ async fn read_turn(client: &mut Client) -> ToolTurn {
     let mut frames = Vec::new();
     let mut largest_frame = 0;
     loop {
-        let message = tokio::time::timeout(WAIT, client.ws.next())
-            .await
-            .expect("timed out waiting for a frame")
-            .expect("the socket closed")
-            .expect("socket error");
-        let WsMessage::Binary(bytes) = message else {
+        let RawFrame::Binary(bytes) = client.next_frame().await else {
             continue;
         };
         largest_frame = largest_frame.max(bytes.len());

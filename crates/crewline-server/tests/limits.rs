@@ -20,13 +20,12 @@ use crewline::{
     Crew, OutputAgent, OutputNode, SessionSetup, TurnEvent, TurnStream, types::Context,
 };
 use crewline_server::{CrewServer, ErrorKind, HandshakeFailure};
-use futures::{StreamExt, stream};
+use futures::stream;
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpSocket, TcpStream},
 };
-use tokio_tungstenite::connect_async;
 
 // ---------------------------------------------------------------------------------------------
 // A raw platform: an HTTP upgrade and masked frames written by hand, so that the test decides
@@ -169,9 +168,7 @@ async fn a_call_past_max_sessions_is_refused_with_503_before_the_upgrade() {
     let first = server.call("Ada").await;
     let _second = server.call("Grace").await;
 
-    let refused = connect_async(server.ws_url())
-        .await
-        .expect_err("a third call");
+    let refused = refusal(&server.ws_url()).await;
     assert!(refused_with(&refused, 503), "{refused:?}");
     let metrics = server.handle.metrics();
     assert_eq!(metrics.handshake_failures(HandshakeFailure::Full), 1);
@@ -224,8 +221,8 @@ async fn a_silent_caller_who_answers_pings_stays_on_the_call() {
     // is sent for five idle timeouts.
     let pings = tokio::time::timeout(Duration::from_secs(2), async {
         let mut pings = 0;
-        while let Some(Ok(message)) = client.ws.next().await {
-            if message.is_ping() {
+        while let Ok(Some(frame)) = client.socket.next_frame().await {
+            if matches!(frame, RawFrame::Ping(_)) {
                 pings += 1;
             }
         }
@@ -406,7 +403,7 @@ async fn shutdown_returns_within_the_drain_deadline_despite_an_endless_stream_an
         .unwrap_or_else(|_| panic!("serve_with_shutdown still running after {bound:?}"))
         .expect("served");
     let (_, close) = talking.await.expect("the talking call");
-    assert_eq!(close.map(|frame| u16::from(frame.code)), Some(1001));
+    assert_eq!(close.map(|frame| frame.code), Some(1001));
     assert!(started.elapsed() >= drain);
 }
 

@@ -184,14 +184,9 @@ async fn no_secret_reaches_the_logs_or_agent_error_payloads() {
     let mut in_query = Client::connect(&format!("{}?token={TOKEN}", server.ws_url())).await;
     in_query.send(&init_frame("Ada")).await;
     frames.push(in_query.recv().await);
-    let request = server
-        .ws_url()
-        .as_str()
-        .into_client_request_with_bearer(TOKEN);
-    let (ws, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("the header token is accepted");
-    let mut in_header = Client { ws };
+    let mut config = PlatformConfig::new(server.ws_url());
+    config.token = Some(TOKEN.to_owned());
+    let mut in_header = Client::connect_with(config).await;
     in_header.send(&init_frame("Bo")).await;
     frames.push(in_header.recv().await);
 
@@ -244,29 +239,6 @@ async fn no_secret_reaches_the_logs_or_agent_error_payloads() {
         assert!(!all_frames.contains(secret), "{secret} in frames");
         let line = logs.lines().find(|line| line.contains(secret));
         assert!(line.is_none(), "{secret} in the logs: {line:?}");
-    }
-}
-
-/// Builds a WebSocket request with a bearer token.
-trait BearerRequest {
-    fn into_client_request_with_bearer(
-        self,
-        token: &str,
-    ) -> tokio_tungstenite::tungstenite::handshake::client::Request;
-}
-
-impl BearerRequest for &str {
-    fn into_client_request_with_bearer(
-        self,
-        token: &str,
-    ) -> tokio_tungstenite::tungstenite::handshake::client::Request {
-        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-        let mut request = self.into_client_request().expect("a request");
-        request.headers_mut().insert(
-            "authorization",
-            format!("Bearer {token}").parse().expect("a header value"),
-        );
-        request
     }
 }
 

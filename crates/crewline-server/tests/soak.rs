@@ -186,11 +186,7 @@ async fn oversized_frame(url: &str, figures: &Figures) {
     let _ = call.recv().await;
     let frame = json!({"type": "agent.transcript.update", "role": "user",
         "content": "y".repeat(2 << 20)});
-    let _ = futures::SinkExt::send(
-        &mut call.ws,
-        tokio_tungstenite::tungstenite::Message::binary(frame.to_string().into_bytes()),
-    )
-    .await;
+    let _ = call.socket.send_json(&frame).await;
     figures.oversized_frames.fetch_add(1, Ordering::Relaxed);
     drop(call);
 }

@@ -33,6 +33,24 @@ impl AudioFormat {
 }
 
 /// A piece of synthesized speech: 16-bit PCM samples and their format.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline_speech::{Audio, AudioFormat};
+///
+/// let tone: Vec<i16> = (0..8_000).map(|i| if i % 20 < 10 { 8_000 } else { -8_000 }).collect();
+/// let audio = Audio::new(AudioFormat::mono(16_000), tone);
+/// assert_eq!(audio.duration(), Duration::from_millis(500));
+///
+/// let wav = audio.to_wav()?;
+/// assert_eq!(&wav[..4], b"RIFF");
+/// assert_eq!(Audio::from_wav(&wav)?, audio);
+/// assert!(Audio::from_wav(b"not a wav").is_err());
+/// # Ok::<(), crewline_speech::SpeechError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Audio {
     /// The samples' format.

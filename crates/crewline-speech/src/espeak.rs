@@ -11,6 +11,25 @@ use crate::{Audio, SpeechError, TextToSpeech, probe_program, run_with_input};
 /// Each sentence runs `espeak-ng --stdout` with the text on stdin (so a sentence starting
 /// with `-` is not read as an option) and decodes the WAV it writes. The process is killed
 /// when the synthesis future is dropped.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_speech::{EspeakNg, SpeechError, TextToSpeech};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let engine = EspeakNg::new().voice("en-gb").words_per_minute(160);
+/// match engine.probe().await {
+///     Ok(version) => assert!(version.contains("eSpeak")), // installed: speak with it
+///     Err(error) => assert!(matches!(error, SpeechError::NotInstalled { .. })), // text only
+/// }
+///
+/// // A program that is not there is told apart from one that fails.
+/// let missing = EspeakNg::with_program("/nonexistent/espeak-ng");
+/// assert!(matches!(missing.synthesize("Hi.").await, Err(SpeechError::NotInstalled { .. })));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EspeakNg {
     program: PathBuf,

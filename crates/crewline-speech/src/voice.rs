@@ -60,6 +60,70 @@ use crate::{
 pub const MAX_SENTENCE_CHARS: usize = 200;
 
 /// How replies are spoken.
+///
+/// # Examples
+///
+/// Any engine and player plug in (espeak-ng and `aplay` are [`EspeakNg`] and [`Aplay`]); here
+/// in-process ones, with one WAV file per reply:
+///
+/// ```
+/// # use std::sync::{Arc, Mutex};
+/// # use crewline_speech::{Audio, AudioFormat, AudioPlayer, SpeechError, TextToSpeech};
+/// /// A stand-in engine: 10 ms of silence per character.
+/// struct Beeper;
+///
+/// #[async_trait::async_trait]
+/// impl TextToSpeech for Beeper {
+///     async fn synthesize(&self, text: &str) -> Result<Audio, SpeechError> {
+///         Ok(Audio::new(AudioFormat::mono(16_000), vec![0; 160 * text.len()]))
+///     }
+///     fn name(&self) -> String {
+///         "beeper".into()
+///     }
+/// }
+///
+/// /// A player that notes how long each piece played.
+/// #[derive(Default)]
+/// struct Speaker(Mutex<Vec<std::time::Duration>>);
+///
+/// #[async_trait::async_trait]
+/// impl AudioPlayer for Speaker {
+///     async fn play(&self, audio: &Audio) -> Result<(), SpeechError> {
+///         self.0.lock().unwrap().push(audio.duration());
+///         Ok(())
+///     }
+/// }
+///
+/// use std::time::Duration;
+///
+/// use crewline_speech::{Voice, VoiceConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let speaker = Arc::new(Speaker::default());
+/// let out_dir = std::env::temp_dir().join(format!("crewline-voice-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&out_dir)?;
+/// let config = VoiceConfig {
+///     tts: Some(Arc::new(Beeper)),
+///     player: Some(speaker.clone()),
+///     out_dir: Some(out_dir.clone()),
+///     ..VoiceConfig::text_only()
+/// };
+///
+/// let mut voice = Voice::new(config);
+/// let mut reply = voice.start_reply(tokio::time::Instant::now());
+/// reply.text("Your table is booked. ", Duration::from_millis(30));
+/// reply.text("See you at eight!", Duration::from_millis(50));
+/// let report = reply.finished().await;
+///
+/// assert_eq!(report.sentences, ["Your table is booked.", "See you at eight!"]);
+/// assert_eq!(report.synthesized, 2);
+/// assert_eq!(*speaker.0.lock().unwrap(), [Duration::from_millis(210), Duration::from_millis(170)]);
+/// let wav = report.wav.as_ref().expect("a WAV per reply");
+/// assert_eq!(Audio::from_wav(&std::fs::read(wav)?)?.duration(), report.audio);
+/// # std::fs::remove_dir_all(&out_dir)?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct VoiceConfig {
     /// The engine; `None` runs text only (sentences and their timing, no audio).
@@ -372,6 +436,30 @@ struct Spoken {
 
 /// One reply being spoken: feed it the reply's text as it streams; it sends each sentence on
 /// as soon as it is complete.
+///
+/// # Examples
+///
+/// A barge-in drops what was not said yet:
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline_speech::{Voice, VoiceConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut voice = Voice::new(VoiceConfig::text_only());
+/// let mut reply = voice.start_reply(tokio::time::Instant::now());
+/// reply.text("Let me check that. The flight leaves", Duration::from_millis(20));
+/// assert!(reply.is_speaking());
+/// reply.barge_in(); // the caller spoke
+/// reply.text(" at nine.", Duration::from_millis(40)); // ignored
+///
+/// let report = reply.finished().await;
+/// assert!(report.barged_in);
+/// assert_eq!(report.sentences, ["Let me check that."]);
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct SpokenReply {
     aggregator: SentenceAggregator,
@@ -620,177 +708,4 @@ async fn play_in_order(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use super::*;
-    use crate::AudioFormat;
-
-    #[tokio::test]
-    async fn an_output_folder_that_cannot_be_created_is_a_typed_error_naming_it() {
-        // A folder inside a regular file can never be created.
-        let file = std::env::temp_dir().join(format!("crewline-voice-{}", std::process::id()));
-        std::fs::write(&file, b"not a folder").unwrap();
-        let wanted = file.join("wavs");
-        let result = VoiceConfig::detect(VoiceRequest {
-            out_dir: Some(wanted.clone()),
-            play: false,
-            espeak_voice: None,
-        })
-        .await;
-        std::fs::remove_file(&file).unwrap();
-        let Err(error) = result else {
-            panic!("a folder inside a file was accepted")
-        };
-        let VoiceError::OutDir { path, .. } = &error;
-        assert_eq!(path, &wanted);
-        assert!(error.to_string().contains("could not create"), "{error}");
-    }
-
-    /// Tells the test each sentence it is asked to speak; one sample per character.
-    struct EchoTts(mpsc::UnboundedSender<String>);
-
-    #[async_trait::async_trait]
-    impl TextToSpeech for EchoTts {
-        async fn synthesize(&self, text: &str) -> Result<Audio, SpeechError> {
-            let _ = self.0.send(text.to_owned());
-            Ok(Audio::new(
-                AudioFormat::mono(8000),
-                vec![1; text.chars().count()],
-            ))
-        }
-
-        fn name(&self) -> String {
-            "echo".to_owned()
-        }
-    }
-
-    /// Plays nothing and never finishes, until dropped; counts the drops.
-    struct Endless(Arc<Mutex<usize>>, mpsc::UnboundedSender<()>);
-
-    struct DropCount(Arc<Mutex<usize>>);
-
-    impl Drop for DropCount {
-        fn drop(&mut self) {
-            *self.0.lock().unwrap() += 1;
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl AudioPlayer for Endless {
-        async fn play(&self, _audio: &Audio) -> Result<(), SpeechError> {
-            let _guard = DropCount(Arc::clone(&self.0));
-            let _ = self.1.send(());
-            std::future::pending::<()>().await;
-            Ok(())
-        }
-    }
-
-    fn at(elapsed_ms: u64) -> Duration {
-        Duration::from_millis(elapsed_ms)
-    }
-
-    #[tokio::test]
-    async fn a_sentence_goes_to_the_engine_while_the_reply_is_still_streaming() {
-        let (said_tx, mut said) = mpsc::unbounded_channel();
-        let mut config = VoiceConfig::text_only();
-        config.tts = Some(Arc::new(EchoTts(said_tx)));
-        let mut voice = Voice::new(config);
-        let mut reply = voice.start_reply(Instant::now());
-        reply.text("The weather in Paris", at(10));
-        reply.text(" is mild today. It may", at(20));
-        // The reply has not ended, yet the first sentence is being spoken.
-        assert_eq!(
-            said.recv().await.unwrap(),
-            "The weather in Paris is mild today."
-        );
-        reply.text(" rain later.", at(30));
-        reply.end(at(40));
-        assert_eq!(said.recv().await.unwrap(), "It may rain later.");
-        let report = reply.finished().await;
-        assert_eq!(
-            report.time_to_first_sentence,
-            Some(Duration::from_millis(20))
-        );
-        assert_eq!(report.synthesized, 2);
-        assert!(report.time_to_first_audio.is_some());
-        assert!(!report.barged_in);
-    }
-
-    #[tokio::test]
-    async fn a_barge_in_stops_playback_and_drops_the_rest_of_the_reply() {
-        let (said_tx, mut said) = mpsc::unbounded_channel();
-        let (playing_tx, mut playing) = mpsc::unbounded_channel();
-        let stopped = Arc::new(Mutex::new(0));
-        let config = VoiceConfig {
-            tts: Some(Arc::new(EchoTts(said_tx))),
-            player: Some(Arc::new(Endless(Arc::clone(&stopped), playing_tx))),
-            out_dir: None,
-            min_sentence_chars: 8,
-            max_sentence_chars: None,
-        };
-        let mut voice = Voice::new(config);
-        let mut reply = voice.start_reply(Instant::now());
-        reply.text("Once upon a time there was a cloud. She", at(10));
-        playing.recv().await.unwrap();
-        assert!(reply.is_speaking());
-        reply.barge_in();
-        reply.text(" dreamed of storms. The end.", at(20));
-        let report = reply.finished().await;
-        assert!(report.barged_in);
-        assert_eq!(report.sentences, ["Once upon a time there was a cloud."]);
-        assert_eq!(*stopped.lock().unwrap(), 1, "the playing audio was stopped");
-        assert_eq!(
-            said.recv().await.unwrap(),
-            "Once upon a time there was a cloud."
-        );
-        // The speaker is done: whatever it was asked to say is in the channel by now.
-        assert!(said.try_recv().is_err(), "nothing after the barge-in");
-        assert!(
-            report.to_string().contains("stopped by barge-in"),
-            "{report}"
-        );
-    }
-
-    #[tokio::test]
-    async fn agent_speak_in_a_turn_is_spoken_after_the_text_before_it() {
-        let mut voice = Voice::new(VoiceConfig::text_only());
-        let mut reply = voice.start_reply(Instant::now());
-        reply.text("Sure, I can help with", at(5));
-        reply.speak("One moment please. I am looking.", at(9));
-        reply.text("The answer is yes.", at(50));
-        reply.end(Duration::from_millis(60));
-        assert_eq!(
-            reply.finished().await.sentences,
-            [
-                "Sure, I can help with",
-                "One moment please.",
-                "I am looking.",
-                "The answer is yes."
-            ]
-        );
-    }
-
-    #[tokio::test]
-    async fn text_only_reports_the_first_sentence_and_no_audio() {
-        let mut voice = Voice::new(VoiceConfig::text_only());
-        let mut reply = voice.start_reply(Instant::now());
-        reply.text("Let me check that for you.", at(5));
-        reply.pause(at(7));
-        reply.text("In Paris it is 18 degrees.", at(300));
-        reply.end(Duration::from_millis(310));
-        let report = reply.finished().await;
-        assert_eq!(
-            report.sentences,
-            ["Let me check that for you.", "In Paris it is 18 degrees."]
-        );
-        assert_eq!(
-            report.time_to_first_sentence,
-            Some(Duration::from_millis(7))
-        );
-        assert_eq!(report.time_to_first_audio, None);
-        let line = report.to_string();
-        assert!(line.contains("first sentence 7.0 ms"), "{line}");
-        assert!(line.contains("text only"), "{line}");
-    }
-}
+mod tests;

@@ -1,11 +1,12 @@
 //! Test doubles and instruments for crewline crews, in one place.
 //!
-//! - [`conversation`]: scripted conversations against a crew ([`TestCrew`], [`TestCall`]) with
-//!   assertions on each turn ([`TurnRecord`]): how a crew author tests a crew.
+//! - [`conversation`]: scripted conversations against a crew ([`TestCrew`], [`TestCall`]),
+//!   served on a socket or run in process, with assertions on each turn ([`TurnRecord`]): how
+//!   a crew author tests a crew.
 //! - [`mock_llm`]: an OpenAI-compatible mock model served over HTTP ([`MockLlm`]), scripted
 //!   per request, with fault modes (HTTP errors, stalls, cut streams) for client tests.
 //! - [`platform`]: a platform client ([`PlatformClient`]) that plays the voice platform's part
-//!   against a crew over a real WebSocket.
+//!   against a crew over a real WebSocket, or in process.
 //! - [`load`]: the load generator behind `crewline load`.
 //! - [`CapturedLogs`]: the process's log lines in memory, for tests that bound what is logged.
 //! - [`ScriptedLlm`]: an in-process model that plays back scripted replies (defined in

@@ -1,5 +1,6 @@
 //! The Rust mock LLM against crewline's own `OpenAiClient`: text, tool calls (two headers in
-//! one chunk), HTTP errors with retries, a cut stream, a stall, and the control endpoints.
+//! one chunk), HTTP errors with retries, a cut stream, a stall, and the control endpoints; and
+//! its raw mode on the same listener.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
@@ -315,5 +316,36 @@ async fn a_body_that_is_not_json_is_recorded_as_unparseable() {
     assert_eq!(
         running.mock().requests()[0].body,
         json!({"_unparseable": "not json"})
+    );
+}
+
+#[tokio::test]
+async fn the_raw_mode_is_the_same_mock_on_the_same_listener_and_stops_with_it() {
+    use crewline_testkit::mock_llm::raw::{After, RawReply};
+
+    let scripted = MockLlm::new(Script::default());
+    let raw = MockLlm::raw(vec![RawReply::chunks(&[json!({"n": 1})], After::Done)]);
+    assert!(!scripted.is_raw() && raw.is_raw());
+    let running = raw.start().await.unwrap();
+
+    // Byte for byte: the event as given, then `[DONE]`.
+    let (status, body) = http(&running, "POST", "/v1/chat/completions", "{}").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("data: {\"n\":1}\n\n"), "{body}");
+    assert!(body.contains("data: [DONE]"), "{body}");
+    // Past the script: the raw mode's 500, on a new connection.
+    let (status, body) = http(&running, "POST", "/v1/chat/completions", "{}").await;
+    assert_eq!((status, body.contains("no reply left")), (500, true));
+    let mock = running.mock().clone();
+    assert_eq!((mock.request_count(), mock.connections()), (2, 2));
+    assert_eq!(mock.raw_requests()[0].path, "/v1/chat/completions");
+    // The scripted log is the scripted mode's.
+    assert!(mock.requests().is_empty());
+
+    let addr = running.addr();
+    running.shutdown(WAIT).await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "a stopped mock accepts no connection"
     );
 }

@@ -7,8 +7,8 @@ use futures::{Stream, StreamExt, stream};
 use serde_json::Value;
 
 use crate::{
-    CallContext, Executor, ExportError, Exports, NameRules, RegistryError, Target, Tool,
-    ToolProvider, ToolRun,
+    CallArguments, CallContext, Executor, ExportError, Exports, NameRules, RegistryError, Target,
+    Tool, ToolProvider, ToolRun,
     catalog::{Catalog, Entry},
 };
 
@@ -33,6 +33,7 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 8;
 pub struct ExecuteOptions {
     parallel: bool,
     context: Option<CallContext>,
+    arguments: Vec<CallArguments>,
 }
 
 impl Default for ExecuteOptions {
@@ -40,6 +41,7 @@ impl Default for ExecuteOptions {
         Self {
             parallel: true,
             context: None,
+            arguments: Vec::new(),
         }
     }
 }
@@ -69,6 +71,14 @@ impl ExecuteOptions {
         self
     }
 
+    /// The calls' arguments, already read (one per call, in call order): the executor
+    /// validates these instead of parsing the calls' text again. Calls past the end of the
+    /// list are read from their text.
+    pub fn read_arguments(mut self, arguments: Vec<CallArguments>) -> Self {
+        self.arguments = arguments;
+        self
+    }
+
     /// Whether the calls run concurrently.
     pub fn is_parallel(&self) -> bool {
         self.parallel
@@ -78,6 +88,55 @@ impl ExecuteOptions {
 /// An agent's tools.
 ///
 /// Cloning is cheap: the tools and their compiled schemas are shared.
+///
+/// # Examples
+///
+/// Register tools, show the model their definitions, run its calls:
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError};
+/// # use serde_json::{Value, json};
+/// # struct Weather;
+/// # #[async_trait]
+/// # impl Tool for Weather {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "The weather in a city." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!({"city": args["city"], "sky": "sunny"}))
+/// #     }
+/// # }
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::{ExecuteOptions, RegistryError, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), RegistryError> {
+/// let mut tools = ToolRegistry::new();
+/// tools.register(Weather)?;
+/// assert_eq!(tools.names(), ["get_weather"]);
+///
+/// // What goes in the model's request (schemas normalised for strict mode).
+/// let definitions = tools.definitions();
+/// assert_eq!(definitions[0].parameters["additionalProperties"], false);
+///
+/// // A name is registered once.
+/// assert!(matches!(tools.register(Weather), Err(RegistryError::DuplicateName(_))));
+///
+/// // Every call gets exactly one result, in call order; none of them is an `Err`.
+/// let calls = [
+///     ToolCall::new("call_1", "get_weather", r#"{"city": "Paris"}"#),
+///     ToolCall::new("call_2", "get_weather", r#"{"town": "Paris"}"#),
+///     ToolCall::new("call_3", "book_flight", "{}"),
+/// ];
+/// let runs = tools.execute(&calls, ExecuteOptions::new()).await;
+/// assert_eq!(runs[0].result.value(), Some(&json!({"city": "Paris", "sky": "sunny"})));
+/// assert_eq!(runs[1].result.error_kind(), Some(ToolErrorKind::ToolArgsInvalid));
+/// assert_eq!(runs[2].result.error_kind(), Some(ToolErrorKind::UnknownTool));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct ToolRegistry {
     catalog: Catalog,
@@ -359,6 +418,52 @@ impl ToolRegistry {
     ///
     /// Dropping the stream cancels the calls still running; so does the token of the run
     /// named by [`ExecuteOptions::in_run`] (a barge-in).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use async_trait::async_trait;
+    /// # use crewline_tools::{Tool, ToolError};
+    /// # use serde_json::{Value, json};
+    /// # /// Answers after `ms` milliseconds.
+    /// # struct Slow;
+    /// # #[async_trait]
+    /// # impl Tool for Slow {
+    /// #     fn name(&self) -> &str { "slow" }
+    /// #     fn description(&self) -> &str { "Waits, then answers." }
+    /// #     fn parameters(&self) -> Value { json!({"type": "object", "properties": {"ms": {"type": "integer"}}}) }
+    /// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+    /// #         let ms = args["ms"].as_u64().unwrap_or(0);
+    /// #         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    /// #         Ok(json!(ms))
+    /// #     }
+    /// # }
+    /// use crewline_core::ToolCall;
+    /// use crewline_tools::{ExecuteOptions, ToolRegistry};
+    /// use futures::StreamExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), crewline_tools::RegistryError> {
+    /// let mut tools = ToolRegistry::new();
+    /// tools.register(Slow)?;
+    /// let calls = [
+    ///     ToolCall::new("call_1", "slow", r#"{"ms": 300}"#),
+    ///     ToolCall::new("call_2", "slow", r#"{"ms": 100}"#),
+    /// ];
+    /// // Each result as soon as it is ready, with its place in `calls`.
+    /// let order: Vec<usize> = tools
+    ///     .execute_each(&calls, ExecuteOptions::new())
+    ///     .map(|(index, _run)| index)
+    ///     .collect()
+    ///     .await;
+    /// assert_eq!(order, [1, 0]);
+    ///
+    /// // One after the other: in call order.
+    /// let sequential: Vec<usize> =
+    ///     tools.execute_each(&calls, ExecuteOptions::new().sequential()).map(|(i, _)| i).collect().await;
+    /// assert_eq!(sequential, [0, 1]);
+    /// # Ok(()) }
+    /// ```
     pub fn execute_each<'a>(
         &'a self,
         calls: &'a [ToolCall],
@@ -370,11 +475,18 @@ impl ToolRegistry {
             1
         };
         let context = options.context.unwrap_or_else(|| self.context());
+        let mut read = options.arguments.into_iter();
         stream::iter(calls.iter().enumerate())
             .map(move |(index, call)| {
                 let context = context.clone();
+                let arguments = read
+                    .next()
+                    .unwrap_or_else(|| CallArguments::parse(&call.arguments));
                 async move {
-                    let run = self.executor.execute(&self.catalog, call, &context).await;
+                    let run = self
+                        .executor
+                        .execute(&self.catalog, call, arguments, &context)
+                        .await;
                     (index, run)
                 }
             })
@@ -384,7 +496,10 @@ impl ToolRegistry {
     /// Runs one call in the run of `context`: what an MCP server or a remote agent does with
     /// each request. Like [`execute`](Self::execute), it never fails.
     pub async fn execute_one(&self, call: &ToolCall, context: &CallContext) -> ToolRun {
-        self.executor.execute(&self.catalog, call, context).await
+        let arguments = CallArguments::parse(&call.arguments);
+        self.executor
+            .execute(&self.catalog, call, arguments, context)
+            .await
     }
 
     /// What the model reads for `call` when its caller stopped waiting before it finished (a

@@ -9,6 +9,59 @@ use crate::Exports;
 ///
 /// Implement it by hand for tools whose schema is only known at run time; otherwise use
 /// `#[function_tool]`, which writes this impl from a Rust function.
+///
+/// # Examples
+///
+/// ```
+/// use async_trait::async_trait;
+/// use crewline_core::ToolCall;
+/// use crewline_tools::{ExecuteOptions, Tool, ToolError, ToolRegistry};
+/// use serde_json::{Value, json};
+///
+/// struct Weather;
+///
+/// #[async_trait]
+/// impl Tool for Weather {
+///     fn name(&self) -> &str {
+///         "get_weather"
+///     }
+///     fn description(&self) -> &str {
+///         "The weather in a city."
+///     }
+///     fn parameters(&self) -> Value {
+///         json!({
+///             "type": "object",
+///             "properties": {"city": {"type": "string"}},
+///             "required": ["city"],
+///         })
+///     }
+///     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+///         // Arguments arrive already checked against `parameters`.
+///         match args["city"].as_str() {
+///             Some("Paris") => Ok(json!({"sky": "sunny", "celsius": 21})),
+///             Some(city) => Err(ToolError::new(format!("No forecast for {city}; try Paris."))),
+///             None => unreachable!("the schema requires a city"),
+///         }
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), crewline_tools::RegistryError> {
+/// let mut tools = ToolRegistry::new();
+/// tools.register(Weather)?;
+///
+/// let calls = [
+///     ToolCall::new("call_1", "get_weather", r#"{"city": "Paris"}"#),
+///     ToolCall::new("call_2", "get_weather", r#"{"city": "Oslo"}"#),
+/// ];
+/// let runs = tools.execute(&calls, ExecuteOptions::new()).await;
+/// assert_eq!(runs[0].result.value(), Some(&json!({"sky": "sunny", "celsius": 21})));
+/// assert_eq!(
+///     runs[1].result.content(),
+///     r#"{"error":{"kind":"ToolError","message":"No forecast for Oslo; try Paris."}}"#,
+/// );
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait Tool: Send + Sync {
     /// The name the model calls the tool by (`[a-zA-Z0-9_-]{1,64}`).
@@ -44,6 +97,31 @@ pub trait Tool: Send + Sync {
 }
 
 /// How the executor runs one tool.
+///
+/// A tool returns it from [`Tool::policy`]; `#[function_tool(timeout_ms = .., confirm,
+/// cache_ttl_s = .., cancellable = false)]` writes it for you.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline_tools::{Exports, Target, ToolPolicy};
+///
+/// // A payment: ask first, never cut off half-way, give it longer than the default.
+/// let payment = ToolPolicy::new()
+///     .confirm(true)
+///     .cancellable(false)
+///     .timeout(Duration::from_secs(60));
+/// assert!(payment.confirm && !payment.cancellable);
+///
+/// // A lookup of public data: cache it, and offer it over MCP too.
+/// let lookup = ToolPolicy::new()
+///     .cache_ttl(Duration::from_secs(300))
+///     .exports(Exports::all());
+/// assert!(lookup.exports.is_some_and(|e| e.allows(Target::Mcp)));
+/// assert_eq!(ToolPolicy::default().timeout, None); // the executor's default applies
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ToolPolicy {
     /// The tool's own time limit (`None`: the executor's default).
@@ -128,6 +206,32 @@ pub trait ToolProvider: Send + Sync + 'static {
 /// ask for another date"). `detail` is for operators (logs, ledger) and never reaches the model.
 ///
 /// Any `std::error::Error` converts into it with `?`; its text then becomes the message.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_tools::ToolError;
+///
+/// fn book(date: &str) -> Result<String, ToolError> {
+///     if date.is_empty() {
+///         // The model gave bad arguments: it is told `ToolArgsInvalid` and may retry.
+///         return Err(ToolError::invalid_arguments("Give the date as YYYY-MM-DD."));
+///     }
+///     Err(ToolError::new("No flights on that date; ask for another date.")
+///         .with_detail("upstream 503 from flights.example"))
+/// }
+///
+/// let error = book("2026-12-24").unwrap_err();
+/// assert_eq!(error.message(), "No flights on that date; ask for another date.");
+/// assert_eq!(error.detail().map(|d| d.to_string()).as_deref(), Some("upstream 503 from flights.example"));
+/// assert!(book("").unwrap_err().is_invalid_arguments());
+///
+/// // `?` turns any error into one, its text the model's message.
+/// fn parse(n: &str) -> Result<u32, ToolError> {
+///     Ok(n.parse::<u32>()?)
+/// }
+/// assert_eq!(parse("x").unwrap_err().message(), "invalid digit found in string");
+/// ```
 pub struct ToolError {
     message: String,
     detail: Option<Box<dyn std::error::Error + Send + Sync>>,

@@ -329,8 +329,7 @@ impl OutputRunner {
                             break;
                         }
                     }
-                    Ok(Some(Ok(TurnEvent::ToolStarted(call)))) => {
-                        let arguments = arguments_json(&call.arguments);
+                    Ok(Some(Ok(TurnEvent::ToolStarted { call, arguments }))) => {
                         let log = ToolCallStart {
                             turn_id: &turn_id,
                             tool_call_id: &call.id,
@@ -414,14 +413,6 @@ impl OutputRunner {
 fn turn_error(error: TurnError) -> NodeError {
     match error {
         TurnError::Llm(error) => NodeError::from(error),
-    }
-}
-
-/// The arguments of a call as JSON, `{}` when they are not a JSON object (as the reference).
-fn arguments_json(arguments: &str) -> Value {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(value @ Value::Object(_)) => value,
-        _ => Value::Object(Map::new()),
     }
 }
 

@@ -9,8 +9,11 @@ use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, T
 use crewline_llm::{
     ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };
-use crewline_tools::{CallContext, ExecuteOptions, SessionScope, Target, ToolRegistry, ToolRun};
+use crewline_tools::{
+    CallArguments, CallContext, ExecuteOptions, SessionScope, Target, ToolRegistry, ToolRun,
+};
 use futures::{StreamExt, stream::BoxStream};
+use serde_json::Value;
 
 /// How many tool rounds a turn may take by default.
 pub const MAX_TOOL_ROUNDS: usize = 4;
@@ -102,7 +105,7 @@ type Filler = Arc<dyn Fn(&[ToolCall]) -> Option<String> + Send + Sync>;
 /// while let Some(event) = turn.next().await {
 ///     match event? {
 ///         TurnEvent::Text(text) => heard.push_str(&text), // streamed in pieces
-///         TurnEvent::ToolStarted(call) => heard.push_str(&format!("[{}]", call.name)),
+///         TurnEvent::ToolStarted { call, .. } => heard.push_str(&format!("[{}]", call.name)),
 ///         TurnEvent::ToolFinished(_) | TurnEvent::Done(_) => {}
 ///     }
 /// }
@@ -128,11 +131,26 @@ pub enum TurnEvent {
     /// A piece of the answer, to speak at once.
     Text(String),
     /// A tool call is about to run.
-    ToolStarted(ToolCall),
+    ToolStarted {
+        /// The model's call.
+        call: ToolCall,
+        /// Its arguments as the tool logs print them (the model's object, `{}` when it sent
+        /// anything else), read once: the executor validates the same parse.
+        arguments: Value,
+    },
     /// A tool call finished (successfully or not).
     ToolFinished(ToolRun),
     /// The turn is over.
     Done(TurnReport),
+}
+
+impl TurnEvent {
+    /// The start of `call`, its arguments read from the call's text: for agents that run
+    /// tools themselves (the tool loop reads them once and hands the executor the same parse).
+    pub fn tool_started(call: ToolCall) -> Self {
+        let arguments = CallArguments::parse(&call.arguments).logged();
+        Self::ToolStarted { call, arguments }
+    }
 }
 
 /// Why a turn failed.
@@ -396,9 +414,14 @@ impl ToolLoop {
                 // approval prompt, no hook, no run): the model reads why instead.
                 let allowed = self.calls_allowed(&run, turn_calls, calls.len());
                 turn_calls += allowed;
-                for call in &calls {
-                    yield Ok(TurnEvent::ToolStarted(call.clone()));
+                // Each call's text is parsed here, once: the start log prints this value and the
+                // executor validates it.
+                let mut read: Vec<CallArguments> =
+                    calls.iter().map(|call| CallArguments::parse(&call.arguments)).collect();
+                for (call, arguments) in calls.iter().zip(&read) {
+                    yield Ok(TurnEvent::ToolStarted { call: call.clone(), arguments: arguments.logged() });
                 }
+                read.truncate(allowed);
                 for (index, call) in calls.iter().enumerate().skip(allowed) {
                     let refused = ToolRun {
                         result: self.refuse(call, allowed),
@@ -420,6 +443,7 @@ impl ToolLoop {
                     calls.get(..allowed).unwrap_or_default(),
                     ExecuteOptions::new()
                         .parallel(self.config.parallel_tools)
+                        .read_arguments(read)
                         .in_run(run.clone()),
                 );
                 while let Some((index, run)) = runs.next().await {

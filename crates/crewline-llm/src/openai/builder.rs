@@ -25,6 +25,49 @@ const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 pub(super) const DEFAULT_MAX_RETRIES: usize = 2;
 
 /// Settings for an [`OpenAiClient`].
+///
+/// Start from [`OpenAiClient::builder`]; only the model and a key are required. Defaults set
+/// here go in every request's body; a request's [`RequestOptions`](crate::RequestOptions)
+/// override them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline_core::Message;
+/// use crewline_llm::{ChatRequest, LlmClient, LlmError, OpenAiClient};
+/// # use crewline_testkit::mock_llm::{MockLlm, Script};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mock = MockLlm::new(Script::default()).spawn("127.0.0.1:0".parse()?).await?;
+/// # let base_url = format!("{}/", mock.base_url());
+/// let client = OpenAiClient::builder()
+///     .model("llama-3.1-8b")
+///     .base_url(base_url) // a trailing `/` is dropped
+///     .api_key("sk-local")
+///     .read_env(false) // depend on nothing but these settings
+///     .temperature(0.2)
+///     .extra("seed", serde_json::json!(7))
+///     .first_byte_timeout(Duration::from_secs(60)) // a model that thinks first
+///     .max_retries(0)
+///     .build()?;
+/// assert!(!client.base_url().ends_with('/'));
+///
+/// client.chat(ChatRequest::new(vec![Message::user("Hi")])).await?;
+/// let sent = &mock.mock().requests()[0].body;
+/// assert_eq!(sent["model"], "llama-3.1-8b");
+/// assert_eq!(sent["temperature"], 0.2);
+/// assert_eq!(sent["seed"], 7);
+///
+/// // Settings are checked when the client is built, not on the first call.
+/// let no_key = OpenAiClient::builder().model("gpt-4o-mini").read_env(false).build();
+/// assert!(matches!(no_key, Err(LlmError::MissingApiKey)));
+/// let bad_url = OpenAiClient::builder().model("m").api_key("k").base_url("ftp://x").build();
+/// assert!(matches!(bad_url, Err(LlmError::Config(_))));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct OpenAiClientBuilder {
     model: Option<String>,

@@ -234,14 +234,18 @@ async fn attempt(request: reqwest::RequestBuilder) -> Result<reqwest::Response, 
     })
 }
 
-/// The pauses between attempts: [`FIRST_BACKOFF`], doubling, at most [`MAX_BACKOFF`], and
-/// `max_retries` of them. No jitter: a call's retries are few and must fit in its first-byte
-/// limit, so their timing is kept exact.
+/// The pauses between attempts, `max_retries` of them: nominally [`FIRST_BACKOFF`], doubling,
+/// at most [`MAX_BACKOFF`], each one jittered to between half its nominal length and all of
+/// it. The jitter spreads the retries of calls that failed together (a provider's blip hits
+/// every session at once); keeping each pause at most its nominal length keeps a call's
+/// retries inside the bound its first-byte limit was set for.
 fn backoff(max_retries: usize) -> ExponentialBuilder {
+    // backon's jitter adds up to one more delay (`d` becomes `d..2d`): half delays, jittered.
     ExponentialBuilder::new()
-        .with_min_delay(FIRST_BACKOFF)
-        .with_max_delay(MAX_BACKOFF)
+        .with_min_delay(FIRST_BACKOFF / 2)
+        .with_max_delay(MAX_BACKOFF / 2)
         .with_factor(2.0)
+        .with_jitter()
         .with_max_times(max_retries)
 }
 
@@ -425,10 +429,24 @@ mod tests {
         (times, error)
     }
 
-    /// Checks the pauses between attempts against `expected` (ms). backon computes delays in
-    /// `f32` seconds (200 ms is 200.000003 ms) and tokio's timer rounds up to the millisecond,
-    /// so a pause may be 1 ms longer than its nominal length, never shorter.
+    /// Checks the pauses between attempts against their nominal lengths `expected` (ms): a
+    /// jittered pause is between half its nominal length and all of it. backon computes delays
+    /// in `f32` seconds and tokio's timer rounds up to the millisecond, so a pause may be 1 ms
+    /// off either end.
     fn assert_pauses(times: &[u128], expected: &[u128]) {
+        let pauses: Vec<u128> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(pauses.len(), expected.len(), "{pauses:?}");
+        for (pause, nominal) in pauses.iter().zip(expected) {
+            assert!(
+                (nominal / 2 - 1..=nominal + 1).contains(pause),
+                "{pauses:?} not within half of and all of {expected:?}"
+            );
+        }
+    }
+
+    /// Checks pauses that are not jittered (the server's `Retry-After`) against `expected`
+    /// (ms), give or take the timer's rounding up to the millisecond.
+    fn assert_exact_pauses(times: &[u128], expected: &[u128]) {
         let pauses: Vec<u128> = times.windows(2).map(|w| w[1] - w[0]).collect();
         assert_eq!(pauses.len(), expected.len(), "{pauses:?}");
         for (pause, nominal) in pauses.iter().zip(expected) {
@@ -437,6 +455,38 @@ mod tests {
                 "{pauses:?} != {expected:?}"
             );
         }
+    }
+
+    /// The schedule's pauses in ms, as backon hands them out (no waiting).
+    fn schedule(max_retries: usize) -> Vec<u128> {
+        use backon::BackoffBuilder;
+        backoff(max_retries)
+            .build()
+            .map(|d| d.as_millis())
+            .collect()
+    }
+
+    #[test]
+    fn retry_schedules_are_jittered_within_their_nominal_pauses() {
+        let nominal = [100, 200, 400, 800, 1600, 3200, 6400, 8000, 8000, 8000];
+        let (first, second) = (schedule(nominal.len()), schedule(nominal.len()));
+        for pauses in [&first, &second] {
+            assert_eq!(pauses.len(), nominal.len(), "{pauses:?}");
+            for (pause, nominal) in pauses.iter().zip(nominal) {
+                assert!(
+                    (nominal / 2 - 1..=nominal).contains(pause),
+                    "{pauses:?} not within half of and all of {nominal}"
+                );
+            }
+        }
+        // Calls that failed together retry at different times (the chance of ten equal
+        // random pauses is nil).
+        assert_ne!(first, second);
+        // The retries of a call with the default allowance fit well inside a second.
+        let total: u128 = schedule(super::super::builder::DEFAULT_MAX_RETRIES)
+            .iter()
+            .sum();
+        assert!(total <= 300, "{total} ms");
     }
 
     #[tokio::test(start_paused = true)]
@@ -457,11 +507,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retry_after_sets_the_pause_up_to_8_s_and_a_permanent_failure_is_not_retried() {
+        // The server's own pause is kept as it says (no jitter), up to the cap.
         let (times, _) = attempt_times(2, || failed(429, true, Some(Duration::from_secs(3)))).await;
-        assert_pauses(&times, &[3000, 3000]);
+        assert_exact_pauses(&times, &[3000, 3000]);
         let (times, _) =
             attempt_times(1, || failed(429, true, Some(Duration::from_secs(60)))).await;
-        assert_pauses(&times, &[8000]);
+        assert_exact_pauses(&times, &[8000]);
         let (times, error) = attempt_times(2, || failed(400, false, None)).await;
         assert_eq!(times, [0]);
         assert!(matches!(

@@ -51,6 +51,55 @@ pub(crate) use self::{
 /// A client for OpenAI and OpenAI-compatible servers (vLLM, Ollama, Groq, OpenRouter...).
 ///
 /// Cheap to clone: clones share the connection pool.
+///
+/// # Examples
+///
+/// Stream an answer from any OpenAI-compatible server (here the testkit's mock model, on a
+/// free local port):
+///
+/// ```
+/// use crewline_core::Message;
+/// use crewline_llm::{ChatRequest, LlmClient, OpenAiClient, StreamItem};
+/// use futures::StreamExt;
+/// # use crewline_testkit::mock_llm::{MockLlm, Script};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let script = Script::from_json(&serde_json::json!({
+/// #     "replies": [{"reply": {"content_chunks": ["Sunny ", "in Paris."]}}]
+/// # }))?;
+/// # let mock = MockLlm::new(script).spawn("127.0.0.1:0".parse()?).await?;
+/// # let base_url = mock.base_url();
+/// let client = OpenAiClient::builder()
+///     .model("gpt-4o-mini")
+///     .base_url(base_url) // e.g. "http://localhost:8000/v1" for vLLM
+///     .api_key("sk-test")
+///     .build()?;
+///
+/// let request = ChatRequest::new(vec![Message::user("Weather in Paris?")]);
+/// let mut stream = client.stream_chat(request).await?;
+/// let mut said = String::new();
+/// while let Some(item) = stream.next().await {
+///     if let StreamItem::Text(piece) = item? {
+///         said.push_str(&piece); // speak each piece as it arrives
+///     }
+/// }
+/// assert_eq!(said, "Sunny in Paris.");
+///
+/// // Or wait for the whole answer.
+/// let answer = client.chat(ChatRequest::new(vec![Message::user("Again?")])).await?;
+/// assert_eq!(answer.content, "Sunny in Paris.");
+/// # Ok(()) }
+/// ```
+///
+/// With a real key, [`from_env`](Self::from_env) reads `OPENAI_API_KEY` (and
+/// `OPENAI_BASE_URL`):
+///
+/// ```no_run
+/// # fn main() -> Result<(), crewline_llm::LlmError> {
+/// let client = crewline_llm::OpenAiClient::from_env("gpt-4o-mini")?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct OpenAiClient {
     transport: Transport,

@@ -222,31 +222,14 @@ const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","param
 /// POSTs an MCP `initialize` to `/mcp` with this `Host` header and `extra` header lines (each
 /// ending in CRLF); returns the status line.
 pub async fn initialize_raw(addr: SocketAddr, host: &str, extra: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{INITIALIZE}",
         INITIALIZE.len()
     );
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut response = Vec::new();
-    // Read the head only: an accepted initialize may answer with an open event stream.
-    let mut buf = [0u8; 1024];
-    while !response.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = tokio::time::timeout(WAIT, stream.read(&mut buf))
-            .await
-            .expect("an answer in time")
-            .expect("read");
-        if n == 0 {
-            break;
-        }
-        response.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&response)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_owned()
+    // The head only: an accepted initialize may answer with an open event stream.
+    crewline_testkit::platform::http::request_head(addr, &request)
+        .await
+        .expect("an answer in time")
 }

@@ -37,10 +37,11 @@ impl fmt::Debug for ApiKey {
 }
 
 /// How failed requests are retried: exponential delays from `initial`, doubling, capped at
-/// `max`, for at most `max_attempts` attempts in a row.
+/// `max`, for at most `max_attempts` attempts in a row. Each delay is jittered to between half
+/// its nominal length and all of it, so clients that failed together do not retry together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
-    /// The first delay.
+    /// The first delay (nominal: the pause is between half of it and all of it).
     pub initial: Duration,
     /// The longest delay.
     pub max: Duration,
@@ -59,18 +60,44 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// The delays between attempts, as backon runs them: `initial`, doubling, at most `max`,
-    /// `max_attempts - 1` of them. No jitter, so the delays are the ones configured.
+    /// The delays between attempts, as backon runs them: nominally `initial`, doubling, at most
+    /// `max`, `max_attempts - 1` of them, each jittered to between half its nominal length and
+    /// all of it (so the total stays within the nominal schedule's).
     pub(super) fn schedule(&self) -> ExponentialBuilder {
+        // backon's jitter adds up to one more delay (`d` becomes `d..2d`): half delays, jittered.
         ExponentialBuilder::new()
-            .with_min_delay(self.initial.min(self.max))
-            .with_max_delay(self.max)
+            .with_min_delay(self.initial.min(self.max) / 2)
+            .with_max_delay(self.max / 2)
             .with_factor(2.0)
+            .with_jitter()
             .with_max_times(self.max_attempts.max(1) as usize - 1)
     }
 }
 
 /// Where the task API is and how to talk to it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use crewline_remote::{Backoff, ClientConfig, ClientError, TaskClient};
+///
+/// let config = ClientConfig::new("https://api.smooth.sh/api/v1")
+///     .api_key("sk-task-123")
+///     .poll_interval(Duration::from_millis(500))
+///     .long_poll(None) // a server without `wait_ms`
+///     .request_timeout(Duration::from_secs(10))
+///     .backoff(Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(2), max_attempts: 4 });
+/// assert!(!format!("{config:?}").contains("sk-task-123")); // the key is never printed
+/// let client = TaskClient::new(config)?;
+/// assert_eq!(client.config().api_key.as_ref().map(|k| k.expose()), Some("sk-task-123"));
+///
+/// // The URL is checked when the client is made.
+/// let bad = TaskClient::new(ClientConfig::new("not a url"));
+/// assert!(matches!(bad, Err(ClientError::Config(_))));
+/// # Ok::<(), ClientError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     /// The API's base URL, e.g. `https://api.smooth.sh/api/v1` or `http://127.0.0.1:8080`.

@@ -29,7 +29,7 @@
 mod store;
 mod tool;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use axum::{
     Extension, Json, Router,
@@ -76,6 +76,64 @@ pub enum AttachError {
 }
 
 /// The task API: its routes, its store, and the attaching of tasks to calls; cheap to clone.
+///
+/// # Examples
+///
+/// The whole round trip in one process: the client registers its tools as a task, the crew
+/// attaches the task to a call, and a call of the remote tool is run on the client's side:
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Exports, Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # /// A tool that only the client's machine can run.
+/// # struct ReadClipboard;
+/// # #[async_trait]
+/// # impl Tool for ReadClipboard {
+/// #     fn name(&self) -> &str { "read_clipboard" }
+/// #     fn description(&self) -> &str { "The text on the user's clipboard." }
+/// #     fn parameters(&self) -> Value { json!({"type": "object", "properties": {}}) }
+/// #     fn policy(&self) -> ToolPolicy { ToolPolicy::new().exports(Exports::all()) }
+/// #     async fn call(&self, _args: Value) -> Result<Value, ToolError> { Ok(json!("Meet at 10:30")) }
+/// # }
+/// use std::time::Duration;
+///
+/// use crewline_core::ToolCall;
+/// use crewline_remote::{ClientConfig, TaskApi, TaskClient, wire::{TaskRequest, TaskStatus}};
+/// use crewline_tools::{ExecuteOptions, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // The crew server's side (usually `CrewServer::merge(api.router())`).
+/// let api = TaskApi::new().api_key("s3cret")?.tool_timeout(Duration::from_secs(5));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let base_url = format!("http://{}", listener.local_addr()?);
+/// tokio::spawn(axum::serve(listener, api.router()).into_future());
+///
+/// // The client's side: its own tools, offered as the task's custom tools.
+/// let mut local = ToolRegistry::new();
+/// local.register(ReadClipboard)?;
+/// let client = TaskClient::new(ClientConfig::new(base_url).api_key("s3cret"))?;
+/// let request = TaskRequest { custom_tools: TaskClient::custom_tools(&local)?, ..TaskRequest::default() };
+/// let task_id = client.create_task(&request).await?.id;
+/// let answering = tokio::spawn({
+///     let task_id = task_id.clone();
+///     async move { client.serve(&task_id, &local).await }
+/// });
+///
+/// // The crew's side: a call attaches the task; its tools join the call's registry.
+/// let remote = api.attach(&task_id).await?;
+/// let mut crew_tools = ToolRegistry::new();
+/// remote.register_into(&mut crew_tools)?;
+/// let call = ToolCall::new("call_1", "read_clipboard", "{}");
+/// let result = &crew_tools.execute(&[call], ExecuteOptions::new()).await[0].result;
+/// assert_eq!(result.content(), "Meet at 10:30"); // run on the client's side
+///
+/// drop((remote, crew_tools)); // the call ends: the task is done
+/// let outcome = answering.await??;
+/// assert_eq!((outcome.status, outcome.calls_answered), (TaskStatus::Done, 1));
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct TaskApi {
     store: Arc<dyn TaskStore>,
@@ -306,8 +364,8 @@ async fn create_task(
 }
 
 /// Reads `name` from the query: an integer (or a float, floored) of at least 0.
-fn query_number(query: &Map<String, Value>, name: &str) -> Result<Option<u64>, ApiError> {
-    let Some(Value::String(text)) = query.get(name) else {
+fn query_number(query: &HashMap<String, String>, name: &str) -> Result<Option<u64>, ApiError> {
+    let Some(text) = query.get(name) else {
         return Ok(None);
     };
     if let Ok(number) = text.parse::<u64>() {
@@ -322,14 +380,12 @@ fn query_number(query: &Map<String, Value>, name: &str) -> Result<Option<u64>, A
     }
 }
 
-/// The query's `key=value` pairs as strings. Values are not percent-decoded: the only ones
-/// read are numbers, which clients send as plain digits (an encoded digit is refused).
-fn parse_query(raw: Option<&str>) -> Map<String, Value> {
-    raw.unwrap_or_default()
-        .split('&')
-        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+/// The query's `key=value` pairs, percent-decoded (`form_urlencoded`, as browsers and HTTP
+/// clients encode them); a key given twice keeps its last value.
+fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
+    form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .filter(|(key, _)| !key.is_empty())
-        .map(|(key, value)| (key.to_owned(), Value::String(value.to_owned())))
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
         .collect()
 }
 
@@ -413,5 +469,20 @@ mod tests {
         assert_eq!(query_number(&query, "missing").unwrap(), None);
         assert!(query_number(&query, "bad").is_err());
         assert!(query.contains_key("flag"));
+    }
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        let query = parse_query(Some(
+            "event_t=%31%32&wait_ms=2%2E5&twice=1&twice=7&note=a+b%26c",
+        ));
+        assert_eq!(query_number(&query, "event_t").unwrap(), Some(12));
+        assert_eq!(query_number(&query, "wait_ms").unwrap(), Some(2));
+        assert_eq!(query_number(&query, "twice").unwrap(), Some(7));
+        assert_eq!(query.get("note").map(String::as_str), Some("a b&c"));
+        // A value that decodes to something else than a number is still refused, by name.
+        let query = parse_query(Some("wait_ms=1%20s"));
+        let error = query_number(&query, "wait_ms").unwrap_err();
+        assert!(format!("{error:?}").contains("wait_ms"), "{error:?}");
     }
 }

@@ -51,6 +51,45 @@ struct ToolStats {
 /// `crewline_node_errors_total{severity}`, `crewline_errors_total{kind}`,
 /// `crewline_dropped_frames_total{reason}`, `crewline_dropped_events_total{reason}`,
 /// `crewline_handshake_failures_total{reason}`.
+///
+/// # Examples
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
+/// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
+/// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);
+/// #     let agent = LoopAgent::new("Be brief.", ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())));
+/// #     let mut crew = Crew::new();
+/// #     crew.add_node(OutputNode::new("assistant", agent));
+/// #     Ok(crew)
+/// # }
+/// use crewline::TurnOutcome;
+/// use crewline_server::CrewServer;
+/// # use crewline_testkit::{PlatformClient, PlatformConfig};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let server = CrewServer::new(setup);
+/// let metrics = server.handle().metrics().clone();
+/// # let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// # let url = format!("ws://{}/ws", listener.local_addr()?);
+/// # let handle = server.handle();
+/// # let serving = tokio::spawn(server.serve(listener));
+/// // ... one call of one turn ...
+/// # let mut platform = PlatformClient::connect(PlatformConfig::new(url)).await?;
+/// # platform.user_turn("Hi")?.finish().await?;
+/// # platform.close().await?;
+/// # handle.shutdown();
+/// # serving.await??;
+///
+/// assert_eq!(metrics.sessions_total(), 1);
+/// assert_eq!(metrics.turns(TurnOutcome::Completed), 1);
+/// let text = metrics.render(); // what `GET /metrics` serves
+/// assert!(text.contains("crewline_sessions_total 1"));
+/// # Ok(()) }
+/// ```
 pub struct Metrics {
     active_sessions: AtomicUsize,
     sessions_total: AtomicU64,

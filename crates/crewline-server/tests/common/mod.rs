@@ -1,5 +1,6 @@
-//! Test helpers: a real server on 127.0.0.1:0, a raw HTTP client, a WebSocket client and a
-//! tiny crew whose answers depend on the call's variables and the caller's words.
+//! Test helpers: a real server on 127.0.0.1:0, the testkit's raw HTTP client and raw WebSocket
+//! (wrapped to fail the test on errors), and a tiny crew whose answers depend on the call's
+//! variables and the caller's words.
 #![allow(dead_code, unreachable_pub)]
 
 use std::{
@@ -16,18 +17,14 @@ use crewline::{
     types::{Context, Message},
 };
 use crewline_server::{CrewServer, ServerError, ServerHandle};
-use futures::{SinkExt, StreamExt};
+use crewline_testkit::platform::http;
+#[allow(unused_imports)]
+pub use crewline_testkit::platform::{
+    PlatformConfig, PlatformError,
+    raw::{CloseReason, RawFrame, RawSocket},
+};
 use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::oneshot,
-    task::JoinHandle,
-};
-use tokio_tungstenite::{
-    MaybeTlsStream, WebSocketStream, connect_async,
-    tungstenite::{self, Message as WsMessage, protocol::CloseFrame},
-};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 
 /// How long any single wait may take before a test fails.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -141,151 +138,79 @@ where
     }
 }
 
-/// An HTTP response, read whole.
-#[derive(Debug)]
-pub struct HttpResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
-
-impl HttpResponse {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-    }
-
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
+// Not every test binary that includes this module uses each of these.
+#[allow(unused_imports)]
+pub use crewline_testkit::platform::{http::HttpResponse, raw::masked_frame};
 
 /// `GET path` over a fresh connection.
 pub async fn http_get(addr: SocketAddr, path: &str) -> HttpResponse {
-    http_request(
-        addr,
-        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
-    )
-    .await
+    http::get(addr, path).await.expect("an HTTP response")
 }
 
-/// Sends a raw request and reads the whole response (bodies have a Content-Length).
+/// Sends a raw request and reads the whole response.
 pub async fn http_request(addr: SocketAddr, request: &str) -> HttpResponse {
-    let run = async {
-        let mut stream = TcpStream::connect(addr).await.expect("connect");
-        stream.write_all(request.as_bytes()).await.expect("write");
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.expect("read");
-        raw
-    };
-    let raw = tokio::time::timeout(WAIT, run).await.expect("HTTP timeout");
-    let text = String::from_utf8(raw).expect("utf-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a full response");
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| line.split(' ').nth(1))
-        .and_then(|code| code.parse().ok())
-        .expect("a status line");
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    HttpResponse {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
+    http::request(addr, request)
+        .await
+        .expect("an HTTP response")
 }
 
-/// A platform-side WebSocket client.
+/// A platform-side WebSocket client: the testkit's raw socket, failing the test on errors.
 pub struct Client {
-    pub ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    pub socket: RawSocket,
 }
 
 impl Client {
     pub async fn connect(url: &str) -> Self {
-        let (ws, _) = tokio::time::timeout(WAIT, connect_async(url))
-            .await
-            .expect("connect timeout")
-            .expect("connect");
-        Self { ws }
+        Self::connect_with(PlatformConfig::new(url)).await
+    }
+
+    /// Connects with `config` (a bearer token, say); the upgrade must succeed.
+    pub async fn connect_with(mut config: PlatformConfig) -> Self {
+        config.timeouts.connect = WAIT;
+        let socket = RawSocket::connect(&config).await.expect("connect");
+        Self {
+            socket: socket.with_wait(WAIT),
+        }
     }
 
     /// Sends a JSON frame as binary, like the platform.
     pub async fn send(&mut self, frame: &Value) {
-        self.ws
-            .send(WsMessage::binary(frame.to_string().into_bytes()))
-            .await
-            .expect("send");
+        self.socket.send_json(frame).await.expect("send");
     }
 
     pub async fn send_text(&mut self, text: &str) {
-        self.ws.send(WsMessage::text(text)).await.expect("send");
+        self.socket.send_text(text).await.expect("send");
     }
 
     pub async fn send_bytes(&mut self, bytes: Vec<u8>) {
-        self.ws.send(WsMessage::binary(bytes)).await.expect("send");
+        self.socket.send_binary(bytes).await.expect("send");
     }
 
     /// The next data frame (asserted binary), skipping pings and pongs.
     pub async fn recv(&mut self) -> Value {
-        loop {
-            let message = tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("timed out waiting for a frame")
-                .expect("the socket closed")
-                .expect("socket error");
-            match message {
-                WsMessage::Binary(bytes) => {
-                    return serde_json::from_slice(&bytes).expect("a JSON frame");
-                }
-                WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
-                other => panic!("expected a binary frame, got {other:?}"),
-            }
-        }
+        self.socket.recv_json().await.expect("a binary JSON frame")
+    }
+
+    /// The next frame as it came, pings and pongs included.
+    pub async fn next_frame(&mut self) -> RawFrame {
+        self.socket
+            .next_frame()
+            .await
+            .expect("a frame in time")
+            .expect("the socket is open")
     }
 
     /// Frames up to and including the first of type `until`.
     pub async fn recv_until(&mut self, until: &str) -> Vec<Value> {
-        let mut frames = Vec::new();
-        loop {
-            let frame = self.recv().await;
-            let done = frame["type"] == until;
-            frames.push(frame);
-            if done {
-                return frames;
-            }
-        }
+        self.socket.recv_until(until).await.expect("frames")
     }
 
     /// Data frames until the server's close frame; returns them and the close frame.
-    pub async fn recv_until_close(&mut self) -> (Vec<Value>, Option<CloseFrame>) {
-        let mut frames = Vec::new();
-        loop {
-            let next = tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("timed out waiting for the close");
-            match next {
-                Some(Ok(WsMessage::Binary(bytes))) => {
-                    frames.push(serde_json::from_slice(&bytes).expect("a JSON frame"));
-                }
-                Some(Ok(WsMessage::Close(frame))) => {
-                    // Keep reading so the client's reply to the close goes out.
-                    let _ = tokio::time::timeout(WAIT, async {
-                        while let Some(Ok(_)) = self.ws.next().await {}
-                    })
-                    .await;
-                    return (frames, frame);
-                }
-                Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
-                Some(Ok(other)) => panic!("unexpected frame {other:?}"),
-                Some(Err(error)) => panic!("socket error before a close frame: {error}"),
-                None => panic!("the socket ended without a close frame"),
-            }
-        }
+    pub async fn recv_until_close(&mut self) -> (Vec<Value>, Option<CloseReason>) {
+        self.socket
+            .recv_until_close()
+            .await
+            .expect("frames, then a close frame")
     }
 
     /// Asks for one LLM turn and returns its frames (through `end`) and the spoken text.
@@ -298,13 +223,8 @@ impl Client {
         (frames, text)
     }
 
-    pub async fn close(mut self) {
-        let _ = self.ws.close(None).await;
-        // Read until the server answers the close.
-        let _ = tokio::time::timeout(WAIT, async {
-            while let Some(Ok(_)) = self.ws.next().await {}
-        })
-        .await;
+    pub async fn close(self) {
+        self.socket.close().await;
     }
 }
 
@@ -400,9 +320,22 @@ pub async fn echo_setup(setup: SessionSetup) -> Result<Crew, Infallible> {
     Ok(echo_crew(&setup, Duration::ZERO))
 }
 
+/// The error of an upgrade to `config`'s URL that must be refused.
+pub async fn refusal_with(mut config: PlatformConfig) -> PlatformError {
+    config.timeouts.connect = WAIT;
+    RawSocket::connect(&config)
+        .await
+        .expect_err("the upgrade is refused")
+}
+
+/// The error of an upgrade to `url` that must be refused.
+pub async fn refusal(url: &str) -> PlatformError {
+    refusal_with(PlatformConfig::new(url)).await
+}
+
 /// Whether `error` is an HTTP refusal of the upgrade with `status`.
-pub fn refused_with(error: &tungstenite::Error, status: u16) -> bool {
-    matches!(error, tungstenite::Error::Http(response) if response.status().as_u16() == status)
+pub fn refused_with(error: &PlatformError, status: u16) -> bool {
+    matches!(error, PlatformError::Refused { status: refused } if *refused == status)
 }
 
 /// The tasks alive on this test's runtime: a baseline taken before a call must be reached
@@ -411,24 +344,4 @@ pub fn alive_tasks() -> usize {
     tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks()
-}
-
-/// A masked client frame (`opcode` 0x2 binary, 0x9 ping, ...) carrying `payload`.
-pub fn masked_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mask = [0x37u8, 0xfa, 0x21, 0x3d];
-    let mut frame = vec![0x80 | opcode];
-    match payload.len() {
-        len @ 0..=125 => frame.push(0x80 | len as u8),
-        len @ 126..=0xffff => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        len => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(len as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    frame
 }

@@ -1,4 +1,4 @@
-//! The fault tests' model: the testkit's raw-wire mock ([`RawMockLlm`]) answering by the last
+//! The fault tests' model: the testkit's mock model in raw mode ([`MockLlm::raw_fn`]) answering by the last
 //! user message, for fault tests through a whole call (server, session, tool loop and the real
 //! `OpenAiClient`).
 //!
@@ -16,7 +16,10 @@ use std::{
 // Not every test binary that includes this module uses it.
 #[allow(unused_imports)]
 pub use crewline_testkit::mock_llm::raw::FLOOD_LIMIT;
-use crewline_testkit::mock_llm::raw::{After, RawMockLlm, RawReply, RawRequest};
+use crewline_testkit::mock_llm::{
+    MockLlm, RunningMockLlm,
+    raw::{After, RawReply, RawRequest},
+};
 use serde_json::{Value, json};
 
 /// What the fake does with a request, by the prefix of the last user message.
@@ -86,9 +89,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A running fake; it lives as long as the test's runtime.
+/// A running fake; it serves until it is dropped.
 pub struct FakeLlm {
-    raw: RawMockLlm,
+    raw: RunningMockLlm,
     attempts: Attempts,
 }
 
@@ -97,7 +100,8 @@ impl FakeLlm {
     pub async fn start() -> Self {
         let attempts = Attempts::default();
         let counted = Arc::clone(&attempts);
-        let raw = RawMockLlm::from_fn(move |request| respond(request, &counted))
+        let raw = MockLlm::raw_fn(move |request| respond(request, &counted))
+            .start()
             .await
             .expect("the fake LLM binds 127.0.0.1");
         Self { raw, attempts }
@@ -125,17 +129,17 @@ impl FakeLlm {
 
     /// Requests received in all.
     pub fn total(&self) -> usize {
-        self.raw.request_count()
+        self.raw.mock().request_count()
     }
 
     /// Bytes of endless lines sent before the client went away.
     pub fn flooded(&self) -> usize {
-        self.raw.flooded()
+        self.raw.mock().flooded()
     }
 
     /// Connections the fake still holds open.
     pub fn open_connections(&self) -> usize {
-        self.raw.open_connections()
+        self.raw.mock().open_connections()
     }
 }
 

@@ -8,8 +8,11 @@
 //! the hand-off (`end_call`, `transfer_call`) and the raw frames, with `assert_*` methods whose
 //! failure messages show the expected and the actual turn.
 //!
-//! The crew is served through a real socket: the server, the session and the wire encoding
-//! are the ones the platform meets, so a test passes for the same reasons a call does.
+//! [`TestCrew::serve`] serves the crew through a real socket: the server, the session and the
+//! wire encoding are the ones the platform meets, so a test passes for the same reasons a
+//! call does. [`TestCrew::in_process`] runs the same session in the test's process with no
+//! socket and no port (the frames still go through the wire encoding), for tests that need
+//! no server around the crew; the calls, the records and their assertions are the same.
 //!
 //! # Examples
 //!
@@ -50,7 +53,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 
 pub use record::{ToolCallCheck, TurnRecord};
 
-use crate::platform::{CrewFrame, PlatformClient, PlatformConfig, PlatformError};
+use crate::platform::{CrewFrame, PlatformClient, PlatformConfig, PlatformError, SetupFn};
 
 /// Why a scripted conversation could not run (assertion failures panic instead, as in any
 /// test).
@@ -66,7 +69,8 @@ pub enum TestkitError {
     Platform(#[from] PlatformError),
 }
 
-/// A crew under test: served by this process on 127.0.0.1, or running elsewhere at a URL.
+/// A crew under test: served by this process on 127.0.0.1, run in this process with no
+/// socket, or running elsewhere at a URL. The calls and the records are the same in each.
 ///
 /// A served crew stops when this value is dropped.
 ///
@@ -83,26 +87,47 @@ pub enum TestkitError {
 /// ```
 #[derive(Debug)]
 pub struct TestCrew {
-    url: String,
-    served: Option<Served>,
+    target: Target,
+}
+
+/// Where a [`TestCrew`]'s calls go.
+enum Target {
+    /// A crew running at this URL.
+    At(String),
+    /// A crew this value serves on 127.0.0.1.
+    Served(Served),
+    /// A crew run in this process, one session per call.
+    InProcess(SetupFn),
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::At(url) => f.debug_tuple("At").field(url).finish(),
+            Self::Served(served) => f.debug_tuple("Served").field(served).finish(),
+            Self::InProcess(_) => f.write_str("InProcess"),
+        }
+    }
 }
 
 /// The server of a crew served by [`TestCrew`].
 #[derive(Debug)]
 struct Served {
+    url: String,
     addr: SocketAddr,
     handle: ServerHandle,
     task: JoinHandle<()>,
 }
 
-impl Drop for TestCrew {
+impl Drop for Served {
     fn drop(&mut self) {
-        if let Some(served) = &self.served {
-            served.handle.shutdown();
-            served.task.abort();
-        }
+        self.handle.shutdown();
+        self.task.abort();
     }
 }
+
+/// The URL a call's [`PlatformConfig`] holds for an in-process crew, which is not used.
+const IN_PROCESS_URL: &str = "in-process:";
 
 impl TestCrew {
     /// Serves the crew that `setup` builds for each call, on 127.0.0.1 (a free port), with
@@ -123,6 +148,51 @@ impl TestCrew {
         .await
     }
 
+    /// Runs the crew that `setup` builds for each call in this process: no server, no
+    /// socket, no port. Each call is a [`Session`](crewline::Session) fed the frames the
+    /// platform would send, through the wire encoding both ways, so a test's records are
+    /// the ones [`TestCrew::serve`] gives for the same conversation.
+    ///
+    /// `setup` is the same builder [`TestCrew::serve`] takes; an error (or a panic) in it
+    /// rejects the call's handshake with the server's message. What only a server does
+    /// (auth, limits, keepalive pings, draining) needs [`TestCrew::serve_server`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use crewline::{LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
+    /// use crewline_testkit::{ScriptedLlm, ScriptedReply as Reply, TestCrew};
+    ///
+    /// fn greeter(_setup: &SessionSetup) -> Result<Crew, std::convert::Infallible> {
+    ///     let llm = ScriptedLlm::new([Reply::text("Hello! How can I help?")]);
+    ///     let tool_loop = ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new()));
+    ///     let mut crew = Crew::new();
+    ///     crew.add_node(OutputNode::new("greeter", LoopAgent::new("Greet.", tool_loop)));
+    ///     Ok(crew)
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), crewline_testkit::TestkitError> {
+    /// let crew = TestCrew::in_process(greeter);
+    /// let mut call = crew.call().await?;
+    /// call.say("Hi").await?.assert_text("Hello! How can I help?");
+    /// call.hang_up().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn in_process<F, E>(setup: F) -> Self
+    where
+        F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
+        E: Into<crewline_server::BoxError>,
+    {
+        let setup: SetupFn =
+            Arc::new(move |session: &SessionSetup| setup(session).map_err(Into::into));
+        Self {
+            target: Target::InProcess(setup),
+        }
+    }
+
     /// Serves `server` (a crew server configured by the test: a token, limits, an async
     /// setup) on 127.0.0.1, a free port.
     pub async fn serve_server(server: CrewServer) -> Result<Self, TestkitError> {
@@ -137,33 +207,48 @@ impl TestCrew {
             }
         });
         Ok(Self {
-            url: format!("ws://{addr}/ws"),
-            served: Some(Served { addr, handle, task }),
+            target: Target::Served(Served {
+                url: format!("ws://{addr}/ws"),
+                addr,
+                handle,
+                task,
+            }),
         })
     }
 
     /// A crew running at `url` (`ws://host:port/ws`).
     pub fn at(url: impl Into<String>) -> Self {
         Self {
-            url: url.into(),
-            served: None,
+            target: Target::At(url.into()),
         }
     }
 
-    /// The crew's WebSocket URL.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The crew's WebSocket URL (`None` for a crew run in process).
+    pub fn url(&self) -> Option<&str> {
+        match &self.target {
+            Target::At(url) | Target::Served(Served { url, .. }) => Some(url),
+            Target::InProcess(_) => None,
+        }
     }
 
-    /// The address the served crew listens on (`None` for a crew given by URL).
+    /// The address the served crew listens on (`None` for a crew given by URL or run in
+    /// process).
     pub fn addr(&self) -> Option<SocketAddr> {
-        self.served.as_ref().map(|served| served.addr)
+        match &self.target {
+            Target::Served(served) => Some(served.addr),
+            _ => None,
+        }
+    }
+
+    /// Whether the calls run in this process ([`TestCrew::in_process`]).
+    pub fn is_in_process(&self) -> bool {
+        matches!(self.target, Target::InProcess(_))
     }
 
     /// The call settings [`TestCrew::call`] uses: a web call to this crew with the platform
     /// client's defaults; change them and pass them to [`TestCrew::call_with`].
     pub fn config(&self) -> PlatformConfig {
-        PlatformConfig::new(self.url.clone())
+        PlatformConfig::new(self.url().unwrap_or(IN_PROCESS_URL))
     }
 
     /// Starts a call with the default settings (a web call, interruptible).
@@ -172,11 +257,16 @@ impl TestCrew {
     }
 
     /// Starts a call with `config` (a token, call variables, the conversation type, the
-    /// timeouts that bound every wait).
+    /// timeouts that bound every wait). For a crew run in process, `config.url` and the
+    /// token are not used.
     pub async fn call_with(&self, config: PlatformConfig) -> Result<TestCall, TestkitError> {
-        Ok(TestCall {
-            client: PlatformClient::connect(config).await?,
-        })
+        let client = match &self.target {
+            Target::InProcess(setup) => {
+                PlatformClient::connect_in_process(config, Arc::clone(setup)).await?
+            }
+            _ => PlatformClient::connect(config).await?,
+        };
+        Ok(TestCall { client })
     }
 }
 

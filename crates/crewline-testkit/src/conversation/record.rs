@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crewline::protocol::AgentError;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::platform::{CrewFrame, Handoff, ToolActivity, ToolOutcome, TurnFrame, TurnSummary};
 
@@ -105,6 +105,12 @@ impl TurnRecord {
         &self.summary.errors
     }
 
+    /// The turn's other `agent.log` entries (not the tool logs), in order: what background
+    /// nodes put on the call's timeline, as `(name, payload)`.
+    pub fn logs(&self) -> &[(String, Map<String, Value>)] {
+        &self.summary.logs
+    }
+
     /// Every crew frame of the turn, in order, with its time since the request.
     pub fn frames(&self) -> &[TurnFrame] {
         &self.summary.frames
@@ -176,6 +182,26 @@ impl TurnRecord {
         let called: Vec<&str> = self.tool_calls().iter().map(|c| c.name.as_str()).collect();
         if called != names {
             fail(format_args!("the tool calls {names:?}"), self);
+        }
+        self
+    }
+
+    /// Asserts that the crew logged an `agent.log` entry named `name` whose payload holds
+    /// every field of `fields` (a JSON object) with that value; other fields may be there
+    /// too.
+    #[track_caller]
+    pub fn assert_logged(&self, name: &str, fields: Value) -> &Self {
+        let wanted = fields.as_object();
+        let found = self.logs().iter().find(|(logged, payload)| {
+            logged == name
+                && wanted.is_some_and(|wanted| {
+                    wanted
+                        .iter()
+                        .all(|(key, value)| payload.get(key) == Some(value))
+                })
+        });
+        if found.is_none() {
+            fail(format_args!("an `agent.log` `{name}` with {fields}"), self);
         }
         self
     }
@@ -309,6 +335,10 @@ impl fmt::Display for TurnRecord {
             None => writeln!(f, "  handoff: none")?,
             Some(Handoff::EndCall) => writeln!(f, "  handoff: end_call")?,
             Some(Handoff::Transfer(to)) => writeln!(f, "  handoff: transfer_call to {to}")?,
+        }
+        for (name, payload) in &summary.logs {
+            let payload = serde_json::to_string(payload).unwrap_or_default();
+            writeln!(f, "  log:   {name} {payload}")?;
         }
         for error in &summary.errors {
             writeln!(f, "  agent.error: {error:?}")?;

@@ -36,6 +36,11 @@
 //! Efficiency (it also serves the load benchmarks): a request's SSE frames are built once, up
 //! front; streaming them allocates nothing more, and the only lock is the one that records the
 //! request and, at the end, its outcome.
+//!
+//! One mock, two modes: [`MockLlm::new`] answers from a script through axum (above);
+//! [`MockLlm::raw`] and [`MockLlm::raw_fn`] answer byte for byte on the bare socket ([`raw`]),
+//! for client tests that need broken bodies, stalls and endless lines an HTTP framework would
+//! not send. Both are served by the same listener and accept loop ([`MockLlm::serve`]).
 
 mod fault;
 pub mod raw;
@@ -58,7 +63,11 @@ use axum::{
     routing::{get, post},
 };
 use serde_json::{Map, Value, json};
-use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::watch,
+    task::JoinHandle,
+};
 
 pub use fault::{FAULT_HEADER, Fault};
 pub use script::{Reply, Rule, Script, ScriptError, ScriptedCall, When};
@@ -102,6 +111,46 @@ impl RecordedRequest {
 }
 
 /// A scriptable mock of an OpenAI-compatible server; cheap to clone (clones share state).
+///
+/// # Examples
+///
+/// A script with a rule per situation, a fault on demand, and the requests it received:
+///
+/// ```
+/// use crewline::llm::{ChatRequest, LlmClient, LlmError, OpenAiClient};
+/// use crewline::types::Message;
+/// use crewline_testkit::mock_llm::{MockLlm, Script};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let script = Script::from_json_str(r#"{"replies": [
+///     {"when": {"last_user_contains": "Paris"}, "reply": {"content_chunks": ["Sunny ", "in Paris."]}},
+///     {"reply": {"content_chunks": ["Which city?"]}}
+/// ]}"#)?;
+/// let mock = MockLlm::new(script);
+/// let running = mock.spawn("127.0.0.1:0".parse()?).await?;
+///
+/// let client = OpenAiClient::builder()
+///     .model("mock")
+///     .base_url(running.base_url())
+///     .api_key("sk-test")
+///     .max_retries(0)
+///     .build()?;
+/// let ask = |text: &str| ChatRequest::new(vec![Message::user(text)]);
+/// assert_eq!(client.chat(ask("Weather in Paris?")).await?.content, "Sunny in Paris.");
+/// assert_eq!(client.chat(ask("Weather?")).await?.content, "Which city?");
+///
+/// // Any request can be made to fail: with the `x-mock-fault` header, or a marker in its words.
+/// let failed = client.chat(ask("Weather in Paris? [[mock:500]]")).await;
+/// assert!(matches!(failed, Err(LlmError::Api { status: Some(500), .. })));
+///
+/// let requests = mock.requests();
+/// assert_eq!(requests.len(), 3);
+/// assert_eq!(requests[0].body["messages"][0]["content"], "Weather in Paris?");
+/// assert_eq!(requests[2].outcome, "http_500");
+/// running.shutdown(std::time::Duration::from_secs(1)).await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct MockLlm {
     shared: Arc<Shared>,
@@ -111,13 +160,16 @@ impl std::fmt::Debug for MockLlm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.shared.state();
         f.debug_struct("MockLlm")
+            .field("raw", &self.shared.raw.is_some())
             .field("rules", &state.script.rules.len())
-            .field("requests", &state.next_index)
+            .field("requests", &self.request_count())
             .finish()
     }
 }
 
 struct Shared {
+    /// In raw mode, the byte-exact answers; the script and its log are then unused.
+    raw: Option<Arc<raw::RawState>>,
     state: Mutex<LogState>,
     /// Bumped whenever an outcome changes, so waiters need not poll.
     changed: watch::Sender<u64>,
@@ -197,9 +249,27 @@ impl Drop for PendingGuard {
 impl MockLlm {
     /// A mock playing `script`, recording every request.
     pub fn new(script: Script) -> Self {
+        Self::with_mode(script, None)
+    }
+
+    /// A mock in raw mode answering requests with `replies` byte for byte, in order, then
+    /// with HTTP 500 `no reply left`. See [`raw`] for what the replies can do.
+    pub fn raw(replies: Vec<raw::RawReply>) -> Self {
+        Self::with_mode(Script::default(), Some(raw::RawState::in_order(replies)))
+    }
+
+    /// A mock in raw mode answering each request with what `respond` returns for it.
+    pub fn raw_fn(
+        respond: impl Fn(&raw::RawRequest) -> raw::RawReply + Send + Sync + 'static,
+    ) -> Self {
+        Self::with_mode(Script::default(), Some(raw::RawState::new(respond)))
+    }
+
+    fn with_mode(script: Script, raw: Option<raw::RawState>) -> Self {
         let (changed, _) = watch::channel(0);
         Self {
             shared: Arc::new(Shared {
+                raw: raw.map(Arc::new),
                 state: Mutex::new(LogState {
                     script: Arc::new(script),
                     generation: 0,
@@ -235,9 +305,67 @@ impl MockLlm {
         self.shared.bump();
     }
 
-    /// The requests received since the last load or reset (up to the record limit).
+    /// The requests received since the last load or reset (up to the record limit); empty
+    /// in raw mode, which keeps [`MockLlm::raw_requests`] instead.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.state().log.iter().cloned().collect()
+    }
+
+    /// Whether this mock answers byte for byte ([`MockLlm::raw`]).
+    pub fn is_raw(&self) -> bool {
+        self.shared.raw.is_some()
+    }
+
+    /// How many requests were received: since the last load or reset, or in raw mode since
+    /// the start.
+    pub fn request_count(&self) -> usize {
+        match &self.shared.raw {
+            Some(raw) => raw.request_count(),
+            None => self.shared.state().next_index,
+        }
+    }
+
+    /// Raw mode: the requests received so far, each with all its headers (empty in scripted
+    /// mode; see [`MockLlm::requests`]).
+    pub fn raw_requests(&self) -> Vec<raw::RawRequest> {
+        self.shared
+            .raw
+            .as_ref()
+            .map(|raw| raw.requests())
+            .unwrap_or_default()
+    }
+
+    /// Raw mode: how many connections the client has opened.
+    pub fn connections(&self) -> usize {
+        self.shared.raw.as_ref().map_or(0, |raw| raw.connections())
+    }
+
+    /// Raw mode: how many connections are open now (the mock has not finished with them).
+    pub fn open_connections(&self) -> usize {
+        self.shared
+            .raw
+            .as_ref()
+            .map_or(0, |raw| raw.open_connections())
+    }
+
+    /// Raw mode: how many bytes of endless lines and bodies were sent before the client
+    /// closed.
+    pub fn flooded(&self) -> usize {
+        self.shared.raw.as_ref().map_or(0, |raw| raw.flooded())
+    }
+
+    /// Raw mode: how many stalled or flooded connections the client has closed.
+    pub fn disconnects(&self) -> usize {
+        self.shared.raw.as_ref().map_or(0, |raw| raw.disconnects())
+    }
+
+    /// Raw mode: whether the client closes a stalled connection within `limit` (always
+    /// `false` in scripted mode).
+    pub async fn disconnected_within(&self, limit: Duration) -> bool {
+        match &self.shared.raw {
+            Some(raw) => raw.disconnected_within(limit).await,
+            None => false,
+        }
     }
 
     /// Waits until no recorded request is `pending` any more, at most `timeout`; returns
@@ -282,13 +410,10 @@ impl MockLlm {
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = self.router();
-        // Without TCP_NODELAY, each small SSE event after the first waits for the client's
-        // delayed ACK (about 40 ms on Linux): streamed answers would crawl.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "could not set TCP_NODELAY");
-            }
-        });
+        let listener = MockListener {
+            inner: listener,
+            raw: self.shared.raw.clone(),
+        };
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
@@ -308,6 +433,11 @@ impl MockLlm {
     pub async fn spawn(&self, addr: SocketAddr) -> std::io::Result<RunningMockLlm> {
         let listener = TcpListener::bind(addr).await?;
         self.serve(listener)
+    }
+
+    /// Serves on 127.0.0.1, a free port.
+    pub async fn start(&self) -> std::io::Result<RunningMockLlm> {
+        self.spawn(SocketAddr::from(([127, 0, 0, 1], 0))).await
     }
 
     /// Records a request and picks its reply (while the body is at hand).
@@ -359,6 +489,38 @@ impl MockLlm {
             model,
             recorder,
         }
+    }
+}
+
+/// The mock's one listener: every connection is accepted here, then served by the scripted
+/// server (axum), or in raw mode by the byte-exact handler, on a task of its own.
+struct MockListener {
+    inner: TcpListener,
+    raw: Option<Arc<raw::RawState>>,
+}
+
+impl axum::serve::Listener for MockListener {
+    type Io = TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+        loop {
+            // axum's own accept: it logs and retries accept errors.
+            let (tcp, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+            let Some(raw) = &self.raw else {
+                // Without TCP_NODELAY, each small SSE event after the first waits for the
+                // client's delayed ACK (about 40 ms on Linux): streamed answers would crawl.
+                if let Err(error) = tcp.set_nodelay(true) {
+                    tracing::debug!(%error, "could not set TCP_NODELAY");
+                }
+                return (tcp, addr);
+            };
+            tokio::spawn(raw::handle(tcp, Arc::clone(raw)));
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
     }
 }
 

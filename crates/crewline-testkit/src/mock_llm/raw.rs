@@ -1,31 +1,35 @@
-//! The mock model's raw-wire mode: an OpenAI-compatible HTTP/1.1 server written on a bare
-//! `TcpListener`, for client tests that need what an HTTP framework hides.
+//! The mock model's raw-wire mode: answers written byte for byte on the bare TCP socket, for
+//! client tests that need what an HTTP framework hides.
 //!
 //! Hand-written on purpose: a test can break a stream off mid-body (no final chunk), stall
 //! before or after the headers, send a `data:` line or an error body that never ends, hold a
 //! connection open after the last event, and see the moment the client lets a connection go.
 //! Every answer but [`After::DoneKeepAlive`] closes its connection (`Connection: close`), so
-//! one connection is one request. For scripted conversations use [`MockLlm`](super::MockLlm).
+//! one connection is one request.
+//!
+//! It is a mode of the one mock model, [`MockLlm::raw`](super::MockLlm::raw): the same
+//! listener accepts the connections and hands them here instead of to the scripted server.
 //!
 //! # Examples
 //!
 //! ```
-//! use crewline_testkit::mock_llm::raw::{After, RawMockLlm, RawReply};
+//! use crewline_testkit::mock_llm::{MockLlm, raw::{After, RawReply}};
 //! use serde_json::json;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> std::io::Result<()> {
 //! // The first request gets two events and a cut body; later ones a 500.
 //! let chunk = json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]});
-//! let server = RawMockLlm::start(vec![RawReply::chunks(&[chunk.clone(), chunk], After::Cut)]).await?;
+//! let server = MockLlm::raw(vec![RawReply::chunks(&[chunk.clone(), chunk], After::Cut)])
+//!     .start()
+//!     .await?;
 //! assert!(server.base_url().starts_with("http://127.0.0.1:"));
-//! assert_eq!(server.request_count(), 0);
+//! assert_eq!(server.mock().request_count(), 0);
 //! # Ok(()) }
 //! ```
 
 use std::{
     collections::{HashMap, VecDeque},
-    net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
@@ -33,7 +37,7 @@ use std::{
 use serde_json::Value;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     sync::Notify,
 };
 
@@ -100,7 +104,8 @@ pub struct RawRequest {
 /// Chooses the answer to each request.
 type Responder = dyn Fn(&RawRequest) -> RawReply + Send + Sync;
 
-struct State {
+/// The raw mode's answers and what it saw of the client.
+pub(super) struct RawState {
     respond: Box<Responder>,
     requests: Mutex<Vec<RawRequest>>,
     disconnects: Mutex<usize>,
@@ -115,41 +120,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A running raw-wire mock; it serves as long as the runtime it was started on.
-pub struct RawMockLlm {
-    addr: SocketAddr,
-    state: Arc<State>,
-}
-
-impl std::fmt::Debug for RawMockLlm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawMockLlm")
-            .field("addr", &self.addr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RawMockLlm {
-    /// Starts a server on 127.0.0.1 (a free port) that answers requests with `replies` in
-    /// order, then with HTTP 500 `no reply left`.
-    pub async fn start(replies: Vec<RawReply>) -> std::io::Result<Self> {
-        let queue = Mutex::new(VecDeque::from(replies));
-        Self::from_fn(move |_| {
-            lock(&queue).pop_front().unwrap_or_else(|| {
-                RawReply::Status(500, r#"{"error":{"message":"no reply left"}}"#.into())
-            })
-        })
-        .await
-    }
-
-    /// Starts a server on 127.0.0.1 (a free port) that answers each request with what
-    /// `respond` returns for it.
-    pub async fn from_fn(
-        respond: impl Fn(&RawRequest) -> RawReply + Send + Sync + 'static,
-    ) -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let state = Arc::new(State {
+impl RawState {
+    /// Answers each request with what `respond` returns for it.
+    pub(super) fn new(respond: impl Fn(&RawRequest) -> RawReply + Send + Sync + 'static) -> Self {
+        Self {
             respond: Box::new(respond),
             requests: Mutex::default(),
             disconnects: Mutex::default(),
@@ -157,61 +131,47 @@ impl RawMockLlm {
             connections: Mutex::default(),
             open: Mutex::default(),
             flooded: Mutex::default(),
-        });
-        let accept_state = Arc::clone(&state);
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(handle(socket, Arc::clone(&accept_state)));
-            }
-        });
-        Ok(Self { addr, state })
+        }
     }
 
-    /// The API base URL to give the client (`http://127.0.0.1:PORT/v1`).
-    pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+    /// Answers requests with `replies` in order, then with HTTP 500 `no reply left`.
+    pub(super) fn in_order(replies: Vec<RawReply>) -> Self {
+        let queue = Mutex::new(VecDeque::from(replies));
+        Self::new(move |_| {
+            lock(&queue).pop_front().unwrap_or_else(|| {
+                RawReply::Status(500, r#"{"error":{"message":"no reply left"}}"#.into())
+            })
+        })
     }
 
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    pub(super) fn requests(&self) -> Vec<RawRequest> {
+        lock(&self.requests).clone()
     }
 
-    /// The requests received so far.
-    pub fn requests(&self) -> Vec<RawRequest> {
-        lock(&self.state.requests).clone()
+    pub(super) fn request_count(&self) -> usize {
+        lock(&self.requests).len()
     }
 
-    /// How many requests were received.
-    pub fn request_count(&self) -> usize {
-        lock(&self.state.requests).len()
+    pub(super) fn connections(&self) -> usize {
+        *lock(&self.connections)
     }
 
-    /// How many connections the client has opened.
-    pub fn connections(&self) -> usize {
-        *lock(&self.state.connections)
+    pub(super) fn open_connections(&self) -> usize {
+        *lock(&self.open)
     }
 
-    /// How many connections are open now (the server has not finished with them).
-    pub fn open_connections(&self) -> usize {
-        *lock(&self.state.open)
+    pub(super) fn flooded(&self) -> usize {
+        *lock(&self.flooded)
     }
 
-    /// How many bytes of endless lines and bodies were sent before the client closed.
-    pub fn flooded(&self) -> usize {
-        *lock(&self.state.flooded)
+    pub(super) fn disconnects(&self) -> usize {
+        *lock(&self.disconnects)
     }
 
-    /// How many stalled or flooded connections the client has closed.
-    pub fn disconnects(&self) -> usize {
-        *lock(&self.state.disconnects)
-    }
-
-    /// Whether the client closes a stalled connection within `limit`.
-    pub async fn disconnected_within(&self, limit: Duration) -> bool {
+    pub(super) async fn disconnected_within(&self, limit: Duration) -> bool {
         tokio::time::timeout(limit, async {
             loop {
-                let notified = self.state.disconnected.notified();
+                let notified = self.disconnected.notified();
                 if self.disconnects() > 0 {
                     break;
                 }
@@ -224,7 +184,7 @@ impl RawMockLlm {
 }
 
 /// Counts a connection open for as long as it is served.
-struct OpenGuard<'s>(&'s State);
+struct OpenGuard<'s>(&'s RawState);
 
 impl Drop for OpenGuard<'_> {
     fn drop(&mut self) {
@@ -232,7 +192,8 @@ impl Drop for OpenGuard<'_> {
     }
 }
 
-async fn handle(socket: TcpStream, state: Arc<State>) {
+/// Serves one connection byte for byte until its answer closes it.
+pub(super) async fn handle(socket: TcpStream, state: Arc<RawState>) {
     *lock(&state.connections) += 1;
     *lock(&state.open) += 1;
     let _open = OpenGuard(&state);
@@ -240,7 +201,7 @@ async fn handle(socket: TcpStream, state: Arc<State>) {
     serve(socket, &state).await;
 }
 
-async fn serve(mut socket: TcpStream, state: &State) {
+async fn serve(mut socket: TcpStream, state: &RawState) {
     while let Some(request) = read_request(&mut socket).await {
         let reply = (state.respond)(&request);
         lock(&state.requests).push(request);
@@ -278,7 +239,7 @@ async fn write_sse(
     socket: &mut TcpStream,
     events: &[String],
     after: After,
-    state: &State,
+    state: &RawState,
 ) -> std::io::Result<()> {
     let connection = match after {
         After::DoneKeepAlive => "keep-alive",
@@ -319,7 +280,7 @@ async fn write_sse(
 async fn write_endless_line(
     socket: &mut TcpStream,
     events: &[String],
-    state: &State,
+    state: &RawState,
 ) -> std::io::Result<()> {
     socket
         .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
@@ -335,7 +296,7 @@ async fn write_endless_status(
     socket: &mut TcpStream,
     code: u16,
     start: &str,
-    state: &State,
+    state: &RawState,
 ) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {code} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{start}",
@@ -347,7 +308,7 @@ async fn write_endless_status(
 
 /// Writes [`FLOOD_PIECE`]-byte pieces (as HTTP chunks when `chunked`) until the client closes
 /// the connection, counting the bytes sent, or until [`FLOOD_LIMIT`], then waits for the close.
-async fn flood(socket: &mut TcpStream, state: &State, chunked: bool) -> std::io::Result<()> {
+async fn flood(socket: &mut TcpStream, state: &RawState, chunked: bool) -> std::io::Result<()> {
     let piece = "x".repeat(FLOOD_PIECE);
     let mut sent = 0;
     while sent < FLOOD_LIMIT {
@@ -376,7 +337,7 @@ async fn write_chunk(socket: &mut TcpStream, data: &str) -> std::io::Result<()> 
 }
 
 /// Reads until the client closes the connection, then counts it.
-async fn wait_for_close(socket: &mut TcpStream, state: &State) {
+async fn wait_for_close(socket: &mut TcpStream, state: &RawState) {
     let mut buf = [0_u8; 1024];
     loop {
         match socket.read(&mut buf).await {

@@ -1,4 +1,8 @@
-//! A platform client: plays the voice platform's part against a crew over a real WebSocket.
+//! A platform client: plays the voice platform's part against a crew over a real WebSocket
+//! ([`PlatformClient::connect`]), or in this process with no socket
+//! ([`PlatformClient::in_process`]). Below it, [`raw`] is the same socket with no protocol on
+//! top (raw frames, close codes), and [`http`] a raw HTTP/1.1 client for the server's other
+//! routes.
 //!
 //! It does what the platform (and the reference's `agent-crew chat`) does: the `system.init`
 //! handshake, one `agent.transcript.update` plus one `system.llm.request` per user turn with
@@ -22,35 +26,34 @@
 //! ```
 
 mod frame;
+pub mod http;
+mod in_process;
+pub mod raw;
+mod socket;
 mod turn;
 
-use std::{collections::VecDeque, time::Duration};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
-use crewline::protocol::{
-    self, Caller, ConversationType, Event, EventBody, OutputAgentSettings, SessionContext,
-    SystemInit, TranscriptRole, TranscriptUpdate,
-};
-use futures::{SinkExt, StreamExt};
-use serde_json::{Map, Value, json};
-use tokio::{net::TcpStream, sync::mpsc, task::JoinHandle, time::Instant};
-use tokio_tungstenite::{
-    WebSocketStream,
-    tungstenite::{
-        self, Message as WsMessage,
-        client::IntoClientRequest,
-        http::{HeaderValue, header::AUTHORIZATION},
+use crewline::{
+    Crew, SessionSetup,
+    protocol::{
+        self, Caller, ConversationType, Event, EventBody, OutputAgentSettings, SessionContext,
+        SystemInit, TranscriptRole, TranscriptUpdate,
     },
 };
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
+use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 
 pub use frame::{CrewFrame, ReceivedFrame, ToolLog};
+pub(crate) use in_process::SetupFn;
+pub(crate) use socket::open_socket;
+use socket::{read_frames, write_frames};
 pub use turn::{InterruptReport, ToolActivity, ToolOutcome, Turn, TurnFrame, TurnSummary};
 
 /// How many received frames may wait for the caller before the reader stops reading.
 const INBOUND_CAPACITY: usize = 4096;
-
-/// The longest one frame may take to write; a crew that stops reading cannot hold the writer
-/// (and its socket) forever.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long each step of a session may take before the client gives up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +193,15 @@ pub enum PlatformError {
     /// The crew already ended or transferred the call; it will not answer further turns.
     #[error("the crew has ended or transferred the call")]
     HandedOff,
+    /// A frame the raw socket did not expect (a text frame where events are binary, bytes
+    /// that are not JSON).
+    #[error("expected {expected}, got {got}")]
+    UnexpectedFrame {
+        /// What the socket waited for.
+        expected: &'static str,
+        /// What came instead.
+        got: String,
+    },
 }
 
 fn close_detail(code: Option<u16>, reason: &str) -> String {
@@ -248,6 +260,45 @@ pub enum Handoff {
 }
 
 /// A connected platform session with a crew: one call.
+///
+/// # Examples
+///
+/// One turn against a crew, frame by frame, as the platform sees it:
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
+/// # fn setup(_: &SessionSetup) -> Result<Crew, std::io::Error> {
+/// #     let llm = ScriptedLlm::new([Reply::text("Hello! How can I help?")]);
+/// #     let agent = LoopAgent::new("Be brief.", ToolLoop::new(Arc::new(llm), Arc::new(ToolRegistry::new())));
+/// #     let mut crew = Crew::new();
+/// #     crew.add_node(OutputNode::new("assistant", agent));
+/// #     Ok(crew)
+/// # }
+/// use crewline_testkit::{PlatformClient, TestCrew};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let crew = TestCrew::serve(setup).await?; // or any `ws://host:port/ws`
+/// let mut client = PlatformClient::connect(crew.config()).await?;
+///
+/// let mut turn = client.user_turn("Hi")?;
+/// let mut chunks = 0;
+/// while let Some(frame) = turn.next().await? {
+///     chunks += usize::from(frame.frame.wire_type() == "agent.llm.response.chunk");
+/// }
+/// let summary = turn.finish().await?;
+/// assert_eq!(summary.text, "Hello! How can I help?");
+/// assert_eq!(summary.chunks, chunks);
+/// assert_eq!(summary.wire_types().first(), Some(&"agent.llm.response.start"));
+/// assert!(summary.time_to_first_chunk.is_some());
+///
+/// // The client keeps the conversation, as the platform does.
+/// assert_eq!(client.messages().len(), 2); // the user's words and the answer
+/// client.close().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct PlatformClient {
     outbound: mpsc::UnboundedSender<WsMessage>,
@@ -288,11 +339,51 @@ impl PlatformClient {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         // Detached: it ends when the queue closes or the socket fails (see `write_frames`).
         tokio::spawn(write_frames(sink, out_rx));
+        let reader = tokio::spawn(read_frames(stream, in_tx));
+        Self::open(config, out_tx, in_rx, reader).await
+    }
+
+    /// Starts a call to the crew `setup` builds, in this process: no socket, no port. The
+    /// call's session runs here, fed the frames a socket would carry (`config.url` is not
+    /// used); everything else (the handshake, turns, timeouts, hand-offs, closing) is as for
+    /// [`PlatformClient::connect`].
+    ///
+    /// `setup` is what a [`CrewServer`](crewline_server::CrewServer) would call for the
+    /// call; an error or a panic in it rejects the handshake as the server does.
+    pub async fn in_process<F, E>(config: PlatformConfig, setup: F) -> Result<Self, PlatformError>
+    where
+        F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
+        E: Into<crewline_server::BoxError>,
+    {
+        let setup: SetupFn =
+            Arc::new(move |session: &SessionSetup| setup(session).map_err(Into::into));
+        Self::connect_in_process(config, setup).await
+    }
+
+    /// [`PlatformClient::in_process`] with the setup already shared.
+    pub(crate) async fn connect_in_process(
+        config: PlatformConfig,
+        setup: SetupFn,
+    ) -> Result<Self, PlatformError> {
+        let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let call = tokio::spawn(in_process::run_call(setup, out_rx, in_tx));
+        Self::open(config, out_tx, in_rx, call).await
+    }
+
+    /// The handshake over a connected transport: `outbound` carries the client's frames,
+    /// `inbound` the crew's, and `reader` is the task feeding `inbound` (aborted on drop).
+    async fn open(
+        config: PlatformConfig,
+        outbound: mpsc::UnboundedSender<WsMessage>,
+        inbound: mpsc::Receiver<Inbound>,
+        reader: JoinHandle<()>,
+    ) -> Result<Self, PlatformError> {
         let mut client = Self {
-            outbound: out_tx,
-            inbound: in_rx,
-            reader: tokio::spawn(read_frames(stream, in_tx)),
-            timeouts,
+            outbound,
+            inbound,
+            reader,
+            timeouts: config.timeouts,
             messages: Vec::new(),
             out_of_turn: VecDeque::new(),
             turn_open: false,
@@ -564,136 +655,4 @@ impl PlatformClient {
             content: text.to_owned(),
         }))
     }
-}
-
-/// Opens the TCP connection (with Nagle off, so back-to-back small frames are not held up
-/// waiting for an ACK, which would skew the latencies) and upgrades it.
-pub(crate) async fn open_socket(
-    config: &PlatformConfig,
-) -> Result<WebSocketStream<TcpStream>, PlatformError> {
-    let invalid = |reason: &str| PlatformError::InvalidUrl {
-        url: config.url.clone(),
-        reason: reason.to_owned(),
-    };
-    let mut request = config
-        .url
-        .as_str()
-        .into_client_request()
-        .map_err(|e| invalid(&e.to_string()))?;
-    let uri = request.uri().clone();
-    match uri.scheme_str() {
-        Some("ws") => {}
-        Some("wss") => return Err(invalid("wss:// is not supported; use ws://")),
-        _ => return Err(invalid("the scheme must be ws://")),
-    }
-    let host = uri.host().ok_or_else(|| invalid("no host"))?;
-    // A bracketed IPv6 host must lose its brackets for the socket address.
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port = uri.port_u16().unwrap_or(80);
-    if let Some(token) = &config.token {
-        let value = HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| invalid("the token is not a valid header value"))?;
-        request.headers_mut().insert(AUTHORIZATION, value);
-    }
-    let connect_error = |source: tungstenite::Error| match source {
-        tungstenite::Error::Http(response) => PlatformError::Refused {
-            status: response.status().as_u16(),
-        },
-        source => PlatformError::Connect {
-            url: config.url.clone(),
-            source: Box::new(source),
-        },
-    };
-    let tcp = TcpStream::connect((host, port))
-        .await
-        .map_err(|e| connect_error(tungstenite::Error::Io(e)))?;
-    // Best effort: a socket that refuses the option still works, just with Nagle's delays.
-    let _ = tcp.set_nodelay(true);
-    // tungstenite zero-fills its whole read buffer (128 KiB by default) on every read; crew
-    // frames are small, and a larger one still grows the buffer to fit.
-    let config = tungstenite::protocol::WebSocketConfig::default().read_buffer_size(8 * 1024);
-    let (socket, _response) =
-        tokio_tungstenite::client_async_with_config(request, tcp, Some(config))
-            .await
-            .map_err(connect_error)?;
-    Ok(socket)
-}
-
-/// Reads frames until the socket ends, stamping each on arrival.
-async fn read_frames(
-    mut stream: futures::stream::SplitStream<WebSocketStream<TcpStream>>,
-    inbound: mpsc::Sender<Inbound>,
-) {
-    let closed = loop {
-        let item = match stream.next().await {
-            Some(Ok(WsMessage::Binary(bytes))) => decode(&bytes),
-            Some(Ok(WsMessage::Text(text))) => decode(text.as_bytes()),
-            Some(Ok(WsMessage::Close(frame))) => {
-                break match frame {
-                    Some(frame) => Inbound::Closed {
-                        code: Some(frame.code.into()),
-                        reason: frame.reason.to_string(),
-                    },
-                    None => Inbound::Closed {
-                        code: Some(1005),
-                        reason: String::new(),
-                    },
-                };
-            }
-            // tungstenite answers pings itself.
-            Some(Ok(_)) => continue,
-            Some(Err(error)) => {
-                tracing::debug!(%error, "WebSocket read failed");
-                break Inbound::Closed {
-                    code: None,
-                    reason: error.to_string(),
-                };
-            }
-            None => {
-                break Inbound::Closed {
-                    code: None,
-                    reason: String::new(),
-                };
-            }
-        };
-        if inbound.send(item).await.is_err() {
-            // The client is gone.
-            return;
-        }
-    };
-    let _ = inbound.send(closed).await;
-}
-
-fn decode(bytes: &[u8]) -> Inbound {
-    let at = Instant::now();
-    match protocol::decode(bytes) {
-        Ok(event) => Inbound::Frame(at, event),
-        Err(error) => Inbound::Undecodable(error.to_string()),
-    }
-}
-
-/// Writes queued frames in order; queuing never blocks, so sending is cancel-safe.
-async fn write_frames(
-    mut sink: futures::stream::SplitSink<WebSocketStream<TcpStream>, WsMessage>,
-    mut outbound: mpsc::UnboundedReceiver<WsMessage>,
-) {
-    while let Some(message) = outbound.recv().await {
-        let is_close = matches!(message, WsMessage::Close(_));
-        match tokio::time::timeout(WRITE_TIMEOUT, sink.send(message)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "WebSocket write failed");
-                return;
-            }
-            Err(_) => {
-                tracing::warn!("the crew stopped reading; giving up on the socket");
-                return;
-            }
-        }
-        if is_close {
-            return;
-        }
-    }
-    // The client was dropped without closing: say goodbye properly.
-    let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.close()).await;
 }

@@ -124,6 +124,52 @@ pub enum ApprovalError {
 }
 
 /// An approver deciding at once through a closure.
+///
+/// # Examples
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "refund" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     fn policy(&self) -> ToolPolicy { ToolPolicy::new().confirm(true) }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!("refunded"))
+/// #     }
+/// # }
+/// use std::sync::Arc;
+///
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::executor::approval::{ApprovalDecision, CallbackApproval};
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Refunds for Paris bookings only.
+/// let approver = CallbackApproval::new(|request| match request.arguments["city"].as_str() {
+///     Some("Paris") => ApprovalDecision::Approve,
+///     _ => ApprovalDecision::Deny { reason: "Only Paris bookings can be refunded.".into() },
+/// });
+/// let executor = Executor::builder().approval(Arc::new(approver)).build();
+/// let mut tools = ToolRegistry::new().with_executor(executor);
+/// tools.register(T)?;
+///
+/// let calls = [
+///     ToolCall::new("call_1", "refund", r#"{"city": "Paris"}"#),
+///     ToolCall::new("call_2", "refund", r#"{"city": "Rome"}"#),
+/// ];
+/// let runs = tools.execute(&calls, ExecuteOptions::new()).await;
+/// assert_eq!(runs[0].result.content(), "refunded");
+/// assert_eq!(runs[1].result.error_kind(), Some(ToolErrorKind::ApprovalDenied));
+/// # Ok(()) }
+/// ```
 pub struct CallbackApproval<F>(F);
 
 impl<F> CallbackApproval<F>
@@ -193,6 +239,56 @@ impl DeferredState {
 /// same call (same session, tool and arguments) is made again, whatever its call id. Parked
 /// calls and uncollected decisions expire after [`ttl`](Self::ttl) (default
 /// [`DEFAULT_APPROVAL_TTL`]). Cloning shares the parked calls.
+///
+/// # Examples
+///
+/// The model asks for a refund; an operator approves it; the model's retry runs it:
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "refund" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     fn policy(&self) -> ToolPolicy { ToolPolicy::new().confirm(true) }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!("refunded"))
+/// #     }
+/// # }
+/// use std::sync::Arc;
+///
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::executor::approval::{ApprovalDecision, DeferredApproval};
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let approvals = DeferredApproval::new().wait(false); // answer the model at once
+/// let executor = Executor::builder().approval(Arc::new(approvals.clone())).build();
+/// let mut tools = ToolRegistry::new().with_executor(executor);
+/// tools.register(T)?;
+/// let session = tools.context(); // one caller's session, across turns
+/// let call = ToolCall::new("call_1", "refund", r#"{"city": "Paris"}"#);
+///
+/// let first = tools.execute(&[call.clone()], ExecuteOptions::new().in_run(session.clone())).await;
+/// assert_eq!(first[0].result.error_kind(), Some(ToolErrorKind::ApprovalPending));
+///
+/// // Elsewhere (a UI, an operator's API): the parked request, and its decision.
+/// let pending = approvals.pending();
+/// assert_eq!(pending[0].tool, "refund");
+/// approvals.decide(&pending[0].id, ApprovalDecision::Approve)?;
+///
+/// let retry = tools.execute(&[call], ExecuteOptions::new().in_run(session)).await;
+/// assert_eq!(retry[0].result.content(), "refunded");
+/// assert!(approvals.decide(&pending[0].id, ApprovalDecision::Approve).is_err()); // used up
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct DeferredApproval {
     state: Arc<Mutex<DeferredState>>,

@@ -15,6 +15,88 @@ use super::{
 };
 
 /// Builds an [`Executor`].
+///
+/// Every stage is off until it is added, but validation, the 30 s default timeout, the
+/// 1 MiB result limit and the (per-session) result cache.
+///
+/// # Examples
+///
+/// A guardrail, a hook that fills in a default, a cap on calls per run and a ledger:
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!({"city": args["city"], "sky": "sunny"}))
+/// #     }
+/// # }
+/// use std::{sync::Arc, time::Duration};
+///
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::executor::{
+///     guardrails::{Guardrail, Verdict},
+///     hooks::{FnBeforeHook, HookAction},
+///     ledger::{MemoryLedger, Outcome},
+///     limits::RunLimits,
+/// };
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// struct NoMoscow;
+///
+/// #[async_trait]
+/// impl Guardrail for NoMoscow {
+///     fn name(&self) -> &str {
+///         "no_moscow"
+///     }
+///     async fn check_input(&self, _call: &ToolCall, args: &Value) -> Verdict {
+///         match args["city"].as_str() {
+///             Some("Moscow") => Verdict::block("I can't look that city up."),
+///             _ => Verdict::Allow,
+///         }
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ledger = Arc::new(MemoryLedger::new());
+/// let executor = Executor::builder()
+///     .default_timeout(Duration::from_secs(5))
+///     .before_hook(FnBeforeHook(|_call: &ToolCall, args: &mut Value| {
+///         args.as_object_mut().map(|a| a.entry("city").or_insert(json!("Paris")));
+///         HookAction::Continue
+///     }))
+///     .guardrail(NoMoscow)
+///     .run_limits(RunLimits { max_calls: Some(1), ..RunLimits::default() })
+///     .ledger(ledger.clone())
+///     .build();
+/// let mut tools = ToolRegistry::new().with_executor(executor);
+/// tools.register(T)?;
+///
+/// let calls = [
+///     ToolCall::new("call_1", "get_weather", "{}"),
+///     ToolCall::new("call_2", "get_weather", r#"{"city": "Moscow"}"#),
+///     ToolCall::new("call_3", "get_weather", r#"{"city": "Oslo"}"#),
+/// ];
+/// let runs = tools.execute(&calls, ExecuteOptions::new().sequential()).await;
+/// assert_eq!(runs[0].result.value(), Some(&json!({"city": "Paris", "sky": "sunny"})));
+/// assert_eq!(runs[1].result.error_kind(), Some(ToolErrorKind::GuardrailBlocked));
+/// // Stages run in order: the blocked call never reached the limits, the third did.
+/// assert_eq!(runs[2].result.error_kind(), Some(ToolErrorKind::RunLimitExceeded));
+///
+/// // The operator's record of each call, in order.
+/// let outcomes: Vec<Outcome> = ledger.records().iter().map(|r| r.outcome).collect();
+/// assert_eq!(outcomes, [Outcome::Ok, Outcome::Error, Outcome::Error]);
+/// # Ok(()) }
+/// ```
 pub struct ExecutorBuilder {
     executor: Executor,
 }

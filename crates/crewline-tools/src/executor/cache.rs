@@ -30,6 +30,48 @@ pub enum CacheSharing {
 }
 
 /// How many results the cache holds, and who may be served them.
+///
+/// Only tools whose [`ToolPolicy`](crate::ToolPolicy) sets a `cache_ttl` are cached.
+///
+/// # Examples
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # use std::sync::atomic::{AtomicUsize, Ordering};
+/// # static CALLS: AtomicUsize = AtomicUsize::new(0);
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     fn policy(&self) -> ToolPolicy { ToolPolicy::new().cache_ttl(std::time::Duration::from_secs(60)) }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!(CALLS.fetch_add(1, Ordering::SeqCst) + 1))
+/// #     }
+/// # }
+/// use crewline_core::ToolCall;
+/// use crewline_tools::executor::cache::CacheConfig;
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cache = CacheConfig::with_max_entries(10_000).shared_per_registry(); // public data only
+/// let mut tools = ToolRegistry::new().with_executor(Executor::builder().cache(cache).build());
+/// tools.register(T)?; // counts its real calls
+///
+/// let call = ToolCall::new("call_1", "get_weather", r#"{"city": "Paris"}"#);
+/// // Two separate runs (two callers): the second is served from the cache.
+/// let first = tools.execute(&[call.clone()], ExecuteOptions::new()).await;
+/// let second = tools.execute(&[call], ExecuteOptions::new()).await;
+/// assert_eq!(first[0].result.value(), Some(&json!(1)));
+/// assert_eq!(second[0].result.value(), Some(&json!(1)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheConfig {
     /// The most results held at once; when full, expired results are dropped first, then the

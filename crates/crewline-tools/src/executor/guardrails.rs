@@ -32,6 +32,56 @@ impl Verdict {
 }
 
 /// Checks a call's arguments before it runs and its output after.
+///
+/// # Examples
+///
+/// An output guardrail that keeps card numbers from reaching the model:
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "lookup_order" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!({"card": "4111 1111 1111 1111"}))
+/// #     }
+/// # }
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::executor::guardrails::{Guardrail, Verdict};
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// struct NoCardNumbers;
+///
+/// #[async_trait]
+/// impl Guardrail for NoCardNumbers {
+///     fn name(&self) -> &str {
+///         "no_card_numbers"
+///     }
+///     async fn check_output(&self, _call: &ToolCall, output: &Value) -> Verdict {
+///         if output.get("card").is_some() {
+///             return Verdict::block("That record holds payment details I can't read out.");
+///         }
+///         Verdict::Allow
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tools = ToolRegistry::new().with_executor(Executor::builder().guardrail(NoCardNumbers).build());
+/// tools.register(T)?;
+/// let call = ToolCall::new("call_1", "lookup_order", "{}");
+/// let result = &tools.execute(&[call], ExecuteOptions::new()).await[0].result;
+/// assert_eq!(result.error_kind(), Some(ToolErrorKind::GuardrailBlocked));
+/// assert!(!result.content().contains("4111"));
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait Guardrail: Send + Sync {
     /// The guardrail's name, for the operator.

@@ -21,6 +21,52 @@ pub enum HookAction {
 }
 
 /// Runs before every call, after validation.
+///
+/// # Examples
+///
+/// A hook that answers from a fixture instead of calling the tool (in a demo, say):
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         unreachable!("the hook answers first")
+/// #     }
+/// # }
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::executor::hooks::{BeforeHook, HookAction};
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// struct Fixture;
+///
+/// #[async_trait]
+/// impl BeforeHook for Fixture {
+///     async fn before(&self, call: &ToolCall, _args: &mut Value) -> HookAction {
+///         match call.name.as_str() {
+///             "get_weather" => HookAction::Respond(json!({"sky": "cloudy"})),
+///             _ => HookAction::Continue,
+///         }
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tools = ToolRegistry::new().with_executor(Executor::builder().before_hook(Fixture).build());
+/// tools.register(T)?;
+/// let call = ToolCall::new("call_1", "get_weather", r#"{"city": "Oslo"}"#);
+/// let runs = tools.execute(&[call], ExecuteOptions::new()).await;
+/// assert_eq!(runs[0].result.value(), Some(&json!({"sky": "cloudy"})));
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait BeforeHook: Send + Sync {
     /// Observes the call; may rewrite `arguments` in place or answer with a result.
@@ -28,6 +74,53 @@ pub trait BeforeHook: Send + Sync {
 }
 
 /// Runs after every call that reached the tool (or the cache), after output guardrails.
+///
+/// # Examples
+///
+/// A closure hook ([`FnAfterHook`]) that gives the model a gentler message for timeouts:
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         tokio::time::sleep(std::time::Duration::from_secs(60)).await; Ok(json!(null))
+/// #     }
+/// # }
+/// use std::time::Duration;
+///
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::executor::hooks::FnAfterHook;
+/// use crewline_tools::{ExecuteOptions, Executor, ToolCallError, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let executor = Executor::builder()
+///     .default_timeout(Duration::from_millis(10))
+///     .after_hook(FnAfterHook(|_call: &ToolCall, outcome: &mut Result<Value, ToolCallError>| {
+///         if let Err(error) = outcome {
+///             if error.kind == ToolErrorKind::Timeout {
+///                 error.message = "The weather service is slow today; say so.".into();
+///             }
+///         }
+///     }))
+///     .build();
+/// let mut tools = ToolRegistry::new().with_executor(executor);
+/// tools.register(T)?;
+/// let call = ToolCall::new("call_1", "get_weather", r#"{"city": "Oslo"}"#);
+/// let result = &tools.execute(&[call], ExecuteOptions::new()).await[0].result;
+/// assert_eq!(result.error_kind(), Some(ToolErrorKind::Timeout));
+/// assert_eq!(result.failure().map(|f| f.message.as_str()), Some("The weather service is slow today; say so."));
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait AfterHook: Send + Sync {
     /// Observes the outcome; may rewrite it.

@@ -235,6 +235,49 @@ struct Counters {
 /// executor is never dropped: flush it before the process exits.
 ///
 /// [`write_errors`]: Self::write_errors
+///
+/// # Examples
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!({"city": args["city"], "sky": "sunny"}))
+/// #     }
+/// # }
+/// use std::sync::Arc;
+///
+/// use crewline_core::ToolCall;
+/// use crewline_tools::executor::ledger::{JsonlLedger, Outcome};
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let path = std::env::temp_dir().join(format!("crewline-ledger-doc-{}.jsonl", std::process::id()));
+/// # let _ = std::fs::remove_file(&path);
+/// let ledger = Arc::new(JsonlLedger::options().rotate(10 << 20, 3).open(&path)?);
+/// let mut tools = ToolRegistry::new().with_executor(Executor::builder().ledger(ledger.clone()).build());
+/// tools.register(T)?;
+///
+/// let call = ToolCall::new("call_1", "get_weather", r#"{"city": "Paris"}"#);
+/// tools.execute(&[call], ExecuteOptions::new()).await;
+/// ledger.flush(); // records are written by a thread of the ledger's own
+///
+/// let records = JsonlLedger::read(&path)?;
+/// assert_eq!((records[0].tool.as_str(), records[0].outcome), ("get_weather", Outcome::Ok));
+/// assert_eq!(records[0].arguments, json!({"city": "Paris"}));
+/// # std::fs::remove_file(&path)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct JsonlLedger {
     path: PathBuf,

@@ -16,6 +16,49 @@ use super::ToolCallError;
 
 /// The limits of one run; `None` is unlimited (the default: a run may be a whole MCP session;
 /// the tool loop caps its turns' calls itself).
+///
+/// # Examples
+///
+/// ```
+/// # use async_trait::async_trait;
+/// # use crewline_tools::{Tool, ToolError, ToolPolicy};
+/// # use serde_json::{Value, json};
+/// # struct T;
+/// # #[async_trait]
+/// # impl Tool for T {
+/// #     fn name(&self) -> &str { "get_weather" }
+/// #     fn description(&self) -> &str { "A tool." }
+/// #     fn parameters(&self) -> Value {
+/// #         json!({"type": "object", "properties": {"city": {"type": "string"}}})
+/// #     }
+/// #     async fn call(&self, args: Value) -> Result<Value, ToolError> {
+/// #         Ok(json!({"city": args["city"], "sky": "sunny"}))
+/// #     }
+/// # }
+/// use crewline_core::{ToolCall, ToolErrorKind};
+/// use crewline_tools::executor::limits::RunLimits;
+/// use crewline_tools::{ExecuteOptions, Executor, ToolRegistry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = RunLimits { max_calls_per_tool: Some(1), ..RunLimits::unlimited() };
+/// assert_eq!(limits.calls_left(0), None); // no cap on all tools together
+/// let mut tools = ToolRegistry::new().with_executor(Executor::builder().run_limits(limits).build());
+/// tools.register(T)?;
+///
+/// let calls = [
+///     ToolCall::new("call_1", "get_weather", r#"{"city": "Paris"}"#),
+///     ToolCall::new("call_2", "get_weather", r#"{"city": "Oslo"}"#),
+/// ];
+/// let runs = tools.execute(&calls, ExecuteOptions::new().sequential()).await;
+/// assert!(!runs[0].result.is_error());
+/// assert_eq!(runs[1].result.error_kind(), Some(ToolErrorKind::RunLimitExceeded));
+///
+/// // Each batch (or each `tools.context()`) is a fresh run.
+/// let again = tools.execute(&calls[1..], ExecuteOptions::new()).await;
+/// assert!(!again[0].result.is_error());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RunLimits {
     /// Calls per run, all tools together.

@@ -27,6 +27,7 @@ mod inflight;
 pub mod ledger;
 pub mod limits;
 mod pipeline;
+mod record;
 mod scope;
 mod sync;
 pub mod validation;
@@ -44,7 +45,7 @@ use self::{
     inflight::InFlight,
     ledger::LedgerSink,
     limits::{Run, RunLimits},
-    pipeline::{Trace, record},
+    record::{Trace, record},
     validation::ValidationConfig,
 };
 pub use self::{

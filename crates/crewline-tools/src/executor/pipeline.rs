@@ -5,7 +5,7 @@ use std::{
     borrow::Cow,
     panic::AssertUnwindSafe,
     sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use crewline_core::{ToolCall, ToolErrorKind, ToolFailure, ToolResult};
@@ -21,67 +21,26 @@ use super::{
     guardrails::{self, Side},
     hooks::HookAction,
     inflight::{self, Joined},
-    ledger::{LedgerRecord, LedgerSink, Outcome},
     limits,
+    record::{LedgerGuard, Trace, record},
+    validation::CallArguments,
 };
 use crate::{
     ToolPolicy,
     catalog::{Catalog, Entry},
 };
 
-/// What the pipeline learnt about one call, for the ledger.
-#[derive(Default)]
-pub(crate) struct Trace {
-    pub(super) arguments: Option<Value>,
-    pub(super) approval: Option<ApprovalRecord>,
-    pub(super) cache_hit: bool,
-    /// While a detached (non-cancellable) tool runs: its task or waiter writes the record if
-    /// the call's future is dropped.
-    pub(super) detached: bool,
-}
-
-/// Writes a `Cancelled` record for a call whose future was dropped before it finished (a
-/// barge-in or a shutdown dropped the turn), so the ledger has every call that started.
-struct LedgerGuard<'a> {
-    ledger: Option<&'a Arc<dyn LedgerSink>>,
-    call: &'a ToolCall,
-    started: Instant,
-    trace: Trace,
-    finished: bool,
-}
-
-impl Drop for LedgerGuard<'_> {
-    fn drop(&mut self) {
-        let Some(ledger) = self.ledger else { return };
-        if self.finished || self.trace.detached {
-            return;
-        }
-        let error = ToolCallError::new(ToolErrorKind::Cancelled, "the call was cancelled")
-            .with_detail(
-                "the caller stopped waiting (a barge-in or a shutdown) before the call finished",
-            );
-        let record = record(
-            self.call,
-            &Err(error),
-            self.started.elapsed(),
-            std::mem::take(&mut self.trace),
-        );
-        tracing::info!(tool = %self.call.name, "a call was dropped before it finished");
-        if let Err(error) = ledger.record(&record) {
-            tracing::error!(%error, "the tool ledger could not be written");
-        }
-    }
-}
-
 impl Executor {
     /// Runs one call of a tool in `tools` through the pipeline; never fails: failures are
     /// error results.
     ///
     /// A call with an empty id gets a fresh `call_...` id, which its result carries.
+    /// `arguments` are the call's, read once by the caller (its text is not parsed again).
     pub(crate) async fn execute(
         &self,
         tools: &Catalog,
         call: &ToolCall,
+        arguments: CallArguments,
         context: &CallContext,
     ) -> ToolRun {
         let call = if call.id.is_empty() {
@@ -103,7 +62,7 @@ impl Executor {
                 finished: false,
             };
             let outcome = self
-                .pipeline(tools, &call, context, &mut guard.trace, started)
+                .pipeline(tools, &call, arguments, context, &mut guard.trace, started)
                 .await;
             guard.finished = true;
             let trace = std::mem::take(&mut guard.trace);
@@ -144,6 +103,7 @@ impl Executor {
         &self,
         tools: &Catalog,
         call: &ToolCall,
+        arguments: CallArguments,
         context: &CallContext,
         trace: &mut Trace,
         started: Instant,
@@ -154,7 +114,7 @@ impl Executor {
                 tools.unknown_tool_message(&call.name),
             ));
         };
-        let mut arguments = self.validation.validate_text(entry, &call.arguments)?;
+        let mut arguments = self.validation.validate_read(entry, arguments)?;
         for hook in &self.before_hooks {
             if let HookAction::Respond(value) = hook.before(call, &mut arguments).await {
                 self.keep_arguments(trace, &arguments);
@@ -396,7 +356,8 @@ impl Executor {
         if entry.tool.policy().cancellable {
             return cancelled();
         }
-        let Ok(arguments) = self.validation.validate_text(entry, &call.arguments) else {
+        let read = CallArguments::parse(&call.arguments);
+        let Ok(arguments) = self.validation.validate_read(entry, read) else {
             return cancelled();
         };
         let key = inflight::Key::new(context, tools, call, &arguments);
@@ -532,43 +493,6 @@ async fn call_tool(
     }
 }
 
-/// Stage 9's record of one call.
-pub(super) fn record(
-    call: &ToolCall,
-    outcome: &Result<Value, ToolCallError>,
-    latency: Duration,
-    trace: Trace,
-) -> LedgerRecord {
-    let arguments = trace
-        .arguments
-        .unwrap_or_else(|| Value::String(call.arguments.clone()));
-    let (outcome, error_kind, message, detail) = match outcome {
-        Ok(_) => (Outcome::Ok, None, None, None),
-        Err(error) => (
-            Outcome::Error,
-            Some(error.kind),
-            Some(error.message.clone()),
-            error.detail.clone(),
-        ),
-    };
-    LedgerRecord {
-        ran_on: false,
-        call_id: call.id.clone(),
-        tool: call.name.clone(),
-        arguments,
-        outcome,
-        error_kind,
-        message,
-        detail,
-        latency_us: u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
-        approval: trace.approval,
-        cache_hit: trace.cache_hit,
-        timestamp_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-    }
-}
-
 /// A fresh id for an approval request (never the model's call id, which models repeat).
 fn fresh_approval_id() -> String {
     format!("apr_{}", uuid::Uuid::new_v4().simple())
@@ -598,29 +522,4 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fresh_ids_are_unique_call_ids() {
-        let (a, b) = (fresh_call_id(), fresh_call_id());
-        assert!(a.starts_with("call_") && a != b, "{a} {b}");
-    }
-
-    #[test]
-    fn result_sizes_count_strings_as_is_and_other_values_as_json() {
-        assert_eq!(result_size(&Value::from("héllo"), 10), Some(6));
-        assert_eq!(result_size(&Value::from("héllo"), 5), None);
-        assert_eq!(
-            result_size(&serde_json::json!({"a": [1, 2]}), 100),
-            Some(11)
-        );
-        assert_eq!(result_size(&serde_json::json!({"a": [1, 2]}), 10), None);
-    }
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(human_duration(Duration::from_secs(5)), "5s");
-        assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
-    }
-}
+mod tests;

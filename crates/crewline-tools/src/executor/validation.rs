@@ -27,11 +27,55 @@ impl Default for ValidationConfig {
     }
 }
 
+/// A call's arguments read once from the model's text: the executor validates this value and
+/// the tool logs print it, so the text is parsed once on a call's way.
+///
+/// Text that is not JSON stays a structured [`ToolErrorKind::ToolArgsInvalid`] error, which
+/// the executor hands the model as the call's result (the tool never runs).
+///
+/// # Examples
+///
+/// ```
+/// use crewline_tools::executor::validation::CallArguments;
+/// use serde_json::json;
+///
+/// let read = CallArguments::parse(r#"{"location": "Oslo"}"#);
+/// assert_eq!(read.logged(), json!({"location": "Oslo"}));
+/// // What the model sent is not JSON: the logs print `{}`, the model reads why.
+/// assert_eq!(CallArguments::parse("{nope").logged(), json!({}));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallArguments(Result<Value, ToolCallError>);
+
+impl CallArguments {
+    /// Reads the model's argument text; empty text counts as no arguments (`{}`).
+    pub fn parse(text: &str) -> Self {
+        Self(parse_arguments(text))
+    }
+
+    /// The arguments as the tool logs print them: the model's object, or `{}` when the model
+    /// sent anything else (as the reference).
+    pub fn logged(&self) -> Value {
+        match &self.0 {
+            Ok(value @ Value::Object(_)) => value.clone(),
+            _ => Value::Object(serde_json::Map::new()),
+        }
+    }
+
+    /// The parsed value, or why the text is not JSON.
+    pub fn value(&self) -> Result<&Value, &ToolCallError> {
+        self.0.as_ref()
+    }
+}
+
 impl ValidationConfig {
-    /// Parses the model's argument text and checks it against the tool's schema.
-    pub(crate) fn validate_text(&self, entry: &Entry, text: &str) -> Result<Value, ToolCallError> {
-        let arguments = parse_arguments(text)?;
-        self.validate_value(entry, arguments)
+    /// Checks the model's arguments, as read, against the tool's schema.
+    pub(crate) fn validate_read(
+        &self,
+        entry: &Entry,
+        arguments: CallArguments,
+    ) -> Result<Value, ToolCallError> {
+        self.validate_value(entry, arguments.0?)
     }
 
     /// Checks an arguments value (the model's, or an approver's edit) against the schema and
@@ -134,6 +178,25 @@ mod tests {
         for text in ["", "  \n\t"] {
             assert!(matches!(parse_arguments(text), Ok(Value::Object(m)) if m.is_empty()));
         }
+    }
+
+    #[test]
+    fn logged_arguments_are_the_object_or_an_empty_one() {
+        let cases = [
+            (r#"{"a": [1, null]}"#, serde_json::json!({"a": [1, null]})),
+            ("", serde_json::json!({})),
+            ("[1, 2]", serde_json::json!({})),
+            ("\"text\"", serde_json::json!({})),
+            ("{nope", serde_json::json!({})),
+        ];
+        for (text, logged) in cases {
+            assert_eq!(CallArguments::parse(text).logged(), logged, "{text}");
+        }
+        let broken = CallArguments::parse("{nope");
+        assert_eq!(
+            broken.value().err().map(|e| e.kind),
+            Some(ToolErrorKind::ToolArgsInvalid)
+        );
     }
 
     #[test]
