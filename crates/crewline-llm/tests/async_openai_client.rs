@@ -207,3 +207,28 @@ async fn a_model_set_per_request_wins_over_the_clients() {
     let body: &Value = &server.mock().raw_requests()[0].body;
     assert_eq!(body["model"], "per-request");
 }
+
+#[tokio::test]
+async fn a_whole_answers_error_body_async_openai_cannot_read_is_an_api_error_too() {
+    let server = serve(vec![Reply::Status(
+        400,
+        r#"{"object":"error","message":"Unknown model mock-7b","type":"BadRequestError","code":400}"#
+            .into(),
+    )])
+    .await
+    .expect("the mock model binds 127.0.0.1");
+    let config = OpenAIConfig::new()
+        .with_api_base(server.base_url())
+        .with_api_key(KEY);
+    let client = AsyncOpenAiClient::new(Client::with_config(config), "gpt-test");
+
+    let err = client
+        .chat(ChatRequest::new(vec![Message::user("Hello?")]))
+        .await
+        .expect_err("an error");
+
+    assert!(
+        matches!(&err, LlmError::Api { status: None, message } if message == "Unknown model mock-7b"),
+        "{err:?}"
+    );
+}

@@ -12,17 +12,30 @@ pub(super) fn before_first_byte(error: OpenAIError, timeout: Duration) -> LlmErr
     match error {
         // async-openai reads an error answer as OpenAI's `{"error": ..}` and, failing that,
         // gives its body without the status: the server's message is all that is left.
-        OpenAIError::JSONDeserialize(_, body) => LlmError::Api {
-            status: None,
-            message: error_body_message(body.as_bytes()).unwrap_or(body),
-        },
+        OpenAIError::JSONDeserialize(_, body) => unread_error_answer(body),
         other => common(other, timeout),
     }
 }
 
-/// An error of a whole (non-streamed) answer: a 200 body that is no JSON is unreadable.
+/// An error answer async-openai could not read as OpenAI's: the status is lost, the server's
+/// message is read from `body` as the default client reads it.
+fn unread_error_answer(body: String) -> LlmError {
+    LlmError::Api {
+        status: None,
+        message: error_body_message(body.as_bytes()).unwrap_or(body),
+    }
+}
+
+/// An error of a whole (non-streamed) answer. The answer is read as raw JSON, so a body that
+/// is JSON and still failed is an error answer async-openai could not read (as before the
+/// first byte); one that is no JSON at all is unreadable.
 pub(super) fn whole_answer(error: OpenAIError, timeout: Duration) -> LlmError {
     match error {
+        OpenAIError::JSONDeserialize(_, body)
+            if serde_json::from_str::<serde::de::IgnoredAny>(&body).is_ok() =>
+        {
+            unread_error_answer(body)
+        }
         OpenAIError::JSONDeserialize(cause, body) => {
             let message = format!(
                 "{cause}; the answer began with: {}",
