@@ -26,7 +26,7 @@ async fn the_weather_crew_looks_up_two_cities_in_one_round_and_says_the_filler_f
     bounded(async {
         let llm = Arc::new(voice_agent::scripted_weather_model(Duration::ZERO));
         let weather = voice_agent::WeatherCrew::new(llm, Duration::from_millis(20)).unwrap();
-        let crew = TestCrew::serve(move |setup| Ok::<_, RegistryError>(weather.build(setup)))
+        let crew = TestCrew::serve(move |setup: &SessionSetup| weather.build(setup))
             .await
             .unwrap();
         let mut call = crew.call().await.unwrap();
@@ -57,7 +57,7 @@ async fn the_weather_crew_looks_up_two_cities_in_one_round_and_says_the_filler_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_support_crew_transfers_on_request_and_ends_the_call_on_goodbye() {
     bounded(async {
-        let crew = TestCrew::serve(|setup| {
+        let crew = TestCrew::serve(|setup: &SessionSetup| {
             call_control::support_crew(setup, Arc::new(call_control::scripted_support_model()))
         })
         .await
@@ -83,7 +83,7 @@ async fn the_support_crew_transfers_on_request_and_ends_the_call_on_goodbye() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() {
     bounded(async {
-        let crew = TestCrew::serve(|setup| {
+        let crew = TestCrew::serve(|setup: &SessionSetup| {
             collections_router::collections_crew(
                 setup,
                 Arc::new(collections_router::scripted_collections_model()),
@@ -117,7 +117,7 @@ async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() 
 /// The bank crew over `books`, on its offline model.
 async fn bank_crew(books: &bank_support::Bank) -> TestCrew {
     let books = books.clone();
-    TestCrew::serve(move |setup| {
+    TestCrew::serve(move |setup: &SessionSetup| {
         bank_support::bank_crew(
             setup,
             Arc::new(bank_support::scripted_bank_model()),
@@ -305,9 +305,11 @@ async fn the_sentiment_crew_answers_the_same_in_process_as_through_a_socket() {
 
 /// The chat crew, on its offline model.
 async fn chat_crew() -> TestCrew {
-    TestCrew::serve(|setup| text_chat::chat_crew(setup, Arc::new(text_chat::scripted_chat_model())))
-        .await
-        .unwrap()
+    TestCrew::serve(|setup: &SessionSetup| {
+        text_chat::chat_crew(setup, Arc::new(text_chat::scripted_chat_model()))
+    })
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,6 +360,61 @@ async fn the_chat_crew_refuses_a_voice_call_and_says_why() {
             }
             other => panic!("a voice call was not refused: {other:?}"),
         }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_remote_weather_crew_speaks_what_the_callers_own_station_answers() {
+    use crewline_examples::remote_weather::{self, station};
+    use crewline_remote::{ClientConfig, TaskApi, wire::TaskStatus};
+    use crewline_server::CrewServer;
+
+    bounded(async {
+        // The crew with its task API, as the example serves it.
+        let tasks = TaskApi::new();
+        let model = Arc::new(remote_weather::scripted_model(Duration::ZERO));
+        let weather = remote_weather::RemoteWeatherCrew::new(model, tasks.clone());
+        let server = CrewServer::new(move |setup: SessionSetup| {
+            let weather = weather.clone();
+            async move { weather.build(&setup).await }
+        })
+        .merge(tasks.router());
+        let crew = TestCrew::serve_server(server).await.unwrap();
+
+        // The station (the remote side) registers its tools as a task, here in the test.
+        let base = crew.url().unwrap().replacen("ws://", "http://", 1);
+        let base = base.trim_end_matches("/ws").to_owned();
+        let (task_tx, task_rx) = tokio::sync::oneshot::channel();
+        let station = tokio::spawn(station::run(ClientConfig::new(base), move |id| {
+            let _ = task_tx.send(id.to_owned());
+        }));
+        let task_id = task_rx.await.unwrap();
+
+        let mut config = crew.config();
+        config
+            .initial_variables
+            .insert("task_id".to_owned(), json!(task_id));
+        let mut call = crew.call_with(config).await.unwrap();
+        let oslo = call.say("What's the weather in Oslo?").await.unwrap();
+        let answer = oslo
+            .assert_tool_call("get_weather", json!({"location": "Oslo"}))
+            .succeeded();
+        assert_eq!(answer["source"], "client weather station");
+        oslo.assert_text_contains("In Oslo it is 4 degrees and snowing.");
+
+        // The station's own error reaches the model as a tool error, and is said.
+        let atlantis = call.say("And in Atlantis?").await.unwrap();
+        atlantis
+            .assert_tool_call("get_weather", json!({"location": "Atlantis"}))
+            .failed_with("no data for Atlantis");
+        atlantis.assert_text_contains("The station has no data for Atlantis");
+
+        // Hanging up ends the task; the station stops, having answered both calls.
+        call.hang_up().await.unwrap();
+        let outcome = station.await.unwrap().unwrap();
+        assert_eq!(outcome.status, TaskStatus::Done);
+        assert_eq!(outcome.calls_answered, 2);
     })
     .await;
 }

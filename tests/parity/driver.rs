@@ -13,16 +13,12 @@ use std::{
     time::Duration,
 };
 
-use futures::{SinkExt, StreamExt, stream::SplitSink};
-use serde_json::Value;
-use tokio::{net::TcpStream, sync::watch, task::JoinHandle, time::Instant};
-use tokio_tungstenite::{
-    MaybeTlsStream, WebSocketStream, connect_async,
-    tungstenite::{
-        Message,
-        protocol::{CloseFrame, frame::coding::CloseCode},
-    },
+use crewline_testkit::platform::{
+    PlatformConfig,
+    raw::{RawFrame, RawSender, RawSocket},
 };
+use serde_json::Value;
+use tokio::{sync::watch, task::JoinHandle, time::Instant};
 
 use super::fixture::{CloseInfo, Op, Step, StepResult};
 
@@ -114,8 +110,6 @@ impl Shared {
     }
 }
 
-type Sink = SplitSink<WebSocketStream<MaybeTlsStream<TcpStream>>, Message>;
-
 /// The end of one connection as its reader saw it.
 #[derive(Debug, Default, Clone)]
 struct ReaderEnd {
@@ -124,7 +118,7 @@ struct ReaderEnd {
 }
 
 struct Conn {
-    sink: Sink,
+    sink: RawSender,
     /// Set once the reader has seen the end of the socket.
     closed: Arc<AtomicBool>,
     /// Set when the client sent its close frame.
@@ -239,12 +233,15 @@ impl Driver {
     }
 
     async fn connect(&mut self) -> usize {
-        let url = format!("ws://{}/ws", self.addr);
-        let (socket, _) = tokio::time::timeout(WAIT, connect_async(url.as_str()))
+        let mut config = PlatformConfig::new(format!("ws://{}/ws", self.addr));
+        config.timeouts.connect = WAIT;
+        config.timeouts.frame = WAIT;
+        let socket = RawSocket::connect(&config)
             .await
-            .expect("WebSocket connect timed out")
             .expect("WebSocket connect");
-        let (sink, mut stream) = socket.split();
+        let (sink, stream) = socket.split();
+        // The reader waits for frames as long as the socket is open.
+        let mut stream = stream.with_wait(Duration::MAX);
         let index = self.conns.len();
         let closed = Arc::new(AtomicBool::new(false));
         let client_closing = Arc::new(AtomicBool::new(false));
@@ -257,20 +254,18 @@ impl Driver {
                 Arc::clone(&end),
             );
             tokio::spawn(async move {
-                while let Some(message) = stream.next().await {
-                    let (binary, bytes) = match message {
-                        Ok(Message::Binary(bytes)) => (true, bytes.to_vec()),
-                        Ok(Message::Text(text)) => (false, text.as_bytes().to_vec()),
-                        Ok(Message::Close(frame)) => {
+                while let Ok(Some(frame)) = stream.next_frame().await {
+                    let (binary, bytes) = match frame {
+                        RawFrame::Binary(bytes) => (true, bytes),
+                        RawFrame::Text(text) => (false, text.into_bytes()),
+                        RawFrame::Close(close) => {
                             let mut end = end.lock().unwrap();
-                            end.received = Some(frame.map_or((1005, String::new()), |f| {
-                                (u16::from(f.code), f.reason.to_string())
-                            }));
+                            end.received =
+                                Some(close.map_or((1005, String::new()), |c| (c.code, c.reason)));
                             end.server_first = Some(!client_closing.load(Ordering::SeqCst));
                             continue;
                         }
-                        Ok(_) => continue,
-                        Err(_) => break,
+                        RawFrame::Ping(_) | RawFrame::Pong(_) => continue,
                     };
                     let raw = String::from_utf8_lossy(&bytes).into_owned();
                     let event = serde_json::from_str(&raw).ok();
@@ -302,11 +297,7 @@ impl Driver {
         let conn = &mut self.conns[index];
         conn.client_closing.store(true, Ordering::SeqCst);
         conn.sent = Some((1000, reason.to_owned()));
-        let frame = CloseFrame {
-            code: CloseCode::Normal,
-            reason: reason.to_owned().into(),
-        };
-        let _ = tokio::time::timeout(WAIT, conn.sink.send(Message::Close(Some(frame)))).await;
+        let _ = conn.sink.close(1000, reason).await;
         let closed = Arc::clone(&conn.closed);
         self.wait_until(Duration::from_secs(5), || closed.load(Ordering::SeqCst))
             .await;
@@ -400,14 +391,13 @@ impl Driver {
                 timed_out: false,
             };
         }
-        let message = if text {
-            Message::text(data)
+        let sent = if text {
+            conn.sink.send_text(&data).await
         } else {
-            Message::binary(data.into_bytes())
+            conn.sink.send_binary(data.into_bytes()).await
         };
-        let sent = tokio::time::timeout(WAIT, conn.sink.send(message)).await;
         StepResult {
-            ok: matches!(sent, Ok(Ok(()))),
+            ok: sent.is_ok(),
             timed_out: false,
         }
     }

@@ -207,7 +207,7 @@ pub struct LlmRequest {
 }
 
 /// The conversation of a `system.llm.request`: a JSON array of OpenAI chat messages, kept as
-/// the text the platform sent.
+/// JSON text (the platform's, or its compact form after decoding a whole event).
 ///
 /// A request carries the whole conversation and the output node echoes it back; keeping the
 /// text means it is neither built into a tree of JSON values on the way in nor re-encoded on
@@ -256,7 +256,7 @@ impl Messages {
         }
     }
 
-    /// The JSON text of the array, as sent.
+    /// The JSON text of the array.
     pub fn as_json(&self) -> &str {
         self.0.get()
     }

@@ -614,9 +614,28 @@ impl ServerHandle {
         self.state.is_draining()
     }
 
-    /// Starts a graceful shutdown, as the shutdown signal does.
+    /// Starts a graceful shutdown, as the shutdown signal does: from this call on, new calls
+    /// are refused and `/ready` answers 503, so a balancer stops sending calls at once.
     pub fn shutdown(&self) {
+        self.state.start_draining();
         self.state.shutdown_requested.cancel();
+    }
+}
+
+#[cfg(test)]
+mod handle_tests {
+    use super::*;
+    use crewline::Crew;
+
+    #[test]
+    fn shutdown_is_seen_at_once_not_when_the_serve_task_gets_to_it() {
+        let server = CrewServer::new(|_call: SessionSetup| Crew::new());
+        let handle = server.handle();
+        assert!(!handle.is_draining());
+        handle.shutdown();
+        // Nothing is serving: only the handle itself can have marked the server draining.
+        assert!(handle.is_draining());
+        assert!(!handle.is_ready());
     }
 }
 

@@ -13,7 +13,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///
 /// Implemented for an [`Agent`] (every call gets a crew of that agent alone) and for
 /// functions and closures taking the call's [`SessionSetup`] and returning any of:
-/// a [`Crew`], a `Result<Crew, E>`, or a future of either. `M` only tells those apart;
+/// a [`Crew`], a `Result<Crew, E>`, or a future of either; or taking `&SessionSetup` and
+/// returning a [`Crew`] or a `Result<Crew, E>`. `M` only tells those apart;
 /// it is inferred, never written: a function that returns a setup returns `impl CrewSetup`
 /// (an agent, a type of your own, or a closure returning a [`Crew`]).
 ///
@@ -32,8 +33,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// }
 ///
 /// fn takes<M>(_setup: impl CrewSetup<M>) {}
+/// fn borrowing(_call: &SessionSetup) -> Result<Crew, std::io::Error> {
+///     Ok(Crew::new())
+/// }
+///
 /// takes(setup);
 /// takes(fallible);
+/// takes(borrowing);
 /// takes(|_call: SessionSetup| Crew::new());
 ///
 /// // A function that returns a setup names no closure type.
@@ -63,6 +69,12 @@ pub mod marker {
     /// A function returning a future of `Result<Crew, E>`.
     #[derive(Debug)]
     pub enum AsyncResult {}
+    /// A function of `&SessionSetup` returning a [`Crew`](crate::Crew).
+    #[derive(Debug)]
+    pub enum BorrowsCrew {}
+    /// A function of `&SessionSetup` returning `Result<Crew, E>`.
+    #[derive(Debug)]
+    pub enum BorrowsResult {}
 }
 
 impl CrewSetup for Agent {
@@ -108,5 +120,24 @@ where
 {
     fn setup(&self, session: SessionSetup) -> BoxFuture<'static, Result<Crew, BoxError>> {
         self(session).map(|crew| crew.map_err(Into::into)).boxed()
+    }
+}
+
+impl<F> CrewSetup<marker::BorrowsCrew> for F
+where
+    F: Fn(&SessionSetup) -> Crew + Send + Sync + 'static,
+{
+    fn setup(&self, session: SessionSetup) -> BoxFuture<'static, Result<Crew, BoxError>> {
+        std::future::ready(Ok(self(&session))).boxed()
+    }
+}
+
+impl<F, E> CrewSetup<marker::BorrowsResult> for F
+where
+    F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
+    E: Into<BoxError>,
+{
+    fn setup(&self, session: SessionSetup) -> BoxFuture<'static, Result<Crew, BoxError>> {
+        std::future::ready(self(&session).map_err(Into::into)).boxed()
     }
 }

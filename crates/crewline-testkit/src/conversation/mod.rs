@@ -46,7 +46,7 @@ mod record;
 
 use std::{net::SocketAddr, sync::Arc};
 
-use crewline::{Crew, SessionSetup};
+use crewline::CrewSetup;
 use crewline_server::{CrewServer, ServerHandle};
 use serde_json::Value;
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -133,19 +133,11 @@ impl TestCrew {
     /// Serves the crew that `setup` builds for each call, on 127.0.0.1 (a free port), with
     /// the server's default settings.
     ///
-    /// `setup` is the crew author's own builder: it gets the call's handshake and returns the
-    /// crew, or an error the platform sees as a rejected handshake.
-    pub async fn serve<F, E>(setup: F) -> Result<Self, TestkitError>
-    where
-        F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
-        // What `CrewServer::new` takes: a typed error or an already boxed one.
-        E: Into<crewline_server::BoxError> + Send + 'static,
-    {
-        let setup = Arc::new(setup);
-        Self::serve_server(CrewServer::new(move |session: SessionSetup| {
-            std::future::ready(setup(&session))
-        }))
-        .await
+    /// `setup` is what the crew author hands to `CrewServer::new` (an
+    /// [`Agent`](crewline::Agent), or a function of the call's handshake returning the crew,
+    /// a `Result` or a future of either; see [`CrewSetup`]): an error is a rejected handshake.
+    pub async fn serve<M>(setup: impl CrewSetup<M>) -> Result<Self, TestkitError> {
+        Self::serve_server(CrewServer::new(setup)).await
     }
 
     /// Runs the crew that `setup` builds for each call in this process: no server, no
@@ -181,15 +173,9 @@ impl TestCrew {
     /// call.hang_up().await?;
     /// # Ok(()) }
     /// ```
-    pub fn in_process<F, E>(setup: F) -> Self
-    where
-        F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
-        E: Into<crewline_server::BoxError>,
-    {
-        let setup: SetupFn =
-            Arc::new(move |session: &SessionSetup| setup(session).map_err(Into::into));
+    pub fn in_process<M>(setup: impl CrewSetup<M>) -> Self {
         Self {
-            target: Target::InProcess(setup),
+            target: Target::InProcess(crate::platform::shared_setup(setup)),
         }
     }
 

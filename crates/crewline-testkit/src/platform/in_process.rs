@@ -12,10 +12,11 @@
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use crewline::{
-    Crew, DispatchError, Session, SessionSetup,
+    Crew, CrewSetup, DispatchError, Session, SessionSetup,
     protocol::{self, AgentError, Event, EventBody, Severity, SystemInit},
 };
 use crewline_server::{BoxError, SetupError};
+use futures::{FutureExt, future::BoxFuture};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -23,7 +24,8 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use super::{Inbound, socket::decode};
 
 /// A crew's setup function, shared by the calls of one [`TestCrew`](crate::TestCrew).
-pub(crate) type SetupFn = Arc<dyn Fn(&SessionSetup) -> Result<Crew, BoxError> + Send + Sync>;
+pub(crate) type SetupFn =
+    Arc<dyn Fn(SessionSetup) -> BoxFuture<'static, Result<Crew, BoxError>> + Send + Sync>;
 
 /// How many of the crew's events may wait for the client (the server's outbound queue).
 const OUTBOUND_CAPACITY: usize = 1024;
@@ -160,7 +162,10 @@ async fn handshake(
 
 /// Runs the crew's setup (catching a panic, as the server does) and starts the session.
 async fn start(setup: &SetupFn, session_setup: SessionSetup) -> Result<Session, Refusal> {
-    let built = std::panic::catch_unwind(AssertUnwindSafe(|| setup(&session_setup)));
+    let for_user = session_setup.clone();
+    let built = AssertUnwindSafe(async move { setup(for_user).await })
+        .catch_unwind()
+        .await;
     let crew = match built {
         Ok(Ok(crew)) => crew,
         Ok(Err(error)) => return Err(Refusal::setup(&SetupError::Failed(error))),
@@ -176,6 +181,11 @@ async fn start(setup: &SetupFn, session_setup: SessionSetup) -> Result<Session, 
     Session::start(crew, session_setup)
         .await
         .map_err(|error| Refusal::setup(&SetupError::InvalidGraph(error)))
+}
+
+/// The shared form of a crew author's setup.
+pub(crate) fn shared<M>(setup: impl CrewSetup<M>) -> SetupFn {
+    Arc::new(move |session: SessionSetup| setup.setup(session))
 }
 
 /// Dispatches the client's frames to the session until the client closes (`true`) or goes

@@ -32,10 +32,10 @@ pub mod raw;
 mod socket;
 mod turn;
 
-use std::{collections::VecDeque, sync::Arc, time::Duration};
+use std::{collections::VecDeque, time::Duration};
 
 use crewline::{
-    Crew, SessionSetup,
+    CrewSetup,
     protocol::{
         self, Caller, ConversationType, Event, EventBody, OutputAgentSettings, SessionContext,
         SystemInit, TranscriptRole, TranscriptUpdate,
@@ -47,7 +47,7 @@ use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 
 pub use frame::{CrewFrame, ReceivedFrame, ToolLog};
-pub(crate) use in_process::SetupFn;
+pub(crate) use in_process::{SetupFn, shared as shared_setup};
 pub(crate) use socket::open_socket;
 use socket::{read_frames, write_frames};
 pub use turn::{InterruptReport, ToolActivity, ToolOutcome, Turn, TurnFrame, TurnSummary};
@@ -350,14 +350,11 @@ impl PlatformClient {
     ///
     /// `setup` is what a [`CrewServer`](crewline_server::CrewServer) would call for the
     /// call; an error or a panic in it rejects the handshake as the server does.
-    pub async fn in_process<F, E>(config: PlatformConfig, setup: F) -> Result<Self, PlatformError>
-    where
-        F: Fn(&SessionSetup) -> Result<Crew, E> + Send + Sync + 'static,
-        E: Into<crewline_server::BoxError>,
-    {
-        let setup: SetupFn =
-            Arc::new(move |session: &SessionSetup| setup(session).map_err(Into::into));
-        Self::connect_in_process(config, setup).await
+    pub async fn in_process<M>(
+        config: PlatformConfig,
+        setup: impl CrewSetup<M>,
+    ) -> Result<Self, PlatformError> {
+        Self::connect_in_process(config, in_process::shared(setup)).await
     }
 
     /// [`PlatformClient::in_process`] with the setup already shared.

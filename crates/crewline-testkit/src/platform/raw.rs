@@ -22,7 +22,10 @@
 
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use futures::{
+    SinkExt, StreamExt,
+    stream::{SplitSink, SplitStream},
+};
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio_tungstenite::{
@@ -101,16 +104,7 @@ impl RawSocket {
     }
 
     async fn send(&mut self, message: WsMessage) -> Result<(), PlatformError> {
-        let sent = tokio::time::timeout(self.wait, self.ws.send(message))
-            .await
-            .map_err(|_| PlatformError::Timeout {
-                waiting_for: "a frame to be written",
-                after: self.wait,
-            })?;
-        sent.map_err(|error| PlatformError::Closed {
-            code: None,
-            reason: error.to_string(),
-        })
+        write_frame(&mut self.ws, self.wait, message).await
     }
 
     /// Sends `frame` as a binary frame of its JSON, as the platform sends events.
@@ -152,30 +146,23 @@ impl RawSocket {
     /// The next frame, pings and pongs included; `Ok(None)` when the socket ended without a
     /// close frame.
     pub async fn next_frame(&mut self) -> Result<Option<RawFrame>, PlatformError> {
-        let next = tokio::time::timeout(self.wait, self.ws.next())
-            .await
-            .map_err(|_| PlatformError::Timeout {
-                waiting_for: "a frame from the crew",
-                after: self.wait,
-            })?;
-        Ok(match next {
-            None => None,
-            Some(Err(error)) => {
-                return Err(PlatformError::Closed {
-                    code: None,
-                    reason: error.to_string(),
-                });
-            }
-            Some(Ok(message)) => Some(match message {
-                WsMessage::Binary(bytes) => RawFrame::Binary(bytes.to_vec()),
-                WsMessage::Text(text) => RawFrame::Text(text.as_str().to_owned()),
-                WsMessage::Ping(data) => RawFrame::Ping(data.to_vec()),
-                WsMessage::Pong(data) => RawFrame::Pong(data.to_vec()),
-                WsMessage::Close(frame) => RawFrame::Close(frame.map(close_reason)),
-                // Only a raw frame read would give one; reads here are whole messages.
-                WsMessage::Frame(_) => return Ok(None),
-            }),
-        })
+        read_frame(&mut self.ws, self.wait).await
+    }
+
+    /// The socket as two halves, one that sends and one that reads, for a test that reads
+    /// on one task while it sends on another (as a platform does).
+    pub fn split(self) -> (RawSender, RawReceiver) {
+        let (sink, stream) = self.ws.split();
+        (
+            RawSender {
+                sink,
+                wait: self.wait,
+            },
+            RawReceiver {
+                stream,
+                wait: self.wait,
+            },
+        )
     }
 
     /// The next binary frame, skipping pings and pongs, as JSON.
@@ -279,6 +266,107 @@ impl RawSocket {
         let _ = self.ws.close(None).await;
         self.drain().await;
     }
+}
+
+/// The sending half of a [`RawSocket`] (from [`RawSocket::split`]).
+#[derive(Debug)]
+pub struct RawSender {
+    sink: SplitSink<WebSocketStream<TcpStream>, WsMessage>,
+    wait: Duration,
+}
+
+impl RawSender {
+    /// Sends `bytes` as one binary frame.
+    pub async fn send_binary(&mut self, bytes: Vec<u8>) -> Result<(), PlatformError> {
+        write_frame(&mut self.sink, self.wait, WsMessage::binary(bytes)).await
+    }
+
+    /// Sends `text` as one text frame.
+    pub async fn send_text(&mut self, text: &str) -> Result<(), PlatformError> {
+        write_frame(&mut self.sink, self.wait, WsMessage::text(text)).await
+    }
+
+    /// Sends a close frame with `code` and `reason`; the reading half sees the crew's answer.
+    pub async fn close(&mut self, code: u16, reason: &str) -> Result<(), PlatformError> {
+        let frame = CloseFrame {
+            code: code.into(),
+            reason: reason.to_owned().into(),
+        };
+        write_frame(&mut self.sink, self.wait, WsMessage::Close(Some(frame))).await
+    }
+}
+
+/// The reading half of a [`RawSocket`] (from [`RawSocket::split`]).
+#[derive(Debug)]
+pub struct RawReceiver {
+    stream: SplitStream<WebSocketStream<TcpStream>>,
+    wait: Duration,
+}
+
+impl RawReceiver {
+    /// Bounds each later wait by `wait` instead (`Duration::MAX`: read until the socket ends).
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The next frame, pings and pongs included; `Ok(None)` when the socket ended without a
+    /// close frame.
+    pub async fn next_frame(&mut self) -> Result<Option<RawFrame>, PlatformError> {
+        read_frame(&mut self.stream, self.wait).await
+    }
+}
+
+/// Writes one message, bounded by `wait`.
+async fn write_frame<S>(
+    sink: &mut S,
+    wait: Duration,
+    message: WsMessage,
+) -> Result<(), PlatformError>
+where
+    S: futures::Sink<WsMessage, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
+{
+    let sent = tokio::time::timeout(wait, sink.send(message))
+        .await
+        .map_err(|_| PlatformError::Timeout {
+            waiting_for: "a frame to be written",
+            after: wait,
+        })?;
+    sent.map_err(|error| PlatformError::Closed {
+        code: None,
+        reason: error.to_string(),
+    })
+}
+
+/// Reads the next frame, bounded by `wait`.
+async fn read_frame<S>(stream: &mut S, wait: Duration) -> Result<Option<RawFrame>, PlatformError>
+where
+    S: futures::Stream<Item = Result<WsMessage, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let next = tokio::time::timeout(wait, stream.next())
+        .await
+        .map_err(|_| PlatformError::Timeout {
+            waiting_for: "a frame from the crew",
+            after: wait,
+        })?;
+    Ok(match next {
+        None => None,
+        Some(Err(error)) => {
+            return Err(PlatformError::Closed {
+                code: None,
+                reason: error.to_string(),
+            });
+        }
+        Some(Ok(message)) => Some(match message {
+            WsMessage::Binary(bytes) => RawFrame::Binary(bytes.to_vec()),
+            WsMessage::Text(text) => RawFrame::Text(text.as_str().to_owned()),
+            WsMessage::Ping(data) => RawFrame::Ping(data.to_vec()),
+            WsMessage::Pong(data) => RawFrame::Pong(data.to_vec()),
+            WsMessage::Close(frame) => RawFrame::Close(frame.map(close_reason)),
+            // Only a raw frame read would give one; reads here are whole messages.
+            WsMessage::Frame(_) => return Ok(None),
+        }),
+    })
 }
 
 fn close_reason(frame: CloseFrame) -> CloseReason {

@@ -80,6 +80,23 @@ struct Routes {
 /// Put it in an [`OutputNode`](crate::OutputNode). It needs the node's handle, which it takes
 /// in [`OutputAgent::on_start`], to log its transitions; an agent that wraps a router must
 /// forward `on_start` to it.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use crewline::{Crew, DeterministicRouter, OutputNode, SubAgent, llm::ScriptedLlm};
+///
+/// let router = DeterministicRouter::builder("intake", Arc::new(ScriptedLlm::new([])))
+///     .sub_agent(SubAgent::new("intake", "Find the caller's account."))
+///     .sub_agent(SubAgent::new("resolve", "Agree a payment plan."))
+///     .add_default("intake", "resolve")
+///     .build()?;
+/// let mut crew = Crew::new();
+/// crew.add_node(OutputNode::new("collections", router));
+/// assert!(crew.validate().is_ok());
+/// # Ok::<(), crewline::RouterError>(())
+/// ```
 pub struct DeterministicRouter {
     context: Context,
     stages: Vec<Stage>,
