@@ -10,6 +10,7 @@
 //! ```sh
 //! cargo run --example voice_agent -- --port 8080            # scripted model, offline
 //! OPENAI_API_KEY=... cargo run --example voice_agent -- --model gpt-4o-mini
+//! OPENAI_API_KEY=... cargo run --example voice_agent -- --llm-client async-openai
 //! crewline chat --url ws://127.0.0.1:8080/ws                 # talk to it
 //! ```
 //!

@@ -165,6 +165,21 @@ pub fn mock_llm_client(base_url: &str) -> Arc<dyn LlmClient> {
     Arc::new(client)
 }
 
+/// The same model through `AsyncOpenAiClient`, over an `async_openai::Client` whose team set
+/// its own retry policy: async-openai's retry layer with the default client's 2 retries
+/// (async-openai's own default is 3), so the recorded request counts hold.
+pub fn mock_async_openai_client(base_url: &str) -> Arc<dyn LlmClient> {
+    use async_openai::middleware::{ReqwestService, retry::OpenAIRetryLayer};
+    use tower::Layer;
+
+    let config = async_openai::config::OpenAIConfig::new()
+        .with_api_base(base_url)
+        .with_api_key("sk-mock");
+    let http = OpenAIRetryLayer::new(2).layer(ReqwestService::new(reqwest::Client::new()));
+    let client = async_openai::Client::with_config(config).with_http_service(http);
+    Arc::new(crewline::llm::AsyncOpenAiClient::new(client, "mock-gpt"))
+}
+
 /// Builds the crew of one call, like `make_setup_handler(crew)`.
 pub fn build(kind: CrewKind, llm: &Arc<dyn LlmClient>, setup: &SessionSetup) -> Crew {
     let mut registry = ToolRegistry::new();

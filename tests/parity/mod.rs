@@ -33,6 +33,15 @@ use self::{
 /// Runs `scenario` on crewline and panics with every difference from the reference that no
 /// rule accounts for.
 pub async fn check(scenario: &str) {
+    check_on(scenario, crews::mock_llm_client).await;
+}
+
+/// [`check`], with the crew's model made by `llm` for the mock LLM's base URL (another client
+/// must give the same recording).
+pub async fn check_on(
+    scenario: &str,
+    llm: fn(&str) -> std::sync::Arc<dyn crewline::llm::LlmClient>,
+) {
     let started = Instant::now();
     let fixture = Fixture::load(scenario);
     assert_eq!(fixture.scenario, scenario);
@@ -44,7 +53,7 @@ pub async fn check(scenario: &str) {
         .spawn("127.0.0.1:0".parse().unwrap())
         .await
         .expect("the mock LLM starts");
-    let llm = crews::mock_llm_client(&mock.base_url());
+    let llm = llm(&mock.base_url());
     let mut server = CrewServer::new(crews::setup(kind, llm)).drain_timeout(Duration::from_secs(1));
     if scenario == "handshake_timeout" {
         server = server.handshake_timeout(rules::SHORT_HANDSHAKE_TIMEOUT);

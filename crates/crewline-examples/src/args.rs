@@ -41,15 +41,29 @@ pub struct ModelArgs {
     /// Run on the crew's scripted model even when OPENAI_API_KEY is set.
     #[arg(long)]
     pub scripted: bool,
+    /// Which client talks to the OpenAI-compatible server: crewline's own (the default) or
+    /// async-openai's.
+    #[arg(long = "llm-client", value_enum, default_value_t)]
+    pub llm_client: LlmClientKind,
+}
+
+/// `--llm-client`: which client talks to the OpenAI-compatible server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LlmClientKind {
+    /// crewline's own `OpenAiClient`.
+    #[default]
+    Default,
+    /// `AsyncOpenAiClient` over an `async_openai::Client`.
+    AsyncOpenai,
 }
 
 impl ModelArgs {
     /// What the flags ask for.
     pub fn choice(&self) -> ModelChoice {
-        if self.scripted {
-            ModelChoice::Scripted
-        } else {
-            ModelChoice::FromEnv
+        match (self.scripted, self.llm_client) {
+            (true, _) => ModelChoice::Scripted,
+            (false, LlmClientKind::Default) => ModelChoice::FromEnv,
+            (false, LlmClientKind::AsyncOpenai) => ModelChoice::AsyncOpenAiFromEnv,
         }
     }
 
@@ -116,4 +130,38 @@ pub fn init_logs(default_filter: &str) {
         )
         .with_writer(std::io::stderr)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        model: ModelArgs,
+    }
+
+    fn choice(args: &[&str]) -> ModelChoice {
+        let args = Args::try_parse_from(std::iter::once("crew").chain(args.iter().copied()))
+            .expect("the flags parse");
+        args.model.choice()
+    }
+
+    #[test]
+    fn llm_client_chooses_the_client_and_scripted_still_wins() {
+        assert_eq!(choice(&[]), ModelChoice::FromEnv);
+        assert_eq!(choice(&["--llm-client", "default"]), ModelChoice::FromEnv);
+        assert_eq!(
+            choice(&["--llm-client", "async-openai"]),
+            ModelChoice::AsyncOpenAiFromEnv
+        );
+        assert_eq!(
+            choice(&["--llm-client", "async-openai", "--scripted"]),
+            ModelChoice::Scripted
+        );
+        assert!(Args::try_parse_from(["crew", "--llm-client", "curl"]).is_err());
+    }
 }

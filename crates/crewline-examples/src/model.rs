@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crewline::llm::{LlmClient, LlmError, OpenAiClient, ScriptedLlm};
+use crewline::llm::{AsyncOpenAiClient, LlmClient, LlmError, OpenAiClient, ScriptedLlm};
 
 /// The OpenAI model used when neither `--model` nor `OPENAI_MODEL` names one.
 pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4o-mini";
@@ -14,6 +14,9 @@ pub enum ModelChoice {
     /// The real OpenAI-compatible endpoint when `OPENAI_API_KEY` is set, else the scripted one.
     #[default]
     FromEnv,
+    /// As [`ModelChoice::FromEnv`], through async-openai's client (`async_openai::Client`
+    /// with the same `OPENAI_API_KEY` and `OPENAI_BASE_URL`) instead of the default one.
+    AsyncOpenAiFromEnv,
     /// Always the offline scripted model.
     Scripted,
 }
@@ -38,8 +41,9 @@ impl std::fmt::Debug for ChosenModel {
     }
 }
 
-/// The model for `choice`: with [`ModelChoice::FromEnv`] and `OPENAI_API_KEY` set, OpenAI's
-/// `name` (else `OPENAI_MODEL`, else [`DEFAULT_OPENAI_MODEL`]); otherwise `scripted()`.
+/// The model for `choice`: with [`ModelChoice::FromEnv`] (or
+/// [`ModelChoice::AsyncOpenAiFromEnv`]) and `OPENAI_API_KEY` set, OpenAI's `name` (else
+/// `OPENAI_MODEL`, else [`DEFAULT_OPENAI_MODEL`]) on that client; otherwise `scripted()`.
 ///
 /// ```
 /// use crewline::llm::{Reply, ScriptedLlm};
@@ -54,10 +58,24 @@ pub fn choose(
     name: Option<String>,
     scripted: impl FnOnce() -> ScriptedLlm,
 ) -> Result<ChosenModel, LlmError> {
-    if choice == ModelChoice::FromEnv && std::env::var_os("OPENAI_API_KEY").is_some() {
+    let from_env = matches!(
+        choice,
+        ModelChoice::FromEnv | ModelChoice::AsyncOpenAiFromEnv
+    );
+    if from_env && std::env::var_os("OPENAI_API_KEY").is_some() {
         let model = name
             .or_else(|| std::env::var("OPENAI_MODEL").ok())
             .unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned());
+        if choice == ModelChoice::AsyncOpenAiFromEnv {
+            // `OpenAIConfig::new()` reads OPENAI_API_KEY and OPENAI_BASE_URL, as `from_env` does.
+            let client =
+                async_openai::Client::with_config(async_openai::config::OpenAIConfig::new());
+            return Ok(ChosenModel {
+                llm: Arc::new(AsyncOpenAiClient::new(client, model.clone())),
+                description: format!("OpenAI {model} (async-openai client)"),
+                scripted: false,
+            });
+        }
         let client = OpenAiClient::from_env(model.clone())?;
         Ok(ChosenModel {
             llm: Arc::new(client),

@@ -8,9 +8,15 @@
 //!   shapes real servers send never break a turn;
 //! - [`ScriptedLlm`]: a deterministic, offline model for tests, examples and demos.
 //!
+//! With the `async-openai` feature, `AsyncOpenAiClient` streams through an
+//! `async_openai::Client` a team already configured (Azure, a proxy, its own retry policy),
+//! read by the same lenient reader; `async_openai_convert` converts requests both ways.
+//!
 //! Tool-call deltas are put together by the [`ToolCallAssembler`], which both clients use.
 
 mod assembler;
+#[cfg(feature = "async-openai")]
+mod async_openai;
 mod client;
 mod error;
 mod openai;
@@ -19,6 +25,8 @@ mod scripted;
 mod stream;
 
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
+#[cfg(feature = "async-openai")]
+pub use async_openai::{AsyncOpenAiClient, ConversionError, convert as async_openai_convert};
 pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]
 pub use client::MockLlmClient;

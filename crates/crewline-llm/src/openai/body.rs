@@ -68,8 +68,8 @@ pub(crate) fn build_body(
     })
 }
 
-/// [`build_body`]'s bytes, `stream_options` allowed.
-#[cfg(test)]
+/// [`build_body`]'s bytes, `stream_options` allowed (the async-openai client's body).
+#[cfg(any(test, feature = "async-openai"))]
 pub(crate) fn build(
     defaults: &RequestOptions,
     request: &ChatRequest,

@@ -47,6 +47,14 @@ use crate::{
 
 pub use self::builder::OpenAiClientBuilder;
 use self::{http::Transport, key::ApiKey, reader::Reader};
+// What the async-openai client shares with this one, so both write the same bodies and read
+// the same chunks the same way.
+#[cfg(feature = "async-openai")]
+pub(crate) use self::{
+    body::build as build_body,
+    decode::{Decoder, Flow, Pending, response as whole_response},
+    wire::{decode_chunk, error_body_message, snippet},
+};
 
 /// A client for OpenAI and OpenAI-compatible servers (vLLM, Ollama, Groq, OpenRouter...).
 ///

@@ -190,6 +190,8 @@ async fn ask(client: &dyn LlmClient) -> Outcome {
             Ok(StreamItem::ToolCalls(calls)) => outcome.tool_calls.extend(calls),
             Ok(StreamItem::Finish(reason)) => outcome.finish = Some(reason),
             Ok(StreamItem::Usage(usage)) => outcome.usage = Some(usage),
+            // Never spoken: the reasoning is the node's to see, not the caller's to hear.
+            Ok(StreamItem::Reasoning(_)) => {}
             Err(error) => {
                 outcome.error = Some(error);
                 break;
@@ -516,4 +518,23 @@ fn openai_client(base_url: &str) -> Box<dyn LlmClient> {
 /// The corpus on the default client. A second client is one more line like this one.
 mod openai_client {
     cases!(corpus_tests!(super::openai_client));
+}
+
+/// The async-openai client, over a plain `async_openai::Client<OpenAIConfig>`.
+#[cfg(feature = "async-openai")]
+fn async_openai_client(base_url: &str) -> Box<dyn LlmClient> {
+    use async_openai::{Client, config::OpenAIConfig};
+    let config = OpenAIConfig::new()
+        .with_api_base(base_url)
+        .with_api_key("sk-corpus");
+    Box::new(crewline_llm::AsyncOpenAiClient::new(
+        Client::with_config(config),
+        "corpus-model",
+    ))
+}
+
+/// The corpus on the async-openai client.
+#[cfg(feature = "async-openai")]
+mod async_openai_client {
+    cases!(corpus_tests!(super::async_openai_client));
 }

@@ -1,0 +1,160 @@
+//! How async-openai's errors become the same [`LlmError`] kinds the default client reports.
+
+use std::{error::Error as StdError, time::Duration};
+
+use ::async_openai::error::OpenAIError;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::{ErrorDetail, LlmError, openai::error_body_message};
+
+/// An error from before the first byte of a streamed answer (the request, its status).
+pub(super) fn before_first_byte(error: OpenAIError, timeout: Duration) -> LlmError {
+    match error {
+        // async-openai reads an error answer as OpenAI's `{"error": ..}` and, failing that,
+        // gives its body without the status: the server's message is all that is left.
+        OpenAIError::JSONDeserialize(_, body) => unread_error_answer(body),
+        other => common(other, timeout),
+    }
+}
+
+/// An error answer async-openai could not read as OpenAI's: the status is lost, the server's
+/// message is read from `body` as the default client reads it.
+fn unread_error_answer(body: String) -> LlmError {
+    LlmError::Api {
+        status: None,
+        message: error_body_message(body.as_bytes()).unwrap_or(body),
+    }
+}
+
+/// An error of a whole (non-streamed) answer. The answer is read as raw JSON, so a body that
+/// is JSON and still failed is an error answer async-openai could not read (as before the
+/// first byte); one that is no JSON at all is unreadable.
+pub(super) fn whole_answer(error: OpenAIError, timeout: Duration) -> LlmError {
+    match error {
+        OpenAIError::JSONDeserialize(_, body)
+            if serde_json::from_str::<serde::de::IgnoredAny>(&body).is_ok() =>
+        {
+            unread_error_answer(body)
+        }
+        OpenAIError::JSONDeserialize(cause, body) => {
+            let message = format!(
+                "{cause}; the answer began with: {}",
+                crate::openai::snippet(&body, 300)
+            );
+            LlmError::InvalidResponse(ErrorDetail::caused_by(message, cause))
+        }
+        other => common(other, timeout),
+    }
+}
+
+/// An error while the stream was being read: the answer is cut, or an event was no JSON.
+pub(super) fn mid_stream(error: OpenAIError) -> Option<LlmError> {
+    Some(match error {
+        // A `data:` line with nothing in it: skipped, as the default client skips it.
+        OpenAIError::JSONDeserialize(_, data) if data.trim().is_empty() => return None,
+        OpenAIError::JSONDeserialize(cause, data) => {
+            LlmError::InvalidResponse(ErrorDetail::caused_by(
+                format!(
+                    "a stream event is not a JSON chunk ({cause}): {}",
+                    crate::openai::snippet(&data, 300)
+                ),
+                cause,
+            ))
+        }
+        other => {
+            let message = format!("stream failed: {}", chain(&other));
+            LlmError::StreamCut(ErrorDetail::caused_by(message, other))
+        }
+    })
+}
+
+/// The kinds every stage shares.
+fn common(error: OpenAIError, timeout: Duration) -> LlmError {
+    match error {
+        OpenAIError::ApiError(answer) => {
+            let status = answer.status_code;
+            // async-openai keeps a 5xx body as it came (it need not be JSON): read its message
+            // as the default client does.
+            let message = if status.is_server_error() {
+                error_body_message(answer.api_error.message.as_bytes())
+                    .unwrap_or(answer.api_error.message)
+            } else {
+                answer.api_error.message
+            };
+            LlmError::Api {
+                status: Some(status.as_u16()),
+                message,
+            }
+        }
+        OpenAIError::Reqwest(err) if err.is_timeout() && !err.is_connect() => {
+            LlmError::Timeout(timeout)
+        }
+        OpenAIError::Reqwest(err) if err.is_body() || err.is_decode() => {
+            LlmError::InvalidResponse(ErrorDetail::caused_by(chain(&err), err))
+        }
+        OpenAIError::Reqwest(err) => LlmError::Connect(ErrorDetail::caused_by(chain(&err), err)),
+        OpenAIError::StreamError(_) => {
+            let message = format!("stream failed: {}", chain(&error));
+            LlmError::StreamCut(ErrorDetail::caused_by(message, error))
+        }
+        OpenAIError::InvalidArgument(message) => LlmError::Config(message),
+        other => LlmError::other(other),
+    }
+}
+
+/// An error's message with its causes (reqwest keeps them out of its own `Display`).
+fn chain(error: &(dyn StdError + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// Blanks the team's API key out of error messages, in case a server echoes it (as the
+/// default client does with its own key).
+pub(super) struct Scrubber {
+    key: Option<SecretString>,
+}
+
+impl Scrubber {
+    /// A scrubber of `key` (keys under 4 characters are never looked for).
+    pub(super) fn new(key: &SecretString) -> Self {
+        let key = (key.expose_secret().len() >= 4).then(|| key.clone());
+        Self { key }
+    }
+
+    fn scrub(&self, message: String) -> String {
+        match &self.key {
+            Some(key) if message.contains(key.expose_secret()) => {
+                message.replace(key.expose_secret(), "<redacted>")
+            }
+            _ => message,
+        }
+    }
+
+    /// `error` with the key blanked out of its message.
+    pub(super) fn error(&self, error: LlmError) -> LlmError {
+        if self.key.is_none() {
+            return error;
+        }
+        match error {
+            LlmError::Api { status, message } => LlmError::Api {
+                status,
+                message: self.scrub(message),
+            },
+            LlmError::Connect(d) => LlmError::Connect(d.map_message(|m| self.scrub(m))),
+            LlmError::StreamCut(d) => LlmError::StreamCut(d.map_message(|m| self.scrub(m))),
+            LlmError::InvalidResponse(d) => {
+                LlmError::InvalidResponse(d.map_message(|m| self.scrub(m)))
+            }
+            other => other,
+        }
+    }
+}

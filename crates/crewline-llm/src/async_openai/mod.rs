@@ -1,0 +1,255 @@
+//! The [`LlmClient`] over an [`async_openai::Client`] a team already configured (OpenAI,
+//! Azure, a proxy, custom headers, its own HTTP client or retry middleware), and conversions
+//! between crewline's requests and async-openai's.
+//!
+//! The request goes through the team's client unchanged (its URL, headers, query, HTTP client
+//! and middleware); only its body and the reading of the answer are crewline's: the body is
+//! the one [`OpenAiClient`](crate::OpenAiClient) writes, sent as raw JSON (async-openai's
+//! `byot`), and each streamed event comes back as raw JSON and is read by the same lenient
+//! chunk reader and [`ToolCallAssembler`](crate::ToolCallAssembler), so both clients answer
+//! alike on every odd shape a server sends.
+//!
+//! Differences from the default client, all from async-openai's own HTTP layer:
+//!
+//! - retries are the team's: async-openai's default client retries 429, 5xx and connect
+//!   errors 3 times, a `middleware` stack does what it was built to do;
+//! - an error answer that is not OpenAI's `{"error": {..}}` (a 4xx from vLLM, a plain-text
+//!   proxy page) reaches us without its status: it is an [`LlmError::Api`] with
+//!   `status: None` and the body's message;
+//! - async-openai reads each stream event whole, with no size limit, so there is no
+//!   [`LlmError::TooLarge`] here;
+//! - the answer is read by a task of async-openai's and handed over through a channel (the
+//!   default client reads in the caller's task), and the connection is closed at `[DONE]`
+//!   instead of going back to the pool.
+//!
+//! Enabling this feature turns on async-openai's `byot` feature for the whole build: under it
+//! async-openai's own `Chat::create_stream` sends the request's `stream` field as it is set,
+//! instead of forcing it on, so code of the team's that calls it must set `.stream(true)`.
+
+pub mod convert;
+mod error;
+mod reader;
+
+use std::{fmt, time::Duration};
+
+use ::async_openai::{Client, config::Config};
+use async_trait::async_trait;
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::{
+    ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream, RequestOptions,
+    openai::{build_body, decode_chunk, snippet, whole_response},
+};
+
+pub use self::convert::ConversionError;
+use self::{error::Scrubber, reader::Reader};
+
+/// The default time limit for the answer's headers and first token (the default client's).
+const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default longest pause between two chunks that carry something (the default client's).
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A crewline model over an [`async_openai::Client`]: streams chat completions through the
+/// team's client, read as leniently as [`OpenAiClient`](crate::OpenAiClient) reads them.
+///
+/// Time limits as the default client's: the answer's headers and first token within
+/// `first_byte_timeout` (async-openai's retries included), then no two chunks that carry
+/// something more than `idle_timeout` apart. Dropping the stream closes the connection.
+///
+/// ```no_run
+/// use async_openai::{Client, config::AzureConfig};
+/// use crewline_llm::{AsyncOpenAiClient, ChatRequest, LlmClient};
+///
+/// # async fn run() -> Result<(), crewline_llm::LlmError> {
+/// let azure = Client::with_config(
+///     AzureConfig::new()
+///         .with_api_base("https://my-resource.openai.azure.com")
+///         .with_deployment_id("gpt-4o-mini")
+///         .with_api_version("2024-10-21")
+///         .with_api_key("..."),
+/// );
+/// let model = AsyncOpenAiClient::new(azure, "gpt-4o-mini");
+/// let answer = model
+///     .chat(ChatRequest::new(vec![crewline_core::Message::user("Hello?")]))
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct AsyncOpenAiClient<C: Config> {
+    client: Client<C>,
+    defaults: RequestOptions,
+    first_byte_timeout: Duration,
+    idle_timeout: Duration,
+}
+
+impl<C: Config> fmt::Debug for AsyncOpenAiClient<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the client: its config holds the key.
+        f.debug_struct("AsyncOpenAiClient")
+            .field("api_base", &self.client.config().api_base())
+            .field("defaults", &self.defaults)
+            .field("first_byte_timeout", &self.first_byte_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Config> AsyncOpenAiClient<C> {
+    /// A model named `model` (sent in each body; Azure reads the deployment from its URL)
+    /// served through `client`.
+    pub fn new(client: Client<C>, model: impl Into<String>) -> Self {
+        Self {
+            client,
+            defaults: RequestOptions {
+                model: Some(model.into()),
+                ..RequestOptions::default()
+            },
+            first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+
+    /// Sets the settings every request starts from (a request's own options override them);
+    /// a `model` left unset here keeps the one given to [`AsyncOpenAiClient::new`].
+    pub fn with_defaults(mut self, defaults: RequestOptions) -> Self {
+        let model = defaults.model.clone().or(self.defaults.model.take());
+        self.defaults = RequestOptions { model, ..defaults };
+        self
+    }
+
+    /// Sets how long the answer's headers and its first token may take (default 30 s).
+    pub fn with_first_byte_timeout(mut self, timeout: Duration) -> Self {
+        self.first_byte_timeout = timeout;
+        self
+    }
+
+    /// Sets the longest pause between two chunks that carry something (default 10 s).
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// The async-openai client requests go through.
+    pub fn client(&self) -> &Client<C> {
+        &self.client
+    }
+
+    /// The default model.
+    pub fn model(&self) -> &str {
+        self.defaults.model.as_deref().unwrap_or_default()
+    }
+
+    /// The debug span of one request (the default client's fields).
+    fn span(&self, request: &ChatRequest, stream: bool) -> tracing::Span {
+        let model = request
+            .options
+            .model
+            .as_deref()
+            .unwrap_or_else(|| self.model());
+        tracing::debug_span!(
+            "llm_request",
+            model = %model,
+            messages = request.messages.len(),
+            tools = request.tools.len(),
+            stream,
+            client = "async-openai"
+        )
+    }
+
+    /// The request body, as the raw JSON async-openai sends as it is.
+    fn body(&self, request: &ChatRequest, stream: bool) -> Result<Box<RawValue>, LlmError> {
+        let body = build_body(&self.defaults, request, stream)?;
+        // The body is JSON we just wrote: this check never fails, and costs one scan per turn.
+        String::from_utf8(body.into())
+            .map_err(|e| LlmError::Config(format!("the request body is not UTF-8: {e}")))
+            .and_then(|text| {
+                RawValue::from_string(text)
+                    .map_err(|e| LlmError::Config(format!("the request body is not JSON: {e}")))
+            })
+    }
+
+    /// A scrubber of the team's API key out of error messages.
+    fn scrubber(&self) -> Scrubber {
+        Scrubber::new(self.client.config().api_key())
+    }
+}
+
+#[async_trait]
+impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
+    async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
+        let span = self.span(&request, true);
+        let body = self.body(&request, true)?;
+        let scrubber = self.scrubber();
+        let started = Instant::now();
+        let deadline = started + self.first_byte_timeout;
+        let opened = tokio::time::timeout_at(
+            deadline,
+            self.client
+                .chat()
+                .create_stream_byot::<_, Box<RawValue>>(body),
+        )
+        .instrument(span.clone())
+        .await;
+        let events = match opened {
+            Err(_) => {
+                span.in_scope(|| tracing::warn!(timeout = ?self.first_byte_timeout, "no answer before the first-byte time limit"));
+                return Err(LlmError::Timeout(self.first_byte_timeout));
+            }
+            Ok(Err(error)) => {
+                let error =
+                    scrubber.error(error::before_first_byte(error, self.first_byte_timeout));
+                span.in_scope(|| tracing::warn!(%error, "request failed before the first byte"));
+                return Err(error);
+            }
+            Ok(Ok(events)) => events,
+        };
+        span.in_scope(|| {
+            tracing::debug!(
+                time_to_headers_ms = started.elapsed().as_millis() as u64,
+                "answer headers received"
+            );
+        });
+        Ok(Box::pin(Reader::new(
+            events,
+            reader::Limits {
+                first_byte: self.first_byte_timeout,
+                idle: self.idle_timeout,
+            },
+            started,
+            scrubber,
+            span,
+        )))
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
+        let span = self.span(&request, false);
+        let body = self.body(&request, false)?;
+        let scrubber = self.scrubber();
+        // As the default client: the whole answer gets both limits together.
+        let limit = self.first_byte_timeout.saturating_add(self.idle_timeout);
+        let answer = tokio::time::timeout(
+            limit,
+            self.client.chat().create_byot::<_, Box<RawValue>>(body),
+        )
+        .instrument(span.clone())
+        .await;
+        let result = match answer {
+            Err(_) => Err(LlmError::Timeout(limit)),
+            Ok(Err(error)) => Err(error::whole_answer(error, limit)),
+            Ok(Ok(raw)) => decode_chunk(raw.get().as_bytes())
+                .map_err(|err| {
+                    let message =
+                        format!("{err}; the answer began with: {}", snippet(raw.get(), 300));
+                    LlmError::InvalidResponse(ErrorDetail::caused_by(message, err))
+                })
+                .and_then(whole_response),
+        }
+        .map_err(|e| scrubber.error(e));
+        if let Err(error) = &result {
+            span.in_scope(|| tracing::warn!(%error, "chat request failed"));
+        }
+        result
+    }
+}
