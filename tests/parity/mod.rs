@@ -11,6 +11,39 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+/// Calls `$declare!` with every recorded scenario's name: the one list both parity test files
+/// (default client, async-openai client) declare their tests from.
+macro_rules! with_scenarios {
+    ($declare:ident) => {
+        $declare!(
+            background_error,
+            bad_frame_no_type,
+            bad_frame_not_json,
+            bad_frame_text,
+            bad_frame_unknown_type,
+            bad_frame_wrong_field_type,
+            bad_frames,
+            disconnect_mid_generation,
+            end_call,
+            frame_extra_fields,
+            handshake,
+            handshake_invalid_init,
+            handshake_timeout,
+            handshake_wrong_first_frame,
+            http_endpoints,
+            interrupt_mid_stream,
+            llm_error_500,
+            llm_error_mid_stream,
+            text_turn,
+            tool_errors,
+            tool_turn,
+            transfer_call,
+            two_tools,
+            two_tools_sequential,
+        );
+    };
+}
+
 pub mod compare;
 pub mod crews;
 pub mod driver;
