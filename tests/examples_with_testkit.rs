@@ -418,3 +418,39 @@ async fn the_remote_weather_crew_speaks_what_the_callers_own_station_answers() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_weather_crew_on_an_azure_async_openai_client_calls_its_deployment() {
+    use crewline_testkit::mock_llm::{MockLlm, Script};
+    bounded(async {
+        let mock = MockLlm::new(Script::weather_tool(3, Duration::ZERO))
+            .start()
+            .await
+            .unwrap();
+        let endpoint = mock.base_url().trim_end_matches("/v1").to_owned();
+        let model = voice_agent::azure_model(&endpoint, "weather-prod", "2024-10-21", "az-key");
+        let weather = voice_agent::WeatherCrew::new(Arc::new(model), Duration::ZERO).unwrap();
+        let crew = TestCrew::serve(move |setup: &SessionSetup| weather.build(setup))
+            .await
+            .unwrap();
+        let mut call = crew.call().await.unwrap();
+
+        let turn = call.say("What's the weather in Paris?").await.unwrap();
+
+        turn.assert_tool_call("get_weather", json!({"location": "Paris"}))
+            .succeeded();
+        turn.assert_no_errors();
+        assert!(!turn.text().is_empty());
+        // Both rounds went to the deployment's URL (its key header and `api-version` are
+        // checked in crewline-llm's tests/async_openai_client.rs).
+        let requests = mock.mock().requests();
+        assert_eq!(requests.len(), 2, "{requests:?}");
+        for request in &requests {
+            assert_eq!(
+                request.path,
+                "/openai/deployments/weather-prod/chat/completions"
+            );
+        }
+    })
+    .await;
+}

@@ -12,7 +12,11 @@
 #
 # Knobs (environment): SESSIONS, SCENARIOS (text tool interrupt), DELAYS (ms per chunk),
 # TURNS (per session), CHUNKS (text pieces per answer), REF_MAX_SESSIONS (skip the reference
-# above this), THINK_MS (pause between a session's turns; 0 = closed loop), IMPLS ("crewline reference"), REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
+# above this), THINK_MS (pause between a session's turns; 0 = closed loop), IMPLS ("crewline reference";
+# "asyncopenai" is crewline's voice_agent on the async-openai client, `--llm-client async-openai`),
+# REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
+# Two crewline clients side by side: IMPLS="crewline asyncopenai", then
+#   python3 benches/load/summarize.py --pair crewline asyncopenai $OUT
 # Results: one JSON report per run under $OUT, plus summary.md made by summarize.py.
 set -euo pipefail
 
@@ -69,9 +73,9 @@ start_mock() { # delay chunks tool?
   wait_http "http://127.0.0.1:$MOCK_PORT/health" 20
 }
 
-start_crewline() {
+start_crewline() { # extra voice_agent arguments
   OPENAI_API_KEY=sk-mock OPENAI_BASE_URL="http://127.0.0.1:$MOCK_PORT/v1" RUST_LOG=warn \
-    "$VOICE_AGENT" --port "$CREW_PORT" --service-delay-ms 0 >"$OUT/logs/crewline.log" 2>&1 &
+    "$VOICE_AGENT" --port "$CREW_PORT" --service-delay-ms 0 "$@" >"$OUT/logs/crewline.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   wait_http "http://127.0.0.1:$CREW_PORT/ready" 30
@@ -138,6 +142,11 @@ for scenario in $SCENARIOS; do
         measure crewline "$CREW_PORT" "$scenario" "$delay" "$n"
         stop_server
       fi
+      if [[ " $IMPLS " == *" asyncopenai "* ]]; then
+        start_crewline --llm-client async-openai
+        measure asyncopenai "$CREW_PORT" "$scenario" "$delay" "$n"
+        stop_server
+      fi
       if [[ " $IMPLS " == *" reference "* ]] && ((n <= REF_MAX_SESSIONS)); then
         start_reference
         measure reference "$REF_PORT" "$scenario" "$delay" "$n"
@@ -149,4 +158,6 @@ for scenario in $SCENARIOS; do
   done
 done
 
-python3 "$ROOT/benches/load/summarize.py" "$OUT" | tee "$OUT/summary.md"
+PAIR=()
+[[ " $IMPLS " == *" asyncopenai "* && " $IMPLS " != *" reference "* ]] && PAIR=(--pair crewline asyncopenai)
+python3 "$ROOT/benches/load/summarize.py" "${PAIR[@]}" "$OUT" | tee "$OUT/summary.md"

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Turns the JSON reports of benches/load/run.sh into the Markdown tables of BENCHMARKS.md.
 
-Usage: python3 benches/load/summarize.py benches/load/results/<run>
+Usage: python3 benches/load/summarize.py [--pair A B] benches/load/results/<run>
+
+Each table sets two implementations side by side, A then B, and the ratio B / A: by default
+A = crewline and B = the Python reference; `--pair crewline asyncopenai` sets crewline's two
+LLM clients side by side.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-NAME = re.compile(r"^(crewline|reference)-(\w+)-d(\d+)-n(\d+)\.json$")
+NAME = re.compile(r"^(crewline|reference|asyncopenai)-(\w+)-d(\d+)-n(\d+)\.json$")
 
 
 def load(directory: Path):
@@ -39,10 +43,13 @@ def fmt(value, digits=2):
     return str(value)
 
 
-def ratio(reference, crewline):
-    if reference is None or crewline is None or crewline <= 0:
+def ratio(b, a):
+    """b / a, as the tables print it."""
+    if b is None or a is None or a <= 0:
         return "–"
-    return f"{reference / crewline:.0f}×" if reference / crewline >= 10 else f"{reference / crewline:.1f}×"
+    if b / a >= 10:
+        return f"{b / a:.0f}×"
+    return f"{b / a:.1f}×" if b / a >= 2 else f"{b / a:.2f}×"
 
 
 def server(report, key):
@@ -63,7 +70,11 @@ def status(report):
 
 
 def main() -> None:
-    directory = Path(sys.argv[1])
+    args = sys.argv[1:]
+    first, second = "crewline", "reference"
+    if args[:1] == ["--pair"]:
+        first, second, args = args[1], args[2], args[3:]
+    directory = Path(args[0])
     runs = load(directory)
     keys = sorted({(s, d) for (s, d, _, _) in runs})
     machine = directory / "machine.txt"
@@ -75,13 +86,13 @@ def main() -> None:
         sizes = sorted({n for (s, d, n, _) in runs if (s, d) == (scenario, delay)})
         print(f"### {scenario}, {delay} ms per chunk\n")
         print(
-            "| sessions | TTFC p50 / p99 (ms) crewline | reference | CPU ms/turn crewline | reference | ratio "
-            "| KiB/session crewline | reference | ratio | turns/s crewline | reference | status crewline | reference |"
+            f"| sessions | TTFC p50 / p99 (ms) {first} | {second} | CPU ms/turn {first} | {second} | ratio "
+            f"| KiB/session {first} | {second} | ratio | turns/s {first} | {second} | status {first} | {second} |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for n in sizes:
-            c = runs.get((scenario, delay, n, "crewline"))
-            r = runs.get((scenario, delay, n, "reference"))
+            c = runs.get((scenario, delay, n, first))
+            r = runs.get((scenario, delay, n, second))
 
             def ttfc(report):
                 if not report or report.get("failed") or not report["time_to_first_chunk"]["count"]:
@@ -110,7 +121,7 @@ def main() -> None:
         interrupted = [
             (n, impl, runs[(scenario, delay, n, impl)])
             for n in sizes
-            for impl in ("crewline", "reference")
+            for impl in (first, second)
             if (scenario, delay, n, impl) in runs
             and runs[(scenario, delay, n, impl)].get("turns_interrupted")
         ]

@@ -239,6 +239,26 @@ pub fn model(
     Ok(chosen)
 }
 
+/// The weather crew's model on Azure OpenAI: a team's `async_openai::Client<AzureConfig>` for
+/// `deployment` of the resource at `endpoint`, handed to the crew unchanged (the
+/// `azure_weather` example).
+pub fn azure_model(
+    endpoint: &str,
+    deployment: &str,
+    api_version: &str,
+    api_key: &str,
+) -> crewline::llm::AsyncOpenAiClient<async_openai::config::AzureConfig> {
+    let azure = async_openai::Client::with_config(
+        async_openai::config::AzureConfig::new()
+            .with_api_base(endpoint)
+            .with_deployment_id(deployment)
+            .with_api_version(api_version)
+            .with_api_key(api_key),
+    );
+    // Azure reads the model from the deployment's URL; the name is only logged and sent.
+    crewline::llm::AsyncOpenAiClient::new(azure, deployment)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -83,6 +83,8 @@ macro_rules! conformance {
             dropping_the_stream_closes_the_connection,
             non_streaming_chat_reads_the_whole_answer,
             non_streaming_chat_reports_http_errors_with_status,
+            stream_options_is_dropped_once_a_server_refuses_it,
+            a_refused_token_field_says_which_setting_to_change,
         );
     };
     (@cases $factory:path: $($case:ident),* $(,)?) => {
@@ -656,5 +658,78 @@ mod cases {
             "{err:?}"
         );
         assert_eq!(server.mock().request_count(), 1);
+    }
+
+    /// A server that refuses any body with `stream_options` (as some older proxies do).
+    fn refusing_stream_options() -> MockLlm {
+        MockLlm::raw_fn(|request| {
+            if request.body.get("stream_options").is_some() {
+                Reply::Status(
+                    400,
+                    r#"{"error":{"message":"Unrecognized request argument supplied: stream_options"}}"#
+                        .into(),
+                )
+            } else {
+                Reply::chunks(&[content("Hi"), finish("stop")], After::Done)
+            }
+        })
+    }
+
+    pub(crate) async fn stream_options_is_dropped_once_a_server_refuses_it(client: Factory) {
+        let server = refusing_stream_options()
+            .start()
+            .await
+            .expect("the mock model binds 127.0.0.1");
+        let client = client(&server.base_url(), Limits::default());
+
+        for _ in 0..2 {
+            let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+            assert_eq!(oks(&items)[0], StreamItem::Text("Hi".into()));
+        }
+
+        let sent: Vec<bool> = server
+            .mock()
+            .raw_requests()
+            .iter()
+            .map(|request| request.body.get("stream_options").is_some())
+            .collect();
+        // Refused once, retried at once without it, and never sent again.
+        assert_eq!(sent, [true, false, false]);
+    }
+
+    pub(crate) async fn a_refused_token_field_says_which_setting_to_change(client: Factory) {
+        let refusal = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens","code":"unsupported_parameter"}}"#;
+        let server = serve(vec![
+            Reply::Status(400, refusal.into()),
+            Reply::Status(400, refusal.into()),
+        ])
+        .await
+        .expect("the mock model binds 127.0.0.1");
+        let client = client(&server.base_url(), Limits::default());
+        let limited = || {
+            hello().with_options(crewline_llm::RequestOptions {
+                max_tokens: Some(100),
+                ..Default::default()
+            })
+        };
+
+        for error in [
+            client.stream_chat(limited()).await.err(),
+            client.chat(limited()).await.err(),
+        ] {
+            match error {
+                Some(LlmError::Api {
+                    status: Some(400),
+                    message,
+                }) => {
+                    assert!(message.contains("Unsupported parameter"), "{message}");
+                    assert!(
+                        message.contains("max_tokens_field(MaxTokensField::MaxCompletionTokens)"),
+                        "{message}"
+                    );
+                }
+                other => panic!("expected the API error, got {other:?}"),
+            }
+        }
     }
 }

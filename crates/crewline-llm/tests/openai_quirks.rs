@@ -152,38 +152,6 @@ async fn parallel_tool_calls_is_not_sent_without_tools() {
     );
 }
 
-#[tokio::test]
-async fn a_refused_token_field_says_which_setting_to_change() {
-    let refusal = r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens","code":"unsupported_parameter"}}"#;
-    let server = MockLlm::raw(vec![
-        Reply::Status(400, refusal.into()),
-        Reply::Status(400, refusal.into()),
-    ])
-    .start()
-    .await
-    .expect("the mock binds");
-    let client = client_for(&server).max_tokens(100).build().expect("client");
-
-    for error in [
-        client.stream_chat(hello()).await.err(),
-        client.chat(hello()).await.err(),
-    ] {
-        match error {
-            Some(LlmError::Api {
-                status: Some(400),
-                message,
-            }) => {
-                assert!(message.contains("Unsupported parameter"), "{message}");
-                assert!(
-                    message.contains("max_tokens_field(MaxTokensField::MaxCompletionTokens)"),
-                    "{message}"
-                );
-            }
-            other => panic!("expected the API error, got {other:?}"),
-        }
-    }
-}
-
 /// A server that refuses any body with `stream_options` (as some older proxies do).
 fn refusing_stream_options() -> MockLlm {
     MockLlm::raw_fn(|request| {
@@ -199,30 +167,8 @@ fn refusing_stream_options() -> MockLlm {
     })
 }
 
-#[tokio::test]
-async fn stream_options_is_dropped_once_a_server_refuses_it() {
-    let server = refusing_stream_options()
-        .start()
-        .await
-        .expect("the mock binds");
-    let client = client_for(&server).build().expect("client");
-
-    for _ in 0..2 {
-        // Clones share what the client learned.
-        let items = drain(client.clone().stream_chat(hello()).await.expect("stream")).await;
-        assert_eq!(
-            items.into_iter().map(Result::unwrap).collect::<Vec<_>>()[0],
-            StreamItem::Text("Hi".into())
-        );
-    }
-
-    let sent: Vec<bool> = bodies(&server)
-        .iter()
-        .map(|body| body.get("stream_options").is_some())
-        .collect();
-    // Refused once, retried at once without it, and never sent again.
-    assert_eq!(sent, [true, false, false]);
-}
+// The refusals both clients work around (`stream_options`, the token field) are in
+// tests/conformance.rs, run on both.
 
 #[tokio::test]
 async fn stream_usage_off_never_sends_stream_options() {

@@ -3,9 +3,11 @@
 //!
 //! crewline's side is text only (the voice path): what it cannot hold (image, audio or file
 //! parts, custom tools, an allowed-tools choice, the deprecated `function` role) fails with a
-//! [`ConversionError`] instead of being dropped. async-openai's typed fields crewline has no
-//! field for (`top_p`, `seed`, `response_format`...) travel in [`RequestOptions::extra`];
-//! `stream` and `stream_options` are the client's to set and are not carried.
+//! [`ConversionError`] instead of being dropped. The fields both sides type (`seed`, `user`,
+//! `metadata`, `response_format`, `parallel_tool_calls`, the token limit in `max_tokens` or
+//! `max_completion_tokens`) map typed; the rest of async-openai's (`top_p`, `stop`...)
+//! travel in [`RequestOptions::extra`]; `stream` and `stream_options` are the client's to set
+//! and are not carried.
 
 use std::sync::Arc;
 
@@ -25,7 +27,9 @@ use ::async_openai::types::chat::{
 use crewline_core::{Message, ToolCall, ToolDefinition};
 use serde_json::{Map, Value};
 
-use crate::{ChatRequest, LlmError, RequestOptions, ToolChoice, openai::build_body};
+use crate::{
+    ChatRequest, LlmError, MaxTokensField, RequestOptions, ToolChoice, openai::build_body,
+};
 
 /// Why an async-openai request (or part of one) has no crewline equivalent, or a crewline
 /// request no async-openai one.
@@ -280,15 +284,23 @@ fn user_text(content: ChatCompletionRequestUserMessageContent) -> Result<String,
 
 /// The fields of async-openai's request that crewline's own fields carry (the rest go in
 /// `extra`), and those that are the client's to set.
-const OWN_FIELDS: [&str; 8] = [
+const OWN_FIELDS: [&str; 15] = [
     "model",
     "messages",
     "tools",
     "tool_choice",
     "temperature",
     "max_tokens",
+    "max_completion_tokens",
+    "parallel_tool_calls",
+    "response_format",
+    "seed",
+    "user",
+    "metadata",
     "stream",
     "stream_options",
+    // Deprecated and never sent by crewline; refused by `crewline_message` if used.
+    "function_call",
 ];
 
 /// The async-openai request crewline would send for `request` (not streamed): the same JSON
@@ -339,13 +351,47 @@ impl TryFrom<CreateChatCompletionRequest> for ChatRequest {
             .take()
             .map(ToolChoice::try_from)
             .transpose()?;
-        #[allow(deprecated)] // `max_tokens` is what crewline sends (see issue 16's setting).
-        let max_tokens = request.max_tokens.take();
+        // Read before the typed fields are taken out: what is left is `extra`.
+        let extra = extra_fields(&request)?;
+        // async-openai marks `max_tokens`, `seed` and `user` deprecated; servers still read them.
+        #[allow(deprecated)]
+        let (max_tokens, seed, user) = (
+            request.max_tokens.take(),
+            request.seed.take(),
+            request.user.take(),
+        );
+        // The field the limit came in is the field it goes back out in.
+        let (max_tokens, max_tokens_field) = match (max_tokens, request.max_completion_tokens) {
+            // `max_tokens` is where the limit goes when no field is chosen.
+            (Some(limit), _) => (Some(limit), None),
+            (None, Some(limit)) => (Some(limit), Some(MaxTokensField::MaxCompletionTokens)),
+            (None, None) => (None, None),
+        };
+        let response_format = request
+            .response_format
+            .take()
+            .map(|format| serde_json::to_value(format).and_then(serde_json::from_value))
+            .transpose()?;
+        let metadata = match request
+            .metadata
+            .take()
+            .map(serde_json::to_value)
+            .transpose()?
+        {
+            Some(Value::Object(map)) => Some(map),
+            _ => None,
+        };
         let options = RequestOptions {
             model: Some(std::mem::take(&mut request.model)).filter(|m| !m.is_empty()),
             temperature: request.temperature.take(),
             max_tokens,
-            extra: extra_fields(&request)?,
+            max_tokens_field,
+            parallel_tool_calls: request.parallel_tool_calls,
+            response_format,
+            seed,
+            user,
+            metadata,
+            extra,
             ..RequestOptions::default()
         };
         Ok(ChatRequest {
@@ -405,8 +451,8 @@ mod tests {
     fn a_crewline_request_goes_to_async_openai_and_back_unchanged() {
         let mut extra = Map::new();
         extra.insert("top_p".into(), json!(0.5));
-        extra.insert("seed".into(), json!(7));
-        extra.insert("parallel_tool_calls".into(), json!(false));
+        let mut metadata = Map::new();
+        metadata.insert("call".into(), json!("c-7"));
         let request = ChatRequest::new(conversation())
             .with_tools(vec![weather()])
             .with_tool_choice(ToolChoice::Function("get_weather".into()))
@@ -414,6 +460,11 @@ mod tests {
                 model: Some("gpt-4o-mini".into()),
                 temperature: Some(0.25),
                 max_tokens: Some(120),
+                seed: Some(7),
+                user: Some("caller-7".into()),
+                parallel_tool_calls: Some(false),
+                metadata: Some(metadata),
+                response_format: Some(crate::ResponseFormat::JsonObject),
                 extra,
                 ..RequestOptions::default()
             });
@@ -423,6 +474,9 @@ mod tests {
         assert_eq!(typed.messages.len(), 5);
         assert_eq!(typed.top_p, Some(0.5));
         assert_eq!(typed.parallel_tool_calls, Some(false));
+        #[allow(deprecated)] // async-openai's deprecation; servers still read `seed`.
+        let seed = typed.seed;
+        assert_eq!(seed, Some(7));
         assert_eq!(typed.stream, None);
         let back = ChatRequest::try_from(typed).expect("converts back");
 
@@ -439,14 +493,28 @@ mod tests {
                 ToolChoiceOptions::Required,
             ))
             .temperature(0.5)
-            .top_p(0.9)
+            .top_p(0.5)
             .user("caller-7")
+            .seed(11)
+            .parallel_tool_calls(true)
+            .max_completion_tokens(256u32)
             .build()
             .expect("a request");
 
         let request = ChatRequest::try_from(typed.clone()).expect("converts");
         assert_eq!(request.tool_choice, Some(ToolChoice::Required));
-        assert_eq!(request.options.extra.get("user"), Some(&json!("caller-7")));
+        // The fields both sides type arrive typed, not as extras.
+        let options = &request.options;
+        assert_eq!(options.user.as_deref(), Some("caller-7"));
+        assert_eq!(options.seed, Some(11));
+        assert_eq!(options.parallel_tool_calls, Some(true));
+        assert_eq!(options.max_tokens, Some(256));
+        assert_eq!(
+            options.max_tokens_field,
+            Some(MaxTokensField::MaxCompletionTokens)
+        );
+        assert_eq!(options.extra.len(), 1, "{:?}", options.extra);
+        assert_eq!(options.extra.get("top_p"), Some(&json!(0.5)));
         let again = CreateChatCompletionRequest::try_from(&request).expect("converts back");
 
         assert_eq!(again, typed);

@@ -20,9 +20,17 @@ pub(super) fn before_first_byte(error: OpenAIError, timeout: Duration) -> LlmErr
 /// An error answer async-openai could not read as OpenAI's: the status is lost, the server's
 /// message is read from `body` as the default client reads it.
 fn unread_error_answer(body: String) -> LlmError {
+    let message = if body.trim().is_empty() {
+        // A 404 from a wrong URL often has no body at all: say at least that much.
+        "the server answered an error with an empty body (async-openai does not pass on its \
+         HTTP status; check the client's URL)"
+            .to_owned()
+    } else {
+        error_body_message(body.as_bytes()).unwrap_or(body)
+    };
     LlmError::Api {
         status: None,
-        message: error_body_message(body.as_bytes()).unwrap_or(body),
+        message,
     }
 }
 
@@ -156,5 +164,26 @@ impl Scrubber {
             }
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_answer_without_a_body_still_says_what_happened() {
+        let LlmError::Api { status, message } = unread_error_answer(String::new()) else {
+            panic!("not an API error");
+        };
+        assert_eq!(status, None);
+        assert!(message.contains("empty body"), "{message}");
+
+        let LlmError::Api { message, .. } =
+            unread_error_answer(r#"{"object":"error","message":"model not found"}"#.to_owned())
+        else {
+            panic!("not an API error");
+        };
+        assert_eq!(message, "model not found");
     }
 }

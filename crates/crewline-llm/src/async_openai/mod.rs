@@ -30,17 +30,27 @@ pub mod convert;
 mod error;
 mod reader;
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
-use ::async_openai::{Client, config::Config};
+use ::async_openai::{Client, config::Config, types::stream::StreamResponse};
 use async_trait::async_trait;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::{
-    ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream, RequestOptions,
-    openai::{build_body, decode_chunk, snippet, whole_response},
+    ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream, MaxTokensField,
+    RequestOptions,
+    openai::{
+        decode_chunk, explain_refusal, refuses_stream_options, snippet, whole_response, write_body,
+    },
 };
 
 pub use self::convert::ConversionError;
@@ -50,6 +60,13 @@ use self::{error::Scrubber, reader::Reader};
 const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The default longest pause between two chunks that carry something (the default client's).
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A written request body and what it asked for.
+struct Body {
+    raw: Box<RawValue>,
+    token_field: Option<MaxTokensField>,
+    stream_options: bool,
+}
 
 /// A crewline model over an [`async_openai::Client`]: streams chat completions through the
 /// team's client, read as leniently as [`OpenAiClient`](crate::OpenAiClient) reads them.
@@ -82,6 +99,9 @@ pub struct AsyncOpenAiClient<C: Config> {
     defaults: RequestOptions,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
+    /// Set once the server has refused `stream_options` (a 400 naming it): later requests
+    /// leave it out. Shared by clones, as the default client's flag is.
+    stream_options_refused: Arc<AtomicBool>,
 }
 
 impl<C: Config> fmt::Debug for AsyncOpenAiClient<C> {
@@ -92,6 +112,10 @@ impl<C: Config> fmt::Debug for AsyncOpenAiClient<C> {
             .field("defaults", &self.defaults)
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field(
+                "stream_options_refused",
+                &self.stream_options_refused.load(Ordering::Relaxed),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -108,6 +132,7 @@ impl<C: Config> AsyncOpenAiClient<C> {
             },
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            stream_options_refused: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -158,16 +183,50 @@ impl<C: Config> AsyncOpenAiClient<C> {
         )
     }
 
-    /// The request body, as the raw JSON async-openai sends as it is.
-    fn body(&self, request: &ChatRequest, stream: bool) -> Result<Box<RawValue>, LlmError> {
-        let body = build_body(&self.defaults, request, stream)?;
+    /// The request body, as the raw JSON async-openai sends as it is, and the field its token
+    /// limit went in (to explain a refusal of it).
+    fn body(
+        &self,
+        request: &ChatRequest,
+        stream: bool,
+        stream_options_allowed: bool,
+    ) -> Result<Body, LlmError> {
+        let built = write_body(&self.defaults, request, stream, stream_options_allowed)?;
         // The body is JSON we just wrote: this check never fails, and costs one scan per turn.
-        String::from_utf8(body.into())
+        let raw = String::from_utf8(built.bytes.into())
             .map_err(|e| LlmError::Config(format!("the request body is not UTF-8: {e}")))
             .and_then(|text| {
                 RawValue::from_string(text)
                     .map_err(|e| LlmError::Config(format!("the request body is not JSON: {e}")))
-            })
+            })?;
+        Ok(Body {
+            raw,
+            token_field: built.token_field,
+            stream_options: built.stream_options,
+        })
+    }
+
+    /// Opens the stream for `body` through the team's client, within the first-byte deadline.
+    async fn open(
+        &self,
+        body: Box<RawValue>,
+        deadline: Instant,
+        scrubber: &Scrubber,
+    ) -> Result<StreamResponse<Box<RawValue>>, LlmError> {
+        let opened = tokio::time::timeout_at(
+            deadline,
+            self.client
+                .chat()
+                .create_stream_byot::<_, Box<RawValue>>(body),
+        )
+        .await;
+        match opened {
+            Err(_) => Err(LlmError::Timeout(self.first_byte_timeout)),
+            Ok(Err(error)) => {
+                Err(scrubber.error(error::before_first_byte(error, self.first_byte_timeout)))
+            }
+            Ok(Ok(events)) => Ok(events),
+        }
     }
 
     /// A scrubber of the team's API key out of error messages.
@@ -180,30 +239,43 @@ impl<C: Config> AsyncOpenAiClient<C> {
 impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
         let span = self.span(&request, true);
-        let body = self.body(&request, true)?;
+        let allowed = !self.stream_options_refused.load(Ordering::Relaxed);
+        let body = self.body(&request, true, allowed)?;
         let scrubber = self.scrubber();
         let started = Instant::now();
         let deadline = started + self.first_byte_timeout;
-        let opened = tokio::time::timeout_at(
-            deadline,
-            self.client
-                .chat()
-                .create_stream_byot::<_, Box<RawValue>>(body),
-        )
-        .instrument(span.clone())
-        .await;
-        let events = match opened {
-            Err(_) => {
-                span.in_scope(|| tracing::warn!(timeout = ?self.first_byte_timeout, "no answer before the first-byte time limit"));
-                return Err(LlmError::Timeout(self.first_byte_timeout));
+        let mut token_field = body.token_field;
+        let mut opened = self
+            .open(body.raw, deadline, &scrubber)
+            .instrument(span.clone())
+            .await;
+        if body.stream_options
+            && let Err(error) = &opened
+            && refuses_stream_options(error)
+        {
+            // Once per client, as the default client does: later requests leave it out.
+            if !self.stream_options_refused.swap(true, Ordering::Relaxed) {
+                span.in_scope(|| {
+                    tracing::warn!(
+                        %error,
+                        "the server refuses stream_options: retrying without it, and leaving it out from now on (no token usage from this server's streams)"
+                    );
+                });
             }
-            Ok(Err(error)) => {
-                let error =
-                    scrubber.error(error::before_first_byte(error, self.first_byte_timeout));
+            let body = self.body(&request, true, false)?;
+            token_field = body.token_field;
+            opened = self
+                .open(body.raw, deadline, &scrubber)
+                .instrument(span.clone())
+                .await;
+        }
+        let events = match opened {
+            Err(error) => {
+                let error = explain_refusal(error, token_field);
                 span.in_scope(|| tracing::warn!(%error, "request failed before the first byte"));
                 return Err(error);
             }
-            Ok(Ok(events)) => events,
+            Ok(events) => events,
         };
         span.in_scope(|| {
             tracing::debug!(
@@ -225,7 +297,11 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
         let span = self.span(&request, false);
-        let body = self.body(&request, false)?;
+        let Body {
+            raw: body,
+            token_field,
+            ..
+        } = self.body(&request, false, false)?;
         let scrubber = self.scrubber();
         // As the default client: the whole answer gets both limits together.
         let limit = self.first_byte_timeout.saturating_add(self.idle_timeout);
@@ -246,7 +322,7 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
                 })
                 .and_then(whole_response),
         }
-        .map_err(|e| scrubber.error(e));
+        .map_err(|e| explain_refusal(scrubber.error(e), token_field));
         if let Err(error) = &result {
             span.in_scope(|| tracing::warn!(%error, "chat request failed"));
         }

@@ -51,8 +51,9 @@ use self::{http::Transport, key::ApiKey, reader::Reader};
 // the same chunks the same way.
 #[cfg(feature = "async-openai")]
 pub(crate) use self::{
-    body::build as build_body,
+    body::{build as build_body, build_body as write_body},
     decode::{Decoder, Flow, Pending, response as whole_response},
+    quirks::{explain as explain_refusal, refuses_stream_options},
     wire::{decode_chunk, error_body_message, snippet},
 };
 

@@ -4,19 +4,20 @@
 use crate::{LlmError, MaxTokensField};
 
 /// Whether `error` is the server refusing `stream_options`: a 400 (or a 422, as FastAPI-based
-/// servers answer unknown fields) whose message names it.
-pub(super) fn refuses_stream_options(error: &LlmError) -> bool {
+/// servers answer unknown fields) whose message names it. A refusal whose status was lost (an
+/// error body that is not OpenAI's, as async-openai reports it) counts too.
+pub(crate) fn refuses_stream_options(error: &LlmError) -> bool {
     matches!(
         error,
-        LlmError::Api { status: Some(400 | 422), message } if message.contains("stream_options")
+        LlmError::Api { status: Some(400 | 422) | None, message } if message.contains("stream_options")
     )
 }
 
 /// `error`, with a hint at the setting to change when it is the server refusing the field the
 /// token limit went in (`sent`).
-pub(super) fn explain(error: LlmError, sent: Option<MaxTokensField>) -> LlmError {
+pub(crate) fn explain(error: LlmError, sent: Option<MaxTokensField>) -> LlmError {
     let LlmError::Api {
-        status: status @ Some(400 | 422),
+        status: status @ (Some(400 | 422) | None),
         message,
     } = error
     else {
@@ -125,6 +126,11 @@ mod tests {
             "extra fields not permitted: stream_options"
         )));
         assert!(!refuses_stream_options(&api(400, "invalid model")));
+        // async-openai loses the status of an error body that is not OpenAI's.
+        assert!(refuses_stream_options(&LlmError::Api {
+            status: None,
+            message: "extra fields not permitted: stream_options".to_owned(),
+        }));
         assert!(!refuses_stream_options(&api(
             500,
             "stream_options broke us"

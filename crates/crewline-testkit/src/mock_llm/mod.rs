@@ -1,6 +1,7 @@
 //! A scriptable, OpenAI-compatible mock LLM: the Rust twin of `reference/mock_llm.py`.
 //!
-//! It serves `POST /v1/chat/completions` (and `/chat/completions`): streaming SSE in OpenAI's
+//! It serves `POST /v1/chat/completions` (and `/chat/completions`, and Azure's
+//! `/openai/deployments/{name}/chat/completions`): streaming SSE in OpenAI's
 //! exact chunk shape, or a plain `chat.completion` object when the request has no
 //! `"stream": true`. Each request's answer comes from a [`Script`], in the same JSON format as
 //! the Python mock, so the reference recordings' scripts play unchanged: text deltas, tool
@@ -400,6 +401,11 @@ impl MockLlm {
             .route("/_mock/requests", get(requests))
             .route("/v1/chat/completions", post(chat_completions))
             .route("/chat/completions", post(chat_completions))
+            // Azure OpenAI's deployment URL, so a crew on an Azure client runs against it too.
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(chat_completions),
+            )
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(self.clone())
     }
