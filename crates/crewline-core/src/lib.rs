@@ -20,6 +20,7 @@ mod definition;
 mod error;
 mod excerpt;
 mod message;
+mod panic;
 mod tool_call;
 
 pub use context::{Context, ContextLimits};
@@ -27,4 +28,5 @@ pub use definition::{OpenAiTool, ToolDefinition};
 pub use error::{CoreError, ToolErrorKind};
 pub use excerpt::{Excerpt, LOG_EXCERPT_BYTES, excerpt};
 pub use message::{Message, Role};
+pub use panic::panic_message;
 pub use tool_call::{ToolCall, ToolFailure, ToolResult};

@@ -220,11 +220,5 @@ impl Service {
 
 /// The message of a panic payload.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "a panic without a message".to_owned()
-    }
+    crewline::types::panic_message(payload).to_owned()
 }

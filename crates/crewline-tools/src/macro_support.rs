@@ -79,11 +79,7 @@ where
 }
 
 fn panicked(tool: &str, payload: Box<dyn Any + Send>) -> ToolError {
-    let reason = payload
-        .downcast_ref::<&str>()
-        .map(|message| (*message).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
+    let reason = crewline_core::panic_message(payload.as_ref());
     ToolError::new(format!("The tool `{tool}` failed unexpectedly."))
         .with_detail(format!("tool `{tool}` panicked: {reason}"))
 }

@@ -71,11 +71,7 @@ async fn emit_unless_interrupted(
 
 /// The text of a panic payload.
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panic with a non-string payload".to_owned())
+    crewline_core::panic_message(payload).to_owned()
 }
 
 /// The `agent.error` for a failure of `method` in node code.

@@ -170,11 +170,7 @@ async fn start(setup: &SetupFn, session_setup: SessionSetup) -> Result<Session, 
         Ok(Ok(crew)) => crew,
         Ok(Err(error)) => return Err(Refusal::setup(&SetupError::Failed(error))),
         Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic without a message".to_owned());
+            let message = crewline::types::panic_message(panic.as_ref()).to_owned();
             return Err(Refusal::setup(&SetupError::Panicked(message)));
         }
     };

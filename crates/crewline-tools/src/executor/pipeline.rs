@@ -514,11 +514,7 @@ fn human_duration(duration: Duration) -> String {
 
 /// A panic's message, for the operator.
 fn panic_text(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(a panic without a message)")
+    crewline_core::panic_message(payload)
 }
 
 #[cfg(test)]
