@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use crate::{ChatResponse, FinishReason, LlmError, StreamItem, ToolCallAssembler, Usage};
 
-use super::wire::{Choice, Chunk, error_message};
+use super::wire::{Choice, Chunk, error_message, snippet};
 
 /// What the stream reader should do after a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +57,11 @@ impl Decoder {
             }));
             return Flow::Stop;
         }
+        let usage = chunk.usage();
         if let Some(choice) = first_choice(chunk.choices) {
             self.push_choice(choice, out);
         }
-        if let Some(usage) = chunk.usage.as_ref().and_then(|u| u.to_usage())
+        if let Some(usage) = usage
             // Some servers repeat the running usage on every chunk; say it once per value.
             && self.last_usage != Some(usage)
         {
@@ -69,6 +70,26 @@ impl Decoder {
             out.push_back(Ok(StreamItem::Usage(usage)));
         }
         Flow::Continue
+    }
+
+    /// Reads an SSE `error` event (llama.cpp's mid-stream failure): the answer ends with the
+    /// server's message.
+    pub(crate) fn push_error_event(&mut self, data: &str, out: &mut Pending) {
+        let message = serde_json::from_str::<serde_json::Value>(data)
+            .ok()
+            .and_then(|value| {
+                // `{"message": ..}` as llama.cpp writes it, or OpenAI's `{"error": {..}}`.
+                let inner = value
+                    .get("error")
+                    .filter(|e| !e.is_null())
+                    .unwrap_or(&value);
+                error_message(inner)
+            })
+            .unwrap_or_else(|| snippet(data, 500));
+        out.push_back(Err(LlmError::Api {
+            status: None,
+            message,
+        }));
     }
 
     fn push_choice(&mut self, choice: Choice, out: &mut Pending) {
@@ -150,7 +171,7 @@ pub(crate) fn response(chunk: Chunk) -> Result<ChatResponse, LlmError> {
             message,
         });
     }
-    let usage = chunk.usage.as_ref().and_then(|u| u.to_usage());
+    let usage = chunk.usage();
     let choice = first_choice(chunk.choices)
         .ok_or_else(|| LlmError::InvalidResponse("the answer has no choice at index 0".into()))?;
     let finish_reason = choice
