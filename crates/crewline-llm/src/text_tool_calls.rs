@@ -85,6 +85,8 @@ impl Formats {
 
 /// A model whose tool calls written as text are read as tool calls (see the module docs).
 ///
+/// `chat` streams the answer too (the trait's default), so a whole answer is read alike.
+///
 /// ```
 /// use crewline_llm::{
 ///     ChatRequest, LlmClient, Reply, ScriptedLlm, TextToolCallFormat, TextToolCalls,

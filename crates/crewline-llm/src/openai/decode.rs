@@ -370,6 +370,57 @@ mod tests {
     }
 
     #[test]
+    fn groq_usage_in_x_groq_is_read_and_plain_usage_wins() {
+        let groq = |usage: Value| json!({"choices": [], "x_groq": {"id": "req_1", "usage": usage}});
+        let items = decode(&[
+            json!({"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]}),
+            groq(json!({"queue_time": 0.05, "prompt_tokens": 4.0, "completion_tokens": 2})),
+        ]);
+        assert_eq!(
+            ok_items(items),
+            vec![
+                text("a"),
+                StreamItem::Finish(FinishReason::Stop),
+                usage(4, 2)
+            ]
+        );
+        let mut both = groq(json!({"prompt_tokens": 40, "completion_tokens": 20}));
+        both["usage"] = json!({"prompt_tokens": 4, "completion_tokens": 2});
+        let chunk: Chunk = serde_json::from_value(both).expect("chunk");
+        assert_eq!(chunk.usage().map(|u| u.prompt_tokens), Some(4));
+    }
+
+    #[test]
+    fn an_sse_error_event_is_an_api_error_with_the_servers_message() {
+        let mut decoder = Decoder::new();
+        let mut out = Pending::new();
+        decoder.push_error_event(
+            r#"{"code":500,"message":"Failed to parse tool call arguments as JSON","type":"server_error"}"#,
+            &mut out,
+        );
+        decoder.push_error_event(r#"{"error":{"message":"overloaded"}}"#, &mut out);
+        decoder.push_error_event("plain words", &mut out);
+        let messages: Vec<String> = out
+            .into_iter()
+            .map(|item| match item {
+                Err(LlmError::Api {
+                    status: None,
+                    message,
+                }) => message,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "Failed to parse tool call arguments as JSON",
+                "overloaded",
+                "plain words"
+            ]
+        );
+    }
+
+    #[test]
     fn repeated_running_usage_is_reported_once_per_value() {
         let items = decode(&[
             json!({"choices": [{"delta": {"content": "a"}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}),
@@ -467,6 +518,20 @@ mod tests {
                 true,
             ),
             (r#"{"choices":[],"usage":{"prompt_tokens":9}}"#, true),
+            // Groq without stream_options: usage only in `x_groq` (its times are floats).
+            (
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"x_groq":{"id":"req_1","usage":{"queue_time":0.05,"prompt_tokens":44,"completion_tokens":11,"total_tokens":55}}}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1},"x_groq":{"usage":{"prompt_tokens":44}}}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[],"x_groq":{"usage":{"prompt_tokens":4.0}}}"#,
+                false,
+            ),
+            (r#"{"choices":[],"x_groq":"req_1"}"#, false),
             (
                 r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#,
                 true,
