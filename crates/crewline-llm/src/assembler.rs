@@ -12,7 +12,10 @@
 //!   index 0): the delta goes to the call with that id if one with the same index is known,
 //!   else it opens a new call. A delta without an index goes to the call with its id; with an
 //!   id never seen it opens a new call; with neither it continues the call the previous delta
-//!   went to (or opens one). Empty `id` strings count as absent.
+//!   went to (or opens one). Empty `id` strings count as absent. A delta without an id that
+//!   names a tool and whose arguments open a JSON value, for a call that is already whole (a
+//!   name, and arguments that parse as complete JSON), starts a new call: some relays send
+//!   every whole call at index 0 with an empty id.
 //! - **Empty deltas** (no id, no name, no argument text) carry nothing and are ignored; they do
 //!   not open a call.
 //! - **Ids** may arrive in any delta of a call; the first one wins. Calls without an id get
@@ -83,6 +86,21 @@ struct Partial {
     arguments: String,
 }
 
+impl Partial {
+    /// Whether a delta without an id, naming a tool and bringing `arguments`, is the start
+    /// of another call: this one is whole (a name, and arguments that are a complete JSON
+    /// value) and the delta's arguments open a new JSON value, which cannot continue it.
+    fn starts_anew(&self, arguments: &str) -> bool {
+        if self.name.is_empty() || !arguments.trim_start().starts_with(['{', '[']) {
+            return false;
+        }
+        // The cheap test first, so fragments of one call never parse its arguments: they
+        // can only be whole once they end in `}` or `]`.
+        let whole = self.arguments.trim_end();
+        whole.ends_with(['}', ']']) && serde_json::from_str::<serde::de::IgnoredAny>(whole).is_ok()
+    }
+}
+
 /// Puts streamed [`ToolCallDelta`]s together into [`ToolCall`]s (see the module docs for the
 /// rules).
 ///
@@ -132,7 +150,17 @@ impl ToolCallAssembler {
         if id.is_none() && name.is_none() && arguments.is_none() {
             return;
         }
-        let position = self.resolve(delta.index, id.as_deref());
+        let mut position = self.resolve(delta.index, id.as_deref());
+        if id.is_none()
+            && name.is_some()
+            && let Some(arguments) = arguments.as_deref()
+            && self
+                .calls
+                .get(position)
+                .is_some_and(|call| call.starts_anew(arguments))
+        {
+            position = self.open(delta.index);
+        }
         self.last = Some(position);
         let Some(call) = self.calls.get_mut(position) else {
             return; // `resolve` only returns positions of existing calls.

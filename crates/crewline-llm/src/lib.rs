@@ -13,6 +13,8 @@
 //! read by the same lenient reader; `async_openai_convert` converts requests both ways.
 //!
 //! Tool-call deltas are put together by the [`ToolCallAssembler`], which both clients use.
+//! [`TextToolCalls`] wraps any client whose model writes its tool calls as text in the
+//! answer (some local servers), so they are run rather than spoken.
 
 mod assembler;
 #[cfg(feature = "async-openai")]
@@ -23,6 +25,7 @@ mod openai;
 mod request;
 mod scripted;
 mod stream;
+mod text_tool_calls;
 
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
 #[cfg(feature = "async-openai")]
@@ -37,3 +40,4 @@ pub use request::{
 };
 pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptError, ScriptedLlm};
 pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};
+pub use text_tool_calls::{TextToolCallFormat, TextToolCalls};

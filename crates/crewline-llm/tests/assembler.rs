@@ -204,6 +204,41 @@ fn index_zero_reused_with_distinct_ids_gives_separate_calls() {
 }
 
 #[test]
+fn whole_calls_at_one_index_without_ids_stay_separate_calls() {
+    // A relay that sends each whole call at index 0 with an empty id (Gemini through new-api).
+    let calls = assemble([
+        ToolCallDelta::at(0)
+            .id("")
+            .name("get_weather")
+            .arguments(r#"{"city":"Paris"}"#),
+        ToolCallDelta::at(0)
+            .id("")
+            .name("get_weather")
+            .arguments(r#"{"city":"Zürich"}"#),
+        ToolCallDelta::at(0).name("get_time").arguments("{\"tz\":"),
+        ToolCallDelta::at(0).arguments("\"CET\"}"),
+    ]);
+    assert_eq!(
+        calls,
+        vec![
+            ToolCall::new("call_0", "get_weather", r#"{"city":"Paris"}"#),
+            ToolCall::new("call_1", "get_weather", r#"{"city":"Zürich"}"#),
+            ToolCall::new("call_2", "get_time", r#"{"tz":"CET"}"#),
+        ]
+    );
+}
+
+#[test]
+fn a_resent_name_with_the_last_fragment_does_not_split_the_call() {
+    let calls = assemble([
+        ToolCallDelta::at(0).name("f").arguments(r#"{"a":"#),
+        ToolCallDelta::at(0).name("f").arguments("1}"),
+        ToolCallDelta::at(0).name("f").arguments(" "),
+    ]);
+    assert_eq!(calls, vec![ToolCall::new("call_0", "f", r#"{"a":1} "#)]);
+}
+
+#[test]
 fn reused_index_with_a_known_id_goes_back_to_that_call() {
     let calls = assemble([
         ToolCallDelta::at(0).id("a").name("f").arguments("{\"n\":"),

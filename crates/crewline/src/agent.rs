@@ -3,7 +3,7 @@
 use std::{fmt, sync::Arc};
 
 use crewline_core::{ContextLimits, ToolCall};
-use crewline_llm::{LlmClient, RequestOptions};
+use crewline_llm::{LlmClient, RequestOptions, TextToolCallFormat, TextToolCalls};
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
 use crate::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
@@ -91,6 +91,7 @@ impl Agent {
             interruptible: true,
             registry: Ok(ToolRegistry::new()),
             configure: Vec::new(),
+            text_tool_calls: Vec::new(),
         }
     }
 
@@ -183,6 +184,8 @@ pub struct AgentBuilder {
     /// The tools so far, or the first tool that could not be added (reported by `build`).
     registry: Result<ToolRegistry, RegistryError>,
     configure: Vec<Configure>,
+    /// The formats of tool calls written as text to read as calls (none: off).
+    text_tool_calls: Vec<TextToolCallFormat>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -291,6 +294,28 @@ impl AgentBuilder {
         self
     }
 
+    /// Reads tool calls the model writes as text in its answer, in any of `formats`, as tool
+    /// calls instead of speaking them (see [`TextToolCalls`]); for local servers that pass a
+    /// model's tool-call tokens through as content. Off by default; a later call replaces
+    /// the formats.
+    ///
+    /// ```
+    /// use crewline::prelude::*;
+    /// use crewline::llm::{ScriptedLlm, TextToolCallFormat};
+    ///
+    /// let agent = Agent::builder(ScriptedLlm::new([]))
+    ///     .detect_text_tool_calls([TextToolCallFormat::Hermes, TextToolCallFormat::BareJson])
+    ///     .build()?;
+    /// # Ok::<(), crewline::AgentError>(())
+    /// ```
+    pub fn detect_text_tool_calls(
+        mut self,
+        formats: impl IntoIterator<Item = TextToolCallFormat>,
+    ) -> Self {
+        self.text_tool_calls = formats.into_iter().collect();
+        self
+    }
+
     /// Whether the caller may interrupt the agent (default `true`).
     pub fn interruptible(mut self, interruptible: bool) -> Self {
         self.interruptible = interruptible;
@@ -309,8 +334,13 @@ impl AgentBuilder {
     /// The agent, or the first tool that could not be added.
     pub fn build(self) -> Result<Agent, AgentError> {
         let registry = self.registry?;
+        let model: Arc<dyn LlmClient> = if self.text_tool_calls.is_empty() {
+            self.model
+        } else {
+            Arc::new(TextToolCalls::new(self.model, self.text_tool_calls))
+        };
         let tool_loop = self.configure.into_iter().fold(
-            ToolLoop::new(self.model, Arc::new(registry)),
+            ToolLoop::new(model, Arc::new(registry)),
             |tool_loop, configure| configure(tool_loop),
         );
         Ok(Agent {

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use crate::{ChatResponse, FinishReason, LlmError, StreamItem, ToolCallAssembler, Usage};
 
-use super::wire::{Choice, Chunk, error_message};
+use super::wire::{Choice, Chunk, error_message, snippet};
 
 /// What the stream reader should do after a chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +57,11 @@ impl Decoder {
             }));
             return Flow::Stop;
         }
+        let usage = chunk.usage();
         if let Some(choice) = first_choice(chunk.choices) {
             self.push_choice(choice, out);
         }
-        if let Some(usage) = chunk.usage.as_ref().and_then(|u| u.to_usage())
+        if let Some(usage) = usage
             // Some servers repeat the running usage on every chunk; say it once per value.
             && self.last_usage != Some(usage)
         {
@@ -69,6 +70,26 @@ impl Decoder {
             out.push_back(Ok(StreamItem::Usage(usage)));
         }
         Flow::Continue
+    }
+
+    /// Reads an SSE `error` event (llama.cpp's mid-stream failure): the answer ends with the
+    /// server's message.
+    pub(crate) fn push_error_event(&mut self, data: &str, out: &mut Pending) {
+        let message = serde_json::from_str::<serde_json::Value>(data)
+            .ok()
+            .and_then(|value| {
+                // `{"message": ..}` as llama.cpp writes it, or OpenAI's `{"error": {..}}`.
+                let inner = value
+                    .get("error")
+                    .filter(|e| !e.is_null())
+                    .unwrap_or(&value);
+                error_message(inner)
+            })
+            .unwrap_or_else(|| snippet(data, 500));
+        out.push_back(Err(LlmError::Api {
+            status: None,
+            message,
+        }));
     }
 
     fn push_choice(&mut self, choice: Choice, out: &mut Pending) {
@@ -150,7 +171,7 @@ pub(crate) fn response(chunk: Chunk) -> Result<ChatResponse, LlmError> {
             message,
         });
     }
-    let usage = chunk.usage.as_ref().and_then(|u| u.to_usage());
+    let usage = chunk.usage();
     let choice = first_choice(chunk.choices)
         .ok_or_else(|| LlmError::InvalidResponse("the answer has no choice at index 0".into()))?;
     let finish_reason = choice
@@ -349,6 +370,57 @@ mod tests {
     }
 
     #[test]
+    fn groq_usage_in_x_groq_is_read_and_plain_usage_wins() {
+        let groq = |usage: Value| json!({"choices": [], "x_groq": {"id": "req_1", "usage": usage}});
+        let items = decode(&[
+            json!({"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]}),
+            groq(json!({"queue_time": 0.05, "prompt_tokens": 4.0, "completion_tokens": 2})),
+        ]);
+        assert_eq!(
+            ok_items(items),
+            vec![
+                text("a"),
+                StreamItem::Finish(FinishReason::Stop),
+                usage(4, 2)
+            ]
+        );
+        let mut both = groq(json!({"prompt_tokens": 40, "completion_tokens": 20}));
+        both["usage"] = json!({"prompt_tokens": 4, "completion_tokens": 2});
+        let chunk: Chunk = serde_json::from_value(both).expect("chunk");
+        assert_eq!(chunk.usage().map(|u| u.prompt_tokens), Some(4));
+    }
+
+    #[test]
+    fn an_sse_error_event_is_an_api_error_with_the_servers_message() {
+        let mut decoder = Decoder::new();
+        let mut out = Pending::new();
+        decoder.push_error_event(
+            r#"{"code":500,"message":"Failed to parse tool call arguments as JSON","type":"server_error"}"#,
+            &mut out,
+        );
+        decoder.push_error_event(r#"{"error":{"message":"overloaded"}}"#, &mut out);
+        decoder.push_error_event("plain words", &mut out);
+        let messages: Vec<String> = out
+            .into_iter()
+            .map(|item| match item {
+                Err(LlmError::Api {
+                    status: None,
+                    message,
+                }) => message,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "Failed to parse tool call arguments as JSON",
+                "overloaded",
+                "plain words"
+            ]
+        );
+    }
+
+    #[test]
     fn repeated_running_usage_is_reported_once_per_value() {
         let items = decode(&[
             json!({"choices": [{"delta": {"content": "a"}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}),
@@ -446,6 +518,20 @@ mod tests {
                 true,
             ),
             (r#"{"choices":[],"usage":{"prompt_tokens":9}}"#, true),
+            // Groq without stream_options: usage only in `x_groq` (its times are floats).
+            (
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"x_groq":{"id":"req_1","usage":{"queue_time":0.05,"prompt_tokens":44,"completion_tokens":11,"total_tokens":55}}}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1},"x_groq":{"usage":{"prompt_tokens":44}}}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[],"x_groq":{"usage":{"prompt_tokens":4.0}}}"#,
+                false,
+            ),
+            (r#"{"choices":[],"x_groq":"req_1"}"#, false),
             (
                 r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#,
                 true,

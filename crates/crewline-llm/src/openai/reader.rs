@@ -116,8 +116,15 @@ impl<B> Reader<B> {
             self.draining = true;
             return;
         }
-        if kind == EventKind::Keepalive {
-            return;
+        match kind {
+            EventKind::Keepalive => return,
+            EventKind::Error => {
+                self.decoder.push_error_event(data, &mut self.pending);
+                tracing::warn!("the server reported an error mid-stream");
+                self.body = None;
+                return;
+            }
+            EventKind::Other => {}
         }
         match http::event_chunk(data) {
             Ok(None) => {}

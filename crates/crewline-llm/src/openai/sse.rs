@@ -19,6 +19,9 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub(crate) enum EventKind {
     /// `event: keepalive`, sent by some servers to keep idle connections open.
     Keepalive,
+    /// An event written with `error` lines in place of `data` (llama.cpp's server reports a
+    /// failure after the 200 so): its data is the error.
+    Error,
     /// Any other event (usually a `message` without an `event` field).
     Other,
 }
@@ -70,6 +73,8 @@ pub(crate) struct SseParser {
     data: String,
     /// The `event` field of the event being read.
     kind: Option<EventKind>,
+    /// Whether the event being read has an `error` line (see [`EventKind::Error`]).
+    error_line: bool,
     /// Whether `data` belongs to the event last returned (cleared on the next call).
     returned: bool,
     max_line: usize,
@@ -89,6 +94,7 @@ impl SseParser {
             started: false,
             data: String::new(),
             kind: None,
+            error_line: false,
             returned: false,
             max_line,
             max_event,
@@ -178,7 +184,10 @@ impl SseParser {
             if line.is_empty() {
                 self.pos += consumed;
                 self.scanned = self.pos;
-                let kind = self.kind.take().unwrap_or(EventKind::Other);
+                let mut kind = self.kind.take().unwrap_or(EventKind::Other);
+                if std::mem::take(&mut self.error_line) {
+                    kind = EventKind::Error;
+                }
                 if self.data.is_empty() {
                     // An event without data is not dispatched.
                     continue;
@@ -193,7 +202,10 @@ impl SseParser {
                     None => (line, ""),
                 };
                 match name {
-                    "data" => {
+                    // The spec ignores an `error` field; llama.cpp's server writes its
+                    // mid-stream errors in one, and the caller must hear the server's message.
+                    "data" | "error" => {
+                        self.error_line |= name == "error";
                         if self.data.len() + value.len() > self.max_event {
                             return self.fail(SseError::EventTooLarge(self.max_event));
                         }
@@ -286,6 +298,25 @@ mod tests {
             let (a, b) = bytes.split_at(cut);
             assert_eq!(ours(&[a, b]), whole, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn an_error_field_is_an_error_event_with_its_value_as_data() {
+        let body = "data: {\"a\":1}\n\nerror: {\"message\":\"boom\"}\n\ndata: {}\n\n";
+        let mut parser = SseParser::new(MIB, MIB);
+        parser.push(body.as_bytes());
+        let mut events = Vec::new();
+        while let Some(kind) = parser.next_event().expect("UTF-8") {
+            events.push((kind, parser.data().to_owned()));
+        }
+        assert_eq!(
+            events,
+            vec![
+                (EventKind::Other, "{\"a\":1}".to_owned()),
+                (EventKind::Error, "{\"message\":\"boom\"}".to_owned()),
+                (EventKind::Other, "{}".to_owned()),
+            ]
+        );
     }
 
     #[test]

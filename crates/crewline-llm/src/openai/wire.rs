@@ -43,6 +43,28 @@ pub(crate) struct Chunk {
     /// An error the server reports in place of (or in the middle of) an answer.
     #[serde(deserialize_with = "lenient")]
     pub(crate) error: Option<Value>,
+    /// Groq's extension object: its `usage` is the only usage Groq sends without
+    /// `stream_options`.
+    #[serde(deserialize_with = "lenient")]
+    pub(crate) x_groq: Option<XGroq>,
+}
+
+/// Groq's `x_groq` object of a chunk; only its usage is read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct XGroq {
+    #[serde(deserialize_with = "lenient")]
+    usage: Option<WireUsage>,
+}
+
+impl Chunk {
+    /// The chunk's token usage: `usage`, else Groq's `x_groq.usage`.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.usage
+            .as_ref()
+            .and_then(WireUsage::to_usage)
+            .or_else(|| self.x_groq.as_ref()?.usage.as_ref()?.to_usage())
+    }
 }
 
 /// One choice of a chunk (`delta`) or of a whole answer (`message`).
@@ -220,10 +242,13 @@ pub(crate) fn strict_chunk(data: &[u8]) -> Option<Chunk> {
     if strict.error.is_some() {
         return None;
     }
+    // Groq's usage is read into `usage` here, so the lenient `x_groq` stays empty.
+    let usage = strict.usage.or(strict.x_groq.and_then(|x| x.usage));
     Some(Chunk {
         choices: strict.choices,
-        usage: strict.usage.map(WireUsage::from),
+        usage: usage.map(WireUsage::from),
         error: None,
+        x_groq: None,
     })
 }
 
@@ -235,6 +260,13 @@ struct StrictChunk {
     usage: Option<StrictUsage>,
     /// Any `error` sends the chunk down the lenient path, which reads its many shapes.
     error: Option<IgnoredAny>,
+    x_groq: Option<StrictXGroq>,
+}
+
+/// Groq's `x_groq` (its `id`, timings and the rest are skipped unread).
+#[derive(Deserialize)]
+struct StrictXGroq {
+    usage: Option<StrictUsage>,
 }
 
 #[derive(Deserialize)]
