@@ -137,11 +137,7 @@ impl Catalog {
         let validator = jsonschema::validator_for(&lenient).map_err(|e| invalid(e.to_string()))?;
 
         Ok(Entry {
-            definition: ToolDefinition {
-                name,
-                description: tool.description().to_owned(),
-                parameters: strict.schema,
-            },
+            definition: ToolDefinition::new(name, tool.description(), strict.schema),
             tool,
             lenient,
             validator,
