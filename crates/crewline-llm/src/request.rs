@@ -14,11 +14,11 @@ use serde_json::{Map, Value};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), crewline_llm::LlmError> {
-/// let weather = ToolDefinition {
-///     name: "get_weather".into(),
-///     description: "The weather in a city.".into(),
-///     parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-/// };
+/// let weather = ToolDefinition::new(
+///     "get_weather",
+///     "The weather in a city.",
+///     json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+/// );
 /// let request = ChatRequest::new(vec![
 ///     Message::system("You are a weather assistant."),
 ///     Message::user("Weather in Paris?"),

@@ -135,11 +135,11 @@ async fn the_body_sent_is_the_default_clients() {
     let mut extra = serde_json::Map::new();
     extra.insert("seed".into(), json!(7));
     let request = ChatRequest::new(vec![Message::system("Be brief."), Message::user("Hi")])
-        .with_tools(vec![ToolDefinition {
-            name: "hang_up".into(),
-            description: "Ends the call.".into(),
-            parameters: json!({"type": "object", "properties": {}}),
-        }])
+        .with_tools(vec![ToolDefinition::new(
+            "hang_up",
+            "Ends the call.",
+            json!({"type": "object", "properties": {}}),
+        )])
         .with_tool_choice(ToolChoice::Auto)
         .with_options(RequestOptions {
             max_tokens: Some(64),

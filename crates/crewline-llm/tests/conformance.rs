@@ -85,6 +85,7 @@ macro_rules! conformance {
             non_streaming_chat_reports_http_errors_with_status,
             stream_options_is_dropped_once_a_server_refuses_it,
             a_refused_token_field_says_which_setting_to_change,
+            a_strict_tool_is_sent_with_strict_true_and_any_other_without_the_key,
         );
     };
     (@cases $factory:path: $($case:ident),* $(,)?) => {
@@ -112,7 +113,7 @@ mod async_openai_client {
 mod cases {
     use std::time::{Duration, Instant};
 
-    use crewline_core::{Message, ToolCall};
+    use crewline_core::{Message, ToolCall, ToolDefinition};
     use crewline_llm::{ChatRequest, FinishReason, LlmError, LlmStream, StreamItem, Usage};
     use crewline_testkit::mock_llm::{
         MockLlm, RunningMockLlm,
@@ -730,6 +731,39 @@ mod cases {
                 }
                 other => panic!("expected the API error, got {other:?}"),
             }
+        }
+    }
+
+    pub(crate) async fn a_strict_tool_is_sent_with_strict_true_and_any_other_without_the_key(
+        client: Factory,
+    ) {
+        let streamed = Reply::chunks(&[content("Hi"), finish("stop")], After::Done);
+        let whole = Reply::Json(json!({"choices": [{"index": 0,
+            "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}]}));
+        let server = serve(vec![streamed, whole])
+            .await
+            .expect("the mock model binds 127.0.0.1");
+        let client = client(&server.base_url(), Limits::default());
+        let schema = json!({
+            "type": "object", "properties": {"city": {"type": "string"}},
+            "required": ["city"], "additionalProperties": false
+        });
+        let strict = ToolDefinition::new("get_weather", "Weather in a city", schema.clone())
+            .with_strict(true);
+        let plain = ToolDefinition::new("hang_up", "Ends the call", schema);
+        let request = hello().with_tools(vec![strict, plain]);
+
+        drain(client.stream_chat(request.clone()).await.expect("stream")).await;
+        client.chat(request).await.expect("answer");
+
+        let requests = server.mock().raw_requests();
+        assert_eq!(requests.len(), 2);
+        for sent in requests {
+            let tools = &sent.body["tools"];
+            assert_eq!(tools[0]["function"]["strict"], json!(true), "{tools}");
+            assert_eq!(tools[0]["function"]["name"], "get_weather");
+            let plain = tools[1]["function"].as_object().expect("a function");
+            assert!(!plain.contains_key("strict"), "{tools}");
         }
     }
 }

@@ -170,11 +170,11 @@ async fn the_request_carries_model_tools_overrides_extras_and_the_key() {
         .extra("seed", json!(7))
         .build()
         .expect("client");
-    let tool = ToolDefinition {
-        name: "get_weather".into(),
-        description: "Weather in a city".into(),
-        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-    };
+    let tool = ToolDefinition::new(
+        "get_weather",
+        "Weather in a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+    );
     let mut extra = serde_json::Map::new();
     extra.insert("seed".into(), json!(8));
     let request = ChatRequest::new(vec![

@@ -29,11 +29,11 @@ fn hello() -> ChatRequest {
 }
 
 fn weather_tool() -> ToolDefinition {
-    ToolDefinition {
-        name: "get_weather".into(),
-        description: "Weather in a city".into(),
-        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-    }
+    ToolDefinition::new(
+        "get_weather",
+        "Weather in a city",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+    )
 }
 
 fn text_answer() -> Reply {

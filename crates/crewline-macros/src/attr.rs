@@ -31,7 +31,7 @@ pub(crate) fn default_crate_path() -> Path {
 }
 
 /// The options of `#[function_tool(name = "..", description = "..", cancellable = false,
-/// timeout_ms = N, confirm, cache_ttl_s = N, crate = path)]`.
+/// timeout_ms = N, confirm, cache_ttl_s = N, strict, crate = path)]`.
 #[derive(Default)]
 pub(crate) struct ToolOptions {
     pub(crate) name: Option<LitStr>,
@@ -45,6 +45,8 @@ pub(crate) struct ToolOptions {
     pub(crate) cache_ttl_s: Option<u64>,
     /// The targets of `export = "crew,mcp"` (`None`: the registry's default, crew only).
     pub(crate) export: Option<ExportList>,
+    /// Whether the tool is strict (`strict` or `strict = bool`; `None`: the registry's default).
+    pub(crate) strict: Option<bool>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -95,14 +97,9 @@ impl ToolOptions {
                 positive(meta, "cache_ttl_s")
             })
         } else if meta.path.is_ident("confirm") {
-            set_once(&mut self.confirm, meta, "confirm", |meta| {
-                // A bare `confirm` means `confirm = true`.
-                if meta.input.peek(syn::Token![=]) {
-                    Ok(meta.value()?.parse::<syn::LitBool>()?.value())
-                } else {
-                    Ok(true)
-                }
-            })
+            set_once(&mut self.confirm, meta, "confirm", flag)
+        } else if meta.path.is_ident("strict") {
+            set_once(&mut self.strict, meta, "strict", flag)
         } else if meta.path.is_ident("export") {
             set_once(&mut self.export, meta, "export", |meta| {
                 ExportList::parse(&meta.value()?.parse()?)
@@ -111,7 +108,7 @@ impl ToolOptions {
             set_once(&mut self.krate, meta, "crate", parse_crate_path)
         } else {
             Err(meta.error(format!(
-                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `export = \"crew,mcp,remote\"` or `crate = path`",
+                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `strict`, `export = \"crew,mcp,remote\"` or `crate = path`",
                 path_text(&meta.path)
             )))
         }
@@ -158,6 +155,15 @@ impl ExportList {
             ));
         }
         Ok(list)
+    }
+}
+
+/// A flag's value: a bare `flag` means `flag = true`.
+fn flag(meta: &ParseNestedMeta<'_>) -> syn::Result<bool> {
+    if meta.input.peek(syn::Token![=]) {
+        Ok(meta.value()?.parse::<syn::LitBool>()?.value())
+    } else {
+        Ok(true)
     }
 }
 

@@ -131,7 +131,8 @@ pub(crate) fn tool_items(
         || spec.timeout_ms.is_some()
         || spec.confirm
         || spec.cache_ttl_s.is_some()
-        || spec.export.is_some())
+        || spec.export.is_some()
+        || spec.strict.is_some())
     .then(|| {
         let timeout = spec
             .timeout_ms
@@ -151,6 +152,7 @@ pub(crate) fn tool_items(
             }
         });
         let cancellable = (!spec.cancellable).then(|| quote!(.cancellable(false)));
+        let strict = spec.strict.map(|strict| quote!(.strict(#strict)));
         quote! {
             fn policy(&self) -> #private::ToolPolicy {
                 #private::ToolPolicy::new()
@@ -159,6 +161,7 @@ pub(crate) fn tool_items(
                     #confirm
                     #cache
                     #exports
+                    #strict
             }
         }
     });

@@ -100,9 +100,10 @@ use proc_macro::TokenStream;
 /// - `Tool::result_schema` is the JSON Schema of `T` (of the `T` of `Result<T, E>`) when it
 ///   implements `schemars::JsonSchema`, and `None` otherwise (and for `()`).
 /// - Options: `#[function_tool(name = "..", description = "..", crate = path)]`, the policy's
-///   `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `cancellable = false`, and
+///   `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `cancellable = false`,
 ///   `export = "crew,mcp,remote"` (the targets the tool is offered to; default: its registry's
-///   default, the crew only: MCP and remote exports are opt-in).
+///   default, the crew only: MCP and remote exports are opt-in), and `strict` (or
+///   `strict = false`: OpenAI strict mode, checked at registration; default: its registry's).
 #[proc_macro_attribute]
 pub fn function_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     free_fn::expand(attr.into(), item.into()).into()

@@ -72,6 +72,8 @@ pub(crate) struct ToolSpec {
     pub(crate) cache_ttl_s: Option<u64>,
     /// The targets it is exported to (`None`: the registry's default, crew only).
     pub(crate) export: Option<ExportList>,
+    /// Whether it is strict (`None`: the registry's default).
+    pub(crate) strict: Option<bool>,
     /// The type whose JSON Schema is the result schema (if it has one): the `T` of a
     /// `Result<T, E>`, otherwise the return type (`None` for `()` and `impl Trait`).
     pub(crate) result_ty: Option<Type>,
@@ -324,6 +326,7 @@ pub(crate) fn analyze(
         confirm: options.confirm.unwrap_or(false),
         cache_ttl_s: options.cache_ttl_s,
         export: options.export,
+        strict: options.strict,
         result_ty,
         receiver,
         args,

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use crate::{
     RegistryError, Tool,
-    schema::{self, Mode},
+    schema::{self, Mode, StrictViolation},
 };
 
 /// The longest tool name a model API accepts.
@@ -104,8 +104,13 @@ impl Catalog {
         )
     }
 
-    /// Checks `tool` and prepares its entry, without adding it.
-    pub(crate) fn prepare(&self, tool: Arc<dyn Tool>) -> Result<Entry, RegistryError> {
+    /// Checks `tool` and prepares its entry, without adding it; `strict_default` is whether a
+    /// tool whose policy does not say is strict.
+    pub(crate) fn prepare(
+        &self,
+        tool: Arc<dyn Tool>,
+        strict_default: bool,
+    ) -> Result<Entry, RegistryError> {
         let name = tool.name().to_owned();
         if !is_valid_name(&name) {
             return Err(RegistryError::InvalidName(name));
@@ -119,29 +124,36 @@ impl Catalog {
         };
 
         let raw = tool.parameters();
-        let strict = schema::normalize(&raw, Mode::Strict);
-        if let Some(reference) = strict.unresolved.first() {
+        let shown = schema::normalize(&raw, Mode::Strict);
+        if let Some(reference) = shown.unresolved.first() {
             return Err(invalid(format!(
                 "`$ref` `{reference}` cannot be resolved; only references inside the schema \
                  (`#/$defs/...`, `#/definitions/...`) are supported"
             )));
         }
-        if strict.schema.get("type") != Some(&Value::String("object".to_owned())) {
+        if shown.schema.get("type") != Some(&Value::String("object".to_owned())) {
             return Err(invalid(
                 "the arguments must be described as one object (`\"type\": \"object\"`), \
                  which is what model APIs require"
                     .to_owned(),
             ));
         }
+        let strict = tool.policy().strict.unwrap_or(strict_default);
+        if strict {
+            schema::check_strict(&shown.schema).map_err(|StrictViolation { path, rule }| {
+                RegistryError::NotStrict {
+                    name: name.clone(),
+                    path,
+                    rule,
+                }
+            })?;
+        }
         let lenient = schema::normalize(&raw, Mode::Lenient).schema;
         let validator = jsonschema::validator_for(&lenient).map_err(|e| invalid(e.to_string()))?;
 
         Ok(Entry {
-            definition: ToolDefinition {
-                name,
-                description: tool.description().to_owned(),
-                parameters: strict.schema,
-            },
+            definition: ToolDefinition::new(name, tool.description(), shown.schema)
+                .with_strict(strict),
             tool,
             lenient,
             validator,

@@ -18,6 +18,17 @@ pub enum RegistryError {
         /// What is wrong.
         reason: String,
     },
+    /// The tool is strict, and its normalised schema breaks one of OpenAI strict mode's rules.
+    #[error("tool `{name}`: `{path}` {rule}", path = if path.is_empty() { "/" } else { path })]
+    NotStrict {
+        /// The tool.
+        name: String,
+        /// The JSON pointer of the offending place in the schema the model is shown (`""`:
+        /// the root).
+        path: String,
+        /// The rule it breaks, and what to do about it.
+        rule: String,
+    },
     /// No tool has this name (from [`ToolRegistry::subset`](crate::ToolRegistry::subset)).
     #[error("no tool named `{0}` is registered")]
     UnknownTool(String),

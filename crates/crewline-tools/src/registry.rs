@@ -144,6 +144,8 @@ pub struct ToolRegistry {
     executor: Arc<Executor>,
     /// The exports of tools whose policy sets none.
     default_exports: Exports,
+    /// Whether tools whose policy does not say are strict.
+    strict: bool,
 }
 
 impl Default for ToolRegistry {
@@ -155,6 +157,7 @@ impl Default for ToolRegistry {
             // calls still running) is shared by its clones, subsets and exports only.
             executor: Arc::new(Executor::default()),
             default_exports: Exports::crew_only(),
+            strict: false,
         }
     }
 }
@@ -196,6 +199,18 @@ impl ToolRegistry {
         self
     }
 
+    /// The same registry, making the tools it registers from now on whose policy does not say
+    /// ([`ToolPolicy::strict`]) strict or not (default: not): a strict tool's definition asks
+    /// the model to follow its schema exactly (OpenAI's `"strict": true`), and its schema is
+    /// checked against strict mode's rules at registration ([`RegistryError::NotStrict`]).
+    /// A tool's own setting always wins.
+    ///
+    /// [`ToolPolicy::strict`]: crate::ToolPolicy::strict
+    pub fn with_strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
     /// Whether the tool `entry` is exported to `target`.
     fn exported(&self, entry: &Entry, target: Target) -> bool {
         entry
@@ -228,7 +243,7 @@ impl ToolRegistry {
     /// own `required` list (optional arguments may be left out, or sent as `null`), not against
     /// the stricter one the model is shown.
     pub fn register_arc(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, RegistryError> {
-        let entry = self.catalog.prepare(tool)?;
+        let entry = self.catalog.prepare(tool, self.strict)?;
         self.catalog.push(Arc::new(entry));
         Ok(self)
     }
@@ -241,7 +256,7 @@ impl ToolRegistry {
     ) -> Result<&mut Self, RegistryError> {
         let mut prepared: Vec<Entry> = Vec::new();
         for tool in P::tools(agent) {
-            let entry = self.catalog.prepare(tool)?;
+            let entry = self.catalog.prepare(tool, self.strict)?;
             if prepared
                 .iter()
                 .any(|e| e.definition.name == entry.definition.name)
@@ -527,6 +542,7 @@ impl ToolRegistry {
             max_concurrency: self.max_concurrency,
             executor: Arc::clone(&self.executor),
             default_exports: self.default_exports,
+            strict: self.strict,
         }
     }
 }

@@ -99,7 +99,7 @@ pub trait Tool: Send + Sync {
 /// How the executor runs one tool.
 ///
 /// A tool returns it from [`Tool::policy`]; `#[function_tool(timeout_ms = .., confirm,
-/// cache_ttl_s = .., cancellable = false)]` writes it for you.
+/// cache_ttl_s = .., cancellable = false, strict)]` writes it for you.
 ///
 /// # Examples
 ///
@@ -143,6 +143,13 @@ pub struct ToolPolicy {
     ///
     /// [`ToolRegistry::with_default_exports`]: crate::ToolRegistry::with_default_exports
     pub exports: Option<Exports>,
+    /// Whether the model is asked to follow the schema exactly (OpenAI's strict mode:
+    /// `"strict": true` is sent, and the schema is checked against its rules at
+    /// registration); `None`: as its registry's default says ([`ToolRegistry::with_strict`],
+    /// off unless changed). `#[function_tool(strict)]` sets it.
+    ///
+    /// [`ToolRegistry::with_strict`]: crate::ToolRegistry::with_strict
+    pub strict: Option<bool>,
 }
 
 impl Default for ToolPolicy {
@@ -153,6 +160,7 @@ impl Default for ToolPolicy {
             cache_ttl: None,
             cancellable: true,
             exports: None,
+            strict: None,
         }
     }
 }
@@ -190,6 +198,12 @@ impl ToolPolicy {
     /// Exported only as `exports` says.
     pub fn exports(mut self, exports: Exports) -> Self {
         self.exports = Some(exports);
+        self
+    }
+
+    /// Strict (or not) whatever the registry's default.
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = Some(strict);
         self
     }
 }

@@ -965,3 +965,54 @@ fn method_tools_have_result_schemas_and_exports_too() {
     assert!(registry.definitions_for(Target::Crew).is_empty());
     assert_eq!(registry.export(Target::Remote).unwrap().len(), 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Strict mode
+// ---------------------------------------------------------------------------------------------
+
+/// Book a table.
+#[function_tool(strict)]
+async fn book_table(guests: u8, note: Option<String>) -> String {
+    format!("{guests} {note:?}")
+}
+
+/// Tag a record.
+#[function_tool(strict)]
+fn lookup(tags: std::collections::HashMap<String, String>) -> usize {
+    tags.len()
+}
+
+/// Tag a record, without strict mode whatever the registry says.
+#[function_tool(strict = false)]
+fn tag(tags: std::collections::HashMap<String, String>) -> usize {
+    tags.len()
+}
+
+#[test]
+fn the_strict_option_sets_the_policy_and_the_definition_says_strict() {
+    use crewline::tool::ToolPolicy;
+    assert_eq!(BookTableTool.policy(), ToolPolicy::new().strict(true));
+    assert_eq!(TagTool.policy(), ToolPolicy::new().strict(false));
+
+    let mut registry = ToolRegistry::new();
+    registry.register(BookTableTool).unwrap();
+    let definition = &registry.definitions()[0];
+    assert!(definition.strict);
+    assert_eq!(definition.to_openai()["function"]["strict"], json!(true));
+}
+
+#[test]
+fn a_strict_map_argument_is_refused_at_registration_with_its_path() {
+    let mut registry = ToolRegistry::new();
+    let error = registry.register(LookupTool).unwrap_err().to_string();
+    assert!(
+        error.starts_with("tool `lookup`: `/properties/tags` is a map"),
+        "{error}"
+    );
+    assert!(error.contains("turn strict off for this tool"), "{error}");
+
+    // Its own `strict = false` wins over a strict registry.
+    let mut strict_by_default = ToolRegistry::new().with_strict(true);
+    strict_by_default.register(TagTool).unwrap();
+    assert!(!strict_by_default.definitions()[0].strict);
+}

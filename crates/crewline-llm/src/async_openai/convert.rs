@@ -74,7 +74,8 @@ pub fn function_tool(tool: &ToolDefinition) -> ChatCompletionTool {
                 name: tool.name.clone(),
                 description: (!tool.description.is_empty()).then(|| tool.description.clone()),
                 parameters: Some(tool.parameters.clone()),
-                strict: None,
+                // Unset rather than `false` when not strict, as the default client's body.
+                strict: tool.strict.then_some(true),
             },
         }
     }
@@ -96,6 +97,7 @@ pub fn crewline_function_tool(tool: ChatCompletionTool) -> ToolDefinition {
             parameters: function
                 .parameters
                 .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+            strict: function.strict.unwrap_or(false),
         }
     }
 }
@@ -427,11 +429,11 @@ mod tests {
     use super::*;
 
     fn weather() -> ToolDefinition {
-        ToolDefinition {
-            name: "get_weather".into(),
-            description: "The weather in a city.".into(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        }
+        ToolDefinition::new(
+            "get_weather",
+            "The weather in a city.",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        )
     }
 
     fn conversation() -> Vec<Message> {
@@ -542,6 +544,34 @@ mod tests {
             weather().to_openai()
         );
         assert_eq!(crewline_tool(tool).expect("back"), weather());
+    }
+
+    #[test]
+    fn strict_tools_convert_both_ways_and_plain_ones_stay_unset() {
+        let strict = weather().with_strict(true);
+        let typed = function_tool(&strict);
+        assert_eq!(typed.function.strict, Some(true));
+        assert_eq!(
+            serde_json::to_value(tool(&strict)).expect("json"),
+            strict.to_openai(),
+            "the JSON the default client sends"
+        );
+        assert_eq!(crewline_function_tool(typed), strict);
+
+        let plain = function_tool(&weather());
+        assert_eq!(plain.function.strict, None);
+        assert_eq!(crewline_function_tool(plain), weather());
+
+        // A request with a strict tool reaches async-openai's types with the flag, and back.
+        let request = ChatRequest::new(conversation())
+            .with_tools(vec![strict.clone(), weather()])
+            .with_options(RequestOptions {
+                model: Some("gpt-4o-mini".into()),
+                ..RequestOptions::default()
+            });
+        let typed = CreateChatCompletionRequest::try_from(&request).expect("to async-openai");
+        let back = ChatRequest::try_from(typed).expect("back");
+        assert_eq!(back.tools.to_vec(), vec![strict, weather()]);
     }
 
     #[test]

@@ -406,11 +406,11 @@ mod tests {
     }
 
     fn weather_tool() -> ToolDefinition {
-        ToolDefinition {
-            name: "get_weather".to_owned(),
-            description: "Weather in a city".to_owned(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
-        }
+        ToolDefinition::new(
+            "get_weather",
+            "Weather in a city",
+            json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        )
     }
 
     #[test]

@@ -12,11 +12,13 @@
 
 mod lenient;
 mod strict;
+mod strict_rules;
 mod walk;
 
 use serde_json::{Map, Value, json};
 
 pub(crate) use self::lenient::strip_absent_nulls;
+pub(crate) use self::strict_rules::{StrictViolation, check as check_strict};
 use self::walk::Normalizer;
 
 /// How deep subschemas may nest before the rest is replaced by a permissive `{}`.

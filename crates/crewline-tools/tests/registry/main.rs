@@ -135,3 +135,4 @@ fn weather() -> TestTool {
 }
 
 mod running;
+mod strict;
