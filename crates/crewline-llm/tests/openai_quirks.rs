@@ -152,27 +152,12 @@ async fn parallel_tool_calls_is_not_sent_without_tools() {
     );
 }
 
-/// A server that refuses any body with `stream_options` (as some older proxies do).
-fn refusing_stream_options() -> MockLlm {
-    MockLlm::raw_fn(|request| {
-        if request.body.get("stream_options").is_some() {
-            Reply::Status(
-                400,
-                r#"{"error":{"message":"Unrecognized request argument supplied: stream_options"}}"#
-                    .into(),
-            )
-        } else {
-            text_answer()
-        }
-    })
-}
-
 // The refusals both clients work around (`stream_options`, the token field) are in
 // tests/conformance.rs, run on both.
 
 #[tokio::test]
 async fn stream_usage_off_never_sends_stream_options() {
-    let server = refusing_stream_options()
+    let server = MockLlm::raw(vec![text_answer(), text_answer()])
         .start()
         .await
         .expect("the mock binds");
