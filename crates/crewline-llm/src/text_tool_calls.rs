@@ -37,6 +37,10 @@ const HERMES_OPEN: &str = "<tool_call>";
 const HERMES_CLOSE: &str = "</tool_call>";
 /// Mistral's marker before its array of calls.
 const MISTRAL_MARKER: &str = "[TOOL_CALLS]";
+/// The most text held as a possible call. A spoken tool call is a few hundred bytes; past this
+/// the text is released as speech, so a model that streams a long `{...` answer (or never
+/// closes its `<tool_call>`) cannot make the node hold an unbounded buffer.
+const MAX_HELD_BYTES: usize = 64 * 1024;
 
 /// A way a model writes tool calls as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -245,8 +249,32 @@ impl Detector {
             _ => {
                 self.held.push_str(&text);
                 self.advance(out);
+                self.bound_held(out);
             }
         }
+    }
+
+    /// Releases held text, unchanged, once it is longer than any call ([`MAX_HELD_BYTES`]);
+    /// calls already read still go out at the end.
+    fn bound_held(&mut self, out: &mut VecDeque<Result<StreamItem, LlmError>>) {
+        if self.held.len() <= MAX_HELD_BYTES
+            || !matches!(self.state, State::HermesBody | State::Mistral | State::Json)
+        {
+            return;
+        }
+        tracing::warn!(
+            held_bytes = self.held.len(),
+            "text held as a possible tool call is longer than any call; speaking it as text"
+        );
+        let held = std::mem::take(&mut self.held);
+        let text = if self.state == State::HermesBody {
+            format!("{HERMES_OPEN}{held}")
+        } else {
+            held
+        };
+        release(text, out);
+        self.after_call = false;
+        self.state = State::Speech;
     }
 
     /// Whether `text`, at the start of the answer, could begin a call in an enabled format.
@@ -688,6 +716,36 @@ mod tests {
                 assert!(calls.is_empty());
                 assert_eq!(items.last(), Some(&StreamItem::Finish(FinishReason::Stop)));
             }
+        }
+    }
+
+    #[test]
+    fn text_held_past_any_calls_length_is_released_unchanged() {
+        let long = "x".repeat(MAX_HELD_BYTES + 5000);
+        for answer in [
+            format!("{{\"story\": \"{long}\"}}"),
+            format!("[TOOL_CALLS] {long}"),
+            format!(
+                "<tool_call>{{\"name\": \"f\", \"arguments\": {{}}}}</tool_call><tool_call>{long}"
+            ),
+        ] {
+            let pieces = cut(&answer, 1000);
+            let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            let items = read(&TextToolCallFormat::ALL, &pieces);
+            let (text, calls) = spoken_and_called(&items);
+            // Released once the bound is passed, not at the end: pieces come after it.
+            let released_at = items
+                .iter()
+                .position(|item| matches!(item, StreamItem::Text(t) if t.len() > MAX_HELD_BYTES))
+                .expect("the held text is released in one piece");
+            assert!(released_at + 1 < items.len() - 1, "{} items", items.len());
+            let expected = answer.replacen(
+                "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+                "",
+                1,
+            );
+            assert_eq!(text, expected);
+            assert!(calls.len() <= 1);
         }
     }
 
