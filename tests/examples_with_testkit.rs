@@ -5,6 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::bounded;
+
 use std::{sync::Arc, time::Duration};
 
 use crewline::{Crew, SessionSetup, protocol::ConversationType, tool::RegistryError};
@@ -13,13 +17,6 @@ use crewline_examples::{
 };
 use crewline_testkit::{TestCrew, TestkitError, platform::PlatformError};
 use serde_json::json;
-
-/// A bound on each whole test, far above what it needs, so a hang fails instead of stalling.
-async fn bounded<T>(test: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), test)
-        .await
-        .expect("the test took longer than its bound")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_weather_crew_looks_up_two_cities_in_one_round_and_says_the_filler_first() {

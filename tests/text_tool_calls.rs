@@ -5,7 +5,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::time::Duration;
+mod common;
+
+use common::bounded;
 
 use crewline::{
     Agent,
@@ -55,12 +57,6 @@ fn client(mock: &RunningMockLlm) -> OpenAiClient {
         .max_retries(0)
         .build()
         .unwrap()
-}
-
-async fn bounded<T>(test: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), test)
-        .await
-        .expect("the test took longer than its bound")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,13 @@ use crewline_testkit::platform::{
 /// How long a handshake may take before the test fails instead of hanging.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Runs `test` with a bound far above what it needs, so a hang fails instead of stalling.
+pub(crate) async fn bounded<T>(test: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), test)
+        .await
+        .expect("the test took longer than its bound")
+}
+
 /// Serves `server` on 127.0.0.1 (port 0) in the background; returns the bound address.
 pub(crate) async fn listen(server: CrewServer) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
