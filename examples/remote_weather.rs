@@ -7,7 +7,7 @@
 //!
 //! ```sh
 //! cargo run --example remote_weather -- --port 8080                 # the crew (scripted model)
-//! cargo run --example remote_weather -- --client --url http://127.0.0.1:8080
+//! cargo run --example remote_weather -- --client --url http://127.0.0.1:8080/api/v1
 //! #   prints task_id=task_...; then talk to the crew with that variable, e.g.
 //! crewline chat --url ws://127.0.0.1:8080/ws --var task_id=task_...  # "weather in Oslo?"
 //! ```
@@ -31,7 +31,8 @@ struct Args {
     /// Run the client instead of the server.
     #[arg(long)]
     client: bool,
-    /// The client's server, e.g. http://127.0.0.1:8080.
+    /// The task API's base URL, as for Smooth's: e.g. http://127.0.0.1:8080/api/v1 (the
+    /// server's root works too).
     #[arg(long)]
     url: Option<String>,
     /// The task API's key (server: required of task clients; client: sent with each request).
@@ -45,7 +46,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     crewline_examples::args::init_logs("info");
     let args = <Args as clap::Parser>::parse();
     if args.client {
-        let url = args.url.ok_or("--client needs --url http://HOST:PORT")?;
+        let url = args
+            .url
+            .ok_or("--client needs --url http://HOST:PORT/api/v1")?;
         let mut config = ClientConfig::new(url);
         if let Some(key) = args.api_key {
             config = config.api_key(key);

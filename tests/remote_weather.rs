@@ -100,7 +100,7 @@ impl StationProcess {
     /// Starts the client against the task API at `addr`; returns it with its task id.
     async fn start(addr: SocketAddr) -> (Self, String) {
         let mut child = Command::new(example_binary())
-            .args(["--client", "--url", &format!("http://{addr}")])
+            .args(["--client", "--url", &format!("http://{addr}/api/v1")])
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
             .kill_on_drop(true)

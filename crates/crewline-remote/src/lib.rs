@@ -35,6 +35,6 @@ pub use client::{
 };
 pub use server::{
     AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_TOOL_TIMEOUT, MAX_WAIT,
-    MemoryStore, Polled, Principal, RemoteTool, RemoteTools, StoreError, StoreLimits,
-    TASK_ID_VARIABLE, TaskApi, TaskSnapshot, TaskStore,
+    MemoryStore, Polled, Principal, RemoteTool, RemoteTools, SMOOTH_PREFIX, StoreError,
+    StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskSnapshot, TaskStore,
 };

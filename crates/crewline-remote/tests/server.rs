@@ -10,7 +10,7 @@ use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_remote::{
     AttachError, ClientConfig, ClientError, RemoteTools, StoreError, TaskApi, TaskClient,
     TaskOutcome,
-    wire::{CustomTool, TaskRequest, TaskResponse},
+    wire::{CustomTool, Envelope, TaskRequest, TaskResponse},
 };
 use crewline_tools::{ExecuteOptions, Exports, Target, ToolRegistry};
 use serde_json::{Map, Value, json};
@@ -399,6 +399,88 @@ async fn the_api_key_is_required_when_configured() {
         .await
         .expect("the client's key is accepted");
     assert!(task.id.starts_with("task_"));
+}
+
+#[tokio::test]
+async fn the_task_api_answers_at_smooths_paths_and_its_telemetry_gets_a_quiet_204() {
+    let api = TaskApi::new().api_key("sk-crew").expect("a key");
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+
+    // Smooth's SDK: base URL `{host}/api/` and `v1/task`; the key is still required there.
+    let refused = http
+        .post(format!("{url}/api/v1/task"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(refused.status(), 401);
+    let created: TaskResponse = http
+        .post(format!("{url}/api/v1/task"))
+        .header("apikey", "sk-crew")
+        .json(&json!({"task": "weather line"}))
+        .send()
+        .await
+        .expect("post")
+        .json::<Envelope<TaskResponse>>()
+        .await
+        .expect("a task")
+        .r;
+    let polled = http
+        .get(format!("{url}/api/v1/task/{}?event_t=0", created.id))
+        .header("apikey", "sk-crew")
+        .send()
+        .await
+        .expect("get");
+    // 202 while the task waits for its call, as Smooth answers.
+    assert_eq!(polled.status(), 202);
+    // The same task at crewline's own path: one API, two prefixes.
+    let same = http
+        .get(format!("{url}/task/{}", created.id))
+        .header("apikey", "sk-crew")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(same.status(), 202);
+
+    // The SDK's telemetry (sent unless SMOOTH_TELEMETRY=off): 204, with or without a key.
+    let telemetry = http
+        .post(format!("{url}/api/v1/telemetry"))
+        .json(&json!({"event": "sdk.run", "properties": {"version": "0.4.5"}}))
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(telemetry.status(), 204);
+    assert!(telemetry.bytes().await.expect("body").is_empty());
+    // Nothing else is served under the prefix.
+    let unknown = http
+        .get(format!("{url}/api/v1/tasks"))
+        .header("apikey", "sk-crew")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(unknown.status(), 404);
+}
+
+#[tokio::test]
+async fn the_crates_client_works_against_smooths_base_path() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let client = client(&format!("{url}/api/v1"));
+    let (task, serving) = create_and_serve(&client).await;
+
+    let remote = api.attach(&task.id).await.expect("attached");
+    let crew = crew_registry(&remote);
+    let paris = call(&crew, "c1", json!({"location": "Paris"})).await;
+    assert!(!paris.is_error(), "{}", paris.content());
+
+    drop((crew, remote));
+    let outcome = tokio::time::timeout(Duration::from_secs(20), serving)
+        .await
+        .expect("client finished in time")
+        .expect("client task")
+        .expect("client served");
+    assert_eq!(outcome.status.as_str(), "done");
 }
 
 /// The detail of an error response.

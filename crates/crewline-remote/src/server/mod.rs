@@ -62,6 +62,9 @@ pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 /// The longest timeout a custom tool may ask for: 10 min.
 pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
+/// Where Smooth serves its task API (its SDK's base URL `.../api/` plus its `api_version`
+/// `v1`); the task routes are served here and at the root.
+pub const SMOOTH_PREFIX: &str = "/api/v1";
 
 /// Why a call could not attach its task.
 #[derive(Debug, thiserror::Error)]
@@ -211,14 +214,24 @@ impl TaskApi {
         &self.store
     }
 
-    /// The routes, to merge into the crew server (`CrewServer::merge`) or serve alone.
+    /// The routes, to merge into the crew server (`CrewServer::merge`) or serve alone: the
+    /// task API at Smooth's own paths (`/api/v1/task`, `/api/v1/task/{id}`,
+    /// `/api/v1/task/{id}/event`, so Smooth's SDK works with its defaults given the base URL
+    /// `http://host:port/api/`) and at `/task...` as before; `POST /api/v1/telemetry`, which
+    /// Smooth's SDK sends, gets a quiet `204`.
     pub fn router(&self) -> Router {
-        Router::new()
+        let tasks = Router::new()
             .route("/task", post(create_task))
             .route("/task/{id}", get(poll_task).delete(cancel_task))
             .route("/task/{id}/event", post(post_event))
             .route_layer(self.auth().layer())
-            .with_state(self.clone())
+            .with_state(self.clone());
+        // Added after the auth layer, which covers only the routes before it: the SDK's
+        // telemetry carries nothing a crew reads, and is dropped unread.
+        let smooth = tasks
+            .clone()
+            .route("/telemetry", post(|| async { StatusCode::NO_CONTENT }));
+        tasks.nest(SMOOTH_PREFIX, smooth)
     }
 
     /// The auth layer's settings: the keys, or anyone (as `anonymous`) when none is set.
