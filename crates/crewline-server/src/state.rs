@@ -211,14 +211,11 @@ impl Service {
         let run = AssertUnwindSafe(async move { setup_fn(make_setup()).await }).catch_unwind();
         match tokio::time::timeout(self.config.setup_timeout, run).await {
             Err(_) => Err(SetupError::TimedOut(self.config.setup_timeout)),
-            Ok(Err(panic)) => Err(SetupError::Panicked(panic_message(panic.as_ref()))),
+            Ok(Err(panic)) => Err(SetupError::Panicked(
+                crewline::types::panic_message(panic.as_ref()).to_owned(),
+            )),
             Ok(Ok(Err(error))) => Err(SetupError::Failed(error)),
             Ok(Ok(Ok(crew))) => Ok(crew),
         }
     }
-}
-
-/// The message of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    crewline::types::panic_message(payload).to_owned()
 }

@@ -69,11 +69,6 @@ async fn emit_unless_interrupted(
     interrupt
 }
 
-/// The text of a panic payload.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    crewline_core::panic_message(payload).to_owned()
-}
-
 /// The `agent.error` for a failure of `method` in node code.
 fn error_event(node: &str, method: &str, error: &NodeError, severity: Severity) -> Event {
     let failure = NodeFailure {
@@ -93,7 +88,9 @@ where
 {
     match AssertUnwindSafe(future).catch_unwind().await {
         Ok(result) => result,
-        Err(payload) => Err(NodeError::panic(panic_text(payload.as_ref()))),
+        Err(payload) => Err(NodeError::panic(
+            crewline_core::panic_message(payload.as_ref()).to_owned(),
+        )),
     }
 }
 
@@ -365,7 +362,9 @@ impl OutputRunner {
                     }
                     Ok(None) => break,
                     Err(payload) => {
-                        failure = Some(NodeError::panic(panic_text(payload.as_ref())));
+                        failure = Some(NodeError::panic(
+                            crewline_core::panic_message(payload.as_ref()).to_owned(),
+                        ));
                         break;
                     }
                 }

@@ -1,7 +1,6 @@
 //! The pipeline one call goes through, stage by stage (see the [module docs](super)).
 
 use std::{
-    any::Any,
     borrow::Cow,
     panic::AssertUnwindSafe,
     sync::Arc,
@@ -472,7 +471,10 @@ fn guarded_call(
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(ToolCallError::from(error)),
             Err(payload) => Err(ToolCallError::new(ToolErrorKind::ToolError, PANIC_MESSAGE)
-                .with_detail(format!("panic: {}", panic_text(payload.as_ref())))),
+                .with_detail(format!(
+                    "panic: {}",
+                    crewline_core::panic_message(payload.as_ref())
+                ))),
         })
 }
 
@@ -510,11 +512,6 @@ fn human_duration(duration: Duration) -> String {
     } else {
         format!("{}ms", duration.as_millis())
     }
-}
-
-/// A panic's message, for the operator.
-fn panic_text(payload: &(dyn Any + Send)) -> &str {
-    crewline_core::panic_message(payload)
 }
 
 #[cfg(test)]
