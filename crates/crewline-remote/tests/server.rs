@@ -8,8 +8,8 @@ use std::{sync::Arc, time::Duration};
 use common::Weather;
 use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_remote::{
-    AttachError, ClientConfig, ClientError, RemoteTools, StoreError, TaskApi, TaskClient,
-    TaskOutcome,
+    AttachError, ClientConfig, ClientError, RemoteTools, SMOOTH_PREFIX, StoreError, TaskApi,
+    TaskClient, TaskOutcome,
     wire::{CustomTool, Envelope, TaskRequest, TaskResponse},
 };
 use crewline_tools::{ExecuteOptions, Exports, Target, ToolRegistry};
@@ -370,29 +370,20 @@ async fn the_api_key_is_required_when_configured() {
     let url = serve(&api).await;
     let http = reqwest::Client::new();
 
-    let missing = http
-        .post(format!("{url}/task"))
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(missing.status(), 401);
-    let wrong = http
-        .post(format!("{url}/task"))
-        .header("apikey", "sk-guess")
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(wrong.status(), 401);
-    let bearer = http
-        .post(format!("{url}/task"))
-        .bearer_auth("sk-crew")
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(bearer.status(), 200);
+    // At crewline's own path and at Smooth's (where its SDK sends the key too).
+    for prefix in ["", SMOOTH_PREFIX] {
+        let create = || http.post(format!("{url}{prefix}/task")).json(&json!({}));
+        let missing = create().send().await.expect("post");
+        assert_eq!(missing.status(), 401);
+        let wrong = create()
+            .header("apikey", "sk-guess")
+            .send()
+            .await
+            .expect("post");
+        assert_eq!(wrong.status(), 401);
+        let bearer = create().bearer_auth("sk-crew").send().await.expect("post");
+        assert_eq!(bearer.status(), 200);
+    }
     let task = TaskClient::new(ClientConfig::new(&url).api_key("sk-crew"))
         .expect("client")
         .create_task(&TaskRequest::default())
@@ -407,14 +398,8 @@ async fn the_task_api_answers_at_smooths_paths_and_its_telemetry_gets_a_quiet_20
     let url = serve(&api).await;
     let http = reqwest::Client::new();
 
-    // Smooth's SDK: base URL `{host}/api/` and `v1/task`; the key is still required there.
-    let refused = http
-        .post(format!("{url}/api/v1/task"))
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("post");
-    assert_eq!(refused.status(), 401);
+    // Smooth's SDK: base URL `{host}/api/` and `v1/task` (the key is checked there as at
+    // `/task`: `the_api_key_is_required_when_configured`).
     let created: TaskResponse = http
         .post(format!("{url}/api/v1/task"))
         .header("apikey", "sk-crew")
