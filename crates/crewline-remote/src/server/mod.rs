@@ -9,15 +9,16 @@
 //!
 //! | Route | Does |
 //! |---|---|
-//! | `POST /task` | creates a task (`custom_tools` are checked like a registry checks tools) |
-//! | `GET /task/{id}?event_t=&wait_ms=` | the task and its events after `event_t`; 202 while it runs, 200 once finished |
+//! | `POST /task` | creates a task (`custom_tools` are checked like a registry checks tools; `inputs` is a JSON Schema or smooth-py's map of parameter name to schema) |
+//! | `GET /task/{id}?event_t=&wait_ms=` | the task and its events after `event_t`; 202 while it runs, 200 once finished, with its `output` (what the call concluded, see [`TaskOutput`]) |
 //! | `POST /task/{id}/event` | answers a tool call: `{"name": "tool_call", "id", "payload": {"code", "output"}}` |
 //! | `DELETE /task/{id}` | cancels the task; waiting calls fail with a tool error |
 //!
 //! **Authentication** is crewline-auth's layer, as on every crewline route: with a key
 //! ([`TaskApi::api_key`], [`TaskApi::credential`]) every route needs it, as the `apikey` header
 //! (Smooth's) or `Authorization: Bearer`. A handler reads which key let the request in from
-//! its `Extension<Principal>` (named `anonymous` when no key is set). Merged into a
+//! its `Extension<Principal>` (named `anonymous` when no key is set); a key sees only the
+//! tasks it created (another key's task is `404`, as if it did not exist). Merged into a
 //! `CrewServer`, the routes are also behind the crew server's layer, which refuses to serve
 //! beyond loopback without a credential: give task clients the crew server's token, or add the
 //! task key to the crew server too (`CrewServer::credential`), since the client sends its key
