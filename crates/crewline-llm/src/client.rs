@@ -39,7 +39,6 @@ use crate::{ChatRequest, ChatResponse, LlmError, LlmStream, collect};
 /// assert_eq!(answer.finish_reason, Some(FinishReason::Stop));
 /// # Ok(()) }
 /// ```
-#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
 pub trait LlmClient: Send + Sync {
     /// Starts a streamed chat completion.
@@ -52,6 +51,12 @@ pub trait LlmClient: Send + Sync {
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
         collect(self.stream_chat(request).await?).await
     }
+
+    /// The model this client asks for unless a request says otherwise, to label what it
+    /// costs (token counters by model); `None` when the client does not know.
+    fn model_id(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A shared model is a model: an `Arc<dyn LlmClient>` goes wherever an `impl LlmClient` does.
@@ -63,5 +68,22 @@ impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {
         (**self).chat(request).await
+    }
+
+    fn model_id(&self) -> Option<&str> {
+        (**self).model_id()
+    }
+}
+
+#[cfg(any(test, feature = "mock"))]
+mockall::mock! {
+    /// A mock [`LlmClient`] (feature `mock`): set what `stream_chat` and `chat` return per
+    /// call; `model_id` keeps the trait's default, so tests need no expectation for it.
+    pub LlmClient {}
+
+    #[async_trait]
+    impl LlmClient for LlmClient {
+        async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError>;
+        async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError>;
     }
 }

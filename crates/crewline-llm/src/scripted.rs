@@ -394,6 +394,11 @@ impl ScriptedLlm {
 
 #[async_trait]
 impl LlmClient for ScriptedLlm {
+    fn model_id(&self) -> Option<&str> {
+        // The label its usage is counted under, beside real models' names.
+        Some("scripted")
+    }
+
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
         let (reply, turn) = self.next_reply(&request);
         let reply = match reply? {
@@ -549,5 +554,6 @@ fn usage(request: &ChatRequest, completion_chars: usize) -> Usage {
         completion_tokens,
         total_tokens: prompt_tokens.saturating_add(completion_tokens),
         reasoning_tokens: 0,
+        cached_tokens: 0,
     }
 }

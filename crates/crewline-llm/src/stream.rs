@@ -71,6 +71,10 @@ pub struct Usage {
     /// (`completion_tokens_details.reasoning_tokens`; 0 when the server does not say).
     #[serde(default)]
     pub reasoning_tokens: u32,
+    /// Of the prompt tokens, those the server read from its prompt cache
+    /// (`prompt_tokens_details.cached_tokens`; 0 when the server does not say).
+    #[serde(default)]
+    pub cached_tokens: u32,
 }
 
 impl std::ops::AddAssign for Usage {
@@ -79,6 +83,7 @@ impl std::ops::AddAssign for Usage {
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
         self.reasoning_tokens += other.reasoning_tokens;
+        self.cached_tokens += other.cached_tokens;
     }
 }
 

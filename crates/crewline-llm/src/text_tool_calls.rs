@@ -131,6 +131,10 @@ impl<C: LlmClient> TextToolCalls<C> {
 
 #[async_trait]
 impl<C: LlmClient> LlmClient for TextToolCalls<C> {
+    fn model_id(&self) -> Option<&str> {
+        self.inner.model_id()
+    }
+
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
         let stream = self.inner.stream_chat(request).await?;
         if self.formats.is_empty() {

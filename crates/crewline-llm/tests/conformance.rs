@@ -199,7 +199,8 @@ mod cases {
                     prompt_tokens: 12,
                     completion_tokens: 3,
                     total_tokens: 15,
-                    reasoning_tokens: 0
+                    reasoning_tokens: 0,
+                    cached_tokens: 0,
                 }),
             ]
         );
@@ -635,7 +636,8 @@ mod cases {
                 prompt_tokens: 20,
                 completion_tokens: 4,
                 total_tokens: 24,
-                reasoning_tokens: 0
+                reasoning_tokens: 0,
+                cached_tokens: 0,
             })
         );
         let body = &server.mock().raw_requests()[0].body;

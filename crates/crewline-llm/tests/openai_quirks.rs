@@ -248,6 +248,7 @@ async fn reasoning_deltas_are_their_own_items_and_counted_in_usage() {
                 completion_tokens: 30,
                 total_tokens: 40,
                 reasoning_tokens: 22,
+                cached_tokens: 0,
             }),
         ]
     );

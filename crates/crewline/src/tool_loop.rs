@@ -123,6 +123,19 @@ pub struct ToolLoop {
     /// Whose calls these are: the executor keeps cached results, approvals and running
     /// non-cancellable calls per scope.
     scope: SessionScope,
+    /// The model the loop's requests ask for (the options' override, else the client's), to
+    /// label each turn's usage; computed once, shared by every turn.
+    model: Option<Arc<str>>,
+}
+
+/// The model requests ask for: `options.model`, else the client's own.
+fn model_label(llm: &dyn LlmClient, config: &ToolLoopConfig) -> Option<Arc<str>> {
+    config
+        .options
+        .model
+        .as_deref()
+        .or_else(|| llm.model_id())
+        .map(Arc::from)
 }
 
 /// Something that happened during a turn.
@@ -169,6 +182,8 @@ pub struct TurnReport {
     pub rounds: Vec<RoundReport>,
     /// Tokens over all requests.
     pub usage: Usage,
+    /// The model the requests asked for, when known (to count tokens by model).
+    pub model: Option<Arc<str>>,
     /// Time from the turn's start to its first text.
     pub time_to_first_token: Option<Duration>,
     /// Time from the turn's start to its end.
@@ -196,12 +211,14 @@ pub type TurnStream<'a> = BoxStream<'a, Result<TurnEvent, TurnError>>;
 impl ToolLoop {
     /// A loop over `llm` with `tools`, with default settings.
     pub fn new(llm: Arc<dyn LlmClient>, tools: Arc<ToolRegistry>) -> Self {
+        let config = ToolLoopConfig::default();
         Self {
             // Only the tools exported to the crew loop are offered to its model.
             definitions: tools.definitions_for(Target::Crew).into(),
+            model: model_label(llm.as_ref(), &config),
             llm,
             tools,
-            config: ToolLoopConfig::default(),
+            config,
             filler: None,
             scope: SessionScope::new(),
         }
@@ -248,6 +265,7 @@ impl ToolLoop {
 
     /// Replaces the settings.
     pub fn with_config(mut self, config: ToolLoopConfig) -> Self {
+        self.model = model_label(self.llm.as_ref(), &config);
         self.config = config;
         self
     }
@@ -322,7 +340,10 @@ impl ToolLoop {
             // the session's scope is the same in every turn.
             let run = self.call_context();
             let mut state = TurnState::new(context, &self.tools, run.clone());
-            let mut report = TurnReport::default();
+            let mut report = TurnReport {
+                model: self.model.clone(),
+                ..TurnReport::default()
+            };
             let mut tool_rounds = 0;
             // Calls of this turn handed to the executor (for the turn's cap).
             let mut turn_calls = 0;

@@ -95,6 +95,7 @@ fn text_reply(chunks: &[&str]) -> LlmStream {
         completion_tokens: 5,
         total_tokens: 15,
         reasoning_tokens: 0,
+        cached_tokens: 0,
     })));
     Box::pin(stream::iter(items))
 }
@@ -116,6 +117,7 @@ fn tool_reply(text: &str, calls: &[(&str, &str, Value)]) -> LlmStream {
         completion_tokens: 3,
         total_tokens: 23,
         reasoning_tokens: 0,
+        cached_tokens: 0,
     })));
     Box::pin(stream::iter(items))
 }

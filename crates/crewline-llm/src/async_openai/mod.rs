@@ -237,6 +237,10 @@ impl<C: Config> AsyncOpenAiClient<C> {
 
 #[async_trait]
 impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
+    fn model_id(&self) -> Option<&str> {
+        Some(self.model())
+    }
+
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
         let span = self.span(&request, true);
         let allowed = !self.stream_options_refused.load(Ordering::Relaxed);

@@ -228,6 +228,7 @@ mod tests {
             completion_tokens: c,
             total_tokens: p + c,
             reasoning_tokens: 0,
+            cached_tokens: 0,
         })
     }
 
@@ -255,6 +256,7 @@ mod tests {
                     completion_tokens: 2,
                     total_tokens: 7,
                     reasoning_tokens: 0,
+                    cached_tokens: 0,
                 }),
             ]
         );
@@ -284,6 +286,7 @@ mod tests {
                     completion_tokens: 2,
                     total_tokens: 3,
                     reasoning_tokens: 0,
+                    cached_tokens: 0,
                 }),
             ]
         );
@@ -388,6 +391,29 @@ mod tests {
         both["usage"] = json!({"prompt_tokens": 4, "completion_tokens": 2});
         let chunk: Chunk = serde_json::from_value(both).expect("chunk");
         assert_eq!(chunk.usage().map(|u| u.prompt_tokens), Some(4));
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_read_strictly_and_leniently() {
+        let strict: Chunk = serde_json::from_value(json!({"choices": [], "usage": {
+            "prompt_tokens": 900, "completion_tokens": 12, "total_tokens": 912,
+            "prompt_tokens_details": {"cached_tokens": 768, "audio_tokens": 0}}}))
+        .expect("chunk");
+        assert_eq!(strict.usage().map(|u| u.cached_tokens), Some(768));
+        // A float count sends the chunk down the lenient path; the cached count survives it.
+        let items = decode(&[
+            json!({"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 900.0, "completion_tokens": 12,
+                "prompt_tokens_details": {"cached_tokens": 768.0}}}),
+        ]);
+        let usage = ok_items(items).into_iter().find_map(|item| match item {
+            StreamItem::Usage(usage) => Some(usage),
+            _ => None,
+        });
+        assert_eq!(
+            usage.map(|u| (u.prompt_tokens, u.cached_tokens)),
+            Some((900, 768))
+        );
     }
 
     #[test]

@@ -244,6 +244,10 @@ impl OpenAiClient {
 
 #[async_trait]
 impl LlmClient for OpenAiClient {
+    fn model_id(&self) -> Option<&str> {
+        Some(self.model())
+    }
+
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
         let span = self.span(&request, true);
         let allowed = !self.stream_options_refused.load(Ordering::Relaxed);

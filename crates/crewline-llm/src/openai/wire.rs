@@ -185,6 +185,16 @@ pub(crate) struct WireUsage {
     total_tokens: Option<u32>,
     #[serde(deserialize_with = "lenient")]
     completion_tokens_details: Option<WireCompletionDetails>,
+    #[serde(deserialize_with = "lenient")]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+/// The breakdown of the prompt tokens (OpenAI, Azure, DeepSeek through OpenRouter).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct WirePromptDetails {
+    #[serde(deserialize_with = "lenient_count")]
+    cached_tokens: Option<u32>,
 }
 
 /// The breakdown of the completion tokens (OpenAI, DeepSeek, OpenRouter).
@@ -216,6 +226,11 @@ impl WireUsage {
                 .completion_tokens_details
                 .as_ref()
                 .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+            cached_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
                 .unwrap_or(0),
         })
     }
@@ -346,11 +361,17 @@ struct StrictUsage {
     completion_tokens: Option<u32>,
     total_tokens: Option<u32>,
     completion_tokens_details: Option<StrictCompletionDetails>,
+    prompt_tokens_details: Option<StrictPromptDetails>,
 }
 
 #[derive(Deserialize)]
 struct StrictCompletionDetails {
     reasoning_tokens: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct StrictPromptDetails {
+    cached_tokens: Option<u32>,
 }
 
 impl From<StrictUsage> for WireUsage {
@@ -363,6 +384,9 @@ impl From<StrictUsage> for WireUsage {
                 WireCompletionDetails {
                     reasoning_tokens: d.reasoning_tokens,
                 }
+            }),
+            prompt_tokens_details: usage.prompt_tokens_details.map(|d| WirePromptDetails {
+                cached_tokens: d.cached_tokens,
             }),
         }
     }
@@ -635,6 +659,7 @@ mod tests {
                 completion_tokens: 4,
                 total_tokens: 7,
                 reasoning_tokens: 0,
+                cached_tokens: 0,
             })
         );
         // Floats, and a missing total computed from the parts.
@@ -645,6 +670,7 @@ mod tests {
                 completion_tokens: 4,
                 total_tokens: 7,
                 reasoning_tokens: 0,
+                cached_tokens: 0,
             })
         );
         assert_eq!(usage(json!({})), None);

@@ -15,7 +15,8 @@ use prometheus_client::{
 };
 
 use super::{
-    ErrorKind, FrameDrop, HandshakeFailure, Metrics, SEVERITIES, TURN_OUTCOMES, ToolStats,
+    ErrorKind, FrameDrop, HandshakeFailure, Metrics, SEVERITIES, TOKEN_KINDS, TURN_OUTCOMES,
+    TokenStats, ToolStats,
 };
 
 /// Writes [`Metrics`] through prometheus-client's encoder at scrape time.
@@ -97,6 +98,30 @@ impl Collector for Exporter {
             "Time from each LLM request to its first token.",
             e,
         )?;
+
+        let mut models: Vec<(Box<str>, Arc<TokenStats>)> = m
+            .tokens
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(name, stats)| (name.clone(), Arc::clone(stats)))
+            .collect();
+        models.sort_by(|a, b| a.0.cmp(&b.0));
+        {
+            let mut metric = e.encode_descriptor(
+                "crewline_llm_tokens",
+                "Tokens the model servers reported, by model and kind (prompt, completion, cached).",
+                None,
+                MetricType::Counter,
+            )?;
+            for (model, stats) in &models {
+                for (kind, counter) in TOKEN_KINDS.iter().zip(&stats.tokens) {
+                    metric
+                        .encode_family(&[("model", &**model), ("kind", *kind)])?
+                        .encode_counter::<NoLabelSet, _, u64>(&counter.load(Relaxed), None)?;
+                }
+            }
+        }
 
         let mut tools: Vec<(Box<str>, Arc<ToolStats>)> = m
             .tools

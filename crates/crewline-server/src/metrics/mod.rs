@@ -35,6 +35,18 @@ pub const METRICS_CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 /// Distinct tool names kept as labels; further names (a model inventing tools) share `other`.
 const MAX_TOOL_LABELS: usize = 128;
 
+/// Distinct model names kept as labels; further names share `other`.
+const MAX_MODEL_LABELS: usize = 32;
+
+/// The token kinds counted per model, in `crewline_llm_tokens_total{kind}`.
+const TOKEN_KINDS: [&str; 3] = ["prompt", "completion", "cached"];
+
+/// One model's token counts, by [`TOKEN_KINDS`].
+#[derive(Default)]
+struct TokenStats {
+    tokens: [AtomicU64; TOKEN_KINDS.len()],
+}
+
 /// One tool's measurements.
 struct ToolStats {
     latency: Histogram,
@@ -50,7 +62,8 @@ struct ToolStats {
 /// `crewline_tool_duration_seconds{tool}`, `crewline_tool_errors_total{tool,kind}`,
 /// `crewline_node_errors_total{severity}`, `crewline_errors_total{kind}`,
 /// `crewline_dropped_frames_total{reason}`, `crewline_dropped_events_total{reason}`,
-/// `crewline_handshake_failures_total{reason}`.
+/// `crewline_handshake_failures_total{reason}`, `crewline_llm_tokens_total{model,kind}` (kind
+/// `prompt`, `completion` or `cached`, as the model server reported them).
 ///
 /// # Examples
 ///
@@ -99,6 +112,7 @@ pub struct Metrics {
     turn_duration: Histogram,
     llm_first_token: Histogram,
     tools: RwLock<HashMap<Box<str>, Arc<ToolStats>>>,
+    tokens: RwLock<HashMap<Box<str>, Arc<TokenStats>>>,
     node_errors: [AtomicU64; 2],
     errors: [AtomicU64; ErrorKind::ALL.len()],
     dropped_frames: [AtomicU64; FrameDrop::ALL.len()],
@@ -156,6 +170,7 @@ impl Metrics {
             turn_duration: Histogram::new(),
             llm_first_token: Histogram::new(),
             tools: RwLock::new(HashMap::new()),
+            tokens: RwLock::new(HashMap::new()),
             node_errors: Default::default(),
             errors: Default::default(),
             dropped_frames: Default::default(),
@@ -201,6 +216,39 @@ impl Metrics {
     /// Turns that ended with `outcome` since the start.
     pub fn turns(&self, outcome: TurnOutcome) -> u64 {
         self.turns[turn_index(outcome)].load(Relaxed)
+    }
+
+    /// Tokens of `kind` (`prompt`, `completion` or `cached`) that `model` used since the start.
+    pub fn tokens(&self, model: &str, kind: &str) -> u64 {
+        let Some(index) = TOKEN_KINDS.iter().position(|k| *k == kind) else {
+            return 0;
+        };
+        self.tokens
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(model)
+            .map_or(0, |stats| stats.tokens[index].load(Relaxed))
+    }
+
+    fn model_tokens(&self, model: &str) -> Arc<TokenStats> {
+        let models = self
+            .tokens
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(stats) = models.get(model) {
+            return Arc::clone(stats);
+        }
+        drop(models);
+        let mut models = self
+            .tokens
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = if models.len() >= MAX_MODEL_LABELS && !models.contains_key(model) {
+            "other"
+        } else {
+            model
+        };
+        Arc::clone(models.entry(key.into()).or_default())
     }
 
     /// Counts a call as started; the returned guard counts it as ended when dropped.
@@ -282,6 +330,18 @@ impl Observer for Metrics {
             for round in &report.rounds {
                 if let Some(ttft) = round.time_to_first_token {
                     self.llm_first_token.observe(ttft);
+                }
+            }
+            let usage = &report.usage;
+            if usage.prompt_tokens > 0 || usage.completion_tokens > 0 {
+                let stats = self.model_tokens(report.model.as_deref().unwrap_or("unknown"));
+                let counts = [
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.cached_tokens,
+                ];
+                for (counter, count) in stats.tokens.iter().zip(counts) {
+                    counter.fetch_add(u64::from(count), Relaxed);
                 }
             }
         }
