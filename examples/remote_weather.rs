@@ -3,7 +3,8 @@
 //! registers its `get_weather` with `POST /task`, prints the task id, and answers the crew's
 //! tool calls as they come (`GET /task/{id}?event_t=..&wait_ms=..`, then
 //! `POST /task/{id}/event`). A platform call that carries `task_id` in its variables gets
-//! the client's tool; when the call ends, the task is done and the client exits.
+//! the client's tool; when the call ends, the task is done with the agent's last reply as its
+//! output, and the client prints it and exits.
 //!
 //! ```sh
 //! cargo run --example remote_weather -- --port 8080                 # the crew (scripted model)
@@ -63,8 +64,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut out = std::io::stdout().lock();
         writeln!(
             out,
-            "status={} answered={} rejected={}",
-            outcome.status, outcome.calls_answered, outcome.answers_rejected
+            "status={} answered={} rejected={} output={}",
+            outcome.status,
+            outcome.calls_answered,
+            outcome.answers_rejected,
+            outcome.output.unwrap_or_default()
         )?;
         return Ok(());
     }

@@ -188,7 +188,12 @@ async fn the_weather_tool_is_answered_by_a_separate_client_process() {
     // Hanging up ends the task; the client sees it and exits.
     platform.close().await.expect("closed");
     let summary = station.finish().await;
-    assert_eq!(summary, "status=done answered=2 rejected=0");
+    // ... with what the call concluded: the agent's last reply, as the task's output.
+    assert_eq!(
+        summary,
+        "status=done answered=2 rejected=0 output=\"The station has no data for Atlantis; ask \
+         for a larger city nearby.\""
+    );
 }
 
 #[tokio::test]
@@ -241,4 +246,62 @@ async fn a_call_naming_an_unknown_task_is_refused_with_the_reason() {
         }
         other => panic!("expected a rejected handshake, got {other}"),
     }
+}
+
+#[tokio::test]
+async fn a_tool_the_client_never_registered_is_refused_at_once_and_never_reaches_it() {
+    // The longest tool timeout there is: were the call sent to the client and left waiting,
+    // this test would hang instead of passing.
+    let tasks = TaskApi::new().tool_timeout(crewline_remote::MAX_TOOL_TIMEOUT);
+    let addr = serve(tasks.clone()).await;
+    // The client offers a forecast tool only; the crew's model asks for `get_weather`.
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(format!("http://{addr}/api/v1/task"))
+        .json(
+            &json!({"custom_tools": [{"name": "get_forecast", "description": "A forecast.",
+            "inputs": {"location": {"type": "string"}}, "output": "string"}]}),
+        )
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("body");
+    let task_id = created["r"]["id"].as_str().expect("id").to_owned();
+    let mut platform = call(addr, &[("task_id", json!(task_id))])
+        .await
+        .expect("handshake");
+
+    let turn = tokio::time::timeout(
+        Duration::from_secs(60),
+        platform
+            .user_turn("What's the weather in Paris?")
+            .expect("turn")
+            .finish(),
+    )
+    .await
+    .expect("the turn did not wait for a client that would never answer")
+    .expect("the turn ends");
+
+    assert!(
+        turn.text
+            .contains("there is no tool named `get_weather`; available tools: get_forecast"),
+        "the model hears which tools there are: {}",
+        turn.text
+    );
+    assert!(matches!(turn.tools[0].outcome, ToolOutcome::Failed(_)));
+    let polled: Value = http
+        .get(format!("http://{addr}/api/v1/task/{task_id}?event_t=0"))
+        .send()
+        .await
+        .expect("poll")
+        .json()
+        .await
+        .expect("body");
+    assert_eq!(
+        polled["r"]["events"],
+        json!([]),
+        "no call reached the client"
+    );
 }

@@ -34,7 +34,8 @@ pub use client::{
     ApiKey, Backoff, ClientConfig, ClientError, TaskClient, TaskOutcome, answer_for, run_tool_call,
 };
 pub use server::{
-    AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_TOOL_TIMEOUT, MAX_WAIT,
-    MemoryStore, Polled, Principal, RemoteTool, RemoteTools, SMOOTH_PREFIX, StoreError,
-    StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskSnapshot, TaskStore,
+    AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_BYTES,
+    MAX_TOOL_TIMEOUT, MAX_WAIT, MemoryStore, OutputTooLarge, Polled, Principal, RemoteTool,
+    RemoteTools, SMOOTH_PREFIX, StoreError, StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskOutput,
+    TaskSnapshot, TaskStore,
 };

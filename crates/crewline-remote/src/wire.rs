@@ -33,7 +33,8 @@ pub struct CustomTool {
     pub name: String,
     /// What the tool does and when to use it.
     pub description: String,
-    /// The JSON Schema of the arguments object.
+    /// The JSON Schema of the arguments object (the server also takes smooth-py's map of
+    /// parameter name to schema, and keeps it as the equivalent JSON Schema).
     pub inputs: Value,
     /// What the tool returns, in words.
     pub output: String,

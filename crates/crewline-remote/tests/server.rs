@@ -638,3 +638,195 @@ async fn each_of_several_keys_is_accepted_and_an_empty_header_is_not() {
         }
     }
 }
+
+#[tokio::test]
+async fn one_key_cannot_read_answer_or_cancel_another_keys_task() {
+    let api = TaskApi::new()
+        .credential(crewline_remote::Credential::new("alice", "sk-alice").expect("key"))
+        .credential(crewline_remote::Credential::new("bob", "sk-bob").expect("key"));
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(format!("{url}/api/v1/task"))
+        .header("apikey", "sk-alice")
+        .json(&json!({"custom_tools": [weather_spec(None)]}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("body");
+    let id = created["r"]["id"].as_str().expect("id").to_owned();
+    let remote = api.attach(&id).await.expect("attached");
+    let crew = crew_registry(&remote);
+    let calling = tokio::spawn(async move {
+        let result = call(&crew, "c1", json!({"location": "Oslo"})).await;
+        (result, crew)
+    });
+    // Wait until alice's task has its tool call, so a leak would have something to show.
+    let alice = |request: reqwest::RequestBuilder| request.header("apikey", "sk-alice");
+    let body: Value = alice(http.get(format!("{url}/api/v1/task/{id}?wait_ms=10000")))
+        .send()
+        .await
+        .expect("poll")
+        .json()
+        .await
+        .expect("poll body");
+    let event = body["r"]["events"][0]["id"]
+        .as_str()
+        .expect("event")
+        .to_owned();
+
+    // Bob, with a valid key of his own, sees no such task on any route.
+    let bob = |request: reqwest::RequestBuilder| request.header("apikey", "sk-bob");
+    let answer = json!({"name": "tool_call", "id": event,
+                        "payload": {"code": 200, "output": "sunny, says bob"}});
+    for request in [
+        bob(http.get(format!("{url}/api/v1/task/{id}?event_t=0"))),
+        bob(http
+            .post(format!("{url}/api/v1/task/{id}/event"))
+            .json(&answer)),
+        bob(http.delete(format!("{url}/api/v1/task/{id}"))),
+    ] {
+        let response = request.send().await.expect("request");
+        assert_eq!(response.status(), 404);
+        let text = response.text().await.expect("body");
+        assert!(!text.contains("Oslo") && text.contains(&id), "{text}");
+    }
+
+    // Alice's call is untouched by all that: her answer is the one the model gets.
+    let answer = json!({"name": "tool_call", "id": event,
+                        "payload": {"code": 200, "output": {"temperature_c": 7}}});
+    let response = alice(
+        http.post(format!("{url}/api/v1/task/{id}/event"))
+            .json(&answer),
+    )
+    .send()
+    .await
+    .expect("answer");
+    assert_eq!(response.status(), 200);
+    let (result, crew) = calling.await.expect("call");
+    assert_eq!(result.content(), r#"{"temperature_c":7}"#);
+    drop((crew, remote));
+}
+
+#[tokio::test]
+async fn smooths_sdk_parameter_map_inputs_become_a_schema_the_crew_checks() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    // What `@client.tool(inputs={...})` of smooth-py sends: parameter name -> its schema.
+    let created: Value = http
+        .post(format!("{url}/api/v1/task"))
+        .json(&json!({"task": "weather line", "custom_tools": [{
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "inputs": {"location": {"type": "string", "description": "The city"}},
+            "output": "string",
+        }]}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("body");
+    let id = created["r"]["id"].as_str().expect("id");
+    let remote = api.attach(id).await.expect("attached");
+    let crew = crew_registry(&remote);
+    let schema = &crew.definitions()[0].parameters;
+    assert_eq!(schema["required"], json!(["location"]), "{schema}");
+    // The location is required: a call without it never reaches the client.
+    let missing = call(&crew, "c1", json!({})).await;
+    assert_eq!(missing.error_kind(), Some(ToolErrorKind::ToolArgsInvalid));
+
+    // A shape that is neither form is refused when the task is created, by name.
+    let response = http
+        .post(format!("{url}/api/v1/task"))
+        .json(&json!({"custom_tools": [{"name": "t", "description": "d",
+                                        "inputs": {"location": 5}, "output": "o"}]}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(response.status(), 400);
+    let detail = detail(response).await;
+    assert!(
+        detail.contains("custom tool `t`") && detail.contains("inputs.location"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn a_finished_task_carries_what_the_call_concluded() {
+    let api = TaskApi::new();
+    let url = serve(&api).await;
+    let http = reqwest::Client::new();
+    let create = || async {
+        let body: Value = http
+            .post(format!("{url}/api/v1/task"))
+            .json(&json!({"custom_tools": [weather_spec(None)]}))
+            .send()
+            .await
+            .expect("create")
+            .json()
+            .await
+            .expect("body");
+        body["r"]["id"].as_str().expect("id").to_owned()
+    };
+    let finished = |id: String| {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            for _ in 0..200 {
+                let body: Value = http
+                    .get(format!("{url}/api/v1/task/{id}"))
+                    .send()
+                    .await
+                    .expect("poll")
+                    .json()
+                    .await
+                    .expect("body");
+                if body["r"]["status"] != "running" {
+                    return body["r"].clone();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("task {id} never finished");
+        }
+    };
+
+    // The crew says what the call concluded.
+    let id = create().await;
+    let remote = api.attach(&id).await.expect("attached");
+    remote
+        .output()
+        .set(json!({"resolved": true, "city": "Oslo"}))
+        .expect("small enough");
+    drop(remote);
+    let task = finished(id).await;
+    assert_eq!(task["status"], "done");
+    assert_eq!(task["output"], json!({"resolved": true, "city": "Oslo"}));
+
+    // By default: the agent's last reply, as the call's conversation had it.
+    let id = create().await;
+    let remote = api.attach(&id).await.expect("attached");
+    let mut context = crewline_core::Context::with_system("You are a weather line.");
+    context.add(crewline_core::Message::user("Weather in Oslo?"));
+    context.add(crewline_core::Message::assistant(
+        "In Oslo it is 7 degrees.",
+    ));
+    context.add(crewline_core::Message::user("Thanks, bye!"));
+    context.add(crewline_core::Message::assistant("  Goodbye!  "));
+    remote.output().record_last_reply(&context);
+    drop(remote);
+    assert_eq!(finished(id).await["output"], "Goodbye!");
+
+    // An output far larger than a conclusion is refused when it is set, not lost silently.
+    let id = create().await;
+    let remote = api.attach(&id).await.expect("attached");
+    let error = remote
+        .output()
+        .set("x".repeat(crewline_remote::MAX_OUTPUT_BYTES))
+        .expect_err("too large");
+    assert!(error.to_string().contains("at most 65536 bytes"), "{error}");
+    drop(remote);
+    assert_eq!(finished(id).await["output"], Value::Null);
+}

@@ -2,11 +2,11 @@
 
 use std::{fmt, sync::Arc};
 
-use crewline_core::{ContextLimits, ToolCall};
+use crewline_core::{Context, ContextLimits, ToolCall};
 use crewline_llm::{LlmClient, RequestOptions, TextToolCallFormat, TextToolCalls};
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
-use crate::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+use crate::{CallEndHook, Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
 
 /// The node name of an agent that was not given one.
 pub const DEFAULT_AGENT_NAME: &str = "agent";
@@ -59,6 +59,7 @@ pub struct Agent {
     limits: Option<ContextLimits>,
     interruptible: bool,
     tool_loop: ToolLoop,
+    on_call_end: Option<CallEndHook>,
 }
 
 impl fmt::Debug for Agent {
@@ -92,6 +93,7 @@ impl Agent {
             registry: Ok(ToolRegistry::new()),
             configure: Vec::new(),
             text_tool_calls: Vec::new(),
+            on_call_end: None,
         }
     }
 
@@ -112,10 +114,14 @@ impl Agent {
             Prompt::Fixed(prompt) => prompt.to_string(),
             Prompt::PerCall(prompt) => prompt(setup),
         };
-        let agent = LoopAgent::new(prompt, self.tool_loop.clone());
-        match self.limits {
-            Some(limits) => agent.context_limits(limits),
-            None => agent,
+        let mut agent = LoopAgent::new(prompt, self.tool_loop.clone());
+        if let Some(limits) = self.limits {
+            agent = agent.context_limits(limits);
+        }
+        // A dry run (the server's start-up check) is not a call: nothing ended.
+        match &self.on_call_end {
+            Some(hook) if !setup.is_dry_run() => agent.on_end(Arc::clone(hook)),
+            _ => agent,
         }
     }
 
@@ -186,6 +192,7 @@ pub struct AgentBuilder {
     configure: Vec<Configure>,
     /// The formats of tool calls written as text to read as calls (none: off).
     text_tool_calls: Vec<TextToolCallFormat>,
+    on_call_end: Option<CallEndHook>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -322,6 +329,17 @@ impl AgentBuilder {
         self
     }
 
+    /// Runs `hook` once per call with its final conversation when the call ends (to record
+    /// what it concluded: a remote task's output, a note for a CRM); not for dry runs. It
+    /// runs as the call's agent is dropped: keep it quick and non-blocking.
+    pub fn on_call_end<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Context) + Send + Sync + 'static,
+    {
+        self.on_call_end = Some(Arc::new(hook));
+        self
+    }
+
     /// Any other tool-loop setting, applied in order when the agent is built.
     pub fn configure<F>(mut self, configure: F) -> Self
     where
@@ -349,6 +367,7 @@ impl AgentBuilder {
             limits: self.limits,
             interruptible: self.interruptible,
             tool_loop,
+            on_call_end: self.on_call_end,
         })
     }
 }

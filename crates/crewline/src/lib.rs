@@ -73,7 +73,7 @@ pub use crewline_llm as llm;
 pub use crewline_macros::{function_tool, tools};
 pub use crewline_protocol as protocol;
 pub use crewline_tools as tool;
-pub use loop_agent::LoopAgent;
+pub use loop_agent::{CallEndHook, LoopAgent};
 pub use node::{
     BackgroundAgent, BackgroundNode, NodeError, NodeHandle, NodeSpec, OutputAgent, OutputNode,
 };

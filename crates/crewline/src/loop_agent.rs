@@ -1,5 +1,10 @@
 //! The common output agent: a conversation answered by a tool loop.
 
+use std::{
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::Arc,
+};
+
 use async_trait::async_trait;
 use crewline_core::{Context, ContextLimits};
 
@@ -31,7 +36,12 @@ pub struct LoopAgent {
     /// The call's controls, known once the node starts: a turn ends without asking the model
     /// again once a tool ended or transferred the call.
     call: Option<CallControl>,
+    /// Runs with the final conversation when the agent is dropped (the call has ended).
+    on_end: Option<CallEndHook>,
 }
+
+/// A hook run once with a call's final conversation; see [`LoopAgent::on_end`].
+pub type CallEndHook = Arc<dyn Fn(&Context) + Send + Sync>;
 
 impl LoopAgent {
     /// An agent with `system_prompt` whose answers come from `tool_loop`.
@@ -53,6 +63,30 @@ impl LoopAgent {
             context,
             tool_loop,
             call: None,
+            on_end: None,
+        }
+    }
+
+    /// Runs `hook` once with the final conversation when the call ends (when the session
+    /// drops the agent): to record what the call concluded. A panic in it is logged, not
+    /// propagated; it runs in `Drop`, so it must not block.
+    #[must_use]
+    pub fn on_end(mut self, hook: CallEndHook) -> Self {
+        self.on_end = Some(hook);
+        self
+    }
+}
+
+impl Drop for LoopAgent {
+    fn drop(&mut self) {
+        if let Some(hook) = self.on_end.take() {
+            let context = &self.context;
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| hook(context))) {
+                tracing::error!(
+                    panic = crewline_core::panic_message(panic.as_ref()),
+                    "the call-end hook panicked"
+                );
+            }
         }
     }
 }

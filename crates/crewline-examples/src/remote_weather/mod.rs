@@ -2,7 +2,8 @@
 //! its own. A client registers the tool with the crew server's task API (`POST /task`), the
 //! platform call names the task in its `task_id` variable, and the crew's setup code attaches
 //! the task, which adds a remote `get_weather` to the call's registry. When the model calls it,
-//! the call parks until the client answers or the tool's timeout passes.
+//! the call parks until the client answers or the tool's timeout passes. When the call ends,
+//! the task is `done` and its `output` is the agent's last reply.
 //!
 //! The example binary serves it; tests/remote_weather.rs drives it. The client side is
 //! [`station`].
@@ -64,17 +65,19 @@ impl RemoteWeatherCrew {
         setup: &SessionSetup,
     ) -> Result<Crew, Box<dyn std::error::Error + Send + Sync>> {
         let mut registry = ToolRegistry::new();
+        let mut builder = Agent::builder_shared(Arc::clone(&self.llm))
+            .name("weather-agent")
+            .prompt(PROMPT);
         if let Some(remote) = self.tasks.attach_call(setup.initial_variables()).await? {
             tracing::info!(task_id = remote.task_id(), tools = ?remote.names(), "remote tools attached");
             // The registry owns the remote tools: when the call ends and the crew is dropped,
             // the task is marked done and the client stops polling.
             remote.register_into(&mut registry)?;
+            // The task's output is what the call concluded: here the agent's last reply.
+            let output = remote.output();
+            builder = builder.on_call_end(move |context| output.record_last_reply(context));
         }
-        let agent = Agent::builder_shared(Arc::clone(&self.llm))
-            .name("weather-agent")
-            .prompt(PROMPT)
-            .registry(registry)
-            .build()?;
+        let agent = builder.registry(registry).build()?;
         Ok(agent.crew_for(setup))
     }
 }

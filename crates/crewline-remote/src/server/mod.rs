@@ -9,15 +9,16 @@
 //!
 //! | Route | Does |
 //! |---|---|
-//! | `POST /task` | creates a task (`custom_tools` are checked like a registry checks tools) |
-//! | `GET /task/{id}?event_t=&wait_ms=` | the task and its events after `event_t`; 202 while it runs, 200 once finished |
+//! | `POST /task` | creates a task (`custom_tools` are checked like a registry checks tools; `inputs` is a JSON Schema or smooth-py's map of parameter name to schema) |
+//! | `GET /task/{id}?event_t=&wait_ms=` | the task and its events after `event_t`; 202 while it runs, 200 once finished, with its `output` (what the call concluded, see [`TaskOutput`]) |
 //! | `POST /task/{id}/event` | answers a tool call: `{"name": "tool_call", "id", "payload": {"code", "output"}}` |
 //! | `DELETE /task/{id}` | cancels the task; waiting calls fail with a tool error |
 //!
 //! **Authentication** is crewline-auth's layer, as on every crewline route: with a key
 //! ([`TaskApi::api_key`], [`TaskApi::credential`]) every route needs it, as the `apikey` header
 //! (Smooth's) or `Authorization: Bearer`. A handler reads which key let the request in from
-//! its `Extension<Principal>` (named `anonymous` when no key is set). Merged into a
+//! its `Extension<Principal>` (named `anonymous` when no key is set); a key sees only the
+//! tasks it created (another key's task is `404`, as if it did not exist). Merged into a
 //! `CrewServer`, the routes are also behind the crew server's layer, which refuses to serve
 //! beyond loopback without a credential: give task clients the crew server's token, or add the
 //! task key to the crew server too (`CrewServer::credential`), since the client sends its key
@@ -26,6 +27,7 @@
 //! Every request is bounded ([`StoreLimits`]): a caller over its own task or byte budget gets
 //! 429, a task over its byte budget 413, and a full store 503, each with the reason.
 
+mod inputs;
 mod store;
 mod tool;
 
@@ -47,7 +49,7 @@ use serde_json::{Map, Value};
 
 pub use self::{
     store::{MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore},
-    tool::{RemoteTool, RemoteTools},
+    tool::{MAX_OUTPUT_BYTES, OutputTooLarge, RemoteTool, RemoteTools, TaskOutput},
 };
 use crate::wire::{
     Envelope, ErrorBody, EventAck, EventRequest, TOOL_CALL, TaskRequest, TaskResponse, TaskStatus,
@@ -305,7 +307,9 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         let status = match &error {
-            StoreError::UnknownTask(_) | StoreError::UnknownEvent { .. } => StatusCode::NOT_FOUND,
+            StoreError::UnknownTask(_)
+            | StoreError::UnknownEvent { .. }
+            | StoreError::UnknownTool { .. } => StatusCode::NOT_FOUND,
             StoreError::NotAToolCall(_) => StatusCode::BAD_REQUEST,
             StoreError::AlreadyAnswered(_)
             | StoreError::NotWaiting(_)
@@ -339,7 +343,7 @@ fn task_response(task: TaskSnapshot, events: Vec<crate::wire::TaskEvent>) -> Tas
     TaskResponse {
         id: task.id,
         status: task.status,
-        output: None,
+        output: task.output,
         events,
         extra,
     }
@@ -350,9 +354,12 @@ async fn create_task(
     Extension(principal): Extension<Principal>,
     body: Bytes,
 ) -> Result<Json<Envelope<TaskResponse>>, ApiError> {
-    let request: TaskRequest = parse_body(&body, "task request")?;
+    let mut request: TaskRequest = parse_body(&body, "task request")?;
     let mut check = ToolRegistry::new();
-    for spec in &request.custom_tools {
+    for spec in &mut request.custom_tools {
+        spec.inputs = inputs::input_schema(&spec.inputs).map_err(|error| {
+            ApiError::bad_request(format!("custom tool `{}`: {error}", spec.name))
+        })?;
         if let Some(timeout) = spec.timeout_ms
             && (timeout == 0 || Duration::from_millis(timeout) > MAX_TOOL_TIMEOUT)
         {
@@ -402,11 +409,24 @@ fn parse_query(raw: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
+/// Checks that the task `id` is `principal`'s: another caller's task is answered as unknown,
+/// so a key never learns of, reads or answers another key's tasks.
+async fn own_task(api: &TaskApi, id: &str, principal: &Principal) -> Result<(), ApiError> {
+    let task = api.store.get(id).await?;
+    if task.owner == principal.name() {
+        Ok(())
+    } else {
+        Err(StoreError::UnknownTask(id.to_owned()).into())
+    }
+}
+
 async fn poll_task(
     State(api): State<TaskApi>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
+    own_task(&api, &id, &principal).await?;
     let query = parse_query(raw.as_deref());
     let after = query_number(&query, "event_t")?.unwrap_or(0);
     let wait = query_number(&query, "wait_ms")?
@@ -427,9 +447,11 @@ async fn poll_task(
 
 async fn post_event(
     State(api): State<TaskApi>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Envelope<EventAck>>, ApiError> {
+    own_task(&api, &id, &principal).await?;
     let event: EventRequest = parse_body(&body, "event")?;
     if event.name != TOOL_CALL {
         return Err(ApiError::bad_request(format!(
@@ -462,9 +484,11 @@ async fn post_event(
 
 async fn cancel_task(
     State(api): State<TaskApi>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<Envelope<TaskResponse>>, ApiError> {
-    let task = api.store.finish(&id, TaskStatus::Cancelled).await?;
+    own_task(&api, &id, &principal).await?;
+    let task = api.store.finish(&id, TaskStatus::Cancelled, None).await?;
     Ok(Json(Envelope {
         r: task_response(task, Vec::new()),
     }))

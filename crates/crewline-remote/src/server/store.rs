@@ -26,6 +26,9 @@ pub struct TaskSnapshot {
     pub task: Option<String>,
     /// The client's tools.
     pub custom_tools: Vec<CustomTool>,
+    /// What the call concluded, once the task has finished (set by the crew; see
+    /// [`TaskOutput`](crate::TaskOutput)).
+    pub output: Option<Value>,
 }
 
 /// What a poll found: the task and its events after the cursor.
@@ -51,6 +54,14 @@ pub enum StoreError {
         task: String,
         /// The event.
         event: String,
+    },
+    /// The task never registered a tool by this name, so no client would answer a call of it.
+    #[error("task `{task}` registered no tool named `{tool}`")]
+    UnknownTool {
+        /// The task.
+        task: String,
+        /// The tool asked for.
+        tool: String,
     },
     /// The event is not a tool call, so it takes no answer.
     #[error("event `{0}` is not a tool call; only tool calls take answers")]
@@ -122,12 +133,19 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Marks a waiting task as run by a call ([`TaskStatus::Running`]).
     async fn attach(&self, id: &str) -> Result<TaskSnapshot, StoreError>;
 
-    /// Finishes the task with `status`; pending tool calls stop waiting. Finishing a finished
-    /// task changes nothing.
-    async fn finish(&self, id: &str, status: TaskStatus) -> Result<TaskSnapshot, StoreError>;
+    /// Finishes the task with `status` and what it concluded (`output`, counted against the
+    /// task's bytes: when it does not fit, the task finishes without it); pending tool calls
+    /// stop waiting. Finishing a finished task changes nothing.
+    async fn finish(
+        &self,
+        id: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<TaskSnapshot, StoreError>;
 
     /// Adds a `tool_call` event for `tool` with `input`; its answer is then awaited with
-    /// [`wait_answer`](Self::wait_answer).
+    /// [`wait_answer`](Self::wait_answer). A `tool` the task did not register is
+    /// [`StoreError::UnknownTool`]: no client would ever answer it.
     async fn emit_tool_call(
         &self,
         id: &str,

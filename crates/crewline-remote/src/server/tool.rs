@@ -1,27 +1,127 @@
 //! [`RemoteTool`]: a crew's tool whose code runs on the client that registered it.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
 use async_trait::async_trait;
+use crewline_core::{Context, Message};
 use crewline_tools::{Exports, RegistryError, Target, Tool, ToolError, ToolPolicy, ToolRegistry};
 use serde_json::Value;
 
 use super::store::{StoreError, TaskStore};
 use crate::wire::{CustomTool, TaskStatus, ToolAnswer};
 
-/// Finishes the task when the last of its tools is dropped (the call has ended).
+/// The most bytes of JSON a task's output may hold: what a call concluded, not its transcript.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// Why [`TaskOutput::set`] refused an output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a task's output may hold at most {max} bytes of JSON; this one holds {size}")]
+pub struct OutputTooLarge {
+    /// The output's size.
+    pub size: usize,
+    /// [`MAX_OUTPUT_BYTES`].
+    pub max: usize,
+}
+
+/// What a call concluded, which its task finishes with (`output` in `GET /task/{id}`, what
+/// Smooth's SDK returns from `task.result().output`); shared by the call's code, cheap to clone.
+///
+/// The crew [`set`](Self::set)s it (a result, a structured record); when it sets nothing, the
+/// output is the agent's last reply, as text, once [`record_last_reply`](Self::record_last_reply)
+/// saw the conversation (wire it to `AgentBuilder::on_call_end`), and `null` if the agent never
+/// spoke.
+#[derive(Clone, Default)]
+pub struct TaskOutput {
+    state: Arc<Mutex<OutputState>>,
+}
+
+#[derive(Default)]
+struct OutputState {
+    set: Option<Value>,
+    last_reply: Option<String>,
+}
+
+impl fmt::Debug for TaskOutput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskOutput")
+            .field("output", &self.get())
+            .finish()
+    }
+}
+
+impl TaskOutput {
+    fn state(&self) -> std::sync::MutexGuard<'_, OutputState> {
+        // Every update is one assignment: a poisoned lock still holds consistent data.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The call's conclusion, replacing any before it; refused over [`MAX_OUTPUT_BYTES`].
+    pub fn set(&self, output: impl Into<Value>) -> Result<(), OutputTooLarge> {
+        let output = output.into();
+        let size = serde_json::to_vec(&output).map_or(usize::MAX, |bytes| bytes.len());
+        if size > MAX_OUTPUT_BYTES {
+            return Err(OutputTooLarge {
+                size,
+                max: MAX_OUTPUT_BYTES,
+            });
+        }
+        self.state().set = Some(output);
+        Ok(())
+    }
+
+    /// Notes the agent's last reply in `context` (the default output), cut at a character
+    /// boundary to fit [`MAX_OUTPUT_BYTES`].
+    pub fn record_last_reply(&self, context: &Context) {
+        let reply = context
+            .messages()
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                Message::Assistant {
+                    content: Some(text),
+                    ..
+                } if !text.trim().is_empty() => Some(text.trim()),
+                _ => None,
+            });
+        let Some(reply) = reply else { return };
+        // Room for the quotes and escapes of the JSON string.
+        let mut end = reply.len().min(MAX_OUTPUT_BYTES / 2);
+        while !reply.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.state().last_reply = Some(reply[..end].to_owned());
+    }
+
+    /// What the task would finish with now: the output set, else the last reply noted.
+    pub fn get(&self) -> Option<Value> {
+        let state = self.state();
+        state
+            .set
+            .clone()
+            .or_else(|| state.last_reply.clone().map(Value::String))
+    }
+}
+
+/// Finishes the task when the last of its tools is dropped (the call has ended), with what the
+/// call concluded.
 struct Lease {
     store: Arc<dyn TaskStore>,
     task_id: String,
+    output: TaskOutput,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         let (store, task_id) = (Arc::clone(&self.store), std::mem::take(&mut self.task_id));
+        let output = self.output.get();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(error) = store.finish(&task_id, TaskStatus::Done).await {
+                    if let Err(error) = store.finish(&task_id, TaskStatus::Done, output).await {
                         tracing::debug!(%error, task_id, "task not finished at call end");
                     }
                 });
@@ -90,6 +190,9 @@ impl Tool for RemoteTool {
                     | StoreError::FullBytes(_) => {
                         "the remote tool was not called: its task holds as much as it may"
                     }
+                    StoreError::UnknownTool { .. } => {
+                        "the remote tool was not called: its client never registered it"
+                    }
                     _ => "the remote tool is not available: its client's task has ended",
                 };
                 ToolError::new(message).with_detail(error)
@@ -156,7 +259,7 @@ fn result_of(answer: ToolAnswer) -> Result<Value, ToolError> {
 pub struct RemoteTools {
     task_id: String,
     tools: Vec<Arc<RemoteTool>>,
-    _lease: Arc<Lease>,
+    lease: Arc<Lease>,
 }
 
 impl fmt::Debug for RemoteTools {
@@ -182,6 +285,7 @@ impl RemoteTools {
         let lease = Arc::new(Lease {
             store: Arc::clone(&store),
             task_id: task_id.clone(),
+            output: TaskOutput::default(),
         });
         let tools = specs
             .into_iter()
@@ -201,13 +305,19 @@ impl RemoteTools {
         Self {
             task_id,
             tools,
-            _lease: lease,
+            lease,
         }
     }
 
     /// The task's id.
     pub fn task_id(&self) -> &str {
         &self.task_id
+    }
+
+    /// What the task finishes with when the call ends: set it, or let it default to the
+    /// agent's last reply (see [`TaskOutput`]).
+    pub fn output(&self) -> TaskOutput {
+        self.lease.output.clone()
     }
 
     /// The tools' names.

@@ -340,6 +340,7 @@ impl TaskStore for MemoryStore {
             status: TaskStatus::Waiting,
             task,
             custom_tools,
+            output: None,
         };
         let size = snapshot.id.len()
             + snapshot.owner.len()
@@ -396,9 +397,25 @@ impl TaskStore for MemoryStore {
         })
     }
 
-    async fn finish(&self, id: &str, status: TaskStatus) -> Result<TaskSnapshot, StoreError> {
-        self.with_task(id, |entry, _| {
+    async fn finish(
+        &self,
+        id: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let limits = self.limits;
+        let size = output.as_ref().map_or(0, json_len);
+        self.with_task(id, |entry, usage| {
             if !entry.snapshot.status.is_terminal() {
+                // A task always finishes: an output over a budget is left out, with a warning.
+                if let Some(output) = &output {
+                    match usage.reserve(&limits, entry, size) {
+                        Ok(()) => entry.snapshot.output = Some(output.clone()),
+                        Err(error) => {
+                            tracing::warn!(task_id = id, %error, "task finished without its output");
+                        }
+                    }
+                }
                 entry.snapshot.status = status;
                 entry.finished = Some(Instant::now());
                 for state in entry.calls.values_mut() {
@@ -432,6 +449,12 @@ impl TaskStore for MemoryStore {
                 return Err(StoreError::Finished {
                     id: id.to_owned(),
                     status: entry.snapshot.status,
+                });
+            }
+            if !entry.snapshot.custom_tools.iter().any(|t| t.name == tool) {
+                return Err(StoreError::UnknownTool {
+                    task: id.to_owned(),
+                    tool: tool.to_owned(),
                 });
             }
             let owner = entry.snapshot.owner.clone();

@@ -7,7 +7,7 @@ fn store(limits: StoreLimits) -> MemoryStore {
 #[tokio::test]
 async fn a_tool_call_is_answered_once() {
     let store = MemoryStore::new();
-    let task = store.create("a", None, Vec::new()).await.unwrap();
+    let task = store.create("a", None, tool_t()).await.unwrap();
     store.attach(&task.id).await.unwrap();
     let event = store
         .emit_tool_call(&task.id, "t", json!({"a": 1}))
@@ -30,7 +30,7 @@ async fn a_tool_call_is_answered_once() {
 #[tokio::test]
 async fn abandoned_calls_refuse_late_answers() {
     let store = MemoryStore::new();
-    let task = store.create("a", None, Vec::new()).await.unwrap();
+    let task = store.create("a", None, tool_t()).await.unwrap();
     let event = store
         .emit_tool_call(&task.id, "t", json!({}))
         .await
@@ -50,7 +50,7 @@ async fn events_are_pruned_oldest_first_and_timestamps_increase() {
         max_events: 3,
         ..StoreLimits::default()
     });
-    let task = store.create("a", None, Vec::new()).await.unwrap();
+    let task = store.create("a", None, tool_t()).await.unwrap();
     let mut ids = Vec::new();
     for _ in 0..5 {
         let event = store
@@ -85,7 +85,10 @@ async fn waiting_tasks_expire_and_finished_ones_linger() {
     let waiting = store.create("a", None, Vec::new()).await.unwrap();
     let finished = store.create("a", None, Vec::new()).await.unwrap();
     store.attach(&finished.id).await.unwrap();
-    store.finish(&finished.id, TaskStatus::Done).await.unwrap();
+    store
+        .finish(&finished.id, TaskStatus::Done, None)
+        .await
+        .unwrap();
     assert_eq!(
         store.get(&finished.id).await.unwrap().status,
         TaskStatus::Done
@@ -118,7 +121,7 @@ async fn a_full_store_refuses_new_tasks() {
 #[tokio::test]
 async fn a_long_poll_wakes_for_a_new_event() {
     let store = MemoryStore::new();
-    let task = store.create("a", None, Vec::new()).await.unwrap();
+    let task = store.create("a", None, tool_t()).await.unwrap();
     store.attach(&task.id).await.unwrap();
     let poller = {
         let store = store.clone();
@@ -135,6 +138,73 @@ async fn a_long_poll_wakes_for_a_new_event() {
 }
 
 /// A tool spec whose description is `bytes` long: a task that holds about that much.
+/// One small tool named `t`, for tasks whose tests call it.
+fn tool_t() -> Vec<CustomTool> {
+    tools_of(1)
+}
+
+#[tokio::test]
+async fn a_call_of_a_tool_the_task_never_registered_is_refused_at_once() {
+    let store = MemoryStore::new();
+    let task = store.create("a", None, tool_t()).await.unwrap();
+    store.attach(&task.id).await.unwrap();
+    assert_eq!(
+        store
+            .emit_tool_call(&task.id, "get_forecast", json!({}))
+            .await,
+        Err(StoreError::UnknownTool {
+            task: task.id.clone(),
+            tool: "get_forecast".to_owned()
+        })
+    );
+    // Nothing reached the client's event list.
+    let polled = store.poll(&task.id, 0, Duration::ZERO).await.unwrap();
+    assert!(polled.events.is_empty());
+}
+
+#[tokio::test]
+async fn a_finished_task_keeps_its_output_and_a_second_finish_changes_nothing() {
+    let store = MemoryStore::new();
+    let task = store.create("a", None, tool_t()).await.unwrap();
+    store.attach(&task.id).await.unwrap();
+    let before = store.bytes();
+    let done = store
+        .finish(
+            &task.id,
+            TaskStatus::Done,
+            Some(json!("It is 7 degrees in Oslo.")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.output, Some(json!("It is 7 degrees in Oslo.")));
+    assert!(
+        store.bytes() > before,
+        "the output counts against the task's bytes"
+    );
+    let again = store
+        .finish(&task.id, TaskStatus::Cancelled, Some(json!("other")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.status, again.output),
+        (TaskStatus::Done, done.output)
+    );
+}
+
+#[tokio::test]
+async fn an_output_over_the_tasks_budget_is_left_out_but_the_task_finishes() {
+    let store = store(StoreLimits {
+        max_task_bytes: 1024,
+        ..StoreLimits::default()
+    });
+    let task = store.create("a", None, tool_t()).await.unwrap();
+    let done = store
+        .finish(&task.id, TaskStatus::Done, Some(json!("x".repeat(4096))))
+        .await
+        .unwrap();
+    assert_eq!((done.status, done.output), (TaskStatus::Done, None));
+}
+
 fn tools_of(bytes: usize) -> Vec<CustomTool> {
     vec![CustomTool {
         name: "t".to_owned(),
@@ -172,11 +242,17 @@ async fn a_callers_finished_tasks_make_room_for_its_new_ones() {
     });
     let live = store.create("a", None, Vec::new()).await.unwrap();
     let done = store.create("a", None, Vec::new()).await.unwrap();
-    store.finish(&done.id, TaskStatus::Cancelled).await.unwrap();
+    store
+        .finish(&done.id, TaskStatus::Cancelled, None)
+        .await
+        .unwrap();
     // Create and cancel in a loop: the caller's own finished tasks go, its live one stays.
     for _ in 0..5 {
         let task = store.create("a", None, Vec::new()).await.unwrap();
-        store.finish(&task.id, TaskStatus::Cancelled).await.unwrap();
+        store
+            .finish(&task.id, TaskStatus::Cancelled, None)
+            .await
+            .unwrap();
     }
     assert_eq!(
         store.get(&live.id).await.unwrap().status,
@@ -230,7 +306,7 @@ async fn an_oversized_answer_is_refused_and_the_call_still_waits() {
         max_task_bytes: 4096,
         ..StoreLimits::default()
     });
-    let task = store.create("a", None, Vec::new()).await.unwrap();
+    let task = store.create("a", None, tool_t()).await.unwrap();
     store.attach(&task.id).await.unwrap();
     let event = store
         .emit_tool_call(&task.id, "t", json!({}))
@@ -257,7 +333,7 @@ async fn large_tool_calls_prune_settled_events_and_never_waiting_ones() {
         max_task_bytes: 8192,
         ..StoreLimits::default()
     });
-    let task = store.create("a", None, Vec::new()).await.unwrap();
+    let task = store.create("a", None, tool_t()).await.unwrap();
     store.attach(&task.id).await.unwrap();
     let big = json!({"text": "x".repeat(2000)});
     // Settled calls make room for new ones, oldest first, without end.
