@@ -247,6 +247,17 @@ class Call:
         if answer:
             self.messages.append({"role": "assistant", "content": answer})
             await self.send("agent.transcript.update", role="assistant", content=answer)
+            # The crew echoes each event once its node has processed it: after this echo the
+            # agent's context holds the transcript, so a hang-up next cannot overtake it.
+            deadline = time.monotonic() + 5
+            while True:
+                frame = await self.receive(deadline, "the echo of the assistant's transcript")
+                if (
+                    frame["type"] == "agent.transcript.update"
+                    and frame.get("role") == "assistant"
+                    and frame.get("content") == answer
+                ):
+                    break
         return TurnResult(answer, seconds, logs, errors)
 
     async def close(self):
