@@ -41,7 +41,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    crewline_examples::args::init_logs("info");
+    let _logs = crewline_examples::args::init_logs("info");
     let args = <Args as clap::Parser>::parse();
 
     // The team's own client (see `voice_agent::azure_model`): whatever else a team sets on

@@ -26,7 +26,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), crewline_server::BoxError> {
-    crewline_examples::args::init_logs("info");
+    let _logs = crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
     // One set of books for every call (booking takes a moment, as a real core system's
     // does); each call gets its own approver.

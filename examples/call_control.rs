@@ -21,7 +21,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), crewline_server::BoxError> {
-    crewline_examples::args::init_logs("info");
+    let _logs = crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
     crew.serve(
         "support crew",

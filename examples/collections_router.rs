@@ -25,7 +25,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), crewline_server::BoxError> {
-    crewline_examples::args::init_logs("info");
+    let _logs = crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
     // The model is shared by every call; each call gets its own router, state and tools.
     crew.serve(

@@ -44,7 +44,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Logs go to stderr: the client's stdout carries its task id for scripts.
-    crewline_examples::args::init_logs("info");
+    let _logs = crewline_examples::args::init_logs("info");
     let args = <Args as clap::Parser>::parse();
     if args.client {
         let url = args

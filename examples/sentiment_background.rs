@@ -30,7 +30,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    crewline_examples::args::init_logs("info");
+    let _logs = crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
     let model = voice_agent::model(
         crew.model.choice(),

@@ -48,7 +48,7 @@ fn parse_millis(text: &str) -> Result<Duration, std::num::ParseIntError> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    crewline_examples::args::init_logs("info");
+    let _logs = crewline_examples::args::init_logs("info");
     let args = <Args as clap::Parser>::parse();
     // With worker runtimes the calls run on the server's own threads, and this runtime only
     // waits for the shutdown signal: one thread is enough for it.

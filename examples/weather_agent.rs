@@ -31,7 +31,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    crewline_examples::args::init_logs("warn");
+    let _logs = crewline_examples::args::init_logs("warn");
     let args = <Args as clap::Parser>::parse();
     let question = args.question.join(" ");
 

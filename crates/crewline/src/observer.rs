@@ -42,6 +42,17 @@ pub enum TurnOutcome {
     Failed,
 }
 
+impl TurnOutcome {
+    /// The outcome as metrics and traces spell it: `completed`, `interrupted` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Interrupted => "interrupted",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 /// An observer that records nothing.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoopObserver;

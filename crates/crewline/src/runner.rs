@@ -11,6 +11,7 @@ use crewline_tools::ToolRun;
 use futures::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::{
     BackgroundNode, NodeError, NodeHandle, Observer, OutputNode, TurnError, TurnEvent, TurnOutcome,
@@ -296,7 +297,8 @@ impl OutputRunner {
         let mut report: Option<TurnReport> = None;
         let mut first_chunk = true;
         let mut tool_arguments = std::collections::HashMap::new();
-        {
+        let turn_span = turn_span(&handle, &turn_id);
+        async {
             let mut turn = self.node.agent.generate_response();
             loop {
                 let next = AssertUnwindSafe(turn.next()).catch_unwind();
@@ -371,6 +373,8 @@ impl OutputRunner {
             }
             // Dropping the turn here cancels the model request and any running tools.
         }
+        .instrument(turn_span.clone())
+        .await;
 
         let completed = interrupt.is_none() && failure.is_none();
         if let Some(handoff) = handle.call().finish_generation(completed) {
@@ -395,6 +399,7 @@ impl OutputRunner {
             (None, None) => TurnOutcome::Completed,
         };
         observer.turn_finished(outcome, report.as_ref());
+        turn_span.record("outcome", outcome.as_str());
         match interrupt {
             Some(event) => {
                 self.interrupted(event).await;
@@ -403,6 +408,38 @@ impl OutputRunner {
             None => true,
         }
     }
+}
+
+/// The root span of one turn's trace (`debug`: built only when a layer such as crewline-otel's
+/// wants it): a turn is found by the platform's call id and its own request id, and follows
+/// from the node's span, whose parent is the call's session.
+fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
+    // The platform's id, bounded: it goes into every span of the call's traces.
+    const MAX_CALL_ID_BYTES: usize = 128;
+    let call_id = handle
+        .call()
+        .init()
+        .session_context
+        .caller
+        .as_ref()
+        .and_then(|caller| caller.call_id.as_deref())
+        .map(|id| {
+            let mut end = id.len().min(MAX_CALL_ID_BYTES);
+            while !id.is_char_boundary(end) {
+                end -= 1;
+            }
+            &id[..end]
+        });
+    let span = tracing::debug_span!(
+        parent: None,
+        "crewline.turn",
+        request_id = %turn_id,
+        call_id,
+        node = %handle.name(),
+        outcome = tracing::field::Empty,
+    );
+    span.follows_from(tracing::Span::current());
+    span
 }
 
 fn turn_error(error: TurnError) -> NodeError {

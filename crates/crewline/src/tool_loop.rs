@@ -335,7 +335,7 @@ impl ToolLoop {
     ) -> TurnStream<'a> {
         Box::pin(async_stream::stream! {
             let turn_started = Instant::now();
-            let span = tracing::debug_span!("turn", max_rounds = self.config.max_tool_rounds);
+            let span = tracing::debug_span!("tool_loop", max_rounds = self.config.max_tool_rounds);
             // One executor run per turn: run limits (calls, tool time) count over all rounds;
             // the session's scope is the same in every turn.
             let run = self.call_context();

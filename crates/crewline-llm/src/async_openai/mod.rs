@@ -179,7 +179,8 @@ impl<C: Config> AsyncOpenAiClient<C> {
             messages = request.messages.len(),
             tools = request.tools.len(),
             stream,
-            client = "async-openai"
+            client = "async-openai",
+            time_to_first_token_ms = tracing::field::Empty
         )
     }
 

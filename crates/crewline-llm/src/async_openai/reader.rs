@@ -110,10 +110,10 @@ impl Reader {
         if self.decoder.take_progress() {
             self.waiting = false;
             if self.first_event_deadline.take().is_some() {
-                tracing::debug!(
-                    time_to_first_token_ms = self.started.elapsed().as_millis() as u64,
-                    "first token received"
-                );
+                let ms = self.started.elapsed().as_millis() as u64;
+                // On the request's span (entered while the reader is polled), for traces.
+                tracing::Span::current().record("time_to_first_token_ms", ms);
+                tracing::debug!(time_to_first_token_ms = ms, "first token received");
             }
             if self.finish_deadline.is_none() && self.decoder.finished() {
                 self.finish_deadline = Some(Instant::now() + FINISH_GRACE);

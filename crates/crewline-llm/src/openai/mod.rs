@@ -181,7 +181,8 @@ impl OpenAiClient {
             model = %model,
             messages = request.messages.len(),
             tools = request.tools.len(),
-            stream
+            stream,
+            time_to_first_token_ms = tracing::field::Empty
         )
     }
 

@@ -50,7 +50,12 @@ impl Executor {
         } else {
             Cow::Borrowed(call)
         };
-        let span = tracing::info_span!("tool.call", tool = %call.name, call_id = %call.id);
+        let span = tracing::info_span!(
+            "tool.call",
+            tool = %call.name,
+            call_id = %call.id,
+            error = tracing::field::Empty
+        );
         async {
             let started = Instant::now();
             let mut guard = LedgerGuard {
@@ -70,6 +75,7 @@ impl Executor {
             match &outcome {
                 Ok(_) => tracing::debug!(?latency, outcome = "ok", "tool call finished"),
                 Err(error) => {
+                    tracing::Span::current().record("error", error.kind.as_str());
                     tracing::warn!(
                         ?latency,
                         kind = %error.kind,
