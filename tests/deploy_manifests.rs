@@ -257,4 +257,51 @@ async fn the_probe_paths_and_the_scraped_metrics_are_served() {
         metrics.contains(&format!("{autoscaled} ")),
         "the autoscaler's metric {autoscaled} is served at {scraped}"
     );
+
+    // Every series the Grafana dashboard queries is one the server exports.
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&deploy("grafana/crewline.json")).expect("dashboard JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty());
+    for panel in panels {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            let names = metric_names(expr);
+            assert!(!names.is_empty(), "{expr}");
+            for name in names {
+                let typed = |family: &str| {
+                    metrics
+                        .lines()
+                        .any(|line| line.starts_with(&format!("# TYPE {family} ")))
+                };
+                assert!(
+                    typed(&name) || typed(&format!("{name}_total")),
+                    "panel {:?} queries {name}, which /metrics does not serve",
+                    panel["title"]
+                );
+            }
+        }
+    }
+}
+
+/// The metric families a PromQL expression reads (`crewline_*`, with the histogram series
+/// suffixes and a counter's `_total` taken off).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find("crewline_") {
+        let tail = &rest[start..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let family = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        // Counters are `# TYPE name counter` without their `_total`.
+        names.insert(family.strip_suffix("_total").unwrap_or(family).to_owned());
+        rest = &tail[end..];
+    }
+    names
 }
