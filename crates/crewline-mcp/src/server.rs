@@ -142,6 +142,8 @@ struct Shared {
     /// The first invalid credential, reported when serving starts.
     auth_error: Option<CredentialError>,
     allow_unauthenticated: bool,
+    /// No `Mcp-Session-Id` sessions: every HTTP request stands alone.
+    stateless: bool,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -181,6 +183,7 @@ impl McpServer {
                 credentials: Vec::new(),
                 auth_error: None,
                 allow_unauthenticated: false,
+                stateless: false,
             }),
         })
     }
@@ -226,6 +229,15 @@ impl McpServer {
     /// network only (anyone who reaches the port can call every exported tool).
     pub fn allow_unauthenticated(self) -> Self {
         self.map_shared(|shared| shared.allow_unauthenticated = true)
+    }
+
+    /// The same server, stateless over HTTP: no `Mcp-Session-Id` sessions, every request
+    /// answered on its own, so replicas behind a load balancer need no sticky routing (each
+    /// request gets a session scope of its own: nothing cached for one request serves
+    /// another). Clients of MCP `2026-07-28` and later are served statelessly anyway; this
+    /// also serves the older protocol versions (smolagents' `mcp<2`) that way.
+    pub fn stateless(self) -> Self {
+        self.map_shared(|shared| shared.stateless = true)
     }
 
     /// The tools as MCP lists them.
@@ -321,7 +333,9 @@ impl McpServer {
     /// Like [`router`](Self::router); cancelling `stop` ends every session and refuses new
     /// requests.
     pub fn router_until(&self, stop: CancellationToken) -> axum::Router {
-        let mut config = StreamableHttpServerConfig::default().with_cancellation_token(stop);
+        let mut config = StreamableHttpServerConfig::default()
+            .with_cancellation_token(stop)
+            .with_legacy_session_mode(!self.shared.stateless);
         if let Some(hosts) = &self.shared.allowed_hosts {
             config = config.with_allowed_hosts(hosts.iter().cloned());
         }
@@ -390,6 +404,7 @@ impl McpServer {
             credentials: self.shared.credentials.clone(),
             auth_error: self.shared.auth_error.clone(),
             allow_unauthenticated: self.shared.allow_unauthenticated,
+            stateless: self.shared.stateless,
         };
         change(&mut shared);
         Self {
