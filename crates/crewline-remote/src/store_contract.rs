@@ -100,6 +100,7 @@ macro_rules! store_contract_tests {
             an_oversized_answer_is_refused_and_the_call_still_waits,
             large_tool_calls_prune_settled_events_and_never_waiting_ones,
             expired_tasks_give_their_bytes_back,
+            expired_tasks_give_their_slots_back,
             unknown_tasks_and_events_are_named_as_such,
             attaching_twice_or_after_the_end_is_refused,
             finishing_stops_every_waiting_call,
@@ -580,6 +581,38 @@ pub async fn expired_tasks_give_their_bytes_back(backend: &impl Backend) {
     let held = backend.held(&store).await;
     assert_eq!(held.tasks, 1);
     assert!(held.bytes < 100 << 10);
+}
+
+/// An expired task's slot is its caller's again: per-caller counts do not drift.
+pub async fn expired_tasks_give_their_slots_back(backend: &impl Backend) {
+    let store = backend
+        .store(StoreLimits {
+            waiting_ttl: Duration::from_millis(100),
+            max_tasks_per_owner: 2,
+            max_tasks: 3,
+            ..StoreLimits::default()
+        })
+        .await;
+    for _ in 0..2 {
+        store.create("a", None, Vec::new()).await.expect("create");
+    }
+    assert_eq!(
+        store.create("a", None, Vec::new()).await,
+        Err(StoreError::TooManyTasks(2))
+    );
+    store.create("b", None, Vec::new()).await.expect("create");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for _ in 0..2 {
+        store
+            .create("a", None, Vec::new())
+            .await
+            .expect("the expired tasks' slots came back");
+    }
+    store
+        .create("b", None, Vec::new())
+        .await
+        .expect("and the store's");
+    assert_eq!(backend.held(&store).await.tasks, 3);
 }
 
 /// Unknown tasks and events are refused by name, on every operation.

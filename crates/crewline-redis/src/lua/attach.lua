@@ -5,7 +5,6 @@ if status == 'running' then return {'already_attached'} end
 if status ~= 'waiting' then return {'finished', status} end
 redis.call('HSET', key, 'status', 'running')
 local reply = ok_snapshot(ID)
-set_deadline(ID, tonumber(redis.call('HGET', key, 'created')) + MAX_AGE,
-  redis.call('HGET', key, 'owner'))
+set_deadline(ID, tonumber(redis.call('HGET', key, 'created')) + MAX_AGE)
 redis.call('PUBLISH', CHANGED, ID)
 return reply

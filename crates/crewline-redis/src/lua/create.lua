@@ -13,5 +13,5 @@ redis.call('HSET', key, 'owner', owner, 'status', 'waiting', 'task', ARGV[13],
 for i = 16, #ARGV do redis.call('HSET', key, 'tool:' .. ARGV[i], 1) end
 redis.call('HSET', OWNER, ID, owner)
 redis.call('HINCRBY', OWNER_TASKS, owner, 1)
-set_deadline(ID, NOW + WAITING_TTL, owner)
+set_deadline(ID, NOW + WAITING_TTL)
 return {'ok'}

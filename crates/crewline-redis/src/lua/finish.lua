@@ -16,7 +16,8 @@ if not is_finished(redis.call('HGET', key, 'status')) then
     end
   end
   redis.call('ZADD', done_key(owner), NOW, ID)
-  set_deadline(ID, NOW + LINGER, owner)
+  redis.call('PEXPIREAT', done_key(owner), NOW + LINGER)
+  set_deadline(ID, NOW + LINGER)
   redis.call('PUBLISH', CHANGED, ID)
 end
 local reply = ok_snapshot(ID)

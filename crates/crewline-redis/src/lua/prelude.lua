@@ -33,20 +33,17 @@ local function calls_key(id) return P .. 'calls:' .. id end
 local function order_key(id) return P .. 'order:' .. id end   -- zset: event -> timestamp
 local function done_key(owner) return P .. 'done:' .. owner end  -- zset: finished task -> when
 
--- Keeps `key` alive until at least `at`, so the books outlive every task they count even
--- when no replica is left to sweep.
-local function outlive(key, at)
-  local ttl = redis.call('PTTL', key)
-  if ttl == -1 or (ttl >= 0 and ttl < at - NOW) then
-    redis.call('PEXPIREAT', key, at)
+-- Sets the books to expire with the last task to expire (or clears them when no task is
+-- left), so they never outlive the tasks they count, even when no replica is left to sweep.
+local function fit_books()
+  local last = redis.call('ZRANGE', EXPIRY, -1, -1, 'WITHSCORES')
+  if #last == 0 then
+    redis.call('DEL', OWNER, BYTES, TOTAL, OWNER_BYTES, OWNER_TASKS)
+    return
   end
-end
-
-local function keep_books(at, owner)
   for _, key in ipairs({EXPIRY, OWNER, BYTES, TOTAL, OWNER_BYTES, OWNER_TASKS}) do
-    outlive(key, at)
+    redis.call('PEXPIREAT', key, last[2])
   end
-  outlive(done_key(owner), at)
 end
 
 local function charge(id, owner, n)
@@ -79,11 +76,14 @@ end
 
 -- Forgets every expired task: counts and bytes never include what expired.
 local function sweep()
+  local swept = false
   while true do
     local ids = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', NOW, 'LIMIT', 0, 128)
-    if #ids == 0 then return end
+    if #ids == 0 then break end
     for _, id in ipairs(ids) do forget(id) end
+    swept = true
   end
+  if swept then fit_books() end
 end
 
 -- Drops `owner`'s oldest finished task other than `except` (it only lingers to be read);
@@ -92,6 +92,7 @@ local function evict_finished(owner, except)
   for _, id in ipairs(redis.call('ZRANGE', done_key(owner), 0, 1)) do
     if id ~= except then
       forget(id)
+      fit_books()
       return true
     end
   end
@@ -123,14 +124,14 @@ local function reserve(id, owner, add)
 end
 
 -- Sets when task `id` expires, on its keys and in the books.
-local function set_deadline(id, at, owner)
+local function set_deadline(id, at)
   if at <= NOW then at = NOW + 1 end
   redis.call('HSET', task_key(id), 'dead_at', at)
   redis.call('ZADD', EXPIRY, at, id)
   for _, key in ipairs({task_key(id), calls_key(id), order_key(id)}) do
     redis.call('PEXPIREAT', key, at)
   end
-  keep_books(at, owner)
+  fit_books()
 end
 
 local function live(id)
