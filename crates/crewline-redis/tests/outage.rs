@@ -6,9 +6,11 @@ mod common;
 use std::time::Duration;
 
 use common::RedisServer;
+use crewline_core::ToolCall;
 use crewline_redis::RedisStore;
-use crewline_remote::{StoreError, StoreLimits, TaskStore, wire::ToolAnswer};
-use serde_json::json;
+use crewline_remote::{StoreError, StoreLimits, TaskApi, TaskStore, wire::ToolAnswer};
+use crewline_tools::{ExecuteOptions, ToolRegistry};
+use serde_json::{Value, json};
 
 fn tool_t() -> Vec<crewline_remote::wire::CustomTool> {
     vec![crewline_remote::wire::CustomTool {
@@ -115,4 +117,71 @@ async fn an_unreachable_redis_at_startup_is_a_clear_error() {
         std::error::Error::source(&error).is_some(),
         "the cause is kept"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_replica_loses_redis_goes_on_and_its_remote_tools_fail_as_tool_errors() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let store = RedisStore::connect(server.url(), StoreLimits::default())
+        .await
+        .expect("connected");
+    let api = TaskApi::with_store(store.clone());
+    let task = store
+        .create("anonymous", None, tool_t())
+        .await
+        .expect("create");
+    let remote = api.attach(&task.id).await.expect("attach");
+    let mut crew = ToolRegistry::new();
+    remote.register_into(&mut crew).expect("remote tools");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(axum::serve(listener, api.router()).into_future());
+
+    server.stop();
+    // The call's remote tool fails as a tool error the model can read; nothing panics.
+    let runs = within(
+        Duration::from_secs(10),
+        "a remote tool call while Redis is down",
+        crew.execute(&[ToolCall::new("c1", "t", "{}")], ExecuteOptions::new()),
+    )
+    .await;
+    let result = &runs[0].result;
+    assert!(result.is_error());
+    let content: Value = serde_json::from_str(&result.content()).expect("error JSON");
+    assert_eq!(
+        content["error"]["message"],
+        "the remote tool was not called: the task store is unavailable"
+    );
+    // The task API answers 503 with the reason.
+    let response = within(
+        Duration::from_secs(10),
+        "a task request while Redis is down",
+        get_over_tcp(&url, &task.id),
+    )
+    .await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("Redis at"), "{response}");
+    drop((remote, crew));
+}
+
+/// `GET /task/{id}` over a plain TCP connection: the status line, headers and body.
+async fn get_over_tcp(url: &str, id: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let request =
+        format!("GET /task/{id} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("response");
+    response
 }
