@@ -123,6 +123,11 @@ pub(crate) async fn subscribe(
     Ok(pubsub)
 }
 
+/// How often a quiet subscription is checked with a `PING`, and how long its answer may take:
+/// a connection that died without closing (a network partition) is noticed, and replaced.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Routes the messages of `pubsub` (subscribed to `channel`) to `waiters` until the store is
 /// dropped; when the subscription is lost, subscribes again with backoff and wakes every
 /// waiter, since a message may have been missed meanwhile.
@@ -135,17 +140,8 @@ pub(crate) async fn route(
     waiters: Weak<Waiters>,
 ) {
     loop {
-        {
-            let mut messages = pubsub.on_message();
-            while let Some(message) = messages.next().await {
-                let Some(waiters) = waiters.upgrade() else {
-                    return;
-                };
-                match message.get_payload::<String>() {
-                    Ok(id) => waiters.wake(&id),
-                    Err(error) => tracing::debug!(%error, "a wake-up without a task id"),
-                }
-            }
+        if !listen(pubsub, &waiters).await {
+            return;
         }
         tracing::warn!(redis = %target, "the task store lost its wake-up subscription; subscribing again");
         let mut pause = RETRY_MIN;
@@ -170,6 +166,32 @@ pub(crate) async fn route(
     }
 }
 
+/// Wakes `waiters` for each message of `pubsub`; whether it returned because the
+/// subscription was lost (`false`: the store is gone).
+async fn listen(pubsub: redis::aio::PubSub, waiters: &Weak<Waiters>) -> bool {
+    let (mut sink, mut messages) = pubsub.split();
+    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    keepalive.tick().await;
+    loop {
+        tokio::select! {
+            message = messages.next() => {
+                let Some(message) = message else { return true };
+                let Some(waiters) = waiters.upgrade() else { return false };
+                match message.get_payload::<String>() {
+                    Ok(id) => waiters.wake(&id),
+                    Err(error) => tracing::debug!(%error, "a wake-up without a task id"),
+                }
+            }
+            _ = keepalive.tick() => {
+                let ping = tokio::time::timeout(KEEPALIVE_TIMEOUT, sink.ping::<redis::Value>());
+                if !matches!(ping.await, Ok(Ok(_))) {
+                    return true;
+                }
+            }
+        }
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,8 +247,8 @@ pub async fn events_are_pruned_oldest_first_and_timestamps_increase(backend: &im
 pub async fn waiting_tasks_expire_and_finished_ones_linger(backend: &impl Backend) {
     let store = backend
         .store(StoreLimits {
-            waiting_ttl: Duration::from_millis(200),
-            linger: Duration::from_millis(200),
+            waiting_ttl: Duration::from_millis(300),
+            linger: Duration::from_millis(300),
             ..StoreLimits::default()
         })
         .await;
@@ -263,7 +263,7 @@ pub async fn waiting_tasks_expire_and_finished_ones_linger(backend: &impl Backen
         store.get(&finished.id).await.expect("get").status,
         TaskStatus::Done
     );
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
     assert_eq!(
         store.get(&waiting.id).await,
         Err(StoreError::UnknownTask(waiting.id.clone()))
@@ -563,7 +563,7 @@ pub async fn large_tool_calls_prune_settled_events_and_never_waiting_ones(backen
 pub async fn expired_tasks_give_their_bytes_back(backend: &impl Backend) {
     let store = backend
         .store(StoreLimits {
-            waiting_ttl: Duration::from_millis(100),
+            waiting_ttl: Duration::from_millis(300),
             max_owner_bytes: 100 << 10,
             ..StoreLimits::default()
         })
@@ -573,7 +573,7 @@ pub async fn expired_tasks_give_their_bytes_back(backend: &impl Backend) {
         .await
         .expect("create");
     assert!(backend.held(&store).await.bytes >= 60 << 10);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
     store
         .create("a", None, tools_of(60 << 10))
         .await
@@ -587,7 +587,7 @@ pub async fn expired_tasks_give_their_bytes_back(backend: &impl Backend) {
 pub async fn expired_tasks_give_their_slots_back(backend: &impl Backend) {
     let store = backend
         .store(StoreLimits {
-            waiting_ttl: Duration::from_millis(100),
+            waiting_ttl: Duration::from_millis(300),
             max_tasks_per_owner: 2,
             max_tasks: 3,
             ..StoreLimits::default()
@@ -601,7 +601,7 @@ pub async fn expired_tasks_give_their_slots_back(backend: &impl Backend) {
         Err(StoreError::TooManyTasks(2))
     );
     store.create("b", None, Vec::new()).await.expect("create");
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
     for _ in 0..2 {
         store
             .create("a", None, Vec::new())
