@@ -84,13 +84,18 @@ impl RedisConfig {
 
     /// The URL from `CREWLINE_REDIS_URL` and the prefix from `CREWLINE_REDIS_PREFIX` (if set).
     pub fn from_env() -> Result<Self, RedisStoreError> {
-        let url = std::env::var(URL_VARIABLE).unwrap_or_default();
+        Self::from_variables(|name| std::env::var(name).ok())
+    }
+
+    /// The config the variables `variable` looks up say.
+    fn from_variables(variable: impl Fn(&str) -> Option<String>) -> Result<Self, RedisStoreError> {
+        let url = variable(URL_VARIABLE).unwrap_or_default();
         if url.trim().is_empty() {
             return Err(RedisStoreError::NoUrl);
         }
         let config = Self::new(url.trim());
-        Ok(match std::env::var(PREFIX_VARIABLE) {
-            Ok(prefix) if !prefix.is_empty() => config.prefix(prefix),
+        Ok(match variable(PREFIX_VARIABLE) {
+            Some(prefix) if !prefix.is_empty() => config.prefix(prefix),
             _ => config,
         })
     }
@@ -680,9 +685,44 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_url_says_which_variable_to_set() {
-        // Only the error's words: the variable itself is the process's, not this test's.
-        let message = RedisStoreError::NoUrl.to_string();
-        assert!(message.contains(URL_VARIABLE), "{message}");
+    fn the_environment_gives_the_url_and_the_prefix() {
+        let variables = |url: &'static str, prefix: Option<&'static str>| {
+            move |name: &str| match name {
+                URL_VARIABLE => Some(url.to_owned()),
+                PREFIX_VARIABLE => prefix.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let config = RedisConfig::from_variables(variables(" redis://cache:6379 ", Some("a:")))
+            .expect("a config");
+        assert_eq!(
+            (config.url.as_str(), config.prefix.as_str()),
+            ("redis://cache:6379", "a:")
+        );
+        let config =
+            RedisConfig::from_variables(variables("redis://cache", None)).expect("a config");
+        assert_eq!(config.prefix, DEFAULT_PREFIX);
+        let missing = RedisConfig::from_variables(variables("", None)).expect_err("no URL");
+        assert!(matches!(missing, RedisStoreError::NoUrl));
+        assert!(missing.to_string().contains(URL_VARIABLE), "{missing}");
+    }
+
+    #[tokio::test]
+    async fn a_bad_url_is_refused_without_showing_its_password() {
+        let error = RedisConfig::new("redis://:s3cret@cache:port/0")
+            .connect()
+            .await
+            .expect_err("not a URL");
+        assert!(
+            matches!(error, RedisStoreError::InvalidUrl { .. }),
+            "{error:?}"
+        );
+        let mut chain = format!("{error} {error:?}");
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        assert!(!chain.contains("s3cret"), "{chain}");
     }
 }
