@@ -105,6 +105,11 @@ macro_rules! store_contract_tests {
             attaching_twice_or_after_the_end_is_refused,
             finishing_stops_every_waiting_call,
             two_replicas_share_a_task_end_to_end,
+            answers_are_counted_until_their_waiter_takes_them,
+            a_callers_finished_tasks_make_room_for_its_bytes,
+            a_pruned_call_that_still_waits_takes_its_answer,
+            racing_replicas_attach_a_task_once,
+            racing_replicas_keep_a_callers_task_cap,
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -775,4 +780,150 @@ pub async fn two_replicas_share_a_task_end_to_end(backend: &impl Backend) {
         (read.status, read.output),
         (TaskStatus::Done, Some(json!("done")))
     );
+}
+
+/// An answer is held, and counted, until its waiter takes it.
+pub async fn answers_are_counted_until_their_waiter_takes_them(backend: &impl Backend) {
+    let store = backend.store(StoreLimits::default()).await;
+    let task = store.create("a", None, tool_t()).await.expect("create");
+    store.attach(&task.id).await.expect("attach");
+    let event = store
+        .emit_tool_call(&task.id, "t", json!({}))
+        .await
+        .expect("emit");
+    let before = backend.held(&store).await.bytes;
+    let answer = ToolAnswer::ok(json!("x".repeat(1000)));
+    store
+        .answer(&task.id, &event.id, answer.clone())
+        .await
+        .expect("answer");
+    let holding = backend.held(&store).await.bytes;
+    assert!(holding >= before + 1000, "{holding} held, {before} before");
+    assert_eq!(
+        store.wait_answer(&task.id, &event.id).await,
+        Ok(answer),
+        "the answer comes back as sent"
+    );
+    assert_eq!(
+        backend.held(&store).await.bytes,
+        before,
+        "taken: no longer held"
+    );
+}
+
+/// Over its byte budget, a caller's own finished tasks make room for its new one.
+pub async fn a_callers_finished_tasks_make_room_for_its_bytes(backend: &impl Backend) {
+    let store = backend
+        .store(StoreLimits {
+            max_task_bytes: 64 << 10,
+            max_owner_bytes: 100 << 10,
+            ..StoreLimits::default()
+        })
+        .await;
+    let done = store
+        .create("a", None, tools_of(60 << 10))
+        .await
+        .expect("create");
+    store
+        .finish(&done.id, TaskStatus::Done, None)
+        .await
+        .expect("finish");
+    let live = store
+        .create("a", None, tools_of(60 << 10))
+        .await
+        .expect("the finished task made room");
+    assert_eq!(
+        store.get(&done.id).await,
+        Err(StoreError::UnknownTask(done.id.clone()))
+    );
+    // A live task never makes room: the caller is refused instead.
+    assert_eq!(
+        store.create("a", None, tools_of(60 << 10)).await,
+        Err(StoreError::OwnerBudget(100 << 10))
+    );
+    assert_eq!(
+        store.get(&live.id).await.expect("the live task").status,
+        TaskStatus::Waiting
+    );
+}
+
+/// A call pruned from the event list (past `max_events`) still takes its answer.
+pub async fn a_pruned_call_that_still_waits_takes_its_answer(backend: &impl Backend) {
+    let store = backend
+        .store(StoreLimits {
+            max_events: 2,
+            ..StoreLimits::default()
+        })
+        .await;
+    let task = store.create("a", None, tool_t()).await.expect("create");
+    store.attach(&task.id).await.expect("attach");
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        let event = store
+            .emit_tool_call(&task.id, "t", json!({}))
+            .await
+            .expect("emit");
+        events.push(event);
+    }
+    let polled = store.poll(&task.id, 0, Duration::ZERO).await.expect("poll");
+    assert_eq!(polled.events, events[1..], "the oldest event was pruned");
+    store
+        .answer(&task.id, &events[0].id, ToolAnswer::ok(json!("late")))
+        .await
+        .expect("its call still waits");
+    let answer = store
+        .wait_answer(&task.id, &events[0].id)
+        .await
+        .expect("the answer");
+    assert_eq!(answer.output, json!("late"));
+}
+
+/// Replicas racing to attach one task: exactly one call gets it.
+pub async fn racing_replicas_attach_a_task_once(backend: &impl Backend) {
+    let a = backend.store(StoreLimits::default()).await;
+    let b = backend.replica(&a).await;
+    let task = a.create("a", None, tool_t()).await.expect("create");
+    let attaches: Vec<_> = (0..8)
+        .map(|i| {
+            let (store, id) = (
+                if i % 2 == 0 { a.clone() } else { b.clone() },
+                task.id.clone(),
+            );
+            tokio::spawn(async move { store.attach(&id).await })
+        })
+        .collect();
+    let mut attached = 0;
+    for attach in attaches {
+        match attach.await.expect("an attach") {
+            Ok(_) => attached += 1,
+            Err(error) => assert_eq!(error, StoreError::AlreadyAttached(task.id.clone())),
+        }
+    }
+    assert_eq!(attached, 1);
+}
+
+/// Replicas racing to create tasks for one caller: the caller's cap holds exactly.
+pub async fn racing_replicas_keep_a_callers_task_cap(backend: &impl Backend) {
+    let a = backend
+        .store(StoreLimits {
+            max_tasks_per_owner: 5,
+            ..StoreLimits::default()
+        })
+        .await;
+    let b = backend.replica(&a).await;
+    let creates: Vec<_> = (0..20)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move { store.create("greedy", None, Vec::new()).await })
+        })
+        .collect();
+    let mut created = 0;
+    for create in creates {
+        match create.await.expect("a create") {
+            Ok(_) => created += 1,
+            Err(error) => assert_eq!(error, StoreError::TooManyTasks(5)),
+        }
+    }
+    assert_eq!(created, 5);
+    assert_eq!(backend.held(&a).await.tasks, 5);
 }
