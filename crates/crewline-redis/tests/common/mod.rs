@@ -19,15 +19,25 @@ use crewline_remote::{
 
 /// A `redis-server` this test started; stopped when dropped.
 pub struct RedisServer {
+    binary: String,
     port: u16,
     child: Option<Child>,
+}
+
+/// The server binary: `CREWLINE_REDIS_SERVER` (e.g. `valkey-server`), else `redis-server`.
+fn server_binary() -> String {
+    std::env::var("CREWLINE_REDIS_SERVER")
+        .ok()
+        .filter(|binary| !binary.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
 }
 
 impl RedisServer {
     /// A fresh server, or `None` (with a note) where `redis-server` is not installed, unless
     /// `CREWLINE_REQUIRE_REDIS=1` makes that a failure.
     pub fn start() -> Option<Self> {
-        if Command::new("redis-server")
+        let binary = server_binary();
+        if Command::new(&binary)
             .arg("--version")
             .stdout(Stdio::null())
             .status()
@@ -35,10 +45,10 @@ impl RedisServer {
         {
             assert!(
                 std::env::var("CREWLINE_REQUIRE_REDIS").as_deref() != Ok("1"),
-                "redis-server is not installed, and CREWLINE_REQUIRE_REDIS=1 requires it"
+                "{binary} is not installed, and CREWLINE_REQUIRE_REDIS=1 requires it"
             );
             eprintln!(
-                "note: redis-server is not installed; the Redis store's tests pass without running"
+                "note: {binary} is not installed; the Redis store's tests pass without running"
             );
             return None;
         }
@@ -47,7 +57,11 @@ impl RedisServer {
                 .and_then(|listener| listener.local_addr())
                 .expect("a free port")
                 .port();
-            let mut server = Self { port, child: None };
+            let mut server = Self {
+                binary: binary.clone(),
+                port,
+                child: None,
+            };
             if server.restart() {
                 return Some(server);
             }
@@ -71,7 +85,7 @@ impl RedisServer {
     /// Starts the server again on the same port; whether it answers.
     pub fn restart(&mut self) -> bool {
         self.stop();
-        let child = Command::new("redis-server")
+        let child = Command::new(&self.binary)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdout(Stdio::null())
