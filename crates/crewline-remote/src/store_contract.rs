@@ -110,6 +110,7 @@ macro_rules! store_contract_tests {
             a_pruned_call_that_still_waits_takes_its_answer,
             racing_replicas_attach_a_task_once,
             racing_replicas_keep_a_callers_task_cap,
+            a_pruned_answer_nobody_took_gives_its_bytes_back,
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -926,4 +927,38 @@ pub async fn racing_replicas_keep_a_callers_task_cap(backend: &impl Backend) {
     }
     assert_eq!(created, 5);
     assert_eq!(backend.held(&a).await.tasks, 5);
+}
+
+/// A settled call pruned with an answer nobody took gives that answer's bytes back.
+pub async fn a_pruned_answer_nobody_took_gives_its_bytes_back(backend: &impl Backend) {
+    let store = backend
+        .store(StoreLimits {
+            max_events: 1,
+            ..StoreLimits::default()
+        })
+        .await;
+    let task = store.create("a", None, tool_t()).await.expect("create");
+    store.attach(&task.id).await.expect("attach");
+    let first = store
+        .emit_tool_call(&task.id, "t", json!({}))
+        .await
+        .expect("emit");
+    store
+        .answer(&task.id, &first.id, ToolAnswer::ok(json!("x".repeat(1000))))
+        .await
+        .expect("an answer its waiter never takes");
+    let holding = backend.held(&store).await.bytes;
+    store
+        .emit_tool_call(&task.id, "t", json!({}))
+        .await
+        .expect("a second call prunes the first");
+    let after = backend.held(&store).await.bytes;
+    assert!(
+        after + 900 < holding,
+        "{after} held after, {holding} before"
+    );
+    assert!(matches!(
+        store.wait_answer(&task.id, &first.id).await,
+        Err(StoreError::UnknownEvent { .. })
+    ));
 }
