@@ -28,6 +28,9 @@
 
 mod client;
 mod server;
+#[cfg(any(test, feature = "store-contract"))]
+#[doc(hidden)]
+pub mod store_contract;
 pub mod wire;
 
 pub use client::{

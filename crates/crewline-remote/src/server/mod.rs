@@ -25,7 +25,8 @@
 //! both ways.
 //!
 //! Every request is bounded ([`StoreLimits`]): a caller over its own task or byte budget gets
-//! 429, a task over its byte budget 413, and a full store 503, each with the reason.
+//! 429, a task over its byte budget 413, and a full store 503, each with the reason; a shared
+//! store that is down (Redis) is 503 too, naming the store and the cause.
 
 mod inputs;
 mod store;
@@ -315,12 +316,14 @@ impl From<StoreError> for ApiError {
             | StoreError::NotWaiting(_)
             | StoreError::AlreadyAttached(_)
             | StoreError::Finished { .. } => StatusCode::CONFLICT,
-            StoreError::Full(_) | StoreError::FullBytes(_) => StatusCode::SERVICE_UNAVAILABLE,
+            // A shared store that is down (Redis) is as temporary as a full one.
+            StoreError::Full(_) | StoreError::FullBytes(_) | StoreError::Backend(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             StoreError::TooManyTasks(_) | StoreError::OwnerBudget(_) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
             StoreError::TaskBudget(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self {
             status,

@@ -121,8 +121,15 @@ impl Drop for Lease {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(error) = store.finish(&task_id, TaskStatus::Done, output).await {
-                        tracing::debug!(%error, task_id, "task not finished at call end");
+                    match store.finish(&task_id, TaskStatus::Done, output).await {
+                        Ok(_) => {}
+                        // The store itself failed: the task stays running until it expires.
+                        Err(error @ StoreError::Backend(_)) => {
+                            tracing::warn!(%error, task_id, "task not finished at call end");
+                        }
+                        Err(error) => {
+                            tracing::debug!(%error, task_id, "task not finished at call end");
+                        }
                     }
                 });
             }
@@ -193,6 +200,9 @@ impl Tool for RemoteTool {
                     StoreError::UnknownTool { .. } => {
                         "the remote tool was not called: its client never registered it"
                     }
+                    StoreError::Backend(_) => {
+                        "the remote tool was not called: the task store is unavailable"
+                    }
                     _ => "the remote tool is not available: its client's task has ended",
                 };
                 ToolError::new(message).with_detail(error)
@@ -209,6 +219,10 @@ impl Tool for RemoteTool {
             Ok(answer) => result_of(answer),
             Err(error @ StoreError::NotWaiting(_)) => Err(ToolError::new(
                 "the client cancelled its task; the tool is no longer available",
+            )
+            .with_detail(error)),
+            Err(error @ StoreError::Backend(_)) => Err(ToolError::new(
+                "the remote tool's answer could not be read: the task store is unavailable",
             )
             .with_detail(error)),
             Err(error) => {

@@ -51,14 +51,16 @@ impl TaskEntry {
         }
     }
 
-    /// Drops the oldest event; a pruned call that still waits keeps its state, the others go
-    /// with it. Returns the bytes freed.
+    /// Drops the event at `index`; a pruned call that still waits keeps its state, the others
+    /// go with it (an answer not yet taken too). Returns the bytes freed.
     fn drop_event(&mut self, index: usize) -> usize {
-        let Some((old, size)) = self.events.remove(index) else {
+        let Some((old, mut size)) = self.events.remove(index) else {
             return 0;
         };
-        if !matches!(self.calls.get(&old.id), Some(CallState::Pending)) {
-            self.calls.remove(&old.id);
+        if !matches!(self.calls.get(&old.id), Some(CallState::Pending))
+            && let Some(CallState::Answered(Some((_, held)))) = self.calls.remove(&old.id)
+        {
+            size += held;
         }
         self.bytes -= size;
         size

@@ -1,0 +1,728 @@
+//! A Redis-backed [`TaskStore`] for crewline's task API: several crew servers (replicas behind
+//! a load balancer) serve one set of tasks.
+//!
+//! A task created through one replica can be attached to a call on another; its tool calls are
+//! polled, and answered, through any replica; the answer reaches the replica whose call waits
+//! for it. Every update is one Lua script (atomic across replicas), every task key expires with
+//! the task ([`StoreLimits`]: `waiting_ttl`, `max_age`, `linger`) so nothing outlives it even if
+//! every replica dies, and each change is published on one channel: a replica's long polls and
+//! waiting calls wake on it and read the task again. Works with Redis 7 and Valkey (a single
+//! primary; not Redis Cluster).
+//!
+//! When Redis is unreachable, every operation fails with [`StoreError::Backend`] naming Redis
+//! and the cause, and works again once Redis is back (commands and the wake-up subscription
+//! reconnect by themselves); calls that do not use remote tools go on meanwhile.
+//!
+//! ```no_run
+//! use crewline_redis::RedisStore;
+//! use crewline_remote::{StoreLimits, TaskApi};
+//!
+//! # async fn run() -> Result<(), crewline_redis::RedisStoreError> {
+//! // Or `RedisStore::from_env()`, which reads CREWLINE_REDIS_URL and CREWLINE_REDIS_PREFIX.
+//! let store = RedisStore::connect("redis://127.0.0.1:6379", StoreLimits::default()).await?;
+//! let api = TaskApi::with_store(store);
+//! # drop(api); Ok(()) }
+//! ```
+
+mod error;
+mod scripts;
+mod wakeups;
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use crewline_remote::{
+    Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore,
+    wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer},
+};
+use redis::{Script, aio::ConnectionManager};
+use serde_json::{Value, json};
+
+pub use self::error::RedisStoreError;
+use self::wakeups::Waiters;
+
+/// The environment variable with the Redis URL ([`RedisConfig::from_env`]).
+pub const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
+/// The environment variable with the key prefix ([`RedisConfig::from_env`]).
+pub const PREFIX_VARIABLE: &str = "CREWLINE_REDIS_PREFIX";
+/// The key prefix when none is set.
+pub const DEFAULT_PREFIX: &str = "crewline:";
+
+/// How long connecting to Redis may take before the attempt fails.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one command may wait for Redis's reply.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a [`RedisStore`] keeps its tasks: the URL, the key prefix, the limits.
+#[derive(Clone)]
+pub struct RedisConfig {
+    url: String,
+    prefix: String,
+    limits: StoreLimits,
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl RedisConfig {
+    /// Redis at `url` (`redis://[user:password@]host:port[/db]`, `rediss://`, `redis+unix://`),
+    /// keys under [`DEFAULT_PREFIX`], default limits.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            limits: StoreLimits::default(),
+        }
+    }
+
+    /// The URL from `CREWLINE_REDIS_URL` and the prefix from `CREWLINE_REDIS_PREFIX` (if set).
+    pub fn from_env() -> Result<Self, RedisStoreError> {
+        Self::from_variables(|name| std::env::var(name).ok())
+    }
+
+    /// The config the variables `variable` looks up say.
+    fn from_variables(variable: impl Fn(&str) -> Option<String>) -> Result<Self, RedisStoreError> {
+        let url = variable(URL_VARIABLE).unwrap_or_default();
+        if url.trim().is_empty() {
+            return Err(RedisStoreError::NoUrl);
+        }
+        let config = Self::new(url.trim());
+        Ok(match variable(PREFIX_VARIABLE) {
+            Some(prefix) if !prefix.is_empty() => config.prefix(prefix),
+            _ => config,
+        })
+    }
+
+    /// Keys under `prefix` (default `crewline:`): servers that share tasks share a prefix.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The limits (every replica of one prefix should have the same).
+    pub fn limits(mut self, limits: StoreLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Connects: commands through a reconnecting connection, wake-ups through a subscription
+    /// of their own.
+    pub async fn connect(self) -> Result<RedisStore, RedisStoreError> {
+        let target = redact(&self.url);
+        let client = redis::Client::open(self.url.as_str()).map_err(|source| {
+            RedisStoreError::InvalidUrl {
+                url: target.clone(),
+                source,
+            }
+        })?;
+        let unreachable = |source| RedisStoreError::Unreachable {
+            url: target.clone(),
+            source,
+        };
+        // Few, short retries: an operation while Redis is down fails within a few seconds
+        // with a clear error instead of hanging; the next one reconnects.
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_millis(500))
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let commands = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(unreachable)?;
+        let channel = format!("{}changed", self.prefix);
+        let pubsub = wakeups::subscribe(&client, &channel, CONNECT_TIMEOUT)
+            .await
+            .map_err(unreachable)?;
+        let waiters = Arc::new(Waiters::default());
+        let router = tokio::spawn(wakeups::route(
+            client,
+            channel,
+            target.clone(),
+            CONNECT_TIMEOUT,
+            pubsub,
+            Arc::downgrade(&waiters),
+        ));
+        tracing::info!(redis = %target, prefix = %self.prefix, "task store connected to Redis");
+        Ok(RedisStore {
+            shared: Arc::new(Shared {
+                commands,
+                prefix: self.prefix,
+                limits: self.limits,
+                target,
+                waiters,
+                router: router.abort_handle(),
+            }),
+        })
+    }
+}
+
+/// The Redis-backed [`TaskStore`]: the same contract as the in-memory store (bounds, expiry,
+/// errors), shared by every store on the same Redis and prefix; cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    commands: ConnectionManager,
+    prefix: String,
+    limits: StoreLimits,
+    /// The URL, its password hidden: what messages and logs name.
+    target: String,
+    waiters: Arc<Waiters>,
+    router: tokio::task::AbortHandle,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.router.abort();
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("redis", &self.shared.target)
+            .field("prefix", &self.shared.prefix)
+            .field("limits", &self.shared.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a store's tasks hold, as counted against its [`StoreLimits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Tasks held, all callers together.
+    pub tasks: usize,
+    /// Bytes held, all callers together.
+    pub bytes: usize,
+}
+
+/// `url` with its password (if any) replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The bytes `value` takes as JSON: what holding it costs (counted as the in-memory store
+/// counts, so one set of limits means the same on both).
+fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail, and these values serialise without error.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// A script's reply: its outcome (`ok` or a refusal's name), then its values.
+type Reply = Vec<Option<String>>;
+
+/// What a refusal names, beyond the task.
+#[derive(Default)]
+struct Subject<'a> {
+    event: &'a str,
+    tool: &'a str,
+}
+
+impl RedisStore {
+    /// Connects to Redis at `url` with `limits` and the default prefix (see [`RedisConfig`]).
+    pub async fn connect(
+        url: impl Into<String>,
+        limits: StoreLimits,
+    ) -> Result<Self, RedisStoreError> {
+        RedisConfig::new(url).limits(limits).connect().await
+    }
+
+    /// Connects as `CREWLINE_REDIS_URL` and `CREWLINE_REDIS_PREFIX` say, with default limits.
+    pub async fn from_env() -> Result<Self, RedisStoreError> {
+        RedisConfig::from_env()?.connect().await
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> StoreLimits {
+        self.shared.limits
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.shared.prefix
+    }
+
+    /// What the store's tasks hold (expired ones are swept first).
+    pub async fn usage(&self) -> Result<Usage, StoreError> {
+        let reply = self.eval(&scripts::USAGE, "", &[]).await?;
+        let number = |index: usize| {
+            reply
+                .get(index)
+                .and_then(|value| value.as_deref())
+                .and_then(|text| text.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(Usage {
+            tasks: number(1),
+            bytes: number(2),
+        })
+    }
+
+    /// Runs `script` for task `id` with the store's prefix and limits, then `args`.
+    async fn eval(&self, script: &Script, id: &str, args: &[&str]) -> Result<Reply, StoreError> {
+        let limits = &self.shared.limits;
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .arg(&self.shared.prefix)
+            .arg(limits.max_tasks)
+            .arg(limits.max_tasks_per_owner)
+            .arg(limits.max_task_bytes)
+            .arg(limits.max_owner_bytes)
+            .arg(limits.max_total_bytes)
+            .arg(limits.max_events)
+            .arg(millis(limits.waiting_ttl))
+            .arg(millis(limits.max_age))
+            .arg(millis(limits.linger))
+            .arg(id);
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut connection = self.shared.commands.clone();
+        let reply = match invocation.invoke_async(&mut connection).await {
+            // The connection had failed before this command was sent (Redis was down): the
+            // manager is reconnecting now, and sending once more is safe.
+            Err(error) if error.is_connection_refusal() => {
+                invocation.invoke_async(&mut connection).await
+            }
+            reply => reply,
+        };
+        reply.map_err(|error| self.backend(&error))
+    }
+
+    /// The error for a Redis failure, naming Redis and the cause.
+    fn backend(&self, error: &redis::RedisError) -> StoreError {
+        let what = if error.is_io_error()
+            || error.is_connection_refusal()
+            || error.is_connection_dropped()
+            || error.is_timeout()
+        {
+            "is unreachable"
+        } else {
+            "failed"
+        };
+        StoreError::Backend(format!(
+            "the task store (Redis at {}) {what}: {error}",
+            self.shared.target
+        ))
+    }
+
+    /// The error for a reply this store cannot read.
+    fn unreadable(&self, what: &str) -> StoreError {
+        StoreError::Backend(format!(
+            "the task store (Redis at {}) sent a reply it cannot read: {what}",
+            self.shared.target
+        ))
+    }
+
+    /// `reply`'s values if it is `ok`, else the refusal it names.
+    fn outcome<'r>(
+        &self,
+        reply: &'r Reply,
+        id: &str,
+        subject: &Subject<'_>,
+    ) -> Result<&'r [Option<String>], StoreError> {
+        let limits = &self.shared.limits;
+        let code = reply.first().and_then(|code| code.as_deref()).unwrap_or("");
+        let text = |index: usize| reply.get(index).and_then(|value| value.as_deref());
+        Err(match code {
+            "ok" => return Ok(&reply[1..]),
+            "unknown_task" => StoreError::UnknownTask(id.to_owned()),
+            "already_attached" => StoreError::AlreadyAttached(id.to_owned()),
+            "finished" => StoreError::Finished {
+                id: id.to_owned(),
+                status: self.status(text(1))?,
+            },
+            "unknown_tool" => StoreError::UnknownTool {
+                task: id.to_owned(),
+                tool: subject.tool.to_owned(),
+            },
+            "unknown_event" => StoreError::UnknownEvent {
+                task: id.to_owned(),
+                event: subject.event.to_owned(),
+            },
+            "not_a_tool_call" => StoreError::NotAToolCall(subject.event.to_owned()),
+            "already_answered" => StoreError::AlreadyAnswered(subject.event.to_owned()),
+            "not_waiting" => StoreError::NotWaiting(subject.event.to_owned()),
+            "full" => StoreError::Full(limits.max_tasks),
+            "full_bytes" => StoreError::FullBytes(limits.max_total_bytes),
+            "too_many_tasks" => StoreError::TooManyTasks(limits.max_tasks_per_owner),
+            "owner_budget" => StoreError::OwnerBudget(limits.max_owner_bytes),
+            "task_budget" => StoreError::TaskBudget(limits.max_task_bytes),
+            other => return Err(self.unreadable(&format!("outcome `{other}`"))),
+        })
+    }
+
+    /// The refusal a script's `refusal` names (emit's and finish's budgets), as an error.
+    fn refusal(&self, refusal: &str, id: &str) -> StoreError {
+        let reply = vec![Some(refusal.to_owned())];
+        match self.outcome(&reply, id, &Subject::default()) {
+            Err(error) => error,
+            Ok(_) => self.unreadable("a refusal named `ok`"),
+        }
+    }
+
+    fn status(&self, text: Option<&str>) -> Result<TaskStatus, StoreError> {
+        let text = text.unwrap_or_default();
+        serde_json::from_value(Value::String(text.to_owned()))
+            .map_err(|_| self.unreadable(&format!("status `{text}`")))
+    }
+
+    /// A snapshot from the values `owner, status, task, tools, output`.
+    fn snapshot(&self, id: &str, values: &[Option<String>]) -> Result<TaskSnapshot, StoreError> {
+        let text = |index: usize| values.get(index).and_then(|value| value.as_deref());
+        let json = |index: usize, what: &str| -> Result<Option<Value>, StoreError> {
+            text(index)
+                .map(|text| {
+                    serde_json::from_str(text)
+                        .map_err(|error| self.unreadable(&format!("the task's {what}: {error}")))
+                })
+                .transpose()
+        };
+        let task = match json(2, "text")? {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text),
+            Some(other) => return Err(self.unreadable(&format!("the task's text {other}"))),
+        };
+        let custom_tools: Vec<CustomTool> = match json(3, "tools")? {
+            Some(tools) => serde_json::from_value(tools)
+                .map_err(|error| self.unreadable(&format!("the task's tools: {error}")))?,
+            None => Vec::new(),
+        };
+        Ok(TaskSnapshot {
+            id: id.to_owned(),
+            owner: text(0).unwrap_or_default().to_owned(),
+            status: self.status(text(1))?,
+            task,
+            custom_tools,
+            output: json(4, "output")?,
+        })
+    }
+
+    /// The task and its events after `after`, as one script read them.
+    async fn read(&self, id: &str, after: u64) -> Result<Polled, StoreError> {
+        let after = after.to_string();
+        let reply = self.eval(&scripts::POLL, id, &[&after]).await?;
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        let task = self.snapshot(id, values.get(..5).unwrap_or_default())?;
+        let events = values
+            .get(5..)
+            .unwrap_or_default()
+            .chunks(2)
+            .map(|pair| self.event(pair))
+            .collect::<Result<_, _>>()?;
+        Ok(Polled { task, events })
+    }
+
+    /// An event from its JSON and its timestamp.
+    fn event(&self, pair: &[Option<String>]) -> Result<TaskEvent, StoreError> {
+        let (Some(Some(json)), Some(Some(timestamp))) = (pair.first(), pair.get(1)) else {
+            return Err(self.unreadable("an event without its JSON or its timestamp"));
+        };
+        let mut event: TaskEvent = serde_json::from_str(json)
+            .map_err(|error| self.unreadable(&format!("an event: {error}")))?;
+        event.timestamp = Some(
+            parse_timestamp(timestamp)
+                .ok_or_else(|| self.unreadable(&format!("the timestamp `{timestamp}`")))?,
+        );
+        Ok(event)
+    }
+
+    /// Marks the call `event` abandoned (what [`TaskStore::abandon`] runs in the background).
+    async fn abandon_now(&self, id: &str, event: &str) -> Result<(), StoreError> {
+        let reply = self.eval(&scripts::ABANDON, id, &[event]).await?;
+        self.outcome(&reply, id, &Subject::default())?;
+        self.shared.waiters.wake(id);
+        Ok(())
+    }
+}
+
+/// A timestamp as Redis wrote a sorted set's score: an integer, or a float holding one.
+fn parse_timestamp(text: &str) -> Option<u64> {
+    text.parse().ok().or_else(|| {
+        let float: f64 = text.parse().ok()?;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        (float.is_finite() && float >= 0.0).then_some(float as u64)
+    })
+}
+
+/// `duration` in whole milliseconds.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl TaskStore for RedisStore {
+    async fn create(
+        &self,
+        owner: &str,
+        task: Option<String>,
+        custom_tools: Vec<CustomTool>,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let snapshot = TaskSnapshot {
+            id: format!("task_{}", uuid::Uuid::new_v4().simple()),
+            owner: owner.to_owned(),
+            status: TaskStatus::Waiting,
+            task,
+            custom_tools,
+            output: None,
+        };
+        let size = snapshot.id.len()
+            + snapshot.owner.len()
+            + json_len(&snapshot.task)
+            + json_len(&snapshot.custom_tools);
+        if size > self.shared.limits.max_task_bytes {
+            return Err(StoreError::TaskBudget(self.shared.limits.max_task_bytes));
+        }
+        let (text, tools) = (
+            json!(snapshot.task).to_string(),
+            json!(snapshot.custom_tools).to_string(),
+        );
+        let size = size.to_string();
+        let mut args = vec![owner, text.as_str(), tools.as_str(), size.as_str()];
+        args.extend(snapshot.custom_tools.iter().map(|tool| tool.name.as_str()));
+        let reply = self.eval(&scripts::CREATE, &snapshot.id, &args).await?;
+        self.outcome(&reply, &snapshot.id, &Subject::default())?;
+        Ok(snapshot)
+    }
+
+    async fn get(&self, id: &str) -> Result<TaskSnapshot, StoreError> {
+        let reply = self.eval(&scripts::GET, id, &[]).await?;
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        self.snapshot(id, values)
+    }
+
+    async fn attach(&self, id: &str) -> Result<TaskSnapshot, StoreError> {
+        let reply = self.eval(&scripts::ATTACH, id, &[]).await?;
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        self.shared.waiters.wake(id);
+        self.snapshot(id, values)
+    }
+
+    async fn finish(
+        &self,
+        id: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let (output, size) = match &output {
+            Some(output) => (output.to_string(), json_len(output).to_string()),
+            None => (String::new(), "0".to_owned()),
+        };
+        let reply = self
+            .eval(&scripts::FINISH, id, &[status.as_str(), &output, &size])
+            .await?;
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        self.shared.waiters.wake(id);
+        if let Some(Some(refusal)) = values.get(5) {
+            // A task always finishes: an output over a budget is left out, with a warning.
+            let error = self.refusal(refusal, id);
+            tracing::warn!(task_id = id, %error, "task finished without its output");
+        }
+        self.snapshot(id, values.get(..5).unwrap_or_default())
+    }
+
+    async fn emit_tool_call(
+        &self,
+        id: &str,
+        tool: &str,
+        input: Value,
+    ) -> Result<TaskEvent, StoreError> {
+        let mut event = TaskEvent {
+            id: format!("evt_{}", uuid::Uuid::new_v4().simple()),
+            name: TOOL_CALL.to_owned(),
+            payload: json!({"name": tool, "input": input}),
+            timestamp: None,
+        };
+        let size = json_len(&event).to_string();
+        let json = serde_json::to_string(&event)
+            .map_err(|error| StoreError::Backend(format!("a tool call's input: {error}")))?;
+        let reply = self
+            .eval(&scripts::EMIT, id, &[tool, &event.id, &json, &size])
+            .await?;
+        let subject = Subject { tool, event: "" };
+        let values = self.outcome(&reply, id, &subject)?;
+        self.shared.waiters.wake(id);
+        let timestamp = values
+            .first()
+            .and_then(|value| value.as_deref())
+            .and_then(parse_timestamp)
+            .ok_or_else(|| self.unreadable("a tool call without its timestamp"))?;
+        event.timestamp = Some(timestamp);
+        Ok(event)
+    }
+
+    async fn poll(&self, id: &str, after: u64, wait: Duration) -> Result<Polled, StoreError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut watch = self.shared.waiters.watch(id);
+        loop {
+            // Watching before reading: a change after the read wakes this poll.
+            watch.seen();
+            let polled = self.read(id, after).await?;
+            if !polled.events.is_empty()
+                || polled.task.status.is_terminal()
+                || tokio::time::Instant::now() >= deadline
+            {
+                return Ok(polled);
+            }
+            if tokio::time::timeout_at(deadline, watch.changed())
+                .await
+                .is_err()
+            {
+                return self.read(id, after).await;
+            }
+        }
+    }
+
+    async fn answer(&self, id: &str, event: &str, answer: ToolAnswer) -> Result<(), StoreError> {
+        let size = json_len(&answer).to_string();
+        let json = serde_json::to_string(&answer)
+            .map_err(|error| StoreError::Backend(format!("a tool answer: {error}")))?;
+        let reply = self
+            .eval(&scripts::ANSWER, id, &[event, &json, &size])
+            .await?;
+        self.outcome(&reply, id, &Subject { event, tool: "" })?;
+        self.shared.waiters.wake(id);
+        Ok(())
+    }
+
+    async fn wait_answer(&self, id: &str, event: &str) -> Result<ToolAnswer, StoreError> {
+        let mut watch = self.shared.waiters.watch(id);
+        loop {
+            watch.seen();
+            let reply = self.eval(&scripts::TAKE, id, &[event]).await?;
+            if reply.first().and_then(|code| code.as_deref()) == Some("pending") {
+                watch.changed().await;
+                continue;
+            }
+            let values = self.outcome(&reply, id, &Subject { event, tool: "" })?;
+            let Some(Some(json)) = values.first() else {
+                return Err(self.unreadable("an answer without its JSON"));
+            };
+            return serde_json::from_str(json)
+                .map_err(|error| self.unreadable(&format!("an answer: {error}")));
+        }
+    }
+
+    fn abandon(&self, id: &str, event: &str) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                task_id = id,
+                event_id = event,
+                "a tool call was abandoned outside a runtime; a late answer will still be taken"
+            );
+            return;
+        };
+        let (store, id, event) = (self.clone(), id.to_owned(), event.to_owned());
+        runtime.spawn(async move {
+            if let Err(error) = store.abandon_now(&id, &event).await {
+                tracing::warn!(task_id = %id, event_id = %event, %error, "could not abandon a tool call");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_and_the_rest_is_kept() {
+        assert_eq!(
+            redact("redis://:s3cret@10.0.0.5:6379/2"),
+            "redis://:***@10.0.0.5:6379/2"
+        );
+        assert_eq!(
+            redact("rediss://crew:s3cret@cache.internal:6380"),
+            "rediss://crew:***@cache.internal:6380"
+        );
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact("not a url"), "not a url");
+        let config = RedisConfig::new("redis://crew:s3cret@cache:6379");
+        assert!(!format!("{config:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn scores_parse_as_integers_or_floats() {
+        assert_eq!(parse_timestamp("1764686400123"), Some(1_764_686_400_123));
+        assert_eq!(
+            parse_timestamp("1.764686400123e+12"),
+            Some(1_764_686_400_123)
+        );
+        assert_eq!(parse_timestamp("-1"), None);
+        assert_eq!(parse_timestamp("x"), None);
+    }
+
+    #[test]
+    fn the_environment_gives_the_url_and_the_prefix() {
+        let variables = |url: &'static str, prefix: Option<&'static str>| {
+            move |name: &str| match name {
+                URL_VARIABLE => Some(url.to_owned()),
+                PREFIX_VARIABLE => prefix.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let config = RedisConfig::from_variables(variables(" redis://cache:6379 ", Some("a:")))
+            .expect("a config");
+        assert_eq!(
+            (config.url.as_str(), config.prefix.as_str()),
+            ("redis://cache:6379", "a:")
+        );
+        let config =
+            RedisConfig::from_variables(variables("redis://cache", None)).expect("a config");
+        assert_eq!(config.prefix, DEFAULT_PREFIX);
+        let missing = RedisConfig::from_variables(variables("", None)).expect_err("no URL");
+        assert!(matches!(missing, RedisStoreError::NoUrl));
+        assert!(missing.to_string().contains(URL_VARIABLE), "{missing}");
+    }
+
+    #[tokio::test]
+    async fn a_bad_url_is_refused_without_showing_its_password() {
+        let error = RedisConfig::new("redis://:s3cret@cache:port/0")
+            .connect()
+            .await
+            .expect_err("not a URL");
+        assert!(
+            matches!(error, RedisStoreError::InvalidUrl { .. }),
+            "{error:?}"
+        );
+        let mut chain = format!("{error} {error:?}");
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        assert!(!chain.contains("s3cret"), "{chain}");
+    }
+}

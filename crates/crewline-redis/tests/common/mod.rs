@@ -1,0 +1,176 @@
+//! A real `redis-server` per test, on a free loopback port, without persistence; and the
+//! contract suite's backend over it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::{
+    io::{Read, Write},
+    net::{Ipv4Addr, TcpListener, TcpStream},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
+
+use crewline_redis::{RedisConfig, RedisStore};
+use crewline_remote::{
+    StoreLimits,
+    store_contract::{Backend, Held},
+};
+
+/// A `redis-server` this test started; stopped when dropped.
+pub struct RedisServer {
+    binary: String,
+    port: u16,
+    child: Option<Child>,
+}
+
+/// The server binary: `CREWLINE_REDIS_SERVER` (e.g. `valkey-server`), else `redis-server`.
+fn server_binary() -> String {
+    std::env::var("CREWLINE_REDIS_SERVER")
+        .ok()
+        .filter(|binary| !binary.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+impl RedisServer {
+    /// A fresh server, or `None` (with a note) where `redis-server` is not installed, unless
+    /// `CREWLINE_REQUIRE_REDIS=1` makes that a failure.
+    pub fn start() -> Option<Self> {
+        let binary = server_binary();
+        if Command::new(&binary)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_err()
+        {
+            assert!(
+                std::env::var("CREWLINE_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "{binary} is not installed, and CREWLINE_REQUIRE_REDIS=1 requires it"
+            );
+            eprintln!(
+                "note: {binary} is not installed; the Redis store's tests pass without running"
+            );
+            return None;
+        }
+        for _ in 0..5 {
+            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|listener| listener.local_addr())
+                .expect("a free port")
+                .port();
+            let mut server = Self {
+                binary: binary.clone(),
+                port,
+                child: None,
+            };
+            if server.restart() {
+                return Some(server);
+            }
+        }
+        panic!("redis-server did not start on any of five free ports");
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (its data goes with it).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port; whether it answers.
+    pub fn restart(&mut self) -> bool {
+        self.stop();
+        let child = Command::new(&self.binary)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.pong() {
+                return true;
+            }
+            if let Some(child) = &mut self.child
+                && matches!(child.try_wait(), Ok(Some(_)))
+            {
+                // It exited: the port was taken meanwhile.
+                self.child = None;
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    fn pong(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
+            return false;
+        };
+        let mut reply = [0; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG\r\n"
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The contract suite's backend: stores on one server, each fresh one under a prefix of its
+/// own.
+pub struct RedisBackend {
+    pub server: RedisServer,
+    prefixes: AtomicUsize,
+}
+
+impl RedisBackend {
+    /// A backend over a fresh server, or `None` where there is no `redis-server`.
+    pub fn open() -> Option<Self> {
+        Some(Self {
+            server: RedisServer::start()?,
+            prefixes: AtomicUsize::new(0),
+        })
+    }
+}
+
+impl Backend for RedisBackend {
+    type Store = RedisStore;
+
+    async fn store(&self, limits: StoreLimits) -> RedisStore {
+        let prefix = format!("test{}:", self.prefixes.fetch_add(1, Ordering::Relaxed));
+        RedisConfig::new(self.server.url())
+            .prefix(prefix)
+            .limits(limits)
+            .connect()
+            .await
+            .expect("connected to the test's redis-server")
+    }
+
+    async fn replica(&self, of: &RedisStore) -> RedisStore {
+        RedisConfig::new(self.server.url())
+            .prefix(of.prefix())
+            .limits(of.limits())
+            .connect()
+            .await
+            .expect("a second store on the test's redis-server")
+    }
+
+    async fn held(&self, store: &RedisStore) -> Held {
+        let usage = store.usage().await.expect("the store's usage");
+        Held {
+            tasks: usage.tasks,
+            bytes: usage.bytes,
+        }
+    }
+}
