@@ -14,13 +14,14 @@
 //! ```
 //!
 //! `--api-key KEY` (both sides) protects the task API; `OPENAI_API_KEY` switches the crew to
-//! a real model.
+//! a real model; `CREWLINE_REDIS_URL` (e.g. `redis://127.0.0.1:6379`) keeps the tasks in Redis,
+//! so several replicas of this server behind a load balancer serve one set of tasks.
 
 use std::{io::Write, time::Duration};
 
 use crewline::SessionSetup;
 use crewline_examples::{args::ServeCrewArgs, remote_weather};
-use crewline_remote::{ClientConfig, TaskApi};
+use crewline_remote::ClientConfig;
 use crewline_server::CrewServer;
 
 /// The remote weather crew (`/ws` and the task API on `/task`), or with `--client` the
@@ -79,7 +80,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         crew.model.model.clone(),
         Duration::from_millis(20),
     )?;
-    let mut tasks = TaskApi::new().tool_timeout(Duration::from_secs(10));
+    // In memory, or shared by every replica through Redis when CREWLINE_REDIS_URL is set.
+    let mut tasks = remote_weather::task_api()
+        .await
+        .map_err(|error| -> Box<dyn std::error::Error> {
+            // Said once, readably, before main's own report of the error.
+            tracing::error!(%error, "the task API's store is unavailable; not serving");
+            error
+        })?
+        .tool_timeout(Duration::from_secs(10));
     if let Some(key) = args.api_key {
         tasks = tasks.api_key(key)?;
     }

@@ -37,6 +37,36 @@ in a moment.";
 /// The cities the scripted model recognises in what the caller says.
 const CITIES: [&str; 5] = ["Paris", "Tokyo", "London", "Oslo", "Atlantis"];
 
+/// The task API over the store the environment names: Redis when `CREWLINE_REDIS_URL` is set
+/// (so several replicas serve one set of tasks), else this process's memory.
+///
+/// The variable set in a build without the `redis` feature is an error, not a silent fall
+/// back to memory: replicas that do not share their tasks would lose them between each other.
+pub async fn task_api() -> Result<TaskApi, Box<dyn std::error::Error + Send + Sync>> {
+    const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
+    let wanted = std::env::var_os(URL_VARIABLE).is_some_and(|url| !url.is_empty());
+    if !wanted {
+        return Ok(TaskApi::new());
+    }
+    #[cfg(feature = "redis")]
+    {
+        let store = crewline_redis::RedisStore::from_env().await?;
+        tracing::info!(
+            prefix = store.prefix(),
+            "task API: tasks shared through Redis"
+        );
+        Ok(TaskApi::with_store(store))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        Err(format!(
+            "{URL_VARIABLE} is set, but this build has no Redis store (crewline-examples' `redis` \
+             feature)"
+        )
+        .into())
+    }
+}
+
 /// Builds each call's crew: the shared model, and the call's remote tools from its task.
 #[derive(Clone)]
 pub struct RemoteWeatherCrew {
