@@ -32,7 +32,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use crewline_remote::{
-    Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore,
+    Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len,
     wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer},
 };
 use redis::{Script, aio::ConnectionManager};
@@ -219,25 +219,6 @@ fn redact(url: &str) -> String {
         }
         None => url.to_owned(),
     }
-}
-
-/// The bytes `value` takes as JSON: what holding it costs (counted as the in-memory store
-/// counts, so one set of limits means the same on both).
-fn json_len(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing into a counter cannot fail, and these values serialise without error.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// A script's reply: its outcome (`ok` or a refusal's name), then its values.
@@ -490,18 +471,8 @@ impl TaskStore for RedisStore {
         task: Option<String>,
         custom_tools: Vec<CustomTool>,
     ) -> Result<TaskSnapshot, StoreError> {
-        let snapshot = TaskSnapshot {
-            id: format!("task_{}", uuid::Uuid::new_v4().simple()),
-            owner: owner.to_owned(),
-            status: TaskStatus::Waiting,
-            task,
-            custom_tools,
-            output: None,
-        };
-        let size = snapshot.id.len()
-            + snapshot.owner.len()
-            + json_len(&snapshot.task)
-            + json_len(&snapshot.custom_tools);
+        let snapshot = TaskSnapshot::waiting(owner, task, custom_tools);
+        let size = snapshot.request_bytes();
         if size > self.shared.limits.max_task_bytes {
             return Err(StoreError::TaskBudget(self.shared.limits.max_task_bytes));
         }

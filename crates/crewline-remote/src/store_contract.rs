@@ -17,8 +17,8 @@ use std::{future::Future, time::Duration};
 use serde_json::json;
 
 use crate::{
-    MemoryStore, StoreError, StoreLimits, TaskStore,
-    wire::{CustomTool, TaskStatus, ToolAnswer},
+    MemoryStore, StoreError, StoreLimits, TaskSnapshot, TaskStore,
+    wire::{CustomTool, TaskEvent, TaskStatus, ToolAnswer},
 };
 
 /// How long a step that should happen at once may take before the test calls it stuck.
@@ -128,6 +128,17 @@ macro_rules! store_contract_tests {
 /// One small tool named `t`, for tasks whose tests call it.
 fn tool_t() -> Vec<CustomTool> {
     tools_of(1)
+}
+
+/// A task of `a` with the one tool `t`, attached, with one call of `t` waiting for its answer.
+async fn running_call(store: &impl TaskStore) -> (TaskSnapshot, TaskEvent) {
+    let task = store.create("a", None, tool_t()).await.expect("create");
+    store.attach(&task.id).await.expect("attach");
+    let event = store
+        .emit_tool_call(&task.id, "t", json!({}))
+        .await
+        .expect("emit");
+    (task, event)
 }
 
 /// A tool `t` whose description is `bytes` long: a task that holds about that much.
@@ -505,12 +516,7 @@ pub async fn an_oversized_answer_is_refused_and_the_call_still_waits(backend: &i
             ..StoreLimits::default()
         })
         .await;
-    let task = store.create("a", None, tool_t()).await.expect("create");
-    store.attach(&task.id).await.expect("attach");
-    let event = store
-        .emit_tool_call(&task.id, "t", json!({}))
-        .await
-        .expect("emit");
+    let (task, event) = running_call(&store).await;
     assert_eq!(
         store
             .answer(&task.id, &event.id, ToolAnswer::ok(json!("x".repeat(8192))))
@@ -695,12 +701,7 @@ pub async fn attaching_twice_or_after_the_end_is_refused(backend: &impl Backend)
 /// and a long poll returns at once with the finished task.
 pub async fn finishing_stops_every_waiting_call(backend: &impl Backend) {
     let store = backend.store(StoreLimits::default()).await;
-    let task = store.create("a", None, tool_t()).await.expect("create");
-    store.attach(&task.id).await.expect("attach");
-    let event = store
-        .emit_tool_call(&task.id, "t", json!({}))
-        .await
-        .expect("emit");
+    let (task, event) = running_call(&store).await;
     let waiter = {
         let (store, id, event) = (store.clone(), task.id.clone(), event.id.clone());
         tokio::spawn(async move { store.wait_answer(&id, &event).await })
@@ -786,12 +787,7 @@ pub async fn two_replicas_share_a_task_end_to_end(backend: &impl Backend) {
 /// An answer is held, and counted, until its waiter takes it.
 pub async fn answers_are_counted_until_their_waiter_takes_them(backend: &impl Backend) {
     let store = backend.store(StoreLimits::default()).await;
-    let task = store.create("a", None, tool_t()).await.expect("create");
-    store.attach(&task.id).await.expect("attach");
-    let event = store
-        .emit_tool_call(&task.id, "t", json!({}))
-        .await
-        .expect("emit");
+    let (task, event) = running_call(&store).await;
     let before = backend.held(&store).await.bytes;
     let answer = ToolAnswer::ok(json!("x".repeat(1000)));
     store
@@ -937,12 +933,7 @@ pub async fn a_pruned_answer_nobody_took_gives_its_bytes_back(backend: &impl Bac
             ..StoreLimits::default()
         })
         .await;
-    let task = store.create("a", None, tool_t()).await.expect("create");
-    store.attach(&task.id).await.expect("attach");
-    let first = store
-        .emit_tool_call(&task.id, "t", json!({}))
-        .await
-        .expect("emit");
+    let (task, first) = running_call(&store).await;
     store
         .answer(&task.id, &first.id, ToolAnswer::ok(json!("x".repeat(1000))))
         .await

@@ -49,7 +49,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 pub use self::{
-    store::{MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore},
+    store::{MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len},
     tool::{MAX_OUTPUT_BYTES, OutputTooLarge, RemoteTool, RemoteTools, TaskOutput},
 };
 use crate::wire::{

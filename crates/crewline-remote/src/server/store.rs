@@ -31,6 +31,45 @@ pub struct TaskSnapshot {
     pub output: Option<Value>,
 }
 
+impl TaskSnapshot {
+    /// A new task of `owner`, waiting for a call, under a fresh random id.
+    pub fn waiting(owner: &str, task: Option<String>, custom_tools: Vec<CustomTool>) -> Self {
+        Self {
+            id: format!("task_{}", uuid::Uuid::new_v4().simple()),
+            owner: owner.to_owned(),
+            status: TaskStatus::Waiting,
+            task,
+            custom_tools,
+            output: None,
+        }
+    }
+
+    /// The bytes the task's request holds (id, owner, text, tool specs): what every store
+    /// charges a new task against its budgets, so that the stores agree.
+    pub fn request_bytes(&self) -> usize {
+        self.id.len() + self.owner.len() + json_len(&self.task) + json_len(&self.custom_tools)
+    }
+}
+
+/// The length of `value` as JSON, without building the text: what stores count against
+/// their byte budgets.
+pub fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail, and these values serialise without error.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// What a poll found: the task and its events after the cursor.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Polled {

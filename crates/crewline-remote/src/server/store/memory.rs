@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore};
+use super::{Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len};
 use crate::wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer, now_ms};
 
 /// Where a tool call is.
@@ -210,24 +210,6 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
-/// The bytes `value` takes as JSON: what holding it costs, near enough.
-fn json_len(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing into a counter cannot fail, and these values serialise without error.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
-}
-
 impl MemoryStore {
     /// An empty store with default limits.
     pub fn new() -> Self {
@@ -336,18 +318,8 @@ impl TaskStore for MemoryStore {
         task: Option<String>,
         custom_tools: Vec<CustomTool>,
     ) -> Result<TaskSnapshot, StoreError> {
-        let snapshot = TaskSnapshot {
-            id: format!("task_{}", uuid::Uuid::new_v4().simple()),
-            owner: owner.to_owned(),
-            status: TaskStatus::Waiting,
-            task,
-            custom_tools,
-            output: None,
-        };
-        let size = snapshot.id.len()
-            + snapshot.owner.len()
-            + json_len(&snapshot.task)
-            + json_len(&snapshot.custom_tools);
+        let snapshot = TaskSnapshot::waiting(owner, task, custom_tools);
+        let size = snapshot.request_bytes();
         if size > self.limits.max_task_bytes {
             return Err(StoreError::TaskBudget(self.limits.max_task_bytes));
         }
