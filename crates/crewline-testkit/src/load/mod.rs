@@ -2,10 +2,9 @@
 //! percentiles, error counts and (given the server's pid) its CPU time per turn and memory.
 //!
 //! Each session connects (`system.init`, `agent.ready`), waits until every session has
-//! connected (or, in the open-loop mode, [`LoadConfig::open_loop`], starts at once), then runs
-//! its turns: `agent.transcript.update` and
-//! `system.llm.request` with the conversation so far, reading until
-//! `agent.llm.response.end`. Measured per turn: the time from sending the request to the first
+//! connected (in the open loop, [`LoadConfig::open_loop`], it starts at once), then runs its
+//! turns: `agent.transcript.update` and `system.llm.request` with the conversation so far,
+//! reading until `agent.llm.response.end`. Measured per turn: the time from sending the request to the first
 //! chunk and to `end`; in the interrupt scenario, `system.control.interrupt` is sent on the
 //! first chunk and the time to the last chunk after it (zero when none came) and to `end` is
 //! measured.
