@@ -1,5 +1,9 @@
 //! `crewline load` against a real crew server on 127.0.0.1:0 serving the weather crew on a
-//! scripted model: the report counts turns, tool calls, errors and interrupts correctly.
+//! scripted model: the report counts turns, tool calls, errors and interrupts correctly; the
+//! open loop does not hold a call for the others, and the turn log has a line per turn.
+
+// Test helpers set up what the tests drive: a failed step should panic and fail the test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
@@ -13,7 +17,7 @@ use crewline::{
 };
 use crewline_examples::voice_agent::WeatherCrew;
 use crewline_server::CrewServer;
-use crewline_testkit::load::{LoadConfig, Scenario, run};
+use crewline_testkit::load::{LoadConfig, Scenario, TurnOutcome, TurnRecord, run};
 use tokio::net::TcpListener;
 
 fn config(url: &str, sessions: usize, turns: usize, scenario: Scenario) -> LoadConfig {
@@ -151,6 +155,175 @@ async fn model_failures_and_refused_connections_are_errors() {
         assert_eq!(report.turns_not_run, 6);
         assert_eq!(report.turns_completed, 0);
         assert_eq!(report.errors, 3);
+    })
+    .await;
+}
+
+/// A crew whose model answers every turn and counts the requests it has seen.
+async fn counting_crew() -> (String, tokio::sync::watch::Receiver<usize>) {
+    let (seen, requests) = tokio::sync::watch::channel(0_usize);
+    let llm = ScriptedLlm::from_fn(move |_: &ChatRequest| {
+        seen.send_modify(|n| *n += 1);
+        Reply::text("An answer.")
+    });
+    let crew = WeatherCrew::new(Arc::new(llm), Duration::ZERO).unwrap();
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(CrewServer::new(crew.agent().clone()).serve(listener));
+    (addr.to_string(), requests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_open_loop_a_call_talks_without_waiting_for_the_next_to_connect() {
+    bounded(async {
+        let (crew, mut requests) = counting_crew().await;
+        // In front of the crew: the first call goes straight through; the second is held
+        // until the model has answered every turn of the first. Behind a start line both calls
+        // would wait for each other until the second's connect timed out.
+        let front = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let url = format!("ws://{}/ws", front.local_addr().unwrap());
+        let turns = 3;
+        let gate = requests.clone();
+        tokio::spawn(async move {
+            for index in 0.. {
+                let (mut caller, _) = front.accept().await.unwrap();
+                let crew = crew.clone();
+                let mut requests = gate.clone();
+                tokio::spawn(async move {
+                    if index > 0 {
+                        requests.wait_for(|n| *n >= turns).await.unwrap();
+                    }
+                    let mut upstream = tokio::net::TcpStream::connect(crew).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut caller, &mut upstream).await;
+                });
+            }
+        });
+        let mut config = config(&url, 2, turns, Scenario::Text);
+        config.open_loop = true;
+        config.connect_timeout = Duration::from_secs(20);
+        let report = run(config).await.unwrap();
+
+        assert!(report.open_loop);
+        assert_eq!(report.connect_errors, 0, "{:?}", report.error_samples);
+        assert_eq!(report.turns_started, 6);
+        assert_eq!(report.turns_completed, 6);
+        assert_eq!(report.errors, 0);
+        assert_eq!(*requests.borrow_and_update(), 6);
+    })
+    .await;
+}
+
+fn read_turn_log(path: &std::path::Path) -> Vec<TurnRecord> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let _ = std::fs::remove_file(path);
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_turn_log_has_one_line_per_turn_and_per_failed_connection() {
+    bounded(async {
+        let server = start(Duration::ZERO).await;
+        let path = std::env::temp_dir().join(format!(
+            "crewline-turn-log-{}-turns.jsonl",
+            std::process::id()
+        ));
+        let mut answered = config(&server.url, 3, 2, Scenario::Text);
+        answered.open_loop = true;
+        answered.turn_log = Some(path.clone());
+        let report = run(answered).await.unwrap();
+        assert_eq!(report.turns_started, 6);
+
+        let records = read_turn_log(&path);
+        assert_eq!(records.len(), 6, "{records:?}");
+        let mut turns: Vec<(usize, Option<usize>)> =
+            records.iter().map(|r| (r.session, r.turn)).collect();
+        turns.sort_unstable();
+        let expected: Vec<(usize, Option<usize>)> = (0..3)
+            .flat_map(|session| (0..2).map(move |turn| (session, Some(turn))))
+            .collect();
+        assert_eq!(turns, expected);
+        for record in &records {
+            assert_eq!(record.outcome, TurnOutcome::Ok, "{record:?}");
+            let first = record.first_chunk_ms.unwrap();
+            assert!(first <= record.end_ms.unwrap(), "{record:?}");
+            assert!(record.at_ms >= 0.0 && record.error.is_none(), "{record:?}");
+        }
+        // A call's second turn starts after its first.
+        for session in 0..3 {
+            let at = |turn| {
+                records
+                    .iter()
+                    .find(|r| r.session == session && r.turn == Some(turn))
+                    .map(|r| r.at_ms)
+                    .unwrap()
+            };
+            assert!(at(0) < at(1));
+        }
+
+        // Nobody listens here: one line per call, each a failed connection with its reason.
+        let closed = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let url = format!("ws://{}/ws", closed.local_addr().unwrap());
+        drop(closed);
+        let path = std::env::temp_dir().join(format!(
+            "crewline-turn-log-{}-refused.jsonl",
+            std::process::id()
+        ));
+        let mut refused = config(&url, 3, 2, Scenario::Text);
+        refused.open_loop = true;
+        refused.turn_log = Some(path.clone());
+        let report = run(refused).await.unwrap();
+        assert_eq!(report.turns_started, 0);
+        let records = read_turn_log(&path);
+        assert_eq!(records.len(), 3, "{records:?}");
+        for record in &records {
+            assert_eq!(record.outcome, TurnOutcome::ConnectFailed);
+            assert_eq!(record.turn, None);
+            assert!(record.error.is_some());
+            assert!(record.first_chunk_ms.is_none() && record.end_ms.is_none());
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_with_an_agent_error_is_logged_as_such() {
+    bounded(async {
+        let llm = ScriptedLlm::from_fn(|request: &ChatRequest| {
+            let caller_one = request
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::User { content } if content.contains("caller 1,")));
+            if caller_one {
+                Reply::CutAfter("Half an ans".to_owned())
+            } else {
+                Reply::text("A whole answer.")
+            }
+        });
+        let crew = WeatherCrew::new(Arc::new(llm), Duration::ZERO).unwrap();
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let url = format!("ws://{}/ws", listener.local_addr().unwrap());
+        let task = tokio::spawn(CrewServer::new(crew.agent().clone()).serve(listener));
+        let path = std::env::temp_dir().join(format!(
+            "crewline-turn-log-{}-agent-error.jsonl",
+            std::process::id()
+        ));
+        let mut config = config(&url, 2, 1, Scenario::Text);
+        config.open_loop = true;
+        config.turn_log = Some(path.clone());
+        run(config).await.unwrap();
+        task.abort();
+
+        let records = read_turn_log(&path);
+        let outcome = |session| {
+            records
+                .iter()
+                .find(|r| r.session == session)
+                .map(|r| r.outcome)
+        };
+        assert_eq!(outcome(0), Some(TurnOutcome::Ok));
+        assert_eq!(outcome(1), Some(TurnOutcome::AgentError));
     })
     .await;
 }

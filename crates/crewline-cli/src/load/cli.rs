@@ -64,6 +64,15 @@ pub struct LoadArgs {
     /// Write the report as JSON to this file (`-` for stdout, instead of the table).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Open loop: no start line; calls arrive at --ramp-per-sec, each runs its turns as soon
+    /// as it is connected and hangs up after the last, so calls come and go as on a real line
+    /// (--sessions is then the number of calls over the run).
+    #[arg(long)]
+    pub open_loop: bool,
+    /// Write one JSON line per turn (and per failed connection) to this file: its start in ms
+    /// since the run began, its time to first chunk and to end, its outcome.
+    #[arg(long, value_name = "FILE")]
+    pub turn_log: Option<PathBuf>,
 }
 
 impl LoadArgs {
@@ -80,6 +89,8 @@ impl LoadArgs {
             connect_timeout: Duration::from_secs(self.connect_timeout_secs.max(1)),
             turn_timeout: Duration::from_secs(self.turn_timeout_secs.max(1)),
             pid: self.pid,
+            open_loop: self.open_loop,
+            turn_log: self.turn_log.clone(),
             ..LoadConfig::new(self.url.clone())
         }
     }

@@ -2,9 +2,9 @@
 //! percentiles, error counts and (given the server's pid) its CPU time per turn and memory.
 //!
 //! Each session connects (`system.init`, `agent.ready`), waits until every session has
-//! connected, then runs its turns back to back: `agent.transcript.update` and
-//! `system.llm.request` with the conversation so far, reading until
-//! `agent.llm.response.end`. Measured per turn: the time from sending the request to the first
+//! connected (in the open loop, [`LoadConfig::open_loop`], it starts at once), then runs its
+//! turns: `agent.transcript.update` and `system.llm.request` with the conversation so far,
+//! reading until `agent.llm.response.end`. Measured per turn: the time from sending the request to the first
 //! chunk and to `end`; in the interrupt scenario, `system.control.interrupt` is sent on the
 //! first chunk and the time to the last chunk after it (zero when none came) and to `end` is
 //! measured.
@@ -25,8 +25,10 @@
 mod procfs;
 mod session;
 mod stats;
+mod turn_log;
 
 use std::{
+    path::PathBuf,
     sync::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicUsize, Ordering},
@@ -38,6 +40,7 @@ use serde::Serialize;
 use tokio::{sync::watch, task::JoinSet, time::Instant};
 
 pub use stats::Percentiles;
+pub use turn_log::{TurnOutcome, TurnRecord};
 
 /// What each simulated caller says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -89,6 +92,14 @@ pub struct LoadConfig {
     pub pid: Option<u32>,
     /// How often the server's memory is sampled.
     pub sample_every: Duration,
+    /// Open loop: no start line. Sessions arrive at `ramp_per_sec`, each runs its turns as
+    /// soon as it has connected (`think` apart) and hangs up after the last, so calls come and
+    /// go as on a real line instead of all talking at once; `sessions` is then the number of
+    /// calls over the run, not how many are live together.
+    pub open_loop: bool,
+    /// Write one JSON line per turn and per failed connection to this file
+    /// ([`TurnRecord`]), so that figures can be computed per time window.
+    pub turn_log: Option<PathBuf>,
 }
 
 impl LoadConfig {
@@ -106,6 +117,8 @@ impl LoadConfig {
             turn_timeout: Duration::from_secs(60),
             pid: None,
             sample_every: Duration::from_millis(100),
+            open_loop: false,
+            turn_log: None,
         }
     }
 }
@@ -122,6 +135,15 @@ pub enum LoadError {
     Process {
         /// The pid.
         pid: u32,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The turn log cannot be created or written.
+    #[error("cannot write the turn log {}: {source}", path.display())]
+    TurnLog {
+        /// The file.
+        path: PathBuf,
         /// Why.
         #[source]
         source: std::io::Error,
@@ -143,6 +165,8 @@ pub struct LoadReport {
     pub connected: u64,
     /// Sessions that could not connect or were refused.
     pub connect_errors: u64,
+    /// Turns whose request was sent: completed, timed out or lost.
+    pub turns_started: u64,
     /// Turns that ended with `agent.llm.response.end`.
     pub turns_completed: u64,
     /// Completed turns with chunks (or interrupted) and no `agent.error`.
@@ -183,7 +207,13 @@ pub struct LoadReport {
     pub interrupt_to_last_chunk: Percentiles,
     /// From the interrupt to `end`.
     pub interrupt_to_end: Percentiles,
-    /// Seconds from the start line (all sessions connected) to the last turn's end.
+    /// Whether the run was open loop (no start line).
+    pub open_loop: bool,
+    /// When the run began, in ms since the Unix epoch: the turn log's times count from here,
+    /// so that other events (a server restart, say) can be placed among the turns.
+    pub began_unix_ms: u64,
+    /// Seconds from the start line (all sessions connected; in the open loop, the run's start)
+    /// to the last turn's end.
     pub turn_phase_secs: f64,
     /// Completed turns per second over the turn phase.
     pub turns_per_sec: f64,
@@ -225,7 +255,11 @@ pub struct ServerUsage {
 /// State shared by the sessions of a run.
 pub(crate) struct Shared {
     pub(crate) config: LoadConfig,
+    /// When the run began: the turn log's times are counted from here.
+    pub(crate) began: Instant,
     totals: Mutex<stats::Totals>,
+    /// The turn log's lines so far, when one was asked for.
+    records: Option<Mutex<Vec<TurnRecord>>>,
     arrived: AtomicUsize,
     start: watch::Sender<bool>,
 }
@@ -233,6 +267,16 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, stats::Totals> {
         self.totals.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `record` for the turn log (nothing when none was asked for).
+    pub(crate) fn log(&self, record: TurnRecord) {
+        if let Some(records) = &self.records {
+            records
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(record);
+        }
     }
 
     /// A session has connected (or failed to); the last one opens the start line.
@@ -323,19 +367,32 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         }
         None => None,
     };
+    // Created before the run, so that a bad path fails at once rather than after it.
+    let turn_log = match &config.turn_log {
+        Some(path) => Some(turn_log::Writer::create(path)?),
+        None => None,
+    };
     let self_cpu_before = procfs::cpu_time(std::process::id()).ok();
     let sampler = pid.map(|pid| MemorySampler::start(pid, config.sample_every));
 
     let (start, _) = watch::channel(false);
     let sessions = config.sessions;
     let ramp = config.ramp_per_sec;
+    let open_loop = config.open_loop;
+    let began = Instant::now();
+    let began_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        });
     let shared = Arc::new(Shared {
+        records: turn_log.as_ref().map(|_| Mutex::new(Vec::new())),
         config,
+        began,
         totals: Mutex::new(stats::Totals::new()),
         arrived: AtomicUsize::new(0),
         start,
     });
-    let began = Instant::now();
     let mut tasks = JoinSet::new();
     for index in 0..sessions {
         if ramp > 0 && index > 0 {
@@ -344,9 +401,18 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         }
         tasks.spawn(session::run(Arc::clone(&shared), index));
     }
-    shared.wait_start().await;
-    let line = Instant::now();
-    let cpu_at_line = pid.and_then(|pid| procfs::cpu_time(pid).ok());
+    // In the open loop there is no line: the turns began with the first call.
+    let line = if open_loop {
+        began
+    } else {
+        shared.wait_start().await;
+        Instant::now()
+    };
+    let cpu_at_line = if open_loop {
+        cpu_before
+    } else {
+        pid.and_then(|pid| procfs::cpu_time(pid).ok())
+    };
     let rss_connected = pid.and_then(|pid| procfs::memory(pid).ok());
     while let Some(joined) = tasks.join_next().await {
         if let Err(error) = joined {
@@ -361,6 +427,12 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
     let self_cpu_after = procfs::cpu_time(std::process::id()).ok();
 
     let totals = shared.lock().clone();
+    if let (Some(writer), Some(records)) = (turn_log, &shared.records) {
+        let mut records =
+            std::mem::take(&mut *records.lock().unwrap_or_else(PoisonError::into_inner));
+        records.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+        writer.write(&records)?;
+    }
     let turn_phase = ended - line;
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let mib = |kib: u64| kib as f64 / 1024.0;
@@ -411,6 +483,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         turns_per_session: config.turns,
         connected: totals.connected,
         connect_errors: totals.connect_errors,
+        turns_started: totals.turns_completed + totals.turns_timed_out + totals.turns_lost,
         turns_completed: totals.turns_completed,
         turns_ok: totals.turns_ok,
         turns_with_agent_error: totals.turns_with_agent_error,
@@ -431,6 +504,8 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         chunks_after_interrupt: totals.chunks_after_interrupt,
         interrupt_to_last_chunk: totals.interrupt_to_last_chunk.summary(),
         interrupt_to_end: totals.interrupt_to_end.summary(),
+        open_loop: config.open_loop,
+        began_unix_ms,
         turn_phase_secs: turn_phase.as_secs_f64(),
         turns_per_sec: if turn_phase.is_zero() {
             0.0
@@ -461,15 +536,20 @@ impl LoadReport {
         };
         let _ = writeln!(
             out,
-            "crewline load: {} sessions x {} turns, scenario {:?}, {}",
-            self.sessions, self.turns_per_session, self.scenario, self.url
+            "crewline load: {} sessions x {} turns, scenario {:?}{}, {}",
+            self.sessions,
+            self.turns_per_session,
+            self.scenario,
+            if self.open_loop { ", open loop" } else { "" },
+            self.url
         );
         let _ = writeln!(
             out,
-            "  connected {} ({} failed); turns completed {} (ok {}, with agent.error {}, \
-             without chunks {}), timed out {}, lost {}, not run {}; errors {}",
+            "  connected {} ({} failed); turns started {}, completed {} (ok {}, with agent.error \
+             {}, without chunks {}), timed out {}, lost {}, not run {}; errors {}",
             self.connected,
             self.connect_errors,
+            self.turns_started,
             self.turns_completed,
             self.turns_ok,
             self.turns_with_agent_error,

@@ -17,6 +17,7 @@ use tokio_tungstenite::{WebSocketStream, tungstenite::Message as WsMessage};
 use super::{
     Scenario, Shared,
     stats::{InterruptSample, TurnSample},
+    turn_log::{TurnOutcome, TurnRecord},
 };
 use crate::platform::{PlatformConfig, open_socket};
 
@@ -56,7 +57,17 @@ impl std::fmt::Display for Abort {
     }
 }
 
-/// Runs one session: connect, wait at the start line, then drive every turn.
+/// Milliseconds since the run began.
+fn since_start(shared: &Shared, at: Instant) -> f64 {
+    ms(at - shared.began)
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+/// Runs one session: connect, wait at the start line (not in the open loop), then drive every
+/// turn.
 pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
     let started = Instant::now();
     let connected = connect(&shared).await;
@@ -74,12 +85,27 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
             }
         }
     }
+    if let Err(error) = &connected {
+        shared.log(TurnRecord {
+            at_ms: since_start(&shared, started),
+            session: index,
+            turn: None,
+            outcome: TurnOutcome::ConnectFailed,
+            first_chunk_ms: None,
+            end_ms: None,
+            error: Some(error.to_string()),
+        });
+    }
     shared.arrive();
     let Ok(mut socket) = connected else {
         return;
     };
-    shared.wait_start().await;
-    if !shared.config.think.is_zero() {
+    if !shared.config.open_loop {
+        shared.wait_start().await;
+    }
+    // In the open loop the arrivals are already spread by the ramp: the first turn starts as
+    // soon as the call is connected.
+    if !shared.config.think.is_zero() && !shared.config.open_loop {
         // Spread the first turns over one think time, as calls do, instead of a burst of
         // every session at once (the golden ratio scatters consecutive sessions evenly).
         let offset = (index as f64 * 0.618_033_988_75).fract();
@@ -90,16 +116,39 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
         if turn > 0 && !shared.config.think.is_zero() {
             tokio::time::sleep(shared.config.think).await;
         }
+        let began = Instant::now();
+        let record = |outcome, sample: Option<&TurnSample>, error: Option<String>| TurnRecord {
+            at_ms: since_start(&shared, began),
+            session: index,
+            turn: Some(turn),
+            outcome,
+            first_chunk_ms: sample.and_then(|s| s.first_chunk).map(ms),
+            end_ms: sample.map(|s| ms(s.end)),
+            error,
+        };
         match run_turn(&shared, &mut socket, &mut history, index, turn).await {
-            Ok(sample) => shared.lock().add_turn(&sample),
+            Ok(sample) => {
+                shared.lock().add_turn(&sample);
+                shared.log(record(sample.outcome(), Some(&sample), None));
+            }
             Err(abort) => {
-                let mut totals = shared.lock();
-                match abort {
-                    Abort::Timeout(_) => totals.turns_timed_out += 1,
-                    Abort::Closed(_) | Abort::Rejected(_) => totals.turns_lost += 1,
-                }
-                totals.turns_not_run += (shared.config.turns - turn - 1) as u64;
-                totals.note_error(abort.to_string());
+                let outcome = {
+                    let mut totals = shared.lock();
+                    let outcome = match abort {
+                        Abort::Timeout(_) => {
+                            totals.turns_timed_out += 1;
+                            TurnOutcome::TimedOut
+                        }
+                        Abort::Closed(_) | Abort::Rejected(_) => {
+                            totals.turns_lost += 1;
+                            TurnOutcome::Lost
+                        }
+                    };
+                    totals.turns_not_run += (shared.config.turns - turn - 1) as u64;
+                    totals.note_error(abort.to_string());
+                    outcome
+                };
+                shared.log(record(outcome, None, Some(abort.to_string())));
                 return;
             }
         }

@@ -5,6 +5,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::turn_log::TurnOutcome;
+
 /// The largest latency a histogram keeps exactly (longer ones are clamped to it): 1 hour.
 const MAX_MICROS: u64 = 3_600_000_000;
 
@@ -71,6 +73,20 @@ pub(crate) struct TurnSample {
     pub(crate) stray_chunks: u64,
     /// Set when the client interrupted this turn.
     pub(crate) interrupt: Option<InterruptSample>,
+}
+
+impl TurnSample {
+    /// How the completed turn went: an `agent.error` spoils it, and a turn needs a chunk unless
+    /// the client interrupted it.
+    pub(crate) fn outcome(&self) -> TurnOutcome {
+        if self.agent_errors > 0 {
+            TurnOutcome::AgentError
+        } else if self.chunks == 0 && self.interrupt.is_none() {
+            TurnOutcome::NoChunks
+        } else {
+            TurnOutcome::Ok
+        }
+    }
 }
 
 /// An interrupted turn, measured from the moment `system.control.interrupt` was sent.
@@ -160,12 +176,10 @@ impl Totals {
         self.tool_calls_ended += turn.tool_ends;
         self.tool_calls_failed += turn.tool_errors;
         self.agent_errors += turn.agent_errors;
-        if turn.agent_errors > 0 {
-            self.turns_with_agent_error += 1;
-        } else if turn.chunks == 0 && turn.interrupt.is_none() {
-            self.turns_without_chunks += 1;
-        } else {
-            self.turns_ok += 1;
+        match turn.outcome() {
+            TurnOutcome::AgentError => self.turns_with_agent_error += 1,
+            TurnOutcome::NoChunks => self.turns_without_chunks += 1,
+            _ => self.turns_ok += 1,
         }
         if let Some(interrupt) = turn.interrupt {
             self.turns_interrupted += 1;
