@@ -1,16 +1,17 @@
 //! The store's Lua scripts: each update of a task is one script, so it is atomic across
-//! replicas. Every script starts with `prelude.lua` (arguments, clock, keys, bookkeeping).
+//! replicas. Every script starts with a prelude (for tasks `prelude.lua`: arguments, clock,
+//! keys, bookkeeping).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
 macro_rules! scripts {
-    ($($name:ident => $file:literal),* $(,)?) => {
+    (prelude $prelude:literal; $($name:ident => $file:literal),* $(,)?) => {
         $(
             pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
                 Script::new(concat!(
-                    include_str!("lua/prelude.lua"),
+                    include_str!(concat!("lua/", $prelude)),
                     "\n",
                     include_str!(concat!("lua/", $file))
                 ))
@@ -20,6 +21,7 @@ macro_rules! scripts {
 }
 
 scripts! {
+    prelude "prelude.lua";
     CREATE => "create.lua",
     GET => "get.lua",
     ATTACH => "attach.lua",
