@@ -1,4 +1,4 @@
-//! One connection to Redis that the task store and other parts share: the commands'
+//! One connection to Redis that the task store and the approver share: the commands'
 //! reconnecting connection, the key prefix, and the wake-up subscription with its local
 //! waiters.
 
@@ -17,8 +17,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to Redis under one key prefix, shared by a [`RedisStore`](crate::RedisStore)
-/// and other parts (one command connection and one wake-up subscription for all); cheap to
-/// clone.
+/// and a [`RedisApproval`](crate::RedisApproval) (one command connection and one wake-up
+/// subscription for both); cheap to clone.
 #[derive(Clone)]
 pub struct RedisConnection {
     inner: Arc<Inner>,

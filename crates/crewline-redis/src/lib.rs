@@ -1,6 +1,7 @@
-//! A Redis-backed [`TaskStore`] for crewline's task API: several crew servers (replicas behind
-//! a load balancer) serve one set of tasks. Its [`RedisConnection`] ([`RedisConfig::open`])
-//! can be shared with other Redis-backed parts.
+//! Redis-backed state for crewline replicas behind a load balancer: a [`TaskStore`] for the
+//! task API (several crew servers serve one set of tasks) and [`RedisApproval`], deferred
+//! approvals an operator decides on any replica. Both can share one [`RedisConnection`]
+//! ([`RedisConfig::open`]).
 //!
 //! A task created through one replica can be attached to a call on another; its tool calls are
 //! polled, and answered, through any replica; the answer reaches the replica whose call waits
@@ -25,6 +26,7 @@
 //! # drop(api); Ok(()) }
 //! ```
 
+mod approval;
 mod connection;
 mod error;
 mod scripts;
@@ -40,7 +42,7 @@ use crewline_remote::{
 use redis::Script;
 use serde_json::{Value, json};
 
-pub use self::{connection::RedisConnection, error::RedisStoreError};
+pub use self::{approval::RedisApproval, connection::RedisConnection, error::RedisStoreError};
 
 /// The environment variable with the Redis URL ([`RedisConfig::from_env`]).
 pub const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
@@ -115,8 +117,8 @@ impl RedisConfig {
         Ok(RedisStore::with_connection(self.open().await?, limits))
     }
 
-    /// Connects, for several parts to share ([`RedisStore::with_connection`]); the limits are
-    /// the task store's.
+    /// Connects, for a task store and an approver to share ([`RedisStore::with_connection`],
+    /// [`RedisApproval::new`]); the limits are the task store's.
     pub async fn open(self) -> Result<RedisConnection, RedisStoreError> {
         RedisConnection::open(&self.url, self.prefix).await
     }
@@ -211,14 +213,14 @@ impl RedisStore {
         RedisConfig::from_env()?.connect().await
     }
 
-    /// A store on `connection` (shared with other parts) with `limits`.
+    /// A store on `connection` (shared, e.g. with a [`RedisApproval`]) with `limits`.
     pub fn with_connection(connection: RedisConnection, limits: StoreLimits) -> Self {
         Self {
             shared: Arc::new(Shared { connection, limits }),
         }
     }
 
-    /// The connection (to share with other parts).
+    /// The connection (to share with a [`RedisApproval`]).
     pub fn connection(&self) -> &RedisConnection {
         &self.shared.connection
     }

@@ -1,6 +1,6 @@
-//! The store's Lua scripts: each update of a task is one script, so it is atomic across
-//! replicas. Every script starts with a prelude (for tasks `prelude.lua`: arguments, clock,
-//! keys, bookkeeping).
+//! The Lua scripts: each update of a task, or of a deferred approval, is one script, so it is
+//! atomic across replicas. Every task script starts with `prelude.lua` (arguments, clock, keys,
+//! bookkeeping), every approval script with `approval/prelude.lua`.
 
 use std::sync::LazyLock;
 
@@ -32,4 +32,12 @@ scripts! {
     TAKE => "take.lua",
     ABANDON => "abandon.lua",
     USAGE => "usage.lua",
+}
+
+scripts! {
+    prelude "approval/prelude.lua";
+    APPROVAL_REQUEST => "approval/request.lua",
+    APPROVAL_TAKE => "approval/take.lua",
+    APPROVAL_DECIDE => "approval/decide.lua",
+    APPROVAL_PENDING => "approval/pending.lua",
 }
