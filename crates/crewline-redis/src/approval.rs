@@ -132,6 +132,17 @@ enum Failure {
     Unreadable(String),
 }
 
+/// What a caller does with its parked call ([`RedisApproval::take`]).
+#[derive(Clone, Copy)]
+enum Step {
+    /// Takes the decision if there is one; waits on.
+    Wait,
+    /// The wait ran out: takes the decision if there is one, else stops waiting.
+    Stop,
+    /// The caller is gone: stops waiting, and leaves any decision for the retry.
+    Leave,
+}
+
 /// What taking a call's decision found.
 enum Taken {
     Decided(ApprovalDecision),
@@ -295,7 +306,7 @@ impl RedisApproval {
         loop {
             // Watching before reading: a decision after the read wakes this wait.
             watch.seen();
-            match self.take(&release.id, false).await? {
+            match self.take(&release.id, Step::Wait).await? {
                 Taken::Decided(decision) => {
                     release.approval = None;
                     return Ok(ApprovalOutcome::Decided(decision));
@@ -315,21 +326,20 @@ impl RedisApproval {
         }
         release.approval = None;
         // Timed out: the call stays parked without a waiter, unless it was decided meanwhile.
-        Ok(match self.take(&release.id, true).await? {
+        Ok(match self.take(&release.id, Step::Stop).await? {
             Taken::Decided(decision) => ApprovalOutcome::Decided(decision),
             Taken::Pending | Taken::Gone => ApprovalOutcome::Pending,
         })
     }
 
-    /// Takes call `id`'s decision if it has one; `release`: the caller stops waiting on it.
-    async fn take(&self, id: &str, release: bool) -> Result<Taken, Failure> {
-        let reply = self
-            .eval(
-                &scripts::APPROVAL_TAKE,
-                id,
-                &[if release { "1" } else { "0" }],
-            )
-            .await?;
+    /// Takes call `id`'s decision, or stops waiting on it, as `step` says.
+    async fn take(&self, id: &str, step: Step) -> Result<Taken, Failure> {
+        let step = match step {
+            Step::Wait => "wait",
+            Step::Stop => "stop",
+            Step::Leave => "leave",
+        };
+        let reply = self.eval(&scripts::APPROVAL_TAKE, id, &[step]).await?;
         match code(&reply) {
             "decided" => Ok(Taken::Decided(decision(&reply)?)),
             "pending" => Ok(Taken::Pending),
@@ -378,7 +388,7 @@ impl Drop for Release {
         };
         let id = std::mem::take(&mut self.id);
         runtime.spawn(async move {
-            if let Err(error) = approval.take(&id, true).await {
+            if let Err(error) = approval.take(&id, Step::Leave).await {
                 tracing::debug!(approval_id = %id, %error, "could not release a parked call");
             }
         });

@@ -270,6 +270,52 @@ async fn a_decision_given_on_the_other_replica_while_nobody_waits_is_collected_b
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_for_a_caller_cut_off_mid_wait_is_kept_for_its_retry() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let long_wait = |approvals: RedisApproval| approvals.wait_timeout(Duration::from_secs(120));
+    let (a, b) = replicas(&server, "barge:", long_wait).await;
+    let (tools, refunds) = crew(&a);
+    let tools = Arc::new(tools);
+    let session = tools.context();
+
+    // The caller barges in while the call waits: the turn, and its wait, are dropped.
+    let waiting = tokio::spawn({
+        let (tools, session) = (Arc::clone(&tools), session.clone());
+        async move { run(&tools, refund("call_1", 1200), &session).await }
+    });
+    let parked = within(Duration::from_secs(10), "the call parked", parked_on(&b)).await;
+    waiting.abort();
+    assert!(waiting.await.is_err_and(|error| error.is_cancelled()));
+    b.decide(&parked.id, ApprovalDecision::Approve)
+        .await
+        .expect("decided on B");
+    assert_eq!(refunds.load(Ordering::SeqCst), 0);
+
+    // The next turn asks again without waiting. The dropped wait lets go of the call in the
+    // background, so an ask that comes before that finds it still held and parks the call
+    // again; the decision is collected by the next ask.
+    let retry = within(Duration::from_secs(10), "the retry collecting it", async {
+        loop {
+            let result = run(
+                &tools,
+                refund("call_2", 1200),
+                &session.clone().without_waiting(),
+            )
+            .await;
+            if result.error_kind() != Some(ToolErrorKind::ApprovalPending) {
+                return result;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(retry.content(), r#"{"refunded":1200}"#);
+    assert_eq!(refunds.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deciding_an_unknown_call_is_unknown_call() {
     let Some(server) = RedisServer::start() else {
         return;
