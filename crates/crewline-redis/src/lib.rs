@@ -1,5 +1,7 @@
-//! A Redis-backed [`TaskStore`] for crewline's task API: several crew servers (replicas behind
-//! a load balancer) serve one set of tasks.
+//! Redis-backed state for crewline replicas behind a load balancer: a [`TaskStore`] for the
+//! task API (several crew servers serve one set of tasks) and [`RedisApproval`], deferred
+//! approvals an operator decides on any replica. Both can share one [`RedisConnection`]
+//! ([`RedisConfig::open`]).
 //!
 //! A task created through one replica can be attached to a call on another; its tool calls are
 //! polled, and answered, through any replica; the answer reaches the replica whose call waits
@@ -24,6 +26,8 @@
 //! # drop(api); Ok(()) }
 //! ```
 
+mod approval;
+mod connection;
 mod error;
 mod scripts;
 mod wakeups;
@@ -35,11 +39,10 @@ use crewline_remote::{
     Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len,
     wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer},
 };
-use redis::{Script, aio::ConnectionManager};
+use redis::Script;
 use serde_json::{Value, json};
 
-pub use self::error::RedisStoreError;
-use self::wakeups::Waiters;
+pub use self::{approval::RedisApproval, connection::RedisConnection, error::RedisStoreError};
 
 /// The environment variable with the Redis URL ([`RedisConfig::from_env`]).
 pub const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
@@ -47,11 +50,6 @@ pub const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
 pub const PREFIX_VARIABLE: &str = "CREWLINE_REDIS_PREFIX";
 /// The key prefix when none is set.
 pub const DEFAULT_PREFIX: &str = "crewline:";
-
-/// How long connecting to Redis may take before the attempt fails.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one command may wait for Redis's reply.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where a [`RedisStore`] keeps its tasks: the URL, the key prefix, the limits.
 #[derive(Clone)]
@@ -115,52 +113,14 @@ impl RedisConfig {
     /// Connects: commands through a reconnecting connection, wake-ups through a subscription
     /// of their own.
     pub async fn connect(self) -> Result<RedisStore, RedisStoreError> {
-        let target = redact(&self.url);
-        let client = redis::Client::open(self.url.as_str()).map_err(|source| {
-            RedisStoreError::InvalidUrl {
-                url: target.clone(),
-                source,
-            }
-        })?;
-        let unreachable = |source| RedisStoreError::Unreachable {
-            url: target.clone(),
-            source,
-        };
-        // Few, short retries: an operation while Redis is down fails within a few seconds
-        // with a clear error instead of hanging; the next one reconnects.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500))
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let commands = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(unreachable)?;
-        let channel = format!("{}changed", self.prefix);
-        let pubsub = wakeups::subscribe(&client, &channel, CONNECT_TIMEOUT)
-            .await
-            .map_err(unreachable)?;
-        let waiters = Arc::new(Waiters::default());
-        let router = tokio::spawn(wakeups::route(
-            client,
-            channel,
-            target.clone(),
-            CONNECT_TIMEOUT,
-            pubsub,
-            Arc::downgrade(&waiters),
-        ));
-        tracing::info!(redis = %target, prefix = %self.prefix, "task store connected to Redis");
-        Ok(RedisStore {
-            shared: Arc::new(Shared {
-                commands,
-                prefix: self.prefix,
-                limits: self.limits,
-                target,
-                waiters,
-                router: router.abort_handle(),
-            }),
-        })
+        let limits = self.limits;
+        Ok(RedisStore::with_connection(self.open().await?, limits))
+    }
+
+    /// Connects, for a task store and an approver to share ([`RedisStore::with_connection`],
+    /// [`RedisApproval::new`]); the limits are the task store's.
+    pub async fn open(self) -> Result<RedisConnection, RedisStoreError> {
+        RedisConnection::open(&self.url, self.prefix).await
     }
 }
 
@@ -172,26 +132,15 @@ pub struct RedisStore {
 }
 
 struct Shared {
-    commands: ConnectionManager,
-    prefix: String,
+    connection: RedisConnection,
     limits: StoreLimits,
-    /// The URL, its password hidden: what messages and logs name.
-    target: String,
-    waiters: Arc<Waiters>,
-    router: tokio::task::AbortHandle,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.router.abort();
-    }
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("redis", &self.shared.target)
-            .field("prefix", &self.shared.prefix)
+            .field("redis", &self.shared.connection.target())
+            .field("prefix", &self.shared.connection.prefix())
             .field("limits", &self.shared.limits)
             .finish_non_exhaustive()
     }
@@ -245,6 +194,18 @@ impl RedisStore {
         RedisConfig::from_env()?.connect().await
     }
 
+    /// A store on `connection` (shared, e.g. with a [`RedisApproval`]) with `limits`.
+    pub fn with_connection(connection: RedisConnection, limits: StoreLimits) -> Self {
+        Self {
+            shared: Arc::new(Shared { connection, limits }),
+        }
+    }
+
+    /// The connection (to share with a [`RedisApproval`]).
+    pub fn connection(&self) -> &RedisConnection {
+        &self.shared.connection
+    }
+
     /// The limits.
     pub fn limits(&self) -> StoreLimits {
         self.shared.limits
@@ -252,7 +213,7 @@ impl RedisStore {
 
     /// The key prefix.
     pub fn prefix(&self) -> &str {
-        &self.shared.prefix
+        self.shared.connection.prefix()
     }
 
     /// What the store's tasks hold (expired ones are swept first).
@@ -276,7 +237,7 @@ impl RedisStore {
         let limits = &self.shared.limits;
         let mut invocation = script.prepare_invoke();
         invocation
-            .arg(&self.shared.prefix)
+            .arg(self.shared.connection.prefix())
             .arg(limits.max_tasks)
             .arg(limits.max_tasks_per_owner)
             .arg(limits.max_task_bytes)
@@ -290,32 +251,19 @@ impl RedisStore {
         for arg in args {
             invocation.arg(*arg);
         }
-        let mut connection = self.shared.commands.clone();
-        let reply = match invocation.invoke_async(&mut connection).await {
-            // The connection had failed before this command was sent (Redis was down): the
-            // manager is reconnecting now, and sending once more is safe.
-            Err(error) if error.is_connection_refusal() => {
-                invocation.invoke_async(&mut connection).await
-            }
-            reply => reply,
-        };
-        reply.map_err(|error| self.backend(&error))
+        self.shared
+            .connection
+            .invoke(&invocation)
+            .await
+            .map_err(|error| self.backend(&error))
     }
 
     /// The error for a Redis failure, naming Redis and the cause.
     fn backend(&self, error: &redis::RedisError) -> StoreError {
-        let what = if error.is_io_error()
-            || error.is_connection_refusal()
-            || error.is_connection_dropped()
-            || error.is_timeout()
-        {
-            "is unreachable"
-        } else {
-            "failed"
-        };
         StoreError::Backend(format!(
-            "the task store (Redis at {}) {what}: {error}",
-            self.shared.target
+            "the task store (Redis at {}) {}: {error}",
+            self.shared.connection.target(),
+            connection::failure(error)
         ))
     }
 
@@ -323,7 +271,7 @@ impl RedisStore {
     fn unreadable(&self, what: &str) -> StoreError {
         StoreError::Backend(format!(
             "the task store (Redis at {}) sent a reply it cannot read: {what}",
-            self.shared.target
+            self.shared.connection.target()
         ))
     }
 
@@ -444,7 +392,7 @@ impl RedisStore {
     async fn abandon_now(&self, id: &str, event: &str) -> Result<(), StoreError> {
         let reply = self.eval(&scripts::ABANDON, id, &[event]).await?;
         self.outcome(&reply, id, &Subject::default())?;
-        self.shared.waiters.wake(id);
+        self.shared.connection.wake(id);
         Ok(())
     }
 }
@@ -497,7 +445,7 @@ impl TaskStore for RedisStore {
     async fn attach(&self, id: &str) -> Result<TaskSnapshot, StoreError> {
         let reply = self.eval(&scripts::ATTACH, id, &[]).await?;
         let values = self.outcome(&reply, id, &Subject::default())?;
-        self.shared.waiters.wake(id);
+        self.shared.connection.wake(id);
         self.snapshot(id, values)
     }
 
@@ -515,7 +463,7 @@ impl TaskStore for RedisStore {
             .eval(&scripts::FINISH, id, &[status.as_str(), &output, &size])
             .await?;
         let values = self.outcome(&reply, id, &Subject::default())?;
-        self.shared.waiters.wake(id);
+        self.shared.connection.wake(id);
         if let Some(Some(refusal)) = values.get(5) {
             // A task always finishes: an output over a budget is left out, with a warning.
             let error = self.refusal(refusal, id);
@@ -544,7 +492,7 @@ impl TaskStore for RedisStore {
             .await?;
         let subject = Subject { tool, event: "" };
         let values = self.outcome(&reply, id, &subject)?;
-        self.shared.waiters.wake(id);
+        self.shared.connection.wake(id);
         let timestamp = values
             .first()
             .and_then(|value| value.as_deref())
@@ -556,7 +504,7 @@ impl TaskStore for RedisStore {
 
     async fn poll(&self, id: &str, after: u64, wait: Duration) -> Result<Polled, StoreError> {
         let deadline = tokio::time::Instant::now() + wait;
-        let mut watch = self.shared.waiters.watch(id);
+        let mut watch = self.shared.connection.watch(id);
         loop {
             // Watching before reading: a change after the read wakes this poll.
             watch.seen();
@@ -584,12 +532,12 @@ impl TaskStore for RedisStore {
             .eval(&scripts::ANSWER, id, &[event, &json, &size])
             .await?;
         self.outcome(&reply, id, &Subject { event, tool: "" })?;
-        self.shared.waiters.wake(id);
+        self.shared.connection.wake(id);
         Ok(())
     }
 
     async fn wait_answer(&self, id: &str, event: &str) -> Result<ToolAnswer, StoreError> {
-        let mut watch = self.shared.waiters.watch(id);
+        let mut watch = self.shared.connection.watch(id);
         loop {
             watch.seen();
             let reply = self.eval(&scripts::TAKE, id, &[event]).await?;

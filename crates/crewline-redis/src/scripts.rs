@@ -1,16 +1,17 @@
-//! The store's Lua scripts: each update of a task is one script, so it is atomic across
-//! replicas. Every script starts with `prelude.lua` (arguments, clock, keys, bookkeeping).
+//! The Lua scripts: each update of a task, or of a deferred approval, is one script, so it is
+//! atomic across replicas. Every task script starts with `prelude.lua` (arguments, clock, keys,
+//! bookkeeping), every approval script with `approval/prelude.lua`.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
 macro_rules! scripts {
-    ($($name:ident => $file:literal),* $(,)?) => {
+    (prelude $prelude:literal; $($name:ident => $file:literal),* $(,)?) => {
         $(
             pub(crate) static $name: LazyLock<Script> = LazyLock::new(|| {
                 Script::new(concat!(
-                    include_str!("lua/prelude.lua"),
+                    include_str!(concat!("lua/", $prelude)),
                     "\n",
                     include_str!(concat!("lua/", $file))
                 ))
@@ -20,6 +21,7 @@ macro_rules! scripts {
 }
 
 scripts! {
+    prelude "prelude.lua";
     CREATE => "create.lua",
     GET => "get.lua",
     ATTACH => "attach.lua",
@@ -30,4 +32,12 @@ scripts! {
     TAKE => "take.lua",
     ABANDON => "abandon.lua",
     USAGE => "usage.lua",
+}
+
+scripts! {
+    prelude "approval/prelude.lua";
+    APPROVAL_REQUEST => "approval/request.lua",
+    APPROVAL_TAKE => "approval/take.lua",
+    APPROVAL_DECIDE => "approval/decide.lua",
+    APPROVAL_PENDING => "approval/pending.lua",
 }

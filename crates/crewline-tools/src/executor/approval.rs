@@ -34,7 +34,11 @@ pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(5 * 60);
 pub const DEFAULT_MAX_PARKED: usize = 1024;
 
 /// What the approver decided.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Serialised as `{"decision": "approve" | "deny" | "approve_with_edits", ...}`, so an approver
+/// that keeps decisions outside the process (Redis) stores them as they are.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ApprovalDecision {
     /// Run the call as asked.
@@ -121,6 +125,10 @@ pub enum ApprovalError {
     /// expired).
     #[error("no call `{0}` is waiting for approval")]
     UnknownCall(String),
+    /// Where the approver keeps its calls cannot be reached (e.g. Redis is down): nothing was
+    /// decided. The message names the store and the cause.
+    #[error("approvals are unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// An approver deciding at once through a closure.
@@ -512,6 +520,31 @@ mod tests {
             approver.request(&request("c1", true)).await,
             ApprovalOutcome::Decided(ApprovalDecision::Approve)
         );
+    }
+
+    #[test]
+    fn decisions_serialise_with_their_kind_and_read_back() {
+        let decisions = [
+            ApprovalDecision::Approve,
+            ApprovalDecision::Deny {
+                reason: "too much".to_owned(),
+            },
+            ApprovalDecision::ApproveWithEdits {
+                arguments: json!({"cents": 100}),
+            },
+        ];
+        let json = serde_json::to_value(&decisions).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            json,
+            json!([
+                {"decision": "approve"},
+                {"decision": "deny", "reason": "too much"},
+                {"decision": "approve_with_edits", "arguments": {"cents": 100}},
+            ])
+        );
+        let back: Vec<ApprovalDecision> =
+            serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, decisions);
     }
 
     #[test]

@@ -20,6 +20,13 @@ impl SessionScope {
         Self(format!("ses_{}", uuid::Uuid::new_v4().simple()).into())
     }
 
+    /// The scope whose key is `key`, as [`as_str`](Self::as_str) gave it: for an approver or a
+    /// store that keeps a request's scope outside the process and reads it back. Two scopes
+    /// with one key are one session, so pass only keys a scope gave.
+    pub fn from_key(key: &str) -> Self {
+        Self(key.into())
+    }
+
     /// The scope's key, for logs and for approvers that show it.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -53,6 +60,11 @@ mod tests {
     fn fresh_scopes_differ_and_clones_are_equal() {
         let a = SessionScope::new();
         assert_ne!(a, SessionScope::new());
+        assert_eq!(
+            SessionScope::from_key(a.as_str()),
+            a,
+            "a key read back is the same scope"
+        );
         assert_eq!(a, a.clone());
         assert!(a.as_str().starts_with("ses_"));
     }
