@@ -2,6 +2,23 @@
 
 use std::fmt;
 
+/// The most bytes of an id from outside (the platform's call id, a request id) that logs and
+/// spans carry: enough to find a call by, not a megabyte in every line of it.
+pub const MAX_ID_BYTES: usize = 64;
+
+/// `id` as logs and spans carry it: whole up to [`MAX_ID_BYTES`], else cut on a character
+/// boundary and marked with `…`.
+pub fn id_excerpt(id: &str) -> std::borrow::Cow<'_, str> {
+    if id.len() <= MAX_ID_BYTES {
+        return id.into();
+    }
+    let mut end = MAX_ID_BYTES;
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &id[..end]).into()
+}
+
 /// The most bytes of a tool result, argument or error text a log line carries.
 pub const LOG_EXCERPT_BYTES: usize = 256;
 

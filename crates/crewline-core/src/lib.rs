@@ -26,7 +26,7 @@ mod tool_call;
 pub use context::{Context, ContextLimits};
 pub use definition::{OpenAiTool, ToolDefinition};
 pub use error::{CoreError, ToolErrorKind};
-pub use excerpt::{Excerpt, LOG_EXCERPT_BYTES, excerpt};
+pub use excerpt::{Excerpt, LOG_EXCERPT_BYTES, MAX_ID_BYTES, excerpt, id_excerpt};
 pub use message::{Message, Role};
 pub use panic::panic_message;
 pub use tool_call::{ToolCall, ToolFailure, ToolResult};

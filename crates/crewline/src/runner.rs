@@ -414,8 +414,7 @@ impl OutputRunner {
 /// wants it): a turn is found by the platform's call id and its own request id, and follows
 /// from the node's span, whose parent is the call's session.
 fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
-    // The platform's id, bounded: it goes into every span of the call's traces.
-    const MAX_CALL_ID_BYTES: usize = 128;
+    // The platform's id, bounded as the server's logs bound it: it goes into every span.
     let call_id = handle
         .call()
         .init()
@@ -423,18 +422,12 @@ fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
         .caller
         .as_ref()
         .and_then(|caller| caller.call_id.as_deref())
-        .map(|id| {
-            let mut end = id.len().min(MAX_CALL_ID_BYTES);
-            while !id.is_char_boundary(end) {
-                end -= 1;
-            }
-            &id[..end]
-        });
+        .map(crewline_core::id_excerpt);
     let span = tracing::debug_span!(
         parent: None,
         "crewline.turn",
         request_id = %turn_id,
-        call_id,
+        call_id = call_id.as_deref(),
         node = %handle.name(),
         outcome = tracing::field::Empty,
     );

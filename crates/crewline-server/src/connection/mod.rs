@@ -44,8 +44,8 @@ const OUTBOUND_CAPACITY: usize = 1024;
 const LOUD_BAD_FRAMES: u32 = 10;
 /// The longest error text put into `agent.error` or a log line.
 const MAX_ERROR_TEXT: usize = 1000;
-/// The longest id taken from the platform (a call id) put into a span or a log line.
-pub(crate) const MAX_ID_BYTES: usize = 64;
+// The longest id taken from the platform (a call id) put into a span or a log line.
+pub(crate) use crewline::types::MAX_ID_BYTES;
 
 /// Close code and reason at the drain deadline.
 pub(super) const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
