@@ -6,14 +6,11 @@
 
 mod common;
 
-use std::{
-    process::{Child, Command, Stdio},
-    sync::Arc,
-    time::Duration,
-};
+use std::sync::Arc;
 
 use crewline::tool::executor::ledger::MemoryLedger;
 use crewline_mcp::{McpServer, SchemaFlavour};
+use crewline_testkit::haproxy::Balancer;
 use serde_json::{Value, json};
 
 use common::HttpServer;
@@ -25,96 +22,21 @@ const STICKY: &str = "  stick-table type string len 128 size 100k expire 30m
 ";
 
 fn haproxy_installed() -> bool {
-    let found = Command::new("haproxy")
-        .arg("-v")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let found = Balancer::available();
     if !found {
-        assert!(
-            std::env::var_os("CREWLINE_REQUIRE_HAPROXY").is_none(),
-            "CREWLINE_REQUIRE_HAPROXY is set but haproxy is not installed"
-        );
         eprintln!("note: haproxy is not installed; the load-balancer tests are skipped");
     }
     found
 }
 
-/// HAProxy in front of `replicas`, round robin, with `extra` backend lines; killed on drop.
-struct Balancer {
-    child: Child,
-    url: String,
-    _dir: TempDir,
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A directory removed on drop.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-async fn balancer(replicas: &[&HttpServer], extra: &str) -> Balancer {
-    // A free port for the frontend (HAProxy binds it itself).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let servers: String = replicas
-        .iter()
-        .enumerate()
-        .map(|(i, r)| format!("  server r{i} {}\n", r.addr))
-        .collect();
-    let config = format!(
-        "defaults
-  mode http
-  timeout connect 2s
-  timeout client 30s
-  timeout server 30s
-frontend mcp
-  bind 127.0.0.1:{port}
-  default_backend replicas
-backend replicas
-  balance roundrobin
-{extra}{servers}"
-    );
-    let dir = std::env::temp_dir().join(format!("crewline-mcp-lb-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("haproxy.cfg");
-    std::fs::write(&path, config).expect("config written");
-    let mut child = Command::new("haproxy")
-        .arg("-db")
-        .arg("-f")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .spawn()
+/// HAProxy round robin in front of `replicas`, with `extra` backend lines.
+async fn balancer(replicas: &[&HttpServer], extra: &str) -> (Balancer, String) {
+    let addrs: Vec<_> = replicas.iter().map(|r| r.addr).collect();
+    let lb = Balancer::start(&addrs, &format!("  balance roundrobin\n{extra}"), "")
+        .await
         .expect("haproxy starts");
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return Balancer {
-                child,
-                url: format!("http://127.0.0.1:{port}/mcp"),
-                _dir: TempDir(dir),
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("haproxy did not listen on {port}");
+    let url = format!("http://{}/mcp", lb.addr());
+    (lb, url)
 }
 
 /// What one JSON-RPC POST got back.
@@ -235,9 +157,9 @@ async fn a_stateless_server_needs_nothing_from_the_balancer() {
     let ledgers = [Arc::new(MemoryLedger::new()), Arc::new(MemoryLedger::new())];
     let a = HttpServer::start(replica(&ledgers[0], true)).await;
     let b = HttpServer::start(replica(&ledgers[1], true)).await;
-    let lb = balancer(&[&a, &b], "").await;
+    let (_lb, url) = balancer(&[&a, &b], "").await;
 
-    let (failures, booked) = session_of_calls(&lb.url).await;
+    let (failures, booked) = session_of_calls(&url).await;
     assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(booked, 4);
     // Round robin spread the calls over both replicas, and each answered on its own.
@@ -257,17 +179,17 @@ async fn sessions_need_sticky_routing_on_the_session_header_and_work_with_it() {
 
     // Without stickiness, round robin sends the session's next request to the other replica,
     // which has never heard of it.
-    let plain = balancer(&[&a, &b], "").await;
-    let (failures, _) = session_of_calls(&plain.url).await;
+    let (plain, url) = balancer(&[&a, &b], "").await;
+    let (failures, _) = session_of_calls(&url).await;
     assert!(
         !failures.is_empty(),
         "round robin without stickiness cannot keep a session"
     );
     drop(plain);
 
-    let sticky = balancer(&[&a, &b], STICKY).await;
+    let (_sticky, url) = balancer(&[&a, &b], STICKY).await;
     for _ in 0..3 {
-        let (failures, booked) = session_of_calls(&sticky.url).await;
+        let (failures, booked) = session_of_calls(&url).await;
         assert!(failures.is_empty(), "{failures:?}");
         assert_eq!(booked, 4);
     }
