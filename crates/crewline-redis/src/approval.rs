@@ -265,13 +265,30 @@ impl RedisApproval {
                 .to_string();
         let json = serde_json::to_string(&Stored::of(request))
             .map_err(|error| Failure::Unreadable(format!("a request: {error}")))?;
+        // Armed before the request goes out: a caller dropped while Redis parks its call (a
+        // barge-in at that instant) still lets go of it, so the decision stays collectable by
+        // the retry instead of waiting out the wait timeout.
+        let mut release = Release {
+            approval: waits.then(|| self.clone()),
+            id: request.id.clone(),
+        };
         let reply = self
             .eval(
                 &scripts::APPROVAL_REQUEST,
                 &request.id,
                 &[&binding, &json, if waits { "1" } else { "0" }],
             )
-            .await?;
+            .await;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(failure) => {
+                release.approval = None;
+                return Err(failure);
+            }
+        };
+        if code(&reply) != "parked" {
+            release.approval = None;
+        }
         let id = match code(&reply) {
             "decided" => return Ok(ApprovalOutcome::Decided(decision(&reply)?)),
             "parked" => value(&reply)?.to_owned(),
@@ -290,19 +307,16 @@ impl RedisApproval {
         if !waits {
             return Ok(ApprovalOutcome::Pending);
         }
-        self.wait_for(id).await
+        release.id = id;
+        self.wait_for(release).await
     }
 
-    /// Waits for the decision on the parked call `id`, woken by its `decide` on any replica.
-    async fn wait_for(&self, id: String) -> Result<ApprovalOutcome, Failure> {
+    /// Waits for the decision on the parked call `release.id`, woken by its `decide` on any
+    /// replica; if this caller goes away (a barge-in drops the call), `release` lets go of the
+    /// call, so a decision given later is kept for the retry.
+    async fn wait_for(&self, mut release: Release) -> Result<ApprovalOutcome, Failure> {
         let deadline = tokio::time::Instant::now() + self.wait_timeout;
-        let mut watch = self.connection.watch(&wake_key(&id));
-        // If this caller goes away (a barge-in drops the call), the call stops being waited
-        // on, so a decision given later is kept for the retry.
-        let mut release = Release {
-            approval: Some(self.clone()),
-            id,
-        };
+        let mut watch = self.connection.watch(&wake_key(&release.id));
         loop {
             // Watching before reading: a decision after the read wakes this wait.
             watch.seen();
