@@ -15,6 +15,7 @@
 # above this), THINK_MS (pause between a session's turns; 0 = closed loop), IMPLS ("crewline reference";
 # "asyncopenai" is crewline's voice_agent on the async-openai client, `--llm-client async-openai`),
 # REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
+# crewline against the floor (benches/floor, issue 19): IMPLS="crewline floor".
 # Two crewline clients side by side: IMPLS="crewline asyncopenai", then
 #   python3 benches/load/summarize.py --pair crewline asyncopenai $OUT
 # Results: one JSON report per run under $OUT, plus summary.md made by summarize.py.
@@ -38,13 +39,18 @@ OUT=${OUT:-$ROOT/benches/load/results/$(date -u +%Y%m%dT%H%M%SZ)}
 MOCK_PORT=${MOCK_PORT:-18801}
 CREW_PORT=${CREW_PORT:-18802}
 REF_PORT=${REF_PORT:-18803}
+FLOOR_PORT=${FLOOR_PORT:-18804}
 
 mkdir -p "$OUT/logs"
 if [[ -z "${SKIP_BUILD:-}" ]]; then
   (cd "$ROOT" && cargo build --release -p crewline-cli --bin crewline -p crewline-suite --example voice_agent)
+  if [[ " $IMPLS " == *" floor "* ]]; then
+    (cd "$ROOT" && cargo build --release -p crewline-floor --bin crewline-floor)
+  fi
 fi
 CREWLINE=$TARGET/release/crewline
 VOICE_AGENT=$TARGET/release/examples/voice_agent
+FLOOR=$TARGET/release/crewline-floor
 ulimit -n "$(ulimit -Hn)" || true
 
 PIDS=()
@@ -79,6 +85,18 @@ start_crewline() { # extra voice_agent arguments
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   wait_http "http://127.0.0.1:$CREW_PORT/ready" 30
+}
+
+start_floor() { # the bare forwarder of benches/floor (issue 19): no /ready, so wait for the port
+  "$FLOOR" --port "$FLOOR_PORT" --llm-url "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" \
+    >"$OUT/logs/floor.log" 2>&1 &
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  local deadline=$((SECONDS + 20))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$FLOOR_PORT") 2>/dev/null; do
+    if ((SECONDS > deadline)); then echo "timeout waiting for the floor" >&2; return 1; fi
+    sleep 0.2
+  done
 }
 
 start_reference() {
@@ -147,6 +165,11 @@ for scenario in $SCENARIOS; do
         measure asyncopenai "$CREW_PORT" "$scenario" "$delay" "$n"
         stop_server
       fi
+      if [[ " $IMPLS " == *" floor "* ]]; then
+        start_floor
+        measure floor "$FLOOR_PORT" "$scenario" "$delay" "$n"
+        stop_server
+      fi
       if [[ " $IMPLS " == *" reference "* ]] && ((n <= REF_MAX_SESSIONS)); then
         start_reference
         measure reference "$REF_PORT" "$scenario" "$delay" "$n"
@@ -160,4 +183,5 @@ done
 
 PAIR=()
 [[ " $IMPLS " == *" asyncopenai "* && " $IMPLS " != *" reference "* ]] && PAIR=(--pair crewline asyncopenai)
+[[ " $IMPLS " == *" floor "* && " $IMPLS " != *" reference "* ]] && PAIR=(--pair crewline floor)
 python3 "$ROOT/benches/load/summarize.py" "${PAIR[@]}" "$OUT" | tee "$OUT/summary.md"
