@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-NAME = re.compile(r"^(crewline|reference|asyncopenai)-(\w+)-d(\d+)-n(\d+)\.json$")
+NAME = re.compile(r"^(crewline|reference|asyncopenai|floor)-(\w+)-d(\d+)-n(\d+)\.json$")
 
 
 def load(directory: Path):
