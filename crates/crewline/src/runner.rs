@@ -414,25 +414,25 @@ impl OutputRunner {
 /// wants it): a turn is found by the platform's call id and its own request id, and follows
 /// from the node's span, whose parent is the call's session.
 fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
-    // The platform's id, bounded as the server's logs bound it: it goes into every span.
-    let call_id = handle
-        .call()
-        .init()
-        .session_context
-        .caller
-        .as_ref()
-        .and_then(|caller| caller.call_id.as_deref())
-        .map(crewline_core::id_excerpt);
+    // Field values are only evaluated when the span is enabled: with tracing off, a turn
+    // neither looks up nor cuts the call id.
     let span = tracing::debug_span!(
         parent: None,
         "crewline.turn",
         request_id = %turn_id,
-        call_id = call_id.as_deref(),
+        // The platform's id, bounded as the server's logs bound it: it goes into every span.
+        call_id = call_id_of(handle).as_deref(),
         node = %handle.name(),
         outcome = tracing::field::Empty,
     );
     span.follows_from(tracing::Span::current());
     span
+}
+
+/// The platform's call id, cut to [`crewline_core::MAX_ID_BYTES`].
+fn call_id_of(handle: &NodeHandle) -> Option<std::borrow::Cow<'_, str>> {
+    let caller = handle.call().init().session_context.caller.as_ref()?;
+    caller.call_id.as_deref().map(crewline_core::id_excerpt)
 }
 
 fn turn_error(error: TurnError) -> NodeError {

@@ -62,7 +62,7 @@ impl TaskOutput {
     /// The call's conclusion, replacing any before it; refused over [`MAX_OUTPUT_BYTES`].
     pub fn set(&self, output: impl Into<Value>) -> Result<(), OutputTooLarge> {
         let output = output.into();
-        let size = serde_json::to_vec(&output).map_or(usize::MAX, |bytes| bytes.len());
+        let size = super::store::json_len(&output);
         if size > MAX_OUTPUT_BYTES {
             return Err(OutputTooLarge {
                 size,

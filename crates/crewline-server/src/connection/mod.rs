@@ -44,8 +44,6 @@ const OUTBOUND_CAPACITY: usize = 1024;
 const LOUD_BAD_FRAMES: u32 = 10;
 /// The longest error text put into `agent.error` or a log line.
 const MAX_ERROR_TEXT: usize = 1000;
-// The longest id taken from the platform (a call id) put into a span or a log line.
-pub(crate) use crewline::types::MAX_ID_BYTES;
 
 /// Close code and reason at the drain deadline.
 pub(super) const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
@@ -115,7 +113,7 @@ impl Connection {
             .and_then(|caller| caller.call_id.as_deref())
         {
             // The platform's id, truncated: a 1 MiB id must not go into every line of the call.
-            tracing::Span::current().record("call_id", &*truncate(call_id, MAX_ID_BYTES));
+            tracing::Span::current().record("call_id", &*crewline::types::id_excerpt(call_id));
         }
         tracing::info!(
             conversation_type = ?init.session_context.conversation_type,
