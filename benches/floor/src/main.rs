@@ -123,7 +123,6 @@ async fn call(stream: TcpStream, model: Arc<Model>) {
         return;
     };
     let mut answer: Option<Answer> = None;
-    let mut out = Vec::with_capacity(256);
     loop {
         tokio::select! {
             message = socket.next() => {
@@ -135,17 +134,17 @@ async fn call(stream: TcpStream, model: Arc<Model>) {
                 };
                 let Ok(frame) = serde_json::from_slice::<Frame<'_>>(&bytes) else { continue };
                 let sent = match frame.kind.as_ref() {
-                    "system.init" => send(&mut socket, &mut out, "agent.ready", None).await,
+                    "system.init" => send(&mut socket, "agent.ready", None).await,
                     "system.llm.request" => {
                         if answer.take().is_some() {
-                            let _ = send(&mut socket, &mut out, END, None).await;
+                            let _ = send(&mut socket, END, None).await;
                         }
                         answer = Some(Answer::open(&model, frame.messages));
-                        send(&mut socket, &mut out, START, None).await
+                        send(&mut socket, START, None).await
                     }
                     "system.control.interrupt" => match answer.take() {
                         // Dropping the answer drops the model's stream.
-                        Some(_) => send(&mut socket, &mut out, END, None).await,
+                        Some(_) => send(&mut socket, END, None).await,
                         None => Ok(()),
                     },
                     _ => Ok(()),
@@ -157,7 +156,7 @@ async fn call(stream: TcpStream, model: Arc<Model>) {
             read = next_read(&mut answer) => {
                 let done = match read {
                     Some(bytes) => match answer.as_mut() {
-                        Some(open) => match open.chunks(&bytes, &mut socket, &mut out).await {
+                        Some(open) => match open.chunks(&bytes, &mut socket).await {
                             Ok(done) => done,
                             Err(()) => return,
                         },
@@ -167,7 +166,7 @@ async fn call(stream: TcpStream, model: Arc<Model>) {
                 };
                 if done {
                     answer = None;
-                    if send(&mut socket, &mut out, END, None).await.is_err() {
+                    if send(&mut socket, END, None).await.is_err() {
                         return;
                     }
                 }
@@ -249,12 +248,7 @@ impl Answer {
 
     /// Sends the chunk of every complete `data:` line in `bytes`, in one write; `Ok(true)` at
     /// `[DONE]`.
-    async fn chunks(
-        &mut self,
-        mut bytes: &[u8],
-        socket: &mut Socket,
-        out: &mut Vec<u8>,
-    ) -> Result<bool, ()> {
+    async fn chunks(&mut self, mut bytes: &[u8], socket: &mut Socket) -> Result<bool, ()> {
         let mut done = false;
         let mut fed = false;
         while let Some(newline) = bytes.iter().position(|&b| b == b'\n') {
@@ -288,7 +282,7 @@ impl Answer {
                 .and_then(|delta| delta.content);
             if let Some(text) = text.filter(|t| !t.is_empty()) {
                 socket
-                    .feed(frame(out, CHUNK, Some(&text)))
+                    .feed(frame(CHUNK, Some(&text)))
                     .await
                     .map_err(|_| ())?;
                 fed = true;
@@ -305,33 +299,29 @@ impl Answer {
 }
 
 /// Sends one event of `kind` (with `text` for a chunk).
-async fn send(
-    socket: &mut Socket,
-    out: &mut Vec<u8>,
-    kind: &str,
-    text: Option<&str>,
-) -> Result<(), ()> {
-    socket.send(frame(out, kind, text)).await.map_err(|_| ())
+async fn send(socket: &mut Socket, kind: &str, text: Option<&str>) -> Result<(), ()> {
+    socket.send(frame(kind, text)).await.map_err(|_| ())
 }
 
 /// The frame `{"type", "timestamp", "text"?}` (with `"request_id": null` for a start).
-fn frame(out: &mut Vec<u8>, kind: &str, text: Option<&str>) -> Message {
-    out.clear();
+fn frame(kind: &str, text: Option<&str>) -> Message {
+    // One allocation, moved into the message: the frame's bytes are never copied.
+    let mut out = Vec::with_capacity(80 + text.map_or(0, |t| t.len() + t.len() / 8));
     out.extend_from_slice(b"{\"type\":\"");
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(b"\",\"timestamp\":\"");
-    timestamp(out);
+    timestamp(&mut out);
     out.push(b'"');
     if kind == START {
         out.extend_from_slice(b",\"request_id\":null");
     }
     if let Some(text) = text {
         out.extend_from_slice(b",\"text\":");
-        let _ = serde_json::to_writer(&mut *out, text);
+        let _ = serde_json::to_writer(&mut out, text);
     }
     out.push(b'}');
     // ASCII and JSON-escaped UTF-8 only: valid, so never the empty fallback.
-    Message::text(String::from_utf8(out.clone()).unwrap_or_default())
+    Message::text(String::from_utf8(out).unwrap_or_default())
 }
 
 /// Now as the protocol writes it (ISO 8601, microseconds), in UTC: the least a server must do.
