@@ -469,6 +469,23 @@ async fn the_crates_client_works_against_smooths_base_path() {
 }
 
 /// The detail of an error response.
+/// Creates a task at Smooth's path with `body` (sent with `key` as `apikey`, if any), as any
+/// HTTP client would; returns its id.
+async fn create_raw(http: &reqwest::Client, url: &str, key: Option<&str>, body: Value) -> String {
+    let mut request = http.post(format!("{url}/api/v1/task")).json(&body);
+    if let Some(key) = key {
+        request = request.header("apikey", key);
+    }
+    let created: Value = request
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("body");
+    created["r"]["id"].as_str().expect("id").to_owned()
+}
+
 async fn detail(response: reqwest::Response) -> String {
     let body: Value = response.json().await.expect("error body");
     body["detail"].as_str().unwrap_or_default().to_owned()
@@ -646,17 +663,8 @@ async fn one_key_cannot_read_answer_or_cancel_another_keys_task() {
         .credential(crewline_remote::Credential::new("bob", "sk-bob").expect("key"));
     let url = serve(&api).await;
     let http = reqwest::Client::new();
-    let created: Value = http
-        .post(format!("{url}/api/v1/task"))
-        .header("apikey", "sk-alice")
-        .json(&json!({"custom_tools": [weather_spec(None)]}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("body");
-    let id = created["r"]["id"].as_str().expect("id").to_owned();
+    let body = json!({"custom_tools": [weather_spec(None)]});
+    let id = create_raw(&http, &url, Some("sk-alice"), body).await;
     let remote = api.attach(&id).await.expect("attached");
     let crew = crew_registry(&remote);
     let calling = tokio::spawn(async move {
@@ -716,22 +724,14 @@ async fn smooths_sdk_parameter_map_inputs_become_a_schema_the_crew_checks() {
     let url = serve(&api).await;
     let http = reqwest::Client::new();
     // What `@client.tool(inputs={...})` of smooth-py sends: parameter name -> its schema.
-    let created: Value = http
-        .post(format!("{url}/api/v1/task"))
-        .json(&json!({"task": "weather line", "custom_tools": [{
-            "name": "get_weather",
-            "description": "The weather in a city.",
-            "inputs": {"location": {"type": "string", "description": "The city"}},
-            "output": "string",
-        }]}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("body");
-    let id = created["r"]["id"].as_str().expect("id");
-    let remote = api.attach(id).await.expect("attached");
+    let body = json!({"task": "weather line", "custom_tools": [{
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "inputs": {"location": {"type": "string", "description": "The city"}},
+        "output": "string",
+    }]});
+    let id = create_raw(&http, &url, None, body).await;
+    let remote = api.attach(&id).await.expect("attached");
     let crew = crew_registry(&remote);
     let schema = &crew.definitions()[0].parameters;
     assert_eq!(schema["required"], json!(["location"]), "{schema}");
@@ -760,17 +760,9 @@ async fn a_finished_task_carries_what_the_call_concluded() {
     let api = TaskApi::new();
     let url = serve(&api).await;
     let http = reqwest::Client::new();
-    let create = || async {
-        let body: Value = http
-            .post(format!("{url}/api/v1/task"))
-            .json(&json!({"custom_tools": [weather_spec(None)]}))
-            .send()
-            .await
-            .expect("create")
-            .json()
-            .await
-            .expect("body");
-        body["r"]["id"].as_str().expect("id").to_owned()
+    let create = || {
+        let body = json!({"custom_tools": [weather_spec(None)]});
+        create_raw(&http, &url, None, body)
     };
     let finished = |id: String| {
         let (http, url) = (http.clone(), url.clone());
