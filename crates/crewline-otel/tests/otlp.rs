@@ -9,7 +9,7 @@ use std::{
 };
 
 use axum::{Router, body::Bytes, extract::State, routing::post};
-use crewline::{SessionSetup, function_tool, llm::OpenAiClient, prelude::Agent, protocol::Caller};
+use crewline::{SessionSetup, function_tool, prelude::Agent, protocol::Caller};
 use crewline_otel::{OtlpProtocol, Telemetry};
 use crewline_server::CrewServer;
 use crewline_testkit::{
@@ -97,11 +97,9 @@ async fn each_turn_is_one_trace_with_its_llm_requests_and_tool_calls() {
         .start()
         .await
         .expect("mock model");
-    let client = OpenAiClient::builder()
+    let client = llm
+        .client_builder()
         .model("gpt-4o-mini")
-        .api_key("sk-test-not-a-real-key")
-        .base_url(llm.base_url())
-        .read_env(false)
         .build()
         .expect("client");
     let agent = Agent::builder(client)

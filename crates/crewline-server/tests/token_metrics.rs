@@ -6,9 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, llm::OpenAiClient, tool::ToolRegistry,
-};
+use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, tool::ToolRegistry};
 use crewline_server::CrewServer;
 use crewline_testkit::mock_llm::{
     MockLlm,
@@ -37,11 +35,9 @@ async fn tokens_are_counted_by_model_and_kind_and_served_on_metrics() {
         .start()
         .await
         .expect("the mock model binds 127.0.0.1");
-    let client = OpenAiClient::builder()
+    let client = llm
+        .client_builder()
         .model("gpt-4o-mini")
-        .api_key("sk-test-not-a-real-key")
-        .base_url(llm.base_url())
-        .read_env(false)
         .build()
         .expect("client");
     let tool_loop = ToolLoop::new(Arc::new(client), Arc::new(ToolRegistry::new()));

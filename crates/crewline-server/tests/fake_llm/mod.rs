@@ -115,11 +115,7 @@ impl FakeLlm {
     /// A builder for the real client pointed at this fake (no environment, a dummy key); the
     /// test sets the limits it needs.
     pub fn client_builder(&self) -> crewline::llm::OpenAiClientBuilder {
-        crewline::llm::OpenAiClient::builder()
-            .model("fake")
-            .api_key("sk-test-not-a-real-key")
-            .base_url(self.base_url())
-            .read_env(false)
+        self.raw.client_builder().model("fake")
     }
 
     /// How many requests carried `message` as their last user message.

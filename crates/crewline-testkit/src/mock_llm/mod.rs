@@ -567,6 +567,15 @@ impl RunningMockLlm {
         format!("http://{}/v1", self.addr)
     }
 
+    /// A builder for crewline's real OpenAI client pointed at this mock: no environment read,
+    /// a dummy key; the test sets the model and the limits it needs.
+    pub fn client_builder(&self) -> crewline::llm::OpenAiClientBuilder {
+        crewline::llm::OpenAiClient::builder()
+            .api_key("sk-test-not-a-real-key")
+            .base_url(self.base_url())
+            .read_env(false)
+    }
+
     /// The mock's state (script, request log).
     pub fn mock(&self) -> &MockLlm {
         &self.mock
