@@ -16,14 +16,9 @@ venv="${SMOLAGENTS_VENV:-target/smolagents-venv}"
 requirements=tests/smolagents/requirements.txt
 python="${PYTHON:-python3}"
 
-# Reinstall only when the pins change: the venv keeps a copy of the requirements it was built from.
-if ! cmp -s "$requirements" "$venv/.crewline-requirements.txt" 2>/dev/null; then
-  echo "== smolagents venv: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $venv"
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-  cp "$requirements" "$venv/.crewline-requirements.txt"
-fi
+# shellcheck source=.ci/venv.sh
+source .ci/venv.sh
+ensure_venv "$venv" "$requirements" "$python" smolagents
 
 echo "== smolagents e2e: building the mcp_server example"
 cargo build --locked --quiet -p crewline-mcp --example mcp_server

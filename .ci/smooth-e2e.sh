@@ -17,14 +17,9 @@ venv="${SMOOTH_VENV:-target/smooth-venv}"
 requirements=tests/smooth/requirements.txt
 python="${PYTHON:-python3}"
 
-# Reinstall only when the pins change: the venv keeps a copy of the requirements it was built from.
-if ! cmp -s "$requirements" "$venv/.crewline-requirements.txt" 2>/dev/null; then
-  echo "== smooth venv: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $venv"
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-  cp "$requirements" "$venv/.crewline-requirements.txt"
-fi
+# shellcheck source=.ci/venv.sh
+source .ci/venv.sh
+ensure_venv "$venv" "$requirements" "$python" smooth
 
 echo "== smooth e2e: building the remote_weather example"
 # --workspace resolves features as `.ci/run`'s `cargo build --workspace --examples` does, so
