@@ -380,24 +380,10 @@ async fn parked_calls_and_uncollected_decisions_expire_with_every_key() {
         .await
         .expect("decided");
 
-    let client = redis::Client::open(server.url()).expect("url");
-    let mut redis = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("ttl:*")
-        .query_async(&mut redis)
-        .await
-        .expect("KEYS");
+    let keys = server.keys_with_ttl("ttl:*").await;
     assert!(keys.len() >= 3, "the calls and their indexes: {keys:?}");
-    for key in &keys {
-        let left: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut redis)
-            .await
-            .expect("PTTL");
-        assert!((1..=1000).contains(&left), "{key} expires, not {left} ms");
+    for (key, left) in &keys {
+        assert!((1..=1000).contains(left), "{key} expires, not {left} ms");
     }
 
     tokio::time::sleep(ttl + Duration::from_millis(200)).await;
@@ -416,11 +402,7 @@ async fn parked_calls_and_uncollected_decisions_expire_with_every_key() {
     assert_eq!(refunds.load(Ordering::SeqCst), 0);
 
     tokio::time::sleep(ttl + Duration::from_millis(200)).await;
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("ttl:*")
-        .query_async(&mut redis)
-        .await
-        .expect("KEYS");
+    let left = server.keys_with_ttl("ttl:*").await;
     assert!(left.is_empty(), "{left:?} outlived the calls");
 }
 

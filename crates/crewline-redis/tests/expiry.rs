@@ -56,33 +56,15 @@ async fn every_key_expires_with_the_tasks_when_every_replica_is_gone() {
         .expect("finish");
     drop(store);
 
-    let client = redis::Client::open(server.url()).expect("url");
-    let mut redis = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("gone:*")
-        .query_async(&mut redis)
-        .await
-        .expect("KEYS");
+    let keys = server.keys_with_ttl("gone:*").await;
     assert!(keys.len() >= 8, "tasks, calls and the books: {keys:?}");
-    for key in &keys {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut redis)
-            .await
-            .expect("PTTL");
+    for (key, ttl) in &keys {
         assert!(
-            (1..=1000).contains(&ttl),
+            (1..=1000).contains(ttl),
             "{key} expires with the tasks, not {ttl} ms"
         );
     }
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("gone:*")
-        .query_async(&mut redis)
-        .await
-        .expect("KEYS");
+    let left = server.keys_with_ttl("gone:*").await;
     assert!(left.is_empty(), "{left:?} outlived every task");
 }

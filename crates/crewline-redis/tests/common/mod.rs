@@ -69,6 +69,31 @@ impl RedisServer {
         panic!("redis-server did not start on any of five free ports");
     }
 
+    /// Every key matching `pattern`, with the milliseconds it has left (`PTTL`: -1 for a key
+    /// that never expires).
+    pub async fn keys_with_ttl(&self, pattern: &str) -> Vec<(String, i64)> {
+        let client = redis::Client::open(self.url()).expect("url");
+        let mut redis = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut redis)
+            .await
+            .expect("KEYS");
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let left: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut redis)
+                .await
+                .expect("PTTL");
+            out.push((key, left));
+        }
+        out
+    }
+
     /// The server's URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
