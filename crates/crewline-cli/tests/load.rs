@@ -16,7 +16,7 @@ use crewline::{
     types::Message,
 };
 use crewline_examples::voice_agent::WeatherCrew;
-use crewline_server::CrewServer;
+use crewline_server::{CrewServer, ServerError};
 use crewline_testkit::load::{LoadConfig, Scenario, TurnOutcome, TurnRecord, run};
 use tokio::net::TcpListener;
 
@@ -116,25 +116,31 @@ async fn interrupted_turns_stop_early_and_are_measured() {
     .await;
 }
 
+/// A crew server on 127.0.0.1:0 whose model stream breaks off mid-way for caller 1 and
+/// answers everyone else; its URL and task.
+async fn caller_one_breaks() -> (String, tokio::task::JoinHandle<Result<(), ServerError>>) {
+    let llm = ScriptedLlm::from_fn(|request: &ChatRequest| {
+        let caller_one = request
+            .messages
+            .iter()
+            .any(|m| matches!(m, Message::User { content } if content.contains("caller 1,")));
+        if caller_one {
+            Reply::CutAfter("Half an ans".to_owned())
+        } else {
+            Reply::text("A whole answer.")
+        }
+    });
+    let crew = WeatherCrew::new(Arc::new(llm), Duration::ZERO).unwrap();
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let url = format!("ws://{}/ws", listener.local_addr().unwrap());
+    let task = tokio::spawn(CrewServer::new(crew.agent().clone()).serve(listener));
+    (url, task)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_failures_and_refused_connections_are_errors() {
     bounded(async {
-        // Caller 1's model stream breaks off mid-way; the others are answered.
-        let llm = ScriptedLlm::from_fn(|request: &ChatRequest| {
-            let caller_one = request
-                .messages
-                .iter()
-                .any(|m| matches!(m, Message::User { content } if content.contains("caller 1,")));
-            if caller_one {
-                Reply::CutAfter("Half an ans".to_owned())
-            } else {
-                Reply::text("A whole answer.")
-            }
-        });
-        let crew = WeatherCrew::new(Arc::new(llm), Duration::ZERO).unwrap();
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-        let url = format!("ws://{}/ws", listener.local_addr().unwrap());
-        let task = tokio::spawn(CrewServer::new(crew.agent().clone()).serve(listener));
+        let (url, task) = caller_one_breaks().await;
 
         let report = run(config(&url, 3, 2, Scenario::Text)).await.unwrap();
         assert_eq!(report.turns_completed, 6);
@@ -290,21 +296,7 @@ async fn the_turn_log_has_one_line_per_turn_and_per_failed_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_with_an_agent_error_is_logged_as_such() {
     bounded(async {
-        let llm = ScriptedLlm::from_fn(|request: &ChatRequest| {
-            let caller_one = request
-                .messages
-                .iter()
-                .any(|m| matches!(m, Message::User { content } if content.contains("caller 1,")));
-            if caller_one {
-                Reply::CutAfter("Half an ans".to_owned())
-            } else {
-                Reply::text("A whole answer.")
-            }
-        });
-        let crew = WeatherCrew::new(Arc::new(llm), Duration::ZERO).unwrap();
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
-        let url = format!("ws://{}/ws", listener.local_addr().unwrap());
-        let task = tokio::spawn(CrewServer::new(crew.agent().clone()).serve(listener));
+        let (url, task) = caller_one_breaks().await;
         let path = std::env::temp_dir().join(format!(
             "crewline-turn-log-{}-agent-error.jsonl",
             std::process::id()
