@@ -60,6 +60,18 @@ fn setup() -> (SessionSetup, mpsc::Receiver<Box<crewline::protocol::Event>>) {
     (SessionSetup::new(init, outbound), frames)
 }
 
+/// A call of `agent`, past `agent.ready`.
+async fn call(agent: &Agent) -> common::Line {
+    let (setup, frames) = setup();
+    let crew = agent.crew_for(&setup);
+    let mut line = common::Line {
+        session: Session::start(crew, setup).await.expect("starts"),
+        frames,
+    };
+    assert_eq!(line.next().await.body, EventBody::AgentReady);
+    line
+}
+
 async fn wait_for_runs(seen: &Seen, runs: usize) {
     for _ in 0..500 {
         if seen.lock().expect("lock").len() >= runs {
@@ -77,13 +89,7 @@ async fn wait_for_runs(seen: &Seen, runs: usize) {
 async fn the_hook_sees_the_whole_conversation_once_when_the_call_ends() {
     let seen: Seen = Arc::default();
     let agent = agent(&seen);
-    let (setup, frames) = setup();
-    let crew = agent.crew_for(&setup);
-    let mut line = common::Line {
-        session: Session::start(crew, setup).await.expect("starts"),
-        frames,
-    };
-    assert_eq!(line.next().await.body, EventBody::AgentReady);
+    let mut line = call(&agent).await;
     line.user_turn("hi");
     line.until("agent.llm.response.end").await;
     line.user_turn("bye");
@@ -124,13 +130,7 @@ async fn a_panicking_hook_is_logged_and_the_session_still_shuts_down() {
         .on_call_end(|_: &Context| panic!("the CRM is down"))
         .build()
         .expect("agent");
-    let (setup, frames) = setup();
-    let crew = agent.crew_for(&setup);
-    let mut line = common::Line {
-        session: Session::start(crew, setup).await.expect("starts"),
-        frames,
-    };
-    assert_eq!(line.next().await.body, EventBody::AgentReady);
+    let mut line = call(&agent).await;
     line.user_turn("hi");
     line.until("agent.llm.response.end").await;
     tokio::time::timeout(Duration::from_secs(10), line.session.shutdown())
