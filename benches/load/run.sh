@@ -15,7 +15,8 @@
 # above this), THINK_MS (pause between a session's turns; 0 = closed loop), IMPLS ("crewline reference";
 # "asyncopenai" is crewline's voice_agent on the async-openai client, `--llm-client async-openai`),
 # REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
-# crewline against the floor (benches/floor, issue 19): IMPLS="crewline floor".
+# crewline against the floor (benches/floor, issue 19): IMPLS="crewline floor" (the floor runs
+# no tools, so in the tool scenario it answers from a text model).
 # Two crewline clients side by side: IMPLS="crewline asyncopenai", then
 #   python3 benches/load/summarize.py --pair crewline asyncopenai $OUT
 # Results: one JSON report per run under $OUT, plus summary.md made by summarize.py.
@@ -166,6 +167,11 @@ for scenario in $SCENARIOS; do
         stop_server
       fi
       if [[ " $IMPLS " == *" floor "* ]]; then
+        if [[ "$mock_mode" == tool ]]; then
+          # The floor runs no tools: it answers a tool turn as text, from a text model.
+          cleanup; sleep 1
+          start_mock "$delay" "$chunks" text
+        fi
         start_floor
         measure floor "$FLOOR_PORT" "$scenario" "$delay" "$n"
         stop_server

@@ -7,17 +7,27 @@
 //! auth, no limits, no metrics. It is written for speed on purpose (the whole point of a
 //! floor): tokio, tokio-tungstenite with 8 KiB buffers, hyper 1's pooled client, a line
 //! splitter over the SSE bytes, borrowed serde_json parsing of the request frame and of each
-//! delta, the chunk frames of one model read written together, mimalloc.
+//! delta, the chunk frames of one model read written together, the socket read only when it
+//! woke the call, the timestamp's date and time formatted once per second, mimalloc.
 //!
 //! ```sh
 //! crewline-floor --port 8090 --llm-url http://127.0.0.1:8081/v1/chat/completions
 //! crewline load --url ws://127.0.0.1:8090/ws --sessions 1000 --turns 3
 //! ```
 
-use std::{borrow::Cow, net::SocketAddr, sync::Arc, time::SystemTime};
+use std::{
+    borrow::Cow,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    task::{Context, Poll, Wake, Waker},
+    time::SystemTime,
+};
 
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use futures::{SinkExt, StreamExt, task::AtomicWaker};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Uri, body::Incoming, header};
 use hyper_util::{
@@ -29,7 +39,7 @@ use serde_json::value::RawValue;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::{
     WebSocketStream,
-    tungstenite::{Message, protocol::WebSocketConfig},
+    tungstenite::{self, Message, protocol::WebSocketConfig},
 };
 
 #[global_allocator]
@@ -123,9 +133,10 @@ async fn call(stream: TcpStream, model: Arc<Model>) {
         return;
     };
     let mut answer: Option<Answer> = None;
+    let gate = ReadGate::new();
     loop {
         tokio::select! {
-            message = socket.next() => {
+            message = gate.next(&mut socket) => {
                 let bytes = match message {
                     Some(Ok(Message::Text(text))) => Bytes::from(text),
                     Some(Ok(Message::Binary(bytes))) => bytes,
@@ -172,6 +183,58 @@ async fn call(stream: TcpStream, model: Arc<Model>) {
                 }
             }
         }
+    }
+}
+
+/// Polls the socket for a frame only when the socket has woken the task since it last had
+/// nothing: tungstenite zeroes its free read buffer (8 KiB) on every poll, and the call's loop
+/// would otherwise poll it after every model read (a third of the floor's instructions).
+struct ReadGate {
+    flag: Arc<Flag>,
+    waker: Waker,
+}
+
+struct Flag {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl ReadGate {
+    fn new() -> Self {
+        let flag = Arc::new(Flag {
+            woken: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        let waker = Waker::from(Arc::clone(&flag));
+        Self { flag, waker }
+    }
+
+    async fn next(&self, socket: &mut Socket) -> Option<Result<Message, tungstenite::Error>> {
+        std::future::poll_fn(|cx| {
+            self.flag.task.register(cx.waker());
+            if !self.flag.woken.swap(false, Ordering::AcqRel) {
+                return Poll::Pending;
+            }
+            let mut inner = Context::from_waker(&self.waker);
+            let polled = socket.poll_next_unpin(&mut inner);
+            if polled.is_ready() {
+                // More frames may be buffered already, with no wake to come for them.
+                self.flag.woken.store(true, Ordering::Release);
+            }
+            polled
+        })
+        .await
     }
 }
 
@@ -325,11 +388,32 @@ fn frame(kind: &str, text: Option<&str>) -> Message {
 }
 
 /// Now as the protocol writes it (ISO 8601, microseconds), in UTC: the least a server must do.
+/// The date and time to the second are written once per second (a thread's last one kept).
 fn timestamp(out: &mut Vec<u8>) {
+    thread_local! {
+        static LAST: std::cell::Cell<(u64, [u8; 19])> = const { std::cell::Cell::new((u64::MAX, [0; 19])) };
+    }
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
     let secs = now.as_secs();
+    let (cached, mut text) = LAST.get();
+    if cached != secs {
+        text = second_text(secs);
+        LAST.set((secs, text));
+    }
+    out.extend_from_slice(&text);
+    let mut micros = now.subsec_micros();
+    let mut digits = [b'.', 0, 0, 0, 0, 0, 0];
+    for digit in digits[1..].iter_mut().rev() {
+        *digit = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    out.extend_from_slice(&digits);
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` of Unix second `secs`, in UTC.
+fn second_text(secs: u64) -> [u8; 19] {
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days as i64 + 719_468;
@@ -341,14 +425,14 @@ fn timestamp(out: &mut Vec<u8>) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    let _ = std::io::Write::write_fmt(
-        out,
-        format_args!(
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60,
-            now.subsec_micros()
-        ),
+    let mut text = [0u8; 19];
+    let formatted = format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
     );
+    let len = formatted.len().min(19);
+    text[..len].copy_from_slice(&formatted.as_bytes()[..len]);
+    text
 }

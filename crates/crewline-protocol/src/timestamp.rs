@@ -24,7 +24,7 @@ impl Timestamp {
     /// The current naive local time in the reference's format, `2026-11-30T06:43:19.875855`
     /// (Python's `datetime.now().isoformat()`: no fraction when the microseconds are 0).
     pub fn now() -> Self {
-        Self::Text(format_naive(&Local::now().naive_local()))
+        Self::Text(now_text(SystemTime::now()))
     }
 
     /// Seconds since the Unix epoch, or `None` if the timestamp cannot be parsed.
@@ -92,6 +92,76 @@ impl Serialize for Timestamp {
             Self::Unix(number) => number.serialize(serializer),
         }
     }
+}
+
+/// The local date and time to the second, `2026-11-30T06:43:19`, of the Unix second it was
+/// made for: every event of a turn falls in the same second, and the time-zone lookup and the
+/// formatting (about a tenth of a text turn's instructions) are then done once per second.
+struct SecondText {
+    unix: i64,
+    text: [u8; SECOND_TEXT_LEN],
+}
+
+/// `YYYY-MM-DDTHH:MM:SS`.
+const SECOND_TEXT_LEN: usize = 19;
+
+thread_local! {
+    static LAST_SECOND: std::cell::RefCell<Option<SecondText>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `at` in the reference's format: naive local time, microseconds unless they are 0.
+fn now_text(at: SystemTime) -> String {
+    let since = match at.duration_since(UNIX_EPOCH) {
+        Ok(since) => since,
+        // A clock before 1970 (never on a live server): the slow path handles it.
+        Err(_) => return format_naive(&chrono::DateTime::<Local>::from(at).naive_local()),
+    };
+    let unix = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
+    let micros = since.subsec_micros();
+    let mut out = String::with_capacity(26);
+    LAST_SECOND.with_borrow_mut(|last| {
+        let fresh = last.as_ref().is_none_or(|cached| cached.unix != unix);
+        if fresh {
+            *last = second_text(unix);
+        }
+        match last
+            .as_ref()
+            .and_then(|cached| std::str::from_utf8(&cached.text).ok())
+        {
+            Some(text) => out.push_str(text),
+            None => {
+                let naive = chrono::DateTime::<Local>::from(at).naive_local();
+                out.push_str(&format_naive(&naive.with_nanosecond(0).unwrap_or(naive)));
+            }
+        }
+    });
+    if micros != 0 {
+        push_micros(&mut out, micros);
+    }
+    out
+}
+
+/// The local date and time of Unix second `unix`, or `None` when it has no single local time
+/// or no 4-digit year.
+fn second_text(unix: i64) -> Option<SecondText> {
+    let local = Local.timestamp_opt(unix, 0).single()?.naive_local();
+    let formatted = format_naive(&local);
+    let text: [u8; SECOND_TEXT_LEN] = formatted.as_bytes().try_into().ok()?;
+    Some(SecondText { unix, text })
+}
+
+/// `.uuuuuu`, six digits.
+fn push_micros(out: &mut String, micros: u32) {
+    let mut digits = [b'0'; 7];
+    digits[0] = b'.';
+    let mut rest = micros.min(999_999);
+    for digit in digits[1..].iter_mut().rev() {
+        // `rest % 10` is a single digit.
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    // ASCII digits and a dot.
+    out.push_str(std::str::from_utf8(&digits).unwrap_or_default());
 }
 
 /// Python's `datetime.isoformat()` of a naive datetime.
@@ -307,6 +377,35 @@ mod tests {
 
     fn naive(text: &str) -> NaiveDateTime {
         NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f").unwrap_or_default()
+    }
+
+    /// What chrono writes for `at` without the per-second cache.
+    fn uncached(at: SystemTime) -> String {
+        format_naive(&chrono::DateTime::<Local>::from(at).naive_local())
+    }
+
+    #[test]
+    fn now_is_the_local_time_of_the_instant_in_and_across_cached_seconds() {
+        let base = UNIX_EPOCH + Duration::from_secs(1_796_000_000);
+        for offset_micros in [0, 7, 875_855, 999_999, 1_000_000, 1_000_001, 61_500_000] {
+            let at = base + Duration::from_micros(offset_micros);
+            assert_eq!(
+                now_text(at),
+                uncached(at),
+                "{offset_micros} us after the base"
+            );
+        }
+        // Back to an earlier second: the cache is keyed by the second, not only refreshed forward.
+        assert_eq!(now_text(base), uncached(base));
+        let now = SystemTime::now();
+        assert_eq!(now_text(now), uncached(now));
+    }
+
+    #[test]
+    fn now_drops_the_fraction_on_a_whole_second_like_python() {
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_000_000);
+        assert_eq!(now_text(at).len(), SECOND_TEXT_LEN);
+        assert_eq!(now_text(at + Duration::from_micros(5)).len(), 26);
     }
 
     #[test]
