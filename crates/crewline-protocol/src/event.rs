@@ -268,16 +268,45 @@ impl Messages {
 
     /// Each message read as a `T` (a message that does not fit is an `Err` in its place, so
     /// one odd message does not hide the others).
-    pub fn parse<T: serde::de::DeserializeOwned>(
-        &self,
-    ) -> Result<impl ExactSizeIterator<Item = Result<T, serde_json::Error>> + '_, serde_json::Error>
+    pub fn parse<'a, T: serde::de::DeserializeOwned + 'a>(
+        &'a self,
+    ) -> Result<impl ExactSizeIterator<Item = Result<T, serde_json::Error>> + 'a, serde_json::Error>
     {
+        // One pass over the text when every message reads (nearly always); only a conversation
+        // with an odd message is split into items and read item by item.
+        if let Ok(all) = serde_json::from_str::<Vec<T>>(self.0.get()) {
+            return Ok(Parsed::All(all.into_iter()));
+        }
         let items: Vec<&RawValue> = serde_json::from_str(self.0.get())?;
-        Ok(items
-            .into_iter()
-            .map(|item| serde_json::from_str(item.get())))
+        Ok(Parsed::Each(items.into_iter()))
     }
 }
+
+/// The messages of [`Messages::parse`]: all read at once, or each item on its own.
+enum Parsed<'a, T> {
+    All(std::vec::IntoIter<T>),
+    Each(std::vec::IntoIter<&'a RawValue>),
+}
+
+impl<T: serde::de::DeserializeOwned> Iterator for Parsed<'_, T> {
+    type Item = Result<T, serde_json::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Self::All(all) => all.next().map(Ok),
+            Self::Each(items) => items.next().map(|item| serde_json::from_str(item.get())),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            Self::All(all) => all.size_hint(),
+            Self::Each(items) => items.size_hint(),
+        }
+    }
+}
+
+impl<T: serde::de::DeserializeOwned> ExactSizeIterator for Parsed<'_, T> {}
 
 /// Equal when the JSON text is the same.
 impl PartialEq for Messages {

@@ -88,7 +88,9 @@ struct Connection {
 
 impl Connection {
     async fn serve(&mut self) -> End {
-        match self.open().await {
+        // The handshake and the crew's setup run once: on the heap, their state does not
+        // stay in every connected call's task.
+        match Box::pin(self.open()).await {
             Ok(session) => self.run_session(session).await,
             Err(failure) => {
                 let reason = failure.reason;
