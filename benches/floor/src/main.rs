@@ -143,7 +143,7 @@ async fn call(stream: TcpStream, model: Arc<Model>) {
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
                     Some(Ok(_)) => continue,
                 };
-                let Ok(frame) = serde_json::from_slice::<Frame<'_>>(&bytes) else { continue };
+                let Ok(frame) = json::<Frame<'_>>(&bytes) else { continue };
                 let sent = match frame.kind.as_ref() {
                     "system.init" => send(&mut socket, "agent.ready", None).await,
                     "system.llm.request" => {
@@ -334,7 +334,7 @@ impl Answer {
                 done = true;
                 break;
             }
-            let Ok(chunk) = serde_json::from_slice::<Chunk<'_>>(data) else {
+            let Ok(chunk) = json::<Chunk<'_>>(data) else {
                 continue;
             };
             let text = chunk
@@ -359,6 +359,12 @@ impl Answer {
         }
         Ok(done)
     }
+}
+
+/// `data` read as JSON, checked as UTF-8 once: read from bytes, serde would check each string.
+fn json<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, ()> {
+    let text = std::str::from_utf8(data).map_err(|_| ())?;
+    serde_json::from_str(text).map_err(|_| ())
 }
 
 /// Sends one event of `kind` (with `text` for a chunk).

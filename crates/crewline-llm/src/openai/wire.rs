@@ -242,7 +242,17 @@ impl WireUsage {
 pub(crate) fn decode_chunk(data: &[u8]) -> Result<Chunk, serde_json::Error> {
     match strict_chunk(data) {
         Some(chunk) => Ok(chunk),
-        None => serde_json::from_slice(data),
+        None => read(data),
+    }
+}
+
+/// `data` read as JSON: as text when it is UTF-8 (every chunk a server sends), so that serde
+/// does not check each string's UTF-8 again, which was 3 % of a text turn's instructions.
+fn read<'a, T: Deserialize<'a>>(data: &'a [u8]) -> Result<T, serde_json::Error> {
+    match std::str::from_utf8(data) {
+        Ok(text) => serde_json::from_str(text),
+        // serde's own reading reports where the bytes go wrong.
+        Err(_) => serde_json::from_slice(data),
     }
 }
 
@@ -253,7 +263,7 @@ pub(crate) fn strict_chunk(data: &[u8]) -> Option<Chunk> {
     if data.trim_ascii_start().first() != Some(&b'{') {
         return None;
     }
-    let strict = serde_json::from_slice::<StrictChunk>(data).ok()?;
+    let strict = read::<StrictChunk>(data).ok()?;
     if strict.error.is_some() {
         return None;
     }
@@ -542,6 +552,20 @@ mod tests {
 
     fn chunk(value: Value) -> Chunk {
         serde_json::from_value(value).expect("every JSON object is a chunk")
+    }
+
+    #[test]
+    fn chunks_read_as_text_and_bytes_that_are_not_utf8_are_refused_with_their_place() {
+        let text = r#"{"choices":[{"index":0,"delta":{"content":"caf\u00e9 \"ok\" é"}}]}"#;
+        let chunk = decode_chunk(text.as_bytes()).expect("a chunk");
+        let delta = chunk.choices[0].delta.as_ref().expect("delta");
+        assert_eq!(delta.content.as_deref(), Some("café \"ok\" é"));
+        let mut broken = br#"{"choices":[{"delta":{"content":"x"#.to_vec();
+        broken.extend_from_slice(&[0xff, 0xfe]);
+        broken.extend_from_slice(br#""}}]}"#);
+        let error = decode_chunk(&broken).expect_err("not UTF-8");
+        assert!(error.to_string().contains("line 1"), "{error}");
+        assert!(strict_chunk(&broken).is_none());
     }
 
     #[test]
