@@ -33,7 +33,9 @@ async fn a_refused_connection_keeps_the_io_error_as_its_cause() {
     let causes: Vec<&(dyn std::error::Error + 'static)> =
         std::iter::successors(err.source(), |e| (*e).source()).collect();
     assert!(
-        causes.iter().any(|e| e.is::<reqwest::Error>()),
+        causes
+            .iter()
+            .any(|e| e.is::<hyper_util::client::legacy::Error>() || e.is::<reqwest::Error>()),
         "the transport's error is in the chain: {causes:?}"
     );
     let io = causes

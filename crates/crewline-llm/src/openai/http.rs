@@ -1,11 +1,25 @@
 //! The HTTP exchange with the server (sending with retries, reading error answers), and how
 //! its errors become [`LlmError`]s.
+//!
+//! Requests go through hyper-util's pooled client over rustls (the platform verifier, as
+//! reqwest's `rustls` feature); a client built while a proxy variable is set (`HTTPS_PROXY`,
+//! `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, either case) goes through reqwest, which honours them.
 
-use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
+use std::{error::Error as StdError, ffi::OsString, fmt, sync::Arc, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
-use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http_body_util::{BodyExt, Full};
+use hyper::{
+    Method, StatusCode,
+    body::{Body as _, Incoming},
+    header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue},
+};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::{
+    client::legacy::{self, connect::HttpConnector},
+    rt::{TokioExecutor, TokioTimer},
+};
 use thread_local::ThreadLocal;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
@@ -15,6 +29,128 @@ use crate::{ErrorDetail, LlmError};
 /// How much of an error answer's body is read: far more than any server's message; the rest
 /// is left unread (the connection is closed), so a huge or endless error body costs nothing.
 pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// A failure of the HTTP layer: setting a client up, sending a request, or reading a body.
+///
+/// Its `Display` and `source` are the inner error's, so [`chain`] reads the same words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpError {
+    /// reqwest's (the proxy path).
+    #[error(transparent)]
+    Reqwest(#[from] reqwest::Error),
+    /// hyper-util's client could not send the request (connect, TLS, the request's write).
+    #[error(transparent)]
+    Client(#[from] legacy::Error),
+    /// hyper could not read the answer's body.
+    #[error(transparent)]
+    Body(#[from] hyper::Error),
+    /// The TLS settings could not be built (the platform's verifier).
+    #[error(transparent)]
+    Tls(#[from] rustls::Error),
+}
+
+impl HttpError {
+    /// Whether the connection could not be made (a retry may succeed).
+    fn is_connect(&self) -> bool {
+        match self {
+            Self::Reqwest(err) => err.is_connect(),
+            Self::Client(err) => err.is_connect(),
+            Self::Body(_) | Self::Tls(_) => false,
+        }
+    }
+
+    /// Whether a time limit ran out (the connect timeout, on the hyper path).
+    fn is_timeout(&self) -> bool {
+        match self {
+            Self::Reqwest(err) => err.is_timeout(),
+            Self::Client(err) => io_timed_out(err),
+            Self::Body(err) => err.is_timeout() || io_timed_out(err),
+            Self::Tls(_) => false,
+        }
+    }
+
+    /// Whether the answer's body could not be read or decoded.
+    fn is_body(&self) -> bool {
+        match self {
+            Self::Reqwest(err) => err.is_body() || err.is_decode(),
+            Self::Body(_) => true,
+            Self::Client(_) | Self::Tls(_) => false,
+        }
+    }
+
+    /// `message`, caused by the error itself (the transport's own type, not this wrapper, so
+    /// callers can downcast to it).
+    fn detail(self, message: String) -> ErrorDetail {
+        match self {
+            Self::Reqwest(err) => ErrorDetail::caused_by(message, err),
+            Self::Client(err) => ErrorDetail::caused_by(message, err),
+            Self::Body(err) => ErrorDetail::caused_by(message, err),
+            Self::Tls(err) => ErrorDetail::caused_by(message, err),
+        }
+    }
+}
+
+/// Whether `error`'s causes hold an I/O error that timed out (hyper-util's connect timeout).
+fn io_timed_out(error: &(dyn StdError + 'static)) -> bool {
+    std::iter::successors(error.source(), |e| (*e).source()).any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
+}
+
+/// An answer whose status and headers have arrived, from either HTTP stack.
+#[derive(Debug)]
+pub(crate) enum Response {
+    /// From hyper-util's client.
+    Hyper(hyper::Response<Incoming>),
+    /// From reqwest's (the proxy path).
+    Reqwest(reqwest::Response),
+}
+
+impl Response {
+    /// The answer's status.
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Hyper(response) => response.status(),
+            Self::Reqwest(response) => response.status(),
+        }
+    }
+
+    /// The answer's headers.
+    fn headers(&self) -> &HeaderMap {
+        match self {
+            Self::Hyper(response) => response.headers(),
+            Self::Reqwest(response) => response.headers(),
+        }
+    }
+
+    /// The body's length, when the server said it.
+    fn content_length(&self) -> Option<u64> {
+        match self {
+            Self::Hyper(response) => response.body().size_hint().exact(),
+            Self::Reqwest(response) => response.content_length(),
+        }
+    }
+
+    /// The body's next piece of data, `None` at its end.
+    async fn chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
+        match self {
+            Self::Reqwest(response) => Ok(response.chunk().await?),
+            Self::Hyper(response) => loop {
+                match response.body_mut().frame().await {
+                    None => return Ok(None),
+                    Some(frame) => {
+                        if let Ok(data) = frame?.into_data() {
+                            return Ok(Some(data));
+                        }
+                        // Trailers: no data, read on.
+                    }
+                }
+            },
+        }
+    }
+}
 
 /// A body read up to a limit.
 #[derive(Debug)]
@@ -27,9 +163,10 @@ pub(crate) enum Limited {
 
 /// Reads `response`'s body, at most `limit` bytes of it.
 pub(crate) async fn read_limited(
-    mut response: reqwest::Response,
+    mut response: Response,
     limit: usize,
-) -> reqwest::Result<Limited> {
+) -> Result<Limited, HttpError> {
+    let content_length = response.content_length();
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await? {
         let room = limit - body.len();
@@ -37,7 +174,7 @@ pub(crate) async fn read_limited(
             body.extend_from_slice(&chunk[..room]);
             return Ok(Limited::Cut(body.into()));
         }
-        if body.is_empty() && response.content_length() == Some(chunk.len() as u64) {
+        if body.is_empty() && content_length == Some(chunk.len() as u64) {
             // The whole body in one piece (the usual case): no copy.
             return Ok(Limited::Whole(chunk));
         }
@@ -69,7 +206,7 @@ impl StdError for HttpStatusError {}
 #[derive(Debug)]
 pub(crate) enum SendError {
     /// The connection or the transfer failed.
-    Http(reqwest::Error),
+    Http(HttpError),
     /// The server answered with an error status.
     Status(HttpStatusError),
 }
@@ -88,6 +225,51 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest pause before a retry, also for a server's `Retry-After`.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
+/// The variables reqwest reads its proxies from.
+const PROXY_VARIABLES: [&str; 8] = [
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
+/// Which HTTP stack a client's requests go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stack {
+    /// hyper-util's pooled client over rustls: the lean path.
+    Hyper,
+    /// reqwest, which honours the proxy variables.
+    Reqwest,
+}
+
+impl Stack {
+    /// The stack for an environment whose variables `var` reads: reqwest when any proxy
+    /// variable is set (hyper's client knows no proxies), hyper otherwise.
+    pub(crate) fn for_env(var: impl Fn(&str) -> Option<OsString>) -> Self {
+        if PROXY_VARIABLES.iter().any(|name| var(name).is_some()) {
+            Self::Reqwest
+        } else {
+            Self::Hyper
+        }
+    }
+}
+
+/// hyper-util's pooled client, over HTTP or HTTPS.
+type HyperClient = legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// One connection pool, of either stack.
+#[derive(Debug)]
+enum Client {
+    /// hyper-util's.
+    Hyper(HyperClient),
+    /// reqwest's (the proxy path).
+    Reqwest(reqwest::Client),
+}
+
 /// The HTTP clients (connection pools) requests go through: one shared, and one per thread
 /// for threads that run a single-threaded runtime.
 ///
@@ -96,42 +278,79 @@ const MAX_BACKOFF: Duration = Duration::from_secs(8);
 /// get a connection whose every read wakes another thread; a pool per such thread keeps a
 /// call's model traffic on the call's own thread.
 struct Clients {
-    shared: reqwest::Client,
-    per_thread: ThreadLocal<reqwest::Client>,
+    shared: Client,
+    per_thread: ThreadLocal<Client>,
+    stack: Stack,
     connect_timeout: Duration,
 }
 
 impl Clients {
-    fn new(connect_timeout: Duration) -> reqwest::Result<Self> {
+    fn new(stack: Stack, connect_timeout: Duration) -> Result<Self, HttpError> {
         Ok(Self {
-            shared: client(connect_timeout)?,
+            shared: client(stack, connect_timeout)?,
             per_thread: ThreadLocal::new(),
+            stack,
             connect_timeout,
         })
     }
 
     /// The client for a request made on this thread.
-    fn current(&self) -> reqwest::Result<&reqwest::Client> {
+    fn current(&self) -> Result<&Client, HttpError> {
         let single_threaded = Handle::try_current()
             .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::CurrentThread);
         if single_threaded {
             // The first request on a thread builds its client, which reads the system's CA
             // certificates (a few milliseconds, once per thread). Building it on the blocking
             // pool instead was measured: with mimalloc the process kept ~28 MiB more resident.
-            self.per_thread.get_or_try(|| client(self.connect_timeout))
+            self.per_thread
+                .get_or_try(|| client(self.stack, self.connect_timeout))
         } else {
             Ok(&self.shared)
         }
     }
 }
 
-/// A client with its own connection pool.
-fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
-    // No total `timeout` here: it would cut long streams. First-byte and idle limits are
+/// A client of `stack` with its own connection pool.
+fn client(stack: Stack, connect_timeout: Duration) -> Result<Client, HttpError> {
+    // No total timeout here: it would cut long streams. First-byte and idle limits are
     // enforced around each await instead.
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .build()
+    match stack {
+        Stack::Hyper => Ok(Client::Hyper(hyper_client(connect_timeout)?)),
+        Stack::Reqwest => Ok(Client::Reqwest(
+            reqwest::Client::builder()
+                .connect_timeout(connect_timeout)
+                .build()?,
+        )),
+    }
+}
+
+/// hyper-util's pooled client, connecting as reqwest does: `connect_timeout`, no Nagle delay,
+/// HTTP/1.1, and for `https` rustls with the process's crypto provider (else aws-lc-rs) and
+/// the platform's verifier, so it trusts the same roots.
+fn hyper_client(connect_timeout: Duration) -> Result<HyperClient, HttpError> {
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())?;
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    // `https` URLs reach the TLS layer wrapped around this connector.
+    http.enforce_http(false);
+    let https = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    // The timer lets the pool close connections idle for long (90 s, as reqwest).
+    Ok(legacy::Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .build(https))
 }
 
 /// Sends chat-completion requests: retries (connect errors, 429, 5xx, with backoff, before any
@@ -143,8 +362,10 @@ fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
 #[derive(Clone)]
 pub(crate) struct Transport {
     clients: Arc<Clients>,
-    /// `{base}/chat/completions`, or an Azure deployment's URL.
+    /// `{base}/chat/completions`, or an Azure deployment's URL (for reqwest).
     url: reqwest::Url,
+    /// The same URL, for hyper.
+    uri: hyper::Uri,
     /// The key's header (`authorization`, or Azure's `api-key`).
     key_header: HeaderName,
     /// The key header's value, marked sensitive so no HTTP layer logs it.
@@ -153,8 +374,29 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    /// A transport posting to `url` with the key in `key_header`.
+    /// A transport posting to `url` with the key in `key_header`, through the stack the
+    /// process's environment calls for (see [`Stack::for_env`]).
     pub(crate) fn new(
+        connect_timeout: Duration,
+        url: &str,
+        key_header: HeaderName,
+        authorization: HeaderValue,
+        max_retries: usize,
+    ) -> Result<Self, LlmError> {
+        let stack = Stack::for_env(|name| std::env::var_os(name));
+        Self::with_stack(
+            stack,
+            connect_timeout,
+            url,
+            key_header,
+            authorization,
+            max_retries,
+        )
+    }
+
+    /// A transport posting to `url` through `stack`.
+    fn with_stack(
+        stack: Stack,
         connect_timeout: Duration,
         url: &str,
         key_header: HeaderName,
@@ -163,30 +405,62 @@ impl Transport {
     ) -> Result<Self, LlmError> {
         let url = reqwest::Url::parse(url)
             .map_err(|e| LlmError::Config(format!("invalid URL {url:?}: {e}")))?;
-        let clients = Clients::new(connect_timeout)
-            .map_err(|e| LlmError::Config(format!("could not set up the HTTP client: {e}")))?;
+        let uri = hyper::Uri::try_from(url.as_str())
+            .map_err(|e| LlmError::Config(format!("invalid URL {:?}: {e}", url.as_str())))?;
+        let clients = Clients::new(stack, connect_timeout).map_err(|e| {
+            LlmError::Config(format!("could not set up the HTTP client: {}", chain(&e)))
+        })?;
         Ok(Self {
             clients: Arc::new(clients),
             url,
+            uri,
             key_header,
             authorization,
             max_retries,
         })
     }
 
+    /// The stack this transport's requests go through.
+    pub(crate) fn stack(&self) -> Stack {
+        self.clients.stack
+    }
+
     /// Posts the JSON `body`, retrying what may succeed on another try, at most `max_retries`
     /// times; returns the first successful answer, before reading any of its body.
-    pub(crate) async fn send(&self, body: Bytes) -> Result<reqwest::Response, SendError> {
-        let http = self.clients.current().map_err(SendError::Http)?;
-        with_retries(self.max_retries, || {
-            let request = http
-                .post(self.url.clone())
-                .header(&self.key_header, self.authorization.clone())
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .body(body.clone());
-            async move { attempt(request).await }
-        })
-        .await
+    pub(crate) async fn send(&self, body: Bytes) -> Result<Response, SendError> {
+        match self.clients.current().map_err(SendError::Http)? {
+            Client::Hyper(http) => {
+                with_retries(self.max_retries, || {
+                    let sent = http.request(self.hyper_request(&body));
+                    attempt(async move { Ok(Response::Hyper(sent.await?)) })
+                })
+                .await
+            }
+            Client::Reqwest(http) => {
+                with_retries(self.max_retries, || {
+                    let request = http
+                        .post(self.url.clone())
+                        .header(&self.key_header, self.authorization.clone())
+                        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                        .body(body.clone());
+                    attempt(async move { Ok(Response::Reqwest(request.send().await?)) })
+                })
+                .await
+            }
+        }
+    }
+
+    /// The request hyper sends: a POST of `body` with the headers reqwest would send (the
+    /// key, `content-type`, `accept: */*`; hyper adds `host` and `content-length`).
+    fn hyper_request(&self, body: &Bytes) -> hyper::Request<Full<Bytes>> {
+        let mut request = hyper::Request::new(Full::new(body.clone()));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        let headers = request.headers_mut();
+        headers.insert(self.key_header.clone(), self.authorization.clone());
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+        request
     }
 }
 
@@ -198,9 +472,12 @@ struct Failed {
     retry_after: Option<Duration>,
 }
 
-/// Sends one request; an error answer is read (up to [`ERROR_BODY_LIMIT`]) and judged.
-async fn attempt(request: reqwest::RequestBuilder) -> Result<reqwest::Response, Failed> {
-    let response = match request.send().await {
+/// Sends one request (`sent` is its answer); an error answer is read (up to
+/// [`ERROR_BODY_LIMIT`]) and judged.
+async fn attempt(
+    sent: impl Future<Output = Result<Response, HttpError>>,
+) -> Result<Response, Failed> {
+    let response = match sent.await {
         Ok(response) if response.status().is_success() => return Ok(response),
         Ok(response) => response,
         Err(err) => {
@@ -275,9 +552,9 @@ where
 }
 
 /// The server's `Retry-After`, in whole seconds.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
-        .get(reqwest::header::RETRY_AFTER)?
+        .get(hyper::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim()
@@ -309,23 +586,24 @@ pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmE
 }
 
 /// Maps a transfer error from before the first byte (or while reading a whole answer).
-pub(crate) fn http_error(err: reqwest::Error, connect_timeout: Duration) -> LlmError {
+pub(crate) fn http_error(err: HttpError, connect_timeout: Duration) -> LlmError {
+    let message = chain(&err);
     if err.is_connect() && err.is_timeout() {
-        let message = format!("no connection within {connect_timeout:?}: {}", chain(&err));
-        LlmError::Connect(ErrorDetail::caused_by(message, err))
+        let message = format!("no connection within {connect_timeout:?}: {message}");
+        LlmError::Connect(err.detail(message))
     } else if err.is_timeout() {
         LlmError::Timeout(connect_timeout)
-    } else if err.is_body() || err.is_decode() {
-        LlmError::InvalidResponse(ErrorDetail::caused_by(chain(&err), err))
+    } else if err.is_body() {
+        LlmError::InvalidResponse(err.detail(message))
     } else {
-        LlmError::Connect(ErrorDetail::caused_by(chain(&err), err))
+        LlmError::Connect(err.detail(message))
     }
 }
 
 /// Maps an error while reading the streamed body: the answer is cut.
-pub(crate) fn stream_error(error: reqwest::Error) -> LlmError {
+pub(crate) fn stream_error(error: HttpError) -> LlmError {
     let message = format!("stream failed: {}", chain(&error));
-    LlmError::StreamCut(ErrorDetail::caused_by(message, error))
+    LlmError::StreamCut(error.detail(message))
 }
 
 /// Reads one event's data: a chunk, `None` for a blank event (skipped), or an unreadable-answer
@@ -344,8 +622,9 @@ pub(crate) fn event_chunk(data: &str) -> Result<Option<super::wire::Chunk>, LlmE
     }
 }
 
-/// An error's message with its causes, which reqwest keeps out of its own `Display`
-/// ("error sending request" alone says nothing about a refused connection).
+/// An error's message with its causes, which reqwest and hyper keep out of their own
+/// `Display` ("error sending request", "client error (Connect)" alone say nothing about a
+/// refused connection).
 fn chain(error: &(dyn StdError + 'static)) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
@@ -545,13 +824,253 @@ mod tests {
     }
 
     #[test]
+    fn a_proxy_variable_in_either_case_selects_reqwest() {
+        assert_eq!(Stack::for_env(|_| None), Stack::Hyper);
+        for name in PROXY_VARIABLES {
+            let stack = Stack::for_env(|var| (var == name).then(|| "http://proxy:3128".into()));
+            assert_eq!(stack, Stack::Reqwest, "{name}");
+        }
+        let unrelated = Stack::for_env(|var| (var == "PROXY_MODE").then(|| "on".into()));
+        assert_eq!(unrelated, Stack::Hyper);
+    }
+
+    const STACKS: [Stack; 2] = [Stack::Hyper, Stack::Reqwest];
+    const ANSWER: &str = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
+
+    /// A transport of `stack` posting to `url`, without retries.
+    fn transport(stack: Stack, url: &str, connect_timeout: Duration) -> Transport {
+        let mut key = HeaderValue::from_static("Bearer sk-test");
+        key.set_sensitive(true);
+        Transport::with_stack(
+            stack,
+            connect_timeout,
+            url,
+            hyper::header::AUTHORIZATION,
+            key,
+            0,
+        )
+        .expect("transport")
+    }
+
+    /// A one-request HTTP/1.1 server on 127.0.0.1 answering [`ANSWER`] as an event stream;
+    /// it hands back the request's head.
+    async fn one_answer_server() -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = Vec::new();
+            let mut buffer = [0; 4096];
+            // The head, then the body of its content-length.
+            let head_end = loop {
+                let read = socket.read(&mut buffer).await.expect("read");
+                assert!(read > 0, "the request ended early");
+                request.extend_from_slice(&buffer[..read]);
+                if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break end + 4;
+                }
+            };
+            let head = String::from_utf8_lossy(&request[..head_end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .and_then(|n| n.trim().parse().ok())
+                .expect("a content-length");
+            while request.len() < head_end + length {
+                let read = socket.read(&mut buffer).await.expect("read");
+                assert!(read > 0, "the body ended early");
+                request.extend_from_slice(&buffer[..read]);
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{ANSWER}",
+                ANSWER.len()
+            );
+            socket.write_all(answer.as_bytes()).await.expect("write");
+            head
+        });
+        (addr, served)
+    }
+
+    #[tokio::test]
+    async fn both_stacks_post_the_body_with_the_key_and_read_the_answer() {
+        for stack in STACKS {
+            let (addr, served) = one_answer_server().await;
+            let url = format!("http://{addr}/v1/chat/completions");
+            let transport = transport(stack, &url, Duration::from_secs(5));
+            assert_eq!(transport.stack(), stack);
+            let response = transport
+                .send(Bytes::from_static(b"{\"model\":\"m\"}"))
+                .await
+                .expect("an answer");
+            assert!(
+                matches!(
+                    (&response, stack),
+                    (Response::Hyper(_), Stack::Hyper) | (Response::Reqwest(_), Stack::Reqwest)
+                ),
+                "{stack:?}: {response:?}"
+            );
+            assert_eq!(response.status(), StatusCode::OK);
+            let body = match read_limited(response, ERROR_BODY_LIMIT).await {
+                Ok(Limited::Whole(body)) => body,
+                other => panic!("{stack:?}: {other:?}"),
+            };
+            assert_eq!(body, ANSWER.as_bytes(), "{stack:?}");
+            let head = served.await.expect("the server ran");
+            assert!(
+                head.starts_with("post /v1/chat/completions http/1.1\r\n"),
+                "{head}"
+            );
+            for line in [
+                "authorization: bearer sk-test",
+                "content-type: application/json",
+                "content-length: 13",
+                "accept: */*",
+                &format!("host: {addr}"),
+            ] {
+                assert!(head.contains(line), "{stack:?} sent no {line:?}: {head}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn both_stacks_stream_the_body_to_the_reader_type() {
+        use futures::{StreamExt, TryStreamExt};
+        for stack in STACKS {
+            let (addr, served) = one_answer_server().await;
+            let url = format!("http://{addr}/v1/chat/completions");
+            let response = transport(stack, &url, Duration::from_secs(5))
+                .send(Bytes::from_static(b"{}"))
+                .await
+                .expect("an answer");
+            // The streams `stream_chat` hands its `Reader`.
+            let chunks: Vec<Result<Bytes, HttpError>> = match response {
+                Response::Hyper(response) => {
+                    http_body_util::BodyDataStream::new(response.into_body())
+                        .map_err(HttpError::Body)
+                        .collect()
+                        .await
+                }
+                Response::Reqwest(response) => {
+                    response
+                        .bytes_stream()
+                        .map_err(HttpError::Reqwest)
+                        .collect()
+                        .await
+                }
+            };
+            let body: Vec<u8> = chunks
+                .into_iter()
+                .flat_map(|chunk| chunk.expect("no error"))
+                .collect();
+            assert_eq!(body, ANSWER.as_bytes(), "{stack:?}");
+            served.await.expect("the server ran");
+        }
+    }
+
+    #[tokio::test]
+    async fn on_both_stacks_a_refused_connection_is_a_connect_error() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        for stack in STACKS {
+            let timeout = Duration::from_secs(5);
+            let transport = transport(stack, &format!("http://{addr}/v1"), timeout);
+            let error = transport.send(Bytes::new()).await.expect_err("refused");
+            assert!(
+                matches!(&error, SendError::Http(err) if err.is_connect() && !err.is_timeout()),
+                "{stack:?}: {error:?}"
+            );
+            let mapped = request_error(error, timeout);
+            assert!(
+                matches!(&mapped, LlmError::Connect(d) if d.message().to_lowercase().contains("connection refused")),
+                "{stack:?}: {mapped:?}"
+            );
+            let io = std::iter::successors(std::error::Error::source(&mapped), |e| (*e).source())
+                .find_map(|e| e.downcast_ref::<std::io::Error>())
+                .map(std::io::Error::kind);
+            assert_eq!(io, Some(std::io::ErrorKind::ConnectionRefused), "{stack:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn on_both_stacks_a_connect_timeout_is_a_connect_error_naming_the_limit() {
+        // A listener whose accept queue is full: the kernel drops further SYNs.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.1:0".parse().expect("address"))
+            .expect("bind");
+        let listener = socket.listen(1).expect("listen");
+        let addr = listener.local_addr().expect("addr");
+        let mut queued = Vec::new();
+        for _ in 0..16 {
+            match tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await
+            {
+                Ok(Ok(stream)) => queued.push(stream),
+                _ => break,
+            }
+        }
+        for stack in STACKS {
+            let timeout = Duration::from_millis(250);
+            let transport = transport(stack, &format!("http://{addr}/v1"), timeout);
+            let error = transport
+                .send(Bytes::new())
+                .await
+                .expect_err("no connection");
+            let mapped = request_error(error, timeout);
+            assert!(
+                matches!(&mapped, LlmError::Connect(d) if d.message().starts_with("no connection within 250ms: ")),
+                "{stack:?}: {mapped:?}"
+            );
+        }
+        drop((listener, queued));
+    }
+
+    #[tokio::test]
+    async fn https_urls_go_through_tls_on_the_hyper_stack() {
+        // A plain-HTTP server: a TLS handshake with it fails, which shows one was attempted.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let _ = socket
+                .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        });
+        let timeout = Duration::from_secs(5);
+        let transport = transport(Stack::Hyper, &format!("https://{addr}/v1"), timeout);
+        let error = transport
+            .send(Bytes::new())
+            .await
+            .expect_err("no TLS there");
+        assert!(
+            matches!(&error, SendError::Http(HttpError::Client(err)) if err.is_connect()),
+            "{error:?}"
+        );
+        let mapped = request_error(error, timeout);
+        assert!(matches!(mapped, LlmError::Connect(_)), "{mapped:?}");
+        server.await.expect("the server ran");
+    }
+
+    #[test]
     fn retry_after_is_read_in_seconds() {
-        let mut headers = reqwest::header::HeaderMap::new();
+        let mut headers = HeaderMap::new();
         assert_eq!(retry_after(&headers), None);
-        headers.insert(reqwest::header::RETRY_AFTER, HeaderValue::from_static(" 3"));
+        headers.insert(hyper::header::RETRY_AFTER, HeaderValue::from_static(" 3"));
         assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
         headers.insert(
-            reqwest::header::RETRY_AFTER,
+            hyper::header::RETRY_AFTER,
             HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
         );
         assert_eq!(retry_after(&headers), None);

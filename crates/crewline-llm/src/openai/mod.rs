@@ -1,9 +1,10 @@
 //! The OpenAI-compatible streaming client.
 //!
 //! Requests are JSON bodies written straight from the request (see `body`) and posted with
-//! reqwest; a streamed answer's server-sent events are parsed in the caller's own task, as it
-//! polls the stream (no reader task, no channel), and read with our own lenient types (see
-//! `wire`), so the small differences between OpenAI-compatible servers never break a turn.
+//! hyper-util's pooled client (reqwest when a proxy variable is set, see `http`); a streamed
+//! answer's server-sent events are parsed in the caller's own task, as it polls the stream (no
+//! reader task, no channel), and read with our own lenient types (see `wire`), so the small
+//! differences between OpenAI-compatible servers never break a turn.
 //!
 //! Time limits: the connection must be up within `connect_timeout`; the answer's headers *and*
 //! its first token (text, a tool call, the finish reason) must arrive within
@@ -38,6 +39,8 @@ use std::{
 };
 
 use async_trait::async_trait;
+use futures::TryStreamExt;
+use http_body_util::BodyDataStream;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -139,6 +142,7 @@ impl fmt::Debug for OpenAiClient {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
+            .field("http", &self.transport.stack())
             .field(
                 "stream_options_refused",
                 &self.stream_options_refused.load(Ordering::Relaxed),
@@ -192,7 +196,7 @@ impl OpenAiClient {
         body: bytes::Bytes,
         started: Instant,
         deadline: Instant,
-    ) -> Result<reqwest::Response, LlmError> {
+    ) -> Result<http::Response, LlmError> {
         match tokio::time::timeout_at(deadline, self.transport.send(body)).await {
             Err(_) => {
                 tracing::warn!(timeout = ?self.first_byte_timeout, "no answer before the first-byte time limit");
@@ -281,12 +285,21 @@ impl LlmClient for OpenAiClient {
                 .await;
         }
         let response = response.map_err(|e| quirks::explain(e, token_field))?;
-        Ok(Box::pin(Reader::new(
-            response.bytes_stream(),
-            self,
-            started,
-            span,
-        )))
+        // One reader type per stack, so that neither body is boxed again.
+        Ok(match response {
+            http::Response::Hyper(response) => Box::pin(Reader::new(
+                BodyDataStream::new(response.into_body()).map_err(http::HttpError::Body),
+                self,
+                started,
+                span,
+            )),
+            http::Response::Reqwest(response) => Box::pin(Reader::new(
+                response.bytes_stream().map_err(http::HttpError::Reqwest),
+                self,
+                started,
+                span,
+            )),
+        })
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {

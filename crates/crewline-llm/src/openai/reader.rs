@@ -171,7 +171,7 @@ impl<B> Reader<B> {
 
 impl<B> Stream for Reader<B>
 where
-    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + Send + 'static,
+    B: Stream<Item = Result<bytes::Bytes, http::HttpError>> + Unpin + Send + 'static,
 {
     type Item = Result<StreamItem, LlmError>;
 
@@ -187,7 +187,7 @@ where
 
 impl<B> Reader<B>
 where
-    B: Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + Send + 'static,
+    B: Stream<Item = Result<bytes::Bytes, http::HttpError>> + Unpin + Send + 'static,
 {
     /// The next item: a pending one, else what the next events yield.
     fn poll_events(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<StreamItem, LlmError>>> {

@@ -10,11 +10,11 @@ use std::sync::{
 fn reader(
     parts: Vec<&'static str>,
     delay: Duration,
-) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin> {
+) -> Reader<impl Stream<Item = Result<bytes::Bytes, http::HttpError>> + Unpin> {
     let body = futures::stream::iter(parts)
         .then(move |part| async move {
             tokio::time::sleep(delay).await;
-            Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes()))
+            Ok::<_, http::HttpError>(bytes::Bytes::from_static(part.as_bytes()))
         })
         .chain(futures::stream::pending());
     reader_over(Box::pin(body))
@@ -93,16 +93,16 @@ impl<S> Drop for Watched<S> {
 
 /// A reader over `[TEXT, STOP, [DONE]]`, then `rest`, with the body's end and drop watched.
 fn watched_answer(
-    rest: impl Stream<Item = reqwest::Result<bytes::Bytes>> + Send + 'static,
+    rest: impl Stream<Item = Result<bytes::Bytes, http::HttpError>> + Send + 'static,
 ) -> (
-    Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + Send + 'static>,
+    Reader<impl Stream<Item = Result<bytes::Bytes, http::HttpError>> + Unpin + Send + 'static>,
     Arc<AtomicBool>,
     Arc<AtomicBool>,
 ) {
     let ended = Arc::new(AtomicBool::new(false));
     let dropped = Arc::new(AtomicBool::new(false));
     let answer = futures::stream::iter([TEXT, STOP, "data: [DONE]\n\n"])
-        .map(|part| Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes())))
+        .map(|part| Ok::<_, http::HttpError>(bytes::Bytes::from_static(part.as_bytes())))
         .chain(rest);
     let body = Watched {
         inner: Box::pin(answer),
@@ -280,7 +280,7 @@ async fn a_finished_answer_on_a_connection_left_open_ends_cleanly_after_a_grace(
 /// A reader over an answer whose parts each come after their own delay, then stalls.
 fn reader_with_gaps(
     parts: Vec<(Duration, &'static str)>,
-) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin> {
+) -> Reader<impl Stream<Item = Result<bytes::Bytes, http::HttpError>> + Unpin> {
     client_reader_with_gaps(&test_client(), parts)
 }
 
@@ -288,11 +288,11 @@ fn reader_with_gaps(
 fn client_reader_with_gaps(
     client: &OpenAiClient,
     parts: Vec<(Duration, &'static str)>,
-) -> Reader<impl Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin + use<>> {
+) -> Reader<impl Stream<Item = Result<bytes::Bytes, http::HttpError>> + Unpin + use<>> {
     let body = futures::stream::iter(parts)
         .then(|(delay, part)| async move {
             tokio::time::sleep(delay).await;
-            Ok::<_, reqwest::Error>(bytes::Bytes::from_static(part.as_bytes()))
+            Ok::<_, http::HttpError>(bytes::Bytes::from_static(part.as_bytes()))
         })
         .chain(futures::stream::pending());
     Reader::new(
@@ -366,7 +366,7 @@ async fn an_oversized_line_or_event_ends_the_answer_with_too_large() {
     let long = format!("data: {}", "x".repeat(2000));
     let parts = vec![TEXT.to_owned(), long.clone()];
     let body = futures::stream::iter(parts)
-        .map(|part| Ok::<_, reqwest::Error>(bytes::Bytes::from(part)))
+        .map(|part| Ok::<_, http::HttpError>(bytes::Bytes::from(part)))
         .chain(futures::stream::pending());
     let mut reader = Reader::new(
         Box::pin(body),
