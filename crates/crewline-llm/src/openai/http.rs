@@ -3,7 +3,8 @@
 //!
 //! Requests go through hyper-util's pooled client over rustls (the platform verifier, as
 //! reqwest's `rustls` feature); a client built while a proxy variable is set (`HTTPS_PROXY`,
-//! `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, either case) goes through reqwest, which honours them.
+//! `HTTP_PROXY`, `ALL_PROXY`, either case) goes through reqwest, which honours them (and
+//! `NO_PROXY`).
 
 use std::{error::Error as StdError, ffi::OsString, fmt, sync::Arc, time::Duration};
 
@@ -225,16 +226,15 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest pause before a retry, also for a server's `Retry-After`.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
-/// The variables reqwest reads its proxies from.
-const PROXY_VARIABLES: [&str; 8] = [
+/// The variables that give reqwest a proxy (`NO_PROXY` alone names none: it only exempts
+/// hosts from a proxy set by these).
+const PROXY_VARIABLES: [&str; 6] = [
     "HTTPS_PROXY",
     "https_proxy",
     "HTTP_PROXY",
     "http_proxy",
     "ALL_PROXY",
     "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
 ];
 
 /// Which HTTP stack a client's requests go through.
@@ -832,6 +832,9 @@ mod tests {
         }
         let unrelated = Stack::for_env(|var| (var == "PROXY_MODE").then(|| "on".into()));
         assert_eq!(unrelated, Stack::Hyper);
+        // Exemptions alone set no proxy: the lean path stays.
+        let exempt = Stack::for_env(|var| (var == "NO_PROXY").then(|| "localhost".into()));
+        assert_eq!(exempt, Stack::Hyper);
     }
 
     const STACKS: [Stack; 2] = [Stack::Hyper, Stack::Reqwest];
