@@ -11,7 +11,8 @@ use crate::{CoreError, ToolCall};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// Instructions for the model.
+    /// Instructions for the model (`developer` reads as this).
+    #[serde(alias = "developer")]
     System,
     /// The caller.
     User,
@@ -145,16 +146,6 @@ impl<'de> Deserialize<'de> for Message {
     }
 }
 
-/// The fields of a chat message object, any role.
-#[derive(Default)]
-struct Fields {
-    role: Option<Role>,
-    /// `Some(None)`: present and `null`.
-    content: Option<Option<String>>,
-    tool_calls: Option<Vec<ToolCall>>,
-    tool_call_id: Option<String>,
-}
-
 struct MessageVisitor;
 
 impl<'de> Visitor<'de> for MessageVisitor {
@@ -165,24 +156,25 @@ impl<'de> Visitor<'de> for MessageVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
-        let mut fields = Fields::default();
+        let mut role: Option<Role> = None;
+        // `Some(None)`: present and `null`.
+        let mut content: Option<Option<String>> = None;
+        let mut tool_calls: Vec<ToolCall> = Vec::new();
+        let mut tool_call_id: Option<String> = None;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             match key.as_ref() {
-                "role" => fields.role = Some(map.next_value::<RoleName>()?.0),
-                "content" => fields.content = Some(map.next_value::<Content>()?.0),
+                "role" => role = Some(map.next_value()?),
+                "content" => content = Some(map.next_value::<Content>()?.0),
                 "tool_calls" => {
-                    let calls = map.next_value::<Option<Vec<ToolCall>>>()?;
-                    fields.tool_calls = Some(calls.unwrap_or_default());
+                    tool_calls = map.next_value::<Option<_>>()?.unwrap_or_default();
                 }
-                "tool_call_id" => fields.tool_call_id = Some(map.next_value()?),
+                "tool_call_id" => tool_call_id = Some(map.next_value()?),
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        let role = fields
-            .role
-            .ok_or_else(|| de::Error::missing_field("role"))?;
+        let role = role.ok_or_else(|| de::Error::missing_field("role"))?;
         let required = |content: Option<Option<String>>| {
             content
                 .map(Option::unwrap_or_default)
@@ -190,39 +182,21 @@ impl<'de> Visitor<'de> for MessageVisitor {
         };
         Ok(match role {
             Role::System => Message::System {
-                content: required(fields.content)?,
+                content: required(content)?,
             },
             Role::User => Message::User {
-                content: required(fields.content)?,
+                content: required(content)?,
             },
             Role::Assistant => Message::Assistant {
-                content: fields.content.flatten(),
-                tool_calls: fields.tool_calls.unwrap_or_default(),
+                content: content.flatten(),
+                tool_calls,
             },
             Role::Tool => Message::Tool {
-                tool_call_id: fields
-                    .tool_call_id
+                tool_call_id: tool_call_id
                     .ok_or_else(|| de::Error::missing_field("tool_call_id"))?,
-                content: required(fields.content)?,
+                content: required(content)?,
             },
         })
-    }
-}
-
-/// A role by name, `developer` read as `system`.
-struct RoleName(Role);
-
-impl<'de> Deserialize<'de> for RoleName {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
-        let name = Cow::<'de, str>::deserialize(deserializer)?;
-        Ok(Self(match name.as_ref() {
-            "system" | "developer" => Role::System,
-            "user" => Role::User,
-            "assistant" => Role::Assistant,
-            "tool" => Role::Tool,
-            other => return Err(de::Error::unknown_variant(other, ROLES)),
-        }))
     }
 }
 

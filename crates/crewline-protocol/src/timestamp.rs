@@ -94,60 +94,38 @@ impl Serialize for Timestamp {
     }
 }
 
-/// The local date and time to the second, `2026-11-30T06:43:19`, of the Unix second it was
-/// made for: every event of a turn falls in the same second, and the time-zone lookup and the
-/// formatting (about a tenth of a text turn's instructions) are then done once per second.
-struct SecondText {
-    unix: i64,
-    text: [u8; SECOND_TEXT_LEN],
-}
-
 /// `YYYY-MM-DDTHH:MM:SS`.
 const SECOND_TEXT_LEN: usize = 19;
 
 thread_local! {
-    static LAST_SECOND: std::cell::RefCell<Option<SecondText>> = const { std::cell::RefCell::new(None) };
+    /// The last Unix second a timestamp was written for, and its local date and time: every
+    /// event of a turn falls in the same second, and the time-zone lookup and the formatting
+    /// (about a tenth of a text turn's instructions) are then done once per second.
+    static LAST_SECOND: std::cell::RefCell<(u64, String)> =
+        const { std::cell::RefCell::new((u64::MAX, String::new())) };
 }
 
 /// `at` in the reference's format: naive local time, microseconds unless they are 0.
 fn now_text(at: SystemTime) -> String {
-    let since = match at.duration_since(UNIX_EPOCH) {
-        Ok(since) => since,
-        // A clock before 1970 (never on a live server): the slow path handles it.
-        Err(_) => return format_naive(&chrono::DateTime::<Local>::from(at).naive_local()),
+    let Ok(since) = at.duration_since(UNIX_EPOCH) else {
+        // A clock before 1970 (never on a live server): no cache.
+        return format_naive(&chrono::DateTime::<Local>::from(at).naive_local());
     };
-    let unix = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
     let micros = since.subsec_micros();
-    let mut out = String::with_capacity(26);
-    LAST_SECOND.with_borrow_mut(|last| {
-        let fresh = last.as_ref().is_none_or(|cached| cached.unix != unix);
-        if fresh {
-            *last = second_text(unix);
+    let mut out = String::with_capacity(SECOND_TEXT_LEN + 7);
+    LAST_SECOND.with_borrow_mut(|(second, text)| {
+        if *second != since.as_secs() {
+            let naive = chrono::DateTime::<Local>::from(at).naive_local();
+            // Formatted without its fraction: the microseconds are written below.
+            *text = format_naive(&naive.with_nanosecond(0).unwrap_or(naive));
+            *second = since.as_secs();
         }
-        match last
-            .as_ref()
-            .and_then(|cached| std::str::from_utf8(&cached.text).ok())
-        {
-            Some(text) => out.push_str(text),
-            None => {
-                let naive = chrono::DateTime::<Local>::from(at).naive_local();
-                out.push_str(&format_naive(&naive.with_nanosecond(0).unwrap_or(naive)));
-            }
-        }
+        out.push_str(text);
     });
     if micros != 0 {
         push_micros(&mut out, micros);
     }
     out
-}
-
-/// The local date and time of Unix second `unix`, or `None` when it has no single local time
-/// or no 4-digit year.
-fn second_text(unix: i64) -> Option<SecondText> {
-    let local = Local.timestamp_opt(unix, 0).single()?.naive_local();
-    let formatted = format_naive(&local);
-    let text: [u8; SECOND_TEXT_LEN] = formatted.as_bytes().try_into().ok()?;
-    Some(SecondText { unix, text })
 }
 
 /// `.uuuuuu`, six digits.
