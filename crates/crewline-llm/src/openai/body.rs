@@ -4,6 +4,8 @@
 //! without building a `serde_json::Value` tree first: a long conversation is otherwise copied
 //! twice per turn.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use crewline_core::{Message, ToolDefinition};
 use serde::{Serialize, Serializer, ser::SerializeMap};
@@ -82,7 +84,7 @@ pub(crate) fn build(
 struct Body<'a> {
     model: &'a str,
     messages: &'a [Message],
-    tools: &'a [ToolDefinition],
+    tools: &'a Arc<[ToolDefinition]>,
     tool_choice: Option<&'a ToolChoice>,
     parallel_tool_calls: Option<bool>,
     temperature: Option<f64>,
@@ -286,12 +288,17 @@ impl Serialize for Body<'_> {
     }
 }
 
-/// The tools in OpenAI's shape (see [`ToolDefinition::openai`]).
-struct Tools<'a>(&'a [ToolDefinition]);
+/// The tools in OpenAI's shape (see [`ToolDefinition::openai`]), as this thread first wrote
+/// these definitions (see [`super::schemas`]).
+struct Tools<'a>(&'a Arc<[ToolDefinition]>);
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(ToolDefinition::openai))
+        match super::schemas::written(self.0) {
+            Some(json) => json.serialize(serializer),
+            // Not writable as JSON: writing them here reports the error.
+            None => serializer.collect_seq(self.0.iter().map(ToolDefinition::openai)),
+        }
     }
 }
 

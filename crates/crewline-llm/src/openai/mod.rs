@@ -26,6 +26,7 @@ mod http;
 mod key;
 mod quirks;
 mod reader;
+mod schemas;
 mod sse;
 mod wire;
 
