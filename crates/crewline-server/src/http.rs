@@ -14,6 +14,7 @@ use axum::{
     routing::get,
 };
 use crewline_auth::Principal;
+use futures::FutureExt;
 use serde::Serialize;
 use tracing::Instrument;
 
@@ -209,10 +210,11 @@ async fn websocket(
             on_failure_span.in_scope(|| tracing::debug!(%error, "WebSocket upgrade failed"));
         })
         .on_upgrade(move |socket| {
-            async move {
-                crate::connection::run(socket, service).await;
-                drop((tracked, admitted));
-            }
-            .instrument(span)
+            // Made here and mapped, not awaited in an `async` block: a block that took the
+            // socket, or the call's future, would keep a second copy of its bytes in the call's
+            // task all call long (see `connection::run`).
+            crate::connection::run(socket, service)
+                .map(move |()| drop((tracked, admitted)))
+                .instrument(span)
         })
 }

@@ -158,8 +158,10 @@ impl NodeHandle {
     }
 
     /// Sends an event to this node's children (or to the platform from a leaf).
-    pub async fn send(&self, event: Event) {
-        self.send_boxed(Box::new(event)).await;
+    // Boxed before the future is made: held inline, the event would make every future that
+    // awaits a send (and the node tasks around them) several hundred bytes larger.
+    pub fn send(&self, event: Event) -> impl Future<Output = ()> + Send + '_ {
+        self.send_boxed(Box::new(event))
     }
 
     /// Sends an event that is already boxed (as the channels carry them) without moving it.
@@ -174,17 +176,20 @@ impl NodeHandle {
     }
 
     /// Sends a body stamped now.
-    pub async fn emit(&self, body: EventBody) {
-        self.send(Event::now(body)).await;
+    pub fn emit(&self, body: EventBody) -> impl Future<Output = ()> + Send + '_ {
+        self.send(Event::now(body))
     }
 
     /// Adds an `agent.log` entry to the call's event timeline.
-    pub async fn log(&self, name: impl Into<String>, payload: Map<String, Value>) {
+    pub fn log(
+        &self,
+        name: impl Into<String>,
+        payload: Map<String, Value>,
+    ) -> impl Future<Output = ()> + Send + '_ {
         self.emit(EventBody::Log {
             name: name.into(),
             payload,
         })
-        .await;
     }
 }
 

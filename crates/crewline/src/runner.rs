@@ -8,7 +8,7 @@ use crewline_protocol::{
     ToolCallStart, TranscriptRole, TranscriptUpdate,
 };
 use crewline_tools::ToolRun;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, future::BoxFuture};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -96,12 +96,21 @@ where
 }
 
 /// Reports a failure of node code to the platform and the observer.
-async fn report(io: &NodeIo, method: &str, error: &NodeError, severity: Severity) {
+///
+/// Not an `async fn`: node code failing is rare, and the sending's state is boxed so that it
+/// does not stay in every node task.
+fn report<'a>(
+    io: &'a NodeIo,
+    method: &str,
+    error: &NodeError,
+    severity: Severity,
+) -> BoxFuture<'a, ()> {
     tracing::warn!(node = io.handle.name(), method, %error, "node code failed");
     io.observer.node_error(io.handle.name(), severity);
-    io.handle
-        .send(error_event(io.handle.name(), method, error, severity))
-        .await;
+    Box::pin(
+        io.handle
+            .send(error_event(io.handle.name(), method, error, severity)),
+    )
 }
 
 /// Runs a background node until its inbox closes.
@@ -147,7 +156,8 @@ pub(crate) async fn run_output(node: OutputNode, io: NodeIo) {
             tokio::select! {
                 biased;
                 Some(interrupt) = next_interrupt(&mut runner.io.interrupt) => {
-                    runner.interrupted(interrupt).await;
+                    // A barge-in is rare next to the events: its state goes on the heap.
+                    Box::pin(runner.interrupted(interrupt)).await;
                     continue;
                 }
                 event = runner.io.inbox.recv() => match event {

@@ -52,29 +52,35 @@ pub(super) const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutti
 pub(super) const IDLE_CLOSE: (u16, &str) = (close_code::ERROR, "keepalive ping timeout");
 
 /// Serves one call on `socket` until it ends.
-pub(crate) async fn run(socket: WebSocket, service: Arc<Service>) {
-    let _active = service.state.metrics.call_started();
+///
+/// The socket is split before the call's future is made: `split` moves it to the heap, and
+/// a future that took it by value would keep its 368 bytes in every call's task all call long.
+pub(crate) fn run(socket: WebSocket, service: Arc<Service>) -> impl Future<Output = ()> + Send {
+    let active = service.state.metrics.call_started();
     let started = Instant::now();
     let (sink, stream) = socket.split();
-    let (outbound, events) = mpsc::channel(OUTBOUND_CAPACITY);
-    let (close, close_requests) = oneshot::channel();
-    let limits = &service.config.limits;
-    let writer = Writer {
-        sink,
-        write_timeout: limits.write_timeout,
-        ping_interval: limits.ping_interval,
-    };
-    let writer = tokio::spawn(writer.run(events, close_requests).in_current_span());
-    let mut connection = Connection {
-        service,
-        stream,
-        writer,
-        writer_done: false,
-        close: Some(close),
-        outbound,
-    };
-    let end = connection.serve().await;
-    tracing::info!(end = %end, duration = ?started.elapsed(), "call ended");
+    async move {
+        let _active = active;
+        let (outbound, events) = mpsc::channel(OUTBOUND_CAPACITY);
+        let (close, close_requests) = oneshot::channel();
+        let limits = &service.config.limits;
+        let writer = Writer {
+            sink,
+            write_timeout: limits.write_timeout,
+            ping_interval: limits.ping_interval,
+        };
+        let writer = tokio::spawn(writer.run(events, close_requests).in_current_span());
+        let mut connection = Connection {
+            service,
+            stream,
+            writer,
+            writer_done: false,
+            close: Some(close),
+            outbound,
+        };
+        let end = connection.serve().await;
+        tracing::info!(end = %end, duration = ?started.elapsed(), "call ended");
+    }
 }
 
 struct Connection {
@@ -95,7 +101,7 @@ impl Connection {
             Err(failure) => {
                 let reason = failure.reason;
                 self.service.state.metrics.handshake_failed(reason);
-                self.fail(failure).await;
+                Box::pin(self.fail(failure)).await;
                 End::Handshake(reason)
             }
         }
@@ -259,9 +265,9 @@ impl Connection {
                     if let Some((size, max)) = too_big(error) {
                         metrics.frame_dropped(FrameDrop::TooBig);
                         tracing::warn!(size, max, "frame too large: closing the call");
-                        session.shutdown().await;
+                        Box::pin(session.shutdown()).await;
                         self.send_error(too_big_message(size, max), "too_big", Severity::Fatal);
-                        self.close(close_code::SIZE, "frame too large").await;
+                        Box::pin(self.close(close_code::SIZE, "frame too large")).await;
                         return End::TooBig;
                     }
                     metrics.error(ErrorKind::Socket);
@@ -308,12 +314,17 @@ impl Connection {
                 }
             }
         };
-        session.shutdown().await;
-        match end {
-            End::ShuttingDown => self.close(SHUTDOWN_CLOSE.0, SHUTDOWN_CLOSE.1).await,
-            End::Idle => self.close(IDLE_CLOSE.0, IDLE_CLOSE.1).await,
-            _ => self.abandon().await,
-        }
+        // The way out runs once per call: on the heap, its state does not stay in every
+        // connected call's task.
+        Box::pin(async {
+            session.shutdown().await;
+            match end {
+                End::ShuttingDown => self.close(SHUTDOWN_CLOSE.0, SHUTDOWN_CLOSE.1).await,
+                End::Idle => self.close(IDLE_CLOSE.0, IDLE_CLOSE.1).await,
+                _ => self.abandon().await,
+            }
+        })
+        .await;
         end
     }
 

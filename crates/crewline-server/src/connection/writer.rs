@@ -92,11 +92,12 @@ impl Writer {
         let result = loop {
             tokio::select! {
                 biased;
-                frame = &mut close => break self.close(&mut events, frame).await,
+                // The close and the pings are rare: boxed, their state does not stay in the task.
+                frame = &mut close => break Box::pin(self.close(&mut events, frame)).await,
                 event = events.recv() => {
                     let Some(event) = event else {
                         // Unreachable while the connection holds a sender; wait for the close.
-                        break self.close(&mut events, close.await).await;
+                        break Box::pin(self.close(&mut events, close.await)).await;
                     };
                     if let Err(end) = self.send_events(event, &mut events).await {
                         break Err(end);
@@ -104,7 +105,7 @@ impl Writer {
                 }
                 _ = pings.tick() => {
                     let ping = Message::Ping(Bytes::new());
-                    if let Err(end) = self.send(ping).await {
+                    if let Err(end) = Box::pin(self.send(ping)).await {
                         break Err(end);
                     }
                 }
