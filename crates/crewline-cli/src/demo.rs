@@ -3,9 +3,16 @@
 //! parallel tool calls, a barge-in while the answer streams, and a last turn. The crew is
 //! [`crewline_examples::voice_agent`]'s, the one the `voice_agent` example serves.
 //!
-//! With `--serve` it only serves the crew, for `crewline chat` to talk to.
+//! With `--serve` it only serves the crew, for `crewline chat` to talk to; with `--playground`
+//! it serves the crew and the browser playground (`crewline-playground`) for it, and prints the
+//! page's address.
 
-use std::{io, io::Write, net::SocketAddr, time::Duration};
+use std::{
+    io,
+    io::Write,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    time::Duration,
+};
 
 use crewline::{AgentError, llm::LlmError};
 use crewline_examples::{
@@ -13,6 +20,7 @@ use crewline_examples::{
     model::ModelChoice,
     voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew},
 };
+use crewline_playground::{Playground, PlaygroundError};
 use crewline_server::{CrewServer, ServeArgs, ServerError};
 use tokio::net::TcpListener;
 
@@ -38,10 +46,17 @@ pub struct DemoArgs {
     /// against it), on --host and --port.
     #[arg(long)]
     pub serve: bool,
-    /// With --serve: the port to listen on.
+    /// Serve the demo crew (as --serve does) and the browser playground for it on
+    /// 127.0.0.1:--playground-port, and print the page's address; Ctrl-C stops both.
+    #[arg(long, conflicts_with = "serve")]
+    pub playground: bool,
+    /// With --playground: the page's port on 127.0.0.1 (0: a free port).
+    #[arg(long, default_value_t = crewline_playground::DEFAULT_PORT, requires = "playground")]
+    pub playground_port: u16,
+    /// With --serve or --playground: the crew's port (0: a free port with --playground).
     #[arg(long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// With --serve: where and with which token.
+    /// With --serve or --playground: where and with which token.
     #[command(flatten)]
     pub listen: ServeArgs,
 }
@@ -65,6 +80,9 @@ impl DemoArgs {
 /// Ctrl-C; writes what happens to `out`.
 pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoError> {
     let config = args.config();
+    if args.playground {
+        return serve_with_playground(&args, &config, out).await;
+    }
     if !args.serve {
         run_demo(config, out).await?;
         return Ok(());
@@ -83,6 +101,67 @@ pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoErro
         .run()
         .await
         .map_err(|error| DemoError::Serve(Box::new(error)))
+}
+
+/// `--playground`: the demo crew on `--host`:`--port` and the playground page for it on
+/// 127.0.0.1:`--playground-port`, until Ctrl-C; writes both addresses to `out`.
+async fn serve_with_playground(
+    args: &DemoArgs,
+    config: &DemoConfig,
+    mut out: impl Write,
+) -> Result<(), DemoError> {
+    let model = voice_agent::model(config.model, None, config.chunk_delay)?;
+    let crew = WeatherCrew::new(model.llm, config.service_delay)?;
+    let addr = args.listen.addr(args.port);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| DemoError::Listen { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| DemoError::Listen { addr, source })?;
+    let crew_url = crew_url_for_page(bound);
+    let page_listener = crewline_playground::listen(args.playground_port).await?;
+    let page_addr = page_listener.local_addr().map_err(PlaygroundError::Serve)?;
+    writeln!(
+        out,
+        "serving the demo weather crew ({}) on {crew_url}",
+        model.description
+    )?;
+    writeln!(
+        out,
+        "{}",
+        crate::playground::page_line(page_addr, &crew_url)
+    )?;
+    out.flush()?;
+    let server = args
+        .listen
+        .apply(CrewServer::new(crew.agent().clone()), bound.port());
+    let page = Playground::new(crew_url)
+        .maybe_token(args.listen.token.clone())
+        .serve(page_listener);
+    let stop = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot watch for Ctrl-C; serving until killed");
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = server.serve_with_shutdown(listener, stop) => {
+            served.map_err(|error| DemoError::Serve(Box::new(error)))
+        }
+        served = page => served.map_err(DemoError::from),
+    }
+}
+
+/// The crew's WebSocket address as the page on this machine reaches it: a crew listening on
+/// every address (`0.0.0.0`, `::`) is reached on 127.0.0.1.
+fn crew_url_for_page(bound: SocketAddr) -> String {
+    let ip = if bound.ip().is_unspecified() {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        bound.ip()
+    };
+    format!("ws://{}/ws", SocketAddr::new(ip, bound.port()))
 }
 
 /// How the demo runs.
@@ -166,6 +245,18 @@ pub enum DemoError {
     /// The server stopped with an error.
     #[error("the crew server failed: {0}")]
     Server(String),
+    /// `--playground`: the crew's address could not be bound.
+    #[error("could not listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// `--playground`: the page could not be served.
+    #[error(transparent)]
+    Playground(#[from] PlaygroundError),
     /// `--serve`: the crew server could not start or failed.
     #[error("the crew server failed")]
     Serve(#[source] Box<ServerError>),
@@ -304,6 +395,18 @@ fn finished_line(turns: usize, tools: usize, leaked: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_reaches_a_crew_on_every_address_through_loopback() {
+        assert_eq!(
+            crew_url_for_page(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            "ws://127.0.0.1:8080/ws"
+        );
+        assert_eq!(
+            crew_url_for_page(SocketAddr::from(([127, 0, 0, 1], 4100))),
+            "ws://127.0.0.1:4100/ws"
+        );
+    }
 
     #[test]
     fn the_finished_line_says_whether_the_crew_fell_silent_and_not_how_many_echoes() {

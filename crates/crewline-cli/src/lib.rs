@@ -1,7 +1,8 @@
 //! The crewline command line as a library: the interactive `chat` loop (which can speak
 //! the replies with `crewline-speech`, like the platform would), and the `demo`, which runs
 //! the weather crew of `crewline-examples`; `load` and `mock-llm` are argument parsing over
-//! `crewline-testkit`, which holds the platform client, the mock model and the load engine.
+//! `crewline-testkit`, which holds the platform client, the mock model and the load engine;
+//! `playground` serves `crewline-playground`'s page.
 //!
 //! Nothing here prints on its own: the chat loop and the demo write to the writer they are
 //! given, so they can be tested with an in-memory buffer and reused by other tools.
@@ -10,4 +11,5 @@ pub mod chat;
 pub mod demo;
 pub mod load;
 pub mod mock_llm;
+pub mod playground;
 pub mod render;

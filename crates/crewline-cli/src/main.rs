@@ -4,9 +4,10 @@
 //! - `crewline demo`: serves the example weather crew locally and drives a short call.
 //! - `crewline mock-llm`: a scriptable OpenAI-compatible mock model.
 //! - `crewline load`: a load test of a crew.
+//! - `crewline playground`: serves the browser playground page for a crew.
 //!
 //! Each command's flags and work live in the library (`crewline_cli::{chat, demo, mock_llm,
-//! load}`); this file only parses and dispatches.
+//! load, playground}`); this file only parses and dispatches.
 
 use std::{io::Write, process::ExitCode};
 
@@ -39,6 +40,8 @@ enum Command {
     MockLlm(crewline_cli::mock_llm::MockLlmArgs),
     /// Load-test a crew: N concurrent calls of K turns, latency percentiles and server usage.
     Load(crewline_cli::load::LoadArgs),
+    /// Serve the browser playground for a crew on 127.0.0.1 and print its address.
+    Playground(crewline_cli::playground::PlaygroundArgs),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -62,6 +65,9 @@ async fn main() -> ExitCode {
             .map_err(Into::into),
         Command::MockLlm(args) => crewline_cli::mock_llm::run_cli(args, std::io::stdout()).await,
         Command::Load(args) => crewline_cli::load::run_cli(args, std::io::stdout()).await,
+        Command::Playground(args) => crewline_cli::playground::run_cli(args, std::io::stdout())
+            .await
+            .map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
