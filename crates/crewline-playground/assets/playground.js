@@ -15,6 +15,11 @@
 
 (function () {
   const HANDSHAKE_TIMEOUT_MS = 10000;
+  // A turn typed over a reply waits for the interrupted reply's end (as `crewline chat`
+  // does), at most this long.
+  const QUEUED_TURN_WAIT_MS = 3000;
+  // The voice path's sentence settings, as crewline-speech's `Voice` (MAX_SENTENCE_CHARS).
+  const MAX_SENTENCE_CHARS = 200;
   const PROTOCOL_VERSION = "1.0";
   const $ = (id) => document.getElementById(id);
   const Sentences = window.CrewlineSentence;
@@ -27,7 +32,8 @@
       label,
       frames: [], // {t, dir: "in" | "out", frame}
       turns: [],
-      current: null, // the turn whose reply is streaming
+      open: [], // turns sent and not yet ended, oldest first: the crew answers in order
+      queued: [], // turns typed over a reply, sent once it has ended: {text, source}
       messages: [], // the conversation as the platform holds it
       ready: false,
       readyAt: null,
@@ -83,7 +89,7 @@
       text: "",
       chunks: 0,
       sentences: [], // {at, text}
-      aggregator: new Sentences.SentenceAggregator(),
+      aggregator: new Sentences.SentenceAggregator(Sentences.DEFAULT_MIN_CHARS, MAX_SENTENCE_CHARS),
       tools: [],
       interruptAt: null,
       chunksAfterInterrupt: 0,
@@ -119,19 +125,20 @@
       case "system.llm.request": {
         const turn = newTurn(t, frame);
         call.turns.push(turn);
-        call.current = turn;
+        call.open.push(turn);
         if (Array.isArray(frame.messages)) call.messages = frame.messages.slice();
         call.feed.push({ kind: "user", turn });
         call.feed.push({ kind: "agent", turn });
         break;
       }
       case "system.control.interrupt": {
-        const turn = call.current || lastTurn();
-        if (turn && turn.interruptAt === null) turn.interruptAt = t - turn.requestAt;
+        // It stops every reply still coming.
+        const turns = call.open.length ? call.open : [lastTurn()].filter(Boolean);
+        for (const turn of turns) if (turn.interruptAt === null) turn.interruptAt = t - turn.requestAt;
         break;
       }
       case "system.user.started_speaking": {
-        const turn = call.current;
+        const turn = latestOpen();
         if (turn && turn.speechStartAt === null) turn.speechStartAt = t - turn.requestAt;
         break;
       }
@@ -140,8 +147,13 @@
     }
   }
 
+  /** The turn the crew answers now: the oldest one not ended. */
+  const answering = () => call.open[0] || null;
+  /** The turn sent last and not ended. */
+  const latestOpen = () => call.open[call.open.length - 1] || null;
+
   function applyIn(type, frame, t) {
-    const turn = call.current;
+    const turn = answering();
     const rel = (x) => (turn ? x - turn.requestAt : null);
     switch (type) {
       case "agent.ready":
@@ -183,8 +195,11 @@
         } else {
           turn.aggregator.discard();
         }
-        call.current = null;
-        if (call.mode === "live") commitAssistant(turn);
+        call.open.shift();
+        if (call.mode === "live") {
+          commitAssistant(turn);
+          if (!call.open.length) sendQueued();
+        }
         break;
       case "agent.log":
         applyLog(frame, t);
@@ -217,13 +232,24 @@
       case "agent.speak": {
         const text = typeof frame.text === "string" ? frame.text : "";
         call.feed.push({ kind: "speak", text });
-        if (call.mode === "live") voice.speak(text);
+        if (turn && turn.interruptAt === null) {
+          // Spoken as it is, after what was said before it (as crewline-speech's Voice).
+          const rest = turn.aggregator.flush();
+          if (rest !== null) addSentence(turn, rest, rel(t));
+        }
+        if (call.mode === "live") {
+          const speech = new Sentences.SentenceAggregator(Sentences.DEFAULT_MIN_CHARS, MAX_SENTENCE_CHARS);
+          const sentences = speech.push(text);
+          const rest = speech.flush();
+          if (rest !== null) sentences.push(rest);
+          for (const sentence of sentences) voice.speak(sentence);
+        }
         break;
       }
       default:
         break;
     }
-    if (frame && typeof frame === "object") noteTokens(frame, turn || lastTurn());
+    if (frame && typeof frame === "object") noteTokens(frame, answering() || lastTurn());
   }
 
   function addSentence(turn, text, at) {
@@ -236,9 +262,15 @@
     const payload = frame.payload && typeof frame.payload === "object" ? frame.payload : {};
     const name = frame.name;
     if (name !== "tool_call_start" && name !== "tool_call_end" && name !== "tool_call_error") return;
-    const turn = call.current || lastTurn();
+    const turn = answering() || lastTurn();
     if (!turn) return;
     const at = t - turn.requestAt;
+    if (name === "tool_call_start" && !turn.ended && turn.interruptAt === null) {
+      // The reply paused for a tool: what the model said before it is spoken now ("Let me
+      // check that for you."), as crewline-speech's Voice does.
+      const rest = turn.aggregator.flush();
+      if (rest !== null) addSentence(turn, rest, at);
+    }
     const context = payload.context && typeof payload.context === "object" ? payload.context : {};
     const id = payload.tool_call_id == null ? null : String(payload.tool_call_id);
     let tool = turn.tools.find((x) => x.id !== null && x.id === id && x.endAt === null);
@@ -312,21 +344,25 @@
 
   /** Whether the agent is talking: a reply streams, or its audio still plays. */
   function agentTalking() {
-    const turn = call.current;
-    return (turn !== null && turn.interruptAt === null) || voice.speaking();
+    return call.open.some((turn) => turn.interruptAt === null) || voice.speaking();
   }
 
   /** Barge-in: stops the audio and sends `system.control.interrupt` (once per reply). */
   function interrupt() {
     if (call.mode !== "live" || !call.ready) return false;
+    const wasSpeaking = voice.speaking();
     voice.cancel();
-    const turn = call.current;
-    if (turn && turn.interruptAt !== null) return false;
-    if (turn) turn.aggregator.discard();
+    const streaming = call.open.filter((turn) => turn.interruptAt === null);
+    if (!streaming.length && !wasSpeaking) return false;
+    for (const turn of streaming) turn.aggregator.discard();
     return send(event("system.control.interrupt"));
   }
 
-  /** A user turn, as the platform sends it; typing over a streaming reply interrupts it first. */
+  /**
+   * A user turn, as the platform sends it. Over a streaming reply it is a barge-in, as in
+   * `crewline chat`: the interrupt goes first, and the turn waits for the interrupted reply's
+   * end (at most QUEUED_TURN_WAIT_MS).
+   */
   function sendTurn(text, source) {
     text = String(text).trim();
     if (!text || call.mode !== "live" || !call.ready) return false;
@@ -335,11 +371,30 @@
       return false;
     }
     if (agentTalking()) interrupt();
+    if (call.open.length) {
+      call.queued.push({ text, source: source || "text" });
+      const waiting = call;
+      setTimeout(() => {
+        if (call === waiting && call.queued.length) sendQueued();
+      }, QUEUED_TURN_WAIT_MS);
+      return true;
+    }
+    sendTurnNow(text, source);
+    return true;
+  }
+
+  function sendQueued() {
+    const queued = call.queued;
+    call.queued = [];
+    for (const item of queued) sendTurnNow(item.text, item.source);
+  }
+
+  function sendTurnNow(text, source) {
+    if (call.handoff || !socket) return;
     nextSource = source || "text";
     send(event("agent.transcript.update", { role: "user", content: text }));
     call.messages.push({ role: "user", content: text });
     send(event("system.llm.request", { messages: call.messages.slice(), extra_params: {} }));
-    return true;
   }
 
   function readForm() {
@@ -639,7 +694,6 @@
       record(entry.dir, entry.frame, entry.t);
       count += 1;
     });
-    call.current = null;
     setStatus("replay", `viewing ${call.label}: ${count} frames`);
     scheduleRender();
     return count;
