@@ -927,9 +927,10 @@
       }
       if (turn.interruptAt !== null) {
         const leaked = turn.leakedChunks ? `, ${turn.leakedChunks} after its end (the crew talked on)` : "";
+        const stopped = turn.endAt !== null ? `, end ${fmt(turn.endAt - turn.interruptAt)} after it` : "";
         track.appendChild(
           testid(
-            el("div", "marker", `▼ barge-in at ${fmt(turn.interruptAt)}: ${turn.chunksAfterInterrupt} chunks in flight dropped${leaked}`),
+            el("div", "marker", `▼ barge-in at ${fmt(turn.interruptAt)}${stopped}: ${turn.chunksAfterInterrupt} chunks in flight dropped${leaked}`),
             "barge-in-note",
           ),
         );

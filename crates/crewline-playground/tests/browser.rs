@@ -30,8 +30,6 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// The variable that makes a missing Chromium a failure instead of a skipped test.
 const REQUIRE_VARIABLE: &str = "CREWLINE_REQUIRE_CHROMIUM";
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 const TOKEN: &str = "playground-test-token";
 /// The longest wait for something the page should show.
 const WAIT: Duration = Duration::from_secs(20);
@@ -39,16 +37,29 @@ const WAIT: Duration = Duration::from_secs(20);
 /// One browser at a time.
 static BROWSER_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Whether Chromium and chromedriver are here; a missing one fails the test when
-/// [`REQUIRE_VARIABLE`] is set, and is a note otherwise.
-fn chromium_available(test: &str) -> bool {
-    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
-        .into_iter()
-        .filter(|path| !Path::new(path).exists())
-        .collect();
-    if missing.is_empty() {
-        return true;
+/// Where a program is: `/usr/bin/NAME` (Debian's packages), else the first on `PATH`.
+fn program(name: &str) -> Option<PathBuf> {
+    let debian = Path::new("/usr/bin").join(name);
+    if debian.is_file() {
+        return Some(debian);
     }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+/// Chromium and chromedriver, when both are here; a missing one fails the test when
+/// [`REQUIRE_VARIABLE`] is set, and is a note otherwise.
+fn chromium_available(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let (chromium, driver) = (program("chromium"), program("chromedriver"));
+    if let (Some(chromium), Some(driver)) = (&chromium, &driver) {
+        return Some((chromium.clone(), driver.clone()));
+    }
+    let missing: Vec<&str> = [("chromium", &chromium), ("chromedriver", &driver)]
+        .into_iter()
+        .filter(|(_, path)| path.is_none())
+        .map(|(name, _)| name)
+        .collect();
     assert!(
         std::env::var_os(REQUIRE_VARIABLE).is_none(),
         "{REQUIRE_VARIABLE} is set but {} is not installed",
@@ -58,7 +69,7 @@ fn chromium_available(test: &str) -> bool {
         "note: {test} skipped: {} not installed (apt-get install chromium chromium-driver)",
         missing.join(" and ")
     );
-    false
+    None
 }
 
 /// Where screenshots go: `<target>/playground-screenshots/` (the test binary is in
@@ -99,12 +110,12 @@ struct Browser {
 }
 
 impl Browser {
-    async fn start(test: &'static str) -> Self {
+    async fn start(test: &'static str, (chromium, chromedriver): (PathBuf, PathBuf)) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let driver = Command::new(CHROMEDRIVER)
+        let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -128,7 +139,7 @@ impl Browser {
         }
         let capabilities = json!({
             "goog:chromeOptions": {
-                "binary": CHROMIUM,
+                "binary": chromium.display().to_string(),
                 "args": [
                     "--headless",
                     "--no-sandbox",
@@ -352,12 +363,12 @@ fn frames(jsonl: &str) -> Vec<Value> {
 #[tokio::test]
 async fn a_text_turn_with_the_weather_tool_shows_the_reply_and_the_tool_bar_with_figures() {
     let test = "text_turn";
-    if !chromium_available(test) {
+    let Some(programs) = chromium_available(test) else {
         return;
-    }
+    };
     let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test).await;
+    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     // The form starts from /config.json: the crew's URL and token, in no page URL.
     assert_eq!(
@@ -462,12 +473,12 @@ async fn a_text_turn_with_the_weather_tool_shows_the_reply_and_the_tool_bar_with
 #[tokio::test]
 async fn a_barge_in_stops_the_reply_and_no_text_follows_it() {
     let test = "barge_in";
-    if !chromium_available(test) {
+    let Some(programs) = chromium_available(test) else {
         return;
-    }
+    };
     let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test).await;
+    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     browser.connect().await;
 
@@ -566,12 +577,12 @@ async fn a_barge_in_stops_the_reply_and_no_text_follows_it() {
 #[tokio::test]
 async fn a_wrong_token_is_shown_as_refused() {
     let test = "wrong_token";
-    if !chromium_available(test) {
+    let Some(programs) = chromium_available(test) else {
         return;
-    }
+    };
     let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test).await;
+    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     browser.type_into("token", "not-the-token").await;
     browser.click("connect").await;
@@ -676,9 +687,9 @@ async fn recording_relay(crew: SocketAddr) -> (SocketAddr, Recorded, JoinHandle<
 #[tokio::test]
 async fn the_downloaded_jsonl_matches_the_frames_the_crew_sent_and_loads_back() {
     let test = "jsonl";
-    if !chromium_available(test) {
+    let Some(programs) = chromium_available(test) else {
         return;
-    }
+    };
     let _turn = BROWSER_TURN.lock().await;
     let (crew, crew_task) = serve_demo_crew().await;
     let (relay, recorded, relay_task) = recording_relay(crew).await;
@@ -689,7 +700,7 @@ async fn the_downloaded_jsonl_matches_the_frames_the_crew_sent_and_loads_back() 
             .token(TOKEN)
             .serve(listener),
     );
-    let browser = Browser::start(test).await;
+    let browser = Browser::start(test, programs).await;
     browser.open(&page).await;
     browser.connect().await;
     browser.say("What's the weather in London?").await;
@@ -846,12 +857,12 @@ return true;
 #[tokio::test]
 async fn voice_speaks_each_sentence_as_it_completes_and_speech_interrupts_the_agent() {
     let test = "voice";
-    if !chromium_available(test) {
+    let Some(programs) = chromium_available(test) else {
         return;
-    }
+    };
     let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test).await;
+    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     browser.js(SPEECH_STAND_INS).await;
     browser.connect().await;
@@ -984,9 +995,9 @@ async fn voice_speaks_each_sentence_as_it_completes_and_speech_interrupts_the_ag
 #[tokio::test]
 async fn the_js_sentence_port_splits_every_case_of_cases_json_as_the_rust_aggregator_does() {
     let test = "sentence_port";
-    if !chromium_available(test) {
+    let Some(programs) = chromium_available(test) else {
         return;
-    }
+    };
     let _turn = BROWSER_TURN.lock().await;
     let cases: Value = serde_json::from_str(include_str!(
         "../../crewline-speech/src/sentence/cases.json"
@@ -995,7 +1006,7 @@ async fn the_js_sentence_port_splits_every_case_of_cases_json_as_the_rust_aggreg
     let listener = crewline_playground::listen(0).await.expect("a port");
     let page = crewline_playground::page_url(listener.local_addr().expect("an address"));
     let page_task = tokio::spawn(Playground::new("ws://127.0.0.1:9/ws").serve(listener));
-    let browser = Browser::start(test).await;
+    let browser = Browser::start(test, programs).await;
     browser.open(&page).await;
     let report = browser
         .js_with(
