@@ -464,8 +464,9 @@
       setStatus("connecting", `waiting for agent.ready from ${form.url}`);
       handshakeTimer = setTimeout(() => {
         if (!call.ready) {
+          disconnect();
           showConnectError(`no agent.ready within ${HANDSHAKE_TIMEOUT_MS / 1000} s`);
-          ws.close(1000, "no agent.ready");
+          setStatus("failed", "not connected");
         }
       }, HANDSHAKE_TIMEOUT_MS);
     };
@@ -506,7 +507,7 @@
         setStatus("failed", "not connected");
         return;
       }
-      call.close = { t: now(), code: close.code, reason: close.reason || "", byCaller: call.hangingUp === true };
+      call.close = { t: now(), code: close.code, reason: close.reason || "", byCaller: false };
       call.feed.push({ kind: "system", text: closeText(call.close) });
       setStatus(call.close.byCaller ? "idle" : "closed", closeText(call.close));
       scheduleRender();
@@ -519,12 +520,22 @@
     return `${who}: close code ${close.code}${reason}`;
   }
 
+  /** Hangs up (close code 1000); the page lets go of the socket at once. */
   function disconnect() {
-    if (socket) {
-      call.hangingUp = true;
-      const ws = socket;
-      if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) ws.close(1000, "the caller hung up");
+    const ws = socket;
+    if (!ws) return;
+    socket = null;
+    clearTimeout(handshakeTimer);
+    if (ws.readyState === WebSocket.OPEN || ws.readyState === WebSocket.CONNECTING) ws.close(1000, "the caller hung up");
+    voice.stop();
+    setConnected(false);
+    setInputs(false);
+    if (call.mode === "live" && call.ready) {
+      call.close = { t: now(), code: 1000, reason: "the caller hung up", byCaller: true };
+      call.feed.push({ kind: "system", text: closeText(call.close) });
     }
+    setStatus("idle", "not connected");
+    scheduleRender();
   }
 
   // ---------------------------------------------------------------- voice

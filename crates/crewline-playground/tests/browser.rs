@@ -1069,3 +1069,113 @@ return { checks, failures };
     browser.close().await;
     page_task.abort();
 }
+
+/// A stand-in crew that answers the first turn with a fatal error and a transfer, then
+/// closes the socket with 1001 "call transferred": what the page must show as such.
+async fn failing_crew() -> (SocketAddr, JoinHandle<()>) {
+    use tokio_tungstenite::tungstenite::protocol::{CloseFrame, frame::coding::CloseCode};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let task = tokio::spawn(async move {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+            return;
+        };
+        let frame = |value: Value| Message::Binary(value.to_string().into_bytes().into());
+        let at = "2026-12-03T06:00:00.000001";
+        while let Some(Ok(message)) = socket.next().await {
+            let Ok(text) = message.to_text() else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_str::<Value>(text) else {
+                continue;
+            };
+            match event["type"].as_str() {
+                Some("system.init") => {
+                    let _ = socket
+                        .send(frame(json!({"type": "agent.ready", "timestamp": at})))
+                        .await;
+                }
+                Some("system.llm.request") => {
+                    for reply in [
+                        json!({"type": "agent.llm.response.start", "timestamp": at, "request_id": "r1"}),
+                        json!({"type": "agent.llm.response.chunk", "timestamp": at, "text": "One moment."}),
+                        json!({"type": "agent.error", "timestamp": at, "message": "the CRM is down", "severity": "fatal", "payload": {"node_name": "assistant"}}),
+                        json!({"type": "agent.llm.response.end", "timestamp": at}),
+                        json!({"type": "agent.transfer_call", "timestamp": at, "transfer_call_number": "+15550100", "transfer_options": {"type": "cold_transfer", "private_handoff_option": null, "public_handoff_option": null}, "on_hold_music": null}),
+                    ] {
+                        let _ = socket.send(frame(reply)).await;
+                    }
+                    let _ = socket
+                        .close(Some(CloseFrame {
+                            code: CloseCode::Away,
+                            reason: "call transferred".into(),
+                        }))
+                        .await;
+                }
+                _ => {}
+            }
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn a_fatal_error_a_transfer_and_the_close_are_shown_as_such() {
+    let test = "errors";
+    let Some(programs) = chromium_available(test) else {
+        return;
+    };
+    let _turn = BROWSER_TURN.lock().await;
+    let (crew, crew_task) = failing_crew().await;
+    let listener = crewline_playground::listen(0).await.expect("a port");
+    let page = crewline_playground::page_url(listener.local_addr().expect("an address"));
+    let page_task = tokio::spawn(Playground::new(format!("ws://{crew}/ws")).serve(listener));
+    let browser = Browser::start(test, programs).await;
+    browser.open(&page).await;
+    browser.connect().await;
+    browser.say("Put me through to billing.").await;
+    browser
+        .wait_for(
+            "the close",
+            "return document.getElementById('status').dataset.state === 'closed';",
+        )
+        .await;
+    let shown = browser
+        .js(
+            "const text = (sel) => { const e = document.querySelector(sel); return e ? e.textContent : null; }; \
+             return { \
+               turnError: text('[data-testid=turn][data-index=\"1\"] [data-testid=turn-error]'), \
+               handoff: text('[data-testid=turn][data-index=\"1\"] [data-testid=handoff]'), \
+               error: text('#errors li.fatal'), \
+               close: text('[data-testid=close]'), \
+               status: text('#status'), \
+               sayDisabled: document.getElementById('say').disabled, \
+               notes: text('[data-testid=turn-figure][data-index=\"1\"] [data-testid=notes]'), \
+             };",
+        )
+        .await;
+    let field = |name: &str| shown[name].as_str().unwrap_or_default().to_owned();
+    assert!(field("turnError").contains("the CRM is down"), "{shown}");
+    assert!(field("handoff").contains("+15550100"), "{shown}");
+    assert!(field("handoff").contains("cold_transfer"), "{shown}");
+    assert!(
+        field("error").contains("agent.error (fatal): the CRM is down"),
+        "{shown}"
+    );
+    assert!(field("close").contains("close code 1001"), "{shown}");
+    assert!(field("close").contains("call transferred"), "{shown}");
+    assert!(
+        field("status").contains("the crew closed the connection"),
+        "{shown}"
+    );
+    assert_eq!(shown["sayDisabled"], true, "{shown}");
+    assert!(field("notes").contains("transfer_call"), "{shown}");
+    assert!(field("notes").contains("fatal error"), "{shown}");
+    browser.screenshot("errors").await;
+    browser.close().await;
+    crew_task.abort();
+    page_task.abort();
+}
