@@ -21,11 +21,11 @@ async fn start(args: &[&str], lines: usize) -> (tokio::process::Child, Vec<Strin
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap()).lines();
+        .expect("the binary starts");
+    let mut reader = BufReader::new(child.stdout.take().expect("its output")).lines();
     let mut printed = Vec::new();
     while printed.len() < lines {
-        let line = bounded(reader.next_line()).await.unwrap();
+        let line = bounded(reader.next_line()).await.expect("its output reads");
         printed.push(line.expect("the binary printed its addresses"));
     }
     (child, printed)
@@ -35,26 +35,30 @@ async fn start(args: &[&str], lines: usize) -> (tokio::process::Child, Vec<Strin
 fn page_address(line: &str) -> String {
     let start = line.find("http://").expect("a page address") + "http://".len();
     let rest = &line[start..];
-    rest[..rest.find('/').unwrap()].to_owned()
+    rest[..rest.find('/').expect("a path")].to_owned()
 }
 
 /// `GET path` on `addr`, the whole answer (headers and body).
 async fn get(addr: &str, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("the page's port answers");
     stream
         .write_all(
             format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
         )
         .await
-        .unwrap();
+        .expect("the request is written");
     let mut answer = String::new();
-    bounded(stream.read_to_string(&mut answer)).await.unwrap();
+    bounded(stream.read_to_string(&mut answer))
+        .await
+        .expect("the answer reads");
     answer
 }
 
 fn body(answer: &str) -> serde_json::Value {
-    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
-    serde_json::from_str(body).unwrap()
+    let (_, body) = answer.split_once("\r\n\r\n").expect("a body");
+    serde_json::from_str(body).expect("JSON")
 }
 
 #[tokio::test]
