@@ -841,7 +841,7 @@
     for (const item of call.feed) {
       if (item.kind === "user") {
         const bubble = testid(el("div", "bubble user"), "user-bubble");
-        if (item.turn.source === "voice") bubble.appendChild(el("span", "via", "🎤"));
+        if (item.turn.source === "voice") bubble.appendChild(el("span", "via", "voice"));
         bubble.appendChild(document.createTextNode(item.turn.user));
         box.appendChild(bubble);
       } else if (item.kind === "agent") {
@@ -881,7 +881,7 @@
       row.dataset.index = String(turn.index);
       row.dataset.state = turn.interruptAt !== null ? "interrupted" : turn.ended ? "ended" : "open";
       const label = el("div", "turn-label");
-      label.appendChild(el("div", "said", `#${turn.index} ${turn.source === "voice" ? "🎤 " : ""}${turn.user}`));
+      label.appendChild(el("div", "said", `#${turn.index} ${turn.source === "voice" ? "(voice) " : ""}${turn.user}`));
       label.appendChild(
         el("div", "times", `first chunk ${fmt(turn.firstChunkAt)} · end ${fmt(turn.endAt)}`),
       );
@@ -938,13 +938,13 @@
       }
       if (turn.interruptAt !== null) {
         const leaked = turn.leakedChunks ? `, ${turn.leakedChunks} after its end (the crew talked on)` : "";
-        const stopped = turn.endAt !== null ? `, end ${fmt(turn.endAt - turn.interruptAt)} after it` : "";
-        track.appendChild(
-          testid(
-            el("div", "marker", `▼ barge-in at ${fmt(turn.interruptAt)}${stopped}: ${turn.chunksAfterInterrupt} chunks in flight dropped${leaked}`),
-            "barge-in-note",
-          ),
-        );
+        const afterText = turn.endAt !== null && turn.interruptAt > turn.endAt;
+        const text = afterText
+          ? `▼ barge-in at ${fmt(turn.interruptAt)}, while the reply's audio still played (its text ended at ${fmt(turn.endAt)})${leaked}`
+          : `▼ barge-in at ${fmt(turn.interruptAt)}${
+              turn.endAt !== null ? `, end ${fmt(turn.endAt - turn.interruptAt)} after it` : ""
+            }: ${turn.chunksAfterInterrupt} chunks in flight dropped${leaked}`;
+        track.appendChild(testid(el("div", "marker", text), "barge-in-note"));
       }
       if (turn.handoff) {
         track.appendChild(testid(el("div", "marker handoff", `⇢ ${handoffText(turn.handoff)} at ${fmt(turn.handoff.at)}`), "handoff"));
