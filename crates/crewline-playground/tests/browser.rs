@@ -150,6 +150,8 @@ impl Browser {
                     "--disable-component-update",
                     "--disable-sync",
                     "--disable-dev-shm-usage",
+                    "--disable-breakpad",
+                    "--disable-crash-reporter",
                     "--window-size=1400,1150",
                     format!("--user-data-dir={}", browser.profile.display()),
                 ],
@@ -295,8 +297,43 @@ impl Browser {
     }
 }
 
+/// Ends the Chromium processes of the profile `profile` (a test that failed before closing its
+/// session leaves them behind when chromedriver is killed): found by their
+/// `--user-data-dir`, which is this test's alone, and killed by process id.
+fn end_browser_processes(profile: &Path) {
+    let flag = format!("--user-data-dir={}", profile.display());
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let mut ended = false;
+    for process in processes.filter_map(Result::ok) {
+        let Some(pid) = process
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(process.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|&b| b == 0).any(|arg| arg == flag.as_bytes()) {
+            let _ = Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+            ended = true;
+        }
+    }
+    if ended {
+        // Let them go before their profile is removed.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 impl Drop for Browser {
     fn drop(&mut self) {
+        end_browser_processes(&self.profile);
         let _ = self.driver.kill();
         let _ = self.driver.wait();
         let _ = std::fs::remove_dir_all(&self.profile);
@@ -506,7 +543,10 @@ async fn a_barge_in_stops_the_reply_and_no_text_follows_it() {
     );
     let story = first["text"].as_str().expect("text");
     assert!(story.starts_with("Once upon a time"), "{story}");
-    assert!(story.len() < 200, "the story was cut short: {story}");
+    assert!(
+        !story.trim_end().ends_with("thin and wispy again."),
+        "the story was cut short: {story}"
+    );
     let second = browser.turn(2).await;
     assert!(
         second["text"]
@@ -818,7 +858,7 @@ async fn the_downloaded_jsonl_matches_the_frames_the_crew_sent_and_loads_back() 
 }
 
 /// Stand-ins for the browser's recognizer and synthesizer: each utterance "plays" for
-/// 600 ms, one after another; `window.__recognizer` is the live recognizer.
+/// 1.5 s, one after another; `window.__recognizer` is the live recognizer.
 const SPEECH_STAND_INS: &str = r#"
 window.__spoken = [];
 window.__cancels = 0;
@@ -830,7 +870,7 @@ const synth = {
     const u = this.queue.shift();
     if (!u) { this.speaking = false; return; }
     this.speaking = true;
-    this.timer = setTimeout(() => { if (u.onend) u.onend(); this.next(); }, 600);
+    this.timer = setTimeout(() => { if (u.onend) u.onend(); this.next(); }, 1500);
   },
   cancel() {
     window.__cancels += 1;
