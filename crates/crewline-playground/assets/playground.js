@@ -1,10 +1,10 @@
 // crewline playground: a platform client in the page's own script.
 //
-// It speaks the crew wire protocol (PROTOCOL.md) over the browser's WebSocket as the voice
-// platform does: system.init, then agent.ready; per user turn an agent.transcript.update and a
-// system.llm.request with the whole conversation; the reply's start/chunk/end; the assistant's
-// words sent back as agent.transcript.update once the reply ended; system.control.interrupt
-// first when the caller talks over the agent. Every frame in and out is recorded with its time
+// It speaks the crew wire protocol (crewline-protocol's events) over the browser's WebSocket
+// as the voice platform does: system.init, then agent.ready; per user turn an
+// agent.transcript.update and a system.llm.request with the whole conversation; the reply's
+// start/chunk/end; the assistant's words sent back as agent.transcript.update once the reply
+// ended; system.control.interrupt first when the caller talks over the agent. Every frame in and out is recorded with its time
 // (ms since connect); the timeline, the figures and the JSONL download are drawn from that
 // record alone, so a call loaded back from its JSONL looks as it did live.
 //

@@ -2,10 +2,10 @@
 //! draws every turn, tool call and millisecond of the call.
 //!
 //! The page is plain HTML, CSS and JavaScript embedded in this crate (no build step, no
-//! external library). Its script is a platform client: it speaks the crew wire protocol
-//! (`docs` of the repository: `PROTOCOL.md`) over the browser's own WebSocket, passing the
-//! token as `?token=`, and speaks and listens with the browser's Web Speech API where it has
-//! one. [`Playground`] serves the page; `crewline playground` and `crewline demo --playground`
+//! external library). Its script is a platform client: it speaks the crew wire protocol (the
+//! events of `crewline-protocol`, as the voice platform sends them) over the browser's own
+//! WebSocket, passing the token as `?token=`, and speaks and listens with the browser's Web
+//! Speech API where it has one. [`Playground`] serves the page; `crewline playground` and `crewline demo --playground`
 //! are its command lines.
 //!
 //! ```no_run
