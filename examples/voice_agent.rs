@@ -26,6 +26,7 @@ use crewline_server::CrewServer;
 
 /// mimalloc instead of glibc malloc: each call allocates a few small buffers per frame, and
 /// glibc's malloc/free were ~30 % of this server's CPU under load (BENCHMARKS.md "Load").
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

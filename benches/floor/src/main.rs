@@ -42,6 +42,7 @@ use tokio_tungstenite::{
     tungstenite::{self, Message, protocol::WebSocketConfig},
 };
 
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
