@@ -72,6 +72,28 @@ fn chromium_available(test: &str) -> Option<(PathBuf, PathBuf)> {
     None
 }
 
+/// This test's browser, once Chromium is here and it is this test's turn: `None` (the test
+/// skips with a note) where Chromium is missing and not required.
+async fn browser_for(
+    test: &'static str,
+) -> Option<(tokio::sync::MutexGuard<'static, ()>, Browser)> {
+    let programs = chromium_available(test)?;
+    let turn = BROWSER_TURN.lock().await;
+    Some((turn, Browser::start(test, programs).await))
+}
+
+/// Serves `playground` on a free loopback port: the page's address and the serving task.
+async fn serve_page(
+    playground: Playground,
+) -> (
+    String,
+    JoinHandle<Result<(), crewline_playground::PlaygroundError>>,
+) {
+    let listener = crewline_playground::listen(0).await.expect("a port");
+    let page = crewline_playground::page_url(listener.local_addr().expect("an address"));
+    (page, tokio::spawn(playground.serve(listener)))
+}
+
 /// Where screenshots go: `<target>/playground-screenshots/` (the test binary is in
 /// `<target>/debug/deps/`).
 fn screenshot_dir() -> PathBuf {
@@ -399,13 +421,10 @@ fn frames(jsonl: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn a_text_turn_with_the_weather_tool_shows_the_reply_and_the_tool_bar_with_figures() {
-    let test = "text_turn";
-    let Some(programs) = chromium_available(test) else {
+    let Some((_turn, browser)) = browser_for("text_turn").await else {
         return;
     };
-    let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     // The form starts from /config.json: the crew's URL and token, in no page URL.
     assert_eq!(
@@ -509,13 +528,10 @@ async fn a_text_turn_with_the_weather_tool_shows_the_reply_and_the_tool_bar_with
 
 #[tokio::test]
 async fn a_barge_in_stops_the_reply_and_no_text_follows_it() {
-    let test = "barge_in";
-    let Some(programs) = chromium_available(test) else {
+    let Some((_turn, browser)) = browser_for("barge_in").await else {
         return;
     };
-    let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     browser.connect().await;
 
@@ -616,13 +632,10 @@ async fn a_barge_in_stops_the_reply_and_no_text_follows_it() {
 
 #[tokio::test]
 async fn a_wrong_token_is_shown_as_refused() {
-    let test = "wrong_token";
-    let Some(programs) = chromium_available(test) else {
+    let Some((_turn, browser)) = browser_for("wrong_token").await else {
         return;
     };
-    let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     browser.type_into("token", "not-the-token").await;
     browser.click("connect").await;
@@ -726,21 +739,13 @@ async fn recording_relay(crew: SocketAddr) -> (SocketAddr, Recorded, JoinHandle<
 
 #[tokio::test]
 async fn the_downloaded_jsonl_matches_the_frames_the_crew_sent_and_loads_back() {
-    let test = "jsonl";
-    let Some(programs) = chromium_available(test) else {
+    let Some((_turn, browser)) = browser_for("jsonl").await else {
         return;
     };
-    let _turn = BROWSER_TURN.lock().await;
     let (crew, crew_task) = serve_demo_crew().await;
     let (relay, recorded, relay_task) = recording_relay(crew).await;
-    let listener = crewline_playground::listen(0).await.expect("a port");
-    let page = crewline_playground::page_url(listener.local_addr().expect("an address"));
-    let page_task = tokio::spawn(
-        Playground::new(format!("ws://{relay}/ws"))
-            .token(TOKEN)
-            .serve(listener),
-    );
-    let browser = Browser::start(test, programs).await;
+    let (page, page_task) =
+        serve_page(Playground::new(format!("ws://{relay}/ws")).token(TOKEN)).await;
     browser.open(&page).await;
     browser.connect().await;
     browser.say("What's the weather in London?").await;
@@ -896,13 +901,10 @@ return true;
 
 #[tokio::test]
 async fn voice_speaks_each_sentence_as_it_completes_and_speech_interrupts_the_agent() {
-    let test = "voice";
-    let Some(programs) = chromium_available(test) else {
+    let Some((_turn, browser)) = browser_for("voice").await else {
         return;
     };
-    let _turn = BROWSER_TURN.lock().await;
     let served = serve(None).await;
-    let browser = Browser::start(test, programs).await;
     browser.open(&served.page).await;
     browser.js(SPEECH_STAND_INS).await;
     browser.connect().await;
@@ -1034,19 +1036,14 @@ async fn voice_speaks_each_sentence_as_it_completes_and_speech_interrupts_the_ag
 
 #[tokio::test]
 async fn the_js_sentence_port_splits_every_case_of_cases_json_as_the_rust_aggregator_does() {
-    let test = "sentence_port";
-    let Some(programs) = chromium_available(test) else {
+    let Some((_turn, browser)) = browser_for("sentence_port").await else {
         return;
     };
-    let _turn = BROWSER_TURN.lock().await;
     let cases: Value = serde_json::from_str(include_str!(
         "../../crewline-speech/src/sentence/cases.json"
     ))
     .expect("cases.json is JSON");
-    let listener = crewline_playground::listen(0).await.expect("a port");
-    let page = crewline_playground::page_url(listener.local_addr().expect("an address"));
-    let page_task = tokio::spawn(Playground::new("ws://127.0.0.1:9/ws").serve(listener));
-    let browser = Browser::start(test, programs).await;
+    let (page, page_task) = serve_page(Playground::new("ws://127.0.0.1:9/ws")).await;
     browser.open(&page).await;
     let report = browser
         .js_with(
@@ -1164,16 +1161,11 @@ async fn failing_crew() -> (SocketAddr, JoinHandle<()>) {
 
 #[tokio::test]
 async fn a_fatal_error_a_transfer_and_the_close_are_shown_as_such() {
-    let test = "errors";
-    let Some(programs) = chromium_available(test) else {
+    let Some((_turn, browser)) = browser_for("errors").await else {
         return;
     };
-    let _turn = BROWSER_TURN.lock().await;
     let (crew, crew_task) = failing_crew().await;
-    let listener = crewline_playground::listen(0).await.expect("a port");
-    let page = crewline_playground::page_url(listener.local_addr().expect("an address"));
-    let page_task = tokio::spawn(Playground::new(format!("ws://{crew}/ws")).serve(listener));
-    let browser = Browser::start(test, programs).await;
+    let (page, page_task) = serve_page(Playground::new(format!("ws://{crew}/ws"))).await;
     browser.open(&page).await;
     browser.connect().await;
     browser.say("Put me through to billing.").await;
