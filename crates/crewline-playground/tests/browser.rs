@@ -297,6 +297,22 @@ impl Browser {
         .await;
     }
 
+    /// The call as the page's JSONL has it, one entry per frame.
+    async fn entries(&self) -> Vec<Value> {
+        let jsonl = self.js("return window.crewlinePlayground.jsonl();").await;
+        frames(jsonl.as_str().expect("JSONL"))
+    }
+
+    /// The types of the frames the page sent, in order.
+    async fn sent_types(&self) -> Vec<String> {
+        self.entries()
+            .await
+            .into_iter()
+            .filter(|entry| entry["dir"] == "out")
+            .filter_map(|entry| entry["frame"]["type"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Saves a screenshot as `<test>-<name>.png` and returns its path.
     async fn screenshot(&self, name: &str) -> PathBuf {
         let dir = screenshot_dir();
@@ -575,13 +591,7 @@ async fn a_barge_in_stops_the_reply_and_no_text_follows_it() {
 
     // As `crewline chat` does: the interrupt first; the new turn once the interrupted reply
     // has ended.
-    let entries = frames(
-        browser
-            .js("return window.crewlinePlayground.jsonl();")
-            .await
-            .as_str()
-            .expect("JSONL"),
-    );
+    let entries = browser.entries().await;
     let kind = |entry: &Value| {
         format!(
             "{} {}",
@@ -949,17 +959,7 @@ async fn voice_speaks_each_sentence_as_it_completes_and_speech_interrupts_the_ag
         first_spoken + 200.0 < ended,
         "the first sentence was spoken before the reply ended ({first_spoken} vs {ended})"
     );
-    let out: Vec<String> = frames(
-        browser
-            .js("return window.crewlinePlayground.jsonl();")
-            .await
-            .as_str()
-            .expect("JSONL"),
-    )
-    .into_iter()
-    .filter(|entry| entry["dir"] == "out")
-    .filter_map(|entry| entry["frame"]["type"].as_str().map(str::to_owned))
-    .collect();
+    let out: Vec<String> = browser.sent_types().await;
     let request = out
         .iter()
         .position(|t| t == "system.llm.request")
@@ -1007,17 +1007,7 @@ async fn voice_speaks_each_sentence_as_it_completes_and_speech_interrupts_the_ag
         spoken_at_barge_in,
         "nothing spoken after the barge-in"
     );
-    let out: Vec<String> = frames(
-        browser
-            .js("return window.crewlinePlayground.jsonl();")
-            .await
-            .as_str()
-            .expect("JSONL"),
-    )
-    .into_iter()
-    .filter(|entry| entry["dir"] == "out")
-    .filter_map(|entry| entry["frame"]["type"].as_str().map(str::to_owned))
-    .collect();
+    let out: Vec<String> = browser.sent_types().await;
     let last_two: Vec<&str> = out
         .iter()
         .rev()
