@@ -87,12 +87,10 @@ pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoErro
         run_demo(config, out).await?;
         return Ok(());
     }
-    let model = voice_agent::model(config.model, None, config.chunk_delay)?;
-    let crew = WeatherCrew::new(model.llm, config.service_delay)?;
+    let (crew, description) = demo_crew(&config)?;
     writeln!(
         out,
-        "serving the demo weather crew ({}) on ws://{}/ws; Ctrl-C stops",
-        model.description,
+        "serving the demo weather crew ({description}) on ws://{}/ws; Ctrl-C stops",
         args.listen.addr(args.port)
     )?;
     out.flush()?;
@@ -110,22 +108,20 @@ async fn serve_with_playground(
     config: &DemoConfig,
     mut out: impl Write,
 ) -> Result<(), DemoError> {
-    let model = voice_agent::model(config.model, None, config.chunk_delay)?;
-    let crew = WeatherCrew::new(model.llm, config.service_delay)?;
+    let (crew, description) = demo_crew(config)?;
     let addr = args.listen.addr(args.port);
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|source| DemoError::Listen { addr, source })?;
+        .map_err(|source| DemoError::Bind { addr, source })?;
     let bound = listener
         .local_addr()
-        .map_err(|source| DemoError::Listen { addr, source })?;
+        .map_err(|source| DemoError::Bind { addr, source })?;
     let crew_url = crew_url_for_page(bound);
     let page_listener = crewline_playground::listen(args.playground_port).await?;
     let page_addr = page_listener.local_addr().map_err(PlaygroundError::Serve)?;
     writeln!(
         out,
-        "serving the demo weather crew ({}) on {crew_url}",
-        model.description
+        "serving the demo weather crew ({description}) on {crew_url}"
     )?;
     writeln!(
         out,
@@ -139,18 +135,21 @@ async fn serve_with_playground(
     let page = Playground::new(crew_url)
         .maybe_token(args.listen.token.clone())
         .serve(page_listener);
-    let stop = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot watch for Ctrl-C; serving until killed");
-            std::future::pending::<()>().await;
-        }
-    };
     tokio::select! {
-        served = server.serve_with_shutdown(listener, stop) => {
+        served = server.serve_with_shutdown(listener, crewline_server::shutdown_signal()) => {
             served.map_err(|error| DemoError::Serve(Box::new(error)))
         }
         served = page => served.map_err(DemoError::from),
     }
+}
+
+/// The demo crew `--serve` and `--playground` serve, and a line that says which model it runs.
+fn demo_crew(config: &DemoConfig) -> Result<(WeatherCrew, String), DemoError> {
+    let model = voice_agent::model(config.model, None, config.chunk_delay)?;
+    Ok((
+        WeatherCrew::new(model.llm, config.service_delay)?,
+        model.description,
+    ))
 }
 
 /// The crew's WebSocket address as the page on this machine reaches it: a crew listening on
@@ -239,21 +238,18 @@ pub enum DemoError {
     /// The crew's tools could not be registered.
     #[error("could not register the crew's tools: {0}")]
     Agent(#[from] AgentError),
-    /// The local port could not be bound.
-    #[error("could not listen on 127.0.0.1: {0}")]
-    Bind(io::Error),
-    /// The server stopped with an error.
-    #[error("the crew server failed: {0}")]
-    Server(String),
-    /// `--playground`: the crew's address could not be bound.
+    /// The crew's address could not be bound.
     #[error("could not listen on {addr}: {source}")]
-    Listen {
+    Bind {
         /// The address asked for.
         addr: SocketAddr,
         /// The underlying error.
         #[source]
         source: io::Error,
     },
+    /// The server stopped with an error.
+    #[error("the crew server failed: {0}")]
+    Server(String),
     /// `--playground`: the page could not be served.
     #[error(transparent)]
     Playground(#[from] PlaygroundError),
@@ -271,15 +267,20 @@ pub enum DemoError {
 /// Serves the weather crew on 127.0.0.1 (a free port), drives the scripted call, prints it
 /// to `out`, stops the server, and returns what happened.
 pub async fn run_demo<W: Write>(config: DemoConfig, out: W) -> Result<DemoReport, DemoError> {
-    let chosen = voice_agent::model(config.model, None, config.chunk_delay)?;
-    let model = chosen.description;
-    let crew = WeatherCrew::new(chosen.llm, config.service_delay)?;
+    let (crew, model) = demo_crew(&config)?;
     let server = CrewServer::new(crew.agent().clone()).drain_timeout(Duration::from_secs(2));
     let handle = server.handle();
-    let listener = TcpListener::bind(("127.0.0.1", 0))
+    let any_port = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+    let listener = TcpListener::bind(any_port)
         .await
-        .map_err(DemoError::Bind)?;
-    let addr: SocketAddr = listener.local_addr().map_err(DemoError::Bind)?;
+        .map_err(|source| DemoError::Bind {
+            addr: any_port,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| DemoError::Bind {
+        addr: any_port,
+        source,
+    })?;
     let mut serving = tokio::spawn(server.serve(listener));
 
     let url = format!("ws://{addr}/ws");

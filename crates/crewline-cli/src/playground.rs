@@ -48,7 +48,7 @@ pub fn page_line(page: SocketAddr, crew_url: &str) -> String {
 }
 
 /// Runs `crewline playground`: binds 127.0.0.1:`--port`, writes the page's address to `out`,
-/// and serves the page until Ctrl-C.
+/// and serves the page until Ctrl-C or SIGTERM.
 pub async fn run_cli(args: PlaygroundArgs, mut out: impl Write) -> Result<(), PlaygroundCliError> {
     let url = args.url.trim().to_owned();
     if !(url.starts_with("ws://") || url.starts_with("wss://")) {
@@ -61,7 +61,7 @@ pub async fn run_cli(args: PlaygroundArgs, mut out: impl Write) -> Result<(), Pl
     let page = Playground::new(url).maybe_token(args.token).serve(listener);
     tokio::select! {
         served = page => served?,
-        _ = tokio::signal::ctrl_c() => {}
+        () = crewline_server::shutdown_signal() => {}
     }
     Ok(())
 }

@@ -71,7 +71,7 @@ pub use error::{BoxError, ServerError, SetupError};
 pub use metrics::{ErrorKind, FrameDrop, HandshakeFailure, METRICS_CONTENT_TYPE, Metrics};
 pub use server::{
     CrewServer, DEFAULT_BIND, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_MAX_FRAME_BYTES, DEFAULT_SETUP_TIMEOUT, ServerHandle,
+    DEFAULT_MAX_FRAME_BYTES, DEFAULT_SETUP_TIMEOUT, ServerHandle, shutdown_signal,
 };
 pub use server::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,

@@ -20,7 +20,8 @@ pub use limits::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
     DEFAULT_WRITE_TIMEOUT,
 };
-use serve::{HttpSettings, drain, join_result, serve_http, serve_on_workers, shutdown_signal};
+pub use serve::shutdown_signal;
+use serve::{HttpSettings, drain, join_result, serve_http, serve_on_workers};
 
 /// The default address: loopback, port 8080. A pod the platform reaches binds `0.0.0.0:8080`
 /// and sets a token ([`CrewServer::auth_token`]): beyond loopback the server refuses to start

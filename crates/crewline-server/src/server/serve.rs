@@ -237,8 +237,9 @@ pub(super) async fn drain(service: &Service) {
     tracing::info!("drained");
 }
 
-/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
-pub(super) async fn shutdown_signal() {
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM: what [`CrewServer::run`](super::CrewServer::run)
+/// drains on, for a command that serves something beside the crew.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
             tracing::warn!(%error, "cannot listen for Ctrl-C");
