@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::sync::CancellationToken;
 
 use super::limits;
 use crate::{
@@ -12,102 +12,39 @@ use crate::{
     state::{Config, Service},
 };
 
-/// How the HTTP connections are served.
+/// Connections allowed beyond `max_sessions`: the requests that are not calls (`/health`,
+/// `/metrics`, merged routes such as `/mcp`) and the calls refused with 503 once full.
+const CONNECTIONS_BEYOND_SESSIONS: usize = 1_024;
+
+/// How the HTTP connections are served: the shared listener's settings, from the server's.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct HttpSettings {
-    header_read_timeout: Duration,
-    /// How long connections still open at the stop get before they are dropped.
-    shutdown_grace: Duration,
-}
+pub(super) struct HttpSettings(crewline_http::HttpSettings);
 
 impl HttpSettings {
     pub(super) fn new(config: &Config) -> Self {
-        Self {
-            header_read_timeout: config.limits.header_read_timeout,
-            shutdown_grace: limits::HTTP_SHUTDOWN_GRACE,
-        }
+        Self(
+            crewline_http::HttpSettings::default()
+                .header_read_timeout(config.limits.header_read_timeout)
+                .shutdown_grace(limits::HTTP_SHUTDOWN_GRACE)
+                .max_connections(
+                    config
+                        .limits
+                        .max_sessions
+                        .saturating_add(CONNECTIONS_BEYOND_SESSIONS),
+                ),
+        )
     }
 }
 
-/// Serves `app` on `listener` until `stop` fires, then gives the open connections
-/// [`HttpSettings::shutdown_grace`] to finish and drops those that did not.
-///
-/// Hand-written over hyper's HTTP/1 connections rather than `axum::serve`, which sets no timer
-/// (so no header-read timeout takes effect) and waits for every open connection at shutdown
-/// with no bound (an endless streaming response on a merged route would hold it forever).
+/// Serves `app` on `listener` until `stop` fires, with the shared listener
+/// ([`crewline_http::serve`]: header-read timeout, connection cap, bounded shutdown).
 pub(super) async fn serve_http(
     listener: TcpListener,
     app: axum::Router,
     stop: CancellationToken,
     settings: HttpSettings,
 ) -> std::io::Result<()> {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout);
-    let connections = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
-            Err(error) => {
-                accept_failed(error).await;
-                continue;
-            }
-        };
-        // Without TCP_NODELAY, every small frame after the first of a burst (the chunks after
-        // `start`) waits for the platform's delayed ACK: about 40 ms added to the first chunk.
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY on a call's socket");
-        }
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let connection = http
-            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-            .with_upgrades();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(error) = served {
-                        tracing::debug!(%error, "HTTP connection ended with an error");
-                    }
-                    return;
-                }
-                () = stop.cancelled() => {}
-            }
-            // Finishes the request in flight, then closes; bounded, because a response may
-            // never end (an event stream).
-            connection.as_mut().graceful_shutdown();
-            if tokio::time::timeout(settings.shutdown_grace, connection)
-                .await
-                .is_err()
-            {
-                tracing::debug!("an HTTP connection did not finish in time: dropping it");
-            }
-        });
-    }
-    // The listener closes here: the port stops accepting while the last connections finish.
-    drop(listener);
-    connections.close();
-    connections.wait().await;
-    Ok(())
-}
-
-/// Waits after an `accept` error that is not one connection's fault (out of file
-/// descriptors, say), so that the loop does not spin; as `axum::serve` does.
-pub(super) async fn accept_failed(error: std::io::Error) {
-    use std::io::ErrorKind;
-    if matches!(
-        error.kind(),
-        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
-    ) {
-        return;
-    }
-    tracing::error!(%error, "accept failed; retrying in 1 s");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    crewline_http::serve(listener, app, stop, settings.0).await
 }
 
 /// Serves `app` on `threads` threads, each with a single-threaded runtime accepting from
