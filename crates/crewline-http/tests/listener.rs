@@ -54,6 +54,27 @@ async fn half_a_request_line_is_disconnected_after_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
+    let timeout = Duration::from_millis(300);
+    let (addr, _stop) = serve(HttpSettings::default().header_read_timeout(timeout)).await;
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET / HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    // The whole response (kept alive), then nothing more from the client: the server closes.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "an idle keep-alive connection was kept over {WAIT:?}"
+    );
+    assert!(
+        rest.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
+}
+
+#[tokio::test]
 async fn a_connection_past_the_cap_waits_until_one_closes() {
     let (addr, _stop) = serve(HttpSettings::default().max_connections(1)).await;
     let mut first = TcpStream::connect(addr).await.expect("connect");
