@@ -4,6 +4,10 @@
 //! - a **header-read timeout**: a client that has not sent a whole request head within
 //!   [`HttpSettings::header_read_timeout`] is disconnected; the same bound applies to an idle
 //!   keep-alive connection waiting for its next request;
+//! - a **cap on a request's head** ([`HttpSettings::max_header_bytes`]): past it the client
+//!   gets a 431 and the connection closes, instead of hyper's default read buffer of about
+//!   400 KiB per connection, every byte of which a stranger could fill before any
+//!   authentication;
 //! - a **cap on open connections** ([`HttpSettings::max_connections`]): past it the listener
 //!   stops accepting (new connections wait in the kernel's backlog) until one closes, so a
 //!   flood of sockets cannot take every file descriptor of the process;
@@ -41,6 +45,15 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default time connections still open at shutdown get to finish: 2 s.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
+/// The default most bytes of a request's head (request line and headers): 64 KiB.
+///
+/// Eight times nginx's usual 8 KiB header buffer, room for a browser's cookies on
+/// `localhost`; hyper's own bound is its read buffer, about 400 KiB.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The least [`HttpSettings::max_header_bytes`] (hyper's smallest read buffer).
+const MIN_HEADER_BYTES: usize = 8 * 1024;
+
 /// The default most connections open at once: 1,024.
 ///
 /// Far more than the few agents an MCP server or a playground page serve, and under the usual
@@ -66,6 +79,9 @@ pub struct HttpSettings {
     /// The most connections open at once; past it the listener stops accepting until one
     /// closes. `usize::MAX` sets no cap.
     pub max_connections: usize,
+    /// The most bytes of a request's head; past it the client gets a 431 and the connection
+    /// closes.
+    pub max_header_bytes: usize,
 }
 
 impl Default for HttpSettings {
@@ -74,6 +90,7 @@ impl Default for HttpSettings {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
         }
     }
 }
@@ -90,6 +107,13 @@ impl HttpSettings {
     #[must_use]
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// The same settings with at most `bytes` of a request's head (at least 8 KiB).
+    #[must_use]
+    pub fn max_header_bytes(mut self, bytes: usize) -> Self {
+        self.max_header_bytes = bytes.max(MIN_HEADER_BYTES);
         self
     }
 
@@ -115,7 +139,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout);
+        .header_read_timeout(settings.header_read_timeout)
+        .max_header_size(settings.max_header_bytes.max(MIN_HEADER_BYTES));
     // `Semaphore::MAX_PERMITS` is the most a semaphore holds: "no cap" in practice.
     let slots = Arc::new(Semaphore::new(
         settings.max_connections.clamp(1, Semaphore::MAX_PERMITS),

@@ -1,4 +1,5 @@
-//! The shared listener's limits: a slow request head is cut off, the connection cap holds.
+//! The shared listener's limits: a slow or huge request head is cut off, an idle keep-alive
+//! connection closed, the connection cap holds, a stop is bounded.
 
 use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
@@ -72,6 +73,26 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
         "{}",
         String::from_utf8_lossy(&rest)
     );
+}
+
+#[tokio::test]
+async fn a_request_head_past_the_cap_is_refused_with_431() {
+    let (addr, _stop) = serve(HttpSettings::default()).await;
+    // 100 KiB of headers: under hyper's own ~400 KiB buffer, over the 64 KiB cap.
+    let cookie = "c".repeat(100 * 1024);
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET / HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n");
+    // The server may answer before it has read all of it.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut head = [0u8; 12];
+    tokio::time::timeout(WAIT, stream.read_exact(&mut head))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    assert_eq!(&head, b"HTTP/1.1 431");
+    // A request of usual size is still served.
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    assert_eq!(get(&mut stream, addr).await, "HTTP/1.1 200");
 }
 
 #[tokio::test]
