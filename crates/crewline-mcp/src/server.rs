@@ -52,6 +52,12 @@ pub const DEFAULT_MAX_SESSIONS: usize = 1_000;
 /// The default time an HTTP session may go without a request before it is closed: 5 minutes.
 pub const DEFAULT_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 
+/// The default most bytes of one HTTP request's body: 1 MiB.
+///
+/// A tool call's arguments are a few kilobytes; rmcp's own default (4 MiB) times every open
+/// connection would let clients hold gigabytes of bodies being read.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
 /// How long a client refused at the session cap is told to wait (`Retry-After`, seconds).
 const RETRY_AFTER_SECONDS: &str = "5";
 
@@ -83,8 +89,8 @@ const RETRY_AFTER_SECONDS: &str = "5";
 /// crewline's shared listener (`crewline-http`), with the crew server's limits: a client has
 /// [`header_read_timeout`](Self::header_read_timeout) to send a request's head (default 10 s),
 /// at most [`max_connections`](Self::max_connections) connections are open (default 1,024),
-/// and a shutdown waits a bounded time for open connections. A request body is capped by rmcp
-/// (4 MiB, answered 413).
+/// and a shutdown waits a bounded time for open connections. A request's body is capped at
+/// [`max_request_bytes`](Self::max_request_bytes) (default 1 MiB; past it, 413).
 ///
 /// **Structured results.** A tool whose [`result_schema`](crewline_tools::Tool::result_schema)
 /// is an object schema (`"type": "object"`, as MCP requires) is listed with it as its
@@ -181,6 +187,7 @@ struct Shared {
     http: HttpSettings,
     max_sessions: usize,
     session_idle_timeout: Duration,
+    max_request_bytes: usize,
     /// The sessions open across every router of this server (shared by its clones).
     sessions: Arc<SessionCount>,
 }
@@ -226,6 +233,7 @@ impl McpServer {
                 http: HttpSettings::default(),
                 max_sessions: DEFAULT_MAX_SESSIONS,
                 session_idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
+                max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
                 sessions: Arc::default(),
             }),
         })
@@ -294,6 +302,12 @@ impl McpServer {
     /// [`DEFAULT_SESSION_IDLE_TIMEOUT`]); its client then gets a 404 and starts a new one.
     pub fn session_idle_timeout(self, timeout: Duration) -> Self {
         self.map_shared(|shared| shared.session_idle_timeout = timeout)
+    }
+
+    /// The same server, reading at most `bytes` of one HTTP request's body (default
+    /// [`DEFAULT_MAX_REQUEST_BYTES`]); a longer body is answered 413 and not read further.
+    pub fn max_request_bytes(self, bytes: usize) -> Self {
+        self.map_shared(|shared| shared.max_request_bytes = bytes)
     }
 
     /// The same server, giving a client `timeout` to send a request's head on
@@ -424,7 +438,8 @@ impl McpServer {
     pub fn router_until(&self, stop: CancellationToken) -> axum::Router {
         let mut config = StreamableHttpServerConfig::default()
             .with_cancellation_token(stop)
-            .with_legacy_session_mode(!self.shared.stateless);
+            .with_legacy_session_mode(!self.shared.stateless)
+            .with_max_request_body_bytes(self.shared.max_request_bytes);
         if let Some(hosts) = &self.shared.allowed_hosts {
             config = config.with_allowed_hosts(hosts.iter().cloned());
         }
@@ -506,6 +521,7 @@ impl McpServer {
             http: self.shared.http,
             max_sessions: self.shared.max_sessions,
             session_idle_timeout: self.shared.session_idle_timeout,
+            max_request_bytes: self.shared.max_request_bytes,
             sessions: Arc::clone(&self.shared.sessions),
         };
         change(&mut shared);

@@ -20,7 +20,11 @@ fn mcp() -> McpServer {
 
 /// POSTs an MCP `initialize` (a new session) and returns the response's head.
 async fn initialize(addr: SocketAddr) -> String {
-    let body = common::INITIALIZE;
+    post(addr, common::INITIALIZE).await
+}
+
+/// POSTs `body` to `/mcp` and returns the response's head.
+async fn post(addr: SocketAddr, body: &str) -> String {
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
@@ -28,7 +32,8 @@ async fn initialize(addr: SocketAddr) -> String {
         body.len()
     );
     let mut stream = TcpStream::connect(addr).await.expect("connect");
-    stream.write_all(request.as_bytes()).await.expect("write");
+    // A server that refuses the body may answer before reading all of it.
+    let _ = stream.write_all(request.as_bytes()).await;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -109,6 +114,22 @@ async fn an_idle_session_is_closed_and_its_place_freed() {
     wait_for_sessions(&mcp, 1).await;
     // Idle past the timeout: closed, and its place taken by a new session.
     wait_for_sessions(&mcp, 0).await;
+    assert!(initialize(server.addr).await.starts_with("http/1.1 200"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_body_past_the_cap_is_refused_with_413() {
+    let server = HttpServer::start(mcp()).await;
+    // An initialize padded past 1 MiB (rmcp alone reads up to 4 MiB).
+    let padding = "x".repeat(crewline_mcp::DEFAULT_MAX_REQUEST_BYTES);
+    let padded = common::INITIALIZE.replacen(
+        r#""clientInfo":{"#,
+        &format!(r#""padding":"{padding}","clientInfo":{{"#),
+        1,
+    );
+    let refused = post(server.addr, &padded).await;
+    assert!(refused.starts_with("http/1.1 413"), "{refused}");
     assert!(initialize(server.addr).await.starts_with("http/1.1 200"));
     server.stop().await;
 }
