@@ -34,6 +34,13 @@ impl HttpSettings {
                 ),
         )
     }
+
+    /// The settings of one of `threads` worker runtimes: each accepts on its own, so each gets
+    /// its share of the connection cap, and together they hold no more than the whole.
+    fn per_worker(self, threads: usize) -> Self {
+        let whole = self.0.max_connections;
+        Self(self.0.max_connections(whole.div_ceil(threads.max(1))))
+    }
 }
 
 /// Serves `app` on `listener` until `stop` fires, with the shared listener
@@ -59,6 +66,7 @@ pub(super) fn serve_on_workers(
     // Out of the caller's runtime, so that each worker registers its own copy with its own
     // event loop; the kernel hands each new connection to one of them.
     let listener = listener.into_std()?;
+    let settings = settings.per_worker(threads);
     let mut workers = Vec::with_capacity(threads);
     for index in 0..threads {
         let started = listener.try_clone().and_then(|listener| {
@@ -200,5 +208,31 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use crewline::{Crew, SessionSetup};
+
+    use super::*;
+    use crate::CrewServer;
+
+    async fn setup(_setup: SessionSetup) -> Result<Crew, Infallible> {
+        Ok(Crew::new())
+    }
+
+    #[test]
+    fn worker_runtimes_share_one_connection_cap() {
+        let server = CrewServer::new(setup).max_sessions(1_000);
+        let settings = HttpSettings::new(&server.config);
+        assert_eq!(
+            settings.0.max_connections,
+            1_000 + CONNECTIONS_BEYOND_SESSIONS
+        );
+        // Four workers hold 4 x 506 = 2,024 at most, not 4 x 2,024.
+        assert_eq!(settings.per_worker(4).0.max_connections, 506);
     }
 }
