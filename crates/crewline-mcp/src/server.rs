@@ -12,10 +12,9 @@ use axum::{
     middleware::{self, Next},
     response::{IntoResponse, Response},
 };
-use crewline_http::HttpSettings;
-
 use crewline_auth::{Auth, Credential, CredentialError};
 use crewline_core::{ToolCall, ToolErrorKind};
+use crewline_http::HttpSettings;
 use crewline_tools::{CallContext, NameRules, SessionScope, Target, ToolRegistry};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler, ServiceExt,
