@@ -24,4 +24,7 @@ pub use rmcp;
 pub use client::McpClient;
 pub use error::McpError;
 pub use flavour::SchemaFlavour;
-pub use server::{MCP_PATH, McpServer};
+pub use server::{
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT, MCP_PATH,
+    McpServer,
+};

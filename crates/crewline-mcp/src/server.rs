@@ -1,9 +1,20 @@
 //! The MCP server: a registry's MCP-exported tools, each call run by the registry's executor.
 
-use std::{borrow::Cow, collections::HashMap, future::Future, net::SocketAddr, sync::Arc};
+mod sessions;
 
+use std::{
+    borrow::Cow, collections::HashMap, future::Future, net::SocketAddr, sync::Arc, time::Duration,
+};
+
+use axum::{
+    extract::Request,
+    http::{HeaderValue, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+};
 use crewline_auth::{Auth, Credential, CredentialError};
 use crewline_core::{ToolCall, ToolErrorKind};
+use crewline_http::HttpSettings;
 use crewline_tools::{CallContext, NameRules, SessionScope, Target, ToolRegistry};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler, ServiceExt,
@@ -13,9 +24,7 @@ use rmcp::{
         ServerConfig, Tool as McpTool,
     },
     service::RequestContext,
-    transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-    },
+    transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
 };
 use serde_json::Value;
 use tokio::{
@@ -24,6 +33,7 @@ use tokio::{
 };
 use tokio_util::sync::CancellationToken;
 
+use self::sessions::{CappedSessions, SessionCount};
 use crate::{
     McpError,
     flavour::{self, OUTPUT_TYPE_META_KEY, SchemaFlavour},
@@ -31,6 +41,24 @@ use crate::{
 
 /// The path the HTTP router serves MCP on.
 pub const MCP_PATH: &str = "/mcp";
+
+/// The default most HTTP sessions open at once: 1,000.
+///
+/// An MCP server serves a few agents, each with a session or a handful; a session costs about
+/// 55 KiB, so the cap holds them to some 55 MiB. A client past it gets a 503.
+pub const DEFAULT_MAX_SESSIONS: usize = 1_000;
+
+/// The default time an HTTP session may go without a request before it is closed: 5 minutes.
+pub const DEFAULT_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The default most bytes of one HTTP request's body: 1 MiB.
+///
+/// A tool call's arguments are a few kilobytes; rmcp's own default (4 MiB) times every open
+/// connection would let clients hold gigabytes of bodies being read.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// How long a client refused at the session cap is told to wait (`Retry-After`, seconds).
+const RETRY_AFTER_SECONDS: &str = "5";
 
 /// Serves a [`ToolRegistry`] over MCP.
 ///
@@ -49,9 +77,19 @@ pub const MCP_PATH: &str = "/mcp";
 /// with `cancellable = false` runs on to completion in its own task (and is recorded as it
 /// ends). The session's other calls are not affected. When the transport closes, rmcp first
 /// waits a few seconds for running calls to answer, then cancels them. Over HTTP, a session
-/// ends when its client closes it (`DELETE`) or after rmcp's idle keep-alive (5 minutes); a
-/// dropped connection alone does not cancel a call, since the client may resume the stream,
+/// ends when its client closes it (`DELETE`) or after
+/// [`session_idle_timeout`](Self::session_idle_timeout) without a request (default 5 minutes);
+/// a dropped connection alone does not cancel a call, since the client may resume the stream,
 /// so the tool's timeout bounds it.
+///
+/// **Limits (HTTP).** At most [`max_sessions`](Self::max_sessions) sessions are open at once
+/// (default 1,000; a new session past it is answered 503 with `Retry-After`), counted by
+/// [`open_sessions`](Self::open_sessions). [`serve_http`](Self::serve_http) serves on
+/// crewline's shared listener (`crewline-http`), with the crew server's limits: a client has
+/// [`header_read_timeout`](Self::header_read_timeout) to send a request's head (default 10 s),
+/// at most [`max_connections`](Self::max_connections) connections are open (default 1,024),
+/// and a shutdown waits a bounded time for open connections. A request's body is capped at
+/// [`max_request_bytes`](Self::max_request_bytes) (default 1 MiB; past it, 413).
 ///
 /// **Structured results.** A tool whose [`result_schema`](crewline_tools::Tool::result_schema)
 /// is an object schema (`"type": "object"`, as MCP requires) is listed with it as its
@@ -144,6 +182,13 @@ struct Shared {
     allow_unauthenticated: bool,
     /// No `Mcp-Session-Id` sessions: every HTTP request stands alone.
     stateless: bool,
+    /// The listener's settings for [`McpServer::serve_http`].
+    http: HttpSettings,
+    max_sessions: usize,
+    session_idle_timeout: Duration,
+    max_request_bytes: usize,
+    /// The sessions open across every router of this server (shared by its clones).
+    sessions: Arc<SessionCount>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -184,6 +229,11 @@ impl McpServer {
                 auth_error: None,
                 allow_unauthenticated: false,
                 stateless: false,
+                http: HttpSettings::default(),
+                max_sessions: DEFAULT_MAX_SESSIONS,
+                session_idle_timeout: DEFAULT_SESSION_IDLE_TIMEOUT,
+                max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+                sessions: Arc::default(),
             }),
         })
     }
@@ -238,6 +288,50 @@ impl McpServer {
     /// also serves the older protocol versions (smolagents' `mcp<2`) that way.
     pub fn stateless(self) -> Self {
         self.map_shared(|shared| shared.stateless = true)
+    }
+
+    /// The same server, with at most `sessions` HTTP sessions open at once (default
+    /// [`DEFAULT_MAX_SESSIONS`]); a client that opens one past it is answered 503 with
+    /// `Retry-After`, and the sessions already open go on.
+    pub fn max_sessions(self, sessions: usize) -> Self {
+        self.map_shared(|shared| shared.max_sessions = sessions)
+    }
+
+    /// The same server, closing an HTTP session after `timeout` without a request (default
+    /// [`DEFAULT_SESSION_IDLE_TIMEOUT`]); its client then gets a 404 and starts a new one.
+    pub fn session_idle_timeout(self, timeout: Duration) -> Self {
+        self.map_shared(|shared| shared.session_idle_timeout = timeout)
+    }
+
+    /// The same server, reading at most `bytes` of one HTTP request's body (default
+    /// [`DEFAULT_MAX_REQUEST_BYTES`]); a longer body is answered 413 and not read further.
+    pub fn max_request_bytes(self, bytes: usize) -> Self {
+        self.map_shared(|shared| shared.max_request_bytes = bytes)
+    }
+
+    /// The same server, giving a client `timeout` to send a request's head on
+    /// [`serve_http`](Self::serve_http), which is also the longest an idle keep-alive
+    /// connection is kept (default 10 s, as the crew server).
+    pub fn header_read_timeout(self, timeout: Duration) -> Self {
+        self.map_shared(|shared| shared.http = shared.http.header_read_timeout(timeout))
+    }
+
+    /// The same server, with at most `connections` open at once on
+    /// [`serve_http`](Self::serve_http) (default 1,024); past it new connections wait in the
+    /// kernel's backlog until one closes.
+    pub fn max_connections(self, connections: usize) -> Self {
+        self.map_shared(|shared| shared.http = shared.http.max_connections(connections))
+    }
+
+    /// HTTP sessions open now, across every router of this server: the gauge to export
+    /// (a crew server's `Metrics::gauge`, say).
+    pub fn open_sessions(&self) -> usize {
+        self.shared.sessions.open()
+    }
+
+    /// HTTP sessions refused at [`max_sessions`](Self::max_sessions) since the start.
+    pub fn refused_sessions(&self) -> u64 {
+        self.shared.sessions.refused()
     }
 
     /// The tools as MCP lists them.
@@ -321,12 +415,20 @@ impl McpServer {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, path = MCP_PATH, "MCP server listening");
         }
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                signal.await;
-                stop.cancel();
-            })
-            .await?;
+        let mut serving = std::pin::pin!(crewline_http::serve(
+            listener,
+            router,
+            stop.clone(),
+            self.shared.http
+        ));
+        tokio::select! {
+            served = serving.as_mut() => return Ok(served?),
+            () = signal => {}
+        }
+        // Ends the sessions (their event streams) and the listener, which gives the open
+        // connections a bounded time to finish.
+        stop.cancel();
+        serving.await?;
         Ok(())
     }
 
@@ -335,17 +437,27 @@ impl McpServer {
     pub fn router_until(&self, stop: CancellationToken) -> axum::Router {
         let mut config = StreamableHttpServerConfig::default()
             .with_cancellation_token(stop)
-            .with_legacy_session_mode(!self.shared.stateless);
+            .with_legacy_session_mode(!self.shared.stateless)
+            .with_max_request_body_bytes(self.shared.max_request_bytes);
         if let Some(hosts) = &self.shared.allowed_hosts {
             config = config.with_allowed_hosts(hosts.iter().cloned());
         }
         let server = self.clone();
-        let service = StreamableHttpService::new(
-            move || Ok(server.session()),
-            Arc::new(LocalSessionManager::default()),
-            config,
+        let shared = &self.shared;
+        let sessions = CappedSessions::new(
+            shared.max_sessions,
+            shared.session_idle_timeout,
+            Arc::clone(&shared.sessions),
         );
-        let router = axum::Router::new().nest_service(MCP_PATH, service);
+        let service =
+            StreamableHttpService::new(move || Ok(server.session()), Arc::new(sessions), config);
+        let count = Arc::clone(&shared.sessions);
+        let router =
+            axum::Router::new()
+                .nest_service(MCP_PATH, service)
+                .layer(middleware::from_fn(move |request, next| {
+                    full_is_503(Arc::clone(&count), request, next)
+                }));
         match self.auth() {
             Some(auth) => router.layer(auth.layer()),
             None => router,
@@ -405,12 +517,37 @@ impl McpServer {
             auth_error: self.shared.auth_error.clone(),
             allow_unauthenticated: self.shared.allow_unauthenticated,
             stateless: self.shared.stateless,
+            http: self.shared.http,
+            max_sessions: self.shared.max_sessions,
+            session_idle_timeout: self.shared.session_idle_timeout,
+            max_request_bytes: self.shared.max_request_bytes,
+            sessions: Arc::clone(&self.shared.sessions),
         };
         change(&mut shared);
         Self {
             shared: Arc::new(shared),
         }
     }
+}
+
+/// Answers a request refused at the session cap with a 503 that says so, rather than the 500
+/// rmcp makes of any failure to create a session.
+async fn full_is_503(count: Arc<SessionCount>, request: Request, next: Next) -> Response {
+    let refused = count.refused();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::INTERNAL_SERVER_ERROR || count.refused() == refused {
+        return response;
+    }
+    let mut response = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too many MCP sessions open: close one (DELETE) or retry later",
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RETRY_AFTER_SECONDS),
+    );
+    response
 }
 
 /// The MCP listing of every tool in `tools`, and the validators of the output schemas it

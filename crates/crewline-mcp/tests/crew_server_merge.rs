@@ -164,3 +164,52 @@ async fn a_merged_mcp_router_is_behind_the_crew_servers_token() {
         .expect("no panic")
         .expect("serves cleanly");
 }
+
+#[tokio::test]
+async fn the_crew_servers_metrics_count_the_merged_mcp_sessions() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let tools = common::registry(&ledger);
+    let mcp = McpServer::new(&tools).expect("the tools export to MCP");
+    let crew_tools = tools.clone();
+    let server = CrewServer::new(move |_setup: SessionSetup| crew(&crew_tools)).merge(mcp.router());
+    let sessions = mcp.clone();
+    server.handle().metrics().gauge(
+        "crewline_mcp_sessions",
+        "MCP sessions open on the merged /mcp router.",
+        move || sessions.open_sessions() as u64,
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let handle = server.handle();
+    let task = tokio::spawn(server.serve(listener));
+
+    let scrape = || async {
+        crewline_testkit::platform::http::get(addr, "/metrics")
+            .await
+            .expect("/metrics answers")
+            .body
+    };
+    assert!(
+        scrape()
+            .await
+            .lines()
+            .any(|l| l == "crewline_mcp_sessions 0")
+    );
+    let client = tokio::time::timeout(WAIT, McpClient::connect_http(&format!("http://{addr}/mcp")))
+        .await
+        .expect("connect in time")
+        .expect("MCP is served on /mcp");
+    let body = scrape().await;
+    assert!(
+        body.lines().any(|l| l == "crewline_mcp_sessions 1"),
+        "{body}"
+    );
+    client.close().await;
+
+    handle.shutdown();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("stops in time")
+        .expect("no panic")
+        .expect("serves cleanly");
+}

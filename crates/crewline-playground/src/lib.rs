@@ -30,8 +30,14 @@
 //! page the crew URL and token the command was started with, so the token never appears in a
 //! page URL. Requests whose `Host` is not a loopback name are refused (a DNS-rebinding page
 //! cannot read the token), and [`Playground::serve`] refuses a listener beyond loopback.
+//! [`Playground::serve`] serves on crewline's shared listener (`crewline-http`), with the crew
+//! server's limits: 10 s to send a request's head (and for an idle keep-alive connection), at
+//! most 1,024 connections open.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    time::Duration,
+};
 
 use axum::{
     Router,
@@ -41,8 +47,10 @@ use axum::{
     response::{IntoResponse, Response},
     routing::get,
 };
+use crewline_http::HttpSettings;
 use serde::Serialize;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 /// The page's default port (`crewline playground --port`).
 pub const DEFAULT_PORT: u16 = 7000;
@@ -106,6 +114,7 @@ pub struct PageConfig {
 #[derive(Clone)]
 pub struct Playground {
     config: PageConfig,
+    http: HttpSettings,
 }
 
 impl std::fmt::Debug for Playground {
@@ -125,6 +134,7 @@ impl Playground {
                 crew_url: crew_url.into(),
                 token: None,
             },
+            http: HttpSettings::default(),
         }
     }
 
@@ -139,6 +149,14 @@ impl Playground {
     #[must_use]
     pub fn maybe_token(mut self, token: Option<String>) -> Self {
         self.config.token = token;
+        self
+    }
+
+    /// How long a client has to send a request's head to [`serve`](Self::serve), and the
+    /// longest an idle keep-alive connection is kept (default 10 s).
+    #[must_use]
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.http = self.http.header_read_timeout(timeout);
         self
     }
 
@@ -174,7 +192,9 @@ impl Playground {
         if !addr.ip().is_loopback() {
             return Err(PlaygroundError::NotLoopback(addr));
         }
-        axum::serve(listener, self.router())
+        // Never cancelled: the page is served until this future is dropped.
+        let stop = CancellationToken::new();
+        crewline_http::serve(listener, self.router(), stop, self.http)
             .await
             .map_err(PlaygroundError::Serve)
     }

@@ -193,6 +193,32 @@ async fn serve_refuses_a_listener_beyond_loopback_and_serves_on_loopback() {
     serving.abort();
 }
 
+#[tokio::test]
+async fn a_client_that_sends_half_a_request_line_is_disconnected_after_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let wait = std::time::Duration::from_secs(10);
+    let listener = crewline_playground::listen(0).await.expect("a free port");
+    let addr = listener.local_addr().expect("an address");
+    let serving = tokio::spawn(
+        Playground::new("ws://127.0.0.1:8080/ws")
+            .header_read_timeout(std::time::Duration::from_millis(300))
+            .serve(listener),
+    );
+    for partial in ["GET /conf", ""] {
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("connects");
+        stream.write_all(partial.as_bytes()).await.expect("writes");
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(wait, stream.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "a client that sent {partial:?} was still connected after {wait:?}"
+        );
+    }
+    serving.abort();
+}
+
 #[test]
 fn debug_output_redacts_the_token() {
     let playground = Playground::new("ws://127.0.0.1:8080/ws").token("s3cret");

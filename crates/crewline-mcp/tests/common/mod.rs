@@ -217,7 +217,7 @@ pub fn error_of(text: &str) -> (String, String) {
 }
 
 /// An MCP `initialize` request, as a raw client would send it.
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+pub const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
 
 /// POSTs an MCP `initialize` to `/mcp` with this `Host` header and `extra` header lines (each
 /// ending in CRLF); returns the status line.

@@ -197,6 +197,15 @@ impl Collector for Exporter {
             "Calls that ended before agent.ready, by reason.",
             "reason",
             loads(&failures, &m.handshake_failures),
-        )
+        )?;
+        let gauges = m
+            .gauges
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for gauge in gauges.iter() {
+            e.encode_descriptor(gauge.name, gauge.help, None, MetricType::Gauge)?
+                .encode_gauge(&(gauge.read)())?;
+        }
+        Ok(())
     }
 }

@@ -32,8 +32,19 @@ use self::{
 /// The `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4).
 pub const METRICS_CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// Distinct tool names kept as labels; further names (a model inventing tools) share `other`.
+/// Distinct tool names kept as labels; further names share `other`.
 const MAX_TOOL_LABELS: usize = 128;
+
+/// The label of every tool call whose name is not a registered tool: the model invents names
+/// of any length, and one 8 MiB name as a label took a scrape from 6 KB to 143 MB.
+const UNKNOWN_TOOL: &str = "unknown";
+
+/// The longest tool name kept as a label: a registered tool's name is at most 64 characters
+/// from `[a-zA-Z0-9_-]`; any other name is [`UNKNOWN_TOOL`].
+const MAX_TOOL_NAME: usize = 64;
+
+/// The longest model name kept as a label (longer names are cut at a character boundary).
+const MAX_MODEL_LABEL: usize = 128;
 
 /// Distinct model names kept as labels; further names share `other`.
 const MAX_MODEL_LABELS: usize = 32;
@@ -118,6 +129,15 @@ pub struct Metrics {
     dropped_frames: [AtomicU64; FrameDrop::ALL.len()],
     dropped_events: LabeledCounters<&'static str>,
     handshake_failures: [AtomicU64; HandshakeFailure::ALL.len()],
+    gauges: RwLock<Vec<Gauge>>,
+}
+
+/// A gauge another part of the process owns (the MCP sessions of a merged router, say), read
+/// at each scrape.
+struct Gauge {
+    name: &'static str,
+    help: &'static str,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
 }
 
 impl Default for Metrics {
@@ -176,7 +196,31 @@ impl Metrics {
             dropped_frames: Default::default(),
             dropped_events: LabeledCounters::new(),
             handshake_failures: Default::default(),
+            gauges: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Adds a gauge to `GET /metrics`, read by `read` at each scrape: how a merged router
+    /// exports its own count, e.g. `crewline_mcp_sessions` from `McpServer::open_sessions`.
+    ///
+    /// `name` must be a valid Prometheus metric name not used by the server's own metrics;
+    /// adding a name again replaces its gauge. `read` runs during the scrape: keep it cheap.
+    pub fn gauge(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        let mut gauges = self
+            .gauges
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        gauges.retain(|gauge| gauge.name != name);
+        gauges.push(Gauge {
+            name,
+            help,
+            read: Box::new(read),
+        });
     }
 
     /// Calls in progress (WebSocket connections upgraded and not yet closed).
@@ -231,6 +275,8 @@ impl Metrics {
     }
 
     fn model_tokens(&self, model: &str) -> Arc<TokenStats> {
+        // The name comes from the team's settings or the model server's answer: bounded.
+        let model = bounded(model, MAX_MODEL_LABEL);
         let models = self
             .tokens
             .read()
@@ -348,7 +394,8 @@ impl Observer for Metrics {
     }
 
     fn tool_finished(&self, tool: &str, latency: Duration, error: Option<ToolErrorKind>) {
-        let stats = self.tool(tool);
+        let known = error != Some(ToolErrorKind::UnknownTool) && is_tool_name(tool);
+        let stats = self.tool(if known { tool } else { UNKNOWN_TOOL });
         stats.latency.observe(latency);
         if let Some(kind) = error {
             stats.errors.inc(&kind.as_str());
@@ -364,6 +411,24 @@ impl Observer for Metrics {
     fn event_dropped(&self, reason: &'static str) {
         self.dropped_events.inc(&reason);
     }
+}
+
+/// Whether `name` could be a registered tool's (`[a-zA-Z0-9_-]{1,64}`): any other name is a
+/// model's invention, never a label.
+fn is_tool_name(name: &str) -> bool {
+    (1..=MAX_TOOL_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+}
+
+/// `text`'s first `max` bytes at most, cut on a character boundary.
+fn bounded(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Counts one live call; dropping it ends the count, also on panic.

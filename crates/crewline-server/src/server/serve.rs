@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::sync::CancellationToken;
 
 use super::limits;
 use crate::{
@@ -12,102 +12,46 @@ use crate::{
     state::{Config, Service},
 };
 
-/// How the HTTP connections are served.
+/// Connections allowed beyond `max_sessions`: the requests that are not calls (`/health`,
+/// `/metrics`, merged routes such as `/mcp`) and the calls refused with 503 once full.
+const CONNECTIONS_BEYOND_SESSIONS: usize = 1_024;
+
+/// How the HTTP connections are served: the shared listener's settings, from the server's.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct HttpSettings {
-    header_read_timeout: Duration,
-    /// How long connections still open at the stop get before they are dropped.
-    shutdown_grace: Duration,
-}
+pub(super) struct HttpSettings(crewline_http::HttpSettings);
 
 impl HttpSettings {
     pub(super) fn new(config: &Config) -> Self {
-        Self {
-            header_read_timeout: config.limits.header_read_timeout,
-            shutdown_grace: limits::HTTP_SHUTDOWN_GRACE,
-        }
+        Self(
+            crewline_http::HttpSettings::default()
+                .header_read_timeout(config.limits.header_read_timeout)
+                .shutdown_grace(limits::HTTP_SHUTDOWN_GRACE)
+                .max_connections(
+                    config
+                        .limits
+                        .max_sessions
+                        .saturating_add(CONNECTIONS_BEYOND_SESSIONS),
+                ),
+        )
+    }
+
+    /// The settings of one of `threads` worker runtimes: each accepts on its own, so each gets
+    /// its share of the connection cap, and together they hold no more than the whole.
+    fn per_worker(self, threads: usize) -> Self {
+        let whole = self.0.max_connections;
+        Self(self.0.max_connections(whole.div_ceil(threads.max(1))))
     }
 }
 
-/// Serves `app` on `listener` until `stop` fires, then gives the open connections
-/// [`HttpSettings::shutdown_grace`] to finish and drops those that did not.
-///
-/// Hand-written over hyper's HTTP/1 connections rather than `axum::serve`, which sets no timer
-/// (so no header-read timeout takes effect) and waits for every open connection at shutdown
-/// with no bound (an endless streaming response on a merged route would hold it forever).
+/// Serves `app` on `listener` until `stop` fires, with the shared listener
+/// ([`crewline_http::serve`]: header-read timeout, connection cap, bounded shutdown).
 pub(super) async fn serve_http(
     listener: TcpListener,
     app: axum::Router,
     stop: CancellationToken,
     settings: HttpSettings,
 ) -> std::io::Result<()> {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout);
-    let connections = TaskTracker::new();
-    loop {
-        let accepted = tokio::select! {
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
-            Err(error) => {
-                accept_failed(error).await;
-                continue;
-            }
-        };
-        // Without TCP_NODELAY, every small frame after the first of a burst (the chunks after
-        // `start`) waits for the platform's delayed ACK: about 40 ms added to the first chunk.
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY on a call's socket");
-        }
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let connection = http
-            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-            .with_upgrades();
-        let stop = stop.clone();
-        connections.spawn(async move {
-            let mut connection = std::pin::pin!(connection);
-            tokio::select! {
-                served = connection.as_mut() => {
-                    if let Err(error) = served {
-                        tracing::debug!(%error, "HTTP connection ended with an error");
-                    }
-                    return;
-                }
-                () = stop.cancelled() => {}
-            }
-            // Finishes the request in flight, then closes; bounded, because a response may
-            // never end (an event stream).
-            connection.as_mut().graceful_shutdown();
-            if tokio::time::timeout(settings.shutdown_grace, connection)
-                .await
-                .is_err()
-            {
-                tracing::debug!("an HTTP connection did not finish in time: dropping it");
-            }
-        });
-    }
-    // The listener closes here: the port stops accepting while the last connections finish.
-    drop(listener);
-    connections.close();
-    connections.wait().await;
-    Ok(())
-}
-
-/// Waits after an `accept` error that is not one connection's fault (out of file
-/// descriptors, say), so that the loop does not spin; as `axum::serve` does.
-pub(super) async fn accept_failed(error: std::io::Error) {
-    use std::io::ErrorKind;
-    if matches!(
-        error.kind(),
-        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
-    ) {
-        return;
-    }
-    tracing::error!(%error, "accept failed; retrying in 1 s");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    crewline_http::serve(listener, app, stop, settings.0).await
 }
 
 /// Serves `app` on `threads` threads, each with a single-threaded runtime accepting from
@@ -122,6 +66,7 @@ pub(super) fn serve_on_workers(
     // Out of the caller's runtime, so that each worker registers its own copy with its own
     // event loop; the kernel hands each new connection to one of them.
     let listener = listener.into_std()?;
+    let settings = settings.per_worker(threads);
     let mut workers = Vec::with_capacity(threads);
     for index in 0..threads {
         let started = listener.try_clone().and_then(|listener| {
@@ -263,5 +208,31 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use crewline::{Crew, SessionSetup};
+
+    use super::*;
+    use crate::CrewServer;
+
+    async fn setup(_setup: SessionSetup) -> Result<Crew, Infallible> {
+        Ok(Crew::new())
+    }
+
+    #[test]
+    fn worker_runtimes_share_one_connection_cap() {
+        let server = CrewServer::new(setup).max_sessions(1_000);
+        let settings = HttpSettings::new(&server.config);
+        assert_eq!(
+            settings.0.max_connections,
+            1_000 + CONNECTIONS_BEYOND_SESSIONS
+        );
+        // Four workers hold 4 x 506 = 2,024 at most, not 4 x 2,024.
+        assert_eq!(settings.per_worker(4).0.max_connections, 506);
     }
 }
