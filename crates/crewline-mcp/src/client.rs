@@ -7,8 +7,11 @@ use crewline_core::ToolErrorKind;
 use crewline_tools::{Tool, ToolError, ToolPolicy, ToolRegistry};
 use rmcp::{
     Peer, RoleClient, ServiceExt,
-    model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool as McpTool},
-    service::RunningService,
+    model::{
+        CallToolRequestParams, CallToolResult, ContentBlock, PaginatedRequestParams,
+        Tool as McpTool,
+    },
+    service::{ClientCacheConfig, RunningService},
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
         streamable_http_client::StreamableHttpClientTransportConfig,
@@ -88,10 +91,62 @@ use crate::McpError;
 /// server stops the call too.
 ///
 /// The connection stays open while the client or any of its tools is alive.
+///
+/// What the server sends is bounded: rmcp reads at most 16 MiB per JSON body, SSE event or
+/// stdio line and 64 KiB of an HTTP error body; the tool list is taken up to
+/// [`with_max_tools`](Self::with_max_tools) tools (1,024) over as many pages at most, each
+/// tool's definition up to [`with_max_tool_bytes`](Self::with_max_tool_bytes) (64 KiB), and
+/// rmcp's cache of list answers is off (it would keep up to 512 of them).
 #[derive(Clone)]
 pub struct McpClient {
     connection: Arc<Connection>,
     policy: ToolPolicy,
+    limits: ListLimits,
+}
+
+/// The default [`McpClient::with_max_tools`]: 1,024 tools, several times what any real MCP
+/// server offers (and a model is given at most 128 per request by most providers).
+const DEFAULT_MAX_TOOLS: usize = 1024;
+/// The default [`McpClient::with_max_tool_bytes`]: 64 KiB for one tool's name, description
+/// and schemas as JSON. Real definitions are a few KiB, and each is sent with every model
+/// request of every call.
+const DEFAULT_MAX_TOOL_BYTES: usize = 64 << 10;
+
+/// How much of a server's tool list the client takes.
+#[derive(Debug, Clone, Copy)]
+struct ListLimits {
+    max_tools: usize,
+    max_tool_bytes: usize,
+}
+
+impl Default for ListLimits {
+    fn default() -> Self {
+        Self {
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_tool_bytes: DEFAULT_MAX_TOOL_BYTES,
+        }
+    }
+}
+
+/// Why a server's tool list was refused: it went past what the client takes.
+#[derive(Debug, thiserror::Error)]
+enum ListRefused {
+    /// More tools than the client takes.
+    #[error("the MCP server lists more than {limit} tools, the most this client takes")]
+    TooManyTools { limit: usize },
+    /// More pages than the client reads (a cursor that never ends).
+    #[error("the MCP server's tool list runs past {limit} pages, the most this client reads")]
+    TooManyPages { limit: usize },
+    /// One tool's definition is larger than the client takes.
+    #[error(
+        "the MCP server's tool `{name}` has a definition of {bytes} bytes, over the {limit} \
+         bytes this client takes for one tool"
+    )]
+    ToolTooLarge {
+        name: String,
+        bytes: usize,
+        limit: usize,
+    },
 }
 
 /// The running session, closed when the last holder drops it.
@@ -105,6 +160,8 @@ impl fmt::Debug for McpClient {
         f.debug_struct("McpClient")
             .field("server", &self.connection.label)
             .field("policy", &self.policy)
+            .field("max_tools", &self.limits.max_tools)
+            .field("max_tool_bytes", &self.limits.max_tool_bytes)
             .finish()
     }
 }
@@ -159,6 +216,7 @@ impl McpClient {
         Self {
             connection: Arc::new(Connection { service, label }),
             policy: ToolPolicy::default(),
+            limits: ListLimits::default(),
         }
     }
 
@@ -174,9 +232,27 @@ impl McpClient {
         self
     }
 
+    /// The same client, taking at most `max` tools from the server (default 1,024), over at
+    /// most as many pages; a longer list is refused whole.
+    pub fn with_max_tools(mut self, max: usize) -> Self {
+        self.limits.max_tools = max.max(1);
+        self
+    }
+
+    /// The same client, taking tools whose definition (name, description, schemas as JSON)
+    /// is at most `bytes` (default 64 KiB); a list with a larger one is refused whole.
+    pub fn with_max_tool_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_tool_bytes = bytes;
+        self
+    }
+
     /// The server's tools, each a [`Tool`] that calls it.
+    ///
+    /// A list over [`with_max_tools`](Self::with_max_tools) tools or pages, or with a tool
+    /// over [`with_max_tool_bytes`](Self::with_max_tool_bytes), is refused with
+    /// [`McpError::Session`] saying which limit; nothing of it is kept.
     pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-        let listed = self.connection.service.list_all_tools().await?;
+        let listed = self.list_tools().await?;
         Ok(listed
             .into_iter()
             .map(|remote| {
@@ -194,6 +270,44 @@ impl McpClient {
                 }) as Arc<dyn Tool>
             })
             .collect())
+    }
+
+    /// Every tool the server lists, page after page, within the limits.
+    async fn list_tools(&self) -> Result<Vec<McpTool>, McpError> {
+        let ListLimits {
+            max_tools,
+            max_tool_bytes,
+        } = self.limits;
+        let refused = |refusal: ListRefused| McpError::Session(Box::new(refusal));
+        let peer = self.connection.service.peer();
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        // A page may hold no tool at all: the pages are bounded apart from the tools, so a
+        // cursor that never ends is refused too (not followed forever).
+        for _ in 0..max_tools {
+            let page = peer
+                .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+                .await?;
+            for tool in page.tools {
+                if tools.len() == max_tools {
+                    return Err(refused(ListRefused::TooManyTools { limit: max_tools }));
+                }
+                let bytes = json_len(&tool);
+                if bytes > max_tool_bytes {
+                    return Err(refused(ListRefused::ToolTooLarge {
+                        name: tool.name.chars().take(64).collect(),
+                        bytes,
+                        limit: max_tool_bytes,
+                    }));
+                }
+                tools.push(tool);
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
+        Err(refused(ListRefused::TooManyPages { limit: max_tools }))
     }
 
     /// Adds every tool of the server to `registry` and returns their names; if one cannot
@@ -328,7 +442,30 @@ where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    ().serve(transport)
-        .await
-        .map_err(|error| McpError::Session(Box::new(error)))
+    let service = ().serve(transport).await.map_err(|error| McpError::Session(Box::new(error)))?;
+    // rmcp keeps list answers (up to 512 of them, each up to 16 MiB) for reuse; the client
+    // lists once per `tools()` and keeps what it took, so the server could only fill it.
+    service
+        .peer()
+        .set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    Ok(service)
+}
+
+/// The length of `tool`'s definition as JSON, without building the text.
+fn json_len(tool: &McpTool) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail; a value that cannot be written counts what it wrote.
+    let _ = serde_json::to_writer(&mut count, tool);
+    count.0
 }
