@@ -92,7 +92,9 @@ use crate::McpError;
 ///
 /// The connection stays open while the client or any of its tools is alive.
 ///
-/// What the server sends is bounded: rmcp reads at most 16 MiB per JSON body, SSE event or
+/// The server answers the handshake within 10 s, and each page of its tool list within
+/// [`with_list_timeout`](Self::with_list_timeout) (10 s), or the client gives up
+/// ([`McpError::Session`]). What the server sends is bounded: rmcp reads at most 16 MiB per JSON body, SSE event or
 /// stdio line and 64 KiB of an HTTP error body; the tool list is taken up to
 /// [`with_max_tools`](Self::with_max_tools) tools (1,024) over as many pages at most, each
 /// tool's definition up to [`with_max_tool_bytes`](Self::with_max_tool_bytes) (64 KiB), and
@@ -117,6 +119,8 @@ const DEFAULT_MAX_TOOL_BYTES: usize = 64 << 10;
 struct ListLimits {
     max_tools: usize,
     max_tool_bytes: usize,
+    /// How long one page of the list may take.
+    page_timeout: Duration,
 }
 
 impl Default for ListLimits {
@@ -124,13 +128,22 @@ impl Default for ListLimits {
         Self {
             max_tools: DEFAULT_MAX_TOOLS,
             max_tool_bytes: DEFAULT_MAX_TOOL_BYTES,
+            page_timeout: ANSWER_TIMEOUT,
         }
     }
 }
 
-/// Why a server's tool list was refused: it went past what the client takes.
+/// How long the server may take to answer the handshake, or one page of its tool list: a
+/// server that accepts the connection and never answers would otherwise hold the crew's
+/// setup (and its `/ready`) forever.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the client gave up on a server: it went past what the client takes or waits for.
 #[derive(Debug, thiserror::Error)]
-enum ListRefused {
+enum Refused {
+    /// No answer within [`ANSWER_TIMEOUT`].
+    #[error("the MCP server did not answer {what} within {after:?}")]
+    NoAnswer { what: &'static str, after: Duration },
     /// More tools than the client takes.
     #[error("the MCP server lists more than {limit} tools, the most this client takes")]
     TooManyTools { limit: usize },
@@ -162,6 +175,7 @@ impl fmt::Debug for McpClient {
             .field("policy", &self.policy)
             .field("max_tools", &self.limits.max_tools)
             .field("max_tool_bytes", &self.limits.max_tool_bytes)
+            .field("list_timeout", &self.limits.page_timeout)
             .finish()
     }
 }
@@ -246,6 +260,13 @@ impl McpClient {
         self
     }
 
+    /// The same client, waiting at most `timeout` for each page of the server's tool list
+    /// (default 10 s).
+    pub fn with_list_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.page_timeout = timeout;
+        self
+    }
+
     /// The server's tools, each a [`Tool`] that calls it.
     ///
     /// A list over [`with_max_tools`](Self::with_max_tools) tools or pages, or with a tool
@@ -277,24 +298,31 @@ impl McpClient {
         let ListLimits {
             max_tools,
             max_tool_bytes,
+            page_timeout,
         } = self.limits;
-        let refused = |refusal: ListRefused| McpError::Session(Box::new(refusal));
+        let refused = |refusal: Refused| McpError::Session(Box::new(refusal));
         let peer = self.connection.service.peer();
         let mut tools = Vec::new();
         let mut cursor = None;
         // A page may hold no tool at all: the pages are bounded apart from the tools, so a
         // cursor that never ends is refused too (not followed forever).
         for _ in 0..max_tools {
-            let page = peer
-                .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
-                .await?;
+            let params = PaginatedRequestParams::default().with_cursor(cursor);
+            let page = tokio::time::timeout(page_timeout, peer.list_tools(Some(params)))
+                .await
+                .map_err(|_| {
+                    refused(Refused::NoAnswer {
+                        what: "a page of its tool list",
+                        after: page_timeout,
+                    })
+                })??;
             for tool in page.tools {
                 if tools.len() == max_tools {
-                    return Err(refused(ListRefused::TooManyTools { limit: max_tools }));
+                    return Err(refused(Refused::TooManyTools { limit: max_tools }));
                 }
                 let bytes = json_len(&tool);
                 if bytes > max_tool_bytes {
-                    return Err(refused(ListRefused::ToolTooLarge {
+                    return Err(refused(Refused::ToolTooLarge {
                         name: tool.name.chars().take(64).collect(),
                         bytes,
                         limit: max_tool_bytes,
@@ -307,7 +335,7 @@ impl McpClient {
                 None => return Ok(tools),
             }
         }
-        Err(refused(ListRefused::TooManyPages { limit: max_tools }))
+        Err(refused(Refused::TooManyPages { limit: max_tools }))
     }
 
     /// Adds every tool of the server to `registry` and returns their names; if one cannot
@@ -442,7 +470,15 @@ where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let service = ().serve(transport).await.map_err(|error| McpError::Session(Box::new(error)))?;
+    let service = tokio::time::timeout(ANSWER_TIMEOUT, ().serve(transport))
+        .await
+        .map_err(|_| {
+            McpError::Session(Box::new(Refused::NoAnswer {
+                what: "the handshake",
+                after: ANSWER_TIMEOUT,
+            }))
+        })?
+        .map_err(|error| McpError::Session(Box::new(error)))?;
     // rmcp keeps list answers (up to 512 of them, each up to 16 MiB) for reuse; the client
     // lists once per `tools()` and keeps what it took, so the server could only fill it.
     service

@@ -159,3 +159,72 @@ async fn a_list_of_many_pages_within_the_limits_mounts_whole() {
     assert_eq!(registry.len(), 210);
     assert!(registry.get("tool_29_6").is_some());
 }
+
+// Real time (10 s): this crate's tests have no paused clock (tokio's `test-util`).
+#[tokio::test]
+async fn a_server_that_never_answers_the_handshake_is_given_up_on() {
+    // The other end of the duplex is held open and never written: a server that accepted the
+    // connection and went silent.
+    let (client_io, _silent_server) = tokio::io::duplex(64 * 1024);
+
+    let outcome = tokio::time::timeout(WAIT, McpClient::connect_io(client_io))
+        .await
+        .expect("the client gives up on its own");
+
+    let Err(error) = outcome else {
+        panic!("a handshake with a silent server succeeded")
+    };
+    assert!(matches!(error, McpError::Session(_)), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("did not answer the handshake within 10s"),
+        "{error}"
+    );
+}
+
+/// A server that completes the handshake and then never answers a listing.
+#[derive(Clone)]
+struct Silent;
+
+impl ServerHandler for Silent {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_a_listing_is_given_up_on() {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(running) = Silent.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = McpClient::connect_io(client_io)
+        .await
+        .expect("connects")
+        .with_list_timeout(Duration::from_millis(200));
+
+    let mut registry = ToolRegistry::new();
+    let mounted = tokio::time::timeout(WAIT, client.mount(&mut registry))
+        .await
+        .expect("the client gives up on its own");
+
+    let error = mounted.expect_err("a silent listing is an error");
+    assert!(
+        error
+            .to_string()
+            .contains("did not answer a page of its tool list"),
+        "{error}"
+    );
+    assert!(registry.is_empty());
+}
