@@ -8,12 +8,12 @@ use crewline_tools::{Tool, ToolError, ToolPolicy, ToolRegistry};
 use rmcp::{
     Peer, RoleClient, ServiceExt,
     model::{
-        CallToolRequestParams, CallToolResult, ContentBlock, PaginatedRequestParams,
-        Tool as McpTool,
+        CallToolRequestParams, CallToolResult, ContentBlock, JsonRpcMessage,
+        PaginatedRequestParams, ServerResult, Tool as McpTool,
     },
-    service::{ClientCacheConfig, RunningService},
+    service::{ClientCacheConfig, RunningService, RxJsonRpcMessage, TxJsonRpcMessage},
     transport::{
-        StreamableHttpClientTransport, TokioChildProcess,
+        IntoTransport, StreamableHttpClientTransport, TokioChildProcess, Transport,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
@@ -21,6 +21,28 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::McpError;
+
+/// Counts the bytes written into it: the length of a value as JSON, without the text.
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length of `$value` as JSON (what could not be written is not counted).
+macro_rules! json_len {
+    ($value:expr) => {{
+        let mut count = Count(0);
+        let _ = serde_json::to_writer(&mut count, $value);
+        count.0
+    }};
+}
 
 /// A connection to an MCP server whose tools a crew can use.
 ///
@@ -98,7 +120,10 @@ use crate::McpError;
 /// stdio line and 64 KiB of an HTTP error body; the tool list is taken up to
 /// [`with_max_tools`](Self::with_max_tools) tools (1,024) over as many pages at most, each
 /// tool's definition up to [`with_max_tool_bytes`](Self::with_max_tool_bytes) (64 KiB), and
-/// rmcp's cache of list answers is off (it would keep up to 512 of them).
+/// rmcp's cache of list answers is off (it would keep up to 512 of them). What the server sends
+/// unasked (notifications, requests) reaches rmcp, which logs it whole at INFO or WARN, only
+/// up to 4 KiB each (larger ones are dropped; the client uses none of them), and the
+/// `instructions` of its handshake answer are cut to 4 KiB.
 #[derive(Clone)]
 pub struct McpClient {
     connection: Arc<Connection>,
@@ -320,7 +345,7 @@ impl McpClient {
                 if tools.len() == max_tools {
                     return Err(refused(Refused::TooManyTools { limit: max_tools }));
                 }
-                let bytes = json_len(&tool);
+                let bytes = json_len!(&tool);
                 if bytes > max_tool_bytes {
                     return Err(refused(Refused::ToolTooLarge {
                         name: tool.name.chars().take(64).collect(),
@@ -463,13 +488,98 @@ fn remote_error(text: &Option<String>, structured: Option<&Value>) -> ToolError 
     }
 }
 
+/// The most bytes of a message the server sends unasked (a notification, a request) that
+/// reach rmcp, which logs each of them whole at INFO or WARN ("received notification",
+/// "rejected peer request"): a server could otherwise write megabytes into the crew's logs
+/// with every message. Larger ones are dropped; the client uses none of them.
+const MAX_UNASKED_BYTES: usize = 4 << 10;
+/// The most bytes of the server's `instructions` kept from its answer to the handshake, which
+/// rmcp logs whole at INFO ("Service initialized as client"); the client does not use them.
+const MAX_INSTRUCTIONS_BYTES: usize = 4 << 10;
+
+/// A transport whose incoming messages are screened before rmcp sees them (see
+/// [`MAX_UNASKED_BYTES`], [`MAX_INSTRUCTIONS_BYTES`]).
+struct Screened<T> {
+    inner: T,
+}
+
+impl<T> Transport<RoleClient> for Screened<T>
+where
+    T: Transport<RoleClient>,
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            if let Some(message) = screen(self.inner.receive().await?) {
+                return Some(message);
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// `message`, or `None` when it is dropped; the handshake's answer loses what is past
+/// [`MAX_INSTRUCTIONS_BYTES`] of its instructions.
+fn screen(message: RxJsonRpcMessage<RoleClient>) -> Option<RxJsonRpcMessage<RoleClient>> {
+    match message {
+        JsonRpcMessage::Notification(notification) => {
+            let bytes = json_len!(&notification);
+            if bytes > MAX_UNASKED_BYTES {
+                tracing::debug!(
+                    bytes,
+                    "an oversized notification from the MCP server dropped"
+                );
+                return None;
+            }
+            Some(JsonRpcMessage::Notification(notification))
+        }
+        JsonRpcMessage::Request(request) => {
+            let bytes = json_len!(&request);
+            if bytes > MAX_UNASKED_BYTES {
+                tracing::debug!(bytes, "an oversized request from the MCP server dropped");
+                return None;
+            }
+            Some(JsonRpcMessage::Request(request))
+        }
+        JsonRpcMessage::Response(mut response) => {
+            if let ServerResult::InitializeResult(result) = &mut response.result
+                && let Some(instructions) = &mut result.instructions
+                && instructions.len() > MAX_INSTRUCTIONS_BYTES
+            {
+                let mut end = MAX_INSTRUCTIONS_BYTES;
+                while !instructions.is_char_boundary(end) {
+                    end -= 1;
+                }
+                instructions.truncate(end);
+            }
+            Some(JsonRpcMessage::Response(response))
+        }
+        other => Some(other),
+    }
+}
+
 /// Runs the MCP client handshake over any transport rmcp accepts (HTTP, a child process, a
-/// duplex); every constructor goes through it so they fail alike.
+/// duplex), its incoming messages screened; every constructor goes through it so they fail
+/// alike.
 async fn handshake<T, E, A>(transport: T) -> Result<RunningService<RoleClient, ()>, McpError>
 where
-    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    T: IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
+    let transport = Screened {
+        inner: transport.into_transport(),
+    };
     let service = tokio::time::timeout(ANSWER_TIMEOUT, ().serve(transport))
         .await
         .map_err(|_| {
@@ -486,22 +596,4 @@ where
         .set_response_cache_config(ClientCacheConfig::disabled())
         .await;
     Ok(service)
-}
-
-/// The length of `tool`'s definition as JSON, without building the text.
-fn json_len(tool: &McpTool) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing into a counter cannot fail; a value that cannot be written counts what it wrote.
-    let _ = serde_json::to_writer(&mut count, tool);
-    count.0
 }
