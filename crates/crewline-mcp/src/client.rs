@@ -116,13 +116,13 @@ macro_rules! json_len {
 ///
 /// The server answers the handshake within 10 s, and each page of its tool list within
 /// [`with_list_timeout`](Self::with_list_timeout) (10 s), or the client gives up
-/// ([`McpError::Session`]). What the server sends is bounded: rmcp reads at most 16 MiB per JSON body, SSE event or
-/// stdio line and 64 KiB of an HTTP error body; the tool list is taken up to
-/// [`with_max_tools`](Self::with_max_tools) tools (1,024) over as many pages at most, each
-/// tool's definition up to [`with_max_tool_bytes`](Self::with_max_tool_bytes) (64 KiB), and
-/// rmcp's cache of list answers is off (it would keep up to 512 of them). What the server sends
-/// unasked (notifications, requests) reaches rmcp, which logs it whole at INFO or WARN, only
-/// up to 4 KiB each (larger ones are dropped; the client uses none of them), and the
+/// ([`McpError::Session`]). What the server sends is bounded: rmcp reads at most 16 MiB per
+/// JSON body, SSE event or stdio line and 64 KiB of an HTTP error body; the tool list is taken
+/// up to [`with_max_tools`](Self::with_max_tools) tools (1,024) over as many pages at most,
+/// each tool's definition up to [`with_max_tool_bytes`](Self::with_max_tool_bytes) (64 KiB),
+/// and rmcp's cache of list answers is off (it would keep up to 512 of them). What the server
+/// sends unasked (notifications, requests), which rmcp logs whole at INFO or WARN, reaches it
+/// only up to 4 KiB a message (larger ones are dropped; the client uses none of them), and the
 /// `instructions` of its handshake answer are cut to 4 KiB.
 #[derive(Clone)]
 pub struct McpClient {
