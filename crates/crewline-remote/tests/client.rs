@@ -595,3 +595,28 @@ async fn a_poll_with_a_thousand_tool_calls_runs_them_at_most_the_cap_at_a_time()
     assert_eq!(outcome.calls_answered, 1000, "every call is still answered");
     assert_eq!(fake.lock().expect("fake lock").answers.len(), 1000);
 }
+
+#[tokio::test]
+async fn an_event_with_a_megabyte_id_is_skipped_and_the_others_are_answered() {
+    let long_id = "e".repeat(1 << 20);
+    let (url, fake) = fake_api(vec![PollReply::Running(vec![
+        tool_call(&long_id, 1000, "get_weather", json!({"location": "Paris"})),
+        tool_call("evt_2", 2000, "get_weather", json!({"location": "Paris"})),
+    ])])
+    .await;
+
+    let outcome = client(&url)
+        .serve("task_abc123", &registry())
+        .await
+        .expect("served");
+
+    assert_eq!(outcome.calls_answered, 1);
+    let fake = fake.lock().expect("fake lock");
+    assert_eq!(fake.answers.len(), 1, "only the ordinary event is answered");
+    assert_eq!(fake.answers[0]["id"], "evt_2");
+    assert_eq!(
+        fake.cursors.last(),
+        Some(&2000),
+        "the cursor moves past the skipped event"
+    );
+}

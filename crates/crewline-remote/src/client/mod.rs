@@ -12,7 +12,8 @@
 //! [`ClientConfig::max_response_bytes`] (8 MiB; past it [`ClientError::TooLarge`], nothing more
 //! is read), an error body up to 64 KiB (its first 500 characters become the error's detail),
 //! and however many tool calls a poll brings, at most [`ClientConfig::max_concurrent_calls`]
-//! (64) run at once, the others as those finish.
+//! (64) run at once, the others as those finish. An event whose id is over 256 bytes is
+//! skipped with a warning.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -44,6 +45,9 @@ pub use self::{
 
 /// How many event ids the client remembers for deduplication.
 const SEEN_EVENTS: usize = 4096;
+/// The longest event id the client handles: ids are remembered ([`SEEN_EVENTS`] of them) and
+/// sent back with the answer, and real ones are a few dozen bytes (`evt_` and a UUID).
+const MAX_EVENT_ID_BYTES: usize = 256;
 /// How much of an error response's body is read, for its `detail`: enough for any real
 /// explanation, never a whole (hostile) page.
 const ERROR_BODY_BYTES: usize = 64 << 10;
@@ -236,6 +240,21 @@ impl TaskClient {
             let task = self.poll(task_id, cursor).await?;
             let mut fresh = 0usize;
             for event in task.events {
+                if event.id.len() > MAX_EVENT_ID_BYTES {
+                    // Remembered for deduplication, echoed in the answer: an id of any length
+                    // would let the API make the client hold megabytes per event for as long
+                    // as it remembers ids. No real event id is that long; the event is skipped
+                    // (and the cursor moved past it, so it is not fetched again).
+                    tracing::warn!(
+                        id = %event.id.chars().take(32).collect::<String>(),
+                        bytes = event.id.len(),
+                        "an event with an over-long id was skipped"
+                    );
+                    if let Some(timestamp) = event.timestamp {
+                        cursor = cursor.max(timestamp);
+                    }
+                    continue;
+                }
                 if !seen.insert(&event.id) {
                     outcome.duplicates_skipped += 1;
                     continue;
