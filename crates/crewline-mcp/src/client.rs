@@ -7,10 +7,13 @@ use crewline_core::ToolErrorKind;
 use crewline_tools::{Tool, ToolError, ToolPolicy, ToolRegistry};
 use rmcp::{
     Peer, RoleClient, ServiceExt,
-    model::{CallToolRequestParams, CallToolResult, ContentBlock, Tool as McpTool},
-    service::RunningService,
+    model::{
+        CallToolRequestParams, CallToolResult, ContentBlock, JsonRpcMessage,
+        PaginatedRequestParams, ServerResult, Tool as McpTool,
+    },
+    service::{ClientCacheConfig, RunningService, RxJsonRpcMessage, TxJsonRpcMessage},
     transport::{
-        StreamableHttpClientTransport, TokioChildProcess,
+        IntoTransport, StreamableHttpClientTransport, TokioChildProcess, Transport,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
@@ -18,6 +21,28 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::McpError;
+
+/// Counts the bytes written into it: the length of a value as JSON, without the text.
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length of `$value` as JSON (what could not be written is not counted).
+macro_rules! json_len {
+    ($value:expr) => {{
+        let mut count = Count(0);
+        let _ = serde_json::to_writer(&mut count, $value);
+        count.0
+    }};
+}
 
 /// A connection to an MCP server whose tools a crew can use.
 ///
@@ -88,10 +113,78 @@ use crate::McpError;
 /// server stops the call too.
 ///
 /// The connection stays open while the client or any of its tools is alive.
+///
+/// The server answers the handshake within 10 s, and each page of its tool list within
+/// [`with_list_timeout`](Self::with_list_timeout) (10 s), or the client gives up
+/// ([`McpError::Session`]). What the server sends is bounded: rmcp reads at most 16 MiB per
+/// JSON body, SSE event or stdio line and 64 KiB of an HTTP error body; the tool list is taken
+/// up to [`with_max_tools`](Self::with_max_tools) tools (1,024) over as many pages at most,
+/// each tool's definition up to [`with_max_tool_bytes`](Self::with_max_tool_bytes) (64 KiB),
+/// and rmcp's cache of list answers is off (it would keep up to 512 of them). What the server
+/// sends unasked (notifications, requests), which rmcp logs whole at INFO or WARN, reaches it
+/// only up to 4 KiB a message (larger ones are dropped; the client uses none of them), and the
+/// `instructions` of its handshake answer are cut to 4 KiB.
 #[derive(Clone)]
 pub struct McpClient {
     connection: Arc<Connection>,
     policy: ToolPolicy,
+    limits: ListLimits,
+}
+
+/// The default [`McpClient::with_max_tools`]: 1,024 tools, several times what any real MCP
+/// server offers (and a model is given at most 128 per request by most providers).
+const DEFAULT_MAX_TOOLS: usize = 1024;
+/// The default [`McpClient::with_max_tool_bytes`]: 64 KiB for one tool's name, description
+/// and schemas as JSON. Real definitions are a few KiB, and each is sent with every model
+/// request of every call.
+const DEFAULT_MAX_TOOL_BYTES: usize = 64 << 10;
+
+/// How much of a server's tool list the client takes.
+#[derive(Debug, Clone, Copy)]
+struct ListLimits {
+    max_tools: usize,
+    max_tool_bytes: usize,
+    /// How long one page of the list may take.
+    page_timeout: Duration,
+}
+
+impl Default for ListLimits {
+    fn default() -> Self {
+        Self {
+            max_tools: DEFAULT_MAX_TOOLS,
+            max_tool_bytes: DEFAULT_MAX_TOOL_BYTES,
+            page_timeout: ANSWER_TIMEOUT,
+        }
+    }
+}
+
+/// How long the server may take to answer the handshake, or one page of its tool list: a
+/// server that accepts the connection and never answers would otherwise hold the crew's
+/// setup (and its `/ready`) forever.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the client gave up on a server: it went past what the client takes or waits for.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// No answer within [`ANSWER_TIMEOUT`].
+    #[error("the MCP server did not answer {what} within {after:?}")]
+    NoAnswer { what: &'static str, after: Duration },
+    /// More tools than the client takes.
+    #[error("the MCP server lists more than {limit} tools, the most this client takes")]
+    TooManyTools { limit: usize },
+    /// More pages than the client reads (a cursor that never ends).
+    #[error("the MCP server's tool list runs past {limit} pages, the most this client reads")]
+    TooManyPages { limit: usize },
+    /// One tool's definition is larger than the client takes.
+    #[error(
+        "the MCP server's tool `{name}` has a definition of {bytes} bytes, over the {limit} \
+         bytes this client takes for one tool"
+    )]
+    ToolTooLarge {
+        name: String,
+        bytes: usize,
+        limit: usize,
+    },
 }
 
 /// The running session, closed when the last holder drops it.
@@ -105,6 +198,9 @@ impl fmt::Debug for McpClient {
         f.debug_struct("McpClient")
             .field("server", &self.connection.label)
             .field("policy", &self.policy)
+            .field("max_tools", &self.limits.max_tools)
+            .field("max_tool_bytes", &self.limits.max_tool_bytes)
+            .field("list_timeout", &self.limits.page_timeout)
             .finish()
     }
 }
@@ -159,6 +255,7 @@ impl McpClient {
         Self {
             connection: Arc::new(Connection { service, label }),
             policy: ToolPolicy::default(),
+            limits: ListLimits::default(),
         }
     }
 
@@ -174,9 +271,34 @@ impl McpClient {
         self
     }
 
+    /// The same client, taking at most `max` tools from the server (default 1,024), over at
+    /// most as many pages; a longer list is refused whole.
+    pub fn with_max_tools(mut self, max: usize) -> Self {
+        self.limits.max_tools = max.max(1);
+        self
+    }
+
+    /// The same client, taking tools whose definition (name, description, schemas as JSON)
+    /// is at most `bytes` (default 64 KiB); a list with a larger one is refused whole.
+    pub fn with_max_tool_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_tool_bytes = bytes;
+        self
+    }
+
+    /// The same client, waiting at most `timeout` for each page of the server's tool list
+    /// (default 10 s).
+    pub fn with_list_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.page_timeout = timeout;
+        self
+    }
+
     /// The server's tools, each a [`Tool`] that calls it.
+    ///
+    /// A list over [`with_max_tools`](Self::with_max_tools) tools or pages, or with a tool
+    /// over [`with_max_tool_bytes`](Self::with_max_tool_bytes), is refused with
+    /// [`McpError::Session`] saying which limit; nothing of it is kept.
     pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-        let listed = self.connection.service.list_all_tools().await?;
+        let listed = self.list_tools().await?;
         Ok(listed
             .into_iter()
             .map(|remote| {
@@ -194,6 +316,51 @@ impl McpClient {
                 }) as Arc<dyn Tool>
             })
             .collect())
+    }
+
+    /// Every tool the server lists, page after page, within the limits.
+    async fn list_tools(&self) -> Result<Vec<McpTool>, McpError> {
+        let ListLimits {
+            max_tools,
+            max_tool_bytes,
+            page_timeout,
+        } = self.limits;
+        let refused = |refusal: Refused| McpError::Session(Box::new(refusal));
+        let peer = self.connection.service.peer();
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        // A page may hold no tool at all: the pages are bounded apart from the tools, so a
+        // cursor that never ends is refused too (not followed forever).
+        for _ in 0..max_tools {
+            let params = PaginatedRequestParams::default().with_cursor(cursor);
+            let page = tokio::time::timeout(page_timeout, peer.list_tools(Some(params)))
+                .await
+                .map_err(|_| {
+                    refused(Refused::NoAnswer {
+                        what: "a page of its tool list",
+                        after: page_timeout,
+                    })
+                })??;
+            for tool in page.tools {
+                if tools.len() == max_tools {
+                    return Err(refused(Refused::TooManyTools { limit: max_tools }));
+                }
+                let bytes = json_len!(&tool);
+                if bytes > max_tool_bytes {
+                    return Err(refused(Refused::ToolTooLarge {
+                        name: tool.name.chars().take(64).collect(),
+                        bytes,
+                        limit: max_tool_bytes,
+                    }));
+                }
+                tools.push(tool);
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
+        Err(refused(Refused::TooManyPages { limit: max_tools }))
     }
 
     /// Adds every tool of the server to `registry` and returns their names; if one cannot
@@ -321,14 +488,112 @@ fn remote_error(text: &Option<String>, structured: Option<&Value>) -> ToolError 
     }
 }
 
+/// The most bytes of a message the server sends unasked (a notification, a request) that
+/// reach rmcp, which logs each of them whole at INFO or WARN ("received notification",
+/// "rejected peer request"): a server could otherwise write megabytes into the crew's logs
+/// with every message. Larger ones are dropped; the client uses none of them.
+const MAX_UNASKED_BYTES: usize = 4 << 10;
+/// The most bytes of the server's `instructions` kept from its answer to the handshake, which
+/// rmcp logs whole at INFO ("Service initialized as client"); the client does not use them.
+const MAX_INSTRUCTIONS_BYTES: usize = 4 << 10;
+
+/// A transport whose incoming messages are screened before rmcp sees them (see
+/// [`MAX_UNASKED_BYTES`], [`MAX_INSTRUCTIONS_BYTES`]).
+struct Screened<T> {
+    inner: T,
+}
+
+impl<T> Transport<RoleClient> for Screened<T>
+where
+    T: Transport<RoleClient>,
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            if let Some(message) = screen(self.inner.receive().await?) {
+                return Some(message);
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// `message`, or `None` when it is dropped; the handshake's answer loses what is past
+/// [`MAX_INSTRUCTIONS_BYTES`] of its instructions.
+fn screen(message: RxJsonRpcMessage<RoleClient>) -> Option<RxJsonRpcMessage<RoleClient>> {
+    match message {
+        JsonRpcMessage::Notification(notification) => {
+            let bytes = json_len!(&notification);
+            if bytes > MAX_UNASKED_BYTES {
+                tracing::debug!(
+                    bytes,
+                    "an oversized notification from the MCP server dropped"
+                );
+                return None;
+            }
+            Some(JsonRpcMessage::Notification(notification))
+        }
+        JsonRpcMessage::Request(request) => {
+            let bytes = json_len!(&request);
+            if bytes > MAX_UNASKED_BYTES {
+                tracing::debug!(bytes, "an oversized request from the MCP server dropped");
+                return None;
+            }
+            Some(JsonRpcMessage::Request(request))
+        }
+        JsonRpcMessage::Response(mut response) => {
+            if let ServerResult::InitializeResult(result) = &mut response.result
+                && let Some(instructions) = &mut result.instructions
+                && instructions.len() > MAX_INSTRUCTIONS_BYTES
+            {
+                let mut end = MAX_INSTRUCTIONS_BYTES;
+                while !instructions.is_char_boundary(end) {
+                    end -= 1;
+                }
+                instructions.truncate(end);
+            }
+            Some(JsonRpcMessage::Response(response))
+        }
+        other => Some(other),
+    }
+}
+
 /// Runs the MCP client handshake over any transport rmcp accepts (HTTP, a child process, a
-/// duplex); every constructor goes through it so they fail alike.
+/// duplex), its incoming messages screened; every constructor goes through it so they fail
+/// alike.
 async fn handshake<T, E, A>(transport: T) -> Result<RunningService<RoleClient, ()>, McpError>
 where
-    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    T: IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    ().serve(transport)
+    let transport = Screened {
+        inner: transport.into_transport(),
+    };
+    let service = tokio::time::timeout(ANSWER_TIMEOUT, ().serve(transport))
         .await
-        .map_err(|error| McpError::Session(Box::new(error)))
+        .map_err(|_| {
+            McpError::Session(Box::new(Refused::NoAnswer {
+                what: "the handshake",
+                after: ANSWER_TIMEOUT,
+            }))
+        })?
+        .map_err(|error| McpError::Session(Box::new(error)))?;
+    // rmcp keeps list answers (up to 512 of them, each up to 16 MiB) for reuse; the client
+    // lists once per `tools()` and keeps what it took, so the server could only fill it.
+    service
+        .peer()
+        .set_response_cache_config(ClientCacheConfig::disabled())
+        .await;
+    Ok(service)
 }

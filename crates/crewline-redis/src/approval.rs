@@ -29,6 +29,16 @@ const UNAVAILABLE: &str = "approvals are unavailable right now (the approval sto
 /// What the model reads when too many calls wait for a decision (as the memory approver says).
 const FULL: &str = "too many calls are waiting for approval; try again later";
 
+/// What the model reads when a call is too large to park.
+const TOO_LARGE: &str = "this call's arguments are too large to be held for approval; nothing \
+                         was run, call it again with shorter arguments";
+
+/// The default [`RedisApproval::max_request_bytes`]: 64 KiB. A call that needs a person's
+/// approval (a payment, a refund) has arguments of a few hundred bytes; without a bound,
+/// `max_parked` calls of any size would sit in Redis and come back whole in every
+/// [`RedisApproval::pending`].
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 64 << 10;
+
 /// An approver that parks each `confirm` call in Redis until [`decide`](Self::decide) is called
 /// on any replica on the same Redis and prefix: the same behaviour as
 /// [`DeferredApproval`](crewline_tools::executor::approval::DeferredApproval), shared.
@@ -39,7 +49,9 @@ const FULL: &str = "too many calls are waiting for approval; try again later";
 /// runs out, it gets `ApprovalPending` and the call stays parked. A decision given then is
 /// kept in Redis and collected when the same call (same session, tool and arguments) is made
 /// again. Parked calls and uncollected decisions expire after [`ttl`](Self::ttl), in Redis
-/// itself; at most [`max_parked`](Self::max_parked) calls wait at once (more are denied).
+/// itself; at most [`max_parked`](Self::max_parked) calls wait at once (more are denied), each
+/// of at most [`max_request_bytes`](Self::max_request_bytes) (larger ones are denied without
+/// reaching Redis).
 /// Every replica of one prefix should use the same settings.
 ///
 /// While Redis cannot be reached, `request` denies the call (it is never run without a
@@ -70,6 +82,7 @@ pub struct RedisApproval {
     wait_timeout: Duration,
     ttl: Duration,
     max_parked: usize,
+    max_request_bytes: usize,
 }
 
 impl fmt::Debug for RedisApproval {
@@ -81,6 +94,7 @@ impl fmt::Debug for RedisApproval {
             .field("wait_timeout", &self.wait_timeout)
             .field("ttl", &self.ttl)
             .field("max_parked", &self.max_parked)
+            .field("max_request_bytes", &self.max_request_bytes)
             .finish()
     }
 }
@@ -161,6 +175,7 @@ impl RedisApproval {
             wait_timeout: DEFAULT_APPROVAL_WAIT,
             ttl: DEFAULT_APPROVAL_TTL,
             max_parked: DEFAULT_MAX_PARKED,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
     }
 
@@ -185,6 +200,13 @@ impl RedisApproval {
     /// How many calls may wait for a decision at once, all replicas together; more are denied.
     pub fn max_parked(mut self, max: usize) -> Self {
         self.max_parked = max;
+        self
+    }
+
+    /// The largest call (its request as JSON: tool, arguments, ids) that may be parked
+    /// (default 64 KiB, [`DEFAULT_MAX_REQUEST_BYTES`]); a larger one is denied, saying why.
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
         self
     }
 
@@ -265,6 +287,18 @@ impl RedisApproval {
                 .to_string();
         let json = serde_json::to_string(&Stored::of(request))
             .map_err(|error| Failure::Unreadable(format!("a request: {error}")))?;
+        if json.len() > self.max_request_bytes {
+            tracing::warn!(
+                approval_id = %request.id,
+                tool = %request.tool,
+                bytes = json.len(),
+                max = self.max_request_bytes,
+                "a call too large to park for approval is denied"
+            );
+            return Ok(ApprovalOutcome::Decided(ApprovalDecision::Deny {
+                reason: TOO_LARGE.to_owned(),
+            }));
+        }
         // Armed before the request goes out: a caller dropped while Redis parks its call (a
         // barge-in at that instant) still lets go of it, so the decision stays collectable by
         // the retry instead of waiting out the wait timeout.

@@ -42,7 +42,11 @@ use crewline_remote::{
 use redis::Script;
 use serde_json::{Value, json};
 
-pub use self::{approval::RedisApproval, connection::RedisConnection, error::RedisStoreError};
+pub use self::{
+    approval::{DEFAULT_MAX_REQUEST_BYTES, RedisApproval},
+    connection::RedisConnection,
+    error::RedisStoreError,
+};
 
 /// The environment variable with the Redis URL ([`RedisConfig::from_env`]).
 pub const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";

@@ -462,3 +462,39 @@ async fn while_redis_is_down_no_confirm_call_runs_and_approvals_work_again_once_
     assert_eq!(approved.content(), r#"{"refunded":1200}"#);
     assert_eq!(refunds.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_too_large_to_park_is_denied_without_reaching_redis_and_others_still_park() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let settings = |approvals: RedisApproval| approvals.wait(false);
+    let (a, b) = replicas(&server, "large:", settings).await;
+    let (tools, refunds) = crew(&a);
+    let session = tools.context();
+
+    // A refund whose arguments carry 1 MiB (what a prompt-injected model can ask for).
+    let note = "x".repeat(1 << 20);
+    let huge = ToolCall::new(
+        "c1",
+        "refund",
+        json!({"cents": 1, "note": note}).to_string(),
+    );
+    let refused = run(&tools, huge, &session).await;
+
+    assert_eq!(refused.error_kind(), Some(ToolErrorKind::ApprovalDenied));
+    assert!(
+        error_message(&refused).contains("too large to be held for approval"),
+        "{}",
+        error_message(&refused)
+    );
+    assert!(
+        b.pending().await.expect("pending").is_empty(),
+        "nothing was parked"
+    );
+    // The call goes on: a refund of ordinary size is parked as before, and none ran.
+    let parked = run(&tools, refund("c2", 2), &session).await;
+    assert_eq!(parked.error_kind(), Some(ToolErrorKind::ApprovalPending));
+    assert_eq!(b.pending().await.expect("pending").len(), 1);
+    assert_eq!(refunds.load(Ordering::SeqCst), 0);
+}

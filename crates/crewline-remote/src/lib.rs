@@ -34,7 +34,8 @@ pub mod store_contract;
 pub mod wire;
 
 pub use client::{
-    ApiKey, Backoff, ClientConfig, ClientError, TaskClient, TaskOutcome, answer_for, run_tool_call,
+    ApiKey, Backoff, ClientConfig, ClientError, MAX_CONCURRENT_CALLS, MAX_RESPONSE_BYTES,
+    TaskClient, TaskOutcome, answer_for, run_tool_call,
 };
 pub use server::{
     AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_BYTES,

@@ -388,3 +388,235 @@ async fn an_unreachable_server_is_a_network_error_after_retries() {
         "{error}"
     );
 }
+
+/// A server that answers every request with `head` (status line and headers), then `body`,
+/// then holds the connection open without another byte: what a hostile or broken task API
+/// (or a proxy in front of one) can do.
+async fn raw_api(head: &'static str, body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local addr");
+    let body = Arc::new(body);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let body = Arc::clone(&body);
+            tokio::spawn(async move {
+                // The request head (no request here has a body worth waiting for).
+                let mut request = [0u8; 4096];
+                let _ = socket.read(&mut request).await;
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+                // Never finishes the body: only a client that stops on its own returns.
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn a_poll_answer_declaring_a_gigabyte_is_refused_at_once_without_reading_it() {
+    // 1 GiB declared, a few bytes sent, then nothing: reading it whole would wait out the
+    // request timeout (and, were it sent, hold a gigabyte).
+    let url = raw_api(
+        "HTTP/1.1 202 Accepted\r\ncontent-type: application/json\r\ncontent-length: 1073741824\r\n\r\n",
+        br#"{"r": {"id": "task_abc123", "status": "running", "events": ["#.to_vec(),
+    )
+    .await;
+    let client = TaskClient::new(
+        ClientConfig::new(url)
+            .long_poll(None)
+            .request_timeout(Duration::from_secs(20)),
+    )
+    .expect("client");
+
+    let started = std::time::Instant::now();
+    let error = client.poll("task_abc123", 0).await.expect_err("too large");
+
+    assert!(
+        matches!(error, ClientError::TooLarge { limit } if limit == crewline_remote::MAX_RESPONSE_BYTES),
+        "{error}"
+    );
+    assert!(
+        !error.is_retryable(),
+        "the same poll would bring the same body"
+    );
+    assert!(error.to_string().contains("8388608 bytes"), "{error}");
+    // Not a speed assertion: refused before the 20 s request timeout could end it instead.
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+#[tokio::test]
+async fn a_poll_answer_over_the_limit_is_refused_once_the_limit_is_read() {
+    // No declared length (chunked): the client counts what it reads. Valid JSON, so a client
+    // that read it whole would accept it.
+    let padding = "x".repeat(1 << 20);
+    let events = serde_json::to_string(&json!({"r": {"id": "task_abc123", "status": "running",
+        "events": [], "padding": padding}}))
+    .expect("json");
+    let app = Router::new().route(
+        "/api/v1/task/{id}",
+        get(move || {
+            let events = events.clone();
+            async move { (StatusCode::ACCEPTED, events) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let limit = 256 << 10;
+    let client = TaskClient::new(
+        ClientConfig::new(format!("http://{addr}/api/v1"))
+            .long_poll(None)
+            .max_response_bytes(limit),
+    )
+    .expect("client");
+
+    let error = client.poll("task_abc123", 0).await.expect_err("too large");
+
+    assert!(
+        matches!(error, ClientError::TooLarge { limit: l } if l == limit),
+        "{error}"
+    );
+    // The same body fits under a limit above it: nothing else changed.
+    let roomy = TaskClient::new(
+        ClientConfig::new(format!("http://{addr}/api/v1"))
+            .long_poll(None)
+            .max_response_bytes(2 << 20),
+    )
+    .expect("client");
+    let task = roomy.poll("task_abc123", 0).await.expect("fits");
+    assert_eq!(task.id, "task_abc123");
+}
+
+#[tokio::test]
+async fn an_endless_error_body_is_read_only_for_its_first_bytes() {
+    // A 500 whose body never ends (100 KiB sent, then silence): the client takes the start of
+    // it as the detail and retries, instead of waiting for an end that never comes.
+    let url = raw_api(
+        "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/html\r\ntransfer-encoding: chunked\r\n\r\n",
+        {
+            let chunk = vec![b'<'; 100 << 10];
+            let mut body = format!("{:x}\r\n", chunk.len()).into_bytes();
+            body.extend_from_slice(&chunk);
+            body.extend_from_slice(b"\r\n");
+            body
+        },
+    )
+    .await;
+    let client = TaskClient::new(
+        ClientConfig::new(url)
+            .long_poll(None)
+            .request_timeout(Duration::from_secs(20))
+            .backoff(Backoff {
+                initial: Duration::from_millis(1),
+                max: Duration::from_millis(2),
+                max_attempts: 2,
+            }),
+    )
+    .expect("client");
+
+    let error = client.poll("task_abc123", 0).await.expect_err("a 500");
+
+    match error {
+        ClientError::GaveUp { attempts: 2, last } => match *last {
+            ClientError::Status {
+                status: 500,
+                detail,
+            } => {
+                assert_eq!(detail.chars().count(), 500, "the detail is cut");
+                assert!(detail.chars().all(|c| c == '<'), "{detail}");
+            }
+            other => panic!("expected the 500, got {other}"),
+        },
+        other => panic!("expected GaveUp after 2 attempts, got {other}"),
+    }
+}
+
+/// A tool that counts how many of its calls run at once.
+struct Counting {
+    running: Arc<std::sync::atomic::AtomicUsize>,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Counting {
+    fn name(&self) -> &str {
+        "count"
+    }
+    fn description(&self) -> &str {
+        "Counts its concurrent calls."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _arguments: Value) -> Result<Value, ToolError> {
+        use std::sync::atomic::Ordering;
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        // Long enough for every call the client lets run to be running together.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        Ok(json!("counted"))
+    }
+}
+
+#[tokio::test]
+async fn a_poll_with_a_thousand_tool_calls_runs_them_at_most_the_cap_at_a_time() {
+    let calls: Vec<Value> = (1..=1000)
+        .map(|i| tool_call(&format!("evt_{i}"), i, "count", json!({})))
+        .collect();
+    let (url, fake) = fake_api(vec![PollReply::Running(calls)]).await;
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut registry = ToolRegistry::new().with_default_exports(Exports::only(&[Target::Remote]));
+    registry
+        .register(Counting {
+            running: Arc::default(),
+            most: Arc::clone(&most),
+        })
+        .expect("count");
+
+    let outcome = client(&url)
+        .serve("task_abc123", &registry)
+        .await
+        .expect("served");
+
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        most <= crewline_remote::MAX_CONCURRENT_CALLS,
+        "{most} calls ran at once"
+    );
+    assert!(most > 1, "calls still run side by side ({most})");
+    assert_eq!(outcome.calls_answered, 1000, "every call is still answered");
+    assert_eq!(fake.lock().expect("fake lock").answers.len(), 1000);
+}
+
+#[tokio::test]
+async fn an_event_with_a_megabyte_id_is_skipped_and_the_others_are_answered() {
+    let long_id = "e".repeat(1 << 20);
+    let (url, fake) = fake_api(vec![PollReply::Running(vec![
+        tool_call(&long_id, 1000, "get_weather", json!({"location": "Paris"})),
+        tool_call("evt_2", 2000, "get_weather", json!({"location": "Paris"})),
+    ])])
+    .await;
+
+    let outcome = client(&url)
+        .serve("task_abc123", &registry())
+        .await
+        .expect("served");
+
+    assert_eq!(outcome.calls_answered, 1);
+    let fake = fake.lock().expect("fake lock");
+    assert_eq!(fake.answers.len(), 1, "only the ordinary event is answered");
+    assert_eq!(fake.answers[0]["id"], "evt_2");
+    assert_eq!(
+        fake.cursors.last(),
+        Some(&2000),
+        "the cursor moves past the skipped event"
+    );
+}

@@ -113,11 +113,27 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// How failed requests are retried.
     pub backoff: Backoff,
+    /// The largest response body read from the API (default 8 MiB, [`MAX_RESPONSE_BYTES`]);
+    /// a larger one is [`ClientError::TooLarge`](crate::ClientError::TooLarge), read no
+    /// further. An error body is read up to 64 KiB whatever this says.
+    pub max_response_bytes: usize,
+    /// The most tool calls run at once (default 64, [`MAX_CONCURRENT_CALLS`]); past it the
+    /// client runs the rest of a poll's calls as earlier ones finish, and polls again after.
+    pub max_concurrent_calls: usize,
 }
+
+/// The default [`ClientConfig::max_response_bytes`]: 8 MiB. A task's whole state is a few tool
+/// specs and calls of a few KiB (a crewline task API holds at most 1 MiB per task), so this is
+/// far above any real answer and far below harm.
+pub const MAX_RESPONSE_BYTES: usize = 8 << 20;
+
+/// The default [`ClientConfig::max_concurrent_calls`]: 64. A model asks for at most a few
+/// calls at once (crewline runs 16 per answer), so only a broken or hostile API meets it.
+pub const MAX_CONCURRENT_CALLS: usize = 64;
 
 impl ClientConfig {
     /// A configuration for `base_url`, without a key: 250 ms between idle polls, 10 s long
-    /// polls, 30 s request timeout, default backoff.
+    /// polls, 30 s request timeout, default backoff, bodies up to 8 MiB, 64 calls at once.
     pub fn new(base_url: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
@@ -126,6 +142,8 @@ impl ClientConfig {
             long_poll: Some(Duration::from_secs(10)),
             request_timeout: Duration::from_secs(30),
             backoff: Backoff::default(),
+            max_response_bytes: MAX_RESPONSE_BYTES,
+            max_concurrent_calls: MAX_CONCURRENT_CALLS,
         }
     }
 
@@ -156,6 +174,18 @@ impl ClientConfig {
     /// With this request timeout.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// With response bodies of at most `bytes`.
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// With at most `calls` tool calls running at once (at least one).
+    pub fn max_concurrent_calls(mut self, calls: usize) -> Self {
+        self.max_concurrent_calls = calls.max(1);
         self
     }
 }

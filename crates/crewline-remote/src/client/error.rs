@@ -31,6 +31,14 @@ pub enum ClientError {
         /// The API's explanation.
         detail: String,
     },
+    /// The API sent a response body larger than the client reads
+    /// ([`ClientConfig::max_response_bytes`](crate::ClientConfig::max_response_bytes)); it was
+    /// not read further. Not retried: the same request would bring the same body.
+    #[error("the task API sent a response body over {limit} bytes, the most this client reads")]
+    TooLarge {
+        /// The limit it went over.
+        limit: usize,
+    },
     /// A success response did not have the expected shape.
     #[error("the task API sent a body that is not the expected {what}: {source}")]
     Decode {

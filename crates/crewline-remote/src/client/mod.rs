@@ -7,6 +7,13 @@
 //! answered with `POST /task/{id}/event`. Events are deduplicated by id, events that come with
 //! the final poll are still answered, and network errors, 5xx and 429 are retried with
 //! exponential backoff up to a limit, after which a typed [`ClientError::GaveUp`] is returned.
+//!
+//! What the API sends is bounded whatever it is: a response body is read up to
+//! [`ClientConfig::max_response_bytes`] (8 MiB; past it [`ClientError::TooLarge`], nothing more
+//! is read), an error body up to 64 KiB (its first 500 characters become the error's detail),
+//! and however many tool calls a poll brings, at most [`ClientConfig::max_concurrent_calls`]
+//! (64) run at once, the others as those finish. An event whose id is over 256 bytes is
+//! skipped with a warning.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -32,12 +39,18 @@ mod config;
 mod error;
 
 pub use self::{
-    config::{ApiKey, Backoff, ClientConfig},
+    config::{ApiKey, Backoff, ClientConfig, MAX_CONCURRENT_CALLS, MAX_RESPONSE_BYTES},
     error::ClientError,
 };
 
 /// How many event ids the client remembers for deduplication.
 const SEEN_EVENTS: usize = 4096;
+/// The longest event id the client handles: ids are remembered ([`SEEN_EVENTS`] of them) and
+/// sent back with the answer, and real ones are a few dozen bytes (`evt_` and a UUID).
+const MAX_EVENT_ID_BYTES: usize = 256;
+/// How much of an error response's body is read, for its `detail`: enough for any real
+/// explanation, never a whole (hostile) page.
+const ERROR_BODY_BYTES: usize = 64 << 10;
 
 /// How a served task ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -227,6 +240,21 @@ impl TaskClient {
             let task = self.poll(task_id, cursor).await?;
             let mut fresh = 0usize;
             for event in task.events {
+                if event.id.len() > MAX_EVENT_ID_BYTES {
+                    // Remembered for deduplication, echoed in the answer: an id of any length
+                    // would let the API make the client hold megabytes per event for as long
+                    // as it remembers ids. No real event id is that long; the event is skipped
+                    // (and the cursor moved past it, so it is not fetched again).
+                    tracing::warn!(
+                        id = %event.id.chars().take(32).collect::<String>(),
+                        bytes = event.id.len(),
+                        "an event with an over-long id was skipped"
+                    );
+                    if let Some(timestamp) = event.timestamp {
+                        cursor = cursor.max(timestamp);
+                    }
+                    continue;
+                }
                 if !seen.insert(&event.id) {
                     outcome.duplicates_skipped += 1;
                     continue;
@@ -238,6 +266,13 @@ impl TaskClient {
                 if event.name != TOOL_CALL {
                     tracing::debug!(event = %event.name, id = %event.id, "event skipped");
                     continue;
+                }
+                // However many calls one poll brings, at most `max_concurrent_calls` run at
+                // once: the rest wait here (and polling with them) for a running one to end.
+                while calls.len() >= self.config.max_concurrent_calls.max(1) {
+                    if let Some(done) = calls.join_next().await {
+                        outcome.count(done);
+                    }
                 }
                 let client = self.clone();
                 let (tools, context, task_id) =
@@ -307,13 +342,20 @@ impl TaskClient {
         }
         let response = request.send().await.map_err(ClientError::Network)?;
         let status = response.status();
-        let body = response.bytes().await.map_err(ClientError::Network)?;
         if status.is_success() {
+            let body = read_body(response, self.config.max_response_bytes).await?;
             return Ok((status, body));
         }
+        let body = read_prefix(response, ERROR_BODY_BYTES)
+            .await
+            .map_err(ClientError::Network)?;
+        // The explanation goes into errors and log lines: its first 500 characters.
         let detail = serde_json::from_slice::<ErrorBody>(&body)
             .map(|e| e.detail)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&body).chars().take(500).collect());
+            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned())
+            .chars()
+            .take(500)
+            .collect();
         Err(match status.as_u16() {
             code @ (401 | 403) => ClientError::Unauthorized {
                 status: code,
@@ -380,6 +422,40 @@ fn not_found(error: ClientError, task_id: &str) -> ClientError {
         ClientError::Status { status: 404, .. } => ClientError::TaskNotFound(task_id.to_owned()),
         other => other,
     }
+}
+
+/// The whole body of `response`, or [`ClientError::TooLarge`] as soon as it is known to be
+/// over `limit` (its declared length, or the bytes read so far): never more than `limit` is
+/// held.
+async fn read_body(mut response: reqwest::Response, limit: usize) -> Result<Bytes, ClientError> {
+    let too_large = || ClientError::TooLarge { limit };
+    if response
+        .content_length()
+        .is_some_and(|length| length > u64::try_from(limit).unwrap_or(u64::MAX))
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(ClientError::Network)? {
+        if body.len().saturating_add(chunk.len()) > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
+}
+
+/// At most the first `limit` bytes of `response`'s body; the rest is never read.
+async fn read_prefix(mut response: reqwest::Response, limit: usize) -> reqwest::Result<Bytes> {
+    let mut body = Vec::new();
+    while body.len() < limit {
+        let Some(chunk) = response.chunk().await? else {
+            break;
+        };
+        let room = limit - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+    Ok(Bytes::from(body))
 }
 
 fn decode<T: DeserializeOwned>(body: &[u8], what: &'static str) -> Result<T, ClientError> {

@@ -43,12 +43,17 @@ use crewline::{
 };
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
-use tokio::{sync::mpsc, task::JoinHandle, time::Instant};
+use tokio::{
+    sync::{OwnedSemaphorePermit, mpsc},
+    task::JoinHandle,
+    time::Instant,
+};
 use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 
 pub use frame::{CrewFrame, ReceivedFrame, ToolLog};
 pub(crate) use in_process::{SetupFn, shared as shared_setup};
 pub(crate) use socket::open_socket;
+pub use socket::{INBOUND_BYTES, MAX_MESSAGE_BYTES};
 use socket::{read_frames, write_frames};
 pub use turn::{InterruptReport, ToolActivity, ToolOutcome, Turn, TurnFrame, TurnSummary};
 
@@ -218,8 +223,9 @@ fn close_detail(code: Option<u16>, reason: &str) -> String {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Inbound {
-    /// A decoded frame and when it arrived.
-    Frame(Instant, Event),
+    /// A decoded frame, when it arrived, and its share of the reader's byte budget (given
+    /// back when the item is dropped: once the client has taken it).
+    Frame(Instant, Event, Option<OwnedSemaphorePermit>),
     /// A frame that is not a protocol event.
     Undecodable(String),
     /// The socket ended.
@@ -339,7 +345,7 @@ impl PlatformClient {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         // Detached: it ends when the queue closes or the socket fails (see `write_frames`).
         tokio::spawn(write_frames(sink, out_rx));
-        let reader = tokio::spawn(read_frames(stream, in_tx));
+        let reader = tokio::spawn(read_frames(stream, in_tx, INBOUND_BYTES));
         Self::open(config, out_tx, in_rx, reader).await
     }
 
@@ -407,7 +413,7 @@ impl PlatformClient {
                         after: self.timeouts.ready,
                     })?;
             match item {
-                Inbound::Frame(_, event) => match event.body {
+                Inbound::Frame(_, event, _) => match event.body {
                     EventBody::AgentReady => return Ok(()),
                     EventBody::AgentError(error) => {
                         return Err(PlatformError::Rejected {
@@ -589,7 +595,7 @@ impl PlatformClient {
     /// skipped, a close is an error, hand-offs are remembered.
     fn accept(&mut self, item: Inbound) -> Result<Accepted, PlatformError> {
         match item {
-            Inbound::Frame(at, event) => {
+            Inbound::Frame(at, event, _) => {
                 let interrupt = matches!(event.body, EventBody::Interrupt);
                 match CrewFrame::from_body(event.body) {
                     None => {

@@ -1,10 +1,14 @@
 //! The socket transport: the WebSocket connection to a crew, its reader and writer tasks.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use crewline::protocol;
 use futures::{SinkExt, StreamExt};
-use tokio::{net::TcpStream, sync::mpsc, time::Instant};
+use tokio::{
+    net::TcpStream,
+    sync::{Semaphore, mpsc},
+    time::Instant,
+};
 use tokio_tungstenite::{
     WebSocketStream,
     tungstenite::{
@@ -15,6 +19,16 @@ use tokio_tungstenite::{
 };
 
 use super::{Inbound, PlatformConfig, PlatformError};
+
+/// The largest message (or frame) read from a crew: 16 MiB. A crew's largest real frame is an
+/// `agent.log` carrying a tool result (1 MiB at most by default); tungstenite's own limits
+/// (64 MiB a message) would let any URL the client is pointed at make it hold that much.
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// The bytes of received frames that may wait for the caller: 64 MiB. Past it the reader stops
+/// reading (TCP then holds the crew back) until the caller takes frames, so a crew that sends
+/// while nobody reads (between turns) cannot fill memory with the 4,096 frames the queue holds.
+pub const INBOUND_BYTES: usize = 64 << 20;
 
 /// The longest one frame may take to write; a crew that stops reading cannot hold the writer
 /// (and its socket) forever.
@@ -65,7 +79,10 @@ pub(crate) async fn open_socket(
     let _ = tcp.set_nodelay(true);
     // tungstenite zero-fills its whole read buffer (128 KiB by default) on every read; crew
     // frames are small, and a larger one still grows the buffer to fit.
-    let config = tungstenite::protocol::WebSocketConfig::default().read_buffer_size(8 * 1024);
+    let config = tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(8 * 1024)
+        .max_message_size(Some(MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(MAX_MESSAGE_BYTES));
     let (socket, _response) =
         tokio_tungstenite::client_async_with_config(request, tcp, Some(config))
             .await
@@ -73,15 +90,25 @@ pub(crate) async fn open_socket(
     Ok(socket)
 }
 
-/// Reads frames until the socket ends, stamping each on arrival.
+/// Reads frames until the socket ends, stamping each on arrival; frames the caller has not
+/// taken yet hold at most `budget` bytes.
 pub(super) async fn read_frames(
     mut stream: futures::stream::SplitStream<WebSocketStream<TcpStream>>,
     inbound: mpsc::Sender<Inbound>,
+    budget: usize,
 ) {
+    // A frame larger than the whole budget (only with a budget below MAX_MESSAGE_BYTES) takes
+    // all of it rather than waiting forever.
+    let room = budget;
+    let budget = Arc::new(Semaphore::new(budget));
     let closed = loop {
         let item = match stream.next().await {
-            Some(Ok(WsMessage::Binary(bytes))) => decode(&bytes),
-            Some(Ok(WsMessage::Text(text))) => decode(text.as_bytes()),
+            Some(Ok(WsMessage::Binary(bytes))) => {
+                held(decode(&bytes), bytes.len().min(room), &budget).await
+            }
+            Some(Ok(WsMessage::Text(text))) => {
+                held(decode(text.as_bytes()), text.len().min(room), &budget).await
+            }
             Some(Ok(WsMessage::Close(frame))) => {
                 break match frame {
                     Some(frame) => Inbound::Closed {
@@ -118,11 +145,21 @@ pub(super) async fn read_frames(
     let _ = inbound.send(closed).await;
 }
 
+/// `item` (a frame of `len` bytes) once the budget has room for it, holding its share.
+async fn held(mut item: Inbound, len: usize, budget: &Arc<Semaphore>) -> Inbound {
+    if let Inbound::Frame(_, _, share) = &mut item {
+        // `len` is at most the budget, far below u32::MAX; the semaphore is never closed.
+        let permits = u32::try_from(len).unwrap_or(u32::MAX);
+        *share = Arc::clone(budget).acquire_many_owned(permits).await.ok();
+    }
+    item
+}
+
 /// A frame's bytes as a reader item, stamped now.
 pub(crate) fn decode(bytes: &[u8]) -> Inbound {
     let at = Instant::now();
     match protocol::decode(bytes) {
-        Ok(event) => Inbound::Frame(at, event),
+        Ok(event) => Inbound::Frame(at, event, None),
         Err(error) => Inbound::Undecodable(error.to_string()),
     }
 }

@@ -1,0 +1,120 @@
+//! What a crew (or anything at the URL the platform client is pointed at, as `crewline chat`
+//! is) can make the client hold: one message of at most `MAX_MESSAGE_BYTES`, and at most
+//! `INBOUND_BYTES` of frames the caller has not taken yet.
+
+use std::time::Duration;
+
+use crewline::protocol::{self, Event, EventBody};
+use crewline_testkit::platform::{
+    CrewFrame, INBOUND_BYTES, MAX_MESSAGE_BYTES, PlatformClient, PlatformConfig, PlatformError,
+    Timeouts,
+};
+use futures::{SinkExt, StreamExt};
+use tokio::{net::TcpListener, sync::mpsc};
+use tokio_tungstenite::tungstenite::Message;
+
+/// A crew on 127.0.0.1:0 that answers the handshake with `agent.ready`, then sends each
+/// message `messages` yields; every message it has finished sending is counted on `sent`.
+async fn crew(messages: Vec<Vec<u8>>, sent: mpsc::UnboundedSender<usize>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.expect("accept");
+        let mut socket = tokio_tungstenite::accept_async(tcp).await.expect("upgrade");
+        let _init = socket.next().await;
+        let ready = protocol::encode(&Event::now(EventBody::AgentReady));
+        socket
+            .send(Message::Binary(ready.into()))
+            .await
+            .expect("ready");
+        for (i, message) in messages.into_iter().enumerate() {
+            if socket.send(Message::Binary(message.into())).await.is_err() {
+                return;
+            }
+            let _ = sent.send(i + 1);
+        }
+        // Stays open: the client decides when the call ends.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    });
+    format!("ws://{addr}/ws")
+}
+
+fn config(url: String) -> PlatformConfig {
+    let mut config = PlatformConfig::new(url);
+    config.send_user_joined = false;
+    config.timeouts = Timeouts {
+        ready: Duration::from_secs(10),
+        ..Timeouts::default()
+    };
+    config
+}
+
+/// An `agent.speak` frame of about `bytes` bytes.
+fn speak(bytes: usize) -> Vec<u8> {
+    protocol::encode(&Event::now(EventBody::Speak {
+        text: "a".repeat(bytes),
+    }))
+}
+
+#[tokio::test]
+async fn a_message_over_the_limit_ends_the_connection_instead_of_being_held() {
+    let (sent, _) = mpsc::unbounded_channel();
+    // Sent before `agent.ready` would be, as the first thing after the handshake's answer.
+    let url = crew(vec![speak(MAX_MESSAGE_BYTES + 1)], sent).await;
+    let mut client = PlatformClient::connect(config(url))
+        .await
+        .expect("the handshake");
+
+    // Not `expect_err`: a frame taken whole would print 16 MiB.
+    let Err(error) = client.recv_idle(Duration::from_secs(10)).await else {
+        panic!("an oversized message was taken whole");
+    };
+
+    match error {
+        PlatformError::Closed { code: None, reason } => {
+            assert!(reason.contains("Message too long"), "{reason}");
+        }
+        other => panic!("expected the connection closed for the size, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn frames_nobody_takes_hold_at_most_the_inbound_budget_and_none_is_lost() {
+    // 200 frames of 1 MiB (three times the budget) sent while the caller takes none.
+    let count = 200;
+    let (sent, mut progress) = mpsc::unbounded_channel();
+    let url = crew((0..count).map(|_| speak(1 << 20)).collect(), sent).await;
+    let mut client = PlatformClient::connect(config(url))
+        .await
+        .expect("the handshake");
+
+    // The crew gets as far as the budget (plus what the sockets' buffers take) and no
+    // further while the caller is busy elsewhere.
+    let mut furthest = 0;
+    while let Ok(Some(n)) = tokio::time::timeout(Duration::from_secs(2), progress.recv()).await {
+        furthest = n;
+    }
+    let budget_frames = INBOUND_BYTES >> 20;
+    assert!(
+        furthest < count,
+        "the crew sent all {count} frames with nobody reading"
+    );
+    assert!(
+        furthest >= budget_frames - 1,
+        "the budget is used: only {furthest} frames got through"
+    );
+
+    // Once the caller takes them, every frame arrives, in order and whole.
+    for _ in 0..count {
+        let frame = client
+            .recv_idle(Duration::from_secs(10))
+            .await
+            .expect("a frame")
+            .expect("not idle");
+        assert!(
+            matches!(&frame.frame, CrewFrame::Speak { text } if text.len() == 1 << 20),
+            "{:?}",
+            frame.frame.wire_type()
+        );
+    }
+}
