@@ -29,6 +29,20 @@ use crate::{
 /// larger frame grows the buffer to fit once its header is read, so 4 KiB costs a long
 /// conversation at most one more read while every idle call keeps 4 KiB less.
 const READ_BUFFER_BYTES: usize = 4 * 1024;
+/// How many outbound bytes are gathered before a socket write: half tungstenite's default
+/// (128 KiB), several hundred answer chunks, so a burst of them is still one write.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// Room for the pongs a platform may be owed: the ping cap for the write timeout's 5 s is
+/// 500 pongs of at most 127 bytes, 62 KiB.
+const PONG_BYTES: usize = 128 * 1024;
+/// The most bytes a call's socket may hold unsent: one gathered write, the largest outbound
+/// frame, and the pongs owed. tungstenite's default is no limit, and a platform that pinged
+/// without reading made it queue a pong per ping without end (issue 30: 1.4 GiB in 10 s).
+/// The writer never queues more than one gathered write and one frame ahead of the socket;
+/// a pong past the cap is not queued (tungstenite keeps the latest one only), and a frame
+/// past it fails the call's next write: the platform has stopped reading.
+const MAX_WRITE_BUFFER_BYTES: usize =
+    WRITE_BUFFER_BYTES + crate::connection::MAX_OUTBOUND_FRAME_BYTES + PONG_BYTES;
 
 /// The platform's WebSocket path (the only one that accepts `?token=`).
 pub(crate) const WS_PATH: &str = "/ws";
@@ -206,6 +220,8 @@ async fn websocket(
         .max_frame_size(limit)
         .max_message_size(limit)
         .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(WRITE_BUFFER_BYTES)
+        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
         .on_failed_upgrade(move |error| {
             on_failure_span.in_scope(|| tracing::debug!(%error, "WebSocket upgrade failed"));
         })

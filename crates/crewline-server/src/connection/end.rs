@@ -23,6 +23,8 @@ pub(super) enum End {
     Idle,
     /// A socket write did not complete within the write timeout: the platform stopped reading.
     WriteTimeout,
+    /// The platform sent pings or pongs past the per-second cap.
+    ControlFlood,
 }
 
 impl fmt::Display for End {
@@ -35,6 +37,7 @@ impl fmt::Display for End {
             Self::ShuttingDown => f.write_str("server shutting down"),
             Self::Idle => f.write_str("idle timeout (no pong)"),
             Self::WriteTimeout => f.write_str("write timeout (the platform stopped reading)"),
+            Self::ControlFlood => f.write_str("control frame flood"),
         }
     }
 }

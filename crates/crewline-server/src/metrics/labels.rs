@@ -152,10 +152,12 @@ pub enum ErrorKind {
     IdleTimeout,
     /// A socket write did not complete within the write timeout (the call was ended).
     WriteTimeout,
+    /// The platform sent control frames (pings, pongs) past the per-second cap (closed 1008).
+    ControlFlood,
 }
 
 impl ErrorKind {
-    pub(super) const ALL: [Self; 8] = [
+    pub(super) const ALL: [Self; 9] = [
         Self::Handshake,
         Self::Socket,
         Self::BadFrame,
@@ -164,6 +166,7 @@ impl ErrorKind {
         Self::Tool,
         Self::IdleTimeout,
         Self::WriteTimeout,
+        Self::ControlFlood,
     ];
 
     /// The label value, e.g. `socket`.
@@ -177,6 +180,7 @@ impl ErrorKind {
             Self::Tool => "tool",
             Self::IdleTimeout => "idle_timeout",
             Self::WriteTimeout => "write_timeout",
+            Self::ControlFlood => "control_flood",
         }
     }
 }
