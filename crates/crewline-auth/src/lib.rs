@@ -593,6 +593,20 @@ fn strip_token(uri: &mut Uri) {
     }
 }
 
+/// Whether `host` (a `Host` header's value or an origin's host, with or without a port) names
+/// this machine: `localhost`, `127.x.y.z` or `[::1]`. A page whose own name was rebound to
+/// 127.0.0.1 (DNS rebinding) sends its own name, not one of these.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
+}
+
 /// Whether `addr` is reachable only from this machine (127.0.0.0/8, `::1`, or `::ffff:127.x`).
 pub fn is_loopback(addr: &SocketAddr) -> bool {
     match addr.ip() {
@@ -634,6 +648,29 @@ mod tests {
             "[::ffff:10.0.0.1]:80",
         ] {
             assert!(!is_loopback(&addr.parse().unwrap()), "{addr}");
+        }
+    }
+
+    #[test]
+    fn loopback_host_names_are_recognised() {
+        for ok in [
+            "127.0.0.1:7000",
+            "127.0.0.1",
+            "localhost:7000",
+            "LOCALHOST",
+            "[::1]:7000",
+            "127.1.2.3:80",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for refused in [
+            "evil.example:7000",
+            "192.168.1.2:7000",
+            "localhost.evil.example",
+            "[::2]:7000",
+            "",
+        ] {
+            assert!(!is_loopback_host(refused), "{refused}");
         }
     }
 

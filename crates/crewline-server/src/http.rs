@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::{
     Extension, Json, Router,
     extract::{State, WebSocketUpgrade, ws::rejection::WebSocketUpgradeRejection},
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
 };
@@ -180,6 +180,7 @@ async fn method_not_allowed() -> Response {
 
 async fn websocket(
     State(service): State<Arc<Service>>,
+    headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     service.start_dry_run();
@@ -188,6 +189,16 @@ async fn websocket(
         return not_found().await;
     };
     let state = &service.state;
+    if !service.config.origins.admits(&headers) {
+        state.metrics.handshake_failed(HandshakeFailure::Forbidden);
+        // Not at warn: each refusal is counted, and a page could send them in a loop.
+        tracing::debug!("refused a call from a web page of an origin not allowed");
+        return detail(
+            StatusCode::FORBIDDEN,
+            "this page's origin may not open calls on this crew (see CrewServer::allow_origin, \
+             --allow-origin)",
+        );
+    }
     if state.is_draining() {
         state.metrics.handshake_failed(HandshakeFailure::Draining);
         return detail(

@@ -61,6 +61,7 @@ mod connection;
 mod error;
 mod http;
 mod metrics;
+mod origin;
 mod server;
 mod state;
 

@@ -94,10 +94,12 @@ pub enum HandshakeFailure {
     InvalidGraph,
     /// The server began shutting down during the handshake.
     ShuttingDown,
+    /// `/ws` from a browser page of an origin not allowed (answered 403, not upgraded).
+    Forbidden,
 }
 
 impl HandshakeFailure {
-    pub(super) const ALL: [Self; 13] = [
+    pub(super) const ALL: [Self; 14] = [
         Self::Unauthorized,
         Self::Draining,
         Self::Full,
@@ -111,6 +113,7 @@ impl HandshakeFailure {
         Self::SetupTimeout,
         Self::InvalidGraph,
         Self::ShuttingDown,
+        Self::Forbidden,
     ];
 
     /// The label value, e.g. `timeout`.
@@ -129,6 +132,7 @@ impl HandshakeFailure {
             Self::SetupTimeout => "setup_timeout",
             Self::InvalidGraph => "invalid_graph",
             Self::ShuttingDown => "shutting_down",
+            Self::Forbidden => "forbidden",
         }
     }
 }
