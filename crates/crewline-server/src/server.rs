@@ -218,7 +218,8 @@ impl CrewServer {
     /// `Authorization: Bearer <token>`, or on `/ws` also as `?token=<token>` for platforms that
     /// cannot set headers; the credential is named `default` (see [`Principal`]).
     ///
-    /// `/health` stays open; `/ready` answers a caller without the token with its status only.
+    /// `/health` and `/ready` stay open, and answer a caller without the token with their
+    /// status only (the token holder also sees `active_sessions`).
     /// An empty token is an [`ServerError::Auth`] when serving starts (the routes of
     /// [`router`](Self::router) then refuse everyone).
     ///
