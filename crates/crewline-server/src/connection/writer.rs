@@ -135,17 +135,19 @@ where
                         break Err(end);
                     }
                 }
-                () = pongs_due.notified() => {
-                    if let Err(end) = Box::pin(self.flush()).await {
-                        break Err(end);
-                    }
-                }
                 event = events.recv() => {
                     let Some(event) = event else {
                         // Unreachable while the connection holds a sender; wait for the close.
                         break Box::pin(self.close(&mut events, close.await)).await;
                     };
                     if let Err(end) = self.send_events(event, &mut events).await {
+                        break Err(end);
+                    }
+                }
+                // After the events, whose writes flush pongs too: polled (a lock) only when
+                // the queue is empty, not once per event.
+                () = pongs_due.notified() => {
+                    if let Err(end) = Box::pin(self.flush()).await {
                         break Err(end);
                     }
                 }
