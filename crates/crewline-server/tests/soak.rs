@@ -379,3 +379,48 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         "memory grew from {baseline} KiB to {end} KiB"
     );
 }
+
+/// Opens a call and leaves a 900 KiB binary message unfinished (three fragments, no FIN).
+async fn unfinished_message(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    assert!(upgrade(&mut stream, addr).await, "upgraded");
+    let init = init_frame("unfinished").to_string();
+    stream
+        .write_all(&masked_frame(0x2, init.as_bytes()))
+        .await
+        .expect("init");
+    let piece = vec![b'u'; 300 * 1024];
+    for opcode in [0x2, 0x0, 0x0] {
+        let mut frame = masked_frame(opcode, &piece);
+        frame[0] &= 0x7f; // not the last fragment
+        stream.write_all(&frame).await.expect("a fragment");
+    }
+    stream
+}
+
+/// A measurement, not a check (issue 30): the resident memory 200 calls cost while each holds
+/// an unfinished 900 KiB message. Run alone:
+///
+/// ```sh
+/// cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished"]
+async fn unfinished_messages_cost_per_call() {
+    const CALLS: usize = 200;
+    let server = TestServer::ready(CrewServer::new(echo_setup)).await;
+    let before = rss_kib();
+    let mut calls = Vec::new();
+    for _ in 0..CALLS {
+        calls.push(unfinished_message(server.addr).await);
+    }
+    server.wait_for_active(CALLS).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_kib();
+    println!(
+        "{CALLS} calls each holding an unfinished 900 KiB message: RSS {before} KiB -> {after} \
+         KiB, {} KiB per call",
+        after.saturating_sub(before) / CALLS as u64
+    );
+    drop(calls);
+}
