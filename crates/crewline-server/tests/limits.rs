@@ -322,6 +322,30 @@ async fn a_ping_flood_from_a_platform_that_never_reads_is_closed() {
 }
 
 #[tokio::test]
+async fn a_ping_flood_before_system_init_is_closed_too() {
+    let server = TestServer::ready(
+        CrewServer::new(echo_setup)
+            .handshake_timeout(Duration::from_secs(120))
+            .write_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    let mut platform = small_buffer_socket()
+        .connect(server.addr)
+        .await
+        .expect("connect");
+    raw_upgrade(&mut platform, server.addr).await;
+    let burst = masked_frame(0x9, &[0x55; 125]).repeat(1000);
+    let flooding = tokio::spawn(async move { while platform.write_all(&burst).await.is_ok() {} });
+
+    eventually("the flood to be counted", || async {
+        server.handle.metrics().errors(ErrorKind::ControlFlood) == 1
+    })
+    .await;
+    server.wait_for_active(0).await;
+    flooding.abort();
+}
+
+#[tokio::test]
 async fn a_platform_that_pings_at_a_sane_rate_keeps_its_call() {
     let server = TestServer::ready(CrewServer::new(echo_setup)).await;
     let mut client = server.call("Ada").await;

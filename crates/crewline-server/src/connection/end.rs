@@ -49,6 +49,9 @@ pub(super) struct Failure {
     pub(super) message: Option<String>,
     pub(super) code: u16,
     pub(super) close_reason: &'static str,
+    /// Whether to read on until the platform answers the close frame (not for a flood: that
+    /// would read the flood on).
+    pub(super) await_close: bool,
 }
 
 impl Failure {
@@ -63,6 +66,7 @@ impl Failure {
             message: Some(message),
             code,
             close_reason,
+            await_close: true,
         }
     }
 
@@ -72,6 +76,7 @@ impl Failure {
             message: None,
             code: close_code::NORMAL,
             close_reason: "",
+            await_close: true,
         }
     }
 
@@ -82,6 +87,17 @@ impl Failure {
             SHUTDOWN_CLOSE.0,
             SHUTDOWN_CLOSE.1,
         )
+    }
+
+    /// Past the cap of control frames per second.
+    pub(super) fn control_flood(
+        message: String,
+        (code, close_reason): (u16, &'static str),
+    ) -> Self {
+        Self {
+            await_close: false,
+            ..Self::new(HandshakeFailure::BadFrame, message, code, close_reason)
+        }
     }
 
     pub(super) fn too_big(size: usize, max: usize) -> Self {

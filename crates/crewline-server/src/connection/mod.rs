@@ -229,12 +229,7 @@ impl Connection {
                 Message::Close(_) => return Err(Failure::closed()),
                 Message::Ping(_) | Message::Pong(_) => {
                     if self.control_frame(&message, &mut control, Instant::now()) {
-                        return Err(Failure::new(
-                            HandshakeFailure::BadFrame,
-                            flood_message(),
-                            FLOOD_CLOSE.0,
-                            FLOOD_CLOSE.1,
-                        ));
+                        return Err(Failure::control_flood(flood_message(), FLOOD_CLOSE));
                     }
                     continue;
                 }
@@ -426,7 +421,11 @@ impl Connection {
         match failure.message {
             Some(message) => {
                 self.send_error(message, failure.reason.as_str(), Severity::Fatal);
-                self.close(failure.code, failure.close_reason).await;
+                if failure.await_close {
+                    self.close(failure.code, failure.close_reason).await;
+                } else {
+                    self.send_close(failure.code, failure.close_reason).await;
+                }
             }
             None => self.abandon().await,
         }
