@@ -49,8 +49,25 @@
 //! from `?token=<secret>`. The layer removes `token` from every request's URI (on every path),
 //! so no handler, span or log line downstream sees it. Secrets are compared as SHA-256 digests in constant
 //! time: the comparison's timing tells neither the secret's bytes nor its length.
+//!
+//! A request presents at most one secret: two different ones (two `token=` values, a token and
+//! an `Authorization` header, several `Authorization` headers) are answered 400 without trying
+//! any, so that one request is one guess. The same secret in several places (a client that
+//! sends both `Authorization` and `apikey`) is one secret.
+//!
+//! Refusals close their connection (`Connection: close`), so a stranger pays a new connection
+//! per guess, and are logged at WARN at most once per [`REFUSAL_LOG_INTERVAL`], with their
+//! count: a flood of them must not flood the log too.
 
-use std::{fmt, net::SocketAddr, sync::Arc};
+use std::{
+    fmt,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
 
 use axum::{
     body::Body,
@@ -65,6 +82,9 @@ pub const ANONYMOUS: &str = "anonymous";
 
 /// The environment variable the crewline servers read their token from.
 pub const TOKEN_ENV: &str = "CREWLINE_AUTH_TOKEN";
+
+/// The least time between two WARN lines about refused requests: 10 s.
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Why a credential could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -216,6 +236,56 @@ struct Inner {
     query_paths: Vec<String>,
     open_paths: Vec<String>,
     on_unauthorized: Option<OnUnauthorized>,
+    refusals: Arc<RefusalLog>,
+}
+
+/// Counts refusals and logs them at most once per [`REFUSAL_LOG_INTERVAL`].
+struct RefusalLog {
+    start: Instant,
+    /// Milliseconds after `start` before which no line is written.
+    quiet_until: AtomicU64,
+    /// Refusals not yet reported.
+    unreported: AtomicU64,
+}
+
+impl RefusalLog {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            quiet_until: AtomicU64::new(0),
+            unreported: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one refusal; the first one, and the first after each interval, writes a line
+    /// with the count since the last line.
+    fn refused(&self, path: &str, why: &'static str) {
+        self.unreported.fetch_add(1, Ordering::Relaxed);
+        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let quiet_until = self.quiet_until.load(Ordering::Relaxed);
+        if now < quiet_until {
+            return;
+        }
+        let next =
+            now.saturating_add(u64::try_from(REFUSAL_LOG_INTERVAL.as_millis()).unwrap_or(u64::MAX));
+        // One thread wins the line; the others' refusals go into the next one.
+        if self
+            .quiet_until
+            .compare_exchange(quiet_until, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let refused = self.unreported.swap(0, Ordering::Relaxed);
+        // The path only: the query may hold a (wrong) secret.
+        tracing::warn!(
+            refused,
+            last_path = path,
+            last_reason = why,
+            "refused requests without a valid credential (one line per {}s at most)",
+            REFUSAL_LOG_INTERVAL.as_secs()
+        );
+    }
 }
 
 impl fmt::Debug for Auth {
@@ -249,6 +319,7 @@ impl Auth {
                 query_paths: Vec::new(),
                 open_paths: Vec::new(),
                 on_unauthorized: None,
+                refusals: Arc::new(RefusalLog::new()),
             }),
         }
     }
@@ -296,21 +367,32 @@ impl Auth {
         ValidateRequestHeaderLayer::custom(AuthCheck { auth: self.clone() })
     }
 
-    /// The caller `request` authenticates as, if any (an open path does not make one).
+    /// The caller `request` authenticates as, if any (an open path does not make one; nor
+    /// does a request that presents more than one secret).
     pub fn authenticate<B>(&self, request: &Request<B>) -> Option<Principal> {
+        self.check(request).ok()
+    }
+
+    fn check<B>(&self, request: &Request<B>) -> Result<Principal, Refusal> {
         let Some(credentials) = &self.inner.credentials else {
-            return Some(Principal::anonymous());
+            return Ok(Principal::anonymous());
         };
         let headers = request.headers();
         let query = self
             .query_allowed(request.uri())
             .then(|| request.uri().query());
-        presented(headers, &self.inner.headers, query.flatten())
-            .find_map(|secret| matching(credentials, &secret))
+        let secret = match presented(headers, &self.inner.headers, query.flatten()) {
+            Presented::Nothing => return Err(Refusal::Missing),
+            Presented::Several => return Err(Refusal::Several),
+            Presented::One(None) => return Err(Refusal::Wrong),
+            Presented::One(Some(secret)) => secret,
+        };
+        matching(credentials, &secret)
             .map(|credential| Principal {
                 name: Arc::clone(&credential.name),
                 anonymous: false,
             })
+            .ok_or(Refusal::Wrong)
     }
 
     fn query_allowed(&self, uri: &Uri) -> bool {
@@ -331,43 +413,87 @@ pub struct AuthCheck {
     auth: Auth,
 }
 
+/// Why a request got no [`Principal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// No secret.
+    Missing,
+    /// A secret no credential has.
+    Wrong,
+    /// More than one different secret.
+    Several,
+}
+
+impl Refusal {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing credential",
+            Self::Wrong => "wrong credential",
+            Self::Several => "more than one credential",
+        }
+    }
+}
+
 impl<B> ValidateRequest<B> for AuthCheck {
     type ResponseBody = Body;
 
     fn validate(&mut self, request: &mut Request<B>) -> Result<(), Response<Body>> {
-        let principal = self.auth.authenticate(request);
+        let checked = self.auth.check(request);
         // On every path, also where the query form is not accepted: a client that sent its
         // secret there anyway must not have it logged by a handler.
         strip_token(request.uri_mut());
-        match principal {
-            Some(principal) => {
+        match checked {
+            Ok(principal) => {
                 request.extensions_mut().insert(principal);
                 Ok(())
             }
-            None if self.auth.is_open(request.uri()) => Ok(()),
-            None => {
+            // A stranger on an open path, whatever it presented: it gets no principal.
+            Err(_) if self.auth.is_open(request.uri()) => Ok(()),
+            Err(refusal) => {
                 // The path only: the query may hold a (wrong) secret.
                 let path = request.uri().path();
-                tracing::debug!(path, "refused a request: missing or wrong credential");
+                self.auth.inner.refusals.refused(path, refusal.as_str());
                 if let Some(callback) = &self.auth.inner.on_unauthorized {
                     callback(path);
                 }
-                Err(unauthorized())
+                Err(match refusal {
+                    Refusal::Several => several_credentials(),
+                    Refusal::Missing | Refusal::Wrong => unauthorized(),
+                })
             }
         }
     }
 }
 
-/// 401 with `WWW-Authenticate: Bearer` and `{"detail": "Unauthorized"}`.
+/// 401 with `WWW-Authenticate: Bearer` and `{"detail": "Unauthorized"}`, closing the
+/// connection.
 pub fn unauthorized() -> Response<Body> {
-    let mut response = Response::new(Body::from(r#"{"detail":"Unauthorized"}"#));
-    *response.status_mut() = StatusCode::UNAUTHORIZED;
+    let mut response = refusal(StatusCode::UNAUTHORIZED, r#"{"detail":"Unauthorized"}"#);
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// 400 for a request that presents more than one secret, closing the connection.
+fn several_credentials() -> Response<Body> {
+    refusal(
+        StatusCode::BAD_REQUEST,
+        r#"{"detail":"more than one credential: send exactly one"}"#,
+    )
+}
+
+/// A JSON refusal with `Connection: close`: hyper closes the connection after it, so that
+/// each further guess costs the client a new connection.
+fn refusal(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
@@ -388,35 +514,50 @@ fn matching<'a>(credentials: &'a [Credential], secret: &[u8]) -> Option<&'a Cred
         .and_then(|i| credentials.get(i))
 }
 
-/// Every secret the request presents: bearer tokens, the extra headers, `?token=` values.
-fn presented<'a>(
-    headers: &'a HeaderMap,
-    extra: &'a [HeaderName],
-    query: Option<&'a str>,
-) -> impl Iterator<Item = Vec<u8>> + 'a {
-    let bearer = headers
-        .get_all(header::AUTHORIZATION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .filter_map(|value| {
-            let (scheme, token) = value.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().as_bytes().to_vec())
-        });
+/// What a request presents.
+#[derive(Debug, PartialEq, Eq)]
+enum Presented {
+    Nothing,
+    /// One secret, possibly in several places; `None` for one no credential can have (an
+    /// empty one, or an `Authorization` header of another scheme).
+    One(Option<Vec<u8>>),
+    /// Different secrets.
+    Several,
+}
+
+/// The secret the request presents, from every `Authorization` header, the extra headers and
+/// the `?token=` values.
+fn presented(headers: &HeaderMap, extra: &[HeaderName], query: Option<&str>) -> Presented {
+    let authorization = headers.get_all(header::AUTHORIZATION).iter().map(|value| {
+        let value = value.to_str().ok()?;
+        let (scheme, token) = value.trim().split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| token.trim().as_bytes().to_vec())
+    });
     let extra = extra
         .iter()
         .flat_map(|name| headers.get_all(name).iter())
-        .map(|value| value.as_bytes().to_vec());
+        .map(|value| Some(value.as_bytes().to_vec()));
     let query = query
         .into_iter()
         .flat_map(|query| form_urlencoded::parse(query.as_bytes()))
         .filter(|(key, _)| key == "token")
-        .map(|(_, value)| value.into_owned().into_bytes());
-    bearer
-        .chain(extra)
-        .chain(query)
-        .filter(|secret| !secret.is_empty())
+        .map(|(_, value)| Some(value.into_owned().into_bytes()));
+    let mut found = Presented::Nothing;
+    for secret in authorization.chain(extra).chain(query) {
+        let secret = secret.filter(|secret| !secret.is_empty());
+        found = match found {
+            Presented::Nothing => Presented::One(secret),
+            // Two presentations of the same secret are one guess; anything else is several
+            // (two unusable ones too: they are not the same credential).
+            Presented::One(Some(first)) if secret.as_ref() == Some(&first) => {
+                Presented::One(Some(first))
+            }
+            Presented::One(_) | Presented::Several => return Presented::Several,
+        };
+    }
+    found
 }
 
 /// Removes every `token=` pair from the URI's query.
@@ -450,6 +591,20 @@ fn strip_token(uri: &mut Uri) {
     } else {
         *uri = Uri::from_static("/");
     }
+}
+
+/// Whether `host` (a `Host` header's value or an origin's host, with or without a port) names
+/// this machine: `localhost`, `127.x.y.z` or `[::1]`. A page whose own name was rebound to
+/// 127.0.0.1 (DNS rebinding) sends its own name, not one of these.
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
 }
 
 /// Whether `addr` is reachable only from this machine (127.0.0.0/8, `::1`, or `::ffff:127.x`).
@@ -493,6 +648,29 @@ mod tests {
             "[::ffff:10.0.0.1]:80",
         ] {
             assert!(!is_loopback(&addr.parse().unwrap()), "{addr}");
+        }
+    }
+
+    #[test]
+    fn loopback_host_names_are_recognised() {
+        for ok in [
+            "127.0.0.1:7000",
+            "127.0.0.1",
+            "localhost:7000",
+            "LOCALHOST",
+            "[::1]:7000",
+            "127.1.2.3:80",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for refused in [
+            "evil.example:7000",
+            "192.168.1.2:7000",
+            "localhost.evil.example",
+            "[::2]:7000",
+            "",
+        ] {
+            assert!(!is_loopback_host(refused), "{refused}");
         }
     }
 

@@ -185,3 +185,79 @@ fn an_empty_secret_or_name_is_a_typed_error_and_debug_hides_the_secret() {
     assert!(!shown.contains("p-secret"), "{shown}");
     assert!(shown.contains("platform"), "{shown}");
 }
+
+fn request(uri: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut request = Request::get(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Body::empty()).unwrap()
+}
+
+#[tokio::test]
+async fn one_request_is_one_guess_different_secrets_together_are_a_400() {
+    let auth = two_keys().header(header::HeaderName::from_static("apikey"));
+    let app = app(&auth);
+    // Each pairs wrong guesses with the right secret: none of them is tried.
+    let several = [
+        request("/ws?token=wrong&token=p-secret", &[]),
+        request("/ws?token=wrong", &[("authorization", "Bearer p-secret")]),
+        request("/ws?token=p-secret", &[("authorization", "Bearer wrong")]),
+        request(
+            "/who",
+            &[
+                ("authorization", "Bearer wrong"),
+                ("authorization", "Bearer p-secret"),
+            ],
+        ),
+        request(
+            "/who",
+            &[
+                ("authorization", "Basic d3Jvbmc="),
+                ("authorization", "Bearer p-secret"),
+            ],
+        ),
+        request(
+            "/who",
+            &[("apikey", "wrong"), ("authorization", "Bearer p-secret")],
+        ),
+        request("/ws?token=&token=p-secret", &[]),
+    ];
+    for request in several {
+        let uri = request.uri().clone();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{uri}");
+        assert_eq!(response.headers()[header::CONNECTION], "close", "{uri}");
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert!(String::from_utf8_lossy(&body).contains("more than one credential"));
+    }
+    // The same secret in two places is one: a client that sends both headers gets in.
+    let both = request(
+        "/who",
+        &[("apikey", "o-secret"), ("authorization", "Bearer o-secret")],
+    );
+    let (status, body, _) = send(&app, both).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ops"));
+    // On an open path, several secrets make a stranger, not a caller.
+    let open = request(
+        "/ready",
+        &[
+            ("authorization", "Bearer wrong"),
+            ("authorization", "Bearer o-secret"),
+        ],
+    );
+    assert_eq!(send(&app, open).await.1, "status");
+}
+
+#[tokio::test]
+async fn a_refusal_closes_its_connection() {
+    let app = app(&two_keys());
+    let response = app
+        .oneshot(get_with("/who", Some("Bearer wrong")))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()[header::CONNECTION], "close");
+}

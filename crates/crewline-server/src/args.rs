@@ -4,7 +4,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::CrewServer;
 
-/// `--host`, `--token` (or `CREWLINE_AUTH_TOKEN`) and `--allow-unauthenticated`, to flatten
+/// `--host`, `--token` (or `CREWLINE_AUTH_TOKEN`), `--allow-unauthenticated` and `--allow-origin`, to flatten
 /// into a binary's own `clap` options beside its `--port`.
 ///
 /// ```
@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Serve without a token even beyond loopback: for a trusted network only.
     #[arg(long)]
     pub allow_unauthenticated: bool,
+    /// Also let web pages of this origin (e.g. https://console.example.com, `*` for any) open
+    /// calls from a browser; the crew's own origin and pages on this machine always may.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -41,6 +45,7 @@ impl std::fmt::Debug for ServeArgs {
             .field("host", &self.host)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("allow_unauthenticated", &self.allow_unauthenticated)
+            .field("allow_origins", &self.allow_origins)
             .finish()
     }
 }
@@ -60,6 +65,9 @@ impl ServeArgs {
         }
         if self.allow_unauthenticated {
             server = server.allow_unauthenticated();
+        }
+        for origin in &self.allow_origins {
+            server = server.allow_origin(origin);
         }
         server
     }

@@ -1,15 +1,15 @@
 //! The HTTP routes: `/ws`, `/`, `/health`, `/ready`, `/metrics`, and the reference's 404.
 //!
 //! Authentication is not checked here: the server's auth layer (crewline-auth) wraps every
-//! route; `/health` and `/ready` are its open paths, and `/ready` says less to a caller
-//! without a [`Principal`].
+//! route; `/health` and `/ready` are its open paths, and both say less to a caller without a
+//! [`Principal`]: no load (how many calls are live tells a stranger when the crew is busy).
 
 use std::sync::Arc;
 
 use axum::{
     Extension, Json, Router,
     extract::{State, WebSocketUpgrade, ws::rejection::WebSocketUpgradeRejection},
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
 };
@@ -29,6 +29,20 @@ use crate::{
 /// larger frame grows the buffer to fit once its header is read, so 4 KiB costs a long
 /// conversation at most one more read while every idle call keeps 4 KiB less.
 const READ_BUFFER_BYTES: usize = 4 * 1024;
+/// How many outbound bytes are gathered before a socket write: half tungstenite's default
+/// (128 KiB), several hundred answer chunks, so a burst of them is still one write.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// Room for the pongs a platform may be owed: the ping cap for the write timeout's 5 s is
+/// 500 pongs of at most 127 bytes, 62 KiB.
+const PONG_BYTES: usize = 128 * 1024;
+/// The most bytes a call's socket may hold unsent: one gathered write, the largest outbound
+/// frame, and the pongs owed. tungstenite's default is no limit, and a platform that pinged
+/// without reading made it queue a pong per ping without end (issue 30: 1.4 GiB in 10 s).
+/// The writer never queues more than one gathered write and one frame ahead of the socket;
+/// a pong past the cap is not queued (tungstenite keeps the latest one only), and a frame
+/// past it fails the call's next write: the platform has stopped reading.
+const MAX_WRITE_BUFFER_BYTES: usize =
+    WRITE_BUFFER_BYTES + crate::connection::MAX_OUTBOUND_FRAME_BYTES + PONG_BYTES;
 
 /// The platform's WebSocket path (the only one that accepts `?token=`).
 pub(crate) const WS_PATH: &str = "/ws";
@@ -85,8 +99,17 @@ async fn root(State(service): State<Arc<Service>>) -> Response {
     .into_response()
 }
 
-async fn health(State(service): State<Arc<Service>>) -> Response {
+async fn health(
+    State(service): State<Arc<Service>>,
+    caller: Option<Extension<Principal>>,
+) -> Response {
     service.start_dry_run();
+    if caller.is_none() {
+        // A stranger (the layer lets it through `/health` without a credential): alive, and
+        // nothing of the load. With authentication off every caller is `anonymous`, and gets
+        // the reference's body.
+        return Json(BareStatus { status: "ok" }).into_response();
+    }
     Json(StatusBody {
         status: "ok",
         active_sessions: service.state.metrics.active_sessions(),
@@ -166,6 +189,7 @@ async fn method_not_allowed() -> Response {
 
 async fn websocket(
     State(service): State<Arc<Service>>,
+    headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     service.start_dry_run();
@@ -174,6 +198,16 @@ async fn websocket(
         return not_found().await;
     };
     let state = &service.state;
+    if !service.config.origins.admits(&headers) {
+        state.metrics.handshake_failed(HandshakeFailure::Forbidden);
+        // Not at warn: each refusal is counted, and a page could send them in a loop.
+        tracing::debug!("refused a call from a web page of an origin not allowed");
+        return detail(
+            StatusCode::FORBIDDEN,
+            "this page's origin may not open calls on this crew (see CrewServer::allow_origin, \
+             --allow-origin)",
+        );
+    }
     if state.is_draining() {
         state.metrics.handshake_failed(HandshakeFailure::Draining);
         return detail(
@@ -206,6 +240,8 @@ async fn websocket(
         .max_frame_size(limit)
         .max_message_size(limit)
         .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(WRITE_BUFFER_BYTES)
+        .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
         .on_failed_upgrade(move |error| {
             on_failure_span.in_scope(|| tracing::debug!(%error, "WebSocket upgrade failed"));
         })

@@ -5,14 +5,17 @@
 //!   the crew's setup code builds the call's [`Crew`](crewline::Crew), the session answers
 //!   `agent.ready` and runs until the platform hangs up.
 //! - `GET /`, `/health`, `/ready`: the reference's status endpoints, with a live
-//!   `active_sessions` count; `/ready` is 200 only after a dry run of the setup code passed.
+//!   `active_sessions` count for the token holder (a stranger on `/health` and `/ready` gets
+//!   the status only); `/ready` is 200 only after a dry run of the setup code passed.
 //! - `GET /metrics`: Prometheus text (see [`Metrics`]).
 //!
 //! Better than the reference: malformed frames are logged, counted and dropped without ending
 //! the call; a failed handshake gets `agent.error` (fatal) and a close frame with a reason;
 //! one authentication layer over every route, merged ones included (see
-//! [`CrewServer::auth_token`]), and a refusal to serve beyond loopback without it; a frame
-//! size limit; graceful drain on shutdown.
+//! [`CrewServer::auth_token`]), and a refusal to serve beyond loopback without it; browser
+//! pages of other origins refused on `/ws` ([`CrewServer::allow_origin`]); frame size limits
+//! both ways; a platform that floods pings or stops reading cut off with bounded memory;
+//! graceful drain on shutdown.
 //!
 //! ```no_run
 //! use crewline::{Crew, SessionSetup};
@@ -61,6 +64,7 @@ mod connection;
 mod error;
 mod http;
 mod metrics;
+mod origin;
 mod server;
 mod state;
 

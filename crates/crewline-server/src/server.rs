@@ -143,6 +143,7 @@ impl CrewServer {
                 close_timeout: CLOSE_TIMEOUT,
                 worker_runtimes: None,
                 limits: Limits::default(),
+                origins: crate::origin::Origins::default(),
             },
             setup,
             state: Arc::new(State::new()),
@@ -217,7 +218,8 @@ impl CrewServer {
     /// `Authorization: Bearer <token>`, or on `/ws` also as `?token=<token>` for platforms that
     /// cannot set headers; the credential is named `default` (see [`Principal`]).
     ///
-    /// `/health` stays open; `/ready` answers a caller without the token with its status only.
+    /// `/health` and `/ready` stay open, and answer a caller without the token with their
+    /// status only (the token holder also sees `active_sessions`).
     /// An empty token is an [`ServerError::Auth`] when serving starts (the routes of
     /// [`router`](Self::router) then refuse everyone).
     ///
@@ -294,6 +296,24 @@ impl CrewServer {
     /// (anyone who reaches the port can make calls and run the crew's tools).
     pub fn allow_unauthenticated(mut self) -> Self {
         self.auth.allow_unauthenticated = true;
+        self
+    }
+
+    /// Also lets web pages of `origin` (`https://console.example.com`; `*` for any) open calls
+    /// from a browser.
+    ///
+    /// A browser sends its page's `Origin` with the upgrade; `/ws` answers 403 to an origin that
+    /// is not the crew's own, a page on this machine (`localhost`, `127.x.y.z`, `[::1]`, where
+    /// the playground runs), or one allowed here: otherwise any page open in a developer's
+    /// browser could drive calls, tools and model spend on a local crew. Platforms send no
+    /// `Origin` and are not concerned.
+    ///
+    /// Also: a server on loopback without a credential answers only requests whose `Host` is a
+    /// loopback name (a page whose own name was rebound to 127.0.0.1 is refused), unless
+    /// [`allow_unauthenticated`](Self::allow_unauthenticated) says the network is trusted
+    /// (behind a local proxy that forwards the public `Host`, say).
+    pub fn allow_origin(mut self, origin: impl AsRef<str>) -> Self {
+        self.config.origins.allow(origin.as_ref());
         self
     }
 
@@ -410,17 +430,33 @@ impl CrewServer {
     pub fn router(&self) -> axum::Router {
         let service = self.service();
         service.start_dry_run();
-        self.app(service)
+        self.app(service, Some(self.config.bind))
     }
 
-    /// The crew's routes with the merged extra ones, all behind the auth layer.
-    fn app(&self, service: Arc<Service>) -> axum::Router {
+    /// The crew's routes with the merged extra ones, all behind the auth layer, served on
+    /// `addr` (`None`: unknown).
+    fn app(&self, service: Arc<Service>, addr: Option<SocketAddr>) -> axum::Router {
         let auth = self.auth_layer(&service);
-        self.extra_routes
+        let app = self
+            .extra_routes
             .iter()
             .cloned()
             .fold(crate::http::router(service), axum::Router::merge)
-            .layer(auth.layer())
+            .layer(auth.layer());
+        if self.answers_loopback_names_only(addr) {
+            app.layer(axum::middleware::from_fn(crate::origin::loopback_host))
+        } else {
+            app
+        }
+    }
+
+    /// Whether requests must name a loopback host: on loopback without a credential (and
+    /// without the trusted-network opt-out), where a DNS-rebound page could otherwise call.
+    fn answers_loopback_names_only(&self, addr: Option<SocketAddr>) -> bool {
+        self.auth.credentials.is_empty()
+            && self.auth.error.is_none()
+            && !self.auth.allow_unauthenticated
+            && addr.is_some_and(|addr| crewline_auth::is_loopback(&addr))
     }
 
     /// The auth layer's settings: an invalid credential refuses everyone (fail closed, for
@@ -438,12 +474,13 @@ impl CrewServer {
         auth.query_token_on(crate::http::WS_PATH)
             .open_path("/health")
             .open_path("/ready")
+            // Counted here; the layer logs refusals, one line per interval with their count
+            // (one line each let a stranger write 195 MiB of log in 10 s, issue 30).
             .on_unauthorized(move |path| {
                 if path == crate::http::WS_PATH {
                     state
                         .metrics
                         .handshake_failed(crate::HandshakeFailure::Unauthorized);
-                    tracing::warn!("refused a call: missing or wrong token");
                 }
             })
     }
@@ -512,7 +549,7 @@ impl CrewServer {
             Ok(addr) => tracing::info!(%addr, "crew server listening"),
             Err(error) => tracing::warn!(%error, "crew server listening on an unknown address"),
         }
-        let app = self.app(Arc::clone(&service));
+        let app = self.app(Arc::clone(&service), listener.local_addr().ok());
         let stop_http = CancellationToken::new();
         let http = HttpSettings::new(&self.config);
         let mut server = match self.config.worker_runtimes {

@@ -44,6 +44,8 @@ pub(crate) struct Config {
     pub(crate) worker_runtimes: Option<usize>,
     /// Calls, silent and stalled sockets, queued input, request headers.
     pub(crate) limits: Limits,
+    /// The browser origins allowed on `/ws` beyond the crew's own and loopback pages.
+    pub(crate) origins: crate::origin::Origins,
 }
 
 /// Whether the crew's setup code is known to work.

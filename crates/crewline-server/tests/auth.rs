@@ -1,5 +1,5 @@
 //! The auth layer over every route: merged routes, `/`, `/metrics` and unknown paths need the
-//! token; `/health` is open; `/ready` tells a stranger its status only; an empty token and an
+//! token; `/health` and `/ready` are open and tell a stranger their status only; an empty token and an
 //! unauthenticated non-loopback address refuse to start.
 
 mod common;
@@ -134,6 +134,24 @@ async fn ready_answers_a_stranger_ready_without_the_load() {
     );
     let insider = get_as(server.addr, "/ready", TOKEN).await;
     assert_eq!(insider.body, r#"{"status":"ready","active_sessions":0}"#);
+}
+
+#[tokio::test]
+async fn health_shows_the_load_to_the_token_holder_only() {
+    let server = TestServer::ready(CrewServer::new(echo_setup).auth_token(TOKEN)).await;
+    let stranger = server.get("/health").await;
+    assert_eq!(
+        (stranger.status, stranger.body.as_str()),
+        (200, r#"{"status":"ok"}"#)
+    );
+    let insider = get_as(server.addr, "/health", TOKEN).await;
+    assert_eq!(insider.body, r#"{"status":"ok","active_sessions":0}"#);
+    // Without authentication, everyone gets the reference's body.
+    let open = TestServer::ready(CrewServer::new(echo_setup)).await;
+    assert_eq!(
+        open.get("/health").await.body,
+        r#"{"status":"ok","active_sessions":0}"#
+    );
 }
 
 #[tokio::test]

@@ -43,7 +43,7 @@ async fn other_methods_get_405_in_the_reference_shape() {
     let server = TestServer::ready(CrewServer::new(echo_setup)).await;
     let response = http_request(
         server.addr,
-        "POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        "POST /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert_eq!(response.status, 405);

@@ -295,6 +295,117 @@ async fn a_barge_in_stops_the_turn_while_the_platform_is_not_reading() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Control frames and a platform that does not read (issue 30)
+
+#[tokio::test]
+async fn a_ping_flood_from_a_platform_that_never_reads_is_closed() {
+    let server = TestServer::ready(
+        CrewServer::new(echo_setup)
+            // Far longer than the test's waits: no ping or idle timer may end this call.
+            .ping_interval(Duration::from_secs(120))
+            .idle_timeout(Duration::from_secs(120))
+            .write_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    let mut platform = raw_call(small_buffer_socket(), server.addr).await;
+    server.wait_for_active(1).await;
+    // Pings with the largest payload, as fast as the socket takes them; nothing is read, so
+    // every pong the server owes stays with the server.
+    let burst = masked_frame(0x9, &[0x55; 125]).repeat(1000);
+    let flooding = tokio::spawn(async move { while platform.write_all(&burst).await.is_ok() {} });
+
+    server.wait_for_active(0).await;
+    assert_eq!(server.handle.metrics().errors(ErrorKind::ControlFlood), 1);
+    // Cut off by the flood's cap, not by a write that timed out.
+    assert_eq!(server.handle.metrics().errors(ErrorKind::WriteTimeout), 0);
+    flooding.abort();
+}
+
+#[tokio::test]
+async fn a_ping_flood_before_system_init_is_closed_too() {
+    let server = TestServer::ready(
+        CrewServer::new(echo_setup)
+            .handshake_timeout(Duration::from_secs(120))
+            .write_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    let mut platform = small_buffer_socket()
+        .connect(server.addr)
+        .await
+        .expect("connect");
+    raw_upgrade(&mut platform, server.addr).await;
+    let burst = masked_frame(0x9, &[0x55; 125]).repeat(1000);
+    let flooding = tokio::spawn(async move { while platform.write_all(&burst).await.is_ok() {} });
+
+    eventually("the flood to be counted", || async {
+        server.handle.metrics().errors(ErrorKind::ControlFlood) == 1
+    })
+    .await;
+    server.wait_for_active(0).await;
+    flooding.abort();
+}
+
+#[tokio::test]
+async fn a_platform_that_pings_at_a_sane_rate_keeps_its_call() {
+    let server = TestServer::ready(CrewServer::new(echo_setup)).await;
+    let mut client = server.call("Ada").await;
+    for _ in 0..20 {
+        client
+            .socket
+            .send_ping(b"still here".to_vec())
+            .await
+            .expect("ping");
+        assert!(matches!(client.next_frame().await, RawFrame::Pong(_)));
+    }
+    let (_, text) = client.turn("hi").await;
+    assert_eq!(text, expected_answer("Ada", "hi"));
+    assert_eq!(server.handle.metrics().errors(ErrorKind::ControlFlood), 0);
+}
+
+/// Every turn says one 5 MiB chunk, then a short one.
+struct HugeChunkAgent {
+    context: Context,
+}
+
+impl OutputAgent for HugeChunkAgent {
+    fn context(&mut self) -> &mut Context {
+        &mut self.context
+    }
+
+    fn generate_response(&mut self) -> TurnStream<'_> {
+        Box::pin(stream::iter([
+            Ok(TurnEvent::Text("y".repeat(5 << 20))),
+            Ok(TurnEvent::Text("still here".to_owned())),
+        ]))
+    }
+}
+
+#[tokio::test]
+async fn an_outbound_event_over_the_frame_limit_becomes_an_agent_error_and_the_call_goes_on() {
+    let server = TestServer::ready(CrewServer::new(|_setup: SessionSetup| {
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new(
+            "huge",
+            HugeChunkAgent {
+                context: Context::with_system("You say too much."),
+            },
+        ));
+        async move { Ok::<_, Infallible>(crew) }
+    }))
+    .await;
+    let mut client = server.call("Ada").await;
+    let (frames, text) = client.turn("talk").await;
+    assert_eq!(text, "still here");
+    let error = frames
+        .iter()
+        .find(|frame| frame["type"] == "agent.error")
+        .expect("an agent.error in place of the huge chunk");
+    assert_eq!(error["payload"]["reason"], "event_too_large", "{error}");
+    assert_eq!(error["severity"], "warning", "{error}");
+    assert_eq!(server.handle.active_sessions(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The inbox byte budget
 
 #[tokio::test]

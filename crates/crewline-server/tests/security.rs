@@ -232,7 +232,7 @@ async fn no_secret_reaches_the_logs_or_agent_error_payloads() {
     let all_frames = serde_json::to_string(&frames).expect("JSON");
     let logs = logs_text();
     assert!(
-        logs.contains("refused a call"),
+        logs.contains("refused requests without a valid credential"),
         "the capture works: {logs:.2000}"
     );
     for secret in [API_KEY, TOKEN] {

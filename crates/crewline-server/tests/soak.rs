@@ -1,5 +1,6 @@
-//! Soak (issue 14, "Show it"): for minutes, slow readers, a flood of half-open connections,
-//! oversized frames and endless lines from the model run beside healthy calls. The healthy
+//! Soak (issue 14, "Show it"; issue 30): for minutes, slow readers, a flood of half-open
+//! connections, oversized frames, endless lines from the model and ping floods from platforms
+//! that never read run beside healthy calls. The healthy
 //! calls must get every answer, right and in time, and the process's memory must stay flat.
 //!
 //! Behind a flag, as it takes minutes (10 by default):
@@ -53,6 +54,8 @@ struct Figures {
     oversized_frames: AtomicU64,
     endless_lines: AtomicU64,
     endless_lines_failed: AtomicU64,
+    ping_floods: AtomicU64,
+    ping_floods_closed: AtomicU64,
 }
 
 /// The server under soak: the real client on the fake model, with the connection limits
@@ -179,6 +182,31 @@ async fn half_open(addr: SocketAddr, upgraded: bool, figures: &Figures) {
     }
 }
 
+/// A platform that floods pings and never reads (issue 30: 1.4 GiB in 10 s): the server must
+/// close the call, with its memory flat.
+async fn ping_flood(addr: SocketAddr, figures: &Figures) {
+    let socket = TcpSocket::new_v4().expect("socket");
+    let _ = socket.set_recv_buffer_size(4096);
+    let Ok(mut stream) = socket.connect(addr).await else {
+        return;
+    };
+    if !upgrade(&mut stream, addr).await {
+        return;
+    }
+    figures.ping_floods.fetch_add(1, Ordering::Relaxed);
+    let init = init_frame("ping-flood").to_string();
+    let _ = stream.write_all(&masked_frame(0x2, init.as_bytes())).await;
+    let burst = masked_frame(0x9, &[0x55; 125]).repeat(1000);
+    // Until the server stops taking them (it closed the call), or 10 s.
+    let flooded = tokio::time::timeout(Duration::from_secs(10), async {
+        while stream.write_all(&burst).await.is_ok() {}
+    })
+    .await;
+    if flooded.is_ok() {
+        figures.ping_floods_closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// A frame twice the limit: the call is closed with 1009.
 async fn oversized_frame(url: &str, figures: &Figures) {
     let mut call = Client::connect(url).await;
@@ -266,6 +294,8 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
                     running
                         .spawn(async move { half_open(addr, n.is_multiple_of(4), &figures).await });
                 }
+                let flood_figures = Arc::clone(&figures);
+                running.spawn(async move { ping_flood(addr, &flood_figures).await });
                 if wave.is_multiple_of(2) {
                     let (frame_url, frame_figures) = (url.clone(), Arc::clone(&figures));
                     running.spawn(async move { oversized_frame(&frame_url, &frame_figures).await });
@@ -307,7 +337,7 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
     println!(
         "soak {seconds} s: healthy turns {} (max {} ms); slow readers {} ({} closed by the \
          server); half-open {} ({} closed); oversized frames {}; endless lines {} ({} failed \
-         cleanly); RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
+         cleanly); ping floods {} ({} closed); RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
         load(&f.healthy_turns),
         load(&f.healthy_max_ms),
         load(&f.slow_readers),
@@ -317,6 +347,8 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         load(&f.oversized_frames),
         load(&f.endless_lines),
         load(&f.endless_lines_failed),
+        load(&f.ping_floods),
+        load(&f.ping_floods_closed),
         baseline,
         peak,
         end,
@@ -337,8 +369,58 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         load(&f.endless_lines_failed),
         "every endless line ends its turn with agent.error"
     );
+    assert_eq!(
+        load(&f.ping_floods),
+        load(&f.ping_floods_closed),
+        "every ping flood's call is closed by the server"
+    );
     assert!(
         end.saturating_sub(baseline) < RSS_GROWTH_BOUND_KIB,
         "memory grew from {baseline} KiB to {end} KiB"
     );
+}
+
+/// Opens a call and leaves a 900 KiB binary message unfinished (three fragments, no FIN).
+async fn unfinished_message(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    assert!(upgrade(&mut stream, addr).await, "upgraded");
+    let init = init_frame("unfinished").to_string();
+    stream
+        .write_all(&masked_frame(0x2, init.as_bytes()))
+        .await
+        .expect("init");
+    let piece = vec![b'u'; 300 * 1024];
+    for opcode in [0x2, 0x0, 0x0] {
+        let mut frame = masked_frame(opcode, &piece);
+        frame[0] &= 0x7f; // not the last fragment
+        stream.write_all(&frame).await.expect("a fragment");
+    }
+    stream
+}
+
+/// A measurement, not a check (issue 30): the resident memory 200 calls cost while each holds
+/// an unfinished 900 KiB message. Run alone:
+///
+/// ```sh
+/// cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished"]
+async fn unfinished_messages_cost_per_call() {
+    const CALLS: usize = 200;
+    let server = TestServer::ready(CrewServer::new(echo_setup)).await;
+    let before = rss_kib();
+    let mut calls = Vec::new();
+    for _ in 0..CALLS {
+        calls.push(unfinished_message(server.addr).await);
+    }
+    server.wait_for_active(CALLS).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_kib();
+    println!(
+        "{CALLS} calls each holding an unfinished 900 KiB message: RSS {before} KiB -> {after} \
+         KiB, {} KiB per call",
+        after.saturating_sub(before) / CALLS as u64
+    );
+    drop(calls);
 }

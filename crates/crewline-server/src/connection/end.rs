@@ -23,6 +23,8 @@ pub(super) enum End {
     Idle,
     /// A socket write did not complete within the write timeout: the platform stopped reading.
     WriteTimeout,
+    /// The platform sent pings or pongs past the per-second cap.
+    ControlFlood,
 }
 
 impl fmt::Display for End {
@@ -35,6 +37,7 @@ impl fmt::Display for End {
             Self::ShuttingDown => f.write_str("server shutting down"),
             Self::Idle => f.write_str("idle timeout (no pong)"),
             Self::WriteTimeout => f.write_str("write timeout (the platform stopped reading)"),
+            Self::ControlFlood => f.write_str("control frame flood"),
         }
     }
 }
@@ -46,6 +49,9 @@ pub(super) struct Failure {
     pub(super) message: Option<String>,
     pub(super) code: u16,
     pub(super) close_reason: &'static str,
+    /// Whether to read on until the platform answers the close frame (not for a flood: that
+    /// would read the flood on).
+    pub(super) await_close: bool,
 }
 
 impl Failure {
@@ -60,6 +66,7 @@ impl Failure {
             message: Some(message),
             code,
             close_reason,
+            await_close: true,
         }
     }
 
@@ -69,6 +76,7 @@ impl Failure {
             message: None,
             code: close_code::NORMAL,
             close_reason: "",
+            await_close: true,
         }
     }
 
@@ -79,6 +87,17 @@ impl Failure {
             SHUTDOWN_CLOSE.0,
             SHUTDOWN_CLOSE.1,
         )
+    }
+
+    /// Past the cap of control frames per second.
+    pub(super) fn control_flood(
+        message: String,
+        (code, close_reason): (u16, &'static str),
+    ) -> Self {
+        Self {
+            await_close: false,
+            ..Self::new(HandshakeFailure::BadFrame, message, code, close_reason)
+        }
     }
 
     pub(super) fn too_big(size: usize, max: usize) -> Self {

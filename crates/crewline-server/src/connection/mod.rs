@@ -8,6 +8,8 @@
 //! Limits: the writer pings the platform every `ping_interval`, and a call with no inbound
 //! frame (pongs included) for `idle_timeout` is a half-open connection and is closed; a socket
 //! write that takes longer than `write_timeout` ends the call (the platform stopped reading).
+//! A platform that sends more than [`MAX_CONTROL_FRAMES_PER_SECOND`] pings and pongs in a
+//! second is closed with 1008: each ping costs a pong, and a flood of them is no keep-alive.
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,7 +21,7 @@ use crewline::{
 use futures::{StreamExt, stream::SplitStream};
 use serde_json::{Map, Value};
 use tokio::{
-    sync::{mpsc, oneshot},
+    sync::{Notify, mpsc, oneshot},
     task::JoinHandle,
     time::Instant,
 };
@@ -27,6 +29,8 @@ use tracing::Instrument;
 
 mod end;
 mod writer;
+
+pub(crate) use self::writer::MAX_OUTBOUND_FRAME_BYTES;
 
 use self::{
     end::{End, Failure, too_big_message},
@@ -44,6 +48,13 @@ const OUTBOUND_CAPACITY: usize = 1024;
 const LOUD_BAD_FRAMES: u32 = 10;
 /// The longest error text put into `agent.error` or a log line.
 const MAX_ERROR_TEXT: usize = 1000;
+/// The most pings and pongs a platform may send in one second before its call is closed with
+/// 1008. A platform pings every few seconds at most; a flood makes the server queue a pong
+/// for every ping (issue 30: 7.6 M pings in 10 s), which a peer that does not read never
+/// drains.
+pub(crate) const MAX_CONTROL_FRAMES_PER_SECOND: u32 = 100;
+/// Close code and reason for a platform past [`MAX_CONTROL_FRAMES_PER_SECOND`].
+const FLOOD_CLOSE: (u16, &str) = (close_code::POLICY, "too many control frames");
 
 /// Close code and reason at the drain deadline.
 pub(super) const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
@@ -64,10 +75,12 @@ pub(crate) fn run(socket: WebSocket, service: Arc<Service>) -> impl Future<Outpu
         let (outbound, events) = mpsc::channel(OUTBOUND_CAPACITY);
         let (close, close_requests) = oneshot::channel();
         let limits = &service.config.limits;
+        let pongs_due = Arc::new(Notify::new());
         let writer = Writer {
             sink,
             write_timeout: limits.write_timeout,
             ping_interval: limits.ping_interval,
+            pongs_due: Arc::clone(&pongs_due),
         };
         let writer = tokio::spawn(writer.run(events, close_requests).in_current_span());
         let mut connection = Connection {
@@ -77,6 +90,7 @@ pub(crate) fn run(socket: WebSocket, service: Arc<Service>) -> impl Future<Outpu
             writer_done: false,
             close: Some(close),
             outbound,
+            pongs_due,
         };
         let end = connection.serve().await;
         tracing::info!(end = %end, duration = ?started.elapsed(), "call ended");
@@ -90,6 +104,33 @@ struct Connection {
     writer_done: bool,
     close: Option<oneshot::Sender<CloseFrame>>,
     outbound: mpsc::Sender<Box<Event>>,
+    /// Tells the writer that a ping was read and its pong is to be flushed.
+    pongs_due: Arc<Notify>,
+}
+
+/// Counts a platform's control frames per one-second window.
+struct ControlFrames {
+    window: Instant,
+    count: u32,
+}
+
+impl ControlFrames {
+    fn new() -> Self {
+        Self {
+            window: Instant::now(),
+            count: 0,
+        }
+    }
+
+    /// Counts one control frame read at `now`; true once past the cap in its window.
+    fn flooded(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.window) >= Duration::from_secs(1) {
+            self.window = now;
+            self.count = 0;
+        }
+        self.count = self.count.saturating_add(1);
+        self.count > MAX_CONTROL_FRAMES_PER_SECOND
+    }
 }
 
 impl Connection {
@@ -153,6 +194,7 @@ impl Connection {
         let timeout = self.service.config.handshake_timeout;
         let deadline = Instant::now() + timeout;
         let close_calls = self.service.state.close_calls.clone();
+        let mut control = ControlFrames::new();
         loop {
             let next = tokio::select! {
                 () = close_calls.cancelled() => return Err(Failure::shutting_down()),
@@ -185,7 +227,12 @@ impl Connection {
                 Message::Binary(bytes) => crewline::protocol::decode(bytes),
                 Message::Text(text) => crewline::protocol::decode(text.as_str().as_bytes()),
                 Message::Close(_) => return Err(Failure::closed()),
-                Message::Ping(_) | Message::Pong(_) => continue,
+                Message::Ping(_) | Message::Pong(_) => {
+                    if self.control_frame(&message, &mut control, Instant::now()) {
+                        return Err(Failure::control_flood(flood_message(), FLOOD_CLOSE));
+                    }
+                    continue;
+                }
             };
             return match decoded {
                 Ok(Event {
@@ -222,6 +269,7 @@ impl Connection {
         let close_calls = self.service.state.close_calls.clone();
         let idle_timeout = self.service.config.limits.idle_timeout;
         let mut bad_frames = 0u32;
+        let mut control = ControlFrames::new();
         // One clock read per frame; the timer is moved only when it fires early.
         let mut last_inbound = Instant::now();
         let idle = tokio::time::sleep_until(last_inbound + idle_timeout);
@@ -283,7 +331,16 @@ impl Connection {
                     break End::PeerClosed;
                 }
                 // Pongs are answered by the WebSocket layer as pings are read.
-                Message::Ping(_) | Message::Pong(_) => continue,
+                Message::Ping(_) | Message::Pong(_) => {
+                    if self.control_frame(&message, &mut control, last_inbound) {
+                        Box::pin(session.shutdown()).await;
+                        self.send_error(flood_message(), "control_flood", Severity::Fatal);
+                        // Not waiting for the platform's close: that would read its flood on.
+                        Box::pin(self.send_close(FLOOD_CLOSE.0, FLOOD_CLOSE.1)).await;
+                        return End::ControlFlood;
+                    }
+                    continue;
+                }
             };
             match crewline::protocol::decode(bytes) {
                 Ok(event) => match session.dispatch_frame(event, bytes.len()) {
@@ -328,6 +385,23 @@ impl Connection {
         end
     }
 
+    /// Counts a ping or pong read at `now` and has the writer flush a ping's pong; true (the
+    /// flood counted and logged) when the platform is past the cap.
+    fn control_frame(&self, message: &Message, control: &mut ControlFrames, now: Instant) -> bool {
+        if matches!(message, Message::Ping(_)) {
+            self.pongs_due.notify_one();
+        }
+        if !control.flooded(now) {
+            return false;
+        }
+        self.service.state.metrics.error(ErrorKind::ControlFlood);
+        tracing::warn!(
+            max_per_second = MAX_CONTROL_FRAMES_PER_SECOND,
+            "the platform floods pings or pongs: closing the call"
+        );
+        true
+    }
+
     /// Queues an `agent.error` for the platform.
     fn send_error(&self, message: String, reason: &str, severity: Severity) {
         let mut payload = Map::new();
@@ -347,7 +421,11 @@ impl Connection {
         match failure.message {
             Some(message) => {
                 self.send_error(message, failure.reason.as_str(), Severity::Fatal);
-                self.close(failure.code, failure.close_reason).await;
+                if failure.await_close {
+                    self.close(failure.code, failure.close_reason).await;
+                } else {
+                    self.send_close(failure.code, failure.close_reason).await;
+                }
             }
             None => self.abandon().await,
         }
@@ -356,14 +434,7 @@ impl Connection {
     /// Sends queued events and a close frame, then waits for the platform's close: all of it
     /// within the close timeout, which bounds how long a drain waits after its deadline.
     async fn close(&mut self, code: u16, reason: &'static str) {
-        let deadline = Instant::now() + self.service.config.close_timeout;
-        if let Some(close) = self.close.take() {
-            let _ = close.send(CloseFrame {
-                code,
-                reason: Utf8Bytes::from_static(reason),
-            });
-        }
-        self.join_writer(deadline).await;
+        let deadline = self.send_close(code, reason).await;
         // Read until the platform answers the close (or goes away).
         let drained = tokio::time::timeout_at(deadline, async {
             while let Some(Ok(_)) = self.stream.next().await {}
@@ -372,6 +443,19 @@ impl Connection {
         if drained.is_err() {
             tracing::debug!("the platform did not answer the close frame in time");
         }
+    }
+
+    /// Sends queued events and a close frame within the close timeout; returns its deadline.
+    async fn send_close(&mut self, code: u16, reason: &'static str) -> Instant {
+        let deadline = Instant::now() + self.service.config.close_timeout;
+        if let Some(close) = self.close.take() {
+            let _ = close.send(CloseFrame {
+                code,
+                reason: Utf8Bytes::from_static(reason),
+            });
+        }
+        self.join_writer(deadline).await;
+        deadline
     }
 
     /// Ends a call whose platform is gone: no frames to send, finish the closing handshake.
@@ -404,6 +488,13 @@ impl Connection {
         }
         self.writer_done = true;
     }
+}
+
+fn flood_message() -> String {
+    format!(
+        "more than {MAX_CONTROL_FRAMES_PER_SECOND} pings or pongs in one second: \
+         this server closes such calls"
+    )
 }
 
 /// The size and limit when `error` is an oversized frame or message.

@@ -1,18 +1,26 @@
 //! The writer task: the session's outbound events as binary frames, pings, the close frame,
 //! each socket write bounded by the write timeout.
 
-use std::{future::Future, task::Poll, time::Duration};
+use std::{future::Future, sync::Arc, task::Poll, time::Duration};
 
 use axum::{
     body::Bytes,
     extract::ws::{CloseFrame, Message, WebSocket},
 };
-use crewline::protocol::Event;
-use futures::{SinkExt, stream::SplitSink};
+use crewline::protocol::{AgentError, Event, EventBody, Severity};
+use futures::{Sink, SinkExt, stream::SplitSink};
+use serde_json::{Map, Value};
 use tokio::{
-    sync::{mpsc, oneshot},
+    sync::{Notify, mpsc, oneshot},
     time::Instant,
 };
+
+/// The largest outbound frame: 4 MiB, four times the default inbound limit. A voice platform
+/// has no use for a larger event (the reference's own WebSocket library refuses frames over
+/// 1 MiB), and the socket's write buffer cap is sized from it (see `crate::http`): a larger
+/// frame would be refused there, and lost without a word. It is replaced by an `agent.error`
+/// saying so, and the call goes on.
+pub(crate) const MAX_OUTBOUND_FRAME_BYTES: usize = 4 << 20;
 
 /// How the writer stopped.
 pub(super) enum WriterEnd {
@@ -25,10 +33,14 @@ pub(super) enum WriterEnd {
 }
 
 /// The socket's sending half and the writer's limits.
-pub(super) struct Writer {
-    pub(super) sink: SplitSink<WebSocket, Message>,
+pub(super) struct Writer<S = SplitSink<WebSocket, Message>> {
+    pub(super) sink: S,
     pub(super) write_timeout: Duration,
     pub(super) ping_interval: Duration,
+    /// Woken by the reader for each ping it read: the pong tungstenite queued is flushed here,
+    /// under the write timeout, so that a platform that pings without reading is cut off
+    /// instead of piling up pongs.
+    pub(super) pongs_due: Arc<Notify>,
 }
 
 /// One socket operation (`feed`, `flush`, `send`), bounded by `timeout`.
@@ -65,9 +77,29 @@ where
     }
 }
 
-impl Writer {
+impl<S> Writer<S>
+where
+    S: Sink<Message, Error = axum::Error> + Unpin,
+{
     pub(super) async fn feed(&mut self, message: Message) -> Result<(), WriterEnd> {
         bounded(self.write_timeout, self.sink.feed(message)).await
+    }
+
+    /// Queues `event` as a binary frame, or an `agent.error` in its place when it is over
+    /// [`MAX_OUTBOUND_FRAME_BYTES`].
+    async fn feed_event(&mut self, event: &Event) -> Result<(), WriterEnd> {
+        let frame = crewline::protocol::encode(event);
+        if frame.len() > MAX_OUTBOUND_FRAME_BYTES {
+            let kind = event.body.type_name();
+            tracing::warn!(
+                kind,
+                bytes = frame.len(),
+                max = MAX_OUTBOUND_FRAME_BYTES,
+                "an outbound event is over the frame limit: sent an agent.error instead"
+            );
+            return self.feed(binary(&too_large(kind, frame.len()))).await;
+        }
+        self.feed(Message::Binary(Bytes::from(frame))).await
     }
 
     pub(super) async fn flush(&mut self) -> Result<(), WriterEnd> {
@@ -89,11 +121,20 @@ impl Writer {
         let mut pings =
             tokio::time::interval_at(Instant::now() + self.ping_interval, self.ping_interval);
         pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let pongs_due = Arc::clone(&self.pongs_due);
         let result = loop {
             tokio::select! {
                 biased;
                 // The close and the pings are rare: boxed, their state does not stay in the task.
                 frame = &mut close => break Box::pin(self.close(&mut events, frame)).await,
+                // Before the events: a model that streams faster than the socket drains keeps
+                // the queue full, and the pings that keep the call alive must still go out.
+                _ = pings.tick() => {
+                    let ping = Message::Ping(Bytes::new());
+                    if let Err(end) = Box::pin(self.send(ping)).await {
+                        break Err(end);
+                    }
+                }
                 event = events.recv() => {
                     let Some(event) = event else {
                         // Unreachable while the connection holds a sender; wait for the close.
@@ -103,9 +144,10 @@ impl Writer {
                         break Err(end);
                     }
                 }
-                _ = pings.tick() => {
-                    let ping = Message::Ping(Bytes::new());
-                    if let Err(end) = Box::pin(self.send(ping)).await {
+                // After the events, whose writes flush pongs too: polled (a lock) only when
+                // the queue is empty, not once per event.
+                () = pongs_due.notified() => {
+                    if let Err(end) = Box::pin(self.flush()).await {
                         break Err(end);
                     }
                 }
@@ -120,8 +162,7 @@ impl Writer {
         event: Box<Event>,
         events: &mut mpsc::Receiver<Box<Event>>,
     ) -> Result<(), WriterEnd> {
-        let frame = binary(&event);
-        self.feed(frame).await?;
+        self.feed_event(&event).await?;
         if !events.is_empty() {
             return Ok(());
         }
@@ -131,8 +172,7 @@ impl Writer {
         // scheduler, a few microseconds.
         tokio::task::yield_now().await;
         while let Ok(event) = events.try_recv() {
-            let frame = binary(&event);
-            self.feed(frame).await?;
+            self.feed_event(&event).await?;
         }
         self.flush().await
     }
@@ -147,8 +187,7 @@ impl Writer {
         let queued = events.len();
         for _ in 0..queued {
             let Ok(event) = events.try_recv() else { break };
-            let frame = binary(&event);
-            self.feed(frame).await?;
+            self.feed_event(&event).await?;
         }
         match frame {
             Ok(frame) => {
@@ -163,6 +202,110 @@ impl Writer {
         }
     }
 }
+
 pub(super) fn binary(event: &Event) -> Message {
     Message::Binary(Bytes::from(crewline::protocol::encode(event)))
+}
+
+/// The `agent.error` sent in place of an outbound event of `bytes` bytes, over the limit.
+fn too_large(kind: &str, bytes: usize) -> Event {
+    let mut payload = Map::new();
+    payload.insert(
+        "reason".to_owned(),
+        Value::String("event_too_large".to_owned()),
+    );
+    Event::now(EventBody::AgentError(AgentError {
+        message: format!(
+            "a {kind} event of {bytes} bytes is over this server's limit of \
+             {MAX_OUTBOUND_FRAME_BYTES} bytes per frame; it was not sent"
+        ),
+        severity: Severity::Warning,
+        payload,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        pin::Pin,
+        sync::Mutex,
+        task::{Context, ready},
+    };
+
+    use super::*;
+
+    /// A socket that takes 1 ms per frame and records the frames.
+    struct SlowSocket {
+        sent: Arc<Mutex<Vec<Message>>>,
+        delay: Option<Pin<Box<tokio::time::Sleep>>>,
+    }
+
+    impl Sink<Message> for SlowSocket {
+        type Error = axum::Error;
+
+        fn poll_ready(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<(), Self::Error>> {
+            let delay = self
+                .delay
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_millis(1))));
+            ready!(delay.as_mut().poll(cx));
+            self.delay = None;
+            Poll::Ready(Ok(()))
+        }
+
+        fn start_send(self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+            self.sent.lock().unwrap().push(item);
+            Ok(())
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn event() -> Box<Event> {
+        Box::new(too_large("agent.response", 1))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pings_go_out_while_the_model_outpaces_the_socket() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let writer = Writer {
+            sink: SlowSocket {
+                sent: Arc::clone(&sent),
+                delay: None,
+            },
+            write_timeout: Duration::from_secs(5),
+            ping_interval: Duration::from_millis(100),
+            pongs_due: Arc::new(Notify::new()),
+        };
+        let (outbound, events) = mpsc::channel(64);
+        let (close, close_requests) = oneshot::channel();
+        let writing = tokio::spawn(writer.run(events, close_requests));
+        // The model: always an event waiting for the socket.
+        let model = tokio::spawn(async move { while outbound.send(event()).await.is_ok() {} });
+
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let pings = sent
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|message| matches!(message, Message::Ping(_)))
+            .count();
+        // Ten ping intervals, the socket busy all along.
+        assert!(pings >= 9, "{pings} pings in ten intervals");
+
+        model.abort();
+        let _ = close.send(CloseFrame {
+            code: 1000,
+            reason: "".into(),
+        });
+        assert!(matches!(writing.await, Ok(WriterEnd::Done)));
+    }
 }

@@ -94,10 +94,12 @@ pub enum HandshakeFailure {
     InvalidGraph,
     /// The server began shutting down during the handshake.
     ShuttingDown,
+    /// `/ws` from a browser page of an origin not allowed (answered 403, not upgraded).
+    Forbidden,
 }
 
 impl HandshakeFailure {
-    pub(super) const ALL: [Self; 13] = [
+    pub(super) const ALL: [Self; 14] = [
         Self::Unauthorized,
         Self::Draining,
         Self::Full,
@@ -111,6 +113,7 @@ impl HandshakeFailure {
         Self::SetupTimeout,
         Self::InvalidGraph,
         Self::ShuttingDown,
+        Self::Forbidden,
     ];
 
     /// The label value, e.g. `timeout`.
@@ -129,6 +132,7 @@ impl HandshakeFailure {
             Self::SetupTimeout => "setup_timeout",
             Self::InvalidGraph => "invalid_graph",
             Self::ShuttingDown => "shutting_down",
+            Self::Forbidden => "forbidden",
         }
     }
 }
@@ -152,10 +156,12 @@ pub enum ErrorKind {
     IdleTimeout,
     /// A socket write did not complete within the write timeout (the call was ended).
     WriteTimeout,
+    /// The platform sent control frames (pings, pongs) past the per-second cap (closed 1008).
+    ControlFlood,
 }
 
 impl ErrorKind {
-    pub(super) const ALL: [Self; 8] = [
+    pub(super) const ALL: [Self; 9] = [
         Self::Handshake,
         Self::Socket,
         Self::BadFrame,
@@ -164,6 +170,7 @@ impl ErrorKind {
         Self::Tool,
         Self::IdleTimeout,
         Self::WriteTimeout,
+        Self::ControlFlood,
     ];
 
     /// The label value, e.g. `socket`.
@@ -177,6 +184,7 @@ impl ErrorKind {
             Self::Tool => "tool",
             Self::IdleTimeout => "idle_timeout",
             Self::WriteTimeout => "write_timeout",
+            Self::ControlFlood => "control_flood",
         }
     }
 }
