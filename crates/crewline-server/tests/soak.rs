@@ -1,7 +1,10 @@
-//! Soak (issue 14, "Show it"; issue 30): for minutes, slow readers, a flood of half-open
-//! connections, oversized frames, endless lines from the model and ping floods from platforms
-//! that never read run beside healthy calls. The healthy
-//! calls must get every answer, right and in time, and the process's memory must stay flat.
+//! Soak (issues 14 and 30, "Show it"): for minutes, slow readers, a flood of half-open
+//! connections, oversized frames, endless lines from the model, ping floods from clients that
+//! never read, model answers of 50 MiB of tool-call arguments or 100,000 tool calls, a 1 GiB
+//! error body read by the async-openai client, and, on a standalone MCP server in the same
+//! process, half-open requests and a flood of sessions, all run beside healthy calls (crew and
+//! MCP). The healthy calls must get every answer, right and in time, and the process's memory
+//! must stay flat.
 //!
 //! Behind a flag, as it takes minutes (10 by default):
 //!
@@ -27,9 +30,11 @@ use common::*;
 use crewline::{
     Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, llm::OpenAiClient, tool::ToolRegistry,
 };
+use crewline::{function_tool, llm::AsyncOpenAiClient, tool::ToolError};
+use crewline_mcp::{McpClient, McpServer};
 use crewline_server::CrewServer;
 use fake_llm::{FakeLlm, echo_answer};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpSocket, TcpStream},
@@ -56,6 +61,27 @@ struct Figures {
     endless_lines_failed: AtomicU64,
     ping_floods: AtomicU64,
     ping_floods_closed: AtomicU64,
+    pings_sent: AtomicU64,
+    huge_answers: AtomicU64,
+    huge_answers_failed: AtomicU64,
+    largest_frame: AtomicU64,
+    huge_error_bodies: AtomicU64,
+    huge_error_bodies_failed: AtomicU64,
+    mcp_healthy_calls: AtomicU64,
+    mcp_half_open: AtomicU64,
+    mcp_half_open_closed: AtomicU64,
+    mcp_sessions_opened: AtomicU64,
+    mcp_sessions_refused: AtomicU64,
+}
+
+/// The longest frame the platform may receive in a turn whose model answer was refused: the
+/// refusal is a short `agent.error`, never an echo of the answer.
+const REFUSED_ANSWER_FRAME_BOUND: u64 = 64 * 1024;
+
+/// The standalone MCP server's one tool.
+#[function_tool(export = "mcp")]
+async fn shout(text: String) -> Result<String, ToolError> {
+    Ok(text.to_uppercase())
 }
 
 /// The server under soak: the real client on the fake model, with the connection limits
@@ -74,6 +100,37 @@ fn soak_server(client: OpenAiClient) -> CrewServer {
     .ping_interval(Duration::from_secs(2))
     .idle_timeout(Duration::from_secs(5))
     .header_read_timeout(Duration::from_secs(2))
+}
+
+/// The soak's second crew server: the async-openai client on the same fake model.
+fn async_openai_server(base_url: &str) -> CrewServer {
+    use async_openai::{Client, config::OpenAIConfig};
+    let config = OpenAIConfig::new()
+        .with_api_base(base_url)
+        .with_api_key("sk-soak");
+    let client = AsyncOpenAiClient::new(Client::with_config(config), "fake");
+    let tool_loop = ToolLoop::new(Arc::new(client), Arc::new(ToolRegistry::new()));
+    CrewServer::new(move |_setup: SessionSetup| {
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new(
+            "agent",
+            LoopAgent::new("You answer.", tool_loop.clone()),
+        ));
+        async move { Ok::<_, std::convert::Infallible>(crew) }
+    })
+}
+
+/// The standalone MCP server (`shout`) on 127.0.0.1:0, served until the test ends.
+async fn mcp_server() -> SocketAddr {
+    let mut tools = ToolRegistry::new();
+    tools.register(ShoutTool).expect("shout registers");
+    let server = McpServer::new(&tools).expect("shout exports to MCP");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move { server.serve_http(listener).await });
+    addr
 }
 
 /// The process's resident memory, KiB.
@@ -182,31 +239,6 @@ async fn half_open(addr: SocketAddr, upgraded: bool, figures: &Figures) {
     }
 }
 
-/// A platform that floods pings and never reads (issue 30: 1.4 GiB in 10 s): the server must
-/// close the call, with its memory flat.
-async fn ping_flood(addr: SocketAddr, figures: &Figures) {
-    let socket = TcpSocket::new_v4().expect("socket");
-    let _ = socket.set_recv_buffer_size(4096);
-    let Ok(mut stream) = socket.connect(addr).await else {
-        return;
-    };
-    if !upgrade(&mut stream, addr).await {
-        return;
-    }
-    figures.ping_floods.fetch_add(1, Ordering::Relaxed);
-    let init = init_frame("ping-flood").to_string();
-    let _ = stream.write_all(&masked_frame(0x2, init.as_bytes())).await;
-    let burst = masked_frame(0x9, &[0x55; 125]).repeat(1000);
-    // Until the server stops taking them (it closed the call), or 10 s.
-    let flooded = tokio::time::timeout(Duration::from_secs(10), async {
-        while stream.write_all(&burst).await.is_ok() {}
-    })
-    .await;
-    if flooded.is_ok() {
-        figures.ping_floods_closed.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// A frame twice the limit: the call is closed with 1009.
 async fn oversized_frame(url: &str, figures: &Figures) {
     let mut call = Client::connect(url).await;
@@ -232,6 +264,149 @@ async fn endless_line(url: &str, figures: &Figures) {
     call.close().await;
 }
 
+/// A client that floods pings and never reads: the server must cut it off with its memory
+/// bounded (pongs it cannot send are not queued without end).
+async fn ping_flood(addr: SocketAddr, figures: &Figures) {
+    let socket = TcpSocket::new_v4().expect("socket");
+    let _ = socket.set_recv_buffer_size(4096);
+    let Ok(mut stream) = socket.connect(addr).await else {
+        return;
+    };
+    if !upgrade(&mut stream, addr).await {
+        return;
+    }
+    figures.ping_floods.fetch_add(1, Ordering::Relaxed);
+    let init = init_frame("ping-flood").to_string();
+    let _ = stream.write_all(&masked_frame(0x2, init.as_bytes())).await;
+    // Many pings to a write: the flood is bounded by the socket, not by the loop.
+    let batch: Vec<u8> = (0..64)
+        .flat_map(|_| masked_frame(0x9, &[b'p'; 125]))
+        .collect();
+    let flooding = Instant::now();
+    while flooding.elapsed() < Duration::from_secs(8) {
+        match tokio::time::timeout(Duration::from_millis(500), stream.write_all(&batch)).await {
+            Ok(Ok(())) => {
+                figures.pings_sent.fetch_add(64, Ordering::Relaxed);
+            }
+            // The server stopped reading (it cut us off, or its socket is full): stop.
+            Ok(Err(_)) | Err(_) => break,
+        }
+    }
+    if closed_by_server(&mut stream, Duration::from_secs(15)).await {
+        figures.ping_floods_closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A turn whose model answer is far over any real one (`fault:huge-args` or
+/// `fault:many-calls`): it must end with `agent.error` and `end`, put no large frame on the
+/// wire, and leave the call working.
+async fn huge_answer(url: &str, fault: &str, figures: &Figures) {
+    let mut call = Client::connect(url).await;
+    call.send(&init_frame("huge-answer")).await;
+    let _ = call.recv().await;
+    figures.huge_answers.fetch_add(1, Ordering::Relaxed);
+    let (frames, _) = call.turn(&format!("{fault} go on")).await;
+    let largest = frames
+        .iter()
+        .map(|frame| frame.to_string().len() as u64)
+        .max()
+        .unwrap_or(0);
+    figures.largest_frame.fetch_max(largest, Ordering::Relaxed);
+    let words = "after the huge answer";
+    let (_, text) = call.turn(words).await;
+    if types(&frames).contains(&"agent.error".to_owned()) && text == echo_answer(words) {
+        figures.huge_answers_failed.fetch_add(1, Ordering::Relaxed);
+    } else {
+        eprintln!(
+            "a huge answer ({fault}) did not end cleanly: {:?}",
+            types(&frames)
+        );
+    }
+    call.close().await;
+}
+
+/// A turn on the async-openai client whose model answers 400 with a 1 GiB body.
+async fn huge_error_body(url: &str, figures: &Figures) {
+    let mut call = Client::connect(url).await;
+    call.send(&init_frame("huge-error")).await;
+    let _ = call.recv().await;
+    figures.huge_error_bodies.fetch_add(1, Ordering::Relaxed);
+    let (frames, _) = call.turn("fault:huge-error go on").await;
+    let largest = frames
+        .iter()
+        .map(|frame| frame.to_string().len() as u64)
+        .max()
+        .unwrap_or(0);
+    figures.largest_frame.fetch_max(largest, Ordering::Relaxed);
+    if types(&frames).contains(&"agent.error".to_owned()) {
+        figures
+            .huge_error_bodies_failed
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    call.close().await;
+}
+
+/// Half a request line to the MCP server: the header timeout must end it.
+async fn mcp_half_open(addr: SocketAddr, figures: &Figures) {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return;
+    };
+    if stream.write_all(b"POST /mcp HT").await.is_err() {
+        return;
+    }
+    figures.mcp_half_open.fetch_add(1, Ordering::Relaxed);
+    if closed_by_server(&mut stream, Duration::from_secs(25)).await {
+        figures.mcp_half_open_closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// MCP `initialize` requests that open sessions and never close them.
+async fn mcp_session_flood(addr: SocketAddr, sessions: usize, figures: &Figures) {
+    const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"flood","version":"1"}}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{INITIALIZE}",
+        INITIALIZE.len()
+    );
+    for _ in 0..sessions {
+        match crewline_testkit::platform::http::request_head(addr, &request).await {
+            Ok(head) if head.contains(" 200 ") => {
+                figures.mcp_sessions_opened.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(_) => {
+                figures.mcp_sessions_refused.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// An MCP client calling `shout` back to back for the whole soak.
+async fn mcp_healthy(addr: SocketAddr, figures: Arc<Figures>, stop: Arc<AtomicBool>) {
+    let client = McpClient::connect_http(&format!("http://{addr}/mcp"))
+        .await
+        .expect("the healthy MCP client connects");
+    let tools = client.tools().await.expect("the MCP tools list");
+    let shout = tools
+        .iter()
+        .find(|tool| tool.name() == "shout")
+        .expect("shout is listed");
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let text = format!("mcp call {n}");
+        let answered = tokio::time::timeout(HEALTHY_TURN_BOUND, shout.call(json!({"text": text})))
+            .await
+            .unwrap_or_else(|_| panic!("healthy MCP call {n} took over {HEALTHY_TURN_BOUND:?}"))
+            .unwrap_or_else(|error| panic!("healthy MCP call {n} failed: {error}"));
+        assert_eq!(answered, Value::String(text.to_uppercase()));
+        figures.mcp_healthy_calls.fetch_add(1, Ordering::Relaxed);
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    client.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a soak of minutes: CREWLINE_SOAK_SECS=600 cargo test --release -p crewline-server --test soak -- --ignored --nocapture"]
 async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
@@ -247,9 +422,13 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         TestServer::ready(soak_server(llm.client_builder().build().expect("client"))).await;
     let url = server.ws_url();
     let addr = server.addr;
+    let second = TestServer::ready(async_openai_server(&llm.base_url())).await;
+    let async_openai_url = second.ws_url();
+    let mcp = mcp_server().await;
     let figures = Arc::new(Figures::default());
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
+    let mcp_healthy = tokio::spawn(mcp_healthy(mcp, Arc::clone(&figures), Arc::clone(&stop)));
 
     let mut healthy = Vec::new();
     for i in 0..HEALTHY_CALLS {
@@ -301,7 +480,26 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
                     running.spawn(async move { oversized_frame(&frame_url, &frame_figures).await });
                     let (line_url, line_figures) = (url.clone(), Arc::clone(&figures));
                     running.spawn(async move { endless_line(&line_url, &line_figures).await });
+                    let (error_url, error_figures) =
+                        (async_openai_url.clone(), Arc::clone(&figures));
+                    running.spawn(async move { huge_error_body(&error_url, &error_figures).await });
                 }
+                if wave.is_multiple_of(4) {
+                    let fault = if wave.is_multiple_of(8) {
+                        "fault:huge-args"
+                    } else {
+                        "fault:many-calls"
+                    };
+                    let (huge_url, huge_figures) = (url.clone(), Arc::clone(&figures));
+                    running
+                        .spawn(async move { huge_answer(&huge_url, fault, &huge_figures).await });
+                }
+                for _ in 0..5 {
+                    let figures = Arc::clone(&figures);
+                    running.spawn(async move { mcp_half_open(mcp, &figures).await });
+                }
+                let session_figures = Arc::clone(&figures);
+                running.spawn(async move { mcp_session_flood(mcp, 200, &session_figures).await });
                 wave += 1;
                 // Reap finished ones so the set stays small.
                 while running.try_join_next().is_some() {}
@@ -328,6 +526,7 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         handle.await.expect("a healthy call failed");
     }
     attackers.await.expect("the attackers failed");
+    mcp_healthy.await.expect("the healthy MCP client failed");
     // Let the last attackers' calls be cleaned up before the final reading.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let end = rss_kib();
@@ -337,7 +536,10 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
     println!(
         "soak {seconds} s: healthy turns {} (max {} ms); slow readers {} ({} closed by the \
          server); half-open {} ({} closed); oversized frames {}; endless lines {} ({} failed \
-         cleanly); ping floods {} ({} closed); RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
+         cleanly); ping floods {} ({} closed, {} pings sent); huge answers {} ({} ended \
+         cleanly); 1 GiB error bodies {} ({} ended cleanly); largest frame of those turns {} \
+         bytes; healthy MCP calls {}; MCP half-open {} ({} closed); MCP sessions opened {}, \
+         refused {}; RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
         load(&f.healthy_turns),
         load(&f.healthy_max_ms),
         load(&f.slow_readers),
@@ -349,6 +551,17 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         load(&f.endless_lines_failed),
         load(&f.ping_floods),
         load(&f.ping_floods_closed),
+        load(&f.pings_sent),
+        load(&f.huge_answers),
+        load(&f.huge_answers_failed),
+        load(&f.huge_error_bodies),
+        load(&f.huge_error_bodies_failed),
+        load(&f.largest_frame),
+        load(&f.mcp_healthy_calls),
+        load(&f.mcp_half_open),
+        load(&f.mcp_half_open_closed),
+        load(&f.mcp_sessions_opened),
+        load(&f.mcp_sessions_refused),
         baseline,
         peak,
         end,
@@ -372,7 +585,28 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
     assert_eq!(
         load(&f.ping_floods),
         load(&f.ping_floods_closed),
-        "every ping flood's call is closed by the server"
+        "every ping flood is cut off by the server"
+    );
+    assert_eq!(
+        load(&f.huge_answers),
+        load(&f.huge_answers_failed),
+        "every huge model answer ends its turn with agent.error and the call goes on"
+    );
+    assert_eq!(
+        load(&f.huge_error_bodies),
+        load(&f.huge_error_bodies_failed),
+        "every 1 GiB error body ends its turn with agent.error"
+    );
+    assert!(
+        load(&f.largest_frame) < REFUSED_ANSWER_FRAME_BOUND,
+        "a refused answer put a {} byte frame on the wire",
+        load(&f.largest_frame)
+    );
+    assert!(load(&f.mcp_healthy_calls) > 0);
+    assert_eq!(
+        load(&f.mcp_half_open),
+        load(&f.mcp_half_open_closed),
+        "every half-open MCP request is closed by the server"
     );
     assert!(
         end.saturating_sub(baseline) < RSS_GROWTH_BOUND_KIB,

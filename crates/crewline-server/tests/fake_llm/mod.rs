@@ -43,6 +43,13 @@ pub enum Fault {
     /// `fault:endless-line`: two chunks, then one `data:` line that never ends (64 KiB pieces
     /// until the client goes away, at most [`FLOOD_LIMIT`] bytes).
     EndlessLine,
+    /// `fault:huge-args`: one tool call whose arguments run to [`HUGE_ARGUMENT_PIECES`] pieces
+    /// of 1 MiB, then a normal end (`tool_calls`, `[DONE]`).
+    HugeArguments,
+    /// `fault:many-calls`: [`MANY_CALLS`] parallel tool calls in one answer.
+    ManyCalls,
+    /// `fault:huge-error`: HTTP 400 whose body says it is 1 GiB long and never ends.
+    HugeError,
     /// `tool:NAME`: calls the tool `NAME` (no arguments) when the last message is the user's;
     /// after the tool result, answers with text that quotes the start of the result.
     Tool,
@@ -66,6 +73,9 @@ impl Fault {
             "fault:error-event" => Self::ErrorEvent,
             "fault:echo-key" => Self::EchoKey,
             "fault:endless-line" => Self::EndlessLine,
+            "fault:huge-args" => Self::HugeArguments,
+            "fault:many-calls" => Self::ManyCalls,
+            "fault:huge-error" => Self::HugeError,
             _ if keyword.starts_with("tool:") => Self::Tool,
             _ if keyword.starts_with("tool-hold:") => Self::ToolHold,
             _ => Self::None,
@@ -195,6 +205,12 @@ fn respond(request: &RawRequest, attempts: &Attempts) -> RawReply {
             finished(events)
         }
         Fault::EndlessLine => RawReply::EndlessLine(text_chunks(&PARTIAL)),
+        Fault::HugeArguments if last_role == "user" => huge_arguments(),
+        Fault::ManyCalls if last_role == "user" => many_calls(),
+        Fault::HugeError => RawReply::EndlessStatus(400, r#"{"error":{"message":""#.to_owned()),
+        Fault::HugeArguments | Fault::ManyCalls => {
+            finished(text_chunks(&["refused, as it should be"]))
+        }
         Fault::Tool if last_role == "user" => finished(tool_call_chunks(&tool_name("tool:"))),
         Fault::ToolHold if last_role == "user" => {
             RawReply::Sse(tool_call_chunks(&tool_name("tool-hold:")), After::Stall)
@@ -211,6 +227,58 @@ fn respond(request: &RawRequest, attempts: &Attempts) -> RawReply {
             finished(text_chunks(&words))
         }
     }
+}
+
+/// The 1 MiB pieces of `fault:huge-args`'s arguments (50 MiB in all).
+pub const HUGE_ARGUMENT_PIECES: usize = 50;
+/// The tool calls of `fault:many-calls`'s answer.
+pub const MANY_CALLS: usize = 100_000;
+
+/// One `lookup` call whose arguments are a 50 MiB string, sent in 1 MiB pieces.
+fn huge_arguments() -> RawReply {
+    let head = chunk(
+        json!({"tool_calls": [{"index": 0, "id": "call_huge", "type": "function",
+            "function": {"name": "lookup", "arguments": "{\"q\": \""}}]}),
+        None,
+    );
+    let piece = "a".repeat(1 << 20);
+    let event = chunk(
+        json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+        None,
+    );
+    let tail = vec![
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+    ];
+    RawReply::Repeat {
+        head: vec![head],
+        event,
+        times: HUGE_ARGUMENT_PIECES,
+        tail,
+    }
+}
+
+/// [`MANY_CALLS`] `lookup` calls, a thousand to an event.
+fn many_calls() -> RawReply {
+    let mut events: Vec<String> = (0..MANY_CALLS)
+        .collect::<Vec<_>>()
+        .chunks(1_000)
+        .map(|indices| {
+            let calls: Vec<Value> = indices
+                .iter()
+                .map(|index| {
+                    json!({"index": index, "id": format!("call_{index}"), "type": "function",
+                        "function": {"name": "lookup", "arguments": "{}"}})
+                })
+                .collect();
+            chunk(json!({"tool_calls": calls}), None)
+        })
+        .collect();
+    events.push(chunk(json!({}), Some("tool_calls")));
+    RawReply::Sse(events, After::Done)
 }
 
 /// An error answer in OpenAI's shape.

@@ -75,6 +75,18 @@ pub enum RawReply {
     /// An error answer with this status whose body starts with the text given and goes on
     /// like [`RawReply::EndlessLine`] (its `content-length` says 1 GiB).
     EndlessStatus(u16, String),
+    /// A `text/event-stream` answer of any size, never held whole: the `head` events, then
+    /// `event` sent `times` times, then the `tail` events, `data: [DONE]` and the body's end.
+    Repeat {
+        /// The events before the repeated one.
+        head: Vec<String>,
+        /// The event sent `times` times.
+        event: String,
+        /// How many times `event` is sent.
+        times: usize,
+        /// The events after the repeated one.
+        tail: Vec<String>,
+    },
 }
 
 impl RawReply {
@@ -219,6 +231,12 @@ async fn serve(mut socket: TcpStream, state: &RawState) {
             RawReply::EndlessStatus(code, start) => {
                 write_endless_status(&mut socket, code, &start, state).await
             }
+            RawReply::Repeat {
+                head,
+                event,
+                times,
+                tail,
+            } => write_repeat(&mut socket, &head, &event, times, &tail).await,
         };
         if !keep_alive || written.is_err() {
             return;
@@ -275,6 +293,32 @@ async fn write_sse(
             Ok(())
         }
     }
+}
+
+/// A [`RawReply::Repeat`] answer: `head`, `event` `times` times, `tail`, `[DONE]`, the end.
+async fn write_repeat(
+    socket: &mut TcpStream,
+    head: &[String],
+    event: &str,
+    times: usize,
+    tail: &[String],
+) -> std::io::Result<()> {
+    socket
+        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+        .await?;
+    let repeated = format!("data: {event}\n\n");
+    for event in head {
+        write_chunk(socket, &format!("data: {event}\n\n")).await?;
+    }
+    for _ in 0..times {
+        write_chunk(socket, &repeated).await?;
+    }
+    for event in tail {
+        write_chunk(socket, &format!("data: {event}\n\n")).await?;
+    }
+    write_chunk(socket, "data: [DONE]\n\n").await?;
+    socket.write_all(b"0\r\n\r\n").await?;
+    socket.shutdown().await
 }
 
 async fn write_endless_line(
