@@ -22,28 +22,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::McpError;
 
-/// Counts the bytes written into it: the length of a value as JSON, without the text.
-struct Count(usize);
-
-impl std::io::Write for Count {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The length of `$value` as JSON (what could not be written is not counted).
-macro_rules! json_len {
-    ($value:expr) => {{
-        let mut count = Count(0);
-        let _ = serde_json::to_writer(&mut count, $value);
-        count.0
-    }};
-}
-
 /// A connection to an MCP server whose tools a crew can use.
 ///
 /// [`tools`](Self::tools) turns each remote tool into a [`Tool`]; [`mount`](Self::mount) adds
