@@ -44,7 +44,7 @@ mod server;
 pub use rmcp;
 
 pub use client::McpClient;
-pub use error::McpError;
+pub use error::{McpError, Refusal};
 pub use flavour::SchemaFlavour;
 pub use server::{
     DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT, MCP_PATH,
