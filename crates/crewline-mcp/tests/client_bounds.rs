@@ -176,8 +176,8 @@ async fn a_list_of_many_pages_within_the_limits_mounts_whole() {
     assert!(registry.get("tool_29_6").is_some());
 }
 
-// Real time (10 s): this crate's tests have no paused clock (tokio's `test-util`).
-#[tokio::test]
+// Paused time: the 10 s pass at once (the duplex wakes nothing, so the clock jumps ahead).
+#[tokio::test(start_paused = true)]
 async fn a_server_that_never_answers_the_handshake_is_given_up_on() {
     // The other end of the duplex is held open and never written: a server that accepted the
     // connection and went silent.
@@ -217,7 +217,7 @@ impl ServerHandler for Silent {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_server_that_never_answers_a_listing_is_given_up_on() {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
