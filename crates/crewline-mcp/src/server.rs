@@ -101,7 +101,10 @@ const RETRY_AFTER_SECONDS: &str = "5";
 /// is dropped (answered 202 over HTTP), and a request other than `tools/call` over 4 KiB, or
 /// any request whose id is over 256 bytes, is answered with a JSON-RPC "invalid request"
 /// (400 over HTTP). The session goes on. A `tools/call` is bounded by the transport only
-/// (`max_request_bytes` over HTTP): its arguments are never logged whole.
+/// (`max_request_bytes` over HTTP): its arguments are never logged whole. Over HTTP, a
+/// request whose `Host`, `Origin`, `MCP-Protocol-Version`, `Mcp-Session-Id` or
+/// `Last-Event-ID` is over 1 KiB (headers rmcp logs whole when it refuses them) is answered
+/// 400.
 ///
 /// **Structured results.** A tool whose [`result_schema`](crewline_tools::Tool::result_schema)
 /// is an object schema (`"type": "object"`, as MCP requires) is listed with it as its

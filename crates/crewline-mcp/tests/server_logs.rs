@@ -226,3 +226,55 @@ async fn a_stdio_client_that_does_not_start_with_initialize_gets_a_short_error()
         "{error:?}"
     );
 }
+
+/// Sends `request` (a whole HTTP/1.1 request) and returns the response's status line.
+async fn raw(addr: std::net::SocketAddr, request: &str) -> String {
+    let head = crewline_testkit::platform::http::request_head(addr, request)
+        .await
+        .expect("an answer in time");
+    head.lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn headers_rmcp_logs_whole_are_refused_past_a_kibibyte() {
+    let logs = logs();
+    let server = HttpServer::start(mcp()).await;
+    let addr = server.addr;
+    let stateless = HttpServer::start(mcp().stateless()).await;
+    let long = "h".repeat(32 << 10);
+    let body = common::INITIALIZE;
+    let post = |host: &str, extra: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let statuses = [
+        // A malformed Host (rmcp: "rejected request with malformed Host header").
+        raw(addr, &post(&format!("{long}:x"), "")).await,
+        // A protocol version that does not match the body's (rmcp: "rejecting initialize:
+        // MCP-Protocol-Version header does not match").
+        raw(
+            stateless.addr,
+            &post("127.0.0.1", &format!("MCP-Protocol-Version: {long}\r\n")),
+        )
+        .await,
+    ];
+    // An ordinary request is still served.
+    let served = raw(addr, &post("127.0.0.1", "")).await;
+    server.stop().await;
+    stateless.stop().await;
+
+    let text = logs.text();
+    assert!(
+        longest_line(&text) <= MAX_LINE,
+        "a log line of {} bytes",
+        longest_line(&text)
+    );
+    for status in statuses {
+        assert!(status.starts_with("HTTP/1.1 400"), "{status}");
+    }
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+}

@@ -29,6 +29,20 @@ pub(super) const MAX_MESSAGE_BYTES: usize = 4 << 10;
 /// (a UUID is 38 bytes as JSON).
 pub(super) const MAX_ID_BYTES: usize = 256;
 
+/// The most bytes of a header rmcp reads and logs whole when it refuses it (a malformed or
+/// disallowed `Host` or `Origin`, a mismatched `MCP-Protocol-Version`, an unknown
+/// `Mcp-Session-Id` or `Last-Event-ID`): real values are a host name, a UUID, a short id.
+pub(super) const MAX_HEADER_BYTES: usize = 1024;
+
+/// The headers rmcp may log whole.
+const LOGGED_HEADERS: [&str; 5] = [
+    "host",
+    "origin",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "last-event-id",
+];
+
 /// What the refused client reads.
 const REFUSAL: &str = "the request is larger than this MCP server takes: at most 4 KiB for a \
                        request other than tools/call, and 256 bytes for its id";
@@ -145,7 +159,24 @@ where
 /// stateless request, arrives that way): a notification too large is answered 202 and dropped,
 /// a request too large 400 with a JSON-RPC error. The body is read up to `limit` bytes
 /// (`max_request_bytes`; past it, 413); one that is not a JSON-RPC message is left to rmcp.
+/// A request with a header rmcp may log over [`MAX_HEADER_BYTES`] is answered 400, whatever
+/// its method.
 pub(super) async fn screen_http(limit: usize, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let oversized = LOGGED_HEADERS.iter().find(|name| {
+        headers
+            .get_all(**name)
+            .iter()
+            .any(|value| value.len() > MAX_HEADER_BYTES)
+    });
+    if let Some(name) = oversized {
+        tracing::debug!(
+            header = name,
+            "an MCP request with an oversized header refused"
+        );
+        let reason = format!("the {name} header is over {MAX_HEADER_BYTES} bytes");
+        return (StatusCode::BAD_REQUEST, reason).into_response();
+    }
     if request.method() != Method::POST {
         return next.run(request).await;
     }
