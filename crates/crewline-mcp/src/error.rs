@@ -13,20 +13,20 @@ pub enum McpError {
     Export(#[from] ExportError),
     /// The MCP session could not be set up or ended abnormally (handshake, transport); the
     /// cause is kept as the error's source.
-    #[error("the MCP session could not start: {0}")]
+    #[error("the MCP session could not start or ended abnormally")]
     Session(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The client refused what the MCP server sent, or gave up waiting for it (see
     /// [`Refusal`] for which limit); nothing of the refused answer is kept.
     #[error("the MCP client refused the server's answer")]
     Refused(#[source] Refusal),
     /// The MCP peer failed a request (listing tools, for instance).
-    #[error("the MCP request failed: {0}")]
+    #[error("the MCP request failed")]
     Request(#[from] rmcp::ServiceError),
     /// A child process or socket could not be used.
-    #[error("MCP transport I/O failed: {0}")]
+    #[error("MCP transport I/O failed")]
     Io(#[from] std::io::Error),
     /// An authentication setting is invalid (an empty token, say).
-    #[error("invalid `{setting}`: {source}")]
+    #[error("invalid `{setting}`")]
     Auth {
         /// The setting (`auth_token`).
         setting: &'static str,
@@ -46,7 +46,7 @@ pub enum McpError {
         addr: String,
     },
     /// A remote tool could not be added to the registry.
-    #[error("the MCP tool could not be mounted: {0}")]
+    #[error("the MCP tool could not be mounted")]
     Register(#[from] RegistryError),
 }
 
