@@ -20,29 +20,7 @@ use rmcp::{
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::McpError;
-
-/// Counts the bytes written into it: the length of a value as JSON, without the text.
-struct Count(usize);
-
-impl std::io::Write for Count {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The length of `$value` as JSON (what could not be written is not counted).
-macro_rules! json_len {
-    ($value:expr) => {{
-        let mut count = Count(0);
-        let _ = serde_json::to_writer(&mut count, $value);
-        count.0
-    }};
-}
+use crate::{McpError, Refusal};
 
 /// A connection to an MCP server whose tools a crew can use.
 ///
@@ -116,7 +94,7 @@ macro_rules! json_len {
 ///
 /// The server answers the handshake within 10 s, and each page of its tool list within
 /// [`with_list_timeout`](Self::with_list_timeout) (10 s), or the client gives up
-/// ([`McpError::Session`]). What the server sends is bounded: rmcp reads at most 16 MiB per
+/// ([`McpError::Refused`]). What the server sends is bounded: rmcp reads at most 16 MiB per
 /// JSON body, SSE event or stdio line and 64 KiB of an HTTP error body; the tool list is taken
 /// up to [`with_max_tools`](Self::with_max_tools) tools (1,024) over as many pages at most,
 /// each tool's definition up to [`with_max_tool_bytes`](Self::with_max_tool_bytes) (64 KiB),
@@ -162,30 +140,6 @@ impl Default for ListLimits {
 /// server that accepts the connection and never answers would otherwise hold the crew's
 /// setup (and its `/ready`) forever.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why the client gave up on a server: it went past what the client takes or waits for.
-#[derive(Debug, thiserror::Error)]
-enum Refused {
-    /// No answer within [`ANSWER_TIMEOUT`].
-    #[error("the MCP server did not answer {what} within {after:?}")]
-    NoAnswer { what: &'static str, after: Duration },
-    /// More tools than the client takes.
-    #[error("the MCP server lists more than {limit} tools, the most this client takes")]
-    TooManyTools { limit: usize },
-    /// More pages than the client reads (a cursor that never ends).
-    #[error("the MCP server's tool list runs past {limit} pages, the most this client reads")]
-    TooManyPages { limit: usize },
-    /// One tool's definition is larger than the client takes.
-    #[error(
-        "the MCP server's tool `{name}` has a definition of {bytes} bytes, over the {limit} \
-         bytes this client takes for one tool"
-    )]
-    ToolTooLarge {
-        name: String,
-        bytes: usize,
-        limit: usize,
-    },
-}
 
 /// The running session, closed when the last holder drops it.
 struct Connection {
@@ -296,7 +250,7 @@ impl McpClient {
     ///
     /// A list over [`with_max_tools`](Self::with_max_tools) tools or pages, or with a tool
     /// over [`with_max_tool_bytes`](Self::with_max_tool_bytes), is refused with
-    /// [`McpError::Session`] saying which limit; nothing of it is kept.
+    /// [`McpError::Refused`] saying which limit ([`Refusal`]); nothing of it is kept.
     pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
         let listed = self.list_tools().await?;
         Ok(listed
@@ -325,7 +279,6 @@ impl McpClient {
             max_tool_bytes,
             page_timeout,
         } = self.limits;
-        let refused = |refusal: Refused| McpError::Session(Box::new(refusal));
         let peer = self.connection.service.peer();
         let mut tools = Vec::new();
         let mut cursor = None;
@@ -336,18 +289,19 @@ impl McpClient {
             let page = tokio::time::timeout(page_timeout, peer.list_tools(Some(params)))
                 .await
                 .map_err(|_| {
-                    refused(Refused::NoAnswer {
-                        what: "a page of its tool list",
+                    McpError::Refused(Refusal::ListTimeout {
                         after: page_timeout,
                     })
                 })??;
             for tool in page.tools {
                 if tools.len() == max_tools {
-                    return Err(refused(Refused::TooManyTools { limit: max_tools }));
+                    return Err(McpError::Refused(Refusal::TooManyTools {
+                        limit: max_tools,
+                    }));
                 }
                 let bytes = json_len!(&tool);
                 if bytes > max_tool_bytes {
-                    return Err(refused(Refused::ToolTooLarge {
+                    return Err(McpError::Refused(Refusal::ToolTooLarge {
                         name: tool.name.chars().take(64).collect(),
                         bytes,
                         limit: max_tool_bytes,
@@ -360,7 +314,9 @@ impl McpClient {
                 None => return Ok(tools),
             }
         }
-        Err(refused(Refused::TooManyPages { limit: max_tools }))
+        Err(McpError::Refused(Refusal::TooManyPages {
+            limit: max_tools,
+        }))
     }
 
     /// Adds every tool of the server to `registry` and returns their names; if one cannot
@@ -583,10 +539,9 @@ where
     let service = tokio::time::timeout(ANSWER_TIMEOUT, ().serve(transport))
         .await
         .map_err(|_| {
-            McpError::Session(Box::new(Refused::NoAnswer {
-                what: "the handshake",
+            McpError::Refused(Refusal::HandshakeTimeout {
                 after: ANSWER_TIMEOUT,
-            }))
+            })
         })?
         .map_err(|error| McpError::Session(Box::new(error)))?;
     // rmcp keeps list answers (up to 512 of them, each up to 16 MiB) for reuse; the client

@@ -1,5 +1,7 @@
 //! Why an MCP server or client could not start.
 
+use std::time::Duration;
+
 use crewline_tools::{ExportError, RegistryError};
 
 /// Why serving or mounting tools over MCP failed.
@@ -11,16 +13,20 @@ pub enum McpError {
     Export(#[from] ExportError),
     /// The MCP session could not be set up or ended abnormally (handshake, transport); the
     /// cause is kept as the error's source.
-    #[error("the MCP session could not start: {0}")]
+    #[error("the MCP session could not start or ended abnormally")]
     Session(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The client refused what the MCP server sent, or gave up waiting for it (see
+    /// [`Refusal`] for which limit); nothing of the refused answer is kept.
+    #[error("the MCP client refused the server's answer")]
+    Refused(#[source] Refusal),
     /// The MCP peer failed a request (listing tools, for instance).
-    #[error("the MCP request failed: {0}")]
+    #[error("the MCP request failed")]
     Request(#[from] rmcp::ServiceError),
     /// A child process or socket could not be used.
-    #[error("MCP transport I/O failed: {0}")]
+    #[error("MCP transport I/O failed")]
     Io(#[from] std::io::Error),
     /// An authentication setting is invalid (an empty token, say).
-    #[error("invalid `{setting}`: {source}")]
+    #[error("invalid `{setting}`")]
     Auth {
         /// The setting (`auth_token`).
         setting: &'static str,
@@ -40,6 +46,52 @@ pub enum McpError {
         addr: String,
     },
     /// A remote tool could not be added to the registry.
-    #[error("the MCP tool could not be mounted: {0}")]
+    #[error("the MCP tool could not be mounted")]
     Register(#[from] RegistryError),
+}
+
+/// Which of the client's limits a server went past
+/// ([`McpClient`](crate::McpClient)'s `with_max_tools`, `with_max_tool_bytes`,
+/// `with_list_timeout`, and the 10 s handshake).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The server did not answer the handshake in time.
+    #[error("the MCP server did not answer the handshake within {after:?}")]
+    HandshakeTimeout {
+        /// How long the client waited.
+        after: Duration,
+    },
+    /// The server did not answer a page of its tool list in time.
+    #[error("the MCP server did not answer a page of its tool list within {after:?}")]
+    ListTimeout {
+        /// How long the client waited for the page.
+        after: Duration,
+    },
+    /// The server lists more tools than the client takes.
+    #[error("the MCP server lists more than {limit} tools, the most this client takes")]
+    TooManyTools {
+        /// The most tools the client takes.
+        limit: usize,
+    },
+    /// The server's tool list runs past the pages the client reads (a cursor that never
+    /// ends).
+    #[error("the MCP server's tool list runs past {limit} pages, the most this client reads")]
+    TooManyPages {
+        /// The most pages the client reads.
+        limit: usize,
+    },
+    /// One tool's definition is larger than the client takes.
+    #[error(
+        "the MCP server's tool `{name}` has a definition of {bytes} bytes, over the {limit} \
+         bytes this client takes for one tool"
+    )]
+    ToolTooLarge {
+        /// The tool's name (its first 64 characters).
+        name: String,
+        /// The size of its definition as JSON.
+        bytes: usize,
+        /// The most the client takes for one tool.
+        limit: usize,
+    },
 }

@@ -13,6 +13,28 @@
 //!   HTTP) into a registry, as tools whose calls go through the executor like any other; a
 //!   call given up locally (barge-in, timeout) is cancelled on the server too.
 
+/// Counts the bytes written into it: the length of a value as JSON, without the text.
+pub(crate) struct Count(pub(crate) usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length of `$value` as JSON (what could not be written is not counted).
+macro_rules! json_len {
+    ($value:expr) => {{
+        let mut count = $crate::Count(0);
+        let _ = serde_json::to_writer(&mut count, $value);
+        count.0
+    }};
+}
+
 mod client;
 mod error;
 pub mod flavour;
@@ -22,7 +44,7 @@ mod server;
 pub use rmcp;
 
 pub use client::McpClient;
-pub use error::McpError;
+pub use error::{McpError, Refusal};
 pub use flavour::SchemaFlavour;
 pub use server::{
     DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE_TIMEOUT, MCP_PATH,

@@ -1,5 +1,6 @@
 //! The MCP server: a registry's MCP-exported tools, each call run by the registry's executor.
 
+mod screen;
 mod sessions;
 
 use std::{
@@ -23,8 +24,11 @@ use rmcp::{
         JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
         ServerConfig, Tool as McpTool,
     },
-    service::RequestContext,
-    transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
+    service::{RequestContext, ServerInitializeError},
+    transport::{
+        IntoTransport,
+        streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
+    },
 };
 use serde_json::Value;
 use tokio::{
@@ -90,6 +94,17 @@ const RETRY_AFTER_SECONDS: &str = "5";
 /// at most [`max_connections`](Self::max_connections) connections are open (default 1,024),
 /// and a shutdown waits a bounded time for open connections. A request's body is capped at
 /// [`max_request_bytes`](Self::max_request_bytes) (default 1 MiB; past it, 413).
+///
+/// **What a client can write into the logs.** rmcp logs a client's notifications and
+/// handshake whole at INFO, and the id and error of a request it fails at WARN; so every
+/// message a client sends is screened first, on every transport: a notification over 4 KiB
+/// is dropped (answered 202 over HTTP), and a request other than `tools/call` over 4 KiB, or
+/// any request whose id is over 256 bytes, is answered with a JSON-RPC "invalid request"
+/// (400 over HTTP). The session goes on. A `tools/call` is bounded by the transport only
+/// (`max_request_bytes` over HTTP): its arguments are never logged whole. Over HTTP, a
+/// request whose `Host`, `Origin`, `MCP-Protocol-Version`, `Mcp-Session-Id` or
+/// `Last-Event-ID` is over 1 KiB (headers rmcp logs whole when it refuses them) is answered
+/// 400.
 ///
 /// **Structured results.** A tool whose [`result_schema`](crewline_tools::Tool::result_schema)
 /// is an object schema (`"type": "object"`, as MCP requires) is listed with it as its
@@ -363,14 +378,22 @@ impl McpServer {
     /// writer pair such as stdio) until the client disconnects.
     async fn run_session<T, E, A>(&self, transport: T) -> Result<(), McpError>
     where
-        T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A>,
+        T: IntoTransport<RoleServer, E, A>,
         E: std::error::Error + Send + Sync + 'static,
     {
+        let transport = screen::Screened::new(transport.into_transport());
         let running = self
             .session()
             .serve(transport)
             .await
-            .map_err(|error| McpError::Session(Box::new(error)))?;
+            .map_err(|error| match error {
+                // Its text is the whole first message (up to rmcp's 16 MiB line), and the caller
+                // may log it: only its kind is kept.
+                ServerInitializeError::ExpectedInitializeRequest(_) => {
+                    McpError::Session(Box::new(NotInitialize))
+                }
+                error => McpError::Session(Box::new(error)),
+            })?;
         running
             .waiting()
             .await
@@ -452,12 +475,15 @@ impl McpServer {
         let service =
             StreamableHttpService::new(move || Ok(server.session()), Arc::new(sessions), config);
         let count = Arc::clone(&shared.sessions);
-        let router =
-            axum::Router::new()
-                .nest_service(MCP_PATH, service)
-                .layer(middleware::from_fn(move |request, next| {
-                    full_is_503(Arc::clone(&count), request, next)
-                }));
+        let limit = shared.max_request_bytes;
+        let router = axum::Router::new()
+            .nest_service(MCP_PATH, service)
+            .layer(middleware::from_fn(move |request, next| {
+                full_is_503(Arc::clone(&count), request, next)
+            }))
+            .layer(middleware::from_fn(move |request, next| {
+                screen::screen_http(limit, request, next)
+            }));
         match self.auth() {
             Some(auth) => router.layer(auth.layer()),
             None => router,
@@ -529,6 +555,11 @@ impl McpServer {
         }
     }
 }
+
+/// A stdio or socket client whose first message was not `initialize`.
+#[derive(Debug, thiserror::Error)]
+#[error("the MCP client's first message was not an initialize request")]
+struct NotInitialize;
 
 /// Answers a request refused at the session cap with a 503 that says so, rather than the 500
 /// rmcp makes of any failure to create a session.

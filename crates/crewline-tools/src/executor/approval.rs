@@ -33,6 +33,17 @@ pub const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(5 * 60);
 /// How many calls may wait for a decision at once by default (more are denied).
 pub const DEFAULT_MAX_PARKED: usize = 1024;
 
+/// The default [`DeferredApproval::max_request_bytes`]: 64 KiB. A call that needs a person's
+/// approval (a payment, a refund) has arguments of a few hundred bytes; without a bound,
+/// `max_parked` calls of any size (the model writes them; a caller can prompt for them) would
+/// be held in memory, and copied whole into every [`DeferredApproval::pending`].
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 64 << 10;
+
+/// What the model reads when a call is too large to park (the same words as the Redis
+/// approver's).
+const TOO_LARGE: &str = "this call's arguments are too large to be held for approval; nothing \
+                         was run, call it again with shorter arguments";
+
 /// What the approver decided.
 ///
 /// Serialised as `{"decision": "approve" | "deny" | "approve_with_edits", ...}`, so an approver
@@ -91,6 +102,24 @@ pub struct ApprovalRequest {
 
 impl ApprovalRequest {
     /// What a decision on this request is bound to: session, tool and arguments.
+    /// The bytes a parked request holds: its arguments as JSON, and its names and ids.
+    fn bytes(&self) -> usize {
+        /// Counts the bytes written into it, without keeping them.
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        let _ = serde_json::to_writer(&mut count, &self.arguments);
+        count.0 + self.id.len() + self.call_id.len() + self.tool.len() + self.arguments_hash.len()
+    }
+
     fn binding(&self) -> Binding {
         Binding {
             scope: self.scope.clone(),
@@ -246,7 +275,10 @@ impl DeferredState {
 /// `ApprovalPending` and stays parked. A decision given then is kept and collected when the
 /// same call (same session, tool and arguments) is made again, whatever its call id. Parked
 /// calls and uncollected decisions expire after [`ttl`](Self::ttl) (default
-/// [`DEFAULT_APPROVAL_TTL`]). Cloning shares the parked calls.
+/// [`DEFAULT_APPROVAL_TTL`]). At most [`max_parked`](Self::max_parked) calls are parked
+/// (default [`DEFAULT_MAX_PARKED`]), each of at most
+/// [`max_request_bytes`](Self::max_request_bytes) (default [`DEFAULT_MAX_REQUEST_BYTES`]);
+/// past either, the call is denied and the model reads why. Cloning shares the parked calls.
 ///
 /// # Examples
 ///
@@ -304,6 +336,7 @@ pub struct DeferredApproval {
     wait_timeout: Duration,
     ttl: Duration,
     max_parked: usize,
+    max_request_bytes: usize,
 }
 
 impl Default for DeferredApproval {
@@ -321,6 +354,7 @@ impl DeferredApproval {
             wait_timeout: DEFAULT_APPROVAL_WAIT,
             ttl: DEFAULT_APPROVAL_TTL,
             max_parked: DEFAULT_MAX_PARKED,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
     }
 
@@ -345,6 +379,13 @@ impl DeferredApproval {
     /// How many calls may wait for a decision at once; more are denied.
     pub fn max_parked(mut self, max: usize) -> Self {
         self.max_parked = max;
+        self
+    }
+
+    /// How large a call may be to be parked: its arguments as JSON, with its names and ids
+    /// (default [`DEFAULT_MAX_REQUEST_BYTES`]); a larger one is denied, saying why.
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes;
         self
     }
 
@@ -390,6 +431,19 @@ impl DeferredApproval {
 #[async_trait]
 impl ApprovalPort for DeferredApproval {
     async fn request(&self, request: &ApprovalRequest) -> ApprovalOutcome {
+        let bytes = request.bytes();
+        if bytes > self.max_request_bytes {
+            tracing::warn!(
+                approval_id = %request.id,
+                tool = %crewline_core::excerpt(&request.tool),
+                bytes,
+                max = self.max_request_bytes,
+                "a call too large to park for approval is denied"
+            );
+            return ApprovalOutcome::Decided(ApprovalDecision::Deny {
+                reason: TOO_LARGE.to_owned(),
+            });
+        }
         let binding = request.binding();
         let waits = self.wait && request.can_wait;
         let (id, receiver) = {

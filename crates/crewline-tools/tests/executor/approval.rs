@@ -146,3 +146,33 @@ async fn a_deferred_wait_timeout_answers_pending() {
     assert_eq!(kind(&result), Some(ToolErrorKind::ApprovalPending));
     assert_eq!(approver.pending().len(), 1);
 }
+
+#[tokio::test]
+async fn a_call_too_large_to_park_is_denied_saying_why_and_others_still_park() {
+    let (pay, count) = counting_echo("pay", confirm());
+    let approver = DeferredApproval::new();
+    let registry = registry(
+        Executor::builder()
+            .approval(Arc::new(approver.clone()))
+            .build(),
+        [pay],
+    );
+    let context = registry.context().without_waiting();
+    // A payment whose arguments carry 1 MiB (what a prompt-injected model can ask for).
+    let huge = json!({"n": 1, "s": "x".repeat(1 << 20)}).to_string();
+
+    let refused = run_one(&registry, &call("c1", "pay", &huge), &context).await;
+
+    assert_eq!(kind(&refused), Some(ToolErrorKind::ApprovalDenied));
+    assert!(
+        message(&refused).contains("too large to be held for approval"),
+        "{}",
+        message(&refused)
+    );
+    assert!(approver.pending().is_empty(), "nothing was parked");
+    // The session goes on: a payment of ordinary size is parked as before, and none ran.
+    let parked = run_one(&registry, &call("c2", "pay", r#"{"n": 2}"#), &context).await;
+    assert_eq!(kind(&parked), Some(ToolErrorKind::ApprovalPending));
+    assert_eq!(approver.pending().len(), 1);
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+}
