@@ -21,6 +21,7 @@ mod assembler;
 mod async_openai;
 mod client;
 mod error;
+mod limits;
 mod openai;
 mod request;
 mod scripted;
@@ -34,6 +35,7 @@ pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]
 pub use client::MockLlmClient;
 pub use error::{ErrorDetail, LlmError};
+pub use limits::AnswerLimits;
 pub use openai::{OpenAiClient, OpenAiClientBuilder};
 pub use request::{
     ChatRequest, JsonSchemaFormat, MaxTokensField, RequestOptions, ResponseFormat, ToolChoice,

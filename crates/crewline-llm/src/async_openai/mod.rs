@@ -46,8 +46,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::{
-    ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream, MaxTokensField,
-    RequestOptions,
+    AnswerLimits, ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream,
+    MaxTokensField, RequestOptions,
     openai::{
         decode_chunk, explain_refusal, refuses_stream_options, snippet, whole_response, write_body,
     },
@@ -99,6 +99,8 @@ pub struct AsyncOpenAiClient<C: Config> {
     defaults: RequestOptions,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
+    /// The bounds of one whole answer.
+    answer_limits: AnswerLimits,
     /// Set once the server has refused `stream_options` (a 400 naming it): later requests
     /// leave it out. Shared by clones, as the default client's flag is.
     stream_options_refused: Arc<AtomicBool>,
@@ -112,6 +114,7 @@ impl<C: Config> fmt::Debug for AsyncOpenAiClient<C> {
             .field("defaults", &self.defaults)
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("answer_limits", &self.answer_limits)
             .field(
                 "stream_options_refused",
                 &self.stream_options_refused.load(Ordering::Relaxed),
@@ -132,6 +135,7 @@ impl<C: Config> AsyncOpenAiClient<C> {
             },
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            answer_limits: AnswerLimits::default(),
             stream_options_refused: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -153,6 +157,13 @@ impl<C: Config> AsyncOpenAiClient<C> {
     /// Sets the longest pause between two chunks that carry something (default 10 s).
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Sets the bounds of one whole answer (default [`AnswerLimits::default`]), as
+    /// [`OpenAiClientBuilder::answer_limits`](crate::OpenAiClientBuilder::answer_limits) does.
+    pub fn with_answer_limits(mut self, limits: AnswerLimits) -> Self {
+        self.answer_limits = limits;
         self
     }
 
@@ -293,6 +304,7 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
             reader::Limits {
                 first_byte: self.first_byte_timeout,
                 idle: self.idle_timeout,
+                answer: self.answer_limits,
             },
             started,
             scrubber,
@@ -325,7 +337,7 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
                         format!("{err}; the answer began with: {}", snippet(raw.get(), 300));
                     LlmError::InvalidResponse(ErrorDetail::caused_by(message, err))
                 })
-                .and_then(whole_response),
+                .and_then(|chunk| whole_response(chunk, self.answer_limits)),
         }
         .map_err(|e| explain_refusal(scrubber.error(e), token_field));
         if let Err(error) = &result {
