@@ -30,7 +30,10 @@ mod text_tool_calls;
 
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
 #[cfg(feature = "async-openai")]
-pub use async_openai::{AsyncOpenAiClient, ConversionError, convert as async_openai_convert};
+pub use async_openai::{
+    AnswerBodyLimit, AsyncOpenAiClient, BodyLimited, ConversionError,
+    convert as async_openai_convert,
+};
 pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]
 pub use client::MockLlmClient;

@@ -90,6 +90,11 @@ impl Reader {
 
     /// Reads one event's JSON.
     fn on_event(&mut self, data: &RawValue) {
+        if let Some(error) = super::limit::cut_error(data.get()) {
+            // The answer's body was cut at a limit (see `AnswerBodyLimit`).
+            self.stop(error);
+            return;
+        }
         let chunk = match decode_chunk(data.get().as_bytes()) {
             Ok(chunk) => chunk,
             Err(err) => {
