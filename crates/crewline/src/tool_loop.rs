@@ -379,7 +379,7 @@ impl ToolLoop {
                 let mut llm_stream = match self.llm.stream_chat(request).await {
                     Ok(stream) => stream,
                     Err(error) => {
-                        span.in_scope(|| tracing::warn!(%error, "LLM request failed"));
+                        span.in_scope(|| tracing::warn!(error = %ErrorExcerpt(&error), "LLM request failed"));
                         yield Err(TurnError::Llm(error));
                         return;
                     }
@@ -424,7 +424,7 @@ impl ToolLoop {
                             // would read back the runaway answer on every later turn.
                             state.text.clear();
                         }
-                        span.in_scope(|| tracing::warn!(%error, "LLM stream failed mid-way"));
+                        span.in_scope(|| tracing::warn!(error = %ErrorExcerpt(&error), "LLM stream failed mid-way"));
                         drop(llm_stream);
                         yield Err(TurnError::Llm(error));
                         return;
@@ -567,6 +567,26 @@ impl ToolLoop {
             )
         };
         ToolResult::error(call, ToolErrorKind::RunLimitExceeded, message)
+    }
+}
+
+/// The most bytes of a model error's text a log line carries: the server writes it.
+const MAX_LOGGED_ERROR_BYTES: usize = 2_048;
+
+/// A model error as a log line shows it: its text up to [`MAX_LOGGED_ERROR_BYTES`].
+struct ErrorExcerpt<'a>(&'a LlmError);
+
+impl std::fmt::Display for ErrorExcerpt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string();
+        if text.len() <= MAX_LOGGED_ERROR_BYTES {
+            return f.write_str(&text);
+        }
+        let mut end = MAX_LOGGED_ERROR_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}… ({} bytes in all)", &text[..end], text.len())
     }
 }
 
