@@ -156,6 +156,23 @@ impl fmt::Debug for OpenAiClient {
     }
 }
 
+#[cfg(feature = "fuzzing")]
+impl OpenAiClient {
+    /// Reads a streamed answer whose body arrives as `parts`, as this client reads one from a
+    /// server, with no connection: for the fuzz targets (feature `fuzzing`, not a stable API).
+    /// Needs a Tokio runtime with time enabled.
+    #[doc(hidden)]
+    pub fn read_body_for_fuzzing(&self, parts: Vec<bytes::Bytes>) -> LlmStream {
+        let body = futures::stream::iter(parts.into_iter().map(Ok::<_, http::HttpError>));
+        Box::pin(Reader::new(
+            body,
+            self,
+            Instant::now(),
+            tracing::Span::none(),
+        ))
+    }
+}
+
 impl OpenAiClient {
     /// Settings for a client.
     pub fn builder() -> OpenAiClientBuilder {
