@@ -23,6 +23,8 @@ use http_body_util::BodyDataStream;
 
 /// The key of the event that ends a body cut by the layer (see [`too_large`]).
 pub(super) const MARKER: &str = "crewline_too_large";
+/// How the data of that event starts.
+const MARKER_PREFIX: &str = "{\"crewline_too_large\"";
 
 /// The default largest line or event of a stream: the default client's `max_event_bytes`.
 pub(super) const DEFAULT_MAX_EVENT_BYTES: usize = 4 << 20;
@@ -147,7 +149,8 @@ impl AnswerBodyLimit {
 
 /// The error a cut stream's closing event stands for, if `data` is one.
 pub(super) fn cut_error(data: &str) -> Option<crate::LlmError> {
-    if !data.starts_with(&format!("{{\"{MARKER}\"")) {
+    // Checked on every event: a prefix test, no allocation, before any parse.
+    if !data.starts_with(MARKER_PREFIX) {
         return None;
     }
     let value: serde_json::Value = serde_json::from_str(data).ok()?;
