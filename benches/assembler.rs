@@ -55,7 +55,7 @@ fn bench(c: &mut Criterion) {
                 |deltas| {
                     let mut assembler = ToolCallAssembler::new();
                     for delta in deltas {
-                        assembler.push(delta);
+                        assembler.push(delta).expect("within the limits");
                     }
                     black_box(assembler.finish())
                 },

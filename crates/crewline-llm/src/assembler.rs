@@ -31,10 +31,17 @@
 //!   answers them with `UnknownTool`, so the model learns from its mistake rather than the call
 //!   vanishing silently.
 //! - **Order** is the order in which calls first appeared.
+//! - **Limits** ([`AnswerLimits`]): a delta that would open one call more than
+//!   `max_tool_calls`, take one call past `max_call_bytes` or all of them past
+//!   `max_answer_bytes` (ids, names and arguments as kept) fails the answer: `push` returns
+//!   the error, every call held so far is let go, and every later `push` returns it again.
+//!   Bytes are counted as kept, so a name resent on every delta costs nothing.
 
 use std::collections::{HashMap, HashSet};
 
 use crewline_core::ToolCall;
+
+use crate::{AnswerLimits, LlmError};
 
 /// One tool-call fragment from one streamed chunk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -87,6 +94,11 @@ struct Partial {
 }
 
 impl Partial {
+    /// The bytes this call holds, as [`AnswerLimits::max_call_bytes`] counts them.
+    fn bytes(&self) -> usize {
+        self.id.as_ref().map_or(0, String::len) + self.name.len() + self.arguments.len()
+    }
+
     /// Whether a delta without an id, naming a tool and bringing `arguments`, is the start
     /// of another call: this one is whole (a name, and arguments that are a complete JSON
     /// value) and the delta's arguments open a new JSON value, which cannot continue it.
@@ -117,13 +129,29 @@ impl Partial {
 ///     ToolCallDelta::at(1).id("call_b").name("get_time"),
 ///     ToolCallDelta::at(0).arguments(r#"{"city":"#),
 ///     ToolCallDelta::at(0).arguments(r#" "Paris"}"#),
-/// ]);
+/// ])?;
 /// assert_eq!(calls.len(), 2);
 ///
 /// let calls = calls.finish();
 /// assert_eq!(calls[0].name, "get_weather");
 /// assert_eq!(calls[0].arguments, r#"{"city": "Paris"}"#);
 /// assert_eq!((calls[1].id.as_str(), calls[1].arguments.as_str()), ("call_b", "{}"));
+/// # Ok::<(), crewline_llm::LlmError>(())
+/// ```
+///
+/// An answer past its [`AnswerLimits`] fails as soon as it is:
+///
+/// ```
+/// use crewline_llm::{AnswerLimits, LlmError, ToolCallAssembler, ToolCallDelta};
+///
+/// let limits = AnswerLimits { max_tool_calls: 2, ..AnswerLimits::default() };
+/// let mut calls = ToolCallAssembler::with_limits(limits);
+/// calls.push(ToolCallDelta::at(0).name("a"))?;
+/// calls.push(ToolCallDelta::at(1).name("b"))?;
+/// let third = calls.push(ToolCallDelta::at(2).name("c"));
+/// assert!(matches!(third, Err(LlmError::TooManyToolCalls { limit: 2 })));
+/// assert!(calls.is_empty(), "nothing of the answer is kept");
+/// # Ok::<(), LlmError>(())
 /// ```
 #[derive(Debug, Default)]
 pub struct ToolCallAssembler {
@@ -134,23 +162,47 @@ pub struct ToolCallAssembler {
     by_id: HashMap<String, usize>,
     /// The call the previous delta went to.
     last: Option<usize>,
+    limits: AnswerLimits,
+    /// The bytes all calls hold (ids, names, arguments).
+    bytes: usize,
+    /// The limit the answer broke, once it has (every later push returns it).
+    failed: Option<LlmError>,
 }
 
 impl ToolCallAssembler {
-    /// An assembler with no calls yet.
+    /// An assembler with no calls yet, under the default [`AnswerLimits`].
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Adds one fragment.
-    pub fn push(&mut self, delta: ToolCallDelta) {
+    /// An assembler with no calls yet, under `limits`.
+    pub fn with_limits(limits: AnswerLimits) -> Self {
+        Self {
+            limits,
+            ..Self::default()
+        }
+    }
+
+    /// The bytes the calls hold so far (ids, names and arguments, as the limits count them).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Adds one fragment; fails, letting every call go, once the answer is past a limit
+    /// (see the module docs).
+    pub fn push(&mut self, delta: ToolCallDelta) -> Result<(), LlmError> {
+        if let Some(error) = &self.failed {
+            return Err(error.clone());
+        }
         let id = delta.id.filter(|id| !id.is_empty());
         let name = delta.name.filter(|name| !name.is_empty());
         let arguments = delta.arguments.filter(|args| !args.is_empty());
         if id.is_none() && name.is_none() && arguments.is_none() {
-            return;
+            return Ok(());
         }
-        let mut position = self.resolve(delta.index, id.as_deref());
+        let Some(mut position) = self.resolve(delta.index, id.as_deref()) else {
+            return self.fail(self.too_many());
+        };
         if id.is_none()
             && name.is_some()
             && let Some(arguments) = arguments.as_deref()
@@ -159,33 +211,79 @@ impl ToolCallAssembler {
                 .get(position)
                 .is_some_and(|call| call.starts_anew(arguments))
         {
-            position = self.open(delta.index);
+            position = match self.open(delta.index) {
+                Some(position) => position,
+                None => return self.fail(self.too_many()),
+            };
         }
         self.last = Some(position);
         let Some(call) = self.calls.get_mut(position) else {
-            return; // `resolve` only returns positions of existing calls.
+            return Ok(()); // `resolve` only returns positions of existing calls.
         };
-        if let Some(id) = id
-            && call.id.is_none()
-        {
+        // What this delta adds to the call, counted before anything is kept.
+        let id = id.filter(|_| call.id.is_none());
+        let name = name.filter(|name| *name != call.name);
+        let added = id.as_ref().map_or(0, String::len)
+            + name.as_ref().map_or(0, String::len)
+            + arguments.as_ref().map_or(0, String::len);
+        if call.bytes().saturating_add(added) > self.limits.max_call_bytes {
+            let limit = self.limits.max_call_bytes;
+            return self.fail(LlmError::TooLarge {
+                what: "a tool call",
+                limit,
+            });
+        }
+        if self.bytes.saturating_add(added) > self.limits.max_answer_bytes {
+            let limit = self.limits.max_answer_bytes;
+            return self.fail(LlmError::TooLarge {
+                what: "the answer",
+                limit,
+            });
+        }
+        self.bytes += added;
+        if let Some(id) = id {
             call.id = Some(id.clone());
             self.by_id.entry(id).or_insert(position);
         }
-        if let Some(name) = name
-            && name != call.name
-        {
+        if let Some(name) = name {
             call.name.push_str(&name);
         }
         if let Some(arguments) = arguments {
             call.arguments.push_str(&arguments);
         }
+        Ok(())
     }
 
-    /// Adds fragments in order.
-    pub fn push_all(&mut self, deltas: impl IntoIterator<Item = ToolCallDelta>) {
-        for delta in deltas {
-            self.push(delta);
+    /// Adds fragments in order, stopping at the first that fails.
+    pub fn push_all(
+        &mut self,
+        deltas: impl IntoIterator<Item = ToolCallDelta>,
+    ) -> Result<(), LlmError> {
+        deltas.into_iter().try_for_each(|delta| self.push(delta))
+    }
+
+    /// The error of a call opened past the count limit.
+    fn too_many(&self) -> LlmError {
+        LlmError::TooManyToolCalls {
+            limit: self.limits.max_tool_calls,
         }
+    }
+
+    /// Fails the answer with `error`: every call held is let go, and every later push
+    /// returns the same error.
+    fn fail(&mut self, error: LlmError) -> Result<(), LlmError> {
+        self.calls = Vec::new();
+        self.by_index = HashMap::new();
+        self.by_id = HashMap::new();
+        self.last = None;
+        self.bytes = 0;
+        self.failed = Some(error.clone());
+        Err(error)
+    }
+
+    /// The limit the answer broke, if it did.
+    pub fn failed(&self) -> Option<&LlmError> {
+        self.failed.as_ref()
     }
 
     /// Whether no call has been started.
@@ -237,15 +335,15 @@ impl ToolCallAssembler {
     }
 
     /// The position of the call a delta with this index and id belongs to, opening one if
-    /// needed.
-    fn resolve(&mut self, index: Option<u32>, id: Option<&str>) -> usize {
+    /// needed; `None` when that would open one call more than the limit.
+    fn resolve(&mut self, index: Option<u32>, id: Option<&str>) -> Option<usize> {
         let known = id.and_then(|id| self.by_id.get(id).copied());
         let Some(index) = index else {
             return match (known, id) {
-                (Some(position), _) => position,
+                (Some(position), _) => Some(position),
                 (None, Some(_)) => self.open(None),
                 (None, None) => match self.last {
-                    Some(position) => position,
+                    Some(position) => Some(position),
                     None => self.open(None),
                 },
             };
@@ -259,12 +357,12 @@ impl ToolCallAssembler {
                         // A fragment of an earlier call sent under the same (reused) index.
                         Some(position) if index_of(position) == Some(index) => {
                             self.by_index.insert(index, position);
-                            position
+                            Some(position)
                         }
                         // The server reuses the index for another call.
                         _ => self.open(Some(index)),
                     },
-                    _ => current,
+                    _ => Some(current),
                 }
             }
             None => match known {
@@ -274,16 +372,20 @@ impl ToolCallAssembler {
                         call.index = Some(index);
                     }
                     self.by_index.insert(index, position);
-                    position
+                    Some(position)
                 }
                 _ => self.open(Some(index)),
             },
         }
     }
 
-    /// Opens a new call and returns its position.
-    fn open(&mut self, index: Option<u32>) -> usize {
+    /// Opens a new call and returns its position; `None` when the answer already holds
+    /// [`AnswerLimits::max_tool_calls`].
+    fn open(&mut self, index: Option<u32>) -> Option<usize> {
         let position = self.calls.len();
+        if position >= self.limits.max_tool_calls {
+            return None;
+        }
         self.calls.push(Partial {
             index,
             ..Partial::default()
@@ -291,7 +393,7 @@ impl ToolCallAssembler {
         if let Some(index) = index {
             self.by_index.insert(index, position);
         }
-        position
+        Some(position)
     }
 }
 

@@ -34,13 +34,23 @@ pub enum LlmError {
     #[error("could not read the LLM server's answer: {0}")]
     InvalidResponse(#[source] ErrorDetail),
     /// Part of the server's answer was larger than the client's limit (see
-    /// [`OpenAiClientBuilder::max_event_bytes`](crate::OpenAiClientBuilder::max_event_bytes)):
-    /// the answer was stopped there, so a runaway or hostile server costs at most the limit.
+    /// [`OpenAiClientBuilder::max_event_bytes`](crate::OpenAiClientBuilder::max_event_bytes)
+    /// and [`AnswerLimits`](crate::AnswerLimits)): the answer was stopped there, so a runaway
+    /// or hostile server costs at most the limit.
     #[error("the LLM server's answer is too large: {what} is over the {limit}-byte limit")]
     TooLarge {
-        /// What was too large: "a line of the stream", "an event of the stream", "the answer".
+        /// What was too large: "a line of the stream", "an event of the stream", "the answer",
+        /// "a tool call".
         what: &'static str,
         /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The model's answer asked for more tool calls than the client's or the tool loop's
+    /// [`AnswerLimits::max_tool_calls`](crate::AnswerLimits::max_tool_calls): the answer was
+    /// stopped there and none of its calls run.
+    #[error("the LLM server's answer has too many tool calls: over the limit of {limit}")]
+    TooManyToolCalls {
+        /// The limit, in calls.
         limit: usize,
     },
     /// Another client's own failure (a custom model, the scripted one), in its words: see

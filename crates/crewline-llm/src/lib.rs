@@ -21,6 +21,7 @@ mod assembler;
 mod async_openai;
 mod client;
 mod error;
+mod limits;
 mod openai;
 mod request;
 mod scripted;
@@ -29,11 +30,15 @@ mod text_tool_calls;
 
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
 #[cfg(feature = "async-openai")]
-pub use async_openai::{AsyncOpenAiClient, ConversionError, convert as async_openai_convert};
+pub use async_openai::{
+    AnswerBodyLimit, AsyncOpenAiClient, BodyLimited, ConversionError,
+    convert as async_openai_convert,
+};
 pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]
 pub use client::MockLlmClient;
 pub use error::{ErrorDetail, LlmError};
+pub use limits::AnswerLimits;
 pub use openai::{OpenAiClient, OpenAiClientBuilder};
 pub use request::{
     ChatRequest, JsonSchemaFormat, MaxTokensField, RequestOptions, ResponseFormat, ToolChoice,

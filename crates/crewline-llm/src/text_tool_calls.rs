@@ -41,6 +41,11 @@ const MISTRAL_MARKER: &str = "[TOOL_CALLS]";
 /// the text is released as speech, so a model that streams a long `{...` answer (or never
 /// closes its `<tool_call>`) cannot make the node hold an unbounded buffer.
 const MAX_HELD_BYTES: usize = 64 * 1024;
+/// The most calls read from one answer's text (the default
+/// [`AnswerLimits::max_tool_calls`](crate::AnswerLimits::max_tool_calls)): each `<tool_call>`
+/// is held to [`MAX_HELD_BYTES`], but an answer may hold any number of them. Past it the
+/// calls read are let go and the answer ends with [`LlmError::TooManyToolCalls`].
+const MAX_TEXT_CALLS: usize = crate::AnswerLimits::DEFAULT_MAX_TOOL_CALLS;
 
 /// A way a model writes tool calls as text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -221,6 +226,8 @@ struct Detector {
     /// Whether whitespace right after a call is to be dropped (it is no speech).
     after_call: bool,
     calls: Vec<ToolCall>,
+    /// Whether the answer held more than [`MAX_TEXT_CALLS`] calls (they were let go).
+    too_many: bool,
 }
 
 impl Detector {
@@ -231,7 +238,21 @@ impl Detector {
             held: String::new(),
             after_call: false,
             calls: Vec::new(),
+            too_many: false,
         }
+    }
+
+    /// Keeps `call`, unless the answer is past [`MAX_TEXT_CALLS`]: then every call is let go.
+    fn keep(&mut self, call: ToolCall) {
+        if self.too_many {
+            return;
+        }
+        if self.calls.len() >= MAX_TEXT_CALLS {
+            self.too_many = true;
+            self.calls = Vec::new();
+            return;
+        }
+        self.calls.push(call);
     }
 
     /// Reads a piece of the answer's text, releasing into `out` what is surely speech.
@@ -402,7 +423,7 @@ impl Detector {
             .and_then(|value| self.call_of(&value))
         {
             Some(call) => {
-                self.calls.push(call);
+                self.keep(call);
                 true
             }
             None => {
@@ -420,6 +441,11 @@ impl Detector {
     /// The call a JSON value describes (`{"name", "arguments" | "parameters"}`), with the
     /// next fresh id.
     fn call_of(&self, value: &Value) -> Option<ToolCall> {
+        self.call_of_at(value, self.calls.len())
+    }
+
+    /// The call a JSON value describes, with the id of the call at `position`.
+    fn call_of_at(&self, value: &Value, position: usize) -> Option<ToolCall> {
         let name = value.get("name")?.as_str().filter(|n| !n.is_empty())?;
         let arguments = match value.get("arguments").or_else(|| value.get("parameters")) {
             None | Some(Value::Null) => "{}".to_owned(),
@@ -432,7 +458,7 @@ impl Detector {
             Some(_) => return None,
         };
         Some(ToolCall::new(
-            format!("call_text_{}", self.calls.len()),
+            format!("call_text_{position}"),
             name,
             arguments,
         ))
@@ -446,14 +472,15 @@ impl Detector {
             _ => return false,
         };
         let first = self.calls.len();
+        let mut read = Vec::new();
         for item in items {
-            match self.call_of(item) {
-                Some(call) => self.calls.push(call),
-                None => {
-                    self.calls.truncate(first);
-                    return false;
-                }
+            match self.call_of_at(item, first + read.len()) {
+                Some(call) => read.push(call),
+                None => return false,
             }
+        }
+        for call in read {
+            self.keep(call);
         }
         true
     }
@@ -502,6 +529,12 @@ impl Detector {
             State::Done => {}
         }
         self.state = State::Done;
+        if self.too_many {
+            out.push_back(Err(LlmError::TooManyToolCalls {
+                limit: MAX_TEXT_CALLS,
+            }));
+            return;
+        }
         let called = !self.calls.is_empty();
         if called {
             out.push_back(Ok(StreamItem::ToolCalls(std::mem::take(&mut self.calls))));
@@ -570,6 +603,34 @@ mod tests {
         out.into_iter()
             .map(|item| item.expect("no error"))
             .collect()
+    }
+
+    #[test]
+    fn an_answer_of_more_calls_than_the_limit_lets_them_go_and_fails() {
+        // Each call is small, but their number is not: 200 Hermes calls, 100 in one JSON
+        // array after 100 more. Before, all 200 were handed to the tool loop.
+        let call = r#"<tool_call>{"name": "f", "arguments": {}}</tool_call>"#;
+        let mut detector = Detector::new(Formats::of([TextToolCallFormat::Hermes]));
+        let mut out = VecDeque::new();
+        for _ in 0..200 {
+            detector.push(call.to_owned(), &mut out);
+        }
+        assert!(detector.calls.is_empty(), "the calls are let go at once");
+        detector.finish(Some(FinishReason::Stop), &mut out);
+        let items: Vec<_> = out.into_iter().collect();
+        assert!(
+            matches!(
+                &items[..],
+                [Err(LlmError::TooManyToolCalls {
+                    limit: MAX_TEXT_CALLS
+                })]
+            ),
+            "{items:?}"
+        );
+
+        // Exactly the limit is fine.
+        let within = read(&[TextToolCallFormat::Hermes], &vec![call; MAX_TEXT_CALLS]);
+        assert_eq!(spoken_and_called(&within).1.len(), MAX_TEXT_CALLS);
     }
 
     /// The text and calls of `items`.

@@ -10,7 +10,7 @@ use proptest::{prelude::*, sample::Index};
 
 fn assemble(deltas: impl IntoIterator<Item = ToolCallDelta>) -> Vec<ToolCall> {
     let mut assembler = ToolCallAssembler::new();
-    assembler.push_all(deltas);
+    assembler.push_all(deltas).expect("within the limits");
     assembler.finish()
 }
 
@@ -47,18 +47,24 @@ fn openai_shape_assembles_one_call() {
 fn several_calls_in_one_chunk_and_interleaved_fragments() {
     let mut assembler = ToolCallAssembler::new();
     // Both calls open in the same chunk (the Python reference would lose the second).
-    assembler.push_all([
-        ToolCallDelta::at(0)
-            .id("a")
-            .name("lookup")
-            .arguments("{\"q\":"),
-        ToolCallDelta::at(1)
-            .id("b")
-            .name("book")
-            .arguments("{\"day\":"),
-    ]);
-    assembler.push(ToolCallDelta::at(1).arguments("\"mon\"}"));
-    assembler.push(ToolCallDelta::at(0).arguments("\"x\"}"));
+    assembler
+        .push_all([
+            ToolCallDelta::at(0)
+                .id("a")
+                .name("lookup")
+                .arguments("{\"q\":"),
+            ToolCallDelta::at(1)
+                .id("b")
+                .name("book")
+                .arguments("{\"day\":"),
+        ])
+        .expect("within the limits");
+    assembler
+        .push(ToolCallDelta::at(1).arguments("\"mon\"}"))
+        .expect("within the limits");
+    assembler
+        .push(ToolCallDelta::at(0).arguments("\"x\"}"))
+        .expect("within the limits");
     assert_eq!(assembler.len(), 2);
     assert_eq!(
         assembler.finish(),
@@ -341,9 +347,15 @@ fn calls_without_a_name_are_kept_with_an_empty_name() {
 #[test]
 fn empty_deltas_are_ignored() {
     let mut assembler = ToolCallAssembler::new();
-    assembler.push(ToolCallDelta::at(0));
-    assembler.push(no_index().arguments(""));
-    assembler.push(no_index().name("").id(""));
+    assembler
+        .push(ToolCallDelta::at(0))
+        .expect("within the limits");
+    assembler
+        .push(no_index().arguments(""))
+        .expect("within the limits");
+    assembler
+        .push(no_index().name("").id(""))
+        .expect("within the limits");
     assert!(assembler.is_empty());
     assert_eq!(assembler.len(), 0);
     assert_eq!(assembler.finish(), vec![]);
@@ -621,7 +633,7 @@ proptest! {
 
         let mut assembler = ToolCallAssembler::new();
         for chunk in chunked(flat, &chunk_sizes) {
-            assembler.push_all(chunk);
+            assembler.push_all(chunk).expect("within the limits");
         }
         prop_assert_eq!(assembler.len(), expected.len());
         prop_assert_eq!(assembler.finish(), expected);
@@ -692,7 +704,7 @@ proptest! {
         ),
     ) {
         let mut assembler = ToolCallAssembler::new();
-        assembler.push_all(deltas);
+        assembler.push_all(deltas).expect("within the limits");
         let started = assembler.len();
         let calls = assembler.finish();
         prop_assert_eq!(calls.len(), started);
@@ -700,4 +712,82 @@ proptest! {
         prop_assert_eq!(ids.len(), calls.len());
         prop_assert!(calls.iter().all(|c| !c.id.is_empty() && !c.arguments.trim().is_empty()));
     }
+}
+
+#[test]
+fn an_answer_past_its_limits_fails_at_once_and_keeps_nothing() {
+    use crewline_llm::{AnswerLimits, LlmError};
+
+    let limits = AnswerLimits {
+        max_answer_bytes: 1_000,
+        max_tool_calls: 3,
+        max_call_bytes: 100,
+    };
+    // One call more than the count: distinct indexes each open a call.
+    let mut calls = ToolCallAssembler::with_limits(limits);
+    for index in 0..3 {
+        calls
+            .push(ToolCallDelta::at(index).name("f"))
+            .expect("within the limits");
+    }
+    let error = calls.push(ToolCallDelta::at(3).name("f"));
+    assert!(matches!(
+        error,
+        Err(LlmError::TooManyToolCalls { limit: 3 })
+    ));
+    assert!(
+        calls.is_empty() && calls.bytes() == 0,
+        "the calls are let go"
+    );
+    // Every later delta gets the same error, even one for a call already held.
+    assert!(matches!(
+        calls.push(ToolCallDelta::at(0).arguments("{}")),
+        Err(LlmError::TooManyToolCalls { .. })
+    ));
+
+    // One call's arguments in pieces: exactly at the limit passes, a byte over fails.
+    let mut calls = ToolCallAssembler::with_limits(limits);
+    calls
+        .push(
+            ToolCallDelta::at(0)
+                .id("id")
+                .name("f")
+                .arguments("x".repeat(97)),
+        )
+        .expect("100 bytes");
+    assert!(matches!(
+        calls.push(ToolCallDelta::at(0).arguments("x")),
+        Err(LlmError::TooLarge {
+            what: "a tool call",
+            limit: 100
+        })
+    ));
+
+    // A name resent on every delta is not kept again, so it costs nothing.
+    let mut calls = ToolCallAssembler::with_limits(limits);
+    for _ in 0..200 {
+        calls
+            .push(ToolCallDelta::at(0).name("get_weather").arguments(""))
+            .expect("resends are free");
+    }
+    assert_eq!(calls.bytes(), "get_weather".len());
+
+    // Many calls each within their limit, together over the answer's.
+    let mut calls = ToolCallAssembler::with_limits(AnswerLimits {
+        max_tool_calls: 100,
+        ..limits
+    });
+    let error = (0..100)
+        .map(|index| calls.push(ToolCallDelta::at(index).arguments("y".repeat(90))))
+        .find_map(Result::err);
+    assert!(
+        matches!(
+            error,
+            Some(LlmError::TooLarge {
+                what: "the answer",
+                limit: 1_000
+            })
+        ),
+        "{error:?}"
+    );
 }

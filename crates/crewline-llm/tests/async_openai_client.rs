@@ -15,10 +15,14 @@ use crewline_llm::{
 };
 use crewline_testkit::mock_llm::{
     MockLlm, RunningMockLlm,
-    raw::{After, RawReply as Reply},
+    raw::{After, FLOOD_LIMIT, RawReply as Reply},
 };
 use futures::StreamExt;
 use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Generous upper bound for anything that should happen "at once" on a loaded CI machine.
+const PROMPTLY: Duration = Duration::from_secs(5);
 
 const KEY: &str = "sk-test-0123456789";
 
@@ -231,4 +235,83 @@ async fn a_whole_answers_error_body_async_openai_cannot_read_is_an_api_error_too
         matches!(&err, LlmError::Api { status: None, message } if message == "Unknown model mock-7b"),
         "{err:?}"
     );
+}
+
+/// A client for `server` built with [`AsyncOpenAiClient::bounded_client`].
+fn bounded(server: &RunningMockLlm) -> AsyncOpenAiClient<OpenAIConfig> {
+    let config = OpenAIConfig::new()
+        .with_api_base(server.base_url())
+        .with_api_key(KEY);
+    AsyncOpenAiClient::new(
+        AsyncOpenAiClient::bounded_client(config, reqwest::Client::new()),
+        "gpt-test",
+    )
+}
+
+#[tokio::test]
+async fn a_huge_error_body_is_read_only_to_the_limit_by_a_bounded_client() {
+    // Issue 30: a 400 whose body says 1 GiB took a plain async-openai client to 3.1 GiB and
+    // logged the body in one ERROR line. The mock stops at 64 MiB.
+    let server = serve(vec![Reply::EndlessStatus(
+        400,
+        r#"{"error": {"message": ""#.into(),
+    )])
+    .await
+    .expect("the mock model binds 127.0.0.1");
+    let client = bounded(&server);
+
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.stream_chat(ChatRequest::new(vec![Message::user("Hello?")])),
+    )
+    .await
+    .expect("answered at once")
+    .err()
+    .expect("an error");
+
+    assert!(
+        matches!(&err, LlmError::Api { message, .. } if message.len() <= 2_100),
+        "{}",
+        crewline_llm_error_head(&err)
+    );
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
+    assert!(
+        server.mock().flooded() < FLOOD_LIMIT / 2,
+        "async-openai read {} bytes of the body",
+        server.mock().flooded()
+    );
+}
+
+#[tokio::test]
+async fn an_endless_line_is_too_large_at_the_limit_for_a_bounded_client() {
+    let first = json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]});
+    let server = serve(vec![Reply::EndlessLine(vec![first.to_string()])])
+        .await
+        .expect("the mock model binds 127.0.0.1");
+    let client = bounded(&server);
+
+    let stream = client
+        .stream_chat(ChatRequest::new(vec![Message::user("Hello?")]))
+        .await
+        .expect("stream");
+    let items: Vec<_> = tokio::time::timeout(Duration::from_secs(20), stream.collect())
+        .await
+        .expect("the stream ends");
+
+    assert!(
+        matches!(&items[..], [Ok(StreamItem::Text(t)), Err(LlmError::TooLarge { what: "a line of the stream", limit })]
+            if t == "Hel" && *limit == 4 << 20),
+        "{items:?}"
+    );
+    assert!(server.mock().disconnected_within(PROMPTLY).await);
+    assert!(
+        server.mock().flooded() < FLOOD_LIMIT / 2,
+        "async-openai read {} bytes of the line",
+        server.mock().flooded()
+    );
+}
+
+/// The start of an error's text, for a failed assertion's message.
+fn crewline_llm_error_head(error: &LlmError) -> String {
+    error.to_string().chars().take(300).collect()
 }

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crewline_core::{Message, ToolDefinition};
 use crewline_llm::{
-    ChatRequest, FinishReason, LlmClient, LlmError, LlmStream, OpenAiClient, OpenAiClientBuilder,
-    RequestOptions, StreamItem, ToolChoice,
+    AnswerLimits, ChatRequest, FinishReason, LlmClient, LlmError, LlmStream, OpenAiClient,
+    OpenAiClientBuilder, RequestOptions, StreamItem, ToolChoice,
 };
 use crewline_testkit::mock_llm::{
     MockLlm, RunningMockLlm,
@@ -370,5 +370,141 @@ async fn a_non_streamed_answer_over_the_limit_is_too_large() {
             }
         ),
         "{err:?}"
+    );
+}
+
+/// One tool-call delta of call `index`: its head (id and name) when `head`, and `arguments`.
+fn call_delta(index: usize, head: bool, arguments: &str) -> Value {
+    let mut call = json!({"index": index, "function": {"arguments": arguments}});
+    if head {
+        call["id"] = json!(format!("call_{index}"));
+        call["function"]["name"] = json!("get_weather");
+    }
+    json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]})
+}
+
+#[tokio::test]
+async fn megabytes_of_tool_call_arguments_in_pieces_fail_at_the_calls_limit() {
+    // Eight 1 MiB pieces of one call's arguments, each within the event limit: without an
+    // answer limit the client held all of it and handed out an 8 MiB call.
+    let piece = "x".repeat(1 << 20);
+    let mut chunks = vec![call_delta(0, true, "{\"city\":\"")];
+    chunks.extend((0..8).map(|_| call_delta(0, false, &piece)));
+    chunks.push(call_delta(0, false, "\"}"));
+    chunks.push(finish("tool_calls"));
+    let server = serve(vec![Reply::chunks(&chunks, After::Done)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
+    let client = client_for(&server).build().expect("client");
+
+    let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+
+    assert_eq!(items.len(), 1, "no call is handed out: {items:?}");
+    assert!(
+        matches!(
+            &items[0],
+            Err(LlmError::TooLarge {
+                what: "a tool call",
+                limit
+            }) if *limit == AnswerLimits::DEFAULT_MAX_CALL_BYTES
+        ),
+        "{items:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_of_a_thousand_tool_calls_fails_at_the_count_limit() {
+    // 1,000 small calls, 100 to a chunk: without a limit all of them were assembled and
+    // every one reached the conversation.
+    let chunks: Vec<Value> = (0..10)
+        .map(|chunk| {
+            let calls: Vec<Value> = (0..100)
+                .map(|i| {
+                    let index = chunk * 100 + i;
+                    json!({"index": index, "id": format!("call_{index}"),
+                        "function": {"name": "get_weather", "arguments": "{}"}})
+                })
+                .collect();
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}}]})
+        })
+        .chain([finish("tool_calls")])
+        .collect();
+    let server = serve(vec![Reply::chunks(&chunks, After::Done)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
+    let client = client_for(&server).build().expect("client");
+
+    let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+
+    assert_eq!(items.len(), 1, "no call is handed out: {items:?}");
+    assert!(
+        matches!(&items[0], Err(LlmError::TooManyToolCalls { limit }) if *limit == AnswerLimits::DEFAULT_MAX_TOOL_CALLS),
+        "{items:?}"
+    );
+}
+
+#[tokio::test]
+async fn text_past_the_answers_limit_ends_the_answer_with_too_large() {
+    // 64 KiB text deltas, each well within the event limit, four of them over a 200 KiB
+    // answer limit.
+    let piece = "y".repeat(64 << 10);
+    let chunks = vec![
+        content(&piece),
+        content(&piece),
+        content(&piece),
+        content(&piece),
+        finish("stop"),
+    ];
+    let server = serve(vec![Reply::chunks(&chunks, After::Done)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
+    let limits = AnswerLimits {
+        max_answer_bytes: 200 << 10,
+        ..AnswerLimits::default()
+    };
+    let client = client_for(&server)
+        .answer_limits(limits)
+        .build()
+        .expect("client");
+
+    let items = drain(client.stream_chat(hello()).await.expect("stream")).await;
+
+    let texts = items
+        .iter()
+        .filter(|i| matches!(i, Ok(StreamItem::Text(_))))
+        .count();
+    assert_eq!(texts, 3, "the text within the limit went out as it came");
+    assert!(
+        matches!(
+            items.last(),
+            Some(Err(LlmError::TooLarge {
+                what: "the answer",
+                limit
+            })) if *limit == 200 << 10
+        ),
+        "{items:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_non_streamed_answer_with_too_many_calls_is_refused() {
+    let calls: Vec<Value> = (0..1_000)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "type": "function",
+            "function": {"name": "f", "arguments": "{}"}})
+        })
+        .collect();
+    let answer = json!({"choices": [{"index": 0, "message": {"role": "assistant",
+        "tool_calls": calls}, "finish_reason": "tool_calls"}]});
+    let server = serve(vec![Reply::Json(answer)])
+        .await
+        .expect("the mock model binds 127.0.0.1");
+    let client = client_for(&server).build().expect("client");
+
+    let result = client.chat(hello()).await;
+
+    assert!(
+        matches!(result, Err(LlmError::TooManyToolCalls { limit: 128 })),
+        "{result:?}"
     );
 }

@@ -3,7 +3,7 @@
 use std::{fmt, sync::Arc};
 
 use crewline_core::{Context, ContextLimits, ToolCall};
-use crewline_llm::{LlmClient, RequestOptions, TextToolCallFormat, TextToolCalls};
+use crewline_llm::{AnswerLimits, LlmClient, RequestOptions, TextToolCallFormat, TextToolCalls};
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
 use crate::{CallEndHook, Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
@@ -293,6 +293,15 @@ impl AgentBuilder {
             config.options = options;
             tool_loop.with_config(config)
         })
+    }
+
+    /// The bounds of one model answer (default [`AnswerLimits::default`]: 1 MiB, 128 tool
+    /// calls, 256 KiB a call; see [`ToolLoopConfig::answer_limits`](crate::ToolLoopConfig)).
+    /// An answer past one ends the turn with an `agent.error`, and nothing of it is kept;
+    /// the call goes on. The model client holds limits of its own while it reads
+    /// ([`OpenAiClientBuilder::answer_limits`](crewline_llm::OpenAiClientBuilder::answer_limits)).
+    pub fn answer_limits(self, limits: AnswerLimits) -> Self {
+        self.configure(move |tool_loop| tool_loop.with_answer_limits(limits))
     }
 
     /// How much of the conversation each call keeps (default [`ContextLimits::default`]).

@@ -228,6 +228,25 @@ impl NodeError {
         }
     }
 
+    /// This error with its message and traceback cut to `max_bytes` each (on a character
+    /// boundary, marked `…`): what a peer wrote into an error (a model server's error body)
+    /// must not become a megabyte log line or `agent.error`.
+    pub(crate) fn bounded(mut self, max_bytes: usize) -> Self {
+        fn cut(text: &mut String, max: usize) {
+            if text.len() > max {
+                let mut end = max;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push('…');
+            }
+        }
+        cut(&mut self.message, max_bytes);
+        cut(&mut self.traceback, max_bytes);
+        self
+    }
+
     /// The error's class (the Rust type's name), as `error_class` in `agent.error`.
     pub fn class(&self) -> &str {
         &self.class

@@ -447,9 +447,13 @@ fn call_id_of(handle: &NodeHandle) -> Option<std::borrow::Cow<'_, str>> {
     caller.call_id.as_deref().map(crewline_core::id_excerpt)
 }
 
+/// The most bytes of a failed turn's message (and traceback) that reach a log line or the
+/// platform's `agent.error`: the model server writes the message, and any real one is short.
+const MAX_TURN_ERROR_BYTES: usize = 2_048;
+
 fn turn_error(error: TurnError) -> NodeError {
     match error {
-        TurnError::Llm(error) => NodeError::from(error),
+        TurnError::Llm(error) => NodeError::from(error).bounded(MAX_TURN_ERROR_BYTES),
     }
 }
 

@@ -7,7 +7,7 @@ use std::{
 
 use crewline_core::{Context, Message, ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
 use crewline_llm::{
-    ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
+    AnswerLimits, ChatRequest, LlmClient, LlmError, RequestOptions, StreamItem, ToolChoice, Usage,
 };
 use crewline_tools::{
     CallArguments, CallContext, ExecuteOptions, SessionScope, Target, ToolRegistry, ToolRun,
@@ -40,6 +40,14 @@ pub struct ToolLoopConfig {
     /// The most tool calls of one turn that run (default [`MAX_CALLS_PER_TURN`]); the later
     /// ones are answered `RunLimitExceeded` without running.
     pub max_calls_per_turn: usize,
+    /// The bounds of one model answer, held whatever the client (default
+    /// [`AnswerLimits::default`]: 1 MiB, 128 calls, 256 KiB a call), and never above the
+    /// conversation's [`ContextLimits`](crewline_core::ContextLimits): an answer past one
+    /// ends the turn with [`LlmError::TooLarge`] or [`LlmError::TooManyToolCalls`], none of
+    /// its calls run, and nothing of it enters the conversation. The client's own limits
+    /// ([`OpenAiClientBuilder::answer_limits`](crewline_llm::OpenAiClientBuilder::answer_limits))
+    /// bound its memory while it reads; these bound what a turn keeps.
+    pub answer_limits: AnswerLimits,
     /// Overrides for every request of the loop.
     pub options: RequestOptions,
 }
@@ -51,6 +59,7 @@ impl Default for ToolLoopConfig {
             parallel_tools: true,
             max_calls_per_answer: MAX_CALLS_PER_ANSWER,
             max_calls_per_turn: MAX_CALLS_PER_TURN,
+            answer_limits: AnswerLimits::default(),
             options: RequestOptions::default(),
         }
     }
@@ -294,6 +303,12 @@ impl ToolLoop {
         self
     }
 
+    /// Sets the bounds of one model answer (see [`ToolLoopConfig::answer_limits`]).
+    pub fn with_answer_limits(mut self, limits: AnswerLimits) -> Self {
+        self.config.answer_limits = limits;
+        self
+    }
+
     /// The loop's settings.
     pub fn config(&self) -> &ToolLoopConfig {
         &self.config
@@ -364,40 +379,55 @@ impl ToolLoop {
                 let mut llm_stream = match self.llm.stream_chat(request).await {
                     Ok(stream) => stream,
                     Err(error) => {
-                        span.in_scope(|| tracing::warn!(%error, "LLM request failed"));
+                        span.in_scope(|| tracing::warn!(error = %ErrorExcerpt(&error), "LLM request failed"));
                         yield Err(TurnError::Llm(error));
                         return;
                     }
                 };
                 let mut calls = Vec::new();
+                let mut answer = AnswerMeter::new(self.config.answer_limits, state.context.limits());
                 while let Some(item) = llm_stream.next().await {
-                    match item {
+                    let checked = match item {
                         Ok(StreamItem::Text(text)) => {
                             if text.is_empty() {
                                 continue;
                             }
-                            round.time_to_first_token.get_or_insert_with(|| round_started.elapsed());
-                            report.time_to_first_token.get_or_insert_with(|| turn_started.elapsed());
-                            state.text.push_str(&text);
-                            spoken = true;
-                            yield Ok(TurnEvent::Text(text));
+                            if let Err(error) = answer.text(&text) {
+                                Err(error)
+                            } else {
+                                round.time_to_first_token.get_or_insert_with(|| round_started.elapsed());
+                                report.time_to_first_token.get_or_insert_with(|| turn_started.elapsed());
+                                state.text.push_str(&text);
+                                spoken = true;
+                                yield Ok(TurnEvent::Text(text));
+                                Ok(())
+                            }
                         }
                         Ok(StreamItem::ToolCalls(new_calls)) => {
                             round.time_to_first_token.get_or_insert_with(|| round_started.elapsed());
-                            calls.extend(new_calls);
+                            answer.calls(&new_calls).map(|()| calls.extend(new_calls))
                         }
                         Ok(StreamItem::Usage(usage)) => {
                             report.usage += usage;
                             round.usage = Some(usage);
+                            Ok(())
                         }
-                        Ok(StreamItem::Finish(_)) => {}
-                        // A reasoning model's thinking is never spoken.
-                        Ok(StreamItem::Reasoning(_)) => {}
-                        Err(error) => {
-                            span.in_scope(|| tracing::warn!(%error, "LLM stream failed mid-way"));
-                            yield Err(TurnError::Llm(error));
-                            return;
+                        Ok(StreamItem::Finish(_)) => Ok(()),
+                        // A reasoning model's thinking is never spoken nor kept, but it is
+                        // part of the answer's size.
+                        Ok(StreamItem::Reasoning(text)) => answer.text(&text),
+                        Err(error) => Err(error),
+                    };
+                    if let Err(error) = checked {
+                        if is_answer_limit(&error) {
+                            // Nothing of a refused answer enters the conversation: the model
+                            // would read back the runaway answer on every later turn.
+                            state.text.clear();
                         }
+                        span.in_scope(|| tracing::warn!(error = %ErrorExcerpt(&error), "LLM stream failed mid-way"));
+                        drop(llm_stream);
+                        yield Err(TurnError::Llm(error));
+                        return;
                     }
                 }
                 drop(llm_stream);
@@ -430,13 +460,18 @@ impl ToolLoop {
                     yield Ok(TurnEvent::Text(words));
                 }
 
-                // The state keeps the calls for the drop guard; the executor reads this copy
-                // while the state records results.
-                state.begin_tools(calls.clone());
                 // Calls past the answer's or the turn's cap never reach the executor (no
                 // approval prompt, no hook, no run): the model reads why instead.
                 let allowed = self.calls_allowed(&run, turn_calls, calls.len());
                 turn_calls += allowed;
+                // A refused call's arguments are not kept nor logged: they never ran, and the
+                // model's words of them would cost the conversation and the wire for nothing.
+                for call in calls.iter_mut().skip(allowed) {
+                    call.arguments = String::from("{}");
+                }
+                // The state keeps the calls for the drop guard; the executor reads this copy
+                // while the state records results.
+                state.begin_tools(calls.clone());
                 // Each call's text is parsed here, once: the start log prints this value and the
                 // executor validates it.
                 let mut read: Vec<CallArguments> =
@@ -535,6 +570,97 @@ impl ToolLoop {
     }
 }
 
+/// The most bytes of a model error's text a log line carries: the server writes it.
+const MAX_LOGGED_ERROR_BYTES: usize = 2_048;
+
+/// A model error as a log line shows it: its text up to [`MAX_LOGGED_ERROR_BYTES`].
+struct ErrorExcerpt<'a>(&'a LlmError);
+
+impl std::fmt::Display for ErrorExcerpt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string();
+        if text.len() <= MAX_LOGGED_ERROR_BYTES {
+            return f.write_str(&text);
+        }
+        let mut end = MAX_LOGGED_ERROR_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}… ({} bytes in all)", &text[..end], text.len())
+    }
+}
+
+/// Whether `error` refused an answer past its limits (see [`ToolLoopConfig::answer_limits`]).
+fn is_answer_limit(error: &LlmError) -> bool {
+    matches!(
+        error,
+        LlmError::TooLarge { .. } | LlmError::TooManyToolCalls { .. }
+    )
+}
+
+/// Counts one answer against the loop's [`AnswerLimits`], bounded by what the conversation
+/// keeps: an answer the context could not hold as its newest turn would make every later
+/// request larger than [`ContextLimits`](crewline_core::ContextLimits) allow.
+struct AnswerMeter {
+    max_bytes: usize,
+    max_calls: usize,
+    max_call_bytes: usize,
+    bytes: usize,
+    calls: usize,
+}
+
+impl AnswerMeter {
+    fn new(limits: AnswerLimits, context: crewline_core::ContextLimits) -> Self {
+        Self {
+            max_bytes: limits.max_answer_bytes.min(context.max_bytes),
+            // The answer's message and one result per call, beside at least the prompt.
+            max_calls: limits
+                .max_tool_calls
+                .min(context.max_messages.saturating_sub(2)),
+            max_call_bytes: limits.max_call_bytes,
+            bytes: 0,
+            calls: 0,
+        }
+    }
+
+    fn add(&mut self, bytes: usize) -> Result<(), LlmError> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > self.max_bytes {
+            return Err(LlmError::TooLarge {
+                what: "the answer",
+                limit: self.max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// A piece of text or reasoning.
+    fn text(&mut self, text: &str) -> Result<(), LlmError> {
+        self.add(text.len())
+    }
+
+    /// Assembled calls, as the context counts their bytes.
+    fn calls(&mut self, calls: &[ToolCall]) -> Result<(), LlmError> {
+        self.calls = self.calls.saturating_add(calls.len());
+        if self.calls > self.max_calls {
+            return Err(LlmError::TooManyToolCalls {
+                limit: self.max_calls,
+            });
+        }
+        for call in calls {
+            let bytes = call.id.len() + call.name.len() + call.arguments.len();
+            if bytes > self.max_call_bytes {
+                return Err(LlmError::TooLarge {
+                    what: "a tool call",
+                    limit: self.max_call_bytes,
+                });
+            }
+            self.add(bytes)?;
+        }
+        Ok(())
+    }
+}
+
 impl TurnReport {
     fn trace(&self) {
         tracing::info!(
@@ -598,7 +724,7 @@ impl<'a> TurnState<'a> {
         let calls = std::mem::take(&mut self.calls);
         let results = std::mem::take(&mut self.results);
         let text = std::mem::take(&mut self.text);
-        let answers: Vec<Message> = calls
+        let mut answers: Vec<Message> = calls
             .iter()
             .zip(results)
             .map(|(call, result)| {
@@ -607,8 +733,62 @@ impl<'a> TurnState<'a> {
                     .into_message()
             })
             .collect();
-        self.context.add(Message::assistant_with_tools(text, calls));
+        let asked = Message::assistant_with_tools(text, calls);
+        // The context keeps its newest turn whole, whatever its size: the round must fit its
+        // bound by itself, or every later request would be past it.
+        let asked_bytes = asked.text().map_or(0, str::len)
+            + asked
+                .tool_calls()
+                .iter()
+                .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                .sum::<usize>();
+        let ids: usize = answers.iter().map(|m| tool_call_id(m).len()).sum();
+        let budget = self
+            .context
+            .limits()
+            .max_bytes
+            .saturating_sub(asked_bytes)
+            .saturating_sub(ids);
+        fit_results(&mut answers, budget);
+        self.context.add(asked);
         self.context.add_many(answers);
+    }
+}
+
+/// The id a tool message answers (empty for other messages).
+fn tool_call_id(message: &Message) -> &str {
+    match message {
+        Message::Tool { tool_call_id, .. } => tool_call_id,
+        _ => "",
+    }
+}
+
+/// What a result cut by [`fit_results`] ends with.
+const CUT_NOTE: &str = "… [result cut: too large for the conversation]";
+
+/// Cuts the largest tool results until their contents together fit `budget` bytes: each is
+/// kept whole up to an equal share of it, larger ones are cut on a character boundary and
+/// say so, so the model knows it read part of a result.
+fn fit_results(answers: &mut [Message], budget: usize) {
+    let total: usize = answers.iter().map(|m| m.text().map_or(0, str::len)).sum();
+    if total <= budget || answers.is_empty() {
+        return;
+    }
+    let share = budget / answers.len();
+    let keep = share.saturating_sub(CUT_NOTE.len());
+    for answer in answers.iter_mut() {
+        if let Message::Tool { content, .. } = answer
+            && content.len() > share
+        {
+            let mut end = keep.min(content.len());
+            while !content.is_char_boundary(end) {
+                end -= 1;
+            }
+            content.truncate(end);
+            if share >= CUT_NOTE.len() {
+                content.push_str(CUT_NOTE);
+            }
+        }
     }
 }
 

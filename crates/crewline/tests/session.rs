@@ -137,6 +137,14 @@ fn model(request: &ChatRequest) -> Reply {
         "pay" => Reply::tool_call("charge_card", json!({})),
         "long" => Reply::text("one two three four five six seven eight nine ten eleven twelve"),
         "fail" => Reply::CutAfter("I was saying".into()),
+        "fail loudly" => Reply::Fail(crewline::llm::LlmError::Api {
+            status: Some(400),
+            message: "e".repeat(1 << 20),
+        }),
+        // Issue 30: one answer with 10,000 parallel calls.
+        "flood" => Reply::tool_calls(
+            (0..10_000).map(|i| ("get_weather", json!({"location": format!("c{i}")}))),
+        ),
         other => Reply::text(format!("You said {other}.")),
     }
 }
@@ -448,6 +456,56 @@ async fn a_model_failing_mid_stream_sends_a_fatal_error_then_end_and_the_call_go
         text_of(&h.until("agent.llm.response.end").await),
         "You said ok."
     );
+}
+
+#[tokio::test]
+async fn an_answer_past_its_limits_sends_one_error_then_end_and_the_call_goes_on() {
+    // Before: 16 calls ran, and the platform got 20,000 tool log events and no error.
+    let mut h = Harness::start(true, Duration::ZERO, None).await;
+    h.next().await;
+    h.user_turn("flood");
+
+    let frames = h.until("agent.llm.response.end").await;
+
+    let logs = frames
+        .iter()
+        .filter(|f| matches!(f.body, EventBody::Log { .. }))
+        .count();
+    assert_eq!(logs, 0, "no tool log for an answer that was refused");
+    let errors = agent_errors(&frames);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].severity, Severity::Fatal);
+    assert!(
+        errors[0].message.contains("too many tool calls"),
+        "{}",
+        errors[0].message
+    );
+    assert!(frames.len() < 10, "{} frames", frames.len());
+
+    h.user_turn("ok");
+    assert_eq!(
+        text_of(&h.until("agent.llm.response.end").await),
+        "You said ok."
+    );
+}
+
+#[tokio::test]
+async fn a_megabyte_error_message_from_the_model_reaches_the_platform_cut() {
+    let mut h = Harness::start(true, Duration::ZERO, None).await;
+    h.next().await;
+    h.user_turn("fail loudly");
+
+    let frames = h.until("agent.llm.response.end").await;
+
+    let errors = agent_errors(&frames);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].message.len() < 4 << 10,
+        "{} bytes",
+        errors[0].message.len()
+    );
+    let traceback = errors[0].payload["traceback"].as_str().unwrap_or_default();
+    assert!(traceback.len() < 4 << 10, "{} bytes", traceback.len());
 }
 
 /// A background node that fails on every transcript.

@@ -7,6 +7,18 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::{ErrorDetail, LlmError, openai::error_body_message};
 
+/// The most characters of a server's error message kept: enough for any real one, never a
+/// body-sized log line or `agent.error` (async-openai hands over bodies whole).
+const MAX_MESSAGE_CHARS: usize = 2_000;
+
+/// `message` cut to [`MAX_MESSAGE_CHARS`].
+fn bounded(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_CHARS {
+        return message;
+    }
+    crate::openai::snippet(&message, MAX_MESSAGE_CHARS)
+}
+
 /// An error from before the first byte of a streamed answer (the request, its status).
 pub(super) fn before_first_byte(error: OpenAIError, timeout: Duration) -> LlmError {
     match error {
@@ -30,7 +42,7 @@ fn unread_error_answer(body: String) -> LlmError {
     };
     LlmError::Api {
         status: None,
-        message,
+        message: bounded(message),
     }
 }
 
@@ -70,7 +82,7 @@ pub(super) fn mid_stream(error: OpenAIError) -> Option<LlmError> {
             ))
         }
         other => {
-            let message = format!("stream failed: {}", chain(&other));
+            let message = bounded(format!("stream failed: {}", chain(&other)));
             LlmError::StreamCut(ErrorDetail::caused_by(message, other))
         }
     })
@@ -91,21 +103,23 @@ fn common(error: OpenAIError, timeout: Duration) -> LlmError {
             };
             LlmError::Api {
                 status: Some(status.as_u16()),
-                message,
+                message: bounded(message),
             }
         }
         OpenAIError::Reqwest(err) if err.is_timeout() && !err.is_connect() => {
             LlmError::Timeout(timeout)
         }
         OpenAIError::Reqwest(err) if err.is_body() || err.is_decode() => {
-            LlmError::InvalidResponse(ErrorDetail::caused_by(chain(&err), err))
+            LlmError::InvalidResponse(ErrorDetail::caused_by(bounded(chain(&err)), err))
         }
-        OpenAIError::Reqwest(err) => LlmError::Connect(ErrorDetail::caused_by(chain(&err), err)),
+        OpenAIError::Reqwest(err) => {
+            LlmError::Connect(ErrorDetail::caused_by(bounded(chain(&err)), err))
+        }
         OpenAIError::StreamError(_) => {
-            let message = format!("stream failed: {}", chain(&error));
+            let message = bounded(format!("stream failed: {}", chain(&error)));
             LlmError::StreamCut(ErrorDetail::caused_by(message, error))
         }
-        OpenAIError::InvalidArgument(message) => LlmError::Config(message),
+        OpenAIError::InvalidArgument(message) => LlmError::Config(bounded(message)),
         other => LlmError::other(other),
     }
 }

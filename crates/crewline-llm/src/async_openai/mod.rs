@@ -16,8 +16,14 @@
 //! - an error answer that is not OpenAI's `{"error": {..}}` (a 4xx from vLLM, a plain-text
 //!   proxy page) reaches us without its status: it is an [`LlmError::Api`] with
 //!   `status: None` and the body's message;
-//! - async-openai reads each stream event whole, with no size limit, so there is no
-//!   [`LlmError::TooLarge`] here;
+//! - **async-openai reads with no size limit of its own**: an error answer's body whole
+//!   (and logs it whole at ERROR when it is not OpenAI's JSON), a stream's lines and events
+//!   however long. A client from [`AsyncOpenAiClient::bounded_client`], or one whose HTTP
+//!   service has the [`AnswerBodyLimit`] layer, reads error bodies up to 16 KiB and stream
+//!   lines and events up to 4 MiB (then [`LlmError::TooLarge`]), as the default client
+//!   does. **A client built without it is unbounded: a hostile or broken server can make it
+//!   hold gigabytes.** The whole answer's [`AnswerLimits`] hold either way, and error
+//!   messages are cut to 2,000 characters before crewline logs or reports them;
 //! - the answer is read by a task of async-openai's and handed over through a channel (the
 //!   default client reads in the caller's task), and the connection is closed at `[DONE]`
 //!   instead of going back to the pool.
@@ -28,6 +34,7 @@
 
 pub mod convert;
 mod error;
+mod limit;
 mod reader;
 
 use std::{
@@ -46,14 +53,15 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::{
-    ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream, MaxTokensField,
-    RequestOptions,
+    AnswerLimits, ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream,
+    MaxTokensField, RequestOptions,
     openai::{
         decode_chunk, explain_refusal, refuses_stream_options, snippet, whole_response, write_body,
     },
 };
 
 pub use self::convert::ConversionError;
+pub use self::limit::{AnswerBodyLimit, BodyLimited};
 use self::{error::Scrubber, reader::Reader};
 
 /// The default time limit for the answer's headers and first token (the default client's).
@@ -99,6 +107,8 @@ pub struct AsyncOpenAiClient<C: Config> {
     defaults: RequestOptions,
     first_byte_timeout: Duration,
     idle_timeout: Duration,
+    /// The bounds of one whole answer.
+    answer_limits: AnswerLimits,
     /// Set once the server has refused `stream_options` (a 400 naming it): later requests
     /// leave it out. Shared by clones, as the default client's flag is.
     stream_options_refused: Arc<AtomicBool>,
@@ -112,6 +122,7 @@ impl<C: Config> fmt::Debug for AsyncOpenAiClient<C> {
             .field("defaults", &self.defaults)
             .field("first_byte_timeout", &self.first_byte_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("answer_limits", &self.answer_limits)
             .field(
                 "stream_options_refused",
                 &self.stream_options_refused.load(Ordering::Relaxed),
@@ -132,8 +143,36 @@ impl<C: Config> AsyncOpenAiClient<C> {
             },
             first_byte_timeout: DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            answer_limits: AnswerLimits::default(),
             stream_options_refused: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// An `async_openai::Client` for `config` that sends through `http` with async-openai's
+    /// default retries, each answer bounded by [`AnswerBodyLimit`]: the client to give
+    /// [`AsyncOpenAiClient::new`] unless the team builds its own HTTP service (then add the
+    /// layer to it). A client built any other way reads error bodies and stream lines with no
+    /// limit at all.
+    ///
+    /// ```no_run
+    /// use async_openai::config::OpenAIConfig;
+    /// use crewline_llm::AsyncOpenAiClient;
+    ///
+    /// let client = AsyncOpenAiClient::bounded_client(OpenAIConfig::default(), reqwest::Client::new());
+    /// let model = AsyncOpenAiClient::new(client, "gpt-4o-mini");
+    /// ```
+    pub fn bounded_client(config: C, http: reqwest::Client) -> Client<C>
+    where
+        C: 'static,
+    {
+        use ::async_openai::middleware::{ReqwestService, retry::OpenAIRetryLayer};
+
+        // The limit innermost, so each attempt of a retry is bounded.
+        let service = tower::ServiceBuilder::new()
+            .layer(OpenAIRetryLayer::default())
+            .layer(AnswerBodyLimit::default())
+            .service(ReqwestService::new(http));
+        Client::with_config(config).with_http_service(service)
     }
 
     /// Sets the settings every request starts from (a request's own options override them);
@@ -153,6 +192,13 @@ impl<C: Config> AsyncOpenAiClient<C> {
     /// Sets the longest pause between two chunks that carry something (default 10 s).
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Sets the bounds of one whole answer (default [`AnswerLimits::default`]), as
+    /// [`OpenAiClientBuilder::answer_limits`](crate::OpenAiClientBuilder::answer_limits) does.
+    pub fn with_answer_limits(mut self, limits: AnswerLimits) -> Self {
+        self.answer_limits = limits;
         self
     }
 
@@ -293,6 +339,7 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
             reader::Limits {
                 first_byte: self.first_byte_timeout,
                 idle: self.idle_timeout,
+                answer: self.answer_limits,
             },
             started,
             scrubber,
@@ -325,7 +372,7 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
                         format!("{err}; the answer began with: {}", snippet(raw.get(), 300));
                     LlmError::InvalidResponse(ErrorDetail::caused_by(message, err))
                 })
-                .and_then(whole_response),
+                .and_then(|chunk| whole_response(chunk, self.answer_limits)),
         }
         .map_err(|e| explain_refusal(scrubber.error(e), token_field));
         if let Err(error) = &result {

@@ -14,7 +14,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::error::{Scrubber, mid_stream};
 use crate::{
-    ErrorDetail, LlmError, StreamItem,
+    AnswerLimits, ErrorDetail, LlmError, StreamItem,
     openai::{Decoder, Flow, Pending, decode_chunk, snippet},
 };
 
@@ -30,6 +30,8 @@ pub(super) struct Limits {
     pub(super) first_byte: Duration,
     /// Between two chunks that carry something.
     pub(super) idle: Duration,
+    /// The bounds of the whole answer.
+    pub(super) answer: AnswerLimits,
 }
 
 /// One streamed answer. Dropping it drops async-openai's event stream, whose reader task then
@@ -66,7 +68,7 @@ impl Reader {
         let deadline = started + limits.first_byte;
         Self {
             events: Some(events),
-            decoder: Decoder::new(),
+            decoder: Decoder::with_limits(limits.answer),
             pending: Pending::new(),
             first_event_deadline: Some(deadline),
             finish_deadline: None,
@@ -88,6 +90,11 @@ impl Reader {
 
     /// Reads one event's JSON.
     fn on_event(&mut self, data: &RawValue) {
+        if let Some(error) = super::limit::cut_error(data.get()) {
+            // The answer's body was cut at a limit (see `AnswerBodyLimit`).
+            self.stop(error);
+            return;
+        }
         let chunk = match decode_chunk(data.get().as_bytes()) {
             Ok(chunk) => chunk,
             Err(err) => {
@@ -102,7 +109,7 @@ impl Reader {
             }
         };
         if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
-            tracing::warn!("the server reported an error mid-stream");
+            tracing::warn!("the answer stopped mid-stream: a server error, or past a limit");
             self.events = None;
             return;
         }

@@ -11,7 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
 use super::{OpenAiClient, body, http::Transport, key::ApiKey};
-use crate::{LlmError, MaxTokensField, RequestOptions};
+use crate::{AnswerLimits, LlmError, MaxTokensField, RequestOptions};
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -90,6 +90,7 @@ pub struct OpenAiClientBuilder {
     idle_timeout: Duration,
     max_retries: usize,
     max_event_bytes: usize,
+    answer_limits: AnswerLimits,
 }
 
 impl Default for OpenAiClientBuilder {
@@ -109,6 +110,7 @@ impl Default for OpenAiClientBuilder {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_retries: DEFAULT_MAX_RETRIES,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            answer_limits: AnswerLimits::default(),
         }
     }
 }
@@ -130,6 +132,7 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
+            .field("answer_limits", &self.answer_limits)
             .finish()
     }
 }
@@ -272,6 +275,15 @@ impl OpenAiClientBuilder {
         self
     }
 
+    /// The bounds of one whole answer: its bytes (text, reasoning and tool calls together),
+    /// its tool calls, one call's bytes (default [`AnswerLimits::default`]: 1 MiB, 128 calls,
+    /// 256 KiB). Past one the answer fails with [`LlmError::TooLarge`] or
+    /// [`LlmError::TooManyToolCalls`] at once, having held at most about the limit.
+    pub fn answer_limits(mut self, limits: AnswerLimits) -> Self {
+        self.answer_limits = limits;
+        self
+    }
+
     /// How many times a request is retried before its first byte (default 2).
     pub fn max_retries(mut self, max_retries: usize) -> Self {
         self.max_retries = max_retries;
@@ -368,6 +380,7 @@ impl OpenAiClientBuilder {
             idle_timeout: self.idle_timeout,
             max_retries: self.max_retries,
             max_event_bytes: self.max_event_bytes,
+            answer_limits: self.answer_limits,
         })
     }
 }

@@ -2,7 +2,9 @@
 
 use std::collections::VecDeque;
 
-use crate::{ChatResponse, FinishReason, LlmError, StreamItem, ToolCallAssembler, Usage};
+use crate::{
+    AnswerLimits, ChatResponse, FinishReason, LlmError, StreamItem, ToolCallAssembler, Usage,
+};
 
 use super::wire::{Choice, Chunk, error_message, snippet};
 
@@ -18,11 +20,14 @@ pub(crate) enum Flow {
 /// The items one streamed answer has produced but not handed out yet.
 pub(crate) type Pending = VecDeque<Result<StreamItem, LlmError>>;
 
-/// The state of one streamed answer: the tool calls being put together and whether the model
-/// has finished.
+/// The state of one streamed answer: the tool calls being put together, the bytes it has
+/// brought, and whether the model has finished.
 #[derive(Debug, Default)]
 pub(crate) struct Decoder {
     tools: ToolCallAssembler,
+    limits: AnswerLimits,
+    /// The bytes of text and reasoning handed out so far (the calls count theirs).
+    text_bytes: usize,
     finished: bool,
     last_usage: Option<Usage>,
     /// Whether a chunk since the last [`Decoder::take_progress`] carried anything: text, a
@@ -32,9 +37,31 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    /// A decoder at the start of an answer.
+    /// A decoder at the start of an answer, under the default [`AnswerLimits`].
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// A decoder at the start of an answer under `limits`.
+    pub(crate) fn with_limits(limits: AnswerLimits) -> Self {
+        Self {
+            tools: ToolCallAssembler::with_limits(limits),
+            limits,
+            ..Self::default()
+        }
+    }
+
+    /// Counts `bytes` more of text or reasoning against the answer's limit.
+    fn spend(&mut self, bytes: usize) -> Result<(), LlmError> {
+        self.text_bytes = self.text_bytes.saturating_add(bytes);
+        if self.text_bytes.saturating_add(self.tools.bytes()) > self.limits.max_answer_bytes {
+            return Err(LlmError::TooLarge {
+                what: "the answer",
+                limit: self.limits.max_answer_bytes,
+            });
+        }
+        Ok(())
     }
 
     /// Whether the model has said why it stopped.
@@ -58,8 +85,13 @@ impl Decoder {
             return Flow::Stop;
         }
         let usage = chunk.usage();
-        if let Some(choice) = first_choice(chunk.choices) {
-            self.push_choice(choice, out);
+        if let Some(choice) = first_choice(chunk.choices)
+            && let Err(error) = self.push_choice(choice, out)
+        {
+            // Past a limit: the answer ends here, and nothing more of it is kept.
+            self.tools = ToolCallAssembler::with_limits(self.limits);
+            out.push_back(Err(error));
+            return Flow::Stop;
         }
         if let Some(usage) = usage
             // Some servers repeat the running usage on every chunk; say it once per value.
@@ -92,7 +124,8 @@ impl Decoder {
         }));
     }
 
-    fn push_choice(&mut self, choice: Choice, out: &mut Pending) {
+    /// Reads the choice's delta; fails when it takes the answer past a limit.
+    fn push_choice(&mut self, choice: Choice, out: &mut Pending) -> Result<(), LlmError> {
         let reason = choice
             .finish_reason
             .as_deref()
@@ -104,33 +137,38 @@ impl Decoder {
             if body.is_some_and(|b| b.content.as_deref().is_some_and(|t| !t.is_empty())) {
                 tracing::debug!("text after finish_reason ignored");
             }
-            return;
+            return Ok(());
         }
         if let Some(mut body) = body {
             // Reasoning goes out on its own, never as text: it is not to be spoken. It counts
             // as progress, so a model that thinks for long does not look stalled.
             if let Some(reasoning) = body.take_reasoning() {
                 self.progress = true;
+                self.spend(reasoning.len())?;
                 out.push_back(Ok(StreamItem::Reasoning(reasoning)));
             }
             if let Some(text) = body.content.filter(|t| !t.is_empty()) {
                 self.progress = true;
+                self.spend(text.len())?;
                 out.push_back(Ok(StreamItem::Text(text)));
             }
             for call in body.tool_calls {
                 self.progress = true;
-                self.tools.push(call.into_delta(None));
+                self.tools.push(call.into_delta(None))?;
             }
+            // The calls' bytes count against the whole answer too.
+            self.spend(0)?;
         }
         if let Some(reason) = reason {
             self.finish(reason, out);
         }
+        Ok(())
     }
 
     fn finish(&mut self, reason: FinishReason, out: &mut Pending) {
         self.finished = true;
         self.progress = true;
-        let tools = std::mem::replace(&mut self.tools, ToolCallAssembler::new());
+        let tools = std::mem::replace(&mut self.tools, ToolCallAssembler::with_limits(self.limits));
         if !tools.is_empty() {
             out.push_back(Ok(StreamItem::ToolCalls(tools.finish())));
         }
@@ -163,8 +201,8 @@ fn first_choice(choices: Vec<Choice>) -> Option<Choice> {
     choices.into_iter().find(|c| c.position() == 0)
 }
 
-/// Reads a whole non-streamed answer.
-pub(crate) fn response(chunk: Chunk) -> Result<ChatResponse, LlmError> {
+/// Reads a whole non-streamed answer, under `limits`.
+pub(crate) fn response(chunk: Chunk, limits: AnswerLimits) -> Result<ChatResponse, LlmError> {
     if let Some(message) = chunk.error.as_ref().and_then(error_message) {
         return Err(LlmError::Api {
             status: None,
@@ -187,10 +225,17 @@ pub(crate) fn response(chunk: Chunk) -> Result<ChatResponse, LlmError> {
         response.reasoning = message.take_reasoning().unwrap_or_default();
         response.content = message.content.unwrap_or_default();
         // Whole calls go through the assembler too, so ids, names and empty arguments follow
-        // the same rules as streamed ones.
-        let mut tools = ToolCallAssembler::new();
+        // the same rules as streamed ones, and so do the limits.
+        let mut tools = ToolCallAssembler::with_limits(limits);
         for (position, call) in message.tool_calls.into_iter().enumerate() {
-            tools.push(call.into_delta(u32::try_from(position).ok()));
+            tools.push(call.into_delta(u32::try_from(position).ok()))?;
+        }
+        let bytes = response.reasoning.len() + response.content.len() + tools.bytes();
+        if bytes > limits.max_answer_bytes {
+            return Err(LlmError::TooLarge {
+                what: "the answer",
+                limit: limits.max_answer_bytes,
+            });
         }
         response.tool_calls = tools.finish();
     }
@@ -487,7 +532,7 @@ mod tests {
             "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
         }))
         .expect("chunk");
-        let response = response(chunk).expect("response");
+        let response = response(chunk, AnswerLimits::default()).expect("response");
         assert_eq!(response.content, "");
         assert_eq!(
             response.tool_calls,
@@ -505,11 +550,14 @@ mod tests {
         let chunk: Chunk =
             serde_json::from_value(json!({"error": {"message": "nope"}})).expect("chunk");
         assert!(matches!(
-            response(chunk),
+            response(chunk, AnswerLimits::default()),
             Err(LlmError::Api { status: None, .. })
         ));
         let chunk: Chunk = serde_json::from_value(json!({"choices": []})).expect("chunk");
-        assert!(matches!(response(chunk), Err(LlmError::InvalidResponse(_))));
+        assert!(matches!(
+            response(chunk, AnswerLimits::default()),
+            Err(LlmError::InvalidResponse(_))
+        ));
     }
 
     /// What a chunk yields, through the stream decoder and as a whole answer.
@@ -518,7 +566,10 @@ mod tests {
         let mut out = Pending::new();
         let flow = decoder.push(chunk, &mut out);
         decoder.end(&mut out);
-        format!("{flow:?} {out:?} {:?}", response(again))
+        format!(
+            "{flow:?} {out:?} {:?}",
+            response(again, AnswerLimits::default())
+        )
     }
 
     #[test]

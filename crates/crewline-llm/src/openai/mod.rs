@@ -46,7 +46,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::{
-    ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream, RequestOptions,
+    AnswerLimits, ChatRequest, ChatResponse, ErrorDetail, LlmClient, LlmError, LlmStream,
+    RequestOptions,
 };
 
 pub use self::builder::OpenAiClientBuilder;
@@ -124,6 +125,8 @@ pub struct OpenAiClient {
     idle_timeout: Duration,
     max_retries: usize,
     max_event_bytes: usize,
+    /// The bounds of one whole answer.
+    answer_limits: AnswerLimits,
     /// Set once the server has refused `stream_options` (a 400 naming it): later requests
     /// leave it out. Shared by clones, like the connection pool.
     stream_options_refused: Arc<AtomicBool>,
@@ -143,12 +146,30 @@ impl fmt::Debug for OpenAiClient {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
+            .field("answer_limits", &self.answer_limits)
             .field("http", &self.transport.stack())
             .field(
                 "stream_options_refused",
                 &self.stream_options_refused.load(Ordering::Relaxed),
             )
             .finish()
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl OpenAiClient {
+    /// Reads a streamed answer whose body arrives as `parts`, as this client reads one from a
+    /// server, with no connection: for the fuzz targets (feature `fuzzing`, not a stable API).
+    /// Needs a Tokio runtime with time enabled.
+    #[doc(hidden)]
+    pub fn read_body_for_fuzzing(&self, parts: Vec<bytes::Bytes>) -> LlmStream {
+        let body = futures::stream::iter(parts.into_iter().map(Ok::<_, http::HttpError>));
+        Box::pin(Reader::new(
+            body,
+            self,
+            Instant::now(),
+            tracing::Span::none(),
+        ))
     }
 }
 
@@ -244,7 +265,7 @@ impl OpenAiClient {
             );
             LlmError::InvalidResponse(ErrorDetail::caused_by(message, err))
         })?;
-        decode::response(chunk)
+        decode::response(chunk, self.answer_limits)
     }
 }
 

@@ -87,7 +87,7 @@ impl<B> Reader<B> {
                 client.max_event_bytes.saturating_add(LINE_OVERHEAD),
                 client.max_event_bytes,
             ),
-            decoder: Decoder::new(),
+            decoder: Decoder::with_limits(client.answer_limits),
             pending: Pending::new(),
             first_event_deadline: Some(deadline),
             finish_deadline: None,
@@ -130,7 +130,9 @@ impl<B> Reader<B> {
             Ok(None) => {}
             Ok(Some(chunk)) => {
                 if self.decoder.push(chunk, &mut self.pending) == Flow::Stop {
-                    tracing::warn!("the server reported an error mid-stream");
+                    tracing::warn!(
+                        "the answer stopped mid-stream: a server error, or past a limit"
+                    );
                     self.body = None;
                     return;
                 }
