@@ -67,9 +67,13 @@ pub fn choose(
             .or_else(|| std::env::var("OPENAI_MODEL").ok())
             .unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned());
         if choice == ModelChoice::AsyncOpenAiFromEnv {
-            // `OpenAIConfig::new()` reads OPENAI_API_KEY and OPENAI_BASE_URL, as `from_env` does.
-            let client =
-                async_openai::Client::with_config(async_openai::config::OpenAIConfig::new());
+            // `OpenAIConfig::new()` reads OPENAI_API_KEY and OPENAI_BASE_URL, as `from_env` does;
+            // `bounded_client` caps what the provider can make async-openai read (error bodies,
+            // stream lines), which a plain `Client::with_config` does not.
+            let client = AsyncOpenAiClient::bounded_client(
+                async_openai::config::OpenAIConfig::new(),
+                reqwest::Client::new(),
+            );
             return Ok(ChosenModel {
                 llm: Arc::new(AsyncOpenAiClient::new(client, model.clone())),
                 description: format!("OpenAI {model} (async-openai client)"),

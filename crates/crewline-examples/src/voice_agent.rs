@@ -248,12 +248,14 @@ pub fn azure_model(
     api_version: &str,
     api_key: &str,
 ) -> crewline::llm::AsyncOpenAiClient<async_openai::config::AzureConfig> {
-    let azure = async_openai::Client::with_config(
+    // Bounded: error bodies and stream lines are capped, as the default client's are.
+    let azure = crewline::llm::AsyncOpenAiClient::bounded_client(
         async_openai::config::AzureConfig::new()
             .with_api_base(endpoint)
             .with_deployment_id(deployment)
             .with_api_version(api_version)
             .with_api_key(api_key),
+        reqwest::Client::new(),
     );
     // Azure reads the model from the deployment's URL; the name is only logged and sent.
     crewline::llm::AsyncOpenAiClient::new(azure, deployment)

@@ -104,11 +104,13 @@ fn soak_server(client: OpenAiClient) -> CrewServer {
 
 /// The soak's second crew server: the async-openai client on the same fake model.
 fn async_openai_server(base_url: &str) -> CrewServer {
-    use async_openai::{Client, config::OpenAIConfig};
+    use async_openai::config::OpenAIConfig;
     let config = OpenAIConfig::new()
         .with_api_base(base_url)
         .with_api_key("sk-soak");
-    let client = AsyncOpenAiClient::new(Client::with_config(config), "fake");
+    // Bounded as SECURITY.md asks: a plain `Client::with_config` reads any error body whole.
+    let http = AsyncOpenAiClient::bounded_client(config, reqwest::Client::new());
+    let client = AsyncOpenAiClient::new(http, "fake");
     let tool_loop = ToolLoop::new(Arc::new(client), Arc::new(ToolRegistry::new()));
     CrewServer::new(move |_setup: SessionSetup| {
         let mut crew = Crew::new();
