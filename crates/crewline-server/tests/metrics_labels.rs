@@ -23,8 +23,9 @@ use serde_json::json;
 const SMALL_SCRAPE: usize = 64 * 1024;
 
 #[tokio::test]
-async fn a_scrape_after_an_invented_megabyte_tool_name_stays_small_with_one_unknown_label() {
-    let invented = "x".repeat(1024 * 1024);
+async fn a_scrape_after_an_invented_200_kib_tool_name_stays_small_with_one_unknown_label() {
+    // Under the tool loop's `AnswerLimits` (256 KiB a call), so the call reaches the metrics.
+    let invented = "x".repeat(200 * 1024);
     let llm = Arc::new(ScriptedLlm::new([
         Reply::tool_call(&invented, json!({})),
         Reply::text("Sorry, I cannot do that."),
