@@ -393,7 +393,11 @@ async fn unfinished_message(addr: SocketAddr) -> TcpStream {
     for opcode in [0x2, 0x0, 0x0] {
         let mut frame = masked_frame(opcode, &piece);
         frame[0] &= 0x7f; // not the last fragment
-        stream.write_all(&frame).await.expect("a fragment");
+        // A call the server closed for the budget of unfinished messages stops reading: its
+        // later writes may fail.
+        if stream.write_all(&frame).await.is_err() {
+            break;
+        }
     }
     stream
 }
@@ -422,5 +426,41 @@ async fn unfinished_messages_cost_per_call() {
          KiB, {} KiB per call",
         after.saturating_sub(before) / CALLS as u64
     );
+    drop(calls);
+}
+
+/// A measurement, not a check: the same 200 calls against a server whose budget of unfinished
+/// messages is 64 MiB. Run alone:
+///
+/// ```sh
+/// cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished"]
+async fn unfinished_messages_are_bounded_across_calls() {
+    const CALLS: usize = 200;
+    const BUDGET: usize = 64 << 20;
+    let server = TestServer::ready(CrewServer::new(echo_setup).max_pending_bytes(BUDGET)).await;
+    let before = rss_kib();
+    let mut calls = Vec::new();
+    for _ in 0..CALLS {
+        calls.push(unfinished_message(server.addr).await);
+    }
+    let refused = server
+        .handle
+        .metrics()
+        .errors(crewline_server::ErrorKind::MessageBudget);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_kib();
+    println!(
+        "{CALLS} calls each trying to hold an unfinished 900 KiB message, budget {} MiB: {refused} \
+         closed with 1013, {} live, {} KiB charged; RSS {before} KiB -> {after} KiB, {} KiB per \
+         call",
+        BUDGET >> 20,
+        server.handle.active_sessions(),
+        server.handle.pending_message_bytes() / 1024,
+        after.saturating_sub(before) / CALLS as u64
+    );
+    assert!(server.handle.pending_message_bytes() <= BUDGET);
     drop(calls);
 }
