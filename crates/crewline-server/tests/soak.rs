@@ -1,6 +1,7 @@
 //! Soak (issue 14, "Show it"; issue 30): for minutes, slow readers, a flood of half-open
-//! connections, oversized frames, endless lines from the model and ping floods from platforms
-//! that never read run beside healthy calls. The healthy
+//! connections, oversized frames, endless lines from the model, ping floods from platforms
+//! that never read and calls holding unfinished messages past the server's budget run beside
+//! healthy calls. The healthy
 //! calls must get every answer, right and in time, and the process's memory must stay flat.
 //!
 //! Behind a flag, as it takes minutes (10 by default):
@@ -56,6 +57,8 @@ struct Figures {
     endless_lines_failed: AtomicU64,
     ping_floods: AtomicU64,
     ping_floods_closed: AtomicU64,
+    unfinished: AtomicU64,
+    unfinished_closed: AtomicU64,
 }
 
 /// The server under soak: the real client on the fake model, with the connection limits
@@ -74,6 +77,8 @@ fn soak_server(client: OpenAiClient) -> CrewServer {
     .ping_interval(Duration::from_secs(2))
     .idle_timeout(Duration::from_secs(5))
     .header_read_timeout(Duration::from_secs(2))
+    // Room for about ten held 900 KiB messages: the holders below overdraw it every second.
+    .max_pending_bytes(8 << 20)
 }
 
 /// The process's resident memory, KiB.
@@ -207,6 +212,17 @@ async fn ping_flood(addr: SocketAddr, figures: &Figures) {
     }
 }
 
+/// A call that holds an unfinished 900 KiB message and sends nothing more: closed by the server,
+/// for the budget of unfinished messages or by the idle timeout.
+async fn unfinished_holder(addr: SocketAddr, figures: &Figures) {
+    let mut stream = unfinished_message(addr).await;
+    figures.unfinished.fetch_add(1, Ordering::Relaxed);
+    // The idle timeout (5 s) and the close timeout (5 s) for a call the budget let through.
+    if closed_by_server(&mut stream, Duration::from_secs(15)).await {
+        figures.unfinished_closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// A frame twice the limit: the call is closed with 1009.
 async fn oversized_frame(url: &str, figures: &Figures) {
     let mut call = Client::connect(url).await;
@@ -296,6 +312,10 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
                 }
                 let flood_figures = Arc::clone(&figures);
                 running.spawn(async move { ping_flood(addr, &flood_figures).await });
+                for _ in 0..5 {
+                    let figures = Arc::clone(&figures);
+                    running.spawn(async move { unfinished_holder(addr, &figures).await });
+                }
                 if wave.is_multiple_of(2) {
                     let (frame_url, frame_figures) = (url.clone(), Arc::clone(&figures));
                     running.spawn(async move { oversized_frame(&frame_url, &frame_figures).await });
@@ -337,7 +357,8 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
     println!(
         "soak {seconds} s: healthy turns {} (max {} ms); slow readers {} ({} closed by the \
          server); half-open {} ({} closed); oversized frames {}; endless lines {} ({} failed \
-         cleanly); ping floods {} ({} closed); RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
+         cleanly); ping floods {} ({} closed); unfinished messages {} ({} closed, {} of them for \
+         the budget); RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
         load(&f.healthy_turns),
         load(&f.healthy_max_ms),
         load(&f.slow_readers),
@@ -349,6 +370,12 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         load(&f.endless_lines_failed),
         load(&f.ping_floods),
         load(&f.ping_floods_closed),
+        load(&f.unfinished),
+        load(&f.unfinished_closed),
+        server
+            .handle
+            .metrics()
+            .errors(crewline_server::ErrorKind::MessageBudget),
         baseline,
         peak,
         end,
@@ -373,6 +400,11 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         load(&f.ping_floods),
         load(&f.ping_floods_closed),
         "every ping flood's call is closed by the server"
+    );
+    assert_eq!(
+        load(&f.unfinished),
+        load(&f.unfinished_closed),
+        "every call holding an unfinished message is closed by the server"
     );
     assert!(
         end.saturating_sub(baseline) < RSS_GROWTH_BOUND_KIB,
