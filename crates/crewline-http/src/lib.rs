@@ -14,7 +14,11 @@
 //! - a **bounded graceful shutdown**: when `stop` fires the port closes, requests in flight get
 //!   [`HttpSettings::shutdown_grace`] to finish, and connections still open are dropped;
 //! - **accept-error backoff**: an `accept` error that is not one connection's fault (out of
-//!   file descriptors) waits a second instead of spinning.
+//!   file descriptors) waits a second instead of spinning;
+//! - **a count of each connection's reads** ([`ConnectionReads`], a request extension): a
+//!   WebSocket handler arms it with a server-wide [`MessageBudget`], which then bounds the
+//!   bytes of unfinished messages across all connections, not only per connection (see
+//!   [`budget`]).
 //!
 //! Hand-written over hyper's HTTP/1 connections rather than `axum::serve`, which sets no timer
 //! (so no header-read timeout takes effect: a stranger sending half a request line held its
@@ -37,6 +41,10 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::{net::TcpListener, sync::Semaphore};
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+
+pub mod budget;
+
+pub use budget::{ArmedReads, ConnectionReads, MessageBudget, OverBudget};
 
 /// The default time a client has to send a request's head (also the longest an idle
 /// keep-alive connection is kept): 10 s.
@@ -129,7 +137,8 @@ impl HttpSettings {
 /// connections [`HttpSettings::shutdown_grace`] to finish and drops those that did not.
 ///
 /// WebSocket upgrades are served (hyper's `with_upgrades`); an upgraded connection still
-/// counts against [`HttpSettings::max_connections`] until it closes. Returns an error only if
+/// counts against [`HttpSettings::max_connections`] until it closes. Every request carries
+/// its connection's [`ConnectionReads`] as an extension. Returns an error only if
 /// the listener cannot be used at all; one connection's failure is logged at `debug`.
 pub async fn serve(
     listener: TcpListener,
@@ -187,7 +196,13 @@ pub async fn serve(
         if let Err(error) = tcp.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY on a connection");
         }
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        // Counted below hyper, so that an upgraded connection (hyper's `Upgraded` holds this
+        // IO) is counted too once its handler arms the count.
+        let (tcp, reads) = budget::CountedIo::new(tcp);
+        let service = budget::WithReads {
+            inner: hyper_util::service::TowerToHyperService::new(app.clone()),
+            reads,
+        };
         let connection = http
             .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
             .with_upgrades();

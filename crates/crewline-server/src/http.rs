@@ -14,6 +14,7 @@ use axum::{
     routing::get,
 };
 use crewline_auth::Principal;
+use crewline_http::ConnectionReads;
 use futures::FutureExt;
 use serde::Serialize;
 use tracing::Instrument;
@@ -190,6 +191,7 @@ async fn method_not_allowed() -> Response {
 async fn websocket(
     State(service): State<Arc<Service>>,
     headers: HeaderMap,
+    reads: Option<Extension<ConnectionReads>>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     service.start_dry_run();
@@ -246,10 +248,15 @@ async fn websocket(
             on_failure_span.in_scope(|| tracing::debug!(%error, "WebSocket upgrade failed"));
         })
         .on_upgrade(move |socket| {
+            // From here on the connection's reads count against the server's budget of
+            // unfinished messages (crewline's listener counts them; a router served by another
+            // server has no count, and only the per-call cap holds).
+            let reads =
+                reads.map(|Extension(reads)| reads.arm(Arc::clone(&service.message_budget)));
             // Made here and mapped, not awaited in an `async` block: a block that took the
             // socket, or the call's future, would keep a second copy of its bytes in the call's
             // task all call long (see `connection::run`).
-            crate::connection::run(socket, service)
+            crate::connection::run(socket, service, reads)
                 .map(move |()| drop((tracked, admitted)))
                 .instrument(span)
         })

@@ -14,7 +14,9 @@
 //! one authentication layer over every route, merged ones included (see
 //! [`CrewServer::auth_token`]), and a refusal to serve beyond loopback without it; browser
 //! pages of other origins refused on `/ws` ([`CrewServer::allow_origin`]); frame size limits
-//! both ways; a platform that floods pings or stops reading cut off with bounded memory;
+//! both ways; a platform that floods pings or stops reading cut off with bounded memory; the
+//! unfinished messages of all calls bounded together ([`CrewServer::max_pending_bytes`]);
+//! the WARN lines a caller can cause on every call written once per 10 s with their count;
 //! graceful drain on shutdown.
 //!
 //! ```no_run
@@ -78,6 +80,6 @@ pub use server::{
     DEFAULT_MAX_FRAME_BYTES, DEFAULT_SETUP_TIMEOUT, ServerHandle, shutdown_signal,
 };
 pub use server::{
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
-    DEFAULT_WRITE_TIMEOUT,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_PENDING_BYTES,
+    DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL, DEFAULT_WRITE_TIMEOUT,
 };

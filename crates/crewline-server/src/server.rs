@@ -17,8 +17,8 @@ mod serve;
 
 pub(crate) use limits::Limits;
 pub use limits::{
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL,
-    DEFAULT_WRITE_TIMEOUT,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_PENDING_BYTES,
+    DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL, DEFAULT_WRITE_TIMEOUT,
 };
 pub use serve::shutdown_signal;
 use serve::{HttpSettings, drain, join_result, serve_http, serve_on_workers};
@@ -419,6 +419,9 @@ impl CrewServer {
             config: self.config.clone(),
             setup: Arc::clone(&self.setup),
             state: Arc::clone(&self.state),
+            message_budget: self
+                .state
+                .message_budget(self.config.limits.max_pending_bytes),
         })
     }
 
@@ -635,6 +638,12 @@ impl ServerHandle {
     /// Calls in progress now.
     pub fn active_sessions(&self) -> usize {
         self.state.metrics.active_sessions()
+    }
+
+    /// The bytes of unfinished inbound messages held now beyond each call's first 64 KiB:
+    /// what counts against [`CrewServer::max_pending_bytes`].
+    pub fn pending_message_bytes(&self) -> usize {
+        self.state.pending_message_bytes()
     }
 
     /// The server's measurements (also served as `GET /metrics`).

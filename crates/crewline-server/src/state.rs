@@ -6,13 +6,14 @@ use std::{
     panic::AssertUnwindSafe,
     pin::Pin,
     sync::{
-        Arc, RwLock,
+        Arc, OnceLock, RwLock,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
 
 use crewline::{Crew, SessionSetup};
+use crewline_http::MessageBudget;
 use futures::FutureExt;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
@@ -76,6 +77,11 @@ pub(crate) struct State {
     /// Calls admitted under `max_sessions`, from the upgrade request to the call's end.
     admitted: AtomicUsize,
     next_session: AtomicU64,
+    /// The bytes of unfinished inbound messages all calls hold: one budget per server, made
+    /// with the `max_pending_bytes` of the first `serve` or `router`.
+    message_budget: OnceLock<Arc<MessageBudget>>,
+    /// Rate limits for the WARN lines a caller can cause on every call.
+    pub(crate) call_logs: crate::connection::CallLogs,
 }
 
 impl State {
@@ -90,7 +96,20 @@ impl State {
             calls: TaskTracker::new(),
             admitted: AtomicUsize::new(0),
             next_session: AtomicU64::new(1),
+            message_budget: OnceLock::new(),
+            call_logs: crate::connection::CallLogs::default(),
         }
+    }
+
+    /// The server's budget of unfinished inbound messages, made with a cap of `cap` bytes if
+    /// there is none yet.
+    pub(crate) fn message_budget(&self, cap: usize) -> Arc<MessageBudget> {
+        Arc::clone(self.message_budget.get_or_init(|| MessageBudget::new(cap)))
+    }
+
+    /// The bytes of unfinished messages charged to the budget now (0 before serving).
+    pub(crate) fn pending_message_bytes(&self) -> usize {
+        self.message_budget.get().map_or(0, |budget| budget.used())
     }
 
     pub(crate) fn readiness(&self) -> Readiness {
@@ -150,6 +169,8 @@ pub(crate) struct Service {
     pub(crate) config: Config,
     pub(crate) setup: Arc<SetupFn>,
     pub(crate) state: Arc<State>,
+    /// The server's budget of unfinished inbound messages (the state's).
+    pub(crate) message_budget: Arc<MessageBudget>,
 }
 
 impl Service {

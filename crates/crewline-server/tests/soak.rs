@@ -2,9 +2,9 @@
 //! connections, oversized frames, endless lines from the model, ping floods from clients that
 //! never read, model answers of 50 MiB of tool-call arguments or 100,000 tool calls, a 1 GiB
 //! error body read by the async-openai client, and, on a standalone MCP server in the same
-//! process, half-open requests and a flood of sessions, all run beside healthy calls (crew and
-//! MCP). The healthy calls must get every answer, right and in time, and the process's memory
-//! must stay flat.
+//! process, half-open requests and a flood of sessions, and calls holding unfinished messages
+//! past the server's budget, all run beside healthy calls (crew and MCP). The healthy calls
+//! must get every answer, right and in time, and the process's memory must stay flat.
 //!
 //! Behind a flag, as it takes minutes (10 by default):
 //!
@@ -72,6 +72,8 @@ struct Figures {
     mcp_half_open_closed: AtomicU64,
     mcp_sessions_opened: AtomicU64,
     mcp_sessions_refused: AtomicU64,
+    unfinished: AtomicU64,
+    unfinished_closed: AtomicU64,
 }
 
 /// The longest frame the platform may receive in a turn whose model answer was refused: the
@@ -100,6 +102,8 @@ fn soak_server(client: OpenAiClient) -> CrewServer {
     .ping_interval(Duration::from_secs(2))
     .idle_timeout(Duration::from_secs(5))
     .header_read_timeout(Duration::from_secs(2))
+    // Room for about ten held 900 KiB messages: the holders below overdraw it every second.
+    .max_pending_bytes(8 << 20)
 }
 
 /// The soak's second crew server: the async-openai client on the same fake model.
@@ -238,6 +242,17 @@ async fn half_open(addr: SocketAddr, upgraded: bool, figures: &Figures) {
             "half-open (upgraded: {upgraded}) still open after {:?}",
             waited.elapsed()
         );
+    }
+}
+
+/// A call that holds an unfinished 900 KiB message and sends nothing more: closed by the server,
+/// for the budget of unfinished messages or by the idle timeout.
+async fn unfinished_holder(addr: SocketAddr, figures: &Figures) {
+    let mut stream = unfinished_message(addr).await;
+    figures.unfinished.fetch_add(1, Ordering::Relaxed);
+    // The idle timeout (5 s) and the close timeout (5 s) for a call the budget let through.
+    if closed_by_server(&mut stream, Duration::from_secs(15)).await {
+        figures.unfinished_closed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -477,6 +492,10 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
                 }
                 let flood_figures = Arc::clone(&figures);
                 running.spawn(async move { ping_flood(addr, &flood_figures).await });
+                for _ in 0..5 {
+                    let figures = Arc::clone(&figures);
+                    running.spawn(async move { unfinished_holder(addr, &figures).await });
+                }
                 if wave.is_multiple_of(2) {
                     let (frame_url, frame_figures) = (url.clone(), Arc::clone(&figures));
                     running.spawn(async move { oversized_frame(&frame_url, &frame_figures).await });
@@ -541,7 +560,8 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
          cleanly); ping floods {} ({} closed, {} pings sent); huge answers {} ({} ended \
          cleanly); 1 GiB error bodies {} ({} ended cleanly); largest frame of those turns {} \
          bytes; healthy MCP calls {}; MCP half-open {} ({} closed); MCP sessions opened {}, \
-         refused {}; RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
+         refused {}; unfinished messages {} ({} closed, {} of them for \
+         the budget); RSS after warm-up {} KiB, peak {} KiB, end {} KiB",
         load(&f.healthy_turns),
         load(&f.healthy_max_ms),
         load(&f.slow_readers),
@@ -564,6 +584,12 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         load(&f.mcp_half_open_closed),
         load(&f.mcp_sessions_opened),
         load(&f.mcp_sessions_refused),
+        load(&f.unfinished),
+        load(&f.unfinished_closed),
+        server
+            .handle
+            .metrics()
+            .errors(crewline_server::ErrorKind::MessageBudget),
         baseline,
         peak,
         end,
@@ -610,6 +636,11 @@ async fn healthy_calls_are_unaffected_and_memory_stays_flat_under_attack() {
         load(&f.mcp_half_open_closed),
         "every half-open MCP request is closed by the server"
     );
+    assert_eq!(
+        load(&f.unfinished),
+        load(&f.unfinished_closed),
+        "every call holding an unfinished message is closed by the server"
+    );
     assert!(
         end.saturating_sub(baseline) < RSS_GROWTH_BOUND_KIB,
         "memory grew from {baseline} KiB to {end} KiB"
@@ -629,7 +660,11 @@ async fn unfinished_message(addr: SocketAddr) -> TcpStream {
     for opcode in [0x2, 0x0, 0x0] {
         let mut frame = masked_frame(opcode, &piece);
         frame[0] &= 0x7f; // not the last fragment
-        stream.write_all(&frame).await.expect("a fragment");
+        // A call the server closed for the budget of unfinished messages stops reading: its
+        // later writes may fail.
+        if stream.write_all(&frame).await.is_err() {
+            break;
+        }
     }
     stream
 }
@@ -658,5 +693,41 @@ async fn unfinished_messages_cost_per_call() {
          KiB, {} KiB per call",
         after.saturating_sub(before) / CALLS as u64
     );
+    drop(calls);
+}
+
+/// A measurement, not a check: the same 200 calls against a server whose budget of unfinished
+/// messages is 64 MiB. Run alone:
+///
+/// ```sh
+/// cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: cargo test -p crewline-server --test soak -- --ignored --nocapture unfinished"]
+async fn unfinished_messages_are_bounded_across_calls() {
+    const CALLS: usize = 200;
+    const BUDGET: usize = 64 << 20;
+    let server = TestServer::ready(CrewServer::new(echo_setup).max_pending_bytes(BUDGET)).await;
+    let before = rss_kib();
+    let mut calls = Vec::new();
+    for _ in 0..CALLS {
+        calls.push(unfinished_message(server.addr).await);
+    }
+    let refused = server
+        .handle
+        .metrics()
+        .errors(crewline_server::ErrorKind::MessageBudget);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_kib();
+    println!(
+        "{CALLS} calls each trying to hold an unfinished 900 KiB message, budget {} MiB: {refused} \
+         closed with 1013, {} live, {} KiB charged; RSS {before} KiB -> {after} KiB, {} KiB per \
+         call",
+        BUDGET >> 20,
+        server.handle.active_sessions(),
+        server.handle.pending_message_bytes() / 1024,
+        after.saturating_sub(before) / CALLS as u64
+    );
+    assert!(server.handle.pending_message_bytes() <= BUDGET);
     drop(calls);
 }

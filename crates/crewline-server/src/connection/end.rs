@@ -25,6 +25,8 @@ pub(super) enum End {
     WriteTimeout,
     /// The platform sent pings or pongs past the per-second cap.
     ControlFlood,
+    /// A read would have taken the server's budget of unfinished messages past its cap.
+    MessageBudget,
 }
 
 impl fmt::Display for End {
@@ -38,6 +40,7 @@ impl fmt::Display for End {
             Self::Idle => f.write_str("idle timeout (no pong)"),
             Self::WriteTimeout => f.write_str("write timeout (the platform stopped reading)"),
             Self::ControlFlood => f.write_str("control frame flood"),
+            Self::MessageBudget => f.write_str("over the server's budget of unfinished messages"),
         }
     }
 }
@@ -97,6 +100,18 @@ impl Failure {
         Self {
             await_close: false,
             ..Self::new(HandshakeFailure::BadFrame, message, code, close_reason)
+        }
+    }
+
+    /// A read refused by the server's budget of unfinished messages: the socket is not read
+    /// any more, so the platform's close is not awaited.
+    pub(super) fn message_budget(
+        message: String,
+        (code, close_reason): (u16, &'static str),
+    ) -> Self {
+        Self {
+            await_close: false,
+            ..Self::new(HandshakeFailure::MessageBudget, message, code, close_reason)
         }
     }
 

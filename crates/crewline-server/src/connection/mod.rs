@@ -10,6 +10,10 @@
 //! write that takes longer than `write_timeout` ends the call (the platform stopped reading).
 //! A platform that sends more than [`MAX_CONTROL_FRAMES_PER_SECOND`] pings and pongs in a
 //! second is closed with 1008: each ping costs a pong, and a flood of them is no keep-alive.
+//! The bytes of a message not yet whole count against the server's budget of unfinished
+//! messages ([`crewline_http::MessageBudget`]); the call whose read would overdraw it is closed
+//! with 1013. The WARN lines a caller can cause on every call are written at most once per
+//! [`logs::CALL_LOG_INTERVAL`] for all calls, with their count.
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,6 +22,7 @@ use crewline::{
     DispatchError, Observer, Session, SessionSetup,
     protocol::{AgentError, Event, EventBody, Severity, SystemInit},
 };
+use crewline_http::{ArmedReads, OverBudget};
 use futures::{StreamExt, stream::SplitStream};
 use serde_json::{Map, Value};
 use tokio::{
@@ -28,9 +33,10 @@ use tokio::{
 use tracing::Instrument;
 
 mod end;
+mod logs;
 mod writer;
 
-pub(crate) use self::writer::MAX_OUTBOUND_FRAME_BYTES;
+pub(crate) use self::{logs::CallLogs, writer::MAX_OUTBOUND_FRAME_BYTES};
 
 use self::{
     end::{End, Failure, too_big_message},
@@ -44,8 +50,6 @@ use crate::{
 
 /// How many outbound events may wait for the socket.
 const OUTBOUND_CAPACITY: usize = 1024;
-/// Bad frames logged at `warn` per call; later ones are logged at `debug`.
-const LOUD_BAD_FRAMES: u32 = 10;
 /// The longest error text put into `agent.error` or a log line.
 const MAX_ERROR_TEXT: usize = 1000;
 /// The most pings and pongs a platform may send in one second before its call is closed with
@@ -55,6 +59,9 @@ const MAX_ERROR_TEXT: usize = 1000;
 pub(crate) const MAX_CONTROL_FRAMES_PER_SECOND: u32 = 100;
 /// Close code and reason for a platform past [`MAX_CONTROL_FRAMES_PER_SECOND`].
 const FLOOD_CLOSE: (u16, &str) = (close_code::POLICY, "too many control frames");
+/// Close code and reason for a call whose unfinished message overdrew the server's budget:
+/// 1013, the server is overloaded, not this message too large.
+const BUDGET_CLOSE: (u16, &str) = (close_code::AGAIN, "server busy: try again later");
 
 /// Close code and reason at the drain deadline.
 pub(super) const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutting down");
@@ -62,11 +69,16 @@ pub(super) const SHUTDOWN_CLOSE: (u16, &str) = (close_code::AWAY, "server shutti
 /// of the reference's WebSocket library).
 pub(super) const IDLE_CLOSE: (u16, &str) = (close_code::ERROR, "keepalive ping timeout");
 
-/// Serves one call on `socket` until it ends.
+/// Serves one call on `socket` until it ends; `reads` counts the connection's unfinished
+/// message against the server's budget (none when served by another listener).
 ///
 /// The socket is split before the call's future is made: `split` moves it to the heap, and
 /// a future that took it by value would keep its 368 bytes in every call's task all call long.
-pub(crate) fn run(socket: WebSocket, service: Arc<Service>) -> impl Future<Output = ()> + Send {
+pub(crate) fn run(
+    socket: WebSocket,
+    service: Arc<Service>,
+    reads: Option<ArmedReads>,
+) -> impl Future<Output = ()> + Send {
     let active = service.state.metrics.call_started();
     let started = Instant::now();
     let (sink, stream) = socket.split();
@@ -91,6 +103,7 @@ pub(crate) fn run(socket: WebSocket, service: Arc<Service>) -> impl Future<Outpu
             close: Some(close),
             outbound,
             pongs_due,
+            reads,
         };
         let end = connection.serve().await;
         tracing::info!(end = %end, duration = ?started.elapsed(), "call ended");
@@ -106,6 +119,18 @@ struct Connection {
     outbound: mpsc::Sender<Box<Event>>,
     /// Tells the writer that a ping was read and its pong is to be flushed.
     pongs_due: Arc<Notify>,
+    /// The count of bytes read since the last whole message; given back as messages arrive.
+    reads: Option<ArmedReads>,
+}
+
+/// Why a read of the socket failed.
+enum ReadFailure {
+    /// A frame or message over the size limit: its size and the limit.
+    TooBig(usize, usize),
+    /// The read would have overdrawn the server's budget of unfinished messages.
+    OverBudget(OverBudget),
+    /// The connection broke.
+    Socket,
 }
 
 /// Counts a platform's control frames per one-second window.
@@ -202,7 +227,10 @@ impl Connection {
             };
             let message = match next {
                 Err(_) => {
-                    tracing::warn!(?timeout, "no system.init in time");
+                    match self.service.state.call_logs.due(|l| &l.no_init) {
+                        Some(calls) => tracing::warn!(calls, ?timeout, "no system.init in time"),
+                        None => tracing::debug!(?timeout, "no system.init in time"),
+                    }
                     return Err(Failure::new(
                         HandshakeFailure::Timeout,
                         format!("handshake timeout: no system.init within {timeout:?}"),
@@ -212,20 +240,35 @@ impl Connection {
                 }
                 Ok(None) => return Err(Failure::closed()),
                 Ok(Some(Err(error))) => {
-                    return Err(match too_big(error) {
-                        Some((size, max)) => {
+                    return Err(match read_failure(error) {
+                        ReadFailure::TooBig(size, max) => {
                             self.service.state.metrics.frame_dropped(FrameDrop::TooBig);
-                            tracing::warn!(size, max, "handshake frame too large");
+                            match self.service.state.call_logs.due(|l| &l.too_big) {
+                                Some(calls) => {
+                                    tracing::warn!(calls, size, max, "handshake frame too large")
+                                }
+                                None => tracing::debug!(size, max, "handshake frame too large"),
+                            }
                             Failure::too_big(size, max)
                         }
-                        None => Failure::closed(),
+                        ReadFailure::OverBudget(over) => {
+                            self.over_budget(over);
+                            Failure::message_budget(budget_message(over), BUDGET_CLOSE)
+                        }
+                        ReadFailure::Socket => Failure::closed(),
                     });
                 }
                 Ok(Some(Ok(message))) => message,
             };
             let decoded = match &message {
-                Message::Binary(bytes) => crewline::protocol::decode(bytes),
-                Message::Text(text) => crewline::protocol::decode(text.as_str().as_bytes()),
+                Message::Binary(bytes) => {
+                    self.message_done();
+                    crewline::protocol::decode(bytes)
+                }
+                Message::Text(text) => {
+                    self.message_done();
+                    crewline::protocol::decode(text.as_str().as_bytes())
+                }
                 Message::Close(_) => return Err(Failure::closed()),
                 Message::Ping(_) | Message::Pong(_) => {
                     if self.control_frame(&message, &mut control, Instant::now()) {
@@ -241,7 +284,12 @@ impl Connection {
                 }) => Ok(init),
                 Ok(event) => {
                     let got = event.body.type_name();
-                    tracing::warn!(got, "the first frame is not system.init");
+                    match self.service.state.call_logs.due(|l| &l.not_init) {
+                        Some(calls) => {
+                            tracing::warn!(calls, got, "the first frame is not system.init")
+                        }
+                        None => tracing::debug!(got, "the first frame is not system.init"),
+                    }
                     Err(Failure::new(
                         HandshakeFailure::NotInit,
                         format!("expected system.init as the first frame, got {got}"),
@@ -251,7 +299,14 @@ impl Connection {
                 }
                 Err(error) => {
                     let error = truncate(&error.to_string(), MAX_ERROR_TEXT).into_owned();
-                    tracing::warn!(%error, "the first frame is not a valid system.init");
+                    match self.service.state.call_logs.due(|l| &l.bad_init) {
+                        Some(calls) => {
+                            tracing::warn!(calls, %error, "the first frame is not a valid system.init")
+                        }
+                        None => {
+                            tracing::debug!(%error, "the first frame is not a valid system.init")
+                        }
+                    }
                     Err(Failure::new(
                         HandshakeFailure::BadFrame,
                         format!("expected system.init as the first frame: {error}"),
@@ -268,7 +323,6 @@ impl Connection {
         let metrics = Arc::clone(&self.service.state.metrics);
         let close_calls = self.service.state.close_calls.clone();
         let idle_timeout = self.service.config.limits.idle_timeout;
-        let mut bad_frames = 0u32;
         let mut control = ControlFrames::new();
         // One clock read per frame; the timer is moved only when it fires early.
         let mut last_inbound = Instant::now();
@@ -282,10 +336,15 @@ impl Connection {
                     self.writer_done = true;
                     if let Ok(WriterEnd::TimedOut) = ended {
                         metrics.error(ErrorKind::WriteTimeout);
-                        tracing::warn!(
-                            timeout = ?self.service.config.limits.write_timeout,
-                            "a socket write timed out: the platform stopped reading; ending the call"
-                        );
+                        let timeout = self.service.config.limits.write_timeout;
+                        match self.service.state.call_logs.due(|l| &l.write_timeout) {
+                            Some(calls) => tracing::warn!(
+                                calls,
+                                ?timeout,
+                                "a socket write timed out: the platform stopped reading; ending the call"
+                            ),
+                            None => tracing::debug!(?timeout, "a socket write timed out"),
+                        }
                         break End::WriteTimeout;
                     }
                     metrics.error(ErrorKind::Socket);
@@ -298,10 +357,14 @@ impl Connection {
                         continue;
                     }
                     metrics.error(ErrorKind::IdleTimeout);
-                    tracing::warn!(
-                        timeout = ?idle_timeout,
-                        "no frame or pong from the platform in time: closing a half-open call"
-                    );
+                    match self.service.state.call_logs.due(|l| &l.idle) {
+                        Some(calls) => tracing::warn!(
+                            calls,
+                            timeout = ?idle_timeout,
+                            "no frame or pong from the platform in time: closing a half-open call"
+                        ),
+                        None => tracing::debug!(timeout = ?idle_timeout, "idle timeout"),
+                    }
                     break End::Idle;
                 }
                 next = self.stream.next() => next,
@@ -309,23 +372,48 @@ impl Connection {
             last_inbound = Instant::now();
             let message = match next {
                 None => break End::PeerClosed,
-                Some(Err(error)) => {
-                    if let Some((size, max)) = too_big(error) {
+                Some(Err(error)) => match read_failure(error) {
+                    ReadFailure::TooBig(size, max) => {
                         metrics.frame_dropped(FrameDrop::TooBig);
-                        tracing::warn!(size, max, "frame too large: closing the call");
+                        match self.service.state.call_logs.due(|l| &l.too_big) {
+                            Some(calls) => tracing::warn!(
+                                calls,
+                                size,
+                                max,
+                                "frame too large: closing the call"
+                            ),
+                            None => tracing::debug!(size, max, "frame too large: closing the call"),
+                        }
                         Box::pin(session.shutdown()).await;
                         self.send_error(too_big_message(size, max), "too_big", Severity::Fatal);
                         Box::pin(self.close(close_code::SIZE, "frame too large")).await;
                         return End::TooBig;
                     }
-                    metrics.error(ErrorKind::Socket);
-                    break End::SocketError;
-                }
+                    ReadFailure::OverBudget(over) => {
+                        self.over_budget(over);
+                        Box::pin(session.shutdown()).await;
+                        self.send_error(budget_message(over), "message_budget", Severity::Fatal);
+                        // Not waiting for the platform's close: the socket is not read any more
+                        // (its stream ended with the refused read).
+                        Box::pin(self.send_close(BUDGET_CLOSE.0, BUDGET_CLOSE.1)).await;
+                        return End::MessageBudget;
+                    }
+                    ReadFailure::Socket => {
+                        metrics.error(ErrorKind::Socket);
+                        break End::SocketError;
+                    }
+                },
                 Some(Ok(message)) => message,
             };
             let bytes: &[u8] = match &message {
-                Message::Binary(bytes) => bytes,
-                Message::Text(text) => text.as_str().as_bytes(),
+                Message::Binary(bytes) => {
+                    self.message_done();
+                    bytes
+                }
+                Message::Text(text) => {
+                    self.message_done();
+                    text.as_str().as_bytes()
+                }
                 Message::Close(frame) => {
                     tracing::debug!(code = frame.as_ref().map(|f| f.code), "the platform closed");
                     break End::PeerClosed;
@@ -353,20 +441,21 @@ impl Connection {
                     Err(error) => tracing::debug!(%error, "event not delivered"),
                 },
                 Err(error) => {
-                    bad_frames = bad_frames.saturating_add(1);
                     let kind = error.kind();
                     metrics.frame_dropped(FrameDrop::from(kind));
                     let kind = kind.as_str();
                     let error = truncate(&error.to_string(), 200).into_owned();
-                    if bad_frames <= LOUD_BAD_FRAMES {
-                        tracing::warn!(
+                    match self.service.state.call_logs.due(|l| &l.bad_frame) {
+                        Some(frames) => tracing::warn!(
+                            frames,
                             kind,
                             bytes = bytes.len(),
                             %error,
                             "dropped an inbound frame"
-                        );
-                    } else {
-                        tracing::debug!(kind, bytes = bytes.len(), %error, "dropped an inbound frame");
+                        ),
+                        None => {
+                            tracing::debug!(kind, bytes = bytes.len(), %error, "dropped an inbound frame");
+                        }
                     }
                 }
             }
@@ -388,18 +477,60 @@ impl Connection {
     /// Counts a ping or pong read at `now` and has the writer flush a ping's pong; true (the
     /// flood counted and logged) when the platform is past the cap.
     fn control_frame(&self, message: &Message, control: &mut ControlFrames, now: Instant) -> bool {
-        if matches!(message, Message::Ping(_)) {
-            self.pongs_due.notify_one();
+        match message {
+            Message::Ping(payload) => {
+                self.pongs_due.notify_one();
+                self.control_frame_done(payload.len());
+            }
+            Message::Pong(payload) => self.control_frame_done(payload.len()),
+            _ => {}
         }
         if !control.flooded(now) {
             return false;
         }
         self.service.state.metrics.error(ErrorKind::ControlFlood);
-        tracing::warn!(
-            max_per_second = MAX_CONTROL_FRAMES_PER_SECOND,
-            "the platform floods pings or pongs: closing the call"
-        );
+        let max_per_second = MAX_CONTROL_FRAMES_PER_SECOND;
+        match self.service.state.call_logs.due(|l| &l.control_flood) {
+            Some(calls) => tracing::warn!(
+                calls,
+                max_per_second,
+                "the platform floods pings or pongs: closing the call"
+            ),
+            None => tracing::debug!(max_per_second, "control frame flood: closing the call"),
+        }
         true
+    }
+
+    /// A whole data message arrived: its bytes are no longer pending.
+    fn message_done(&self) {
+        if let Some(reads) = &self.reads {
+            reads.message_done();
+        }
+    }
+
+    /// A ping or pong of `payload` bytes arrived: its frame is no longer pending.
+    fn control_frame_done(&self, payload: usize) {
+        if let Some(reads) = &self.reads {
+            reads.control_frame_done(payload);
+        }
+    }
+
+    /// Counts and logs a read refused by the server's budget of unfinished messages.
+    fn over_budget(&self, over: OverBudget) {
+        self.service.state.metrics.error(ErrorKind::MessageBudget);
+        match self.service.state.call_logs.due(|l| &l.message_budget) {
+            Some(calls) => tracing::warn!(
+                calls,
+                pending = over.pending,
+                max_pending_bytes = over.cap,
+                "the calls' unfinished messages are over the server's budget: closing the call \
+                 whose read went over"
+            ),
+            None => tracing::debug!(
+                pending = over.pending,
+                "over the budget of unfinished messages"
+            ),
+        }
     }
 
     /// Queues an `agent.error` for the platform.
@@ -497,18 +628,29 @@ fn flood_message() -> String {
     )
 }
 
-/// The size and limit when `error` is an oversized frame or message.
-fn too_big(error: axum::Error) -> Option<(usize, usize)> {
+/// Why a read failed: an oversized frame or message, the budget of unfinished messages, or
+/// the connection.
+fn read_failure(error: axum::Error) -> ReadFailure {
     use tungstenite::error::{CapacityError, Error};
     match error.into_inner().downcast::<Error>() {
         Ok(error) => match *error {
             Error::Capacity(CapacityError::MessageTooLong { size, max_size }) => {
-                Some((size, max_size))
+                ReadFailure::TooBig(size, max_size)
             }
-            _ => None,
+            Error::Io(ref io) => OverBudget::in_io_error(io)
+                .map_or(ReadFailure::Socket, |over| ReadFailure::OverBudget(*over)),
+            _ => ReadFailure::Socket,
         },
-        Err(_) => None,
+        Err(_) => ReadFailure::Socket,
     }
+}
+
+fn budget_message(over: OverBudget) -> String {
+    format!(
+        "this server holds too many unfinished messages ({} bytes of this call's would pass \
+         its budget of {} bytes); try again later",
+        over.pending, over.cap
+    )
 }
 
 /// At most `max` bytes of `text`, cut at a char boundary, with `…` when cut.

@@ -96,10 +96,13 @@ pub enum HandshakeFailure {
     ShuttingDown,
     /// `/ws` from a browser page of an origin not allowed (answered 403, not upgraded).
     Forbidden,
+    /// The first message took the server's budget of unfinished messages past its cap
+    /// (closed with 1013).
+    MessageBudget,
 }
 
 impl HandshakeFailure {
-    pub(super) const ALL: [Self; 14] = [
+    pub(super) const ALL: [Self; 15] = [
         Self::Unauthorized,
         Self::Draining,
         Self::Full,
@@ -114,6 +117,7 @@ impl HandshakeFailure {
         Self::InvalidGraph,
         Self::ShuttingDown,
         Self::Forbidden,
+        Self::MessageBudget,
     ];
 
     /// The label value, e.g. `timeout`.
@@ -133,6 +137,7 @@ impl HandshakeFailure {
             Self::InvalidGraph => "invalid_graph",
             Self::ShuttingDown => "shutting_down",
             Self::Forbidden => "forbidden",
+            Self::MessageBudget => "message_budget",
         }
     }
 }
@@ -158,10 +163,13 @@ pub enum ErrorKind {
     WriteTimeout,
     /// The platform sent control frames (pings, pongs) past the per-second cap (closed 1008).
     ControlFlood,
+    /// An unfinished message took the server's budget of unfinished messages past its cap
+    /// (the call was closed with 1013).
+    MessageBudget,
 }
 
 impl ErrorKind {
-    pub(super) const ALL: [Self; 9] = [
+    pub(super) const ALL: [Self; 10] = [
         Self::Handshake,
         Self::Socket,
         Self::BadFrame,
@@ -171,6 +179,7 @@ impl ErrorKind {
         Self::IdleTimeout,
         Self::WriteTimeout,
         Self::ControlFlood,
+        Self::MessageBudget,
     ];
 
     /// The label value, e.g. `socket`.
@@ -185,6 +194,7 @@ impl ErrorKind {
             Self::IdleTimeout => "idle_timeout",
             Self::WriteTimeout => "write_timeout",
             Self::ControlFlood => "control_flood",
+            Self::MessageBudget => "message_budget",
         }
     }
 }

@@ -22,6 +22,16 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default time a client has to send a request's headers (also the longest an idle
 /// keep-alive connection is kept): 10 s.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default most bytes of unfinished inbound messages all calls together may hold beyond
+/// 64 KiB each ([`crewline_http::budget::DEFAULT_ALLOWANCE`]): 256 MiB.
+///
+/// A message's bytes are held until it is whole (fragments, or a large frame arriving
+/// slowly), up to `max_frame_bytes` per call; without a shared cap, 20,000 calls each holding
+/// an unfinished 1 MiB message would take about 24 GiB. 256 MiB lets some 250 calls hold a whole
+/// 1 MiB message unfinished at once, far more than a platform's large events (a long
+/// conversation in `system.init`) ever overlap; a call's first 64 KiB never count, so calls
+/// sending ordinary frames are never refused.
+pub const DEFAULT_MAX_PENDING_BYTES: usize = 256 * 1024 * 1024;
 /// How long HTTP connections still open when the drain is over (a long-lived streaming
 /// response on a merged route, say) get to finish before they are dropped.
 pub(crate) const HTTP_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -35,6 +45,7 @@ pub(crate) struct Limits {
     pub(crate) write_timeout: Duration,
     pub(crate) header_read_timeout: Duration,
     pub(crate) inbox_bytes: usize,
+    pub(crate) max_pending_bytes: usize,
 }
 
 impl Default for Limits {
@@ -46,6 +57,7 @@ impl Default for Limits {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             inbox_bytes: crewline::DEFAULT_INBOX_BYTES,
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
         }
     }
 }
@@ -94,6 +106,22 @@ impl CrewServer {
     /// platform gets an `agent.error` saying so.
     pub fn inbox_bytes(mut self, bytes: usize) -> Self {
         self.config.limits.inbox_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of unfinished inbound messages all calls together may hold beyond the
+    /// first 64 KiB of each (default [`DEFAULT_MAX_PENDING_BYTES`], 256 MiB); `usize::MAX`
+    /// sets no cap.
+    ///
+    /// A message is pending from its first byte read until it is whole. A call whose read
+    /// would take the total past the cap is closed with 1013 ("try again later") and an
+    /// `agent.error` (`message_budget`), counted in `crewline_errors_total{kind="message_budget"}`;
+    /// the other calls go on, and what a call held is freed when its message is whole or the
+    /// call ends. Bounds memory only when served by [`serve`](Self::serve) and its siblings
+    /// (crewline's listener counts the reads), not through [`router`](Self::router) under
+    /// another server.
+    pub fn max_pending_bytes(mut self, bytes: usize) -> Self {
+        self.config.limits.max_pending_bytes = bytes;
         self
     }
 }
