@@ -13,26 +13,11 @@
 //!   HTTP) into a registry, as tools whose calls go through the executor like any other; a
 //!   call given up locally (barge-in, timeout) is cancelled on the server too.
 
-/// Counts the bytes written into it: the length of a value as JSON, without the text.
-pub(crate) struct Count(pub(crate) usize);
-
-impl std::io::Write for Count {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The length of `$value` as JSON (what could not be written is not counted).
 macro_rules! json_len {
-    ($value:expr) => {{
-        let mut count = $crate::Count(0);
-        let _ = serde_json::to_writer(&mut count, $value);
-        count.0
-    }};
+    ($value:expr) => {
+        crewline_core::json_len(&$value)
+    };
 }
 
 mod client;

@@ -51,24 +51,9 @@ impl TaskSnapshot {
     }
 }
 
-/// The length of `value` as JSON, without building the text: what stores count against
+/// The length of a value as JSON, without building the text: what stores count against
 /// their byte budgets.
-pub fn json_len(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing into a counter cannot fail, and these values serialise without error.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
-}
+pub use crewline_core::json_len;
 
 /// What a poll found: the task and its events after the cursor.
 #[derive(Debug, Clone, PartialEq)]

@@ -101,25 +101,16 @@ pub struct ApprovalRequest {
 }
 
 impl ApprovalRequest {
-    /// What a decision on this request is bound to: session, tool and arguments.
     /// The bytes a parked request holds: its arguments as JSON, and its names and ids.
     fn bytes(&self) -> usize {
-        /// Counts the bytes written into it, without keeping them.
-        struct Count(usize);
-        impl std::io::Write for Count {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0 += buf.len();
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut count = Count(0);
-        let _ = serde_json::to_writer(&mut count, &self.arguments);
-        count.0 + self.id.len() + self.call_id.len() + self.tool.len() + self.arguments_hash.len()
+        crewline_core::json_len(&self.arguments)
+            + self.id.len()
+            + self.call_id.len()
+            + self.tool.len()
+            + self.arguments_hash.len()
     }
 
+    /// What a decision on this request is bound to: session, tool and arguments.
     fn binding(&self) -> Binding {
         Binding {
             scope: self.scope.clone(),

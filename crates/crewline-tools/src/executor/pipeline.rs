@@ -417,29 +417,10 @@ impl Executor {
 /// The size of `value`'s content as the model reads it (a string as is, anything else as
 /// JSON), or `None` once it passes `max`: a huge result is not serialised twice.
 fn result_size(value: &Value, max: usize) -> Option<usize> {
-    /// Counts bytes and gives up past the limit.
-    struct Counter {
-        bytes: usize,
-        max: usize,
-    }
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.bytes = self.bytes.saturating_add(buf.len());
-            if self.bytes > self.max {
-                return Err(std::io::Error::other("over the limit"));
-            }
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
     if let Value::String(text) = value {
         return (text.len() <= max).then_some(text.len());
     }
-    let mut counter = Counter { bytes: 0, max };
-    serde_json::to_writer(&mut counter, value).ok()?;
-    Some(counter.bytes)
+    crewline_core::json_len_within(value, max)
 }
 
 /// How the call itself ended.
