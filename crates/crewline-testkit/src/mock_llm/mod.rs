@@ -326,8 +326,9 @@ impl MockLlm {
         }
     }
 
-    /// Raw mode: the requests received so far, each with all its headers (empty in scripted
-    /// mode; see [`MockLlm::requests`]).
+    /// Raw mode: the requests received so far (the latest
+    /// [`RAW_REQUEST_LOG_LIMIT`](raw::RAW_REQUEST_LOG_LIMIT) of them), each with all its headers
+    /// (empty in scripted mode; see [`MockLlm::requests`]).
     pub fn raw_requests(&self) -> Vec<raw::RawRequest> {
         self.shared
             .raw

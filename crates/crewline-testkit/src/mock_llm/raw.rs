@@ -102,6 +102,10 @@ pub const FLOOD_PIECE: usize = 64 * 1024;
 /// without taking the machine's memory.
 pub const FLOOD_LIMIT: usize = 64 * 1024 * 1024;
 
+/// The requests the raw mode keeps (the latest ones; the count goes on): a long soak sends it
+/// a request per turn for minutes, and a log of every one would grow the test's memory.
+pub const RAW_REQUEST_LOG_LIMIT: usize = 1_024;
+
 /// One request as the server read it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawRequest {
@@ -119,7 +123,8 @@ type Responder = dyn Fn(&RawRequest) -> RawReply + Send + Sync;
 /// The raw mode's answers and what it saw of the client.
 pub(super) struct RawState {
     respond: Box<Responder>,
-    requests: Mutex<Vec<RawRequest>>,
+    requests: Mutex<VecDeque<RawRequest>>,
+    request_count: Mutex<usize>,
     disconnects: Mutex<usize>,
     disconnected: Notify,
     connections: Mutex<usize>,
@@ -138,6 +143,7 @@ impl RawState {
         Self {
             respond: Box::new(respond),
             requests: Mutex::default(),
+            request_count: Mutex::default(),
             disconnects: Mutex::default(),
             disconnected: Notify::new(),
             connections: Mutex::default(),
@@ -157,11 +163,11 @@ impl RawState {
     }
 
     pub(super) fn requests(&self) -> Vec<RawRequest> {
-        lock(&self.requests).clone()
+        lock(&self.requests).iter().cloned().collect()
     }
 
     pub(super) fn request_count(&self) -> usize {
-        lock(&self.requests).len()
+        *lock(&self.request_count)
     }
 
     pub(super) fn connections(&self) -> usize {
@@ -216,7 +222,14 @@ pub(super) async fn handle(socket: TcpStream, state: Arc<RawState>) {
 async fn serve(mut socket: TcpStream, state: &RawState) {
     while let Some(request) = read_request(&mut socket).await {
         let reply = (state.respond)(&request);
-        lock(&state.requests).push(request);
+        {
+            let mut requests = lock(&state.requests);
+            if requests.len() == RAW_REQUEST_LOG_LIMIT {
+                requests.pop_front();
+            }
+            requests.push_back(request);
+        }
+        *lock(&state.request_count) += 1;
         let keep_alive = matches!(reply, RawReply::Sse(_, After::DoneKeepAlive));
         // Write errors mean the client went away; the test sees that from its side.
         let written = match reply {
