@@ -122,6 +122,10 @@ where
             tokio::time::interval_at(Instant::now() + self.ping_interval, self.ping_interval);
         pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let pongs_due = Arc::clone(&self.pongs_due);
+        // Kept across passes, not made anew in each: a `Notified` registers with its `Notify`
+        // (a lock) when first polled and leaves it (the lock again) when dropped, which the
+        // loop would otherwise do on every wake-up with an empty queue.
+        let mut pong = std::pin::pin!(pongs_due.notified());
         let result = loop {
             tokio::select! {
                 biased;
@@ -146,7 +150,8 @@ where
                 }
                 // After the events, whose writes flush pongs too: polled (a lock) only when
                 // the queue is empty, not once per event.
-                () = pongs_due.notified() => {
+                () = &mut pong => {
+                    pong.set(pongs_due.notified());
                     if let Err(end) = Box::pin(self.flush()).await {
                         break Err(end);
                     }
