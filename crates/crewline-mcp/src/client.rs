@@ -299,7 +299,7 @@ impl McpClient {
                         limit: max_tools,
                     }));
                 }
-                let bytes = json_len!(&tool);
+                let bytes = crewline_core::json_len(&tool);
                 if bytes > max_tool_bytes {
                     return Err(McpError::Refused(Refusal::ToolTooLarge {
                         name: tool.name.chars().take(64).collect(),
@@ -490,7 +490,7 @@ where
 fn screen(message: RxJsonRpcMessage<RoleClient>) -> Option<RxJsonRpcMessage<RoleClient>> {
     match message {
         JsonRpcMessage::Notification(notification) => {
-            let bytes = json_len!(&notification);
+            let bytes = crewline_core::json_len(&notification);
             if bytes > MAX_UNASKED_BYTES {
                 tracing::debug!(
                     bytes,
@@ -501,7 +501,7 @@ fn screen(message: RxJsonRpcMessage<RoleClient>) -> Option<RxJsonRpcMessage<Role
             Some(JsonRpcMessage::Notification(notification))
         }
         JsonRpcMessage::Request(request) => {
-            let bytes = json_len!(&request);
+            let bytes = crewline_core::json_len(&request);
             if bytes > MAX_UNASKED_BYTES {
                 tracing::debug!(bytes, "an oversized request from the MCP server dropped");
                 return None;

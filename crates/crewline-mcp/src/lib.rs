@@ -13,13 +13,6 @@
 //!   HTTP) into a registry, as tools whose calls go through the executor like any other; a
 //!   call given up locally (barge-in, timeout) is cancelled on the server too.
 
-/// The length of `$value` as JSON (what could not be written is not counted).
-macro_rules! json_len {
-    ($value:expr) => {
-        crewline_core::json_len(&$value)
-    };
-}
-
 mod client;
 mod error;
 pub mod flavour;

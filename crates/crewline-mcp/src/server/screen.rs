@@ -65,17 +65,17 @@ enum Verdict {
 fn verdict(message: &ClientJsonRpcMessage) -> Verdict {
     match message {
         JsonRpcMessage::Notification(notification) => {
-            if json_len!(notification) > MAX_MESSAGE_BYTES {
+            if crewline_core::json_len(&notification) > MAX_MESSAGE_BYTES {
                 return Verdict::Drop;
             }
             Verdict::Pass
         }
         JsonRpcMessage::Request(request) => {
-            if json_len!(&request.id) > MAX_ID_BYTES {
+            if crewline_core::json_len(&request.id) > MAX_ID_BYTES {
                 return Verdict::Refuse(None);
             }
             let call = matches!(request.request, ClientRequest::CallToolRequest(_));
-            if !call && json_len!(request) > MAX_MESSAGE_BYTES {
+            if !call && crewline_core::json_len(&request) > MAX_MESSAGE_BYTES {
                 return Verdict::Refuse(Some(request.id.clone()));
             }
             Verdict::Pass
@@ -136,7 +136,7 @@ where
             if verdict == Verdict::Pass {
                 return Some(message);
             }
-            note(&verdict, json_len!(&message));
+            note(&verdict, crewline_core::json_len(&message));
             if let Verdict::Refuse(Some(id)) = verdict {
                 // Sent on its own: `receive` may be dropped at any await (rmcp polls it in a
                 // `select!`), and the answer must not be lost with it.
