@@ -35,12 +35,17 @@ pub fn excerpt(text: &str) -> Excerpt<'_> {
 impl Excerpt<'_> {
     /// The part of the text shown.
     pub fn head(&self) -> &str {
-        let mut end = self.0.len().min(LOG_EXCERPT_BYTES);
-        while !self.0.is_char_boundary(end) {
-            end -= 1;
-        }
-        &self.0[..end]
+        prefix(self.0, LOG_EXCERPT_BYTES)
     }
+}
+
+/// `text`'s first `max` bytes at most, cut on a character boundary.
+pub fn prefix(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 impl fmt::Display for Excerpt<'_> {

@@ -513,10 +513,7 @@ fn screen(message: RxJsonRpcMessage<RoleClient>) -> Option<RxJsonRpcMessage<Role
                 && let Some(instructions) = &mut result.instructions
                 && instructions.len() > MAX_INSTRUCTIONS_BYTES
             {
-                let mut end = MAX_INSTRUCTIONS_BYTES;
-                while !instructions.is_char_boundary(end) {
-                    end -= 1;
-                }
+                let end = crewline_core::prefix(instructions, MAX_INSTRUCTIONS_BYTES).len();
                 instructions.truncate(end);
             }
             Some(JsonRpcMessage::Response(response))

@@ -234,10 +234,7 @@ impl NodeError {
     pub(crate) fn bounded(mut self, max_bytes: usize) -> Self {
         fn cut(text: &mut String, max: usize) {
             if text.len() > max {
-                let mut end = max;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
+                let end = crewline_core::prefix(text, max).len();
                 text.truncate(end);
                 text.push('…');
             }

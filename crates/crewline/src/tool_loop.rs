@@ -582,11 +582,8 @@ impl std::fmt::Display for ErrorExcerpt<'_> {
         if text.len() <= MAX_LOGGED_ERROR_BYTES {
             return f.write_str(&text);
         }
-        let mut end = MAX_LOGGED_ERROR_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        write!(f, "{}… ({} bytes in all)", &text[..end], text.len())
+        let head = crewline_core::prefix(&text, MAX_LOGGED_ERROR_BYTES);
+        write!(f, "{head}… ({} bytes in all)", text.len())
     }
 }
 
@@ -780,10 +777,7 @@ fn fit_results(answers: &mut [Message], budget: usize) {
         if let Message::Tool { content, .. } = answer
             && content.len() > share
         {
-            let mut end = keep.min(content.len());
-            while !content.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = crewline_core::prefix(content, keep).len();
             content.truncate(end);
             if share >= CUT_NOTE.len() {
                 content.push_str(CUT_NOTE);

@@ -276,7 +276,7 @@ impl Metrics {
 
     fn model_tokens(&self, model: &str) -> Arc<TokenStats> {
         // The name comes from the team's settings or the model server's answer: bounded.
-        let model = bounded(model, MAX_MODEL_LABEL);
+        let model = crewline::types::prefix(model, MAX_MODEL_LABEL);
         let models = self
             .tokens
             .read()
@@ -420,15 +420,6 @@ fn is_tool_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
-}
-
-/// `text`'s first `max` bytes at most, cut on a character boundary.
-fn bounded(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 /// Counts one live call; dropping it ends the count, also on panic.
