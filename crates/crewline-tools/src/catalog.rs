@@ -112,7 +112,7 @@ impl Catalog {
         strict_default: bool,
     ) -> Result<Entry, RegistryError> {
         let name = tool.name().to_owned();
-        if !is_valid_name(&name) {
+        if !is_valid_tool_name(&name) {
             return Err(RegistryError::InvalidName(name));
         }
         if self.by_name.contains_key(&name) {
@@ -167,8 +167,8 @@ impl Catalog {
     }
 }
 
-/// Whether `name` matches `^[a-zA-Z0-9_-]{1,64}$`.
-fn is_valid_name(name: &str) -> bool {
+/// Whether `name` could be a registered tool's: it matches `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn is_valid_tool_name(name: &str) -> bool {
     (1..=MAX_NAME_LEN).contains(&name.len())
         && name
             .bytes()
@@ -182,10 +182,10 @@ mod tests {
     #[test]
     fn names_follow_the_model_api_rule() {
         for ok in ["a", "get_weather", "get-weather", "A1", &"x".repeat(64)] {
-            assert!(is_valid_name(ok), "{ok}");
+            assert!(is_valid_tool_name(ok), "{ok}");
         }
         for bad in ["", "get weather", "tool.name", "naïve", &"x".repeat(65)] {
-            assert!(!is_valid_name(bad), "{bad}");
+            assert!(!is_valid_tool_name(bad), "{bad}");
         }
     }
 }

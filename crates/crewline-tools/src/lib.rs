@@ -24,6 +24,7 @@ mod tool;
 #[path = "macro_support.rs"]
 pub mod __private;
 
+pub use catalog::is_valid_tool_name;
 pub use error::RegistryError;
 pub use executor::{
     CallContext, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor, ExecutorBuilder,

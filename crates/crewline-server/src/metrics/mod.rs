@@ -39,10 +39,6 @@ const MAX_TOOL_LABELS: usize = 128;
 /// of any length, and one 8 MiB name as a label took a scrape from 6 KB to 143 MB.
 const UNKNOWN_TOOL: &str = "unknown";
 
-/// The longest tool name kept as a label: a registered tool's name is at most 64 characters
-/// from `[a-zA-Z0-9_-]`; any other name is [`UNKNOWN_TOOL`].
-const MAX_TOOL_NAME: usize = 64;
-
 /// The longest model name kept as a label (longer names are cut at a character boundary).
 const MAX_MODEL_LABEL: usize = 128;
 
@@ -394,7 +390,8 @@ impl Observer for Metrics {
     }
 
     fn tool_finished(&self, tool: &str, latency: Duration, error: Option<ToolErrorKind>) {
-        let known = error != Some(ToolErrorKind::UnknownTool) && is_tool_name(tool);
+        let known =
+            error != Some(ToolErrorKind::UnknownTool) && crewline::tool::is_valid_tool_name(tool);
         let stats = self.tool(if known { tool } else { UNKNOWN_TOOL });
         stats.latency.observe(latency);
         if let Some(kind) = error {
@@ -411,15 +408,6 @@ impl Observer for Metrics {
     fn event_dropped(&self, reason: &'static str) {
         self.dropped_events.inc(&reason);
     }
-}
-
-/// Whether `name` could be a registered tool's (`[a-zA-Z0-9_-]{1,64}`): any other name is a
-/// model's invention, never a label.
-fn is_tool_name(name: &str) -> bool {
-    (1..=MAX_TOOL_NAME).contains(&name.len())
-        && name
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
 }
 
 /// Counts one live call; dropping it ends the count, also on panic.
