@@ -197,10 +197,11 @@ async fn the_binary_reports_a_bad_conversation_type_and_an_unreachable_crew() {
     assert!(!ok);
     assert!(stderr.contains("telephonyInbound"), "{stderr}");
 
-    // A port nothing listens on: bind one, then free it.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("ws://{}/ws", listener.local_addr().unwrap());
-    drop(listener);
+    // A port nothing listens on: bound but never listening, so connecting is refused and no
+    // concurrent test's server can take it meanwhile.
+    let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+    refusing.bind(([127, 0, 0, 1], 0).into()).unwrap();
+    let url = format!("ws://{}/ws", refusing.local_addr().unwrap());
     let (ok, _, stderr) = run_binary(&["chat", "--url", &url], "Hi\n").await;
     assert!(!ok);
     assert!(stderr.contains("could not connect"), "{stderr}");

@@ -450,12 +450,11 @@ mod cases {
     }
 
     pub(crate) async fn unreachable_server_is_a_connect_error(client: Factory) {
-        // A port that was just free: nothing listens there any more.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        drop(listener);
+        // Bound but never listening: connecting is refused, and no other test can take the port
+        // meanwhile (a port freed by dropping a listener could be reused by a concurrent test's server).
+        let refusing = tokio::net::TcpSocket::new_v4().expect("socket");
+        refusing.bind(([127, 0, 0, 1], 0).into()).expect("bind");
+        let addr = refusing.local_addr().expect("addr");
         let client = client(&format!("http://{addr}/v1"), Limits::default());
 
         let err = client.stream_chat(hello()).await.err().expect("an error");

@@ -8,12 +8,11 @@ use crewline_llm::{ChatRequest, LlmClient, LlmError, OpenAiClient};
 
 #[tokio::test]
 async fn a_refused_connection_keeps_the_io_error_as_its_cause() {
-    // A port that was just free: nothing listens there any more.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
+    // Bound but never listening: connecting is refused, and no other test can take the port
+    // meanwhile (a port freed by dropping a listener could be reused by a concurrent test's server).
+    let refusing = tokio::net::TcpSocket::new_v4().expect("socket");
+    refusing.bind(([127, 0, 0, 1], 0).into()).expect("bind");
+    let addr = refusing.local_addr().expect("addr");
     let client = OpenAiClient::builder()
         .model("gpt-test")
         .api_key("sk-test-key")

@@ -371,12 +371,11 @@ async fn an_unknown_task_is_reported_without_retrying() {
 
 #[tokio::test]
 async fn an_unreachable_server_is_a_network_error_after_retries() {
-    // Bind and drop: the port is then (almost certainly) closed.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    drop(listener);
+    // Bound but never listening: connecting is refused, and no other test can take the port
+    // meanwhile (a port freed by dropping a listener could be reused by a concurrent test's server).
+    let refusing = tokio::net::TcpSocket::new_v4().expect("socket");
+    refusing.bind(([127, 0, 0, 1], 0).into()).expect("bind");
+    let addr = refusing.local_addr().expect("addr");
 
     let error = client(&format!("http://{addr}"))
         .poll("task_abc123", 0)

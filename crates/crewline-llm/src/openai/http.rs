@@ -975,11 +975,11 @@ mod tests {
 
     #[tokio::test]
     async fn on_both_stacks_a_refused_connection_is_a_connect_error() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        drop(listener);
+        // Bound but never listening: connecting is refused, and no other test can take the port
+        // meanwhile (a port freed by dropping a listener could be reused by a concurrent test's server).
+        let refusing = tokio::net::TcpSocket::new_v4().expect("socket");
+        refusing.bind(([127, 0, 0, 1], 0).into()).expect("bind");
+        let addr = refusing.local_addr().expect("addr");
         for stack in STACKS {
             let timeout = Duration::from_secs(5);
             let transport = transport(stack, &format!("http://{addr}/v1"), timeout);
