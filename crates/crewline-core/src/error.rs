@@ -40,6 +40,10 @@ pub enum ToolErrorKind {
     /// caller stopped waiting: it must not be started again. Calling it again with the same
     /// arguments waits for the running call and gives its outcome.
     StillRunning,
+    /// A tool with effects may or may not have run (its replica died mid-call, its store
+    /// could not be reached after the call was handed out): it must not be retried, and the
+    /// caller must not be told it failed. An operator reconciles it from the ledger.
+    OutcomeUnknown,
 }
 
 impl ToolErrorKind {
@@ -56,6 +60,7 @@ impl ToolErrorKind {
             Self::Timeout => "Timeout",
             Self::Cancelled => "Cancelled",
             Self::StillRunning => "StillRunning",
+            Self::OutcomeUnknown => "OutcomeUnknown",
         }
     }
 }

@@ -541,7 +541,8 @@ pub fn answer_for(result: ToolResult) -> ToolAnswer {
         | ToolErrorKind::Cancelled
         | ToolErrorKind::RunLimitExceeded
         | ToolErrorKind::ApprovalPending
-        | ToolErrorKind::StillRunning => ToolAnswer::failure(output),
+        | ToolErrorKind::StillRunning
+        | ToolErrorKind::OutcomeUnknown => ToolAnswer::failure(output),
         ToolErrorKind::ToolError if panicked => ToolAnswer::failure(output),
         _ => ToolAnswer::tool_error(output),
     }
