@@ -20,6 +20,14 @@ impl SessionScope {
         Self(format!("ses_{}", uuid::Uuid::new_v4().simple()).into())
     }
 
+    /// The scope of the call the platform names `call_id` (`session_context.caller.call_id`,
+    /// or a key the crew provides): a reconnect with the same id, on any replica, is the same
+    /// call, so what the executor keeps for it (running tools, their outcomes, approvals)
+    /// carries over. Only the platform, which holds the crew's token, names calls.
+    pub fn for_call(call_id: &str) -> Self {
+        Self(format!("call:{call_id}").into())
+    }
+
     /// The scope whose key is `key`, as [`as_str`](Self::as_str) gave it: for an approver or a
     /// store that keeps a request's scope outside the process and reads it back. Two scopes
     /// with one key are one session, so pass only keys a scope gave.
@@ -67,5 +75,12 @@ mod tests {
         );
         assert_eq!(a, a.clone());
         assert!(a.as_str().starts_with("ses_"));
+        assert_eq!(SessionScope::for_call("c1"), SessionScope::for_call("c1"));
+        assert_ne!(SessionScope::for_call("c1"), SessionScope::for_call("c2"));
+        assert_ne!(
+            SessionScope::for_call("c1").as_str(),
+            a.as_str(),
+            "a call's scope never equals a fresh one"
+        );
     }
 }
