@@ -474,3 +474,37 @@ async fn intent_cost() {
         let _ = std::fs::remove_file(&path);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_running_on_after_its_caller_stopped_waiting_stays_pending_until_it_ends() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let mut slow = tool("transfer_money", false, |arguments| async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok(arguments)
+    });
+    slow.policy = slow.policy.timeout(Duration::from_secs(1));
+    let tools = registry(ledger.clone(), [slow]);
+    let waited = tools
+        .execute_one(
+            &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
+            &context("c1"),
+        )
+        .await;
+    assert_eq!(
+        waited.result.error_kind(),
+        Some(ToolErrorKind::StillRunning)
+    );
+    assert_eq!(ledger.pending().len(), 1, "running: its intent is pending");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    crewline_tools::executor::detached_tasks().wait().await;
+    let records = ledger.records();
+    let ran_on = records
+        .iter()
+        .find(|record| record.ran_on)
+        .expect("the real outcome");
+    assert_eq!(
+        ran_on.intent_id.as_deref(),
+        Some(ledger.intents()[0].intent_id.as_str())
+    );
+    assert!(ledger.pending().is_empty(), "{records:?}");
+}

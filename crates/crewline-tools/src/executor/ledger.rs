@@ -71,7 +71,8 @@ pub struct LedgerRecord {
     /// `Timeout` first, an earlier record of the same call says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ran_on: bool,
-    /// The [`LedgerIntent::intent_id`] this is the outcome of (tools with effects only).
+    /// The [`LedgerIntent::intent_id`] this is the outcome of (tools with effects only; not
+    /// on a `StillRunning` or `OutcomeUnknown` record, which leaves the intent pending).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub intent_id: Option<String>,
 }

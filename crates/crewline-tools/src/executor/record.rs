@@ -82,9 +82,16 @@ pub(super) fn record(
             error.detail.clone(),
         ),
     };
+    // Only the tool's end settles its intent: a caller that stopped waiting (`StillRunning`)
+    // or a call whose fate is unknown leaves it pending, for the record of the real outcome
+    // (`ran_on`) or for an operator.
+    let settled = !matches!(
+        error_kind,
+        Some(ToolErrorKind::StillRunning | ToolErrorKind::OutcomeUnknown)
+    );
     LedgerRecord {
         ran_on: false,
-        intent_id: trace.intent_id,
+        intent_id: trace.intent_id.filter(|_| settled),
         call_id: call.id.clone(),
         tool: call.name.clone(),
         arguments,
