@@ -284,3 +284,36 @@ async fn the_stream_is_trimmed_and_large_arguments_are_cut() {
     assert!(excerpt.len() < 2000, "{} bytes kept", excerpt.len());
     assert!(excerpt.contains("over the ledger's 256"), "{excerpt}");
 }
+
+/// The cost of an intent to the Redis stream (one `XADD` round trip on loopback): run with
+/// `cargo test -p crewline-redis --test ledger -- --ignored --nocapture intent_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn intent_cost() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let ledger = ledger(&server, "cost:", RedisLedgerOptions::default()).await;
+    let mut took = Vec::new();
+    for n in 0..2000 {
+        let intent = LedgerIntent {
+            intent_id: format!("int_{n}"),
+            idempotency_key: None,
+            scope: "call:c".to_owned(),
+            call_id: format!("tc_{n}"),
+            tool: "transfer_money".to_owned(),
+            arguments: json!({"to": "alice", "cents": n}),
+            timestamp_ms: 1,
+        };
+        let started = Instant::now();
+        ledger.intent(&intent).await.expect("written");
+        took.push(started.elapsed());
+    }
+    took.sort();
+    eprintln!(
+        "redis intent: p50 {:?} p99 {:?} max {:?}",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100],
+        took[took.len() - 1]
+    );
+}
