@@ -221,7 +221,9 @@ impl RedisLedger {
     /// The intents among the stream's entries (all it keeps) that no outcome names: calls
     /// with effects whose outcome is unknown (a replica died while they ran).
     pub async fn pending(&self) -> Result<Vec<LedgerIntent>, RedisLedgerError> {
-        Ok(pending(self.entries(self.shared.options.max_len).await?))
+        // `MAXLEN ~` keeps up to a node (100 entries by default) more than `max_len`.
+        let all = self.shared.options.max_len.saturating_add(PAGE);
+        Ok(pending(self.entries(all).await?))
     }
 }
 
