@@ -5,9 +5,10 @@
 //! - `crewline mock-llm`: a scriptable OpenAI-compatible mock model.
 //! - `crewline load`: a load test of a crew.
 //! - `crewline playground`: serves the browser playground page for a crew.
+//! - `crewline ledger pending`: lists the calls with effects that have no outcome (a crash).
 //!
 //! Each command's flags and work live in the library (`crewline_cli::{chat, demo, mock_llm,
-//! load, playground}`); this file only parses and dispatches.
+//! load, playground, ledger}`); this file only parses and dispatches.
 
 use std::{io::Write, process::ExitCode};
 
@@ -42,6 +43,8 @@ enum Command {
     Load(crewline_cli::load::LoadArgs),
     /// Serve the browser playground for a crew on 127.0.0.1 and print its address.
     Playground(crewline_cli::playground::PlaygroundArgs),
+    /// Read the tool ledger: `ledger pending` lists calls with effects that have no outcome.
+    Ledger(crewline_cli::ledger::LedgerArgs),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -66,6 +69,9 @@ async fn main() -> ExitCode {
         Command::MockLlm(args) => crewline_cli::mock_llm::run_cli(args, std::io::stdout()).await,
         Command::Load(args) => crewline_cli::load::run_cli(args, std::io::stdout()).await,
         Command::Playground(args) => crewline_cli::playground::run_cli(args, std::io::stdout())
+            .await
+            .map_err(Into::into),
+        Command::Ledger(args) => crewline_cli::ledger::run_cli(args, std::io::stdout())
             .await
             .map_err(Into::into),
     };

@@ -1,7 +1,9 @@
 //! Redis-backed state for crewline replicas behind a load balancer: a [`TaskStore`] for the
 //! task API (several crew servers serve one set of tasks) and [`RedisApproval`], deferred
-//! approvals an operator decides on any replica. Both can share one [`RedisConnection`]
-//! ([`RedisConfig::open`]).
+//! approvals an operator decides on any replica, and [`RedisLedger`], the tool ledger as one
+//! stream (`<prefix>ledger`, trimmed to [`DEFAULT_LEDGER_MAX_LEN`] entries) whose intents with
+//! no outcome are the calls a crashed replica left for an operator to reconcile. All can share
+//! one [`RedisConnection`] ([`RedisConfig::open`]).
 //!
 //! A task created through one replica can be attached to a call on another; its tool calls are
 //! polled, and answered, through any replica; the answer reaches the replica whose call waits
@@ -29,6 +31,7 @@
 mod approval;
 mod connection;
 mod error;
+mod ledger;
 mod scripts;
 mod wakeups;
 
@@ -46,6 +49,10 @@ pub use self::{
     approval::{DEFAULT_MAX_REQUEST_BYTES, RedisApproval},
     connection::RedisConnection,
     error::RedisStoreError,
+    ledger::{
+        DEFAULT_LEDGER_MAX_ARGUMENT_BYTES, DEFAULT_LEDGER_MAX_LEN, RedisLedger, RedisLedgerError,
+        RedisLedgerOptions, read_ledger,
+    },
 };
 
 /// The environment variable with the Redis URL ([`RedisConfig::from_env`]).

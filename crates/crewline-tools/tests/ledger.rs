@@ -30,6 +30,7 @@ fn record(id: usize) -> LedgerRecord {
         cache_hit: false,
         timestamp_ms: 1,
         ran_on: false,
+        intent_id: None,
     }
 }
 

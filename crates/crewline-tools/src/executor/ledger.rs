@@ -1,6 +1,12 @@
-//! Stage 9: one record per call, to a pluggable sink.
+//! Stage 9: one record per call, to a pluggable sink; and, before a tool with effects (a
+//! non-cancellable one) starts, the intent to run it.
 //!
-//! A sink failure never fails the call: it is logged. [`JsonlLedger`] appends JSON Lines from
+//! An intent without an outcome is a call an operator must reconcile: the process died (a
+//! crash, `kill -9`, a node lost) after the tool may have started and before its outcome was
+//! written. [`JsonlLedger::pending`] (and `crewline ledger pending`) lists them. A sink that
+//! cannot store an intent refuses the call by default ([`LedgerSink::require_intent`]): a tool
+//! that moves money does not run unrecorded. A failure to write an outcome never fails the
+//! call: it is logged. [`JsonlLedger`] appends JSON Lines from
 //! a writer thread of its own (the async threads only queue the record), with one write per
 //! record, so a crash mid-write loses at most that record; its reader skips a torn line.
 //! Rotation is hand-written (a rename chain of a few lines): it must happen between records
@@ -18,6 +24,7 @@ use std::{
 };
 
 use crewline_core::ToolErrorKind;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -64,6 +71,87 @@ pub struct LedgerRecord {
     /// `Timeout` first, an earlier record of the same call says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ran_on: bool,
+    /// The [`LedgerIntent::intent_id`] this is the outcome of (tools with effects only; not
+    /// on a `StillRunning` or `OutcomeUnknown` record, which leaves the intent pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_id: Option<String>,
+}
+
+/// The intent to run a tool with effects, stored before the tool starts.
+///
+/// An outcome record names it ([`LedgerRecord::intent_id`]); an intent no outcome names is
+/// pending: the tool may or may not have run ([`pending`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerIntent {
+    /// The intent's id (`int_…`), minted by the executor, unique.
+    pub intent_id: String,
+    /// The call's idempotency key, the one the tool can hand to a downstream that dedupes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// The session (the call's scope, `call:<platform call id>` for a voice call).
+    pub scope: String,
+    /// The model's id of the tool call.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments the tool runs with (after hooks, approval and edits).
+    pub arguments: Value,
+    /// When the intent was made, in milliseconds since the Unix epoch.
+    pub timestamp_ms: u64,
+}
+
+/// One line of a ledger: an intent, or an outcome record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LedgerEntry {
+    /// A tool with effects is about to start.
+    Intent(LedgerIntent),
+    /// A call ended.
+    Outcome(LedgerRecord),
+}
+
+/// How an intent is written: tagged, so that it never reads as an outcome record (whose lines
+/// stay as they were, untagged).
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "entry", rename_all = "snake_case")]
+enum Tagged<T> {
+    Intent(T),
+}
+
+impl LedgerEntry {
+    /// The entry as one line of JSON (no newline).
+    pub fn to_json(&self) -> Result<Vec<u8>, LedgerError> {
+        Ok(match self {
+            Self::Intent(intent) => serde_json::to_vec(&Tagged::Intent(intent))?,
+            Self::Outcome(record) => serde_json::to_vec(record)?,
+        })
+    }
+
+    /// Reads an entry written by [`to_json`](Self::to_json).
+    pub fn from_json(line: &[u8]) -> Result<Self, serde_json::Error> {
+        match serde_json::from_slice::<Tagged<LedgerIntent>>(line) {
+            Ok(Tagged::Intent(intent)) => Ok(Self::Intent(intent)),
+            Err(_) => serde_json::from_slice(line).map(Self::Outcome),
+        }
+    }
+}
+
+/// The intents among `entries` that no outcome names, in their order: what an operator
+/// reconciles after a crash.
+pub fn pending(entries: impl IntoIterator<Item = LedgerEntry>) -> Vec<LedgerIntent> {
+    let mut intents = Vec::new();
+    let mut settled = std::collections::HashSet::new();
+    for entry in entries {
+        match entry {
+            LedgerEntry::Intent(intent) => intents.push(intent),
+            LedgerEntry::Outcome(record) => {
+                if let Some(id) = record.intent_id {
+                    settled.insert(id);
+                }
+            }
+        }
+    }
+    intents.retain(|intent| !settled.contains(&intent.intent_id));
+    intents
 }
 
 /// Why the ledger could not be written or read.
@@ -81,18 +169,44 @@ pub enum LedgerError {
     /// A record could not be encoded.
     #[error("ledger record could not be encoded: {0}")]
     Encode(#[from] serde_json::Error),
+    /// The sink keeps no intents (a [`LedgerSink`] that only implements `record`).
+    #[error("this ledger sink does not record intents")]
+    IntentsUnsupported,
+    /// The sink could not store an intent (its store is down, full or too slow).
+    #[error("the ledger could not store the intent: {reason}")]
+    IntentNotStored {
+        /// What went wrong, in the sink's words.
+        reason: String,
+    },
 }
 
 /// Where records go.
 pub trait LedgerSink: Send + Sync {
     /// Stores one record; called once per call, after the result is known.
     fn record(&self, record: &LedgerRecord) -> Result<(), LedgerError>;
+
+    /// Stores the intent of a call with effects; the tool starts only once this resolves
+    /// `Ok`, so it should resolve once the intent is as durable as the sink makes it.
+    ///
+    /// The default keeps no intents ([`LedgerError::IntentsUnsupported`]): such a sink runs
+    /// tools as before, with outcome records only.
+    fn intent(&self, intent: &LedgerIntent) -> BoxFuture<'static, Result<(), LedgerError>> {
+        let _ = intent;
+        Box::pin(std::future::ready(Err(LedgerError::IntentsUnsupported)))
+    }
+
+    /// Whether a call with effects is refused when its intent could not be stored (default:
+    /// yes; a tool that moves money does not run unrecorded).
+    fn require_intent(&self) -> bool {
+        true
+    }
 }
 
 /// Records kept in memory (tests, short-lived tools).
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
     records: Mutex<Vec<LedgerRecord>>,
+    intents: Mutex<Vec<LedgerIntent>>,
 }
 
 impl MemoryLedger {
@@ -111,12 +225,32 @@ impl MemoryLedger {
         std::mem::take(&mut *self.lock())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<LedgerRecord>> {
-        // Pushing is the only update: a poisoned vector is still whole.
-        self.records
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// A copy of the intents so far, in the order they were written.
+    pub fn intents(&self) -> Vec<LedgerIntent> {
+        lock(&self.intents).clone()
     }
+
+    /// The intents no record so far names (see [`pending`]).
+    pub fn pending(&self) -> Vec<LedgerIntent> {
+        let records = self.records();
+        pending(
+            self.intents()
+                .into_iter()
+                .map(LedgerEntry::Intent)
+                .chain(records.into_iter().map(LedgerEntry::Outcome)),
+        )
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<LedgerRecord>> {
+        lock(&self.records)
+    }
+}
+
+/// Locks a vector whose only update is a push: a poisoned one is still whole.
+fn lock<T>(vector: &Mutex<Vec<T>>) -> MutexGuard<'_, Vec<T>> {
+    vector
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl LedgerSink for MemoryLedger {
@@ -124,7 +258,17 @@ impl LedgerSink for MemoryLedger {
         self.lock().push(record.clone());
         Ok(())
     }
+
+    fn intent(&self, intent: &LedgerIntent) -> BoxFuture<'static, Result<(), LedgerError>> {
+        lock(&self.intents).push(intent.clone());
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
+
+/// The longest a call with effects waits for its intent to be stored before its tool starts
+/// (then it is refused, or runs unrecorded: [`LedgerSink::require_intent`]): a caller on the
+/// phone waits seconds, and a sink this slow is failing.
+pub const INTENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The records a [`JsonlLedger`] queues for its writer thread by default.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
@@ -166,6 +310,14 @@ pub struct JsonlOptions {
     pub sync_data: bool,
     /// Size-based rotation (default off).
     pub rotation: Option<Rotation>,
+    /// `sync_data` after every intent, before its tool starts: the intent survives a power
+    /// cut or a kernel crash, not only the process's (default on; see [`sync_intents`]).
+    ///
+    /// [`sync_intents`]: Self::sync_intents
+    pub sync_intents: bool,
+    /// Refuse a call with effects whose intent could not be written (default on; see
+    /// [`LedgerSink::require_intent`]).
+    pub require_intent: bool,
 }
 
 impl Default for JsonlOptions {
@@ -175,6 +327,8 @@ impl Default for JsonlOptions {
             when_full: WhenFull::Drop,
             sync_data: false,
             rotation: None,
+            sync_intents: true,
+            require_intent: true,
         }
     }
 }
@@ -198,6 +352,22 @@ impl JsonlOptions {
         self
     }
 
+    /// Whether each intent is synced to the disk (`sync_data`) before its tool starts.
+    ///
+    /// Every intent reaches the OS before its tool starts either way, so it survives the
+    /// process's crash; the sync makes it survive the machine's. It costs one disk flush per
+    /// call with effects (calls without effects write no intent).
+    pub fn sync_intents(mut self, sync: bool) -> Self {
+        self.sync_intents = sync;
+        self
+    }
+
+    /// Whether a call with effects is refused when its intent could not be written.
+    pub fn require_intent(mut self, require: bool) -> Self {
+        self.require_intent = require;
+        self
+    }
+
     /// Rotates the file when it would pass `max_bytes`, keeping `keep` rotated files.
     pub fn rotate(mut self, max_bytes: u64, keep: usize) -> Self {
         self.rotation = Some(Rotation { max_bytes, keep });
@@ -216,6 +386,11 @@ enum Job {
     Line(Vec<u8>),
     /// Answer once everything sent before is written.
     Flush(mpsc::SyncSender<()>),
+    /// One encoded intent, newline included: answered once it is written (and synced).
+    Intent(
+        Vec<u8>,
+        tokio::sync::oneshot::Sender<Result<(), LedgerError>>,
+    ),
 }
 
 /// Counters shared with the writer thread.
@@ -284,6 +459,7 @@ pub struct JsonlLedger {
     queue: Option<mpsc::SyncSender<Job>>,
     writer: Option<std::thread::JoinHandle<()>>,
     when_full: WhenFull,
+    require_intent: bool,
     counters: Arc<Counters>,
 }
 
@@ -330,6 +506,7 @@ impl JsonlLedger {
             queue: Some(queue),
             writer: Some(thread),
             when_full: options.when_full,
+            require_intent: options.require_intent,
             counters,
         })
     }
@@ -360,14 +537,55 @@ impl JsonlLedger {
 
     /// Reads the records of a ledger, oldest first: the rotated files (`<file>.N` down to
     /// `<file>.1`) if any, then the file itself, skipping torn or unreadable lines (logged).
+    /// Intents are left out ([`read_entries`](Self::read_entries) has them).
     pub fn read(path: impl AsRef<Path>) -> Result<Vec<LedgerRecord>, LedgerError> {
+        Ok(Self::read_entries(path)?
+            .into_iter()
+            .filter_map(|entry| match entry {
+                LedgerEntry::Outcome(record) => Some(record),
+                LedgerEntry::Intent(_) => None,
+            })
+            .collect())
+    }
+
+    /// Reads the intents and records of a ledger, oldest first, as [`read`](Self::read) does.
+    pub fn read_entries(path: impl AsRef<Path>) -> Result<Vec<LedgerEntry>, LedgerError> {
         let path = path.as_ref();
-        let mut records = Vec::new();
+        let mut entries = Vec::new();
         for rotated in rotated_files(path)?.into_iter().rev() {
-            read_file(&rotated, &mut records)?;
+            read_file(&rotated, &mut entries)?;
         }
-        read_file(path, &mut records)?;
-        Ok(records)
+        read_file(path, &mut entries)?;
+        Ok(entries)
+    }
+
+    /// The intents of the ledger at `path` (its rotated files included) that no record names:
+    /// calls with effects whose outcome is unknown (the process died while they ran). A torn
+    /// last line (a crash mid-write) is skipped.
+    pub fn pending(path: impl AsRef<Path>) -> Result<Vec<LedgerIntent>, LedgerError> {
+        Ok(pending(Self::read_entries(path)?))
+    }
+
+    /// Queues one encoded line; `Ok(false)` when the queue was full and the line dropped.
+    fn send(&self, job: Job) -> Result<bool, LedgerError> {
+        let stopped = || LedgerError::Io {
+            path: self.path.clone(),
+            source: io::Error::other("the ledger's writer thread has stopped"),
+        };
+        let Some(queue) = &self.queue else {
+            return Err(stopped());
+        };
+        match self.when_full {
+            WhenFull::Block => queue.send(job).map(|()| true).map_err(|_| stopped()),
+            WhenFull::Drop => match queue.try_send(job) {
+                Ok(()) => Ok(true),
+                Err(mpsc::TrySendError::Full(_)) => {
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    Ok(false)
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => Err(stopped()),
+            },
+        }
     }
 }
 
@@ -375,30 +593,49 @@ impl LedgerSink for JsonlLedger {
     fn record(&self, record: &LedgerRecord) -> Result<(), LedgerError> {
         let mut line = serde_json::to_vec(record)?;
         line.push(b'\n');
-        let Some(queue) = &self.queue else {
-            return Ok(());
-        };
-        let sent = match self.when_full {
-            WhenFull::Block => queue.send(Job::Line(line)).map_err(|_| ()),
-            WhenFull::Drop => match queue.try_send(Job::Line(line)) {
-                Ok(()) => Ok(()),
-                Err(mpsc::TrySendError::Full(_)) => {
-                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(
-                        path = %self.path.display(),
-                        call_id = %record.call_id.chars().take(64).collect::<String>(),
-                        tool = %record.tool,
-                        "the ledger's queue is full (the disk is not keeping up): record dropped"
-                    );
-                    return Ok(());
-                }
-                Err(mpsc::TrySendError::Disconnected(_)) => Err(()),
-            },
-        };
-        sent.map_err(|()| LedgerError::Io {
-            path: self.path.clone(),
-            source: io::Error::other("the ledger's writer thread has stopped"),
+        if !self.send(Job::Line(line))? {
+            tracing::error!(
+                path = %self.path.display(),
+                call_id = %record.call_id.chars().take(64).collect::<String>(),
+                tool = %record.tool,
+                "the ledger's queue is full (the disk is not keeping up): record dropped"
+            );
+        }
+        Ok(())
+    }
+
+    fn intent(&self, intent: &LedgerIntent) -> BoxFuture<'static, Result<(), LedgerError>> {
+        let line = LedgerEntry::Intent(intent.clone())
+            .to_json()
+            .map(|mut line| {
+                line.push(b'\n');
+                line
+            });
+        let (done, written) = tokio::sync::oneshot::channel();
+        let sent = line.and_then(|line| self.send(Job::Intent(line, done)));
+        let path = self.path.clone();
+        Box::pin(async move {
+            if !sent? {
+                return Err(LedgerError::IntentNotStored {
+                    reason: format!(
+                        "the queue of {} is full (the disk is not keeping up)",
+                        path.display()
+                    ),
+                });
+            }
+            // The writer answers once the line is written (and synced); its thread gone
+            // without an answer means it was not.
+            written.await.unwrap_or_else(|_| {
+                Err(LedgerError::Io {
+                    path,
+                    source: io::Error::other("the ledger's writer thread has stopped"),
+                })
+            })
         })
+    }
+
+    fn require_intent(&self) -> bool {
+        self.require_intent
     }
 }
 
@@ -437,6 +674,15 @@ impl Writer {
                 Job::Flush(done) => {
                     let _ = done.send(());
                 }
+                Job::Intent(line, done) => {
+                    let written = self.write(&line).and_then(|()| self.sync_intent());
+                    if let Err(error) = &written {
+                        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%error, "an intent could not be written to the tool ledger");
+                    }
+                    // The caller may have stopped waiting (its call was dropped).
+                    let _ = done.send(written);
+                }
             }
         }
     }
@@ -468,6 +714,20 @@ impl Writer {
             file.sync_data().map_err(io_error)?;
         }
         Ok(())
+    }
+
+    /// Syncs the file after an intent, unless every line already is (`sync_data`).
+    fn sync_intent(&mut self) -> Result<(), LedgerError> {
+        if !self.options.sync_intents || self.options.sync_data {
+            return Ok(());
+        }
+        match self.file.as_mut() {
+            Some(file) => file.sync_data().map_err(|source| LedgerError::Io {
+                path: self.path.clone(),
+                source,
+            }),
+            None => Ok(()),
+        }
     }
 
     /// `<file>` becomes `<file>.1`, `.1` becomes `.2`..., the oldest past `keep` is removed.
@@ -563,8 +823,8 @@ fn rotated_files(path: &Path) -> Result<Vec<PathBuf>, LedgerError> {
     Ok(numbers.into_iter().map(|n| numbered(path, n)).collect())
 }
 
-/// Appends the records of one file to `records`, skipping torn lines.
-fn read_file(path: &Path, records: &mut Vec<LedgerRecord>) -> Result<(), LedgerError> {
+/// Appends the entries of one file to `records`, skipping torn lines.
+fn read_file(path: &Path, records: &mut Vec<LedgerEntry>) -> Result<(), LedgerError> {
     let io_error = |source| LedgerError::Io {
         path: path.to_path_buf(),
         source,
@@ -575,8 +835,8 @@ fn read_file(path: &Path, records: &mut Vec<LedgerRecord>) -> Result<(), LedgerE
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice(&line) {
-            Ok(record) => records.push(record),
+        match LedgerEntry::from_json(&line) {
+            Ok(entry) => records.push(entry),
             Err(error) => tracing::warn!(
                 path = %path.display(),
                 line = number + 1,
@@ -606,6 +866,7 @@ mod tests {
             cache_hit: false,
             timestamp_ms: 1,
             ran_on: false,
+            intent_id: None,
         }
     }
 

@@ -303,6 +303,9 @@ impl Executor {
                 })),
             }
         } else {
+            let mut recorder = recorder;
+            self.write_intent(call, context, trace, recorder.as_mut())
+                .await?;
             // A tool that must not be cut off half-way (a payment, a booking) runs as a task of
             // its own: neither barge-in nor the timeout stops it, they only stop the waiting.
             // An identical call of the same session started meanwhile joins this one.

@@ -1,5 +1,6 @@
 //! Stage 9's input: what the pipeline learnt about one call ([`Trace`]), the ledger record
-//! built from it, and the guard that records a call whose future was dropped half-way.
+//! built from it, the guard that records a call whose future was dropped half-way, and the
+//! intent written before a tool with effects starts.
 
 use std::{
     sync::Arc,
@@ -10,9 +11,10 @@ use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 
 use super::{
-    ToolCallError,
+    CallContext, Executor, ToolCallError,
     approval::ApprovalRecord,
-    ledger::{LedgerRecord, LedgerSink, Outcome},
+    detached::Recorder,
+    ledger::{INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, Outcome},
 };
 
 /// What the pipeline learnt about one call, for the ledger.
@@ -24,6 +26,8 @@ pub(crate) struct Trace {
     /// While a detached (non-cancellable) tool runs: its task or waiter writes the record if
     /// the call's future is dropped.
     pub(super) detached: bool,
+    /// The intent written before the tool started (tools with effects, with a ledger).
+    pub(super) intent_id: Option<String>,
 }
 
 /// Writes a `Cancelled` record for a call whose future was dropped before it finished (a
@@ -78,8 +82,16 @@ pub(super) fn record(
             error.detail.clone(),
         ),
     };
+    // Only the tool's end settles its intent: a caller that stopped waiting (`StillRunning`)
+    // or a call whose fate is unknown leaves it pending, for the record of the real outcome
+    // (`ran_on`) or for an operator.
+    let settled = !matches!(
+        error_kind,
+        Some(ToolErrorKind::StillRunning | ToolErrorKind::OutcomeUnknown)
+    );
     LedgerRecord {
         ran_on: false,
+        intent_id: trace.intent_id.filter(|_| settled),
         call_id: call.id.clone(),
         tool: call.name.clone(),
         arguments,
@@ -90,8 +102,80 @@ pub(super) fn record(
         latency_us: u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
         approval: trace.approval,
         cache_hit: trace.cache_hit,
-        timestamp_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        timestamp_ms: now_ms(),
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Executor {
+    /// Writes the intent of a call with effects to the ledger before its tool starts, and
+    /// names it in the call's outcome records (the trace's and the detached `recorder`'s).
+    ///
+    /// Refuses the call (the tool does not run) when the intent could not be stored within
+    /// [`INTENT_TIMEOUT`] and the sink requires intents; a sink that keeps none
+    /// ([`LedgerError::IntentsUnsupported`]) runs it as before.
+    pub(super) async fn write_intent(
+        &self,
+        call: &ToolCall,
+        context: &CallContext,
+        trace: &mut Trace,
+        recorder: Option<&mut Recorder>,
+    ) -> Result<(), ToolCallError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(());
+        };
+        let intent = LedgerIntent {
+            intent_id: format!("int_{}", uuid::Uuid::new_v4().simple()),
+            // The call's idempotency key goes here once the executor mints one.
+            idempotency_key: None,
+            scope: context.scope().as_str().to_owned(),
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: trace
+                .arguments
+                .clone()
+                .unwrap_or_else(|| Value::String(call.arguments.clone())),
+            timestamp_ms: now_ms(),
+        };
+        // Named before the write: if this call is dropped while it waits, its `Cancelled`
+        // record settles the intent (the tool never started).
+        trace.intent_id = Some(intent.intent_id.clone());
+        let stored = match tokio::time::timeout(INTENT_TIMEOUT, ledger.intent(&intent)).await {
+            Ok(stored) => stored,
+            Err(_) => Err(LedgerError::IntentNotStored {
+                reason: format!("not stored within {INTENT_TIMEOUT:?}"),
+            }),
+        };
+        match stored {
+            Ok(()) => {}
+            Err(LedgerError::IntentsUnsupported) => {
+                trace.intent_id = None;
+                return Ok(());
+            }
+            Err(error) if ledger.require_intent() => {
+                tracing::error!(%error, "the intent could not be recorded: the tool was not run");
+                return Err(ToolCallError::new(
+                    ToolErrorKind::ToolError,
+                    "the tool was not run because it could not be recorded; nothing happened, \
+                     you may try again in a moment",
+                )
+                .with_detail(format!(
+                    "the ledger could not store the intent (require_intent): {error}"
+                )));
+            }
+            Err(error) => {
+                tracing::error!(%error, "the intent could not be recorded; the tool runs anyway");
+            }
+        }
+        if let Some(recorder) = recorder {
+            recorder.trace.intent_id.clone_from(&trace.intent_id);
+        }
+        Ok(())
     }
 }
