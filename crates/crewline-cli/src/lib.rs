@@ -2,13 +2,15 @@
 //! the replies with `crewline-speech`, like the platform would), and the `demo`, which runs
 //! the weather crew of `crewline-examples`; `load` and `mock-llm` are argument parsing over
 //! `crewline-testkit`, which holds the platform client, the mock model and the load engine;
-//! `playground` serves `crewline-playground`'s page.
+//! `playground` serves `crewline-playground`'s page; `fake-bank` serves the testkit's fake
+//! bank for chaos runs.
 //!
 //! Nothing here prints on its own: the chat loop and the demo write to the writer they are
 //! given, so they can be tested with an in-memory buffer and reused by other tools.
 
 pub mod chat;
 pub mod demo;
+pub mod fake_bank;
 pub mod load;
 pub mod mock_llm;
 pub mod playground;

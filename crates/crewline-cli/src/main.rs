@@ -5,9 +5,10 @@
 //! - `crewline mock-llm`: a scriptable OpenAI-compatible mock model.
 //! - `crewline load`: a load test of a crew.
 //! - `crewline playground`: serves the browser playground page for a crew.
+//! - `crewline fake-bank`: a fake bank that counts transfers by idempotency key (chaos runs).
 //!
 //! Each command's flags and work live in the library (`crewline_cli::{chat, demo, mock_llm,
-//! load, playground}`); this file only parses and dispatches.
+//! load, playground, fake_bank}`); this file only parses and dispatches.
 
 use std::{io::Write, process::ExitCode};
 
@@ -42,6 +43,8 @@ enum Command {
     Load(crewline_cli::load::LoadArgs),
     /// Serve the browser playground for a crew on 127.0.0.1 and print its address.
     Playground(crewline_cli::playground::PlaygroundArgs),
+    /// Serve a fake bank that executes transfers and counts them by idempotency key.
+    FakeBank(crewline_cli::fake_bank::FakeBankArgs),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -65,6 +68,7 @@ async fn main() -> ExitCode {
             .map_err(Into::into),
         Command::MockLlm(args) => crewline_cli::mock_llm::run_cli(args, std::io::stdout()).await,
         Command::Load(args) => crewline_cli::load::run_cli(args, std::io::stdout()).await,
+        Command::FakeBank(args) => crewline_cli::fake_bank::run_cli(args, std::io::stdout()).await,
         Command::Playground(args) => crewline_cli::playground::run_cli(args, std::io::stdout())
             .await
             .map_err(Into::into),
