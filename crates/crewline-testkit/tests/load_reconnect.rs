@@ -26,9 +26,18 @@ struct Seen {
     last_user: String,
 }
 
-/// A crew that answers every turn, except that it cuts its first connection (no close frame)
-/// when that connection's second request arrives, as a killed replica would.
-async fn flaky_crew() -> (String, Arc<Mutex<Vec<Seen>>>) {
+/// What the first connection does at its second request.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Gone mid-turn: no answer, no close frame (a killed replica).
+    Cut,
+    /// Never answers, the socket open (a frozen replica).
+    Silent,
+}
+
+/// A crew that answers every turn, except that its first connection fails at its second
+/// request as `fault` says.
+async fn flaky_crew(fault: Fault) -> (String, Arc<Mutex<Vec<Seen>>>) {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let url = format!("ws://{}/ws", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -77,8 +86,12 @@ async fn flaky_crew() -> (String, Arc<Mutex<Vec<Seen>>>) {
                                 last_user,
                             });
                             if connection == 0 && requests == 2 {
-                                // Gone mid-turn: no answer, no close frame.
-                                return;
+                                match fault {
+                                    Fault::Cut => return,
+                                    Fault::Silent => {
+                                        std::future::pending::<()>().await;
+                                    }
+                                }
                             }
                             vec![
                                 EventBody::ResponseStart { request_id: None },
@@ -109,15 +122,20 @@ fn config(url: &str) -> LoadConfig {
     config
 }
 
-#[tokio::test]
-async fn a_dropped_call_reconnects_with_its_call_id_and_resends_the_turn_in_flight() {
-    let (url, seen) = flaky_crew().await;
-    let mut config = config(&url);
+fn reconnecting(url: &str) -> LoadConfig {
+    let mut config = config(url);
     config.reconnect = Some(Reconnect {
         retries: 3,
         backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(50),
     });
+    config
+}
+
+#[tokio::test]
+async fn a_dropped_call_reconnects_with_its_call_id_and_resends_the_turn_in_flight() {
+    let (url, seen) = flaky_crew(Fault::Cut).await;
+    let config = reconnecting(&url);
     let report = tokio::time::timeout(Duration::from_secs(60), run(config))
         .await
         .expect("the run ends")
@@ -143,7 +161,7 @@ async fn a_dropped_call_reconnects_with_its_call_id_and_resends_the_turn_in_flig
 
 #[tokio::test]
 async fn without_reconnect_a_dropped_call_loses_its_turn() {
-    let (url, _seen) = flaky_crew().await;
+    let (url, _seen) = flaky_crew(Fault::Cut).await;
     let report = tokio::time::timeout(Duration::from_secs(60), run(config(&url)))
         .await
         .expect("the run ends")
@@ -152,4 +170,21 @@ async fn without_reconnect_a_dropped_call_loses_its_turn() {
     assert_eq!(report.turns_lost, 1);
     assert_eq!(report.turns_not_run, 1);
     assert_eq!(report.reconnects, 0);
+}
+
+#[tokio::test]
+async fn a_silent_replica_past_the_turn_timeout_is_left_for_another_connection() {
+    let (url, seen) = flaky_crew(Fault::Silent).await;
+    let mut config = reconnecting(&url);
+    config.turn_timeout = Duration::from_millis(300);
+    let report = tokio::time::timeout(Duration::from_secs(60), run(config))
+        .await
+        .expect("the run ends")
+        .unwrap();
+    assert_eq!(report.turns_completed, 3, "{:?}", report.error_samples);
+    assert_eq!(report.turns_timed_out, 0);
+    assert_eq!(report.turns_in_flight_at_drop, 1);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[2].connection, 1);
+    assert_eq!(seen[2].call_id.as_deref(), Some("call-0"));
 }

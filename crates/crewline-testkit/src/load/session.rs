@@ -148,8 +148,11 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
         let began = Instant::now();
         history.push(json!({"role": "user", "content": text}));
         let mut hit = false;
+        // A turn sent again after a reconnect is timed from its first sending: the caller
+        // waited all along.
+        let mut first_sent = None;
         let outcome = loop {
-            match run_turn(&shared, &mut socket, &history, &text).await {
+            match run_turn(&shared, &mut socket, &history, &text, &mut first_sent).await {
                 Ok(done) => break Ok(done),
                 Err(Abort::Rejected(why)) => break Err(Abort::Rejected(why)),
                 Err(abort) if reconnecting => {
@@ -365,6 +368,7 @@ async fn run_turn(
     socket: &mut Socket,
     history: &[Value],
     text: &str,
+    first_sent: &mut Option<Instant>,
 ) -> Result<(TurnSample, String), Abort> {
     let config = &shared.config;
     send(
@@ -380,8 +384,8 @@ async fn run_turn(
         extra_params: Map::new(),
     }));
     send(socket, request).await?;
-    let sent = Instant::now();
-    let deadline = sent + config.turn_timeout;
+    let deadline = Instant::now() + config.turn_timeout;
+    let sent = *first_sent.get_or_insert_with(Instant::now);
 
     let mut sample = TurnSample::default();
     let mut started = false;
