@@ -150,3 +150,60 @@ pub async fn run(
     out.flush()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn config(args: &[&str]) -> LoadConfig {
+        let mut all = vec!["crewline-load"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+            .map(|cli| cli.load.config())
+            .unwrap_or_else(|e| {
+                panic!("{e}");
+            })
+    }
+
+    #[test]
+    fn reconnecting_is_off_unless_asked_and_bounded_when_on() {
+        assert_eq!(config(&[]).reconnect, None);
+        let on = config(&[
+            "--scenario",
+            "bank",
+            "--reconnect",
+            "--reconnect-retries",
+            "3",
+            "--reconnect-backoff-secs",
+            "0.25",
+            "--call-id-prefix",
+            "chaos",
+        ]);
+        assert_eq!(on.scenario, Scenario::Bank);
+        assert_eq!(on.call_id_prefix.as_deref(), Some("chaos"));
+        assert_eq!(
+            on.reconnect,
+            Some(Reconnect {
+                retries: 3,
+                backoff: Duration::from_millis(250),
+                max_backoff: Duration::from_secs(2),
+            })
+        );
+        // A backoff that is not a number of seconds is no wait, not a panic.
+        let odd = config(&["--reconnect", "--reconnect-backoff-secs", "NaN"]);
+        assert_eq!(odd.reconnect.map(|r| r.backoff), Some(Duration::ZERO));
+        let huge = config(&["--reconnect", "--reconnect-backoff-secs", "1e30"]);
+        assert_eq!(
+            huge.reconnect.map(|r| r.backoff),
+            Some(Duration::from_secs(60))
+        );
+    }
+}
