@@ -9,6 +9,12 @@
 //! first chunk and the time to the last chunk after it (zero when none came) and to `end` is
 //! measured.
 //!
+//! Each call sends a platform call id. With [`LoadConfig::reconnect`], a call whose socket
+//! drops (or stays silent past the turn timeout) connects again through the same URL with the
+//! same call id and sends the turn in flight again with the conversation so far, as a platform
+//! does; the report counts drops and the turns in flight at one. [`Scenario::Bank`] drives the
+//! `bank_support` crew with transfers of amounts unique in the run (`deploy/test/chaos.sh`).
+//!
 //! ```no_run
 //! use crewline_testkit::load::{LoadConfig, Scenario, run};
 //!
