@@ -12,6 +12,9 @@
 //! cargo run --example bank_support -- --port 8080
 //! crewline chat --url ws://127.0.0.1:8080/ws    # try: "send $50 to Alice", then "yes"
 //! ```
+//!
+//! With `CREWLINE_BANK_URL=http://127.0.0.1:18002` (`crewline fake-bank`), transfers are booked
+//! by that bank over HTTP instead of the in-memory books.
 
 use std::time::Duration;
 
@@ -30,7 +33,13 @@ async fn main() -> Result<(), crewline_server::BoxError> {
     let Args { crew } = clap::Parser::parse();
     // One set of books for every call (booking takes a moment, as a real core system's
     // does); each call gets its own approver.
-    let bank = bank_support::Bank::demo().with_processing_time(Duration::from_millis(300));
+    let mut bank = bank_support::Bank::demo().with_processing_time(Duration::from_millis(300));
+    // With CREWLINE_BANK_URL, transfers are booked by that bank over HTTP (e.g. `crewline
+    // fake-bank`, which deploy/test/chaos.sh runs): books outside the replicas' processes.
+    if let Ok(url) = std::env::var(bank_support::BANK_URL_VARIABLE) {
+        tracing::info!(%url, "transfers are booked by the bank over HTTP");
+        bank = bank.with_http(bank_support::HttpBank::new(&url)?);
+    }
     crew.serve(
         "bank crew",
         bank_support::scripted_bank_model,

@@ -3,13 +3,15 @@
 //! the weather crew of `crewline-examples`; `load` and `mock-llm` are argument parsing over
 //! `crewline-testkit`, which holds the platform client, the mock model and the load engine;
 //! `playground` serves `crewline-playground`'s page; `ledger pending` lists the calls with
-//! effects a crash left with no outcome.
+//! effects a crash left with no outcome; `fake-bank` serves the testkit's fake bank for chaos
+//! runs.
 //!
 //! Nothing here prints on its own: the chat loop and the demo write to the writer they are
 //! given, so they can be tested with an in-memory buffer and reused by other tools.
 
 pub mod chat;
 pub mod demo;
+pub mod fake_bank;
 pub mod ledger;
 pub mod load;
 pub mod mock_llm;

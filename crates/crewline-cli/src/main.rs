@@ -6,9 +6,10 @@
 //! - `crewline load`: a load test of a crew.
 //! - `crewline playground`: serves the browser playground page for a crew.
 //! - `crewline ledger pending`: lists the calls with effects that have no outcome (a crash).
+//! - `crewline fake-bank`: a fake bank that counts transfers by idempotency key (chaos runs).
 //!
 //! Each command's flags and work live in the library (`crewline_cli::{chat, demo, mock_llm,
-//! load, playground, ledger}`); this file only parses and dispatches.
+//! load, playground, ledger, fake_bank}`); this file only parses and dispatches.
 
 use std::{io::Write, process::ExitCode};
 
@@ -45,6 +46,8 @@ enum Command {
     Playground(crewline_cli::playground::PlaygroundArgs),
     /// Read the tool ledger: `ledger pending` lists calls with effects that have no outcome.
     Ledger(crewline_cli::ledger::LedgerArgs),
+    /// Serve a fake bank that executes transfers and counts them by idempotency key.
+    FakeBank(crewline_cli::fake_bank::FakeBankArgs),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -68,6 +71,7 @@ async fn main() -> ExitCode {
             .map_err(Into::into),
         Command::MockLlm(args) => crewline_cli::mock_llm::run_cli(args, std::io::stdout()).await,
         Command::Load(args) => crewline_cli::load::run_cli(args, std::io::stdout()).await,
+        Command::FakeBank(args) => crewline_cli::fake_bank::run_cli(args, std::io::stdout()).await,
         Command::Playground(args) => crewline_cli::playground::run_cli(args, std::io::stdout())
             .await
             .map_err(Into::into),

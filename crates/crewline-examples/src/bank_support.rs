@@ -50,8 +50,12 @@ pub const DEFAULT_ACCOUNT: &str = "caller";
 /// The call variable naming the caller's account.
 pub const ACCOUNT_VARIABLE: &str = "account";
 
-/// Why the bank refused a transfer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// The environment variable that points the example at a bank over HTTP (`HttpBank`), e.g.
+/// the testkit's fake bank (`crewline fake-bank`); without it the books are in memory.
+pub const BANK_URL_VARIABLE: &str = "CREWLINE_BANK_URL";
+
+/// Why the bank refused (or could not confirm) a transfer.
+#[derive(Debug, thiserror::Error)]
 pub enum BankError {
     /// No such account.
     #[error("there is no account for {0}")]
@@ -67,14 +71,117 @@ pub enum BankError {
     /// A zero, negative or absurd amount.
     #[error("{0} is not an amount that can be sent")]
     InvalidAmount(String),
+    /// The bank could not be reached: the transfer was never sent, so nothing moved.
+    #[error("the bank could not be reached; nothing was transferred")]
+    Unreachable(#[source] reqwest::Error),
+    /// The bank got the transfer but did not confirm it: it may have been made, and must not
+    /// be sent again (its idempotency key lets the bank answer a retry with the first result).
+    #[error(
+        "the bank did not confirm the transfer; it may have been made, so do not send it again"
+    )]
+    OutcomeUnknown(#[source] reqwest::Error),
+    /// The bank answered with a refusal.
+    #[error("the bank refused the transfer (HTTP {status}): {message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The bank's message.
+        message: String,
+    },
+    /// The bank's answer is not one it should give (too large, not JSON).
+    #[error("the bank's answer could not be read; the transfer may have been made")]
+    BadAnswer,
 }
 
-/// The bank's books: balances in cents by account, shared by every call (in memory).
+/// The largest answer read from the HTTP bank: a receipt is a few short fields.
+const MAX_BANK_ANSWER_BYTES: usize = 64 * 1024;
+
+/// A bank reached over HTTP (`POST {url}/transfers` with `account`, `recipient`, `amount` in
+/// cents and `idempotency_key`), such as the testkit's fake bank: the books live outside the
+/// crew's processes, so a transfer made by a replica that then dies is still on them.
+#[derive(Debug, Clone)]
+pub struct HttpBank {
+    client: reqwest::Client,
+    transfers: String,
+}
+
+impl HttpBank {
+    /// The bank at `base_url` (e.g. `http://127.0.0.1:18002`), with a caller's patience: a
+    /// second to connect, ten for an answer.
+    pub fn new(base_url: &str) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(Duration::from_secs(10))
+            .build()?;
+        Ok(Self {
+            client,
+            transfers: format!("{}/transfers", base_url.trim_end_matches('/')),
+        })
+    }
+
+    /// Sends `cents` from `from` to `to`, with `idempotency_key` when there is one (a bank
+    /// that dedupes answers a repeated key with the first result, moving nothing more).
+    pub async fn transfer(
+        &self,
+        from: &str,
+        to: &str,
+        cents: i64,
+        idempotency_key: Option<&str>,
+    ) -> Result<(), BankError> {
+        let body = json!({
+            "account": from,
+            "recipient": to,
+            "amount": cents,
+            "idempotency_key": idempotency_key,
+        });
+        let sent = self
+            .client
+            .post(&self.transfers)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await;
+        let mut response = match sent {
+            Ok(response) => response,
+            // Not connected: the request never left, so the transfer was not made.
+            Err(error) if error.is_connect() => return Err(BankError::Unreachable(error)),
+            Err(error) => return Err(BankError::OutcomeUnknown(error)),
+        };
+        let status = response.status();
+        let mut answer = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) if answer.len() + chunk.len() <= MAX_BANK_ANSWER_BYTES => {
+                    answer.extend_from_slice(&chunk);
+                }
+                Ok(Some(_)) => return Err(BankError::BadAnswer),
+                Ok(None) => break,
+                Err(error) => return Err(BankError::OutcomeUnknown(error)),
+            }
+        }
+        let answer: Value = serde_json::from_slice(&answer).map_err(|_| BankError::BadAnswer)?;
+        if status.is_success() {
+            return Ok(());
+        }
+        Err(BankError::Refused {
+            status: status.as_u16(),
+            message: answer["error"]
+                .as_str()
+                .unwrap_or("no reason given")
+                .to_owned(),
+        })
+    }
+}
+
+/// The bank's books: balances in cents by account, shared by every call (in memory), or, with
+/// [`Bank::with_http`], transfers booked by a bank over HTTP.
 #[derive(Debug, Clone, Default)]
 pub struct Bank {
     accounts: Arc<Mutex<HashMap<String, i64>>>,
     /// How long the core banking system takes to book a transfer.
     processing: Duration,
+    /// Where transfers are booked instead of the in-memory books.
+    http: Option<HttpBank>,
 }
 
 impl Bank {
@@ -87,6 +194,37 @@ impl Bank {
         Self {
             accounts: Arc::new(Mutex::new(accounts)),
             processing: Duration::ZERO,
+            http: None,
+        }
+    }
+
+    /// The same balances, with transfers booked by `bank` (balances are then not moved here).
+    pub fn with_http(mut self, bank: HttpBank) -> Self {
+        self.http = Some(bank);
+        self
+    }
+
+    /// Books a transfer where this bank books them: over HTTP with `idempotency_key`, or in
+    /// memory after the processing time. The new balance of `from` when it is known.
+    pub async fn book(
+        &self,
+        from: &str,
+        to: &str,
+        cents: i64,
+        idempotency_key: Option<&str>,
+    ) -> Result<Option<i64>, BankError> {
+        match &self.http {
+            Some(http) => {
+                if cents <= 0 {
+                    return Err(BankError::InvalidAmount(dollars(cents)));
+                }
+                http.transfer(from, to, cents, idempotency_key).await?;
+                Ok(None)
+            }
+            None => {
+                tokio::time::sleep(self.processing).await;
+                self.transfer(from, to, cents).map(Some)
+            }
         }
     }
 
@@ -191,14 +329,21 @@ impl BankTools {
         let cents = to_cents(amount).ok_or_else(|| {
             ToolError::invalid_arguments(format!("{amount} is not an amount that can be sent"))
         })?;
-        tokio::time::sleep(self.bank.processing).await;
-        let balance = self.bank.transfer(&self.account, &recipient, cents)?;
-        Ok(json!({
+        // LEAD (issue 31): `IdempotencyKey::current().map(|k| k.as_str().to_owned())` goes here.
+        let idempotency_key: Option<String> = None;
+        let balance = self
+            .bank
+            .book(&self.account, &recipient, cents, idempotency_key.as_deref())
+            .await?;
+        let mut receipt = json!({
             "status": "completed",
             "amount": dollars(cents),
             "recipient": recipient,
-            "new_balance": dollars(balance),
-        }))
+        });
+        if let Some(balance) = balance {
+            receipt["new_balance"] = json!(dollars(balance));
+        }
+        Ok(receipt)
     }
 }
 
@@ -532,11 +677,14 @@ fn read_back(result: &Value, arguments: &Value) -> String {
         };
     }
     if result["status"] == "completed" {
+        let balance = result["new_balance"]
+            .as_str()
+            .map(|balance| format!(" Your new balance is {balance}."))
+            .unwrap_or_default();
         return format!(
-            "Done: I've sent {} to {}. Your new balance is {}.",
+            "Done: I've sent {} to {}.{balance}",
             result["amount"].as_str().unwrap_or("the money"),
             result["recipient"].as_str().unwrap_or("them"),
-            result["new_balance"].as_str().unwrap_or("updated")
         );
     }
     match result["balance"].as_str() {

@@ -8,6 +8,7 @@
 //! - [`platform`]: a platform client ([`PlatformClient`]) that plays the voice platform's part
 //!   against a crew over a real WebSocket, or in process.
 //! - [`load`]: the load generator behind `crewline load`.
+//! - [`bank`]: a fake bank over HTTP that counts transfers by idempotency key ([`bank::FakeBank`]).
 //! - [`haproxy`]: a real HAProxy in front of test servers, for what a load balancer sees.
 //! - [`CapturedLogs`]: the process's log lines in memory, for tests that bound what is logged.
 //! - [`ScriptedLlm`]: an in-process model that plays back scripted replies (defined in
@@ -16,6 +17,7 @@
 //!
 //! [`guide`] (`docs/testing.md`) shows how to test a crew with it.
 
+pub mod bank;
 pub mod conversation;
 pub mod haproxy;
 pub mod load;

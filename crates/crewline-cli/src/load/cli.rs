@@ -3,7 +3,7 @@
 use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
-use crewline_testkit::load::{LoadConfig, Scenario};
+use crewline_testkit::load::{LoadConfig, Reconnect, Scenario};
 
 /// `--scenario`: what each simulated caller says (the testkit's [`Scenario`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -15,6 +15,9 @@ pub enum ScenarioArg {
     Tool,
     /// A question interrupted (`system.control.interrupt`) on its first chunk.
     Interrupt,
+    /// A bank customer (`bank_support`): balance, "send $X to Alice" (X unique in the run),
+    /// "yes", and again; a transfer not heard confirmed is asked for once more.
+    Bank,
 }
 
 impl From<ScenarioArg> for Scenario {
@@ -23,6 +26,7 @@ impl From<ScenarioArg> for Scenario {
             ScenarioArg::Text => Self::Text,
             ScenarioArg::Tool => Self::Tool,
             ScenarioArg::Interrupt => Self::Interrupt,
+            ScenarioArg::Bank => Self::Bank,
         }
     }
 }
@@ -73,6 +77,21 @@ pub struct LoadArgs {
     /// since the run began, its time to first chunk and to end, its outcome.
     #[arg(long, value_name = "FILE")]
     pub turn_log: Option<PathBuf>,
+    /// Reconnect a dropped call (closed, reset, or silent past --turn-timeout-secs) as a
+    /// platform does: through --url, with the same call id and the conversation so far,
+    /// sending the turn in flight again.
+    #[arg(long)]
+    pub reconnect: bool,
+    /// With --reconnect: connection attempts per turn before it counts as lost.
+    #[arg(long, default_value_t = 5)]
+    pub reconnect_retries: u32,
+    /// With --reconnect: the wait before the first attempt, in seconds, doubled before each
+    /// next one (at most 8 times as long).
+    #[arg(long, default_value_t = 0.5)]
+    pub reconnect_backoff_secs: f64,
+    /// The start of each call's id (`<prefix>-<n>`); default: one unique to the run.
+    #[arg(long)]
+    pub call_id_prefix: Option<String>,
 }
 
 impl LoadArgs {
@@ -91,6 +110,22 @@ impl LoadArgs {
             pid: self.pid,
             open_loop: self.open_loop,
             turn_log: self.turn_log.clone(),
+            reconnect: self.reconnect.then(|| {
+                // A negative or NaN value is read as no wait, a huge one as a minute.
+                let secs = self.reconnect_backoff_secs;
+                let secs = if secs.is_finite() {
+                    secs.clamp(0.0, 60.0)
+                } else {
+                    0.0
+                };
+                let backoff = Duration::from_secs_f64(secs);
+                Reconnect {
+                    retries: self.reconnect_retries,
+                    backoff,
+                    max_backoff: backoff.saturating_mul(8),
+                }
+            }),
+            call_id_prefix: self.call_id_prefix.clone(),
             ..LoadConfig::new(self.url.clone())
         }
     }
@@ -114,4 +149,61 @@ pub async fn run(
     }
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn config(args: &[&str]) -> LoadConfig {
+        let mut all = vec!["crewline-load"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all)
+            .map(|cli| cli.load.config())
+            .unwrap_or_else(|e| {
+                panic!("{e}");
+            })
+    }
+
+    #[test]
+    fn reconnecting_is_off_unless_asked_and_bounded_when_on() {
+        assert_eq!(config(&[]).reconnect, None);
+        let on = config(&[
+            "--scenario",
+            "bank",
+            "--reconnect",
+            "--reconnect-retries",
+            "3",
+            "--reconnect-backoff-secs",
+            "0.25",
+            "--call-id-prefix",
+            "chaos",
+        ]);
+        assert_eq!(on.scenario, Scenario::Bank);
+        assert_eq!(on.call_id_prefix.as_deref(), Some("chaos"));
+        assert_eq!(
+            on.reconnect,
+            Some(Reconnect {
+                retries: 3,
+                backoff: Duration::from_millis(250),
+                max_backoff: Duration::from_secs(2),
+            })
+        );
+        // A backoff that is not a number of seconds is no wait, not a panic.
+        let odd = config(&["--reconnect", "--reconnect-backoff-secs", "NaN"]);
+        assert_eq!(odd.reconnect.map(|r| r.backoff), Some(Duration::ZERO));
+        let huge = config(&["--reconnect", "--reconnect-backoff-secs", "1e30"]);
+        assert_eq!(
+            huge.reconnect.map(|r| r.backoff),
+            Some(Duration::from_secs(60))
+        );
+    }
 }

@@ -9,6 +9,12 @@
 //! first chunk and the time to the last chunk after it (zero when none came) and to `end` is
 //! measured.
 //!
+//! Each call sends a platform call id. With [`LoadConfig::reconnect`], a call whose socket
+//! drops (or stays silent past the turn timeout) connects again through the same URL with the
+//! same call id and sends the turn in flight again with the conversation so far, as a platform
+//! does; the report counts drops and the turns in flight at one. [`Scenario::Bank`] drives the
+//! `bank_support` crew with transfers of amounts unique in the run (`deploy/test/chaos.sh`).
+//!
 //! ```no_run
 //! use crewline_testkit::load::{LoadConfig, Scenario, run};
 //!
@@ -23,6 +29,7 @@
 //! ```
 
 mod procfs;
+mod script;
 mod session;
 mod stats;
 mod turn_log;
@@ -39,6 +46,7 @@ use std::{
 use serde::Serialize;
 use tokio::{sync::watch, task::JoinSet, time::Instant};
 
+pub use script::{BANK_YES, bank_amount, bank_transfer_words};
 pub use stats::Percentiles;
 pub use turn_log::{TurnOutcome, TurnRecord};
 
@@ -53,6 +61,10 @@ pub enum Scenario {
     Tool,
     /// A question interrupted (`system.control.interrupt`) on its first chunk.
     Interrupt,
+    /// A bank customer (the `bank_support` crew): a balance question, then "send $X to
+    /// Alice" with an amount unique in the run, then "yes" to approve it, and again; a
+    /// transfer the caller did not hear confirmed is asked for once more.
+    Bank,
 }
 
 impl Scenario {
@@ -62,6 +74,12 @@ impl Scenario {
             Self::Text => format!("Hello, this is caller {session}, turn {turn}."),
             Self::Tool => "What's the weather in Paris?".to_owned(),
             Self::Interrupt => format!("Tell me a long story, caller {session} turn {turn}."),
+            // The amount is filled in per call (`bank_amount`), so that it is unique in a run.
+            Self::Bank => match turn % 3 {
+                0 => "What's my balance?".to_owned(),
+                1 => "Please send {amount} to Alice.".to_owned(),
+                _ => BANK_YES.to_owned(),
+            },
         }
     }
 }
@@ -100,6 +118,33 @@ pub struct LoadConfig {
     /// Write one JSON line per turn and per failed connection to this file
     /// ([`TurnRecord`]), so that figures can be computed per time window.
     pub turn_log: Option<PathBuf>,
+    /// Reconnect a dropped call, as a platform does; `None` ends a call at its first drop.
+    pub reconnect: Option<Reconnect>,
+    /// The start of each call's id (`<prefix>-<session>`), sent as the platform's call id;
+    /// `None` picks one unique to the run.
+    pub call_id_prefix: Option<String>,
+}
+
+/// How a dropped call is reconnected: through the same URL (the balancer), with the same call
+/// id and the conversation so far, sending the turn in flight again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    /// Connection attempts per turn (a turn still not answered after them is lost).
+    pub retries: u32,
+    /// The wait before the first attempt, doubled before each next one.
+    pub backoff: Duration,
+    /// The longest wait between attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Self {
+            retries: 5,
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(4),
+        }
+    }
 }
 
 impl LoadConfig {
@@ -119,6 +164,8 @@ impl LoadConfig {
             sample_every: Duration::from_millis(100),
             open_loop: false,
             turn_log: None,
+            reconnect: None,
+            call_id_prefix: None,
         }
     }
 }
@@ -223,6 +270,22 @@ pub struct LoadReport {
     pub server: Option<ServerUsage>,
     /// CPU time the load generator itself used, in ms.
     pub load_generator_cpu_ms: Option<f64>,
+    /// Whether dropped calls were reconnected.
+    pub reconnect: bool,
+    /// Connections that dropped (closed, failed or silent past the turn timeout) in a call.
+    pub drops: u64,
+    /// Connections made again after a drop.
+    pub reconnects: u64,
+    /// Reconnection attempts that failed.
+    pub reconnect_failures: u64,
+    /// Turns whose connection dropped while they were in flight (counted once per turn).
+    pub turns_in_flight_at_drop: u64,
+    /// Bank scenario: transfers the callers asked for (each a unique amount).
+    pub transfers_requested: u64,
+    /// Bank scenario: transfers the callers heard confirmed.
+    pub transfers_confirmed: u64,
+    /// Bank scenario: transfers asked for a second time (not heard confirmed after the yes).
+    pub transfers_asked_again: u64,
     /// The first few distinct error messages.
     pub error_samples: Vec<String>,
 }
@@ -255,6 +318,8 @@ pub struct ServerUsage {
 /// State shared by the sessions of a run.
 pub(crate) struct Shared {
     pub(crate) config: LoadConfig,
+    /// The start of every call id of the run.
+    pub(crate) call_prefix: String,
     /// When the run began: the turn log's times are counted from here.
     pub(crate) began: Instant,
     totals: Mutex<stats::Totals>,
@@ -385,7 +450,12 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         .map_or(0, |since| {
             u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
         });
+    let call_prefix = config
+        .call_id_prefix
+        .clone()
+        .unwrap_or_else(|| format!("load-{began_unix_ms}-{}", std::process::id()));
     let shared = Arc::new(Shared {
+        call_prefix,
         records: turn_log.as_ref().map(|_| Mutex::new(Vec::new())),
         config,
         began,
@@ -518,6 +588,14 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
             (Some(before), Some(after)) => Some(ms(after.saturating_sub(before))),
             _ => None,
         },
+        reconnect: config.reconnect.is_some(),
+        drops: totals.drops,
+        reconnects: totals.reconnects,
+        reconnect_failures: totals.reconnect_failures,
+        turns_in_flight_at_drop: totals.turns_in_flight_at_drop,
+        transfers_requested: totals.transfers_requested,
+        transfers_confirmed: totals.transfers_confirmed,
+        transfers_asked_again: totals.transfers_asked_again,
         error_samples: totals.error_samples,
     })
 }
@@ -616,6 +694,20 @@ impl LoadReport {
                 server.rss_peak_mib,
                 server.vm_hwm_mib,
                 or_dash(server.memory_per_session_kib, 1)
+            );
+        }
+        if self.reconnect {
+            let _ = writeln!(
+                out,
+                "  drops {}, reconnected {} (failed attempts {}), turns in flight at a drop {}",
+                self.drops, self.reconnects, self.reconnect_failures, self.turns_in_flight_at_drop
+            );
+        }
+        if self.scenario == Scenario::Bank {
+            let _ = writeln!(
+                out,
+                "  transfers requested {}, confirmed to the caller {}, asked for again {}",
+                self.transfers_requested, self.transfers_confirmed, self.transfers_asked_again
             );
         }
         for sample in &self.error_samples {

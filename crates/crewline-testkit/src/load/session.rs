@@ -7,7 +7,9 @@
 
 use std::{borrow::Cow, sync::Arc, time::Duration};
 
-use crewline::protocol::{self, Event, EventBody, LlmRequest, TranscriptRole, TranscriptUpdate};
+use crewline::protocol::{
+    self, Caller, Event, EventBody, LlmRequest, TranscriptRole, TranscriptUpdate,
+};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -16,6 +18,7 @@ use tokio_tungstenite::{WebSocketStream, tungstenite::Message as WsMessage};
 
 use super::{
     Scenario, Shared,
+    script::Script,
     stats::{InterruptSample, TurnSample},
     turn_log::{TurnOutcome, TurnRecord},
 };
@@ -67,10 +70,16 @@ fn ms(duration: Duration) -> f64 {
 }
 
 /// Runs one session: connect, wait at the start line (not in the open loop), then drive every
-/// turn.
+/// turn; with [`super::LoadConfig::reconnect`], a dropped connection is reconnected with the
+/// same call id and the turn in flight sent again.
 pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
+    let call_id = format!("{}-{index}", shared.call_prefix);
     let started = Instant::now();
-    let connected = connect(&shared).await;
+    let mut budget = shared.config.reconnect.map_or(0, |r| r.retries);
+    let mut connected = connect(&shared, &call_id).await;
+    if connected.is_err() && shared.config.reconnect.is_some() {
+        connected = reconnect(&shared, &call_id, &mut budget).await;
+    }
     {
         let mut totals = shared.lock();
         match &connected {
@@ -111,56 +120,191 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
         let offset = (index as f64 * 0.618_033_988_75).fract();
         tokio::time::sleep(shared.config.think.mul_f64(offset)).await;
     }
+    let reconnecting = shared.config.reconnect.is_some();
+    let mut script = Script::new(shared.config.scenario, index, shared.config.turns);
     let mut history: Vec<Value> = Vec::with_capacity(2 * shared.config.turns);
-    for turn in 0..shared.config.turns {
+    let mut turn = 0;
+    while let Some(text) = script.next_words() {
+        // Each turn may reconnect up to the configured number of times.
+        budget = shared.config.reconnect.map_or(0, |r| r.retries);
         if turn > 0 && !shared.config.think.is_zero() {
-            tokio::time::sleep(shared.config.think).await;
+            if reconnecting {
+                // A platform reads its socket between turns too: a drop here is found (and
+                // mended) before the next turn, so that turn was never in flight at a drop.
+                if let Err(abort) = pause(&shared, &mut socket, shared.config.think).await {
+                    shared.lock().drops += 1;
+                    match reconnect(&shared, &call_id, &mut budget).await {
+                        Ok(fresh) => socket = fresh,
+                        Err(_) => {
+                            fail_turn(&shared, index, turn, Instant::now(), abort, &script);
+                            return;
+                        }
+                    }
+                }
+            } else {
+                tokio::time::sleep(shared.config.think).await;
+            }
         }
         let began = Instant::now();
-        let record = |outcome, sample: Option<&TurnSample>, error: Option<String>| TurnRecord {
-            at_ms: since_start(&shared, began),
-            session: index,
-            turn: Some(turn),
-            outcome,
-            first_chunk_ms: sample.and_then(|s| s.first_chunk).map(ms),
-            end_ms: sample.map(|s| ms(s.end)),
-            error,
+        history.push(json!({"role": "user", "content": text}));
+        let mut hit = false;
+        // A turn sent again after a reconnect is timed from its first sending: the caller
+        // waited all along.
+        let mut first_sent = None;
+        let outcome = loop {
+            match run_turn(&shared, &mut socket, &history, &text, &mut first_sent).await {
+                Ok(done) => break Ok(done),
+                Err(Abort::Rejected(why)) => break Err(Abort::Rejected(why)),
+                Err(abort) if reconnecting => {
+                    {
+                        let mut totals = shared.lock();
+                        totals.drops += 1;
+                        if !hit {
+                            totals.turns_in_flight_at_drop += 1;
+                        }
+                    }
+                    hit = true;
+                    match reconnect(&shared, &call_id, &mut budget).await {
+                        Ok(fresh) => socket = fresh,
+                        // Out of retries: the turn is lost with the drop that started it.
+                        Err(_) => break Err(abort),
+                    }
+                }
+                Err(abort) => break Err(abort),
+            }
         };
-        match run_turn(&shared, &mut socket, &mut history, index, turn).await {
-            Ok(sample) => {
+        match outcome {
+            Ok((sample, answer)) => {
                 shared.lock().add_turn(&sample);
-                shared.log(record(sample.outcome(), Some(&sample), None));
+                shared.log(TurnRecord {
+                    at_ms: since_start(&shared, began),
+                    session: index,
+                    turn: Some(turn),
+                    outcome: sample.outcome(),
+                    first_chunk_ms: sample.first_chunk.map(ms),
+                    end_ms: Some(ms(sample.end)),
+                    error: None,
+                });
+                // The platform reports what the agent said, and keeps it in its conversation.
+                // A failure here is found by the next turn.
+                let _ = send(
+                    &mut socket,
+                    Event::now(EventBody::TranscriptUpdate(TranscriptUpdate {
+                        role: TranscriptRole::Assistant,
+                        content: answer.clone(),
+                    })),
+                )
+                .await;
+                script.heard(&text, &answer);
+                history.push(json!({"role": "assistant", "content": answer}));
             }
             Err(abort) => {
-                let outcome = {
-                    let mut totals = shared.lock();
-                    let outcome = match abort {
-                        Abort::Timeout(_) => {
-                            totals.turns_timed_out += 1;
-                            TurnOutcome::TimedOut
-                        }
-                        Abort::Closed(_) | Abort::Rejected(_) => {
-                            totals.turns_lost += 1;
-                            TurnOutcome::Lost
-                        }
-                    };
-                    totals.turns_not_run += (shared.config.turns - turn - 1) as u64;
-                    totals.note_error(abort.to_string());
-                    outcome
-                };
-                shared.log(record(outcome, None, Some(abort.to_string())));
+                fail_turn(&shared, index, turn, began, abort, &script);
                 return;
             }
         }
+        turn += 1;
     }
+    shared.lock().add_transfers(&script.transfers);
     // A polite close; the crew's answer is not waited for beyond a short bound.
     let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(None)).await;
 }
 
-async fn connect(shared: &Shared) -> Result<Socket, Abort> {
+/// Counts a turn that never completed, and the turns its session will not run.
+fn fail_turn(
+    shared: &Shared,
+    index: usize,
+    turn: usize,
+    began: Instant,
+    abort: Abort,
+    script: &Script,
+) {
+    let outcome = {
+        let mut totals = shared.lock();
+        let outcome = match abort {
+            Abort::Timeout(_) => {
+                totals.turns_timed_out += 1;
+                TurnOutcome::TimedOut
+            }
+            Abort::Closed(_) | Abort::Rejected(_) => {
+                totals.turns_lost += 1;
+                TurnOutcome::Lost
+            }
+        };
+        totals.turns_not_run += script.left() as u64;
+        totals.note_error(abort.to_string());
+        totals.add_transfers(&script.transfers);
+        outcome
+    };
+    shared.log(TurnRecord {
+        at_ms: since_start(shared, began),
+        session: index,
+        turn: Some(turn),
+        outcome,
+        first_chunk_ms: None,
+        end_ms: None,
+        error: Some(abort.to_string()),
+    });
+}
+
+/// Connects again after a drop, with the same call id, within `budget` attempts (backing off
+/// between them); the last error when none succeeds.
+async fn reconnect(shared: &Shared, call_id: &str, budget: &mut u32) -> Result<Socket, Abort> {
+    let Some(policy) = shared.config.reconnect else {
+        return Err(Abort::Closed("reconnecting is off".to_owned()));
+    };
+    let mut last = Abort::Closed("no reconnect attempt left".to_owned());
+    let mut attempt = 0_u32;
+    while *budget > 0 {
+        *budget -= 1;
+        let backoff = policy
+            .backoff
+            .saturating_mul(2_u32.saturating_pow(attempt))
+            .min(policy.max_backoff);
+        tokio::time::sleep(backoff).await;
+        attempt += 1;
+        match connect(shared, call_id).await {
+            Ok(socket) => {
+                shared.lock().reconnects += 1;
+                return Ok(socket);
+            }
+            Err(error) => {
+                shared.lock().reconnect_failures += 1;
+                last = error;
+            }
+        }
+    }
+    Err(last)
+}
+
+/// Waits `think` between turns while reading the socket: a frame that arrives is skipped (a
+/// chunk counts as stray), a close or a failure is returned.
+async fn pause(shared: &Shared, socket: &mut Socket, think: Duration) -> Result<(), Abort> {
+    let deadline = Instant::now() + think;
+    loop {
+        match next_frame(socket, deadline, "nothing").await {
+            Err(Abort::Timeout(_)) => return Ok(()),
+            Err(abort) => return Err(abort),
+            Ok(bytes) => {
+                if let Ok(head) = serde_json::from_slice::<Head<'_>>(&bytes)
+                    && head.kind == "agent.llm.response.chunk"
+                {
+                    shared.lock().stray_chunks += 1;
+                }
+            }
+        }
+    }
+}
+
+async fn connect(shared: &Shared, call_id: &str) -> Result<Socket, Abort> {
     let config = &shared.config;
     let mut platform = PlatformConfig::new(config.url.clone());
     platform.token.clone_from(&config.token);
+    // The platform's call id: the same on every connection of this call.
+    platform.caller = Some(Caller {
+        call_id: Some(call_id.to_owned()),
+        ..Caller::default()
+    });
     let mut socket = tokio::time::timeout(config.connect_timeout, open_socket(&platform))
         .await
         .map_err(|_| Abort::Timeout("the WebSocket connection"))?
@@ -222,28 +366,26 @@ async fn next_frame(
 async fn run_turn(
     shared: &Shared,
     socket: &mut Socket,
-    history: &mut Vec<Value>,
-    session: usize,
-    turn: usize,
-) -> Result<TurnSample, Abort> {
+    history: &[Value],
+    text: &str,
+    first_sent: &mut Option<Instant>,
+) -> Result<(TurnSample, String), Abort> {
     let config = &shared.config;
-    let text = config.scenario.user_text(session, turn);
     send(
         socket,
         Event::now(EventBody::TranscriptUpdate(TranscriptUpdate {
             role: TranscriptRole::User,
-            content: text.clone(),
+            content: text.to_owned(),
         })),
     )
     .await?;
-    history.push(json!({"role": "user", "content": text}));
     let request = Event::now(EventBody::LlmRequest(LlmRequest {
         messages: Some(protocol::Messages::from_values(history)),
         extra_params: Map::new(),
     }));
     send(socket, request).await?;
-    let sent = Instant::now();
-    let deadline = sent + config.turn_timeout;
+    let deadline = Instant::now() + config.turn_timeout;
+    let sent = *first_sent.get_or_insert_with(Instant::now);
 
     let mut sample = TurnSample::default();
     let mut started = false;
@@ -306,15 +448,5 @@ async fn run_turn(
             _ => {}
         }
     }
-    // The platform reports what the agent said, and keeps it in its conversation.
-    send(
-        socket,
-        Event::now(EventBody::TranscriptUpdate(TranscriptUpdate {
-            role: TranscriptRole::Assistant,
-            content: answer.clone(),
-        })),
-    )
-    .await?;
-    history.push(json!({"role": "assistant", "content": answer}));
-    Ok(sample)
+    Ok((sample, answer))
 }

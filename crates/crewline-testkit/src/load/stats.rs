@@ -5,7 +5,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::turn_log::TurnOutcome;
+use super::{script::Transfer, turn_log::TurnOutcome};
 
 /// The largest latency a histogram keeps exactly (longer ones are clamped to it): 1 hour.
 const MAX_MICROS: u64 = 3_600_000_000;
@@ -124,6 +124,13 @@ pub(crate) struct Totals {
     pub(crate) agent_errors: u64,
     pub(crate) turns_interrupted: u64,
     pub(crate) chunks_after_interrupt: u64,
+    pub(crate) drops: u64,
+    pub(crate) reconnects: u64,
+    pub(crate) reconnect_failures: u64,
+    pub(crate) turns_in_flight_at_drop: u64,
+    pub(crate) transfers_requested: u64,
+    pub(crate) transfers_confirmed: u64,
+    pub(crate) transfers_asked_again: u64,
     /// The first few error messages, for the report.
     pub(crate) error_samples: Vec<String>,
 }
@@ -155,6 +162,13 @@ impl Totals {
             agent_errors: 0,
             turns_interrupted: 0,
             chunks_after_interrupt: 0,
+            drops: 0,
+            reconnects: 0,
+            reconnect_failures: 0,
+            turns_in_flight_at_drop: 0,
+            transfers_requested: 0,
+            transfers_confirmed: 0,
+            transfers_asked_again: 0,
             error_samples: Vec::new(),
         }
     }
@@ -162,6 +176,15 @@ impl Totals {
     pub(crate) fn note_error(&mut self, message: String) {
         if self.error_samples.len() < ERROR_SAMPLES && !self.error_samples.contains(&message) {
             self.error_samples.push(message);
+        }
+    }
+
+    /// Counts a call's transfers once, when the call ends.
+    pub(crate) fn add_transfers(&mut self, transfers: &[Transfer]) {
+        for transfer in transfers {
+            self.transfers_requested += 1;
+            self.transfers_confirmed += u64::from(transfer.confirmed);
+            self.transfers_asked_again += u64::from(transfer.asked_again);
         }
     }
 
