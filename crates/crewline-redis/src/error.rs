@@ -11,7 +11,10 @@ pub enum RedisStoreError {
     )]
     NoUrl,
     /// The URL is not one the Redis client understands.
-    #[error("`{url}` is not a Redis URL (redis://, rediss://, redis+unix://)")]
+    #[error(
+        "`{url}` is not a Redis URL (redis://, rediss://, redis+unix://, \
+         redis+sentinel://host:port[,host:port]/service)"
+    )]
     InvalidUrl {
         /// The URL, its password hidden.
         url: String,
