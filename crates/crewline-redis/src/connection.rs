@@ -659,4 +659,17 @@ mod tests {
             Ok(Primary::Fixed(_))
         ));
     }
+
+    #[test]
+    fn a_sentinel_urls_password_is_hidden_like_any_other() {
+        assert_eq!(
+            crate::redact("redis+sentinel://user:secret@a:26379,b:26380/mymaster"),
+            "redis+sentinel://user:***@a:26379,b:26380/mymaster"
+        );
+        let refused = Primary::from_url("redis+sentinel://:secret@a:port/mymaster")
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
+        assert!(!refused.contains("secret"), "{refused}");
+    }
 }
