@@ -70,9 +70,11 @@ print(*(s.getsockname()[1] for s in socks))
 for s in socks: s.close()')
 PORTS=("$P1" "$P2" "$P3")
 
-# redis: loopback, no persistence. The replicas get its address; they do not use it yet.
-"$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
-  --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+# redis: loopback, with the settings docs/deploying.md gives (append-only file fsynced every
+# second, no eviction), so a Redis restart loses nothing it acknowledged and crewline's check at
+# connect accepts it. The replicas get its address; they do not use it yet.
+"$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --appendonly yes --appendfsync everysec \
+  --maxmemory-policy noeviction --dir "$WORK" >"$WORK/redis.log" 2>&1 &
 PIDS+=($!)
 export CREWLINE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 

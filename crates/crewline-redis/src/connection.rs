@@ -1,10 +1,19 @@
 //! One connection to Redis that the task store and the approver share: the commands'
 //! reconnecting connection, the key prefix, and the wake-up subscription with its local
-//! waiters.
+//! waiters; and the check, at connect, of the Redis settings that can lose crewline's keys
+//! (eviction, persistence).
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
 
-use redis::{ScriptInvocation, aio::ConnectionManager};
+use redis::{
+    ConnectionAddr, ScriptInvocation,
+    aio::{ConnectionManager, ConnectionManagerConfig},
+    sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType},
+};
 
 use crate::{
     RedisStoreError, redact,
@@ -25,7 +34,14 @@ pub struct RedisConnection {
 }
 
 struct Inner {
-    commands: ConnectionManager,
+    /// The command connection to the current primary (replaced after a Sentinel failover).
+    commands: RwLock<ConnectionManager>,
+    /// Where the primary is.
+    primary: Primary,
+    /// Held while the primary is looked up again, so one failover makes one new connection.
+    following: tokio::sync::Mutex<()>,
+    /// The address of the primary `commands` is connected to.
+    primary_addr: RwLock<String>,
     prefix: String,
     /// The URL, its password hidden: what messages and logs name.
     target: String,
@@ -50,35 +66,33 @@ impl fmt::Debug for RedisConnection {
 
 impl RedisConnection {
     /// Connects to `url` for keys under `prefix`: commands through a reconnecting connection,
-    /// wake-ups through a subscription of their own.
+    /// wake-ups through a subscription of their own. A `redis+sentinel://` URL finds the
+    /// primary through Sentinel, and again after a failover.
     pub(crate) async fn open(url: &str, prefix: String) -> Result<Self, RedisStoreError> {
         let target = redact(url);
-        let client = redis::Client::open(url).map_err(|source| RedisStoreError::InvalidUrl {
+        let invalid = |source| RedisStoreError::InvalidUrl {
             url: target.clone(),
             source,
-        })?;
+        };
+        let primary = Primary::from_url(url).map_err(invalid)?;
         let unreachable = |source| RedisStoreError::Unreachable {
             url: target.clone(),
             source,
         };
-        // Few, short retries: an operation while Redis is down fails within a few seconds
-        // with a clear error instead of hanging; the next one reconnects.
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500))
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let commands = ConnectionManager::new_with_config(client.clone(), config)
+        let client = primary.client().await.map_err(unreachable)?;
+        let primary_addr = client.get_connection_info().addr().to_string();
+        let commands = ConnectionManager::new_with_config(client, manager_config())
             .await
             .map_err(unreachable)?;
+        let checks = Checks::from_variables(|name| std::env::var(name).ok());
+        check_settings(&mut commands.clone(), &target, checks).await?;
         let channel = format!("{prefix}changed");
-        let pubsub = wakeups::subscribe(&client, &channel, CONNECT_TIMEOUT)
+        let pubsub = wakeups::subscribe(&primary, &channel, CONNECT_TIMEOUT)
             .await
             .map_err(unreachable)?;
         let waiters = Arc::new(Waiters::default());
         let router = tokio::spawn(wakeups::route(
-            client,
+            primary.clone(),
             channel,
             target.clone(),
             CONNECT_TIMEOUT,
@@ -88,7 +102,10 @@ impl RedisConnection {
         tracing::info!(redis = %target, prefix = %prefix, "connected to Redis");
         Ok(Self {
             inner: Arc::new(Inner {
-                commands,
+                commands: RwLock::new(commands),
+                primary,
+                following: tokio::sync::Mutex::new(()),
+                primary_addr: RwLock::new(primary_addr),
                 prefix,
                 target,
                 waiters,
@@ -117,22 +134,388 @@ impl RedisConnection {
         self.inner.waiters.wake(key);
     }
 
-    /// Runs `invocation`, sending it once more if the connection had failed before it was
-    /// sent.
+    /// The address of the primary the commands go to.
+    fn primary_addr(&self) -> String {
+        self.inner
+            .primary_addr
+            .read()
+            .map(|addr| addr.clone())
+            .unwrap_or_default()
+    }
+
+    /// The command connection to the current primary.
+    fn commands(&self) -> ConnectionManager {
+        // A poisoned lock still holds a usable connection: the writer only swaps it.
+        match self.inner.commands.read() {
+            Ok(commands) => commands.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Runs `invocation`, sending it once more if it surely did not run: the connection had
+    /// failed before it was sent (Redis was down), or it reached a replica (`READONLY`: the
+    /// primary failed over), in which case the primary is looked up again first.
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> redis::RedisResult<T> {
-        let mut connection = self.inner.commands.clone();
+        let mut connection = match self.inner.primary.named() {
+            // Sentinel named another primary since (the wake-up subscription asked after it
+            // lost the old one): connect to it before sending.
+            Some(named) if named != self.primary_addr() => self
+                .follow_primary()
+                .await
+                .unwrap_or_else(|| self.commands()),
+            _ => self.commands(),
+        };
         match invocation.invoke_async(&mut connection).await {
             // The connection had failed before this command was sent (Redis was down): the
             // manager is reconnecting now, and sending once more is safe.
             Err(error) if error.is_connection_refusal() => {
+                let mut connection = self.follow_primary().await.unwrap_or(connection);
                 invocation.invoke_async(&mut connection).await
+            }
+            // A replica refused it: it did not run. Send it to the new primary.
+            Err(error) if error.code() == Some("READONLY") && self.inner.primary.is_sentinel() => {
+                match self.follow_primary().await {
+                    Some(mut primary) => invocation.invoke_async(&mut primary).await,
+                    None => Err(error),
+                }
+            }
+            // Sent, then the connection failed: it may have run, so it is not sent again; the
+            // next command goes to the primary Sentinel names now.
+            Err(error) if failure(&error) == "is unreachable" => {
+                self.follow_primary().await;
+                Err(error)
             }
             reply => reply,
         }
     }
+
+    /// With Sentinel: looks the primary up again and, when it moved, connects to the new one
+    /// (the connection to use, or `None` if Sentinel did not answer). Without: nothing.
+    async fn follow_primary(&self) -> Option<ConnectionManager> {
+        let Primary::Sentinel(_) = &self.inner.primary else {
+            return None;
+        };
+        let _following = self.inner.following.lock().await;
+        let client = match self.inner.primary.client().await {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::warn!(redis = %self.inner.target, %error, "Sentinel named no primary yet");
+                return None;
+            }
+        };
+        let current = self.commands();
+        if self.primary_addr() == client.get_connection_info().addr().to_string() {
+            return Some(current);
+        }
+        let addr = client.get_connection_info().addr().to_string();
+        match ConnectionManager::new_with_config(client, manager_config()).await {
+            Ok(commands) => {
+                tracing::warn!(redis = %self.inner.target, primary = %addr, "Redis failed over: commands go to the new primary");
+                if let Ok(mut slot) = self.inner.commands.write() {
+                    *slot = commands.clone();
+                }
+                if let Ok(mut known) = self.inner.primary_addr.write() {
+                    *known = addr;
+                }
+                Some(commands)
+            }
+            Err(error) => {
+                tracing::warn!(redis = %self.inner.target, primary = %addr, %error, "the new primary did not answer");
+                None
+            }
+        }
+    }
+}
+
+/// The command connection's settings: few, short retries, so an operation while Redis is
+/// down fails within a few seconds with a clear error instead of hanging; the next one
+/// reconnects.
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_millis(500))
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+}
+
+/// The URL scheme of a Redis found through Sentinel.
+const SENTINEL_SCHEME: &str = "redis+sentinel://";
+/// Sentinel's port when the URL names none.
+const SENTINEL_PORT: u16 = 26379;
+
+/// Where the Redis primary is: one address, or the one Sentinel names.
+#[derive(Clone)]
+pub(crate) enum Primary {
+    /// A fixed address (`redis://`, `rediss://`, `redis+unix://`).
+    Fixed(redis::Client),
+    /// `redis+sentinel://`: asked of Sentinel at connect and after a failover.
+    Sentinel(Arc<SentinelState>),
+}
+
+/// The Sentinel client, and the primary it named last.
+pub(crate) struct SentinelState {
+    client: tokio::sync::Mutex<SentinelClient>,
+    /// The address Sentinel named last (by anyone: the wake-up subscription asks too, when it
+    /// is lost, so the commands learn of a failover before their next command fails).
+    named: std::sync::Mutex<String>,
+}
+
+impl Primary {
+    /// The primary `url` names (its form checked; nothing is connected yet).
+    fn from_url(url: &str) -> redis::RedisResult<Self> {
+        match url.strip_prefix(SENTINEL_SCHEME) {
+            Some(rest) => Ok(Self::Sentinel(Arc::new(SentinelState {
+                client: tokio::sync::Mutex::new(sentinel_client(rest)?),
+                named: std::sync::Mutex::new(String::new()),
+            }))),
+            None => Ok(Self::Fixed(redis::Client::open(url)?)),
+        }
+    }
+
+    fn is_sentinel(&self) -> bool {
+        matches!(self, Self::Sentinel(_))
+    }
+
+    /// The address Sentinel named last (`None` without Sentinel).
+    fn named(&self) -> Option<String> {
+        match self {
+            Self::Fixed(_) => None,
+            Self::Sentinel(sentinel) => sentinel.named.lock().ok().map(|named| named.clone()),
+        }
+    }
+
+    /// A client for the primary now (Sentinel is asked, within the connect timeout).
+    pub(crate) async fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Self::Fixed(client) => Ok(client.clone()),
+            Self::Sentinel(sentinel) => {
+                let asking = async { sentinel.client.lock().await.async_get_client().await };
+                let client = match tokio::time::timeout(CONNECT_TIMEOUT, asking).await {
+                    Ok(client) => client?,
+                    Err(_) => {
+                        return Err(redis::RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "asking Sentinel for the primary timed out",
+                        )));
+                    }
+                };
+                if let Ok(mut named) = sentinel.named.lock() {
+                    *named = client.get_connection_info().addr().to_string();
+                }
+                Ok(client)
+            }
+        }
+    }
+}
+
+/// A Sentinel client for `[user[:password]@]host[:port][,host[:port]...]/service[/db]` (the
+/// URL after `redis+sentinel://`); the credentials and database are the Redis nodes'.
+fn sentinel_client(rest: &str) -> redis::RedisResult<SentinelClient> {
+    let invalid =
+        |why: &'static str| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, why));
+    let (authority, path) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid("redis+sentinel:// needs /<service name> after the hosts"))?;
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((credentials, hosts)) => (Some(credentials), hosts),
+        None => (None, authority),
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',').filter(|host| !host.is_empty()) {
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) => (
+                name,
+                port.parse()
+                    .map_err(|_| invalid("a Sentinel port is not a number"))?,
+            ),
+            None => (host, SENTINEL_PORT),
+        };
+        sentinels.push(ConnectionAddr::Tcp(name.to_owned(), port));
+    }
+    if sentinels.is_empty() {
+        return Err(invalid("redis+sentinel:// names no Sentinel"));
+    }
+    let mut parts = path.split('/');
+    let service = parts
+        .next()
+        .filter(|service| !service.is_empty())
+        .ok_or_else(|| invalid("redis+sentinel:// needs /<service name> after the hosts"))?;
+    let mut builder = SentinelClientBuilder::new(sentinels, service, SentinelServerType::Master)?;
+    if let Some(db) = parts.next().filter(|db| !db.is_empty()) {
+        builder = builder.set_client_to_redis_db(
+            db.parse()
+                .map_err(|_| invalid("the database after the service is not a number"))?,
+        );
+    }
+    if let Some(credentials) = credentials {
+        let (user, password) = match credentials.split_once(':') {
+            Some((user, password)) => (user, Some(password)),
+            None => (credentials, None),
+        };
+        if !user.is_empty() {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = password.filter(|password| !password.is_empty()) {
+            builder = builder.set_client_to_redis_password(password);
+        }
+    }
+    builder.build()
+}
+
+/// The variable that turns the settings check off (`0`): for a Redis whose `CONFIG` is renamed
+/// on purpose and whose settings are known good.
+pub(crate) const CHECK_VARIABLE: &str = "CREWLINE_REDIS_CHECK_CONFIG";
+/// The variable that turns the refusal of a Redis without persistence into a warning (`0`).
+pub(crate) const REQUIRE_PERSISTENCE_VARIABLE: &str = "CREWLINE_REDIS_REQUIRE_PERSISTENCE";
+
+/// Which of Redis's settings are checked at connect, and how strictly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Checks {
+    /// Whether to read the settings at all.
+    check: bool,
+    /// Whether a Redis that keeps nothing on disk refuses the start (else a warning).
+    require_persistence: bool,
+}
+
+impl Checks {
+    /// The checks the variables `variable` looks up say: both on unless set to `0`, `false`
+    /// or `no`. Persistence is required by default: a Redis restart that loses the claims and
+    /// approvals can run a money-moving tool twice, which a bank would rather learn at start.
+    fn from_variables(variable: impl Fn(&str) -> Option<String>) -> Self {
+        let on = |name| {
+            !matches!(
+                variable(name)
+                    .map(|value: String| value.trim().to_ascii_lowercase())
+                    .as_deref(),
+                Some("0" | "false" | "no" | "off")
+            )
+        };
+        Self {
+            check: on(CHECK_VARIABLE),
+            require_persistence: on(REQUIRE_PERSISTENCE_VARIABLE),
+        }
+    }
+}
+
+/// Redis's settings that decide whether crewline's keys can be lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Settings {
+    /// `maxmemory-policy`.
+    policy: String,
+    /// `appendonly`.
+    appendonly: String,
+    /// `save` (empty: no snapshots).
+    save: String,
+}
+
+/// What the settings mean for crewline's keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verdict {
+    /// Nothing evicts crewline's keys, and a restart keeps them (up to the AOF's fsync).
+    Safe,
+    /// Snapshots only: a restart loses the writes since the last one.
+    SnapshotsOnly,
+    /// Nothing on disk, and persistence is not required: a restart loses every key.
+    NothingKept,
+}
+
+/// Whether `settings` are acceptable under `checks` (the refusal, else what to warn of).
+fn assess(settings: &Settings, checks: Checks, url: &str) -> Result<Verdict, RedisStoreError> {
+    // Every crewline key has a TTL, so the volatile-* policies can evict them as surely as
+    // the allkeys-* ones: only `noeviction` keeps them (a full Redis then refuses writes,
+    // which crewline reports, instead of dropping a claim or an approval without a word).
+    if !settings.policy.eq_ignore_ascii_case("noeviction") {
+        return Err(RedisStoreError::EvictionPolicy {
+            url: url.to_owned(),
+            policy: settings.policy.clone(),
+        });
+    }
+    if settings.appendonly.eq_ignore_ascii_case("yes") {
+        return Ok(Verdict::Safe);
+    }
+    if !settings.save.trim().is_empty() {
+        return Ok(Verdict::SnapshotsOnly);
+    }
+    if checks.require_persistence {
+        return Err(RedisStoreError::NoPersistence {
+            url: url.to_owned(),
+        });
+    }
+    Ok(Verdict::NothingKept)
+}
+
+/// One setting's value (`CONFIG GET name`).
+async fn setting(
+    connection: &mut ConnectionManager,
+    name: &str,
+) -> redis::RedisResult<Option<String>> {
+    // RESP2 answers `[name, value]`; a map reads the same way.
+    let reply: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query_async(connection)
+        .await?;
+    Ok(reply.get(name).cloned())
+}
+
+/// The settings, or why they could not be read.
+async fn settings(connection: &mut ConnectionManager) -> Result<Settings, String> {
+    let mut read = async |name: &str| match setting(connection, name).await {
+        Ok(Some(value)) => Ok(value),
+        Ok(None) => Err(format!("CONFIG GET {name} returned nothing")),
+        Err(error) => Err(format!("CONFIG GET {name} failed: {error}")),
+    };
+    Ok(Settings {
+        policy: read("maxmemory-policy").await?,
+        appendonly: read("appendonly").await?,
+        save: read("save").await?,
+    })
+}
+
+/// Checks the settings of the Redis behind `connection` as `checks` say: refuses an
+/// eviction policy that can drop crewline's keys, and a Redis without persistence when that is
+/// required; warns of the rest. A Redis that will not tell (managed services often disable
+/// `CONFIG`) is a warning, not a refusal.
+async fn check_settings(
+    connection: &mut ConnectionManager,
+    url: &str,
+    checks: Checks,
+) -> Result<(), RedisStoreError> {
+    if !checks.check {
+        tracing::info!(redis = %url, "Redis settings not checked ({CHECK_VARIABLE}=0)");
+        return Ok(());
+    }
+    let settings = match settings(connection).await {
+        Ok(settings) => settings,
+        Err(reason) => {
+            tracing::warn!(
+                redis = %url,
+                %reason,
+                "could not check Redis's eviction and persistence settings: make sure \
+                 maxmemory-policy is noeviction and appendonly is yes (docs/deploying.md, Redis)"
+            );
+            return Ok(());
+        }
+    };
+    match assess(&settings, checks, url)? {
+        Verdict::Safe => {}
+        Verdict::SnapshotsOnly => tracing::warn!(
+            redis = %url,
+            save = %settings.save,
+            "Redis keeps snapshots only (appendonly no): a restart loses the tasks, claims and \
+             approvals written since the last snapshot; set appendonly yes"
+        ),
+        Verdict::NothingKept => tracing::warn!(
+            redis = %url,
+            "Redis keeps nothing on disk (appendonly no, save \"\"): a restart loses every \
+             task, claim and approval; set appendonly yes"
+        ),
+    }
+    Ok(())
 }
 
 /// What a failed command says of Redis: unreachable (down, or the network), or failed.
@@ -145,5 +528,148 @@ pub(crate) fn failure(error: &redis::RedisError) -> &'static str {
         "is unreachable"
     } else {
         "failed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(policy: &str, appendonly: &str, save: &str) -> Settings {
+        Settings {
+            policy: policy.to_owned(),
+            appendonly: appendonly.to_owned(),
+            save: save.to_owned(),
+        }
+    }
+
+    const STRICT: Checks = Checks {
+        check: true,
+        require_persistence: true,
+    };
+    const LENIENT: Checks = Checks {
+        check: true,
+        require_persistence: false,
+    };
+
+    #[test]
+    fn every_policy_that_can_evict_a_key_with_a_ttl_is_refused() {
+        for policy in [
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+        ] {
+            let refused = assess(&settings(policy, "yes", ""), LENIENT, "redis://r");
+            assert!(
+                matches!(&refused, Err(RedisStoreError::EvictionPolicy { policy: named, .. }) if named == policy),
+                "{policy}: {refused:?}"
+            );
+        }
+        assert_eq!(
+            assess(&settings("noeviction", "yes", ""), STRICT, "redis://r").ok(),
+            Some(Verdict::Safe)
+        );
+    }
+
+    #[test]
+    fn no_persistence_is_refused_when_required_and_warned_of_otherwise() {
+        let nothing = settings("noeviction", "no", "");
+        assert!(matches!(
+            assess(&nothing, STRICT, "redis://r"),
+            Err(RedisStoreError::NoPersistence { .. })
+        ));
+        assert_eq!(
+            assess(&nothing, LENIENT, "redis://r").ok(),
+            Some(Verdict::NothingKept)
+        );
+        assert_eq!(
+            assess(&settings("noeviction", "no", "3600 1"), STRICT, "redis://r").ok(),
+            Some(Verdict::SnapshotsOnly)
+        );
+    }
+
+    #[test]
+    fn both_checks_are_on_unless_a_variable_turns_them_off() {
+        assert_eq!(Checks::from_variables(|_| None), STRICT);
+        assert_eq!(
+            Checks::from_variables(
+                |name| (name == REQUIRE_PERSISTENCE_VARIABLE).then(|| "0".to_owned())
+            ),
+            LENIENT
+        );
+        let off = Checks::from_variables(|name| (name == CHECK_VARIABLE).then(|| "no".to_owned()));
+        assert!(!off.check && off.require_persistence);
+        // Anything but an explicit "off" keeps a check on: a typo does not disable it.
+        assert_eq!(Checks::from_variables(|_| Some("yes".to_owned())), STRICT);
+    }
+
+    #[test]
+    fn the_refusals_name_the_setting_and_the_fix() {
+        let eviction = assess(&settings("allkeys-lru", "yes", ""), STRICT, "redis://r")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            eviction.contains("maxmemory-policy allkeys-lru"),
+            "{eviction}"
+        );
+        assert!(
+            eviction.contains("maxmemory-policy noeviction"),
+            "{eviction}"
+        );
+        let persistence = assess(&settings("noeviction", "no", ""), STRICT, "redis://r")
+            .expect_err("refused")
+            .to_string();
+        assert!(persistence.contains("appendonly yes"), "{persistence}");
+        assert!(
+            persistence.contains(REQUIRE_PERSISTENCE_VARIABLE),
+            "{persistence}"
+        );
+    }
+
+    #[test]
+    fn a_sentinel_url_names_its_sentinels_the_service_and_the_nodes_credentials() {
+        for url in [
+            "redis+sentinel://127.0.0.1:26379/mymaster",
+            "redis+sentinel://a:26379,b:26380,c/mymaster",
+            "redis+sentinel://:secret@a:26379,b:26380/mymaster/2",
+            "redis+sentinel://user:secret@a/mymaster",
+        ] {
+            let primary = Primary::from_url(url);
+            assert!(
+                matches!(primary, Ok(Primary::Sentinel(_))),
+                "{url}: {:?}",
+                primary.err()
+            );
+        }
+        for url in [
+            "redis+sentinel://a:26379",
+            "redis+sentinel://a:26379/",
+            "redis+sentinel:///mymaster",
+            "redis+sentinel://a:port/mymaster",
+            "redis+sentinel://a/mymaster/db",
+        ] {
+            assert!(Primary::from_url(url).is_err(), "{url} was accepted");
+        }
+        assert!(matches!(
+            Primary::from_url("redis://127.0.0.1:6379"),
+            Ok(Primary::Fixed(_))
+        ));
+    }
+
+    #[test]
+    fn a_sentinel_urls_password_is_hidden_like_any_other() {
+        assert_eq!(
+            crate::redact("redis+sentinel://user:secret@a:26379,b:26380/mymaster"),
+            "redis+sentinel://user:***@a:26379,b:26380/mymaster"
+        );
+        let refused = Primary::from_url("redis+sentinel://:secret@a:port/mymaster")
+            .err()
+            .map(|error| error.to_string())
+            .unwrap_or_default();
+        assert!(!refused.contains("secret"), "{refused}");
     }
 }

@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use crate::connection::Primary;
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -105,10 +106,12 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// Subscribes to `channel` on a connection of its own (with a bounded connect time).
 pub(crate) async fn subscribe(
-    client: &redis::Client,
+    primary: &Primary,
     channel: &str,
     connect_timeout: Duration,
 ) -> redis::RedisResult<redis::aio::PubSub> {
+    // The primary now: after a Sentinel failover, the new one.
+    let client = primary.client().await?;
     let connecting = tokio::time::timeout(connect_timeout, client.get_async_pubsub());
     let mut pubsub = match connecting.await {
         Ok(pubsub) => pubsub?,
@@ -132,7 +135,7 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// dropped; when the subscription is lost, subscribes again with backoff and wakes every
 /// waiter, since a message may have been missed meanwhile.
 pub(crate) async fn route(
-    client: redis::Client,
+    primary: Primary,
     channel: String,
     target: String,
     connect_timeout: Duration,
@@ -150,7 +153,7 @@ pub(crate) async fn route(
                 return;
             }
             tokio::time::sleep(pause).await;
-            match subscribe(&client, &channel, connect_timeout).await {
+            match subscribe(&primary, &channel, connect_timeout).await {
                 Ok(pubsub) => break pubsub,
                 Err(error) => {
                     tracing::debug!(redis = %target, %error, "subscribing for wake-ups failed");

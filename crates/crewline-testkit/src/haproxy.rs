@@ -1,5 +1,6 @@
 //! A real HAProxy in front of test servers on loopback, for tests of what a load balancer sees
-//! (health checks, draining, sticky sessions): [`Balancer`].
+//! (health checks, draining, sticky sessions, a frozen replica): [`Balancer`], and
+//! [`shipped_backend`] to run a shipped configuration's settings.
 //!
 //! Where `haproxy` is not installed, [`Balancer::available`] says so (and fails the test when
 //! `CREWLINE_REQUIRE_HAPROXY` is set, as CI sets it once it has installed HAProxy).
@@ -114,6 +115,21 @@ backend replicas
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+}
+
+/// The settings of the `backend crew` section of a shipped configuration (e.g.
+/// `deploy/test/haproxy.cfg.in`) without its `server` lines, `@BALANCE@` filled with
+/// `balance`: what [`Balancer::start`] takes as `backend`, so a test runs the settings as
+/// shipped.
+pub fn shipped_backend(template: &str, balance: &str) -> String {
+    template
+        .lines()
+        .skip_while(|line| line.trim() != "backend crew")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty() && !line.trim_start().starts_with("server "))
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .map(|line| format!("{}\n", line.replace("@BALANCE@", balance)))
+        .collect()
 }
 
 impl Drop for Balancer {

@@ -1,11 +1,19 @@
-//! A real `redis-server` per test, on a free loopback port, without persistence; and the
-//! contract suite's backend over it.
+//! A real `redis-server` per test, on a free loopback port; and the contract suite's backend
+//! over it.
+//!
+//! By default a server has RDB snapshots configured (`save 3600 1`, as a stock redis-server
+//! has), in a directory of its own: crewline's check at connect accepts it, and since no test
+//! lives an hour and the server is stopped with SIGKILL, none ever writes a snapshot, so a
+//! restart starts empty (what the outage tests need: a restart that loses the data). The test
+//! that restarts Redis and checks that nothing is lost runs with AOF
+//! ([`RedisServer::start_with`], tests/persistence.rs).
 
 #![allow(dead_code, unreachable_pub)]
 
 use std::{
     io::{Read, Write},
     net::{Ipv4Addr, TcpListener, TcpStream},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicUsize, Ordering},
     time::{Duration, Instant},
@@ -21,8 +29,16 @@ use crewline_remote::{
 pub struct RedisServer {
     binary: String,
     port: u16,
+    args: Vec<String>,
+    dir: PathBuf,
     child: Option<Child>,
 }
+
+/// The settings of a server started with [`RedisServer::start`].
+pub const DEFAULT_ARGS: &[&str] = &["--save", "3600 1", "--appendonly", "no"];
+
+/// Append-only file, fsynced every second: what docs/deploying.md tells operators to run.
+pub const AOF_ARGS: &[&str] = &["--appendonly", "yes", "--appendfsync", "everysec"];
 
 /// The server binary: `CREWLINE_REDIS_SERVER` (e.g. `valkey-server`), else `redis-server`.
 fn server_binary() -> String {
@@ -36,6 +52,12 @@ impl RedisServer {
     /// A fresh server, or `None` (with a note) where `redis-server` is not installed, unless
     /// `CREWLINE_REQUIRE_REDIS=1` makes that a failure.
     pub fn start() -> Option<Self> {
+        Self::start_with(DEFAULT_ARGS)
+    }
+
+    /// A fresh server with `args` (e.g. `--maxmemory-policy allkeys-lru`, [`AOF_ARGS`]) in a
+    /// directory of its own, or `None` as [`RedisServer::start`] says.
+    pub fn start_with(args: &[&str]) -> Option<Self> {
         let binary = server_binary();
         if Command::new(&binary)
             .arg("--version")
@@ -57,9 +79,15 @@ impl RedisServer {
                 .and_then(|listener| listener.local_addr())
                 .expect("a free port")
                 .port();
+            let dir =
+                std::env::temp_dir().join(format!("crewline-redis-{}-{port}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("the server's directory");
             let mut server = Self {
                 binary: binary.clone(),
                 port,
+                args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+                dir,
                 child: None,
             };
             if server.restart() {
@@ -99,7 +127,14 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Stops the server (its data goes with it).
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server with SIGKILL: no snapshot is written on the way out, so what survives
+    /// is what its settings had already put on disk (nothing by default, the AOF with
+    /// [`AOF_ARGS`]).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -107,12 +142,15 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port; whether it answers.
+    /// Starts the server again on the same port, the same settings and directory; whether it
+    /// answers.
     pub fn restart(&mut self) -> bool {
         self.stop();
         let child = Command::new(&self.binary)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--daemonize", "no", "--dir"])
+            .arg(&self.dir)
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -149,6 +187,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
