@@ -134,7 +134,8 @@ fn redis_server() -> Option<Redis> {
         .port();
     let Ok(child) = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
+        // Snapshots configured (so crewline accepts it) but never taken within a test.
+        .args(["--save", "3600 1", "--appendonly", "no"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
