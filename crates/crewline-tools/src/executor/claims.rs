@@ -313,7 +313,12 @@ pub trait ClaimStore: Send + Sync {
 #[derive(Default)]
 pub struct MemoryClaims {
     records: Mutex<HashMap<ClaimKey, Record>>,
+    /// When expired records are swept next (once a second at most: a sweep reads them all).
+    next_purge: Mutex<Option<Instant>>,
 }
+
+/// How often expired records are swept from a [`MemoryClaims`].
+const PURGE_EVERY: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for MemoryClaims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -382,6 +387,20 @@ impl MemoryClaims {
         Self::default()
     }
 
+    /// Forgets expired records, at most once every [`PURGE_EVERY`] (a record past its
+    /// expiry is ignored on read meanwhile).
+    fn purge(&self, records: &mut HashMap<ClaimKey, Record>, now: Instant) {
+        let mut next = self
+            .next_purge
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if next.is_some_and(|at| now < at) {
+            return;
+        }
+        *next = Some(now + PURGE_EVERY);
+        records.retain(|_, record| record.expires > now);
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<ClaimKey, Record>> {
         // Every update is a whole assignment: a poisoned map is consistent.
         self.records
@@ -425,7 +444,10 @@ impl ClaimStore for MemoryClaims {
     ) -> Result<Claim, ClaimError> {
         let now = Instant::now();
         let mut records = self.lock();
-        records.retain(|_, record| record.expires > now);
+        self.purge(&mut records, now);
+        if records.get(key).is_some_and(|record| record.expires <= now) {
+            records.remove(key);
+        }
         if let Some(record) = records.get_mut(key) {
             record.lapse(now, terms);
             match (&record.state, request) {
