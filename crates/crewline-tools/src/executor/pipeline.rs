@@ -131,10 +131,10 @@ impl Executor {
         self.keep_arguments(trace, &arguments);
         guardrails::check(&self.guardrails, Side::Input, call, &arguments).await?;
         let policy = entry.tool.policy();
-        // A retry of a non-cancellable call still running in this session (or finished
-        // without its caller hearing the outcome) joins it: nothing new runs, so nothing is
-        // approved or counted again.
-        // The same call, on any replica sharing the claim store (see `claims`).
+        // A retry of a non-cancellable call of this session (the platform's call, on any
+        // replica sharing the claim store) that runs, or finished, or whose replica died,
+        // reads what its claim says (see `claims`): nothing new runs, so nothing is approved
+        // or counted again.
         let claim_key =
             (!policy.cancellable).then(|| ClaimKey::new(context.scope(), &call.name, &arguments));
         let joined = match &claim_key {
@@ -320,6 +320,7 @@ impl Executor {
                     token,
                     idempotency_key,
                 }) => {
+                    // The claim is this call's: the tool starts now, under its key.
                     trace.detached = true;
                     let tool = guarded_call(entry, arguments);
                     let waiter = self.in_flight.start(
