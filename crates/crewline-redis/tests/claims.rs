@@ -244,3 +244,30 @@ async fn a_claim_store_that_cannot_be_reached_refuses_the_call_before_it_runs() 
         "fail closed: it did not run"
     );
 }
+
+#[tokio::test]
+async fn an_outcome_that_cannot_be_written_still_reaches_its_caller() {
+    let Some(mut server) = RedisServer::start() else {
+        return;
+    };
+    let (registry, runs) = replica(
+        &server.url(),
+        "lost:",
+        Duration::from_secs(1),
+        Some(Duration::from_millis(800)),
+    )
+    .await;
+    let call = tokio::spawn(async move { transfer(&registry).await });
+    while runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Redis goes away while the transfer runs: its outcome cannot be written.
+    server.stop();
+    let told = call.await.unwrap();
+    assert!(!told.is_error(), "{}", told.content());
+    assert_eq!(
+        content(&told)["run"],
+        json!(1),
+        "the caller has the real outcome"
+    );
+}
