@@ -23,6 +23,9 @@ use crewline_core::{ToolCall, ToolErrorKind, ToolResult};
 use crewline_redis::{RedisClaims, RedisConfig};
 use crewline_tools::{
     Executor, IdempotencyKey, SessionScope, Tool, ToolError, ToolPolicy, ToolRegistry,
+    executor::claims::{
+        Claim, ClaimKey, ClaimOutcome, ClaimRequest, ClaimStore, ClaimTerms, ClaimToken,
+    },
 };
 use serde_json::{Value, json};
 
@@ -269,5 +272,56 @@ async fn an_outcome_that_cannot_be_written_still_reaches_its_caller() {
         content(&told)["run"],
         json!(1),
         "the caller has the real outcome"
+    );
+}
+
+#[tokio::test]
+async fn an_owner_alive_after_its_lease_lapsed_still_writes_its_outcome() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let connection = RedisConfig::new(server.url())
+        .prefix("lapse:")
+        .open()
+        .await
+        .unwrap();
+    let store = RedisClaims::new(connection);
+    let terms = ClaimTerms {
+        lease: Duration::from_millis(100),
+        window: Duration::from_secs(60),
+    };
+    let key = ClaimKey::new(&SessionScope::for_call("c1"), "transfer", &json!({}));
+    let token = ClaimToken::fresh();
+    let request = ClaimRequest::Claim {
+        token: token.clone(),
+        idempotency_key: IdempotencyKey::fresh(),
+        retake_unknown: false,
+    };
+    let won = store.claim(&key, request, terms).await.unwrap();
+    assert!(matches!(won, Claim::Won { .. }), "{won:?}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = store.claim(&key, ClaimRequest::Join, terms).await.unwrap();
+    assert!(matches!(seen, Claim::Unknown { .. }), "{seen:?}");
+    assert!(!store.renew(&key, &token, terms).await.unwrap());
+
+    let outcome = ClaimOutcome::Ok(json!({"sent": 50}));
+    assert!(
+        store
+            .settle(&key, &token, &outcome, false, terms)
+            .await
+            .unwrap()
+    );
+    let read = store.claim(&key, ClaimRequest::Join, terms).await.unwrap();
+    assert!(
+        matches!(&read, Claim::Outcome { outcome: ClaimOutcome::Ok(value), .. } if value == &json!({"sent": 50})),
+        "{read:?}"
+    );
+    let again = store.claim(&key, ClaimRequest::Join, terms).await.unwrap();
+    assert!(matches!(again, Claim::Done { .. }), "received: {again:?}");
+    assert!(
+        !store
+            .settle(&key, &ClaimToken::fresh(), &outcome, false, terms)
+            .await
+            .unwrap()
     );
 }

@@ -648,6 +648,54 @@ mod tests {
         assert_eq!(ClaimOutcome::from_json("[]"), None);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_owner_alive_after_its_lease_lapsed_still_writes_its_outcome() {
+        let store = MemoryClaims::new();
+        let terms = ClaimTerms {
+            lease: Duration::from_secs(1),
+            window: Duration::from_secs(60),
+        };
+        let key = ClaimKey::new(&SessionScope::for_call("c1"), "transfer", &json!({}));
+        let token = ClaimToken::fresh();
+        let request = ClaimRequest::Claim {
+            token: token.clone(),
+            idempotency_key: IdempotencyKey::fresh(),
+            retake_unknown: false,
+        };
+        let won = store.claim(&key, request, terms).await.unwrap();
+        assert!(matches!(won, Claim::Won { .. }));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let seen = store.claim(&key, ClaimRequest::Join, terms).await.unwrap();
+        assert!(matches!(seen, Claim::Unknown { .. }), "{seen:?}");
+        assert!(!store.renew(&key, &token, terms).await.unwrap());
+
+        let outcome = ClaimOutcome::Ok(json!({"sent": 50}));
+        assert!(
+            store
+                .settle(&key, &token, &outcome, false, terms)
+                .await
+                .unwrap()
+        );
+        let read = store.claim(&key, ClaimRequest::Join, terms).await.unwrap();
+        assert!(
+            matches!(
+                read,
+                Claim::Outcome {
+                    outcome: ClaimOutcome::Ok(_),
+                    ..
+                }
+            ),
+            "{read:?}"
+        );
+        let other = ClaimToken::fresh();
+        assert!(
+            !store
+                .settle(&key, &other, &outcome, false, terms)
+                .await
+                .unwrap()
+        );
+    }
+
     #[test]
     fn keys_differ_by_session_tool_and_arguments() {
         let call = SessionScope::for_call("c1");
