@@ -31,7 +31,7 @@ pub(crate) fn default_crate_path() -> Path {
 }
 
 /// The options of `#[function_tool(name = "..", description = "..", cancellable = false,
-/// timeout_ms = N, confirm, cache_ttl_s = N, strict, crate = path)]`.
+/// timeout_ms = N, confirm, cache_ttl_s = N, strict, dedupes_by_key, crate = path)]`.
 #[derive(Default)]
 pub(crate) struct ToolOptions {
     pub(crate) name: Option<LitStr>,
@@ -47,6 +47,9 @@ pub(crate) struct ToolOptions {
     pub(crate) export: Option<ExportList>,
     /// Whether the tool is strict (`strict` or `strict = bool`; `None`: the registry's default).
     pub(crate) strict: Option<bool>,
+    /// Whether its downstream dedupes by the call's idempotency key (`dedupes_by_key` or
+    /// `dedupes_by_key = bool`).
+    pub(crate) dedupes_by_key: Option<bool>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -100,6 +103,8 @@ impl ToolOptions {
             set_once(&mut self.confirm, meta, "confirm", flag)
         } else if meta.path.is_ident("strict") {
             set_once(&mut self.strict, meta, "strict", flag)
+        } else if meta.path.is_ident("dedupes_by_key") {
+            set_once(&mut self.dedupes_by_key, meta, "dedupes_by_key", flag)
         } else if meta.path.is_ident("export") {
             set_once(&mut self.export, meta, "export", |meta| {
                 ExportList::parse(&meta.value()?.parse()?)
@@ -108,7 +113,7 @@ impl ToolOptions {
             set_once(&mut self.krate, meta, "crate", parse_crate_path)
         } else {
             Err(meta.error(format!(
-                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `strict`, `export = \"crew,mcp,remote\"` or `crate = path`",
+                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `strict`, `dedupes_by_key`, `export = \"crew,mcp,remote\"` or `crate = path`",
                 path_text(&meta.path)
             )))
         }

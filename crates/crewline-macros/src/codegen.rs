@@ -132,39 +132,42 @@ pub(crate) fn tool_items(
         || spec.confirm
         || spec.cache_ttl_s.is_some()
         || spec.export.is_some()
-        || spec.strict.is_some())
-    .then(|| {
-        let timeout = spec
-            .timeout_ms
-            .map(|ms| quote!(.timeout(#private::Duration::from_millis(#ms))));
-        let confirm = spec.confirm.then(|| quote!(.confirm(true)));
-        let cache = spec
-            .cache_ttl_s
-            .map(|s| quote!(.cache_ttl(#private::Duration::from_secs(#s))));
-        let exports = spec.export.map(|list| {
-            let (crew, mcp, remote) = (list.crew, list.mcp, list.remote);
+        || spec.strict.is_some()
+        || spec.dedupes_by_key)
+        .then(|| {
+            let timeout = spec
+                .timeout_ms
+                .map(|ms| quote!(.timeout(#private::Duration::from_millis(#ms))));
+            let confirm = spec.confirm.then(|| quote!(.confirm(true)));
+            let cache = spec
+                .cache_ttl_s
+                .map(|s| quote!(.cache_ttl(#private::Duration::from_secs(#s))));
+            let exports = spec.export.map(|list| {
+                let (crew, mcp, remote) = (list.crew, list.mcp, list.remote);
+                quote! {
+                    .exports(#private::Exports {
+                        crew: #crew,
+                        mcp: #mcp,
+                        remote: #remote,
+                    })
+                }
+            });
+            let cancellable = (!spec.cancellable).then(|| quote!(.cancellable(false)));
+            let strict = spec.strict.map(|strict| quote!(.strict(#strict)));
+            let dedupes = spec.dedupes_by_key.then(|| quote!(.dedupes_by_key(true)));
             quote! {
-                .exports(#private::Exports {
-                    crew: #crew,
-                    mcp: #mcp,
-                    remote: #remote,
-                })
+                fn policy(&self) -> #private::ToolPolicy {
+                    #private::ToolPolicy::new()
+                        #cancellable
+                        #timeout
+                        #confirm
+                        #cache
+                        #exports
+                        #strict
+                        #dedupes
+                }
             }
         });
-        let cancellable = (!spec.cancellable).then(|| quote!(.cancellable(false)));
-        let strict = spec.strict.map(|strict| quote!(.strict(#strict)));
-        quote! {
-            fn policy(&self) -> #private::ToolPolicy {
-                #private::ToolPolicy::new()
-                    #cancellable
-                    #timeout
-                    #confirm
-                    #cache
-                    #exports
-                    #strict
-            }
-        }
-    });
 
     // Autoref specialisation (see `__private::ResultSchema`): a schema only when the type
     // implements `JsonSchema`, without the macro having to know whether it does.

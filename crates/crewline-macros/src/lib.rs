@@ -103,7 +103,9 @@ use proc_macro::TokenStream;
 ///   `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `cancellable = false`,
 ///   `export = "crew,mcp,remote"` (the targets the tool is offered to; default: its registry's
 ///   default, the crew only: MCP and remote exports are opt-in), and `strict` (or
-///   `strict = false`: OpenAI strict mode, checked at registration; default: its registry's).
+///   `strict = false`: OpenAI strict mode, checked at registration; default: its registry's),
+///   and `dedupes_by_key` (its downstream dedupes by `IdempotencyKey::current()`, so a call
+///   whose outcome is unknown may run again under the same key).
 #[proc_macro_attribute]
 pub fn function_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     free_fn::expand(attr.into(), item.into()).into()

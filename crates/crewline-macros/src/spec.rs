@@ -74,6 +74,8 @@ pub(crate) struct ToolSpec {
     pub(crate) export: Option<ExportList>,
     /// Whether it is strict (`None`: the registry's default).
     pub(crate) strict: Option<bool>,
+    /// Whether its downstream dedupes by the call's idempotency key.
+    pub(crate) dedupes_by_key: bool,
     /// The type whose JSON Schema is the result schema (if it has one): the `T` of a
     /// `Result<T, E>`, otherwise the return type (`None` for `()` and `impl Trait`).
     pub(crate) result_ty: Option<Type>,
@@ -327,6 +329,7 @@ pub(crate) fn analyze(
         cache_ttl_s: options.cache_ttl_s,
         export: options.export,
         strict: options.strict,
+        dedupes_by_key: options.dedupes_by_key.unwrap_or(false),
         result_ty,
         receiver,
         args,

@@ -1,9 +1,11 @@
 //! Redis-backed state for crewline replicas behind a load balancer: a [`TaskStore`] for the
-//! task API (several crew servers serve one set of tasks) and [`RedisApproval`], deferred
-//! approvals an operator decides on any replica, and [`RedisLedger`], the tool ledger as one
-//! stream (`<prefix>ledger`, trimmed to [`DEFAULT_LEDGER_MAX_LEN`] entries) whose intents with
-//! no outcome are the calls a crashed replica left for an operator to reconcile. All can share
-//! one [`RedisConnection`] ([`RedisConfig::open`]).
+//! task API (several crew servers serve one set of tasks); [`RedisApproval`], deferred
+//! approvals an operator decides on any replica; [`RedisClaims`], run-once claims of
+//! non-cancellable tool calls (a retry on any replica joins the running call or reads its
+//! outcome); and [`RedisLedger`], the tool ledger as one stream (`<prefix>ledger`, trimmed to
+//! [`DEFAULT_LEDGER_MAX_LEN`] entries) whose intents with no outcome are the calls a crashed
+//! replica left for an operator to reconcile. All can share one [`RedisConnection`]
+//! ([`RedisConfig::open`]).
 //!
 //! A task created through one replica can be attached to a call on another; its tool calls are
 //! polled, and answered, through any replica; the answer reaches the replica whose call waits
@@ -29,6 +31,7 @@
 //! ```
 
 mod approval;
+mod claims;
 mod connection;
 mod error;
 mod ledger;
@@ -47,6 +50,7 @@ use serde_json::{Value, json};
 
 pub use self::{
     approval::{DEFAULT_MAX_REQUEST_BYTES, RedisApproval},
+    claims::RedisClaims,
     connection::RedisConnection,
     error::RedisStoreError,
     ledger::{

@@ -1,6 +1,7 @@
 //! The Lua scripts: each update of a task, or of a deferred approval, is one script, so it is
 //! atomic across replicas. Every task script starts with `prelude.lua` (arguments, clock, keys,
-//! bookkeeping), every approval script with `approval/prelude.lua`.
+//! bookkeeping), every approval script with `approval/prelude.lua`, every claim script with
+//! `claims/prelude.lua`.
 
 use std::sync::LazyLock;
 
@@ -40,4 +41,11 @@ scripts! {
     APPROVAL_TAKE => "approval/take.lua",
     APPROVAL_DECIDE => "approval/decide.lua",
     APPROVAL_PENDING => "approval/pending.lua",
+}
+
+scripts! {
+    prelude "claims/prelude.lua";
+    CLAIM => "claims/claim.lua",
+    CLAIM_RENEW => "claims/renew.lua",
+    CLAIM_SETTLE => "claims/settle.lua",
 }

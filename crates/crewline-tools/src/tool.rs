@@ -150,6 +150,11 @@ pub struct ToolPolicy {
     ///
     /// [`ToolRegistry::with_strict`]: crate::ToolRegistry::with_strict
     pub strict: Option<bool>,
+    /// Whether the tool's downstream dedupes calls by the call's
+    /// [`IdempotencyKey`](crate::IdempotencyKey) (a payment API with an idempotency key):
+    /// only then may a call whose outcome is unknown (its replica died mid-call) run again,
+    /// under the same key (default `false`). `#[function_tool(dedupes_by_key)]` sets it.
+    pub dedupes_by_key: bool,
 }
 
 impl Default for ToolPolicy {
@@ -161,6 +166,7 @@ impl Default for ToolPolicy {
             cancellable: true,
             exports: None,
             strict: None,
+            dedupes_by_key: false,
         }
     }
 }
@@ -186,6 +192,13 @@ impl ToolPolicy {
     /// With results cached for `ttl`.
     pub fn cache_ttl(mut self, ttl: Duration) -> Self {
         self.cache_ttl = Some(ttl);
+        self
+    }
+
+    /// Whether the tool's downstream dedupes by the call's idempotency key, so an unknown
+    /// outcome may be retried under it.
+    pub fn dedupes_by_key(mut self, dedupes: bool) -> Self {
+        self.dedupes_by_key = dedupes;
         self
     }
 

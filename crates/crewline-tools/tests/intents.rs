@@ -508,3 +508,106 @@ async fn a_tool_running_on_after_its_caller_stopped_waiting_stays_pending_until_
     );
     assert!(ledger.pending().is_empty(), "{records:?}");
 }
+
+#[test]
+fn a_tool_with_effects_cut_off_by_a_shutdown_is_an_unknown_outcome_left_pending() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let mut stuck = tool("transfer_money", false, |_| std::future::pending());
+    stuck.policy = stuck.policy.timeout(Duration::from_millis(50));
+    let tools = registry(ledger.clone(), [stuck]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let waited = runtime.block_on(tools.execute_one(
+        &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
+        &context("c1"),
+    ));
+    assert_eq!(
+        waited.result.error_kind(),
+        Some(ToolErrorKind::StillRunning)
+    );
+    // A shutdown that does not wait: the runtime drops the tool's task half-way.
+    drop(runtime);
+    let records = ledger.records();
+    let cut = records.last().expect("the task's own record");
+    assert_eq!(
+        cut.error_kind,
+        Some(ToolErrorKind::OutcomeUnknown),
+        "it may have done part of its work: {records:?}"
+    );
+    assert_eq!(
+        ledger.pending().len(),
+        1,
+        "an operator must reconcile it: {records:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_intent_carries_the_idempotency_key_the_tool_hands_on() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let keep = Arc::clone(&seen);
+    let transfer = tool("transfer_money", false, move |arguments| {
+        *keep.lock().unwrap() =
+            crewline_tools::IdempotencyKey::current().map(|key| key.as_str().to_owned());
+        async move { Ok(arguments) }
+    });
+    let tools = registry(ledger.clone(), [transfer]);
+    let run = tools
+        .execute_one(
+            &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
+            &context("c1"),
+        )
+        .await;
+    assert!(!run.result.is_error());
+    let key = seen.lock().unwrap().clone().expect("the tool had a key");
+    assert_eq!(
+        ledger.intents()[0].idempotency_key.as_deref(),
+        Some(key.as_str()),
+        "an operator reconciles with the payment API by the key the tool handed on"
+    );
+}
+
+/// A sink whose first intent fails and whose later ones are stored.
+struct FirstIntentFails {
+    failed: std::sync::atomic::AtomicBool,
+    records: MemoryLedger,
+}
+
+impl LedgerSink for FirstIntentFails {
+    fn record(&self, record: &LedgerRecord) -> Result<(), LedgerError> {
+        self.records.record(record)
+    }
+    fn intent(&self, intent: &LedgerIntent) -> BoxFuture<'static, Result<(), LedgerError>> {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            return Box::pin(std::future::ready(Err(LedgerError::IntentNotStored {
+                reason: "the store is down".to_owned(),
+            })));
+        }
+        self.records.intent(intent)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_refused_for_its_intent_can_be_retried_and_runs_once() {
+    let ledger = Arc::new(FirstIntentFails {
+        failed: std::sync::atomic::AtomicBool::new(false),
+        records: MemoryLedger::new(),
+    });
+    let (transfer, runs) = counted("transfer_money", false);
+    let tools = registry(ledger, [transfer]);
+    let call = ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#);
+    let refused = tools.execute_one(&call, &context("c1")).await;
+    assert!(refused.result.is_error());
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // Past any claim's lease: a claim left held would read as an unknown outcome now.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let retried = tools.execute_one(&call, &context("c1")).await;
+    assert!(!retried.result.is_error(), "{:?}", retried.result);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "it never ran before, so it runs now"
+    );
+}

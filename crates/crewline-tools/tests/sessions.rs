@@ -409,16 +409,39 @@ async fn a_retry_after_the_transfer_finished_reads_its_outcome_instead_of_runnin
     assert_eq!(content(&retry), json!({"run": 1, "n": 50}));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
-    // The model has the outcome now: a new identical request is a new transfer.
+    // The outcome was received: an identical call within the retry window (the caller
+    // asking again, or a reconnect that lost the answer: the executor cannot tell) is not
+    // run, and the model is told it was already done, with its outcome.
     let (quick, quick_runs) = counted(
         "transfer",
         ToolPolicy::new().cancellable(false),
         Duration::ZERO,
     );
-    let registry = registry_with(Some(Executor::builder().build()), quick);
+    let registry = registry_with(
+        Some(
+            Executor::builder()
+                .retry_window(Duration::from_secs(60))
+                .build(),
+        ),
+        quick,
+    );
     let session = in_session(&registry, &SessionScope::new());
     run(&registry, &session, "call_0", json!({"n": 50})).await;
-    run(&registry, &session, "call_1", json!({"n": 50})).await;
+    let again = run(&registry, &session, "call_1", json!({"n": 50})).await;
+    assert!(!again.is_error(), "{}", again.content());
+    let again = content(&again);
+    assert_eq!(again["already_done"], json!(true), "{again}");
+    assert_eq!(again["outcome"], json!({"run": 1, "n": 50}));
+    assert!(
+        again["note"].as_str().unwrap().contains("NOT done again"),
+        "{again}"
+    );
+    assert_eq!(quick_runs.load(Ordering::SeqCst), 1, "the money moved once");
+
+    // After the window, a new identical request is a new transfer.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let later = run(&registry, &session, "call_2", json!({"n": 50})).await;
+    assert_eq!(content(&later), json!({"run": 2, "n": 50}));
     assert_eq!(quick_runs.load(Ordering::SeqCst), 2);
 }
 

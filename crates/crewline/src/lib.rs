@@ -98,5 +98,5 @@ pub mod prelude {
     };
     pub use crewline_core::ToolCall;
     pub use crewline_llm::{LlmClient, OpenAiClient};
-    pub use crewline_tools::ToolError;
+    pub use crewline_tools::{IdempotencyKey, ToolError};
 }

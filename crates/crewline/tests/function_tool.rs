@@ -1016,3 +1016,22 @@ fn a_strict_map_argument_is_refused_at_registration_with_its_path() {
     strict_by_default.register(TagTool).unwrap();
     assert!(!strict_by_default.definitions()[0].strict);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Run once
+// ---------------------------------------------------------------------------------------------
+
+/// Send money through a bank that dedupes transfers by idempotency key.
+#[function_tool(cancellable = false, dedupes_by_key)]
+async fn pay_bank(amount: u32) -> String {
+    format!("{amount}")
+}
+
+#[test]
+fn the_dedupes_by_key_option_sets_the_policy() {
+    use crewline::tool::ToolPolicy;
+    assert_eq!(
+        PayBankTool.policy(),
+        ToolPolicy::new().cancellable(false).dedupes_by_key(true)
+    );
+}

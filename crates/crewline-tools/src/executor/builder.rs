@@ -6,6 +6,7 @@ use super::{
     DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, DEFAULT_TIMEOUT, Executor,
     approval::ApprovalPort,
     cache::{CacheConfig, ResultCache},
+    claims::{ClaimStore, DEFAULT_CLAIM_LEASE, MemoryClaims},
     guardrails::Guardrail,
     hooks::{AfterHook, BeforeHook},
     inflight::InFlight,
@@ -116,6 +117,9 @@ impl Default for ExecutorBuilder {
                 cache: Some(ResultCache::new(CacheConfig::default())),
                 ledger: None,
                 in_flight: InFlight::new(DEFAULT_RETRY_WINDOW),
+                claims: Arc::new(MemoryClaims::new()),
+                claim_lease: DEFAULT_CLAIM_LEASE,
+                retry_window: DEFAULT_RETRY_WINDOW,
             },
         }
     }
@@ -193,8 +197,28 @@ impl ExecutorBuilder {
     /// How long the outcome of a non-cancellable call whose caller stopped waiting (a
     /// timeout, a barge-in) is kept for a retry of the same call in the same session, which
     /// then reads it instead of running the tool again (default [`DEFAULT_RETRY_WINDOW`]).
+    ///
+    /// The same window keeps an unknown outcome (`OutcomeUnknown`), and a received success
+    /// ("already done"), from an identical call (see [`claims`](super::claims)).
     pub fn retry_window(mut self, window: Duration) -> Self {
         self.executor.in_flight = InFlight::new(window);
+        self.executor.retry_window = window;
+        self
+    }
+
+    /// Where non-cancellable calls are claimed and their outcomes kept (default: this
+    /// process's memory, [`MemoryClaims`]); a store every replica shares makes a retry on
+    /// any replica join the running call or read its outcome.
+    pub fn claims(mut self, store: Arc<dyn ClaimStore>) -> Self {
+        self.executor.claims = store;
+        self
+    }
+
+    /// How long a claim holds without renewal (default [`DEFAULT_CLAIM_LEASE`]): a call
+    /// whose replica died reads `OutcomeUnknown` this long after its last renewal. Renewed
+    /// every third of it while the tool runs.
+    pub fn claim_lease(mut self, lease: Duration) -> Self {
+        self.executor.claim_lease = lease;
         self
     }
 

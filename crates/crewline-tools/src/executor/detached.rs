@@ -5,7 +5,8 @@
 //! neither a timeout nor a barge-in stops it: they only stop the waiting. Its outcome must still
 //! reach the ledger: when the waiter is gone (it timed out, or its future was dropped by a
 //! barge-in or a shutdown), the task records the real outcome itself when the tool ends; if the
-//! runtime drops the task before that, it records `Cancelled`. The hand-over is one small
+//! runtime drops the task before that, it records `OutcomeUnknown` (the tool may have done part
+//! of its work, so its intent stays pending in the ledger). The hand-over is one small
 //! state machine under a mutex, so exactly one side records whatever the order.
 
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
@@ -140,7 +141,7 @@ impl Drop for TaskEnd {
                 tracing::error!("a non-cancellable tool was stopped half-way by the shutdown");
                 if let Some(recorder) = recorder {
                     recorder.write(Err(ToolCallError::new(
-                        crewline_core::ToolErrorKind::Cancelled,
+                        crewline_core::ToolErrorKind::OutcomeUnknown,
                         "the call was cut short by a shutdown",
                     )
                     .with_detail(
@@ -189,7 +190,7 @@ impl Drop for Waiter {
                 drop(state);
                 if let Some(recorder) = self.recorder.take() {
                     recorder.write(Err(ToolCallError::new(
-                        crewline_core::ToolErrorKind::Cancelled,
+                        crewline_core::ToolErrorKind::OutcomeUnknown,
                         "the call was cut short by a shutdown",
                     )
                     .with_detail("the runtime dropped the non-cancellable tool's task")));

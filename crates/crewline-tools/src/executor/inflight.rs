@@ -1,55 +1,28 @@
-//! Non-cancellable calls that run on after their caller stopped waiting, so a retry joins them
-//! instead of running the tool twice.
+//! The non-cancellable calls this process runs: each runs as a task of its own after it won
+//! its claim ([`claims`](super::claims)), and its caller waits for it here, at most the
+//! tool's timeout (then `StillRunning`; the call runs on).
 //!
-//! Error kind: [`ToolErrorKind::StillRunning`]. A call is known by its session, registry, tool
-//! and the hash of its validated arguments. While one runs, an identical call joins it (waits
-//! for the same outcome); once it has finished, an identical call within the retry window
-//! reads its outcome instead of running again, unless some caller already received it (then
-//! the model has it, and a new identical call is a new request that runs).
+//! Whether an identical call joins, reads an outcome or runs is the claim store's to say
+//! (shared between replicas when configured); this table only serves the synchronous
+//! [`Executor::interrupted`](super::Executor) with what this process knows: a call of its own
+//! still running, or finished with nobody having received its outcome.
 
 use std::{
     collections::HashMap,
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
 
-use super::{CallContext, SessionScope, ToolCallError, detached, fingerprint};
-use crate::catalog::Catalog;
-use crewline_core::{ToolCall, ToolErrorKind};
+use super::{ToolCallError, claims::ClaimKey, detached};
+use crewline_core::ToolErrorKind;
 use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
 
-/// A call's outcome as every joiner reads it.
+/// A call's outcome as its waiter reads it.
 pub(crate) type Settled = Result<Value, ToolCallError>;
-
-/// What makes two calls the same call.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Key {
-    scope: SessionScope,
-    registry: u64,
-    tool: String,
-    arguments_hash: String,
-}
-
-impl Key {
-    /// The key of `call` with its validated `arguments`, in the session of `context`.
-    pub(crate) fn new(
-        context: &CallContext,
-        tools: &Catalog,
-        call: &ToolCall,
-        arguments: &Value,
-    ) -> Self {
-        Self {
-            scope: context.scope().clone(),
-            registry: tools.id(),
-            tool: call.name.clone(),
-            arguments_hash: fingerprint::arguments_hash(arguments),
-        }
-    }
-}
 
 /// One call's entry: its outcome once it is known, and when it was.
 struct Slot {
@@ -58,29 +31,33 @@ struct Slot {
     finished_at: Option<Instant>,
 }
 
-type Slots = Arc<Mutex<HashMap<Key, Slot>>>;
+type Slots = Arc<Mutex<HashMap<ClaimKey, Slot>>>;
 
-/// The non-cancellable calls running, and those finished whose outcome nobody received.
+/// The non-cancellable calls this process runs, and those finished whose outcome its
+/// callers did not receive.
 pub(crate) struct InFlight {
     slots: Slots,
     window: Duration,
     generations: AtomicU64,
 }
 
-/// A call joined: finished (its outcome, now received), or running.
-pub(crate) enum Joined {
+/// What this process knows of a call of its own.
+pub(crate) enum Local {
+    /// Finished: its outcome (now received).
     Finished(Settled),
-    Running(Waiter),
+    Running,
 }
 
-/// Waits for a running call's outcome.
+/// Waits for the outcome of a call this process started.
 pub(crate) struct Waiter {
-    key: Key,
+    key: ClaimKey,
     generation: u64,
     outcome: watch::Receiver<Option<Settled>>,
     slots: Slots,
-    /// The ledger hand-over of the caller that started the call (joiners have none).
-    handoff: Option<Box<detached::Waiter>>,
+    /// Whether the caller still waits (the task writes its outcome as received if so).
+    waiting: Arc<AtomicBool>,
+    /// The ledger hand-over of the caller that started the call.
+    handoff: Box<detached::Waiter>,
 }
 
 impl Waiter {
@@ -103,11 +80,8 @@ impl Waiter {
                 "the tool stopped before it reported a result",
             )),
         };
-        if let Some(handoff) = self.handoff.as_mut() {
-            // The caller records this outcome itself; the task must not.
-            handoff.received();
-        }
-        // This caller has the outcome (and so the model): a later identical call is new.
+        // The caller records this outcome itself; the task must not.
+        self.handoff.received();
         let mut slots = lock(&self.slots);
         if slots
             .get(&self.key)
@@ -116,6 +90,13 @@ impl Waiter {
             slots.remove(&self.key);
         }
         Some(settled)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        // Received, timed out or dropped: nobody waits any more.
+        self.waiting.store(false, Ordering::Release);
     }
 }
 
@@ -129,57 +110,46 @@ impl InFlight {
         }
     }
 
-    /// Joins the call `key` if it is running, or takes its outcome if it finished and nobody
-    /// received it yet.
-    pub(crate) fn join(&self, key: &Key) -> Option<Joined> {
+    /// The call `key` of this process: running, or finished and not yet received (its
+    /// outcome is taken).
+    pub(crate) fn take(&self, key: &ClaimKey) -> Option<Local> {
         let mut slots = self.lock();
         self.purge(&mut slots);
         let slot = slots.get(key)?;
         if slot.finished_at.is_some() {
             let settled = slot.outcome.borrow().clone();
             slots.remove(key);
-            return settled.map(Joined::Finished);
+            return settled.map(Local::Finished);
         }
-        Some(Joined::Running(Waiter {
-            key: key.clone(),
-            generation: slot.generation,
-            outcome: slot.outcome.clone(),
-            slots: Arc::clone(&self.slots),
-            handoff: None,
-        }))
+        Some(Local::Running)
     }
 
-    /// Whether the call `key` is running, or finished with nobody having its outcome yet.
-    pub(crate) fn contains(&self, key: &Key) -> bool {
+    /// Whether the call `key` of this process is running, or finished with nobody having
+    /// its outcome yet.
+    pub(crate) fn contains(&self, key: &ClaimKey) -> bool {
         let mut slots = self.lock();
         self.purge(&mut slots);
         slots.contains_key(key)
     }
 
-    /// Joins the call `key`, or starts `call` as a task of its own (nothing but its end stops
-    /// it) and waits for that.
+    /// Starts the call `call` builds as a task of its own (nothing but its end stops it);
+    /// the returned waiter waits for it. `call` is given the flag that says whether its
+    /// caller still waits.
     ///
     /// `recorder` (when there is a ledger) writes the call's record if its caller stops
     /// waiting before the outcome.
-    pub(crate) fn start<F>(&self, key: Key, call: F, recorder: Option<detached::Recorder>) -> Joined
+    pub(crate) fn start<F>(
+        &self,
+        key: ClaimKey,
+        call: impl FnOnce(Arc<AtomicBool>) -> F,
+        recorder: Option<detached::Recorder>,
+    ) -> Waiter
     where
         F: Future<Output = Settled> + Send + 'static,
     {
-        if let Some(joined) = self.join(&key) {
-            return joined;
-        }
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
         let (sender, outcome) = watch::channel(None);
-        let mut slots = self.lock();
-        if slots.contains_key(&key) {
-            // Started by another caller between the two locks: join that one instead.
-            drop(slots);
-            if let Some(joined) = self.join(&key) {
-                return joined;
-            }
-            slots = self.lock();
-        }
-        slots.insert(
+        self.lock().insert(
             key.clone(),
             Slot {
                 generation,
@@ -187,14 +157,13 @@ impl InFlight {
                 finished_at: None,
             },
         );
-        drop(slots);
+        let waiting = Arc::new(AtomicBool::new(true));
+        let call = call(Arc::clone(&waiting));
         let table = Arc::clone(&self.slots);
         let finished_key = key.clone();
         let handoff = detached::spawn(
             Box::pin(async move {
                 let settled = call.await;
-                // Under the lock: a joiner sees either a running call it can wait for, or a
-                // finished one with its outcome.
                 let mut slots = lock(&table);
                 if let Some(slot) = slots.get_mut(&finished_key)
                     && slot.generation == generation
@@ -206,17 +175,18 @@ impl InFlight {
             }),
             recorder,
         );
-        Joined::Running(Waiter {
+        Waiter {
             key,
             generation,
             outcome,
             slots: Arc::clone(&self.slots),
-            handoff: Some(Box::new(handoff)),
-        })
+            waiting,
+            handoff: Box::new(handoff),
+        }
     }
 
     /// Drops outcomes kept past the window, and calls whose task is gone.
-    fn purge(&self, slots: &mut HashMap<Key, Slot>) {
+    fn purge(&self, slots: &mut HashMap<ClaimKey, Slot>) {
         let now = Instant::now();
         slots.retain(|_, slot| match slot.finished_at {
             Some(at) => now.duration_since(at) < self.window,
@@ -224,12 +194,12 @@ impl InFlight {
         });
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Key, Slot>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ClaimKey, Slot>> {
         lock(&self.slots)
     }
 }
 
-fn lock(slots: &Slots) -> MutexGuard<'_, HashMap<Key, Slot>> {
+fn lock(slots: &Slots) -> MutexGuard<'_, HashMap<ClaimKey, Slot>> {
     // Every update is a single insert, field write or remove: a poisoned map is consistent.
     slots
         .lock()
@@ -244,4 +214,38 @@ pub(crate) fn still_running() -> ToolCallError {
          user it is being processed. To learn its outcome, call this tool again with exactly \
          the same arguments: that waits for the running action instead of starting another",
     )
+}
+
+/// The error for a call whose owner stopped before writing its outcome (a dead replica).
+pub(crate) fn outcome_unknown(dedupes_by_key: bool) -> ToolCallError {
+    let message = if dedupes_by_key {
+        "the outcome of this action is unknown (the server handling it stopped); it is safe to \
+         call this tool again with exactly the same arguments: it will not be done twice"
+    } else {
+        "the outcome of this action is unknown (the server handling it stopped); do not retry \
+         it; tell the caller it is being checked"
+    };
+    ToolCallError::new(ToolErrorKind::OutcomeUnknown, message)
+}
+
+/// The error for a non-cancellable call refused because its claim store cannot be reached.
+pub(crate) fn unclaimable(error: &super::claims::ClaimError) -> ToolCallError {
+    ToolCallError::new(
+        ToolErrorKind::ToolError,
+        "this action cannot be started right now (the service that makes sure it runs only \
+         once is unreachable); nothing was done; try again in a moment",
+    )
+    .with_detail(error_chain(error))
+}
+
+/// An error and its sources, for the operator.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

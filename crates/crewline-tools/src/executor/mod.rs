@@ -10,24 +10,29 @@
 //! every [`CallContext`]): cached results, approvals, and non-cancellable calls that run on
 //! after their caller stopped waiting. Such a call answers `StillRunning`, and a retry with
 //! the same validated arguments in the same session joins it (or reads its outcome) instead
-//! of running the tool again. Every failure becomes a
+//! of running the tool again: a non-cancellable call claims its run in a [claims] store
+//! first (this process's memory by default, or a store every replica shares), and carries an
+//! [`IdempotencyKey`] its tool can hand on. Every failure becomes a
 //! [`ToolResult`] error the model can read (`{"error": {"kind", "message"}}`); the operator gets
 //! the full detail in `tracing` and in the ledger.
 
 pub mod approval;
 mod builder;
 pub mod cache;
+pub mod claims;
 mod context;
 mod detached;
 mod error;
 mod fingerprint;
 pub mod guardrails;
 pub mod hooks;
+mod idempotency;
 mod inflight;
 pub mod ledger;
 pub mod limits;
 mod pipeline;
 mod record;
+mod run_once;
 mod scope;
 mod sync;
 pub mod validation;
@@ -40,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 use self::{
     approval::ApprovalPort,
     cache::ResultCache,
+    claims::ClaimStore,
     guardrails::Guardrail,
     hooks::{AfterHook, BeforeHook},
     inflight::InFlight,
@@ -53,6 +59,7 @@ pub use self::{
     context::CallContext,
     detached::detached_tasks,
     error::ToolCallError,
+    idempotency::IdempotencyKey,
     scope::SessionScope,
     sync::{RunSyncError, run_sync},
 };
@@ -117,6 +124,9 @@ pub struct Executor {
     pub(super) cache: Option<ResultCache>,
     pub(super) ledger: Option<Arc<dyn LedgerSink>>,
     pub(super) in_flight: InFlight,
+    pub(super) claims: Arc<dyn ClaimStore>,
+    pub(super) claim_lease: Duration,
+    pub(super) retry_window: Duration,
 }
 
 impl fmt::Debug for Executor {
@@ -131,7 +141,9 @@ impl fmt::Debug for Executor {
             .field("run_limits", &self.run_limits)
             .field("cache", &self.cache.is_some())
             .field("ledger", &self.ledger.is_some())
-            .finish()
+            .field("claim_lease", &self.claim_lease)
+            .field("retry_window", &self.retry_window)
+            .finish_non_exhaustive()
     }
 }
 

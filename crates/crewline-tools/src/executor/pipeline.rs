@@ -16,12 +16,14 @@ use tracing::Instrument;
 use super::{
     CallContext, Executor, INTERRUPTED_MESSAGE, PANIC_MESSAGE, ToolCallError, ToolRun,
     approval::{self, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest},
+    claims::ClaimKey,
     detached, fingerprint,
     guardrails::{self, Side},
     hooks::HookAction,
-    inflight::{self, Joined},
+    inflight::{self, Local},
     limits,
     record::{LedgerGuard, Trace, record},
+    run_once::Claimed,
     validation::CallArguments,
 };
 use crate::{
@@ -129,22 +131,22 @@ impl Executor {
         self.keep_arguments(trace, &arguments);
         guardrails::check(&self.guardrails, Side::Input, call, &arguments).await?;
         let policy = entry.tool.policy();
-        // A retry of a non-cancellable call still running in this session (or finished
-        // without its caller hearing the outcome) joins it: nothing new runs, so nothing is
-        // approved or counted again.
-        let joined = if policy.cancellable {
-            None
-        } else {
-            self.in_flight
-                .join(&inflight::Key::new(context, tools, call, &arguments))
+        // A retry of a non-cancellable call of this session (the platform's call, on any
+        // replica sharing the claim store) that runs, or finished, or whose replica died,
+        // reads what its claim says (see `claims`): nothing new runs, so nothing is approved
+        // or counted again.
+        let claim_key =
+            (!policy.cancellable).then(|| ClaimKey::new(context.scope(), &call.name, &arguments));
+        let joined = match &claim_key {
+            Some(key) => self.join_claim(key, policy).await?,
+            None => None,
         };
-        let mut outcome = match joined {
-            Some(joined) => {
-                tracing::info!("joined the same call, still running or not yet told");
+        let mut outcome = match (joined, claim_key) {
+            (Some(joined), Some(key)) => {
                 let limit = policy.timeout.unwrap_or(self.default_timeout);
-                self.settle(joined, limit).await
+                self.read_claim(joined, &key, policy, limit).await
             }
-            None => {
+            _ => {
                 if policy.confirm {
                     arguments = self.approve(entry, call, arguments, context, trace).await?;
                     self.keep_arguments(trace, &arguments);
@@ -304,20 +306,50 @@ impl Executor {
             }
         } else {
             let mut recorder = recorder;
-            self.write_intent(call, context, trace, recorder.as_mut())
-                .await?;
             // A tool that must not be cut off half-way (a payment, a booking) runs as a task of
             // its own: neither barge-in nor the timeout stops it, they only stop the waiting.
             // An identical call of the same session started meanwhile joins this one.
             // The tool's task is tracked (shutdown waits for it) and writes the ledger record
             // itself if this waiter goes away before the outcome (a barge-in, a timeout).
-            let key = inflight::Key::new(context, tools, call, &arguments);
-            trace.detached = true;
-            let joined = self
-                .in_flight
-                .start(key, guarded_call(entry, arguments), recorder);
-            let outcome = self.settle(joined, limit).await;
-            trace.detached = false;
+            // Claimed first (set-if-absent with a lease, on every replica sharing the
+            // store): a retry that got here meanwhile joins this run instead.
+            let key = ClaimKey::new(context.scope(), &call.name, &arguments);
+            let outcome = match self.claim_run(&key, policy).await {
+                Err(refused) => Err(refused),
+                Ok(Claimed::Other(claim)) => self.read_claim(claim, &key, policy, limit).await,
+                Ok(Claimed::Won {
+                    token,
+                    idempotency_key,
+                }) => {
+                    // The claim is this call's. Its intent is recorded before the tool starts
+                    // (a crash from here on leaves it pending in the ledger); one that cannot
+                    // be recorded settles the claim as a failure, so a retry may run.
+                    if let Err(refused) = self
+                        .write_intent(call, context, trace, recorder.as_mut(), &idempotency_key)
+                        .await
+                    {
+                        self.release_unrun(&key, &token, &refused).await;
+                        return Err(refused);
+                    }
+                    // The tool starts now, under its key.
+                    trace.detached = true;
+                    let tool = guarded_call(entry, arguments);
+                    let waiter = self.in_flight.start(
+                        key.clone(),
+                        |waiting| self.claimed_call(tool, key, token, idempotency_key, waiting),
+                        recorder,
+                    );
+                    let outcome = match waiter.wait(limit).await {
+                        Some(settled) => settled.and_then(|value| self.check_result_size(value)),
+                        None => {
+                            tracing::info!(?limit, "stopped waiting; the tool runs on");
+                            Err(inflight::still_running())
+                        }
+                    };
+                    trace.detached = false;
+                    outcome
+                }
+            };
             context.run.spend(started.elapsed());
             outcome
         };
@@ -325,22 +357,6 @@ impl Executor {
             cache.insert(key, value.clone(), ttl);
         }
         outcome
-    }
-
-    /// The outcome of a non-cancellable call this caller waits for at most `limit`: the
-    /// tool's own, or `StillRunning` (the call runs on and must not be started again).
-    async fn settle(&self, joined: Joined, limit: Duration) -> Result<Value, ToolCallError> {
-        let settled = match joined {
-            Joined::Finished(settled) => settled,
-            Joined::Running(waiter) => match waiter.wait(limit).await {
-                Some(settled) => settled,
-                None => {
-                    tracing::info!(?limit, "stopped waiting; the tool runs on to completion");
-                    return Err(inflight::still_running());
-                }
-            },
-        };
-        settled.and_then(|value| self.check_result_size(value))
     }
 
     /// The result for a call whose caller stopped waiting before it finished (a barge-in
@@ -368,7 +384,7 @@ impl Executor {
         let Ok(arguments) = self.validation.validate_read(entry, read) else {
             return cancelled();
         };
-        let key = inflight::Key::new(context, tools, call, &arguments);
+        let key = ClaimKey::new(context.scope(), &call.name, &arguments);
         let still_running = || {
             let error = inflight::still_running();
             ToolResult::error(call, error.kind, error.message)
@@ -380,46 +396,52 @@ impl Executor {
                 cancelled()
             };
         }
-        match self.in_flight.join(&key) {
-            Some(Joined::Finished(settled)) => {
+        match self.in_flight.take(&key) {
+            Some(Local::Finished(settled)) => {
+                self.mark_received(key);
                 match settled.and_then(|value| self.check_result_size(value)) {
                     Ok(value) => ToolResult::from_value(call, value),
                     Err(error) => ToolResult::error(call, error.kind, error.message),
                 }
             }
-            Some(Joined::Running(_)) => still_running(),
+            Some(Local::Running) => still_running(),
             None => cancelled(),
         }
     }
 
     /// `value`, or a `ToolError` when its content is over the result size limit.
-    fn check_result_size(&self, value: Value) -> Result<Value, ToolCallError> {
+    pub(crate) fn check_result_size(&self, value: Value) -> Result<Value, ToolCallError> {
         let Some(max) = self.max_result_bytes else {
             return Ok(value);
         };
         match result_size(&value, max) {
             Some(_) => Ok(value),
-            None => Err(ToolCallError::new(
-                ToolErrorKind::ToolError,
-                format!(
-                    "the tool's result is larger than the {max} bytes this crew accepts; \
-                     ask for less (a narrower query, fewer items)"
-                ),
-            )
-            .with_detail(format!(
-                "result over max_result_bytes ({max}); {}",
+            None => Err(oversize(
+                max,
                 match &value {
                     Value::String(text) => format!("a string of {} bytes", text.len()),
                     _ => "a JSON value".to_owned(),
-                }
-            ))),
+                },
+            )),
         }
     }
 }
 
+/// The error for a result over the `max` bytes accepted; `what` describes it.
+pub(crate) fn oversize(max: usize, what: String) -> ToolCallError {
+    ToolCallError::new(
+        ToolErrorKind::ToolError,
+        format!(
+            "the tool's result is larger than the {max} bytes this crew accepts; ask for less \
+             (a narrower query, fewer items)"
+        ),
+    )
+    .with_detail(format!("result over max_result_bytes ({max}); {what}"))
+}
+
 /// The size of `value`'s content as the model reads it (a string as is, anything else as
 /// JSON), or `None` once it passes `max`: a huge result is not serialised twice.
-fn result_size(value: &Value, max: usize) -> Option<usize> {
+pub(crate) fn result_size(value: &Value, max: usize) -> Option<usize> {
     if let Value::String(text) = value {
         return (text.len() <= max).then_some(text.len());
     }
@@ -475,7 +497,8 @@ async fn call_tool(
     limit: Duration,
     context: &CallContext,
 ) -> Raced {
-    let guarded = guarded_call(entry, arguments);
+    // A key of its own, minted only if the tool asks for it (no store is involved).
+    let guarded = super::IdempotencyKey::lazily(guarded_call(entry, arguments));
     // Dropping the tool's future is what stops it, on timeout and on cancellation alike.
     tokio::select! {
         biased;

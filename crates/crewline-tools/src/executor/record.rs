@@ -11,7 +11,7 @@ use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 
 use super::{
-    CallContext, Executor, ToolCallError,
+    CallContext, Executor, IdempotencyKey, ToolCallError,
     approval::ApprovalRecord,
     detached::Recorder,
     ledger::{INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, Outcome},
@@ -126,14 +126,14 @@ impl Executor {
         context: &CallContext,
         trace: &mut Trace,
         recorder: Option<&mut Recorder>,
+        idempotency_key: &IdempotencyKey,
     ) -> Result<(), ToolCallError> {
         let Some(ledger) = &self.ledger else {
             return Ok(());
         };
         let intent = LedgerIntent {
             intent_id: format!("int_{}", uuid::Uuid::new_v4().simple()),
-            // The call's idempotency key goes here once the executor mints one.
-            idempotency_key: None,
+            idempotency_key: Some(idempotency_key.as_str().to_owned()),
             scope: context.scope().as_str().to_owned(),
             call_id: call.id.clone(),
             tool: call.name.clone(),
