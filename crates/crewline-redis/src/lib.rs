@@ -11,8 +11,11 @@
 //! waiting calls wake on it and read the task again. Works with Redis 7 and Valkey (a single
 //! primary; not Redis Cluster).
 //!
-//! When Redis is unreachable, every operation fails with [`StoreError::Backend`] naming Redis
-//! and the cause, and works again once Redis is back (commands and the wake-up subscription
+//! When Redis is unreachable, every operation fails naming Redis and the cause:
+//! [`StoreError::Unreachable`] when the command was certainly never sent,
+//! [`StoreError::Backend`] when it may have run (a reply lost to the 5 s timeout), which a
+//! remote tool tells its model as an unknown outcome, never as "not called". It works again
+//! once Redis is back (commands and the wake-up subscription
 //! reconnect by themselves); calls that do not use remote tools go on meanwhile.
 //!
 //! ```no_run
@@ -36,7 +39,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use crewline_remote::{
-    Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len,
+    Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, Withdrawn, json_len,
     wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer},
 };
 use redis::Script;
@@ -262,13 +265,20 @@ impl RedisStore {
             .map_err(|error| self.backend(&error))
     }
 
-    /// The error for a Redis failure, naming Redis and the cause.
+    /// The error for a Redis failure, naming Redis and the cause: [`StoreError::Unreachable`]
+    /// when the command was certainly never sent (the connection was refused), else
+    /// [`StoreError::Backend`] (it may have run, its reply lost).
     fn backend(&self, error: &redis::RedisError) -> StoreError {
-        StoreError::Backend(format!(
+        let message = format!(
             "the task store (Redis at {}) {}: {error}",
             self.shared.connection.target(),
             connection::failure(error)
-        ))
+        );
+        if error.is_connection_refusal() {
+            StoreError::Unreachable(message)
+        } else {
+            StoreError::Backend(message)
+        }
     }
 
     /// The error for a reply this store cannot read.
@@ -491,9 +501,24 @@ impl TaskStore for RedisStore {
         let size = json_len(&event).to_string();
         let json = serde_json::to_string(&event)
             .map_err(|error| StoreError::Backend(format!("a tool call's input: {error}")))?;
-        let reply = self
+        let reply = match self
             .eval(&scripts::EMIT, id, &[tool, &event.id, &json, &size])
-            .await?;
+            .await
+        {
+            Ok(reply) => reply,
+            Err(error @ StoreError::Backend(_)) => {
+                // The call may exist, its reply lost: withdrawn once Redis answers, so that a
+                // call its caller no longer waits for reaches no client after all.
+                let (store, id, event) = (self.clone(), id.to_owned(), event.id.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = store.withdraw(&id, &event).await {
+                        tracing::debug!(task_id = %id, event_id = %event, %error, "could not withdraw a call whose emit failed");
+                    }
+                });
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
         let subject = Subject { tool, event: "" };
         let values = self.outcome(&reply, id, &subject)?;
         self.shared.connection.wake(id);
@@ -555,6 +580,25 @@ impl TaskStore for RedisStore {
             };
             return serde_json::from_str(json)
                 .map_err(|error| self.unreadable(&format!("an answer: {error}")));
+        }
+    }
+
+    async fn withdraw(&self, id: &str, event: &str) -> Result<Withdrawn, StoreError> {
+        let reply = self.eval(&scripts::WITHDRAW, id, &[event]).await?;
+        let values = self.outcome(&reply, id, &Subject { event, tool: "" })?;
+        self.shared.connection.wake(id);
+        match values.first().and_then(|value| value.as_deref()) {
+            Some("never") => Ok(Withdrawn::NeverHandedOut),
+            Some("handed_out") => Ok(Withdrawn::HandedOut),
+            Some("answered") => {
+                let Some(Some(json)) = values.get(1) else {
+                    return Err(self.unreadable("an answer without its JSON"));
+                };
+                serde_json::from_str(json)
+                    .map(Withdrawn::Answered)
+                    .map_err(|error| self.unreadable(&format!("an answer: {error}")))
+            }
+            other => Err(self.unreadable(&format!("a withdrawal `{other:?}`"))),
         }
     }
 

@@ -31,6 +31,7 @@ scripts! {
     ANSWER => "answer.lua",
     TAKE => "take.lua",
     ABANDON => "abandon.lua",
+    WITHDRAW => "withdraw.lua",
     USAGE => "usage.lua",
 }
 

@@ -41,5 +41,5 @@ pub use server::{
     AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_BYTES,
     MAX_TOOL_TIMEOUT, MAX_WAIT, MemoryStore, OutputTooLarge, Polled, Principal, RemoteTool,
     RemoteTools, SMOOTH_PREFIX, StoreError, StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskOutput,
-    TaskSnapshot, TaskStore, json_len,
+    TaskSnapshot, TaskStore, WITHDRAW_TIMEOUT, Withdrawn, json_len,
 };

@@ -123,7 +123,17 @@ pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
                     let value: Value =
                         serde_json::from_str(content).unwrap_or_else(|_| json!(content));
                     match value.get("error") {
-                        Some(error) if error["kind"] == "Timeout" => NO_ANSWER.to_owned(),
+                        // No answer: timed out, never taken by the station, or taken and
+                        // never answered (an unknown outcome; a weather lookup has no effect).
+                        Some(error)
+                            if error["kind"] == "Timeout"
+                                || error["kind"] == "OutcomeUnknown"
+                                || error["message"]
+                                    .as_str()
+                                    .is_some_and(|m| m.contains("did not take the call")) =>
+                        {
+                            NO_ANSWER.to_owned()
+                        }
                         Some(error) => error["message"]
                             .as_str()
                             .unwrap_or("That lookup failed.")

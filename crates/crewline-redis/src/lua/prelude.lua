@@ -28,7 +28,8 @@ local CHANGED = P .. 'changed'          -- channel: the id of a task that change
 
 local function task_key(id) return P .. 'task:' .. id end
 -- hash: e:<event> its JSON, s:<event> its bytes, c:<event> its call's state (p pending,
--- a answered, x abandoned), a:<event> the answer not yet taken, n:<event> that answer's bytes
+-- a answered, x abandoned), a:<event> the answer not yet taken, n:<event> that answer's bytes,
+-- h:<event> set once a poll handed the call out (its client may have run it)
 local function calls_key(id) return P .. 'calls:' .. id end
 local function order_key(id) return P .. 'order:' .. id end   -- zset: event -> timestamp
 local function done_key(owner) return P .. 'done:' .. owner end  -- zset: finished task -> when

@@ -49,8 +49,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 pub use self::{
-    store::{MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len},
-    tool::{MAX_OUTPUT_BYTES, OutputTooLarge, RemoteTool, RemoteTools, TaskOutput},
+    store::{
+        MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, Withdrawn, json_len,
+    },
+    tool::{
+        MAX_OUTPUT_BYTES, OutputTooLarge, RemoteTool, RemoteTools, TaskOutput, WITHDRAW_TIMEOUT,
+    },
 };
 use crate::wire::{
     Envelope, ErrorBody, EventAck, EventRequest, TOOL_CALL, TaskRequest, TaskResponse, TaskStatus,
@@ -317,9 +321,10 @@ impl From<StoreError> for ApiError {
             | StoreError::AlreadyAttached(_)
             | StoreError::Finished { .. } => StatusCode::CONFLICT,
             // A shared store that is down (Redis) is as temporary as a full one.
-            StoreError::Full(_) | StoreError::FullBytes(_) | StoreError::Backend(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            StoreError::Full(_)
+            | StoreError::FullBytes(_)
+            | StoreError::Backend(_)
+            | StoreError::Unreachable(_) => StatusCode::SERVICE_UNAVAILABLE,
             StoreError::TooManyTasks(_) | StoreError::OwnerBudget(_) => {
                 StatusCode::TOO_MANY_REQUESTS
             }

@@ -11,7 +11,7 @@ use crewline_core::{Context, Message};
 use crewline_tools::{Exports, RegistryError, Target, Tool, ToolError, ToolPolicy, ToolRegistry};
 use serde_json::Value;
 
-use super::store::{StoreError, TaskStore};
+use super::store::{StoreError, TaskStore, Withdrawn};
 use crate::wire::{CustomTool, TaskStatus, ToolAnswer};
 
 /// The most bytes of JSON a task's output may hold: what a call concluded, not its transcript.
@@ -144,7 +144,13 @@ impl Drop for Lease {
 ///
 /// Answers map to results: 200 is the result; 400 is a tool error the model can correct
 /// (`ToolArgsInvalid` when the client says so in `output.error.kind`, else `ToolError`); 500
-/// is a failure on the client's side. No answer in time is the executor's `Timeout`.
+/// is a failure on the client's side.
+///
+/// Without an answer, the model is told "not called" only when that is certain: the store
+/// refused the call, or the call was [withdrawn](TaskStore::withdraw) before any poll
+/// returned it. Once a poll may have handed it to the client (no answer within the tool's
+/// timeout, its task ended, the store failed or froze after the call was sent), the model
+/// reads `OutcomeUnknown`: it may have run, and must not be run again.
 pub struct RemoteTool {
     spec: CustomTool,
     timeout: Duration,
@@ -181,7 +187,7 @@ impl Tool for RemoteTool {
         // The client's tool is the crew's to call; offering it onwards (MCP, other remote
         // agents) would route one client's code to strangers.
         ToolPolicy::default()
-            .timeout(self.timeout)
+            .timeout(self.timeout + WITHDRAW_TIMEOUT)
             .exports(Exports::only(&[Target::Crew]))
     }
 
@@ -192,6 +198,9 @@ impl Tool for RemoteTool {
             .await
             .map_err(|error| {
                 let message = match error {
+                    // The request may have reached the store, and a poller may have taken
+                    // the call before the reply was lost: it may run.
+                    StoreError::Backend(_) => return unknown(UNKNOWN_STORE).with_detail(error),
                     StoreError::TaskBudget(_)
                     | StoreError::OwnerBudget(_)
                     | StoreError::FullBytes(_) => {
@@ -200,7 +209,7 @@ impl Tool for RemoteTool {
                     StoreError::UnknownTool { .. } => {
                         "the remote tool was not called: its client never registered it"
                     }
-                    StoreError::Backend(_) => {
+                    StoreError::Unreachable(_) => {
                         "the remote tool was not called: the task store is unavailable"
                     }
                     _ => "the remote tool is not available: its client's task has ended",
@@ -213,23 +222,101 @@ impl Tool for RemoteTool {
             event_id: &event.id,
             answered: false,
         };
-        let answer = store.wait_answer(&self.task_id, &event.id).await;
-        waiting.answered = true;
-        match answer {
-            Ok(answer) => result_of(answer),
-            Err(error @ StoreError::NotWaiting(_)) => Err(ToolError::new(
-                "the client cancelled its task; the tool is no longer available",
-            )
-            .with_detail(error)),
-            Err(error @ StoreError::Backend(_)) => Err(ToolError::new(
-                "the remote tool's answer could not be read: the task store is unavailable",
-            )
-            .with_detail(error)),
-            Err(error) => {
-                Err(ToolError::new("the remote tool's answer was lost").with_detail(error))
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let answer = loop {
+            match tokio::time::timeout_at(deadline, store.wait_answer(&self.task_id, &event.id))
+                .await
+            {
+                // A store that cannot be read right now (Redis frozen or restarting) may come
+                // back before the deadline, with the client's answer.
+                Ok(Err(StoreError::Backend(_) | StoreError::Unreachable(_))) => {
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        break None;
+                    }
+                    tokio::time::sleep_until((now + STORE_RETRY).min(deadline)).await;
+                }
+                Ok(answer) => break Some(answer),
+                Err(_) => break None,
             }
-        }
+        };
+        let error = match answer {
+            Some(Ok(answer)) => {
+                waiting.answered = true;
+                return result_of(answer);
+            }
+            // The task ended while the call waited: whether its client ran it is the
+            // withdraw's to say.
+            Some(Err(StoreError::NotWaiting(_))) | None => {
+                let ended = answer.is_some();
+                let withdrawn = tokio::time::timeout(
+                    WITHDRAW_TIMEOUT,
+                    store.withdraw(&self.task_id, &event.id),
+                )
+                .await;
+                waiting.answered = withdrawn.is_ok();
+                return match withdrawn {
+                    Ok(Ok(Withdrawn::Answered(answer))) => result_of(answer),
+                    Ok(Ok(Withdrawn::NeverHandedOut)) if ended => Err(ToolError::new(
+                        "the remote tool was not called: its client's task ended first",
+                    )),
+                    Ok(Ok(Withdrawn::NeverHandedOut)) => Err(ToolError::new(format!(
+                        "the remote tool was not called: its client did not take the call \
+                         within {}",
+                        spoken(self.timeout)
+                    ))),
+                    Ok(Ok(_)) if ended => Err(unknown(
+                        "the remote tool's client received the call, then its task ended \
+                         without an answer: it may have run. Do not call it again; tell the \
+                         user it is not known whether it was done",
+                    )),
+                    Ok(Ok(_)) => Err(unknown(&format!(
+                        "the remote tool's client received the call but did not answer within \
+                         {}: it may have run. Do not call it again; tell the user it is not \
+                         known whether it was done",
+                        spoken(self.timeout)
+                    ))),
+                    Ok(Err(error)) => Err(unknown(UNKNOWN_STORE).with_detail(error)),
+                    Err(_) => Err(unknown(UNKNOWN_STORE)),
+                };
+            }
+            Some(Err(error)) => error,
+        };
+        // The call's state is gone (its task expired, or its answer was taken elsewhere):
+        // it was emitted, so it may have run.
+        waiting.answered = true;
+        Err(
+            unknown("the remote tool's answer was lost: it may have run. Do not call it again")
+                .with_detail(error),
+        )
     }
+}
+
+/// What the model reads when the store failed after the call may have been handed out.
+const UNKNOWN_STORE: &str = "the task store failed after the remote tool's call may have \
+                             reached its client: it may have run. Do not call it again; tell \
+                             the user it is not known whether it was done";
+
+/// How long a remote tool waits before reading its answer again after the store failed.
+const STORE_RETRY: Duration = Duration::from_millis(250);
+
+/// The most a remote tool spends withdrawing its call once its time is up: a Redis command's
+/// reply timeout (5 s) and a little more. The executor's own timeout for the tool is its
+/// timeout plus this, so the tool (which knows whether its call was handed out) speaks first.
+pub const WITHDRAW_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// `duration` as the model reads it: `300 ms`, `30 s`.
+fn spoken(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{} ms", duration.as_millis())
+    } else {
+        format!("{} s", duration.as_secs())
+    }
+}
+
+/// A tool error for a call that may or may not have run.
+fn unknown(message: &str) -> ToolError {
+    ToolError::outcome_unknown(message)
 }
 
 /// Abandons the call if its future is dropped before the answer (timeout, barge-in).

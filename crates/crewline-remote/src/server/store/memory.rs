@@ -2,7 +2,7 @@
 //! [`StoreLimits`].
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len};
+use super::{Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, Withdrawn, json_len};
 use crate::wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer, now_ms};
 
 /// Where a tool call is.
@@ -31,6 +31,8 @@ struct TaskEntry {
     events: VecDeque<(TaskEvent, usize)>,
     last_timestamp: u64,
     calls: HashMap<String, CallState>,
+    /// The tool calls a poll has returned: their client may have run them.
+    handed_out: HashSet<String>,
     /// The bytes this task holds: its request, its events, its answers not yet taken.
     bytes: usize,
     /// Bumped on every change; pollers and waiters watch it.
@@ -57,13 +59,31 @@ impl TaskEntry {
         let Some((old, mut size)) = self.events.remove(index) else {
             return 0;
         };
-        if !matches!(self.calls.get(&old.id), Some(CallState::Pending))
-            && let Some(CallState::Answered(Some((_, held)))) = self.calls.remove(&old.id)
-        {
-            size += held;
+        if !matches!(self.calls.get(&old.id), Some(CallState::Pending)) {
+            self.handed_out.remove(&old.id);
+            if let Some(CallState::Answered(Some((_, held)))) = self.calls.remove(&old.id) {
+                size += held;
+            }
         }
         self.bytes -= size;
         size
+    }
+
+    /// Removes the tool call `event` altogether (its event, its state, its answer): what a
+    /// withdrawn call that no poll returned leaves. Returns the bytes freed.
+    fn remove_call(&mut self, event: &str) -> usize {
+        let mut freed = 0;
+        if let Some(index) = self.events.iter().position(|(e, _)| e.id == event)
+            && let Some((_, size)) = self.events.remove(index)
+        {
+            freed += size;
+        }
+        if let Some(CallState::Answered(Some((_, held)))) = self.calls.remove(event) {
+            freed += held;
+        }
+        self.handed_out.remove(event);
+        self.bytes -= freed;
+        freed
     }
 }
 
@@ -333,6 +353,7 @@ impl TaskStore for MemoryStore {
             events: VecDeque::new(),
             last_timestamp: 0,
             calls: HashMap::new(),
+            handed_out: HashSet::new(),
             bytes: 0,
             changed,
         };
@@ -469,15 +490,23 @@ impl TaskStore for MemoryStore {
         loop {
             changed.borrow_and_update();
             let polled = self.with_task(id, |entry, _| {
+                let events: Vec<TaskEvent> = entry
+                    .events
+                    .iter()
+                    .map(|(e, _)| e)
+                    .filter(|e| e.timestamp.unwrap_or(0) > after)
+                    .cloned()
+                    .collect();
+                // Returned to a client, which may run them: from now on, withdrawing one of
+                // these calls cannot say it was not run.
+                for event in &events {
+                    if entry.calls.contains_key(&event.id) {
+                        entry.handed_out.insert(event.id.clone());
+                    }
+                }
                 Ok(Polled {
                     task: entry.snapshot.clone(),
-                    events: entry
-                        .events
-                        .iter()
-                        .map(|(e, _)| e)
-                        .filter(|e| e.timestamp.unwrap_or(0) > after)
-                        .cloned()
-                        .collect(),
+                    events,
                 })
             })?;
             if !polled.events.is_empty() || polled.task.status.is_terminal() {
@@ -562,6 +591,43 @@ impl TaskStore for MemoryStore {
                 return Err(StoreError::UnknownTask(id.to_owned()));
             }
         }
+    }
+
+    async fn withdraw(&self, id: &str, event: &str) -> Result<Withdrawn, StoreError> {
+        self.with_task(id, |entry, usage| {
+            let handed_out = entry.handed_out.contains(event);
+            let withdrawn = match entry.calls.get_mut(event) {
+                None => {
+                    return Err(if entry.events.iter().any(|(e, _)| e.id == event) {
+                        StoreError::NotAToolCall(event.to_owned())
+                    } else {
+                        StoreError::UnknownEvent {
+                            task: id.to_owned(),
+                            event: event.to_owned(),
+                        }
+                    });
+                }
+                Some(CallState::Answered(answer)) => match answer.take() {
+                    Some((answer, size)) => {
+                        entry.bytes -= size;
+                        usage.release(&entry.snapshot.owner, size);
+                        return Ok(Withdrawn::Answered(answer));
+                    }
+                    None => return Err(StoreError::AlreadyAnswered(event.to_owned())),
+                },
+                Some(state) if handed_out => {
+                    *state = CallState::Abandoned;
+                    Withdrawn::HandedOut
+                }
+                Some(_) => {
+                    let freed = entry.remove_call(event);
+                    usage.release(&entry.snapshot.owner, freed);
+                    Withdrawn::NeverHandedOut
+                }
+            };
+            entry.touch();
+            Ok(withdrawn)
+        })
     }
 
     fn abandon(&self, id: &str, event: &str) {
