@@ -402,6 +402,40 @@ impl RedisStore {
         Ok(event)
     }
 
+    /// Finishes task `id` (only while it is the attachment `token`'s, if given); `None` when
+    /// another attachment holds it.
+    async fn finish_as(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<Option<TaskSnapshot>, StoreError> {
+        let (output, size) = match &output {
+            Some(output) => (output.to_string(), json_len(output).to_string()),
+            None => (String::new(), "0".to_owned()),
+        };
+        let reply = self
+            .eval(
+                &scripts::FINISH,
+                id,
+                &[status.as_str(), &output, &size, token.unwrap_or_default()],
+            )
+            .await?;
+        if reply.first().and_then(|code| code.as_deref()) == Some("released") {
+            return Ok(None);
+        }
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        self.shared.connection.wake(id);
+        if let Some(Some(refusal)) = values.get(5) {
+            // A task always finishes: an output over a budget is left out, with a warning.
+            let error = self.refusal(refusal, id);
+            tracing::warn!(task_id = id, %error, "task finished without its output");
+        }
+        self.snapshot(id, values.get(..5).unwrap_or_default())
+            .map(Some)
+    }
+
     /// Marks the call `event` abandoned (what [`TaskStore::abandon`] runs in the background).
     async fn abandon_now(&self, id: &str, event: &str) -> Result<(), StoreError> {
         let reply = self.eval(&scripts::ABANDON, id, &[event]).await?;
@@ -463,27 +497,51 @@ impl TaskStore for RedisStore {
         self.snapshot(id, values)
     }
 
+    async fn attach_leased(
+        &self,
+        id: &str,
+        call: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let lease = millis(lease).max(1).to_string();
+        let reply = self
+            .eval(&scripts::ATTACH, id, &[call, token, &lease])
+            .await?;
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        self.shared.connection.wake(id);
+        self.snapshot(id, values)
+    }
+
+    async fn renew(&self, id: &str, token: &str, lease: Duration) -> Result<(), StoreError> {
+        let lease = millis(lease).max(1).to_string();
+        let reply = self.eval(&scripts::RENEW, id, &[token, &lease]).await?;
+        self.outcome(&reply, id, &Subject::default())?;
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        match self.finish_as(id, Some(token), status, output).await? {
+            Some(_) => Ok(true),
+            None => Ok(false),
+        }
+    }
+
     async fn finish(
         &self,
         id: &str,
         status: TaskStatus,
         output: Option<Value>,
     ) -> Result<TaskSnapshot, StoreError> {
-        let (output, size) = match &output {
-            Some(output) => (output.to_string(), json_len(output).to_string()),
-            None => (String::new(), "0".to_owned()),
-        };
-        let reply = self
-            .eval(&scripts::FINISH, id, &[status.as_str(), &output, &size])
-            .await?;
-        let values = self.outcome(&reply, id, &Subject::default())?;
-        self.shared.connection.wake(id);
-        if let Some(Some(refusal)) = values.get(5) {
-            // A task always finishes: an output over a budget is left out, with a warning.
-            let error = self.refusal(refusal, id);
-            tracing::warn!(task_id = id, %error, "task finished without its output");
-        }
-        self.snapshot(id, values.get(..5).unwrap_or_default())
+        self.finish_as(id, None, status, output)
+            .await?
+            .ok_or_else(|| self.unreadable("a finish refused for an attachment it did not name"))
     }
 
     async fn emit_tool_call(

@@ -32,6 +32,7 @@ scripts! {
     TAKE => "take.lua",
     ABANDON => "abandon.lua",
     WITHDRAW => "withdraw.lua",
+    RENEW => "renew.lua",
     USAGE => "usage.lua",
 }
 

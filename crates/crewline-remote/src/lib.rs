@@ -38,8 +38,9 @@ pub use client::{
     TaskClient, TaskOutcome, answer_for, run_tool_call,
 };
 pub use server::{
-    AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_BYTES,
-    MAX_TOOL_TIMEOUT, MAX_WAIT, MemoryStore, OutputTooLarge, Polled, Principal, RemoteTool,
-    RemoteTools, SMOOTH_PREFIX, StoreError, StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskOutput,
-    TaskSnapshot, TaskStore, WITHDRAW_TIMEOUT, Withdrawn, json_len,
+    AttachError, Credential, CredentialError, DEFAULT_ATTACH_LEASE, DEFAULT_REATTACH_GRACE,
+    DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_BYTES, MAX_TOOL_TIMEOUT, MAX_WAIT, MemoryStore,
+    OutputTooLarge, Polled, Principal, RemoteTool, RemoteTools, SMOOTH_PREFIX, StoreError,
+    StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskOutput, TaskSnapshot, TaskStore, WITHDRAW_TIMEOUT,
+    Withdrawn, json_len,
 };

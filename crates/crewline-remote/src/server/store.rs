@@ -176,6 +176,47 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Marks a waiting task as run by a call ([`TaskStatus::Running`]).
     async fn attach(&self, id: &str) -> Result<TaskSnapshot, StoreError>;
 
+    /// Attaches task `id` to the platform call `call` (its call id; `""` for none) as the
+    /// attachment `token`, leased for `lease` (renewed with [`renew`](Self::renew) while the
+    /// call lives): a waiting task; a running one attached by the same `call` (a reconnect,
+    /// on any replica); or a running one whose lease lapsed (its replica died). Another call
+    /// gets [`StoreError::AlreadyAttached`] while the lease lives. Taking a running task over
+    /// settles the calls its previous attachment left waiting: one no poll handed out is
+    /// removed, one handed out is abandoned (it may have run).
+    ///
+    /// The default attaches without a lease ([`attach`](Self::attach)): no re-attach.
+    async fn attach_leased(
+        &self,
+        id: &str,
+        call: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let _ = (call, token, lease);
+        self.attach(id).await
+    }
+
+    /// Extends the lease of the attachment `token` on task `id` to `lease` from now;
+    /// [`StoreError::AlreadyAttached`] when another attachment holds the task now.
+    async fn renew(&self, id: &str, token: &str, lease: Duration) -> Result<(), StoreError> {
+        let _ = (id, token, lease);
+        Ok(())
+    }
+
+    /// Finishes the task as [`finish`](Self::finish) does, but only while it is still the
+    /// attachment `token`'s (a call that re-attached it since keeps it running); whether it
+    /// finished it.
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        let _ = token;
+        self.finish(id, status, output).await.map(|_| true)
+    }
+
     /// Finishes the task with `status` and what it concluded (`output`, counted against the
     /// task's bytes: when it does not fit, the task finishes without it); pending tool calls
     /// stop waiting. Finishing a finished task changes nothing.

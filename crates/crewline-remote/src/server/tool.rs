@@ -2,7 +2,10 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -106,25 +109,94 @@ impl TaskOutput {
     }
 }
 
-/// Finishes the task when the last of its tools is dropped (the call has ended), with what the
-/// call concluded.
+/// How a call holds its task: the attachment's token, its lease (renewed while the call
+/// lives), and how long a dropped call's task waits for the same call to re-attach it.
+#[derive(Debug, Clone)]
+pub(crate) struct Holding {
+    pub(crate) token: String,
+    pub(crate) lease: Duration,
+    pub(crate) grace: Duration,
+}
+
+/// Holds the task while the call lives (renewing its lease), and finishes it when the last of
+/// its tools is dropped (the call has ended), with what the call concluded, unless the same
+/// call re-attached it meanwhile.
 struct Lease {
     store: Arc<dyn TaskStore>,
     task_id: String,
     output: TaskOutput,
+    holding: Option<Holding>,
+    renewal: Option<tokio::task::AbortHandle>,
+    /// Set once another attachment took the task: this call's tools are no longer its.
+    lost: Arc<AtomicBool>,
+}
+
+impl Lease {
+    /// Renews `holding`'s lease every third of it until dropped or the task is lost.
+    fn renew(
+        store: Arc<dyn TaskStore>,
+        task_id: String,
+        holding: &Holding,
+        lost: Arc<AtomicBool>,
+    ) -> tokio::task::AbortHandle {
+        let (token, lease) = (holding.token.clone(), holding.lease);
+        let every = (lease / 3).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                match store.renew(&task_id, &token, lease).await {
+                    Ok(()) => {}
+                    // The store may come back before the lease lapses.
+                    Err(error @ (StoreError::Backend(_) | StoreError::Unreachable(_))) => {
+                        tracing::warn!(%error, task_id, "task lease not renewed");
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, task_id, "task lost: another call attached it");
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        })
+        .abort_handle()
+    }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if let Some(renewal) = self.renewal.take() {
+            renewal.abort();
+        }
         let (store, task_id) = (Arc::clone(&self.store), std::mem::take(&mut self.task_id));
         let output = self.output.get();
+        let holding = self.holding.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    match store.finish(&task_id, TaskStatus::Done, output).await {
-                        Ok(_) => {}
-                        // The store itself failed: the task stays running until it expires.
-                        Err(error @ StoreError::Backend(_)) => {
+                    let finished = match &holding {
+                        Some(holding) => {
+                            // A dropped socket may be the call reconnecting: its task waits a
+                            // moment for the same call to attach it again.
+                            tokio::time::sleep(holding.grace).await;
+                            store
+                                .release(&task_id, &holding.token, TaskStatus::Done, output)
+                                .await
+                        }
+                        None => store
+                            .finish(&task_id, TaskStatus::Done, output)
+                            .await
+                            .map(|_| true),
+                    };
+                    match finished {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::debug!(task_id, "task left to the call that re-attached it")
+                        }
+                        // The store itself failed: the task is released when its lease lapses.
+                        Err(error @ (StoreError::Backend(_) | StoreError::Unreachable(_))) => {
                             tracing::warn!(%error, task_id, "task not finished at call end");
                         }
                         Err(error) => {
@@ -192,6 +264,12 @@ impl Tool for RemoteTool {
     }
 
     async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
+        if self._lease.lost.load(Ordering::SeqCst) {
+            return Err(ToolError::new(
+                "the remote tool was not called: this call no longer holds its task (another \
+                 call attached it)",
+            ));
+        }
         let store = self.store.as_ref();
         let event = store
             .emit_tool_call(&self.task_id, &self.spec.name, arguments)
@@ -382,11 +460,24 @@ impl RemoteTools {
         task_id: String,
         specs: Vec<CustomTool>,
         default_timeout: Duration,
+        holding: Option<Holding>,
     ) -> Self {
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewal = holding.as_ref().map(|holding| {
+            Lease::renew(
+                Arc::clone(&store),
+                task_id.clone(),
+                holding,
+                Arc::clone(&lost),
+            )
+        });
         let lease = Arc::new(Lease {
             store: Arc::clone(&store),
             task_id: task_id.clone(),
             output: TaskOutput::default(),
+            holding,
+            renewal,
+            lost,
         });
         let tools = specs
             .into_iter()

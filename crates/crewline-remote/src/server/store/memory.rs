@@ -33,10 +33,20 @@ struct TaskEntry {
     calls: HashMap<String, CallState>,
     /// The tool calls a poll has returned: their client may have run them.
     handed_out: HashSet<String>,
+    /// The call holding the task under a lease, if it was attached with one.
+    attachment: Option<Attachment>,
     /// The bytes this task holds: its request, its events, its answers not yet taken.
     bytes: usize,
     /// Bumped on every change; pollers and waiters watch it.
     changed: watch::Sender<u64>,
+}
+
+/// Who holds a running task, and until when.
+struct Attachment {
+    call: String,
+    token: String,
+    /// Tokio's clock, so that tests can pause it.
+    until: tokio::time::Instant,
 }
 
 impl TaskEntry {
@@ -49,8 +59,35 @@ impl TaskEntry {
         match (self.snapshot.status, self.finished) {
             (_, Some(finished)) => now.duration_since(finished) >= limits.linger,
             (TaskStatus::Waiting, None) => age >= limits.waiting_ttl,
-            _ => age >= limits.max_age,
+            // A task whose holder's lease lapsed waits for a call again, as a new one does.
+            _ => {
+                age >= limits.max_age
+                    || self.attachment.as_ref().is_some_and(|attachment| {
+                        tokio::time::Instant::now() >= attachment.until + limits.waiting_ttl
+                    })
+            }
         }
+    }
+
+    /// Settles the calls a previous attachment left waiting: one no poll handed out is
+    /// removed (no client will run it), one handed out is abandoned (it may have run).
+    /// Returns the bytes freed.
+    fn settle_pending(&mut self) -> usize {
+        let pending: Vec<String> = self
+            .calls
+            .iter()
+            .filter(|(_, state)| matches!(state, CallState::Pending))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut freed = 0;
+        for id in pending {
+            if self.handed_out.contains(&id) {
+                self.calls.insert(id, CallState::Abandoned);
+            } else {
+                freed += self.remove_call(&id);
+            }
+        }
+        freed
     }
 
     /// Drops the event at `index`; a pruned call that still waits keeps its state, the others
@@ -354,6 +391,7 @@ impl TaskStore for MemoryStore {
             last_timestamp: 0,
             calls: HashMap::new(),
             handed_out: HashSet::new(),
+            attachment: None,
             bytes: 0,
             changed,
         };
@@ -390,6 +428,83 @@ impl TaskStore for MemoryStore {
                 status,
             }),
         })
+    }
+
+    async fn attach_leased(
+        &self,
+        id: &str,
+        call: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let now = tokio::time::Instant::now();
+        self.with_task(id, |entry, usage| {
+            match entry.snapshot.status {
+                TaskStatus::Waiting => {}
+                TaskStatus::Running => {
+                    let reattach = entry.attachment.as_ref().is_some_and(|held| {
+                        (!call.is_empty() && held.call == call) || held.until <= now
+                    });
+                    if !reattach {
+                        return Err(StoreError::AlreadyAttached(id.to_owned()));
+                    }
+                    let freed = entry.settle_pending();
+                    usage.release(&entry.snapshot.owner, freed);
+                }
+                status => {
+                    return Err(StoreError::Finished {
+                        id: id.to_owned(),
+                        status,
+                    });
+                }
+            }
+            entry.snapshot.status = TaskStatus::Running;
+            entry.attachment = Some(Attachment {
+                call: call.to_owned(),
+                token: token.to_owned(),
+                until: now + lease,
+            });
+            entry.touch();
+            Ok(entry.snapshot.clone())
+        })
+    }
+
+    async fn renew(&self, id: &str, token: &str, lease: Duration) -> Result<(), StoreError> {
+        let now = tokio::time::Instant::now();
+        self.with_task(id, |entry, _| {
+            if entry.snapshot.status.is_terminal() {
+                return Err(StoreError::Finished {
+                    id: id.to_owned(),
+                    status: entry.snapshot.status,
+                });
+            }
+            match &mut entry.attachment {
+                Some(held) if held.token == token => {
+                    held.until = now + lease;
+                    Ok(())
+                }
+                _ => Err(StoreError::AlreadyAttached(id.to_owned())),
+            }
+        })
+    }
+
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        let held = self.with_task(id, |entry, _| {
+            Ok(entry
+                .attachment
+                .as_ref()
+                .is_none_or(|held| held.token == token))
+        })?;
+        if !held {
+            return Ok(false);
+        }
+        self.finish(id, status, output).await.map(|_| true)
     }
 
     async fn finish(
