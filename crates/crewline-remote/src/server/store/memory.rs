@@ -345,6 +345,49 @@ impl MemoryStore {
         }
     }
 
+    /// Finishes task `id` (only while it is the attachment `token`'s, if given, in the same
+    /// step); `None` when another attachment holds it.
+    fn finish_as(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<Option<TaskSnapshot>, StoreError> {
+        let limits = self.limits;
+        let size = output.as_ref().map_or(0, json_len);
+        self.with_task(id, |entry, usage| {
+            if let Some(token) = token
+                && entry
+                    .attachment
+                    .as_ref()
+                    .is_some_and(|held| held.token != token)
+            {
+                return Ok(None);
+            }
+            if !entry.snapshot.status.is_terminal() {
+                // A task always finishes: an output over a budget is left out, with a warning.
+                if let Some(output) = &output {
+                    match usage.reserve(&limits, entry, size) {
+                        Ok(()) => entry.snapshot.output = Some(output.clone()),
+                        Err(error) => {
+                            tracing::warn!(task_id = id, %error, "task finished without its output");
+                        }
+                    }
+                }
+                entry.snapshot.status = status;
+                entry.finished = Some(Instant::now());
+                for state in entry.calls.values_mut() {
+                    if matches!(state, CallState::Pending) {
+                        *state = CallState::Abandoned;
+                    }
+                }
+                entry.touch();
+            }
+            Ok(Some(entry.snapshot.clone()))
+        })
+    }
+
     /// Checks the per-caller and store-wide task counts for a new task of `owner`, making
     /// room (expired tasks, then `owner`'s own finished ones) where that helps.
     fn admit(&self, inner: &mut Inner, owner: &str) -> Result<(), StoreError> {
@@ -495,16 +538,8 @@ impl TaskStore for MemoryStore {
         status: TaskStatus,
         output: Option<Value>,
     ) -> Result<bool, StoreError> {
-        let held = self.with_task(id, |entry, _| {
-            Ok(entry
-                .attachment
-                .as_ref()
-                .is_none_or(|held| held.token == token))
-        })?;
-        if !held {
-            return Ok(false);
-        }
-        self.finish(id, status, output).await.map(|_| true)
+        self.finish_as(id, Some(token), status, output)
+            .map(|finished| finished.is_some())
     }
 
     async fn finish(
@@ -513,30 +548,9 @@ impl TaskStore for MemoryStore {
         status: TaskStatus,
         output: Option<Value>,
     ) -> Result<TaskSnapshot, StoreError> {
-        let limits = self.limits;
-        let size = output.as_ref().map_or(0, json_len);
-        self.with_task(id, |entry, usage| {
-            if !entry.snapshot.status.is_terminal() {
-                // A task always finishes: an output over a budget is left out, with a warning.
-                if let Some(output) = &output {
-                    match usage.reserve(&limits, entry, size) {
-                        Ok(()) => entry.snapshot.output = Some(output.clone()),
-                        Err(error) => {
-                            tracing::warn!(task_id = id, %error, "task finished without its output");
-                        }
-                    }
-                }
-                entry.snapshot.status = status;
-                entry.finished = Some(Instant::now());
-                for state in entry.calls.values_mut() {
-                    if matches!(state, CallState::Pending) {
-                        *state = CallState::Abandoned;
-                    }
-                }
-                entry.touch();
-            }
-            Ok(entry.snapshot.clone())
-        })
+        // Without a token, a live task always finishes: `None` cannot come back.
+        self.finish_as(id, None, status, output)?
+            .ok_or_else(|| StoreError::UnknownTask(id.to_owned()))
     }
 
     async fn emit_tool_call(
