@@ -48,7 +48,10 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 64 << 10;
 /// when the decision is given (no replica polls another); with `wait(false)`, or when the wait
 /// runs out, it gets `ApprovalPending` and the call stays parked. A decision given then is
 /// kept in Redis and collected when the same call (same session, tool and arguments) is made
-/// again. Parked calls and uncollected decisions expire after [`ttl`](Self::ttl), in Redis
+/// again. With a call's scope ([`SessionScope::for_call`]), that is the same platform call
+/// after a reconnect, on any replica: it collects a decision given before the reconnect, and
+/// the newest caller takes over a parked call an earlier socket (or a dead replica) still
+/// seemed to wait on. A decision never applies to another call, tool or arguments. Parked calls and uncollected decisions expire after [`ttl`](Self::ttl), in Redis
 /// itself; at most [`max_parked`](Self::max_parked) calls wait at once (more are denied), each
 /// of at most [`max_request_bytes`](Self::max_request_bytes) (larger ones are denied without
 /// reaching Redis).
@@ -305,12 +308,13 @@ impl RedisApproval {
         let mut release = Release {
             approval: waits.then(|| self.clone()),
             id: request.id.clone(),
+            token: request.id.clone(),
         };
         let reply = self
             .eval(
                 &scripts::APPROVAL_REQUEST,
                 &request.id,
-                &[&binding, &json, if waits { "1" } else { "0" }],
+                &[&binding, &json, if waits { "1" } else { "0" }, &request.id],
             )
             .await;
         let reply = match reply {
@@ -354,7 +358,7 @@ impl RedisApproval {
         loop {
             // Watching before reading: a decision after the read wakes this wait.
             watch.seen();
-            match self.take(&release.id, Step::Wait).await? {
+            match self.take(&release.id, &release.token, Step::Wait).await? {
                 Taken::Decided(decision) => {
                     release.approval = None;
                     return Ok(ApprovalOutcome::Decided(decision));
@@ -374,20 +378,25 @@ impl RedisApproval {
         }
         release.approval = None;
         // Timed out: the call stays parked without a waiter, unless it was decided meanwhile.
-        Ok(match self.take(&release.id, Step::Stop).await? {
-            Taken::Decided(decision) => ApprovalOutcome::Decided(decision),
-            Taken::Pending | Taken::Gone => ApprovalOutcome::Pending,
-        })
+        Ok(
+            match self.take(&release.id, &release.token, Step::Stop).await? {
+                Taken::Decided(decision) => ApprovalOutcome::Decided(decision),
+                Taken::Pending | Taken::Gone => ApprovalOutcome::Pending,
+            },
+        )
     }
 
-    /// Takes call `id`'s decision, or stops waiting on it, as `step` says.
-    async fn take(&self, id: &str, step: Step) -> Result<Taken, Failure> {
+    /// Takes call `id`'s decision, or stops waiting on it, as `step` says, for the caller
+    /// `token` (nothing, if a later caller of the same call took the call over).
+    async fn take(&self, id: &str, token: &str, step: Step) -> Result<Taken, Failure> {
         let step = match step {
             Step::Wait => "wait",
             Step::Stop => "stop",
             Step::Leave => "leave",
         };
-        let reply = self.eval(&scripts::APPROVAL_TAKE, id, &[step]).await?;
+        let reply = self
+            .eval(&scripts::APPROVAL_TAKE, id, &[step, token])
+            .await?;
         match code(&reply) {
             "decided" => Ok(Taken::Decided(decision(&reply)?)),
             "pending" => Ok(Taken::Pending),
@@ -424,6 +433,8 @@ struct Release {
     /// `None` once the wait ended by itself.
     approval: Option<RedisApproval>,
     id: String,
+    /// The caller's token: its own request's id.
+    token: String,
 }
 
 impl Drop for Release {
@@ -434,9 +445,12 @@ impl Drop for Release {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let id = std::mem::take(&mut self.id);
+        let (id, token) = (
+            std::mem::take(&mut self.id),
+            std::mem::take(&mut self.token),
+        );
         runtime.spawn(async move {
-            if let Err(error) = approval.take(&id, Step::Leave).await {
+            if let Err(error) = approval.take(&id, &token, Step::Leave).await {
                 tracing::debug!(approval_id = %id, %error, "could not release a parked call");
             }
         });

@@ -15,8 +15,11 @@
 //! waiting calls wake on it and read the task again. Works with Redis 7 and Valkey (a single
 //! primary; not Redis Cluster).
 //!
-//! When Redis is unreachable, every operation fails with [`StoreError::Backend`] naming Redis
-//! and the cause, and works again once Redis is back (commands and the wake-up subscription
+//! When Redis is unreachable, every operation fails naming Redis and the cause:
+//! [`StoreError::Unreachable`] when the command was certainly never sent,
+//! [`StoreError::Backend`] when it may have run (a reply lost to the 5 s timeout), which a
+//! remote tool tells its model as an unknown outcome, never as "not called". It works again
+//! once Redis is back (commands and the wake-up subscription
 //! reconnect by themselves); calls that do not use remote tools go on meanwhile.
 //!
 //! ```no_run
@@ -42,7 +45,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use crewline_remote::{
-    Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len,
+    Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, Withdrawn, json_len,
     wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer},
 };
 use redis::Script;
@@ -273,13 +276,20 @@ impl RedisStore {
             .map_err(|error| self.backend(&error))
     }
 
-    /// The error for a Redis failure, naming Redis and the cause.
+    /// The error for a Redis failure, naming Redis and the cause: [`StoreError::Unreachable`]
+    /// when the command was certainly never sent (the connection was refused), else
+    /// [`StoreError::Backend`] (it may have run, its reply lost).
     fn backend(&self, error: &redis::RedisError) -> StoreError {
-        StoreError::Backend(format!(
+        let message = format!(
             "the task store (Redis at {}) {}: {error}",
             self.shared.connection.target(),
             connection::failure(error)
-        ))
+        );
+        if error.is_connection_refusal() {
+            StoreError::Unreachable(message)
+        } else {
+            StoreError::Backend(message)
+        }
     }
 
     /// The error for a reply this store cannot read.
@@ -403,6 +413,40 @@ impl RedisStore {
         Ok(event)
     }
 
+    /// Finishes task `id` (only while it is the attachment `token`'s, if given); `None` when
+    /// another attachment holds it.
+    async fn finish_as(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<Option<TaskSnapshot>, StoreError> {
+        let (output, size) = match &output {
+            Some(output) => (output.to_string(), json_len(output).to_string()),
+            None => (String::new(), "0".to_owned()),
+        };
+        let reply = self
+            .eval(
+                &scripts::FINISH,
+                id,
+                &[status.as_str(), &output, &size, token.unwrap_or_default()],
+            )
+            .await?;
+        if reply.first().and_then(|code| code.as_deref()) == Some("released") {
+            return Ok(None);
+        }
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        self.shared.connection.wake(id);
+        if let Some(Some(refusal)) = values.get(5) {
+            // A task always finishes: an output over a budget is left out, with a warning.
+            let error = self.refusal(refusal, id);
+            tracing::warn!(task_id = id, %error, "task finished without its output");
+        }
+        self.snapshot(id, values.get(..5).unwrap_or_default())
+            .map(Some)
+    }
+
     /// Marks the call `event` abandoned (what [`TaskStore::abandon`] runs in the background).
     async fn abandon_now(&self, id: &str, event: &str) -> Result<(), StoreError> {
         let reply = self.eval(&scripts::ABANDON, id, &[event]).await?;
@@ -464,27 +508,51 @@ impl TaskStore for RedisStore {
         self.snapshot(id, values)
     }
 
+    async fn attach_leased(
+        &self,
+        id: &str,
+        call: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let lease = millis(lease).max(1).to_string();
+        let reply = self
+            .eval(&scripts::ATTACH, id, &[call, token, &lease])
+            .await?;
+        let values = self.outcome(&reply, id, &Subject::default())?;
+        self.shared.connection.wake(id);
+        self.snapshot(id, values)
+    }
+
+    async fn renew(&self, id: &str, token: &str, lease: Duration) -> Result<(), StoreError> {
+        let lease = millis(lease).max(1).to_string();
+        let reply = self.eval(&scripts::RENEW, id, &[token, &lease]).await?;
+        self.outcome(&reply, id, &Subject::default())?;
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        match self.finish_as(id, Some(token), status, output).await? {
+            Some(_) => Ok(true),
+            None => Ok(false),
+        }
+    }
+
     async fn finish(
         &self,
         id: &str,
         status: TaskStatus,
         output: Option<Value>,
     ) -> Result<TaskSnapshot, StoreError> {
-        let (output, size) = match &output {
-            Some(output) => (output.to_string(), json_len(output).to_string()),
-            None => (String::new(), "0".to_owned()),
-        };
-        let reply = self
-            .eval(&scripts::FINISH, id, &[status.as_str(), &output, &size])
-            .await?;
-        let values = self.outcome(&reply, id, &Subject::default())?;
-        self.shared.connection.wake(id);
-        if let Some(Some(refusal)) = values.get(5) {
-            // A task always finishes: an output over a budget is left out, with a warning.
-            let error = self.refusal(refusal, id);
-            tracing::warn!(task_id = id, %error, "task finished without its output");
-        }
-        self.snapshot(id, values.get(..5).unwrap_or_default())
+        self.finish_as(id, None, status, output)
+            .await?
+            .ok_or_else(|| self.unreadable("a finish refused for an attachment it did not name"))
     }
 
     async fn emit_tool_call(
@@ -502,9 +570,24 @@ impl TaskStore for RedisStore {
         let size = json_len(&event).to_string();
         let json = serde_json::to_string(&event)
             .map_err(|error| StoreError::Backend(format!("a tool call's input: {error}")))?;
-        let reply = self
+        let reply = match self
             .eval(&scripts::EMIT, id, &[tool, &event.id, &json, &size])
-            .await?;
+            .await
+        {
+            Ok(reply) => reply,
+            Err(error @ StoreError::Backend(_)) => {
+                // The call may exist, its reply lost: withdrawn once Redis answers, so that a
+                // call its caller no longer waits for reaches no client after all.
+                let (store, id, event) = (self.clone(), id.to_owned(), event.id.clone());
+                tokio::spawn(async move {
+                    if let Err(error) = store.withdraw(&id, &event).await {
+                        tracing::debug!(task_id = %id, event_id = %event, %error, "could not withdraw a call whose emit failed");
+                    }
+                });
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
         let subject = Subject { tool, event: "" };
         let values = self.outcome(&reply, id, &subject)?;
         self.shared.connection.wake(id);
@@ -566,6 +649,25 @@ impl TaskStore for RedisStore {
             };
             return serde_json::from_str(json)
                 .map_err(|error| self.unreadable(&format!("an answer: {error}")));
+        }
+    }
+
+    async fn withdraw(&self, id: &str, event: &str) -> Result<Withdrawn, StoreError> {
+        let reply = self.eval(&scripts::WITHDRAW, id, &[event]).await?;
+        let values = self.outcome(&reply, id, &Subject { event, tool: "" })?;
+        self.shared.connection.wake(id);
+        match values.first().and_then(|value| value.as_deref()) {
+            Some("never") => Ok(Withdrawn::NeverHandedOut),
+            Some("handed_out") => Ok(Withdrawn::HandedOut),
+            Some("answered") => {
+                let Some(Some(json)) = values.get(1) else {
+                    return Err(self.unreadable("an answer without its JSON"));
+                };
+                serde_json::from_str(json)
+                    .map(Withdrawn::Answered)
+                    .map_err(|error| self.unreadable(&format!("an answer: {error}")))
+            }
+            other => Err(self.unreadable(&format!("a withdrawal `{other:?}`"))),
         }
     }
 

@@ -32,6 +32,8 @@ scripts! {
     ANSWER => "answer.lua",
     TAKE => "take.lua",
     ABANDON => "abandon.lua",
+    WITHDRAW => "withdraw.lua",
+    RENEW => "renew.lua",
     USAGE => "usage.lua",
 }
 

@@ -11,8 +11,10 @@
 //!   a result, 400 for an error the agent can correct, 500 for a failure.
 //! - [`TaskApi`] (server side): the same API served by a crew server for its own crews. A
 //!   call whose variables carry `task_id` gets a [`RemoteTool`] per custom tool; a call of
-//!   one parks until the client answers or the tool's timeout passes (`Timeout` reaches the
-//!   model). Long polling (`wait_ms`) delivers events as soon as they exist. State lives
+//!   one parks until the client answers or the tool's timeout passes (the model reads "not
+//!   called" if no poll took the call, else `OutcomeUnknown`: it may have run). A call
+//!   attached with its platform call id ([`TaskApi::attach_for`]) holds its task under a
+//!   lease of seconds and attaches it again after a reconnect. Long polling (`wait_ms`) delivers events as soon as they exist. State lives
 //!   behind [`TaskStore`] ([`MemoryStore`] by default).
 //!
 //! ```no_run
@@ -38,8 +40,9 @@ pub use client::{
     TaskClient, TaskOutcome, answer_for, run_tool_call,
 };
 pub use server::{
-    AttachError, Credential, CredentialError, DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_BYTES,
-    MAX_TOOL_TIMEOUT, MAX_WAIT, MemoryStore, OutputTooLarge, Polled, Principal, RemoteTool,
-    RemoteTools, SMOOTH_PREFIX, StoreError, StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskOutput,
-    TaskSnapshot, TaskStore, json_len,
+    AttachError, Credential, CredentialError, DEFAULT_ATTACH_LEASE, DEFAULT_REATTACH_GRACE,
+    DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_BYTES, MAX_TOOL_TIMEOUT, MAX_WAIT, MemoryStore,
+    OutputTooLarge, Polled, Principal, RemoteTool, RemoteTools, SMOOTH_PREFIX, StoreError,
+    StoreLimits, TASK_ID_VARIABLE, TaskApi, TaskOutput, TaskSnapshot, TaskStore, WITHDRAW_TIMEOUT,
+    Withdrawn, json_len,
 };

@@ -111,6 +111,8 @@ macro_rules! store_contract_tests {
             racing_replicas_attach_a_task_once,
             racing_replicas_keep_a_callers_task_cap,
             a_pruned_answer_nobody_took_gives_its_bytes_back,
+            a_leased_task_is_reattached_by_its_call_and_released_after_its_lease,
+            withdrawing_a_call_says_whether_a_poll_handed_it_out,
         );
     };
     (@each $backend:expr; $($name:ident),* $(,)?) => {
@@ -952,4 +954,81 @@ pub async fn a_pruned_answer_nobody_took_gives_its_bytes_back(backend: &impl Bac
         store.wait_answer(&task.id, &first.id).await,
         Err(StoreError::UnknownEvent { .. })
     ));
+}
+
+/// A leased attachment: the same call re-attaches at once (its old token can neither renew
+/// nor finish the task any more); another call waits for the lease to lapse, then gets it.
+pub async fn a_leased_task_is_reattached_by_its_call_and_released_after_its_lease(
+    backend: &impl Backend,
+) {
+    let lease = Duration::from_millis(300);
+    let a = backend.store(StoreLimits::default()).await;
+    let b = backend.replica(&a).await;
+    let task = a.create("a", None, tool_t()).await.expect("create");
+    a.attach_leased(&task.id, "call-1", "t1", lease)
+        .await
+        .expect("attach");
+    let other = b.attach_leased(&task.id, "call-2", "t2", lease).await;
+    assert_eq!(other, Err(StoreError::AlreadyAttached(task.id.clone())));
+    b.attach_leased(&task.id, "call-1", "t3", lease)
+        .await
+        .expect("the same call re-attaches on another replica");
+    assert_eq!(
+        a.renew(&task.id, "t1", lease).await,
+        Err(StoreError::AlreadyAttached(task.id.clone()))
+    );
+    assert_eq!(
+        a.release(&task.id, "t1", TaskStatus::Done, None).await,
+        Ok(false)
+    );
+    b.renew(&task.id, "t3", lease).await.expect("renewed");
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    b.attach_leased(&task.id, "call-2", "t4", lease)
+        .await
+        .expect("released once the lease lapsed");
+    assert_eq!(
+        b.release(&task.id, "t4", TaskStatus::Done, None).await,
+        Ok(true)
+    );
+    assert_eq!(a.get(&task.id).await.expect("get").status, TaskStatus::Done);
+}
+
+/// A call no poll returned is withdrawn for good; one a poll returned is abandoned; one
+/// answered gives its answer.
+pub async fn withdrawing_a_call_says_whether_a_poll_handed_it_out(backend: &impl Backend) {
+    let store = backend.store(StoreLimits::default()).await;
+    let (task, unseen) = running_call(&store).await;
+    assert_eq!(
+        store.withdraw(&task.id, &unseen.id).await,
+        Ok(crate::Withdrawn::NeverHandedOut)
+    );
+    let polled = store.poll(&task.id, 0, Duration::ZERO).await.expect("poll");
+    assert!(polled.events.is_empty(), "{:?}", polled.events);
+    let seen = store
+        .emit_tool_call(&task.id, "t", json!({}))
+        .await
+        .expect("emit");
+    store.poll(&task.id, 0, Duration::ZERO).await.expect("poll");
+    assert_eq!(
+        store.withdraw(&task.id, &seen.id).await,
+        Ok(crate::Withdrawn::HandedOut)
+    );
+    assert_eq!(
+        store
+            .answer(&task.id, &seen.id, ToolAnswer::ok(json!(1)))
+            .await,
+        Err(StoreError::NotWaiting(seen.id.clone()))
+    );
+    let answered = store
+        .emit_tool_call(&task.id, "t", json!({}))
+        .await
+        .expect("emit");
+    store
+        .answer(&task.id, &answered.id, ToolAnswer::ok(json!("late")))
+        .await
+        .expect("answer");
+    assert_eq!(
+        store.withdraw(&task.id, &answered.id).await,
+        Ok(crate::Withdrawn::Answered(ToolAnswer::ok(json!("late"))))
+    );
 }

@@ -263,6 +263,7 @@ pub struct ToolError {
     message: String,
     detail: Option<Box<dyn std::error::Error + Send + Sync>>,
     invalid_arguments: bool,
+    outcome_unknown: bool,
 }
 
 impl ToolError {
@@ -272,6 +273,7 @@ impl ToolError {
             message: message.into(),
             detail: None,
             invalid_arguments: false,
+            outcome_unknown: false,
         }
     }
 
@@ -287,6 +289,20 @@ impl ToolError {
     /// Whether the model's arguments caused this failure.
     pub fn is_invalid_arguments(&self) -> bool {
         self.invalid_arguments
+    }
+
+    /// A call whose effects may or may not have happened (it was handed to a system that
+    /// went quiet): reported as `OutcomeUnknown`, so the model does not run it again.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        Self {
+            outcome_unknown: true,
+            ..Self::new(message)
+        }
+    }
+
+    /// Whether this call's outcome is unknown (it may have run).
+    pub fn is_outcome_unknown(&self) -> bool {
+        self.outcome_unknown
     }
 
     /// Attaches the operator's detail (kept out of the model's view).
@@ -315,6 +331,7 @@ impl fmt::Debug for ToolError {
             .field("message", &self.message)
             .field("detail", &self.detail)
             .field("invalid_arguments", &self.invalid_arguments)
+            .field("outcome_unknown", &self.outcome_unknown)
             .finish()
     }
 }
@@ -337,6 +354,7 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
             message: error.to_string(),
             detail: Some(Box::new(error)),
             invalid_arguments: false,
+            outcome_unknown: false,
         }
     }
 }

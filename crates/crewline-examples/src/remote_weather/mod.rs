@@ -88,8 +88,9 @@ impl RemoteWeatherCrew {
         Self { llm, tasks }
     }
 
-    /// The crew for one call. A call with a `task_id` variable gets that task's tools; an
-    /// unknown or already used task fails the call's setup with a clear error.
+    /// The crew for one call. A call with a `task_id` variable gets that task's tools (again,
+    /// after a reconnect with the same call id); an unknown task, or one another call holds,
+    /// fails the call's setup with a clear error.
     pub async fn build(
         &self,
         setup: &SessionSetup,
@@ -98,7 +99,15 @@ impl RemoteWeatherCrew {
         let mut builder = Agent::builder_shared(Arc::clone(&self.llm))
             .name("weather-agent")
             .prompt(PROMPT);
-        if let Some(remote) = self.tasks.attach_call(setup.initial_variables()).await? {
+        // Attached for the platform's call id: a reconnect of the same call (to this replica
+        // or another) attaches its task again; the task of a replica that died is released
+        // after the attach lease.
+        let call_id = setup.caller().and_then(|caller| caller.call_id.as_deref());
+        if let Some(remote) = self
+            .tasks
+            .attach_call_for(setup.initial_variables(), call_id)
+            .await?
+        {
             tracing::info!(task_id = remote.task_id(), tools = ?remote.names(), "remote tools attached");
             // The registry owns the remote tools: when the call ends and the crew is dropped,
             // the task is marked done and the client stops polling.
@@ -123,7 +132,17 @@ pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
                     let value: Value =
                         serde_json::from_str(content).unwrap_or_else(|_| json!(content));
                     match value.get("error") {
-                        Some(error) if error["kind"] == "Timeout" => NO_ANSWER.to_owned(),
+                        // No answer: timed out, never taken by the station, or taken and
+                        // never answered (an unknown outcome; a weather lookup has no effect).
+                        Some(error)
+                            if error["kind"] == "Timeout"
+                                || error["kind"] == "OutcomeUnknown"
+                                || error["message"]
+                                    .as_str()
+                                    .is_some_and(|m| m.contains("did not take the call")) =>
+                        {
+                            NO_ANSWER.to_owned()
+                        }
                         Some(error) => error["message"]
                             .as_str()
                             .unwrap_or("That lookup failed.")

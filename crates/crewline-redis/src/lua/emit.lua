@@ -14,7 +14,7 @@ local function drop_event(id)
   redis.call('ZREM', order, id)
   if redis.call('HGET', calls, 'c:' .. id) ~= 'p' then
     freed = freed + tonumber(redis.call('HGET', calls, 'n:' .. id) or 0)
-    redis.call('HDEL', calls, 'c:' .. id, 'a:' .. id, 'n:' .. id)
+    redis.call('HDEL', calls, 'c:' .. id, 'a:' .. id, 'n:' .. id, 'h:' .. id)
   end
   if freed ~= 0 then charge(ID, owner, -freed) end
 end

@@ -1,6 +1,10 @@
--- ARGV 12 status, 13 output JSON ('' for none), 14 its bytes.
+-- ARGV 12 status, 13 output JSON ('' for none), 14 its bytes, 15 the attachment's token
+-- (optional: then only while the task is still that attachment's).
 if not live(ID) then return {'unknown_task'} end
 local key, calls = task_key(ID), calls_key(ID)
+if ARGV[15] and ARGV[15] ~= '' and redis.call('HGET', key, 'token') ~= ARGV[15] then
+  return {'released'}
+end
 local dropped = false
 if not is_finished(redis.call('HGET', key, 'status')) then
   local owner = redis.call('HGET', key, 'owner')

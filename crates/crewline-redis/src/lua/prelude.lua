@@ -28,7 +28,8 @@ local CHANGED = P .. 'changed'          -- channel: the id of a task that change
 
 local function task_key(id) return P .. 'task:' .. id end
 -- hash: e:<event> its JSON, s:<event> its bytes, c:<event> its call's state (p pending,
--- a answered, x abandoned), a:<event> the answer not yet taken, n:<event> that answer's bytes
+-- a answered, x abandoned), a:<event> the answer not yet taken, n:<event> that answer's bytes,
+-- h:<event> set once a poll handed the call out (its client may have run it)
 local function calls_key(id) return P .. 'calls:' .. id end
 local function order_key(id) return P .. 'order:' .. id end   -- zset: event -> timestamp
 local function done_key(owner) return P .. 'done:' .. owner end  -- zset: finished task -> when
@@ -149,6 +150,35 @@ end
 
 local function is_finished(status)
   return status ~= 'waiting' and status ~= 'running'
+end
+
+-- Settles the calls a task's previous attachment left waiting (its replica died, or its call
+-- reconnected): one no poll handed out is removed (no client will ever run it); one handed
+-- out is abandoned (it may have run; a late answer is refused).
+local function settle_pending(id)
+  local calls, order = calls_key(id), order_key(id)
+  local owner = redis.call('HGET', task_key(id), 'owner')
+  local fields = redis.call('HGETALL', calls)
+  for i = 1, #fields, 2 do
+    if fields[i + 1] == 'p' and string.sub(fields[i], 1, 2) == 'c:' then
+      local event = string.sub(fields[i], 3)
+      if redis.call('HEXISTS', calls, 'h:' .. event) == 1 then
+        redis.call('HSET', calls, fields[i], 'x')
+      else
+        local freed = tonumber(redis.call('HGET', calls, 's:' .. event) or 0)
+        redis.call('HDEL', calls, 'e:' .. event, 's:' .. event, 'c:' .. event)
+        redis.call('ZREM', order, event)
+        if freed ~= 0 then charge(id, owner, -freed) end
+      end
+    end
+  end
+end
+
+-- When a task attached under a lease expires: at its age limit, or `WAITING_TTL` after its
+-- lease lapses (a task whose replica died is not kept for hours).
+local function leased_deadline(id, lease_until)
+  local created = tonumber(redis.call('HGET', task_key(id), 'created'))
+  return math.min(created + MAX_AGE, lease_until + WAITING_TTL)
 end
 
 sweep()

@@ -122,6 +122,31 @@ impl RedisServer {
         out
     }
 
+    /// Freezes the server (SIGSTOP): it holds its connections and answers nothing, as a
+    /// frozen or swapping host does.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a frozen server (SIGCONT): it answers what it was sent meanwhile.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no save).
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("a running server").id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// The server's URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)

@@ -49,8 +49,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 pub use self::{
-    store::{MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len},
-    tool::{MAX_OUTPUT_BYTES, OutputTooLarge, RemoteTool, RemoteTools, TaskOutput},
+    store::{
+        MemoryStore, Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, Withdrawn, json_len,
+    },
+    tool::{
+        MAX_OUTPUT_BYTES, OutputTooLarge, RemoteTool, RemoteTools, TaskOutput, WITHDRAW_TIMEOUT,
+    },
 };
 use crate::wire::{
     Envelope, ErrorBody, EventAck, EventRequest, TOOL_CALL, TaskRequest, TaskResponse, TaskStatus,
@@ -65,6 +69,12 @@ pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_WAIT: Duration = Duration::from_secs(30);
 /// The longest timeout a custom tool may ask for: 10 min.
 pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a call's hold on its task lasts without renewal (renewed every third of it while
+/// the call lives): 10 s. A task whose replica died is attachable by another call after it.
+pub const DEFAULT_ATTACH_LEASE: Duration = Duration::from_secs(10);
+/// How long the task of a call that ended (its socket closed) waits for the same call id to
+/// re-attach it before it is `done`: 2 s. Only for calls attached with their call id.
+pub const DEFAULT_REATTACH_GRACE: Duration = Duration::from_secs(2);
 /// Where Smooth serves its task API (its SDK's base URL `.../api/` plus its `api_version`
 /// `v1`); the task routes are served here and at the root.
 pub const SMOOTH_PREFIX: &str = "/api/v1";
@@ -146,6 +156,8 @@ pub struct TaskApi {
     credentials: Vec<Credential>,
     tool_timeout: Duration,
     max_wait: Duration,
+    lease: Duration,
+    reattach_grace: Duration,
 }
 
 impl std::fmt::Debug for TaskApi {
@@ -154,6 +166,8 @@ impl std::fmt::Debug for TaskApi {
             .field("credentials", &self.credentials)
             .field("tool_timeout", &self.tool_timeout)
             .field("max_wait", &self.max_wait)
+            .field("lease", &self.lease)
+            .field("reattach_grace", &self.reattach_grace)
             .finish_non_exhaustive()
     }
 }
@@ -177,7 +191,24 @@ impl TaskApi {
             credentials: Vec::new(),
             tool_timeout: DEFAULT_TOOL_TIMEOUT,
             max_wait: MAX_WAIT,
+            lease: DEFAULT_ATTACH_LEASE,
+            reattach_grace: DEFAULT_REATTACH_GRACE,
         }
+    }
+
+    /// How long a call's hold on its task lasts without renewal (default
+    /// [`DEFAULT_ATTACH_LEASE`]): a task whose replica died is attachable again after it.
+    pub fn attach_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How long the task of a call attached with its call id waits, once the call's tools are
+    /// dropped, for the same call to re-attach it (a reconnect) before it is `done` (default
+    /// [`DEFAULT_REATTACH_GRACE`]).
+    pub fn reattach_grace(mut self, grace: Duration) -> Self {
+        self.reattach_grace = grace;
+        self
     }
 
     /// Requires this key on every route, as the `apikey` header (Smooth's) or
@@ -249,8 +280,40 @@ impl TaskApi {
 
     /// Attaches the task `task_id` to a call: the task runs, and its custom tools come back
     /// as [`RemoteTools`] for the call's registry. The task finishes when they are dropped.
+    /// The call holds the task under a lease renewed while the tools live; if its replica
+    /// dies, another call may attach the task once the lease lapses.
     pub async fn attach(&self, task_id: &str) -> Result<RemoteTools, AttachError> {
-        let task = self.store.attach(task_id).await?;
+        self.attach_holding(task_id, "", Duration::ZERO).await
+    }
+
+    /// Attaches the task `task_id` to the platform call `call_id`, as [`attach`](Self::attach)
+    /// does; the same call id attaches it again after a reconnect, on any replica (the calls
+    /// the previous attachment left waiting are settled: "not called" if no client took them,
+    /// an unknown outcome if one did). Another call cannot while the lease lives.
+    pub async fn attach_for(
+        &self,
+        task_id: &str,
+        call_id: &str,
+    ) -> Result<RemoteTools, AttachError> {
+        self.attach_holding(task_id, call_id, self.reattach_grace)
+            .await
+    }
+
+    async fn attach_holding(
+        &self,
+        task_id: &str,
+        call_id: &str,
+        grace: Duration,
+    ) -> Result<RemoteTools, AttachError> {
+        let holding = tool::Holding {
+            token: uuid::Uuid::new_v4().simple().to_string(),
+            lease: self.lease,
+            grace,
+        };
+        let task = self
+            .store
+            .attach_leased(task_id, call_id, &holding.token, self.lease)
+            .await?;
         tracing::info!(
             task_id,
             tools = task.custom_tools.len(),
@@ -261,6 +324,7 @@ impl TaskApi {
             task.id,
             task.custom_tools,
             self.tool_timeout,
+            Some(holding),
         ))
     }
 
@@ -269,10 +333,25 @@ impl TaskApi {
         &self,
         variables: &Map<String, Value>,
     ) -> Result<Option<RemoteTools>, AttachError> {
-        match variables.get(TASK_ID_VARIABLE) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(id)) => self.attach(id).await.map(Some),
-            Some(other) => Err(AttachError::NotAString(other.clone())),
+        self.attach_call_for(variables, None).await
+    }
+
+    /// Attaches the task named by the call variable `task_id`, if the call has one, for the
+    /// platform call `call_id` (`session_context.caller.call_id`), so that a reconnect of the
+    /// same call attaches it again ([`attach_for`](Self::attach_for)).
+    pub async fn attach_call_for(
+        &self,
+        variables: &Map<String, Value>,
+        call_id: Option<&str>,
+    ) -> Result<Option<RemoteTools>, AttachError> {
+        let id = match variables.get(TASK_ID_VARIABLE) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(id)) => id,
+            Some(other) => return Err(AttachError::NotAString(other.clone())),
+        };
+        match call_id.filter(|call_id| !call_id.is_empty()) {
+            Some(call_id) => self.attach_for(id, call_id).await.map(Some),
+            None => self.attach(id).await.map(Some),
         }
     }
 }
@@ -317,9 +396,10 @@ impl From<StoreError> for ApiError {
             | StoreError::AlreadyAttached(_)
             | StoreError::Finished { .. } => StatusCode::CONFLICT,
             // A shared store that is down (Redis) is as temporary as a full one.
-            StoreError::Full(_) | StoreError::FullBytes(_) | StoreError::Backend(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            StoreError::Full(_)
+            | StoreError::FullBytes(_)
+            | StoreError::Backend(_)
+            | StoreError::Unreachable(_) => StatusCode::SERVICE_UNAVAILABLE,
             StoreError::TooManyTasks(_) | StoreError::OwnerBudget(_) => {
                 StatusCode::TOO_MANY_REQUESTS
             }

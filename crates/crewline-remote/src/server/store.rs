@@ -131,9 +131,28 @@ pub enum StoreError {
          would exceed it"
     )]
     TaskBudget(usize),
-    /// The backend failed (for stores other than the in-memory one).
+    /// The backend failed (for stores other than the in-memory one): the operation may or
+    /// may not have taken effect (a reply lost to a timeout after the request went out).
     #[error("the task store failed: {0}")]
     Backend(String),
+    /// The backend could not be reached and the operation certainly changed nothing (it was
+    /// never sent).
+    #[error("the task store is unreachable: {0}")]
+    Unreachable(String),
+}
+
+/// What withdrawing a tool call found ([`TaskStore::withdraw`]): whether its client can have
+/// run it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Withdrawn {
+    /// No poll ever returned the call: no client saw it, and none ever will (it is removed).
+    NeverHandedOut,
+    /// A poll returned the call: its client may have run it. It no longer waits; a late
+    /// answer is refused.
+    HandedOut,
+    /// Its answer had arrived: here it is, taken.
+    Answered(ToolAnswer),
 }
 
 /// Keeps tasks, their events and the answers to their tool calls.
@@ -157,6 +176,47 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Marks a waiting task as run by a call ([`TaskStatus::Running`]).
     async fn attach(&self, id: &str) -> Result<TaskSnapshot, StoreError>;
 
+    /// Attaches task `id` to the platform call `call` (its call id; `""` for none) as the
+    /// attachment `token`, leased for `lease` (renewed with [`renew`](Self::renew) while the
+    /// call lives): a waiting task; a running one attached by the same `call` (a reconnect,
+    /// on any replica); or a running one whose lease lapsed (its replica died). Another call
+    /// gets [`StoreError::AlreadyAttached`] while the lease lives. Taking a running task over
+    /// settles the calls its previous attachment left waiting: one no poll handed out is
+    /// removed, one handed out is abandoned (it may have run).
+    ///
+    /// The default attaches without a lease ([`attach`](Self::attach)): no re-attach.
+    async fn attach_leased(
+        &self,
+        id: &str,
+        call: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let _ = (call, token, lease);
+        self.attach(id).await
+    }
+
+    /// Extends the lease of the attachment `token` on task `id` to `lease` from now;
+    /// [`StoreError::AlreadyAttached`] when another attachment holds the task now.
+    async fn renew(&self, id: &str, token: &str, lease: Duration) -> Result<(), StoreError> {
+        let _ = (id, token, lease);
+        Ok(())
+    }
+
+    /// Finishes the task as [`finish`](Self::finish) does, but only while it is still the
+    /// attachment `token`'s (a call that re-attached it since keeps it running); whether it
+    /// finished it.
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        let _ = token;
+        self.finish(id, status, output).await.map(|_| true)
+    }
+
     /// Finishes the task with `status` and what it concluded (`output`, counted against the
     /// task's bytes: when it does not fit, the task finishes without it); pending tool calls
     /// stop waiting. Finishing a finished task changes nothing.
@@ -178,7 +238,8 @@ pub trait TaskStore: Send + Sync + 'static {
     ) -> Result<TaskEvent, StoreError>;
 
     /// The task and its events with a timestamp after `after`; when there are none and the
-    /// task runs, waits up to `wait` for one.
+    /// task runs, waits up to `wait` for one. Every tool call returned is marked handed out
+    /// (see [`withdraw`](Self::withdraw)).
     async fn poll(&self, id: &str, after: u64, wait: Duration) -> Result<Polled, StoreError>;
 
     /// Records the client's answer to the tool call `event`.
@@ -190,6 +251,20 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Stops waiting for the answer to `event` (its caller timed out or was cancelled); a later
     /// answer gets [`StoreError::NotWaiting`]. Synchronous, so it can run in `Drop`.
     fn abandon(&self, id: &str, event: &str);
+
+    /// Ends the tool call `event` for a caller that stops waiting, saying whether its client
+    /// can have run it: a call no poll ever returned is removed (so none ever will) and is
+    /// [`Withdrawn::NeverHandedOut`]; one a poll returned is abandoned and
+    /// [`Withdrawn::HandedOut`]; one answered gives its answer. The answer is what tells a
+    /// model "not called" apart from "outcome unknown", so it must be atomic with `poll`'s
+    /// hand-out.
+    ///
+    /// The default abandons the call and says it was handed out: a store that does not track
+    /// hand-outs never claims a call was not run.
+    async fn withdraw(&self, id: &str, event: &str) -> Result<Withdrawn, StoreError> {
+        self.abandon(id, event);
+        Ok(Withdrawn::HandedOut)
+    }
 }
 
 /// The limits of a [`MemoryStore`].

@@ -2,7 +2,10 @@
 
 use std::{
     fmt,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -11,7 +14,7 @@ use crewline_core::{Context, Message};
 use crewline_tools::{Exports, RegistryError, Target, Tool, ToolError, ToolPolicy, ToolRegistry};
 use serde_json::Value;
 
-use super::store::{StoreError, TaskStore};
+use super::store::{StoreError, TaskStore, Withdrawn};
 use crate::wire::{CustomTool, TaskStatus, ToolAnswer};
 
 /// The most bytes of JSON a task's output may hold: what a call concluded, not its transcript.
@@ -106,25 +109,94 @@ impl TaskOutput {
     }
 }
 
-/// Finishes the task when the last of its tools is dropped (the call has ended), with what the
-/// call concluded.
+/// How a call holds its task: the attachment's token, its lease (renewed while the call
+/// lives), and how long a dropped call's task waits for the same call to re-attach it.
+#[derive(Debug, Clone)]
+pub(crate) struct Holding {
+    pub(crate) token: String,
+    pub(crate) lease: Duration,
+    pub(crate) grace: Duration,
+}
+
+/// Holds the task while the call lives (renewing its lease), and finishes it when the last of
+/// its tools is dropped (the call has ended), with what the call concluded, unless the same
+/// call re-attached it meanwhile.
 struct Lease {
     store: Arc<dyn TaskStore>,
     task_id: String,
     output: TaskOutput,
+    holding: Option<Holding>,
+    renewal: Option<tokio::task::AbortHandle>,
+    /// Set once another attachment took the task: this call's tools are no longer its.
+    lost: Arc<AtomicBool>,
+}
+
+impl Lease {
+    /// Renews `holding`'s lease every third of it until dropped or the task is lost.
+    fn renew(
+        store: Arc<dyn TaskStore>,
+        task_id: String,
+        holding: &Holding,
+        lost: Arc<AtomicBool>,
+    ) -> tokio::task::AbortHandle {
+        let (token, lease) = (holding.token.clone(), holding.lease);
+        let every = (lease / 3).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                match store.renew(&task_id, &token, lease).await {
+                    Ok(()) => {}
+                    // The store may come back before the lease lapses.
+                    Err(error @ (StoreError::Backend(_) | StoreError::Unreachable(_))) => {
+                        tracing::warn!(%error, task_id, "task lease not renewed");
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, task_id, "task lost: another call attached it");
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        })
+        .abort_handle()
+    }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        if let Some(renewal) = self.renewal.take() {
+            renewal.abort();
+        }
         let (store, task_id) = (Arc::clone(&self.store), std::mem::take(&mut self.task_id));
         let output = self.output.get();
+        let holding = self.holding.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    match store.finish(&task_id, TaskStatus::Done, output).await {
-                        Ok(_) => {}
-                        // The store itself failed: the task stays running until it expires.
-                        Err(error @ StoreError::Backend(_)) => {
+                    let finished = match &holding {
+                        Some(holding) => {
+                            // A dropped socket may be the call reconnecting: its task waits a
+                            // moment for the same call to attach it again.
+                            tokio::time::sleep(holding.grace).await;
+                            store
+                                .release(&task_id, &holding.token, TaskStatus::Done, output)
+                                .await
+                        }
+                        None => store
+                            .finish(&task_id, TaskStatus::Done, output)
+                            .await
+                            .map(|_| true),
+                    };
+                    match finished {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::debug!(task_id, "task left to the call that re-attached it")
+                        }
+                        // The store itself failed: the task is released when its lease lapses.
+                        Err(error @ (StoreError::Backend(_) | StoreError::Unreachable(_))) => {
                             tracing::warn!(%error, task_id, "task not finished at call end");
                         }
                         Err(error) => {
@@ -144,7 +216,13 @@ impl Drop for Lease {
 ///
 /// Answers map to results: 200 is the result; 400 is a tool error the model can correct
 /// (`ToolArgsInvalid` when the client says so in `output.error.kind`, else `ToolError`); 500
-/// is a failure on the client's side. No answer in time is the executor's `Timeout`.
+/// is a failure on the client's side.
+///
+/// Without an answer, the model is told "not called" only when that is certain: the store
+/// refused the call, or the call was [withdrawn](TaskStore::withdraw) before any poll
+/// returned it. Once a poll may have handed it to the client (no answer within the tool's
+/// timeout, its task ended, the store failed or froze after the call was sent), the model
+/// reads `OutcomeUnknown`: it may have run, and must not be run again.
 pub struct RemoteTool {
     spec: CustomTool,
     timeout: Duration,
@@ -181,17 +259,26 @@ impl Tool for RemoteTool {
         // The client's tool is the crew's to call; offering it onwards (MCP, other remote
         // agents) would route one client's code to strangers.
         ToolPolicy::default()
-            .timeout(self.timeout)
+            .timeout(self.timeout + WITHDRAW_TIMEOUT)
             .exports(Exports::only(&[Target::Crew]))
     }
 
     async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
+        if self._lease.lost.load(Ordering::SeqCst) {
+            return Err(ToolError::new(
+                "the remote tool was not called: this call no longer holds its task (another \
+                 call attached it)",
+            ));
+        }
         let store = self.store.as_ref();
         let event = store
             .emit_tool_call(&self.task_id, &self.spec.name, arguments)
             .await
             .map_err(|error| {
                 let message = match error {
+                    // The request may have reached the store, and a poller may have taken
+                    // the call before the reply was lost: it may run.
+                    StoreError::Backend(_) => return unknown(UNKNOWN_STORE).with_detail(error),
                     StoreError::TaskBudget(_)
                     | StoreError::OwnerBudget(_)
                     | StoreError::FullBytes(_) => {
@@ -200,7 +287,7 @@ impl Tool for RemoteTool {
                     StoreError::UnknownTool { .. } => {
                         "the remote tool was not called: its client never registered it"
                     }
-                    StoreError::Backend(_) => {
+                    StoreError::Unreachable(_) => {
                         "the remote tool was not called: the task store is unavailable"
                     }
                     _ => "the remote tool is not available: its client's task has ended",
@@ -213,23 +300,101 @@ impl Tool for RemoteTool {
             event_id: &event.id,
             answered: false,
         };
-        let answer = store.wait_answer(&self.task_id, &event.id).await;
-        waiting.answered = true;
-        match answer {
-            Ok(answer) => result_of(answer),
-            Err(error @ StoreError::NotWaiting(_)) => Err(ToolError::new(
-                "the client cancelled its task; the tool is no longer available",
-            )
-            .with_detail(error)),
-            Err(error @ StoreError::Backend(_)) => Err(ToolError::new(
-                "the remote tool's answer could not be read: the task store is unavailable",
-            )
-            .with_detail(error)),
-            Err(error) => {
-                Err(ToolError::new("the remote tool's answer was lost").with_detail(error))
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let answer = loop {
+            match tokio::time::timeout_at(deadline, store.wait_answer(&self.task_id, &event.id))
+                .await
+            {
+                // A store that cannot be read right now (Redis frozen or restarting) may come
+                // back before the deadline, with the client's answer.
+                Ok(Err(StoreError::Backend(_) | StoreError::Unreachable(_))) => {
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        break None;
+                    }
+                    tokio::time::sleep_until((now + STORE_RETRY).min(deadline)).await;
+                }
+                Ok(answer) => break Some(answer),
+                Err(_) => break None,
             }
-        }
+        };
+        let error = match answer {
+            Some(Ok(answer)) => {
+                waiting.answered = true;
+                return result_of(answer);
+            }
+            // The task ended while the call waited: whether its client ran it is the
+            // withdraw's to say.
+            Some(Err(StoreError::NotWaiting(_))) | None => {
+                let ended = answer.is_some();
+                let withdrawn = tokio::time::timeout(
+                    WITHDRAW_TIMEOUT,
+                    store.withdraw(&self.task_id, &event.id),
+                )
+                .await;
+                waiting.answered = withdrawn.is_ok();
+                return match withdrawn {
+                    Ok(Ok(Withdrawn::Answered(answer))) => result_of(answer),
+                    Ok(Ok(Withdrawn::NeverHandedOut)) if ended => Err(ToolError::new(
+                        "the remote tool was not called: its client's task ended first",
+                    )),
+                    Ok(Ok(Withdrawn::NeverHandedOut)) => Err(ToolError::new(format!(
+                        "the remote tool was not called: its client did not take the call \
+                         within {}",
+                        spoken(self.timeout)
+                    ))),
+                    Ok(Ok(_)) if ended => Err(unknown(
+                        "the remote tool's client received the call, then its task ended \
+                         without an answer: it may have run. Do not call it again; tell the \
+                         user it is not known whether it was done",
+                    )),
+                    Ok(Ok(_)) => Err(unknown(&format!(
+                        "the remote tool's client received the call but did not answer within \
+                         {}: it may have run. Do not call it again; tell the user it is not \
+                         known whether it was done",
+                        spoken(self.timeout)
+                    ))),
+                    Ok(Err(error)) => Err(unknown(UNKNOWN_STORE).with_detail(error)),
+                    Err(_) => Err(unknown(UNKNOWN_STORE)),
+                };
+            }
+            Some(Err(error)) => error,
+        };
+        // The call's state is gone (its task expired, or its answer was taken elsewhere):
+        // it was emitted, so it may have run.
+        waiting.answered = true;
+        Err(
+            unknown("the remote tool's answer was lost: it may have run. Do not call it again")
+                .with_detail(error),
+        )
     }
+}
+
+/// What the model reads when the store failed after the call may have been handed out.
+const UNKNOWN_STORE: &str = "the task store failed after the remote tool's call may have \
+                             reached its client: it may have run. Do not call it again; tell \
+                             the user it is not known whether it was done";
+
+/// How long a remote tool waits before reading its answer again after the store failed.
+const STORE_RETRY: Duration = Duration::from_millis(250);
+
+/// The most a remote tool spends withdrawing its call once its time is up: a Redis command's
+/// reply timeout (5 s) and a little more. The executor's own timeout for the tool is its
+/// timeout plus this, so the tool (which knows whether its call was handed out) speaks first.
+pub const WITHDRAW_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// `duration` as the model reads it: `300 ms`, `30 s`.
+fn spoken(duration: Duration) -> String {
+    if duration < Duration::from_secs(1) {
+        format!("{} ms", duration.as_millis())
+    } else {
+        format!("{} s", duration.as_secs())
+    }
+}
+
+/// A tool error for a call that may or may not have run.
+fn unknown(message: &str) -> ToolError {
+    ToolError::outcome_unknown(message)
 }
 
 /// Abandons the call if its future is dropped before the answer (timeout, barge-in).
@@ -295,11 +460,24 @@ impl RemoteTools {
         task_id: String,
         specs: Vec<CustomTool>,
         default_timeout: Duration,
+        holding: Option<Holding>,
     ) -> Self {
+        let lost = Arc::new(AtomicBool::new(false));
+        let renewal = holding.as_ref().map(|holding| {
+            Lease::renew(
+                Arc::clone(&store),
+                task_id.clone(),
+                holding,
+                Arc::clone(&lost),
+            )
+        });
         let lease = Arc::new(Lease {
             store: Arc::clone(&store),
             task_id: task_id.clone(),
             output: TaskOutput::default(),
+            holding,
+            renewal,
+            lost,
         });
         let tools = specs
             .into_iter()

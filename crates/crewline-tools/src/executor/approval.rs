@@ -233,13 +233,10 @@ struct Binding {
 struct Parked {
     request: ApprovalRequest,
     waiter: Option<oneshot::Sender<ApprovalDecision>>,
+    /// The id of the request whose caller waits (the latest to ask): only it lets go of the
+    /// wait when it times out.
+    waiter_token: Option<String>,
     expires: Instant,
-}
-
-impl Parked {
-    fn has_live_waiter(&self) -> bool {
-        self.waiter.as_ref().is_some_and(|w| !w.is_closed())
-    }
 }
 
 #[derive(Default)]
@@ -264,7 +261,12 @@ impl DeferredState {
 /// A caller waits at most [`wait_timeout`](Self::wait_timeout) (default
 /// [`DEFAULT_APPROVAL_WAIT`]); with `wait(false)`, or when the wait runs out, the call returns
 /// `ApprovalPending` and stays parked. A decision given then is kept and collected when the
-/// same call (same session, tool and arguments) is made again, whatever its call id. Parked
+/// same call (same session, tool and arguments) is made again, whatever its call id. With a
+/// call's scope ([`SessionScope::for_call`]) that is the same platform call after a reconnect
+/// (share one approver, cloned, across the server's sessions): it collects a decision given
+/// before it, and the newest caller takes over a wait an earlier socket of the call still
+/// holds (that one hears `Pending`); a decision never applies to another call, tool or
+/// arguments. Parked
 /// calls and uncollected decisions expire after [`ttl`](Self::ttl) (default
 /// [`DEFAULT_APPROVAL_TTL`]). At most [`max_parked`](Self::max_parked) calls are parked
 /// (default [`DEFAULT_MAX_PARKED`]), each of at most
@@ -444,12 +446,14 @@ impl ApprovalPort for DeferredApproval {
             if let Some((decision, _)) = state.decided.remove(&binding) {
                 return ApprovalOutcome::Decided(decision);
             }
-            // The same call already parked (the model asked again): it keeps its id, so the
-            // question the caller heard still names it; it is never parked twice.
+            // The same call already parked (the model asked again, or the call reconnected
+            // and asks from a new socket while the old one still seems to wait): it keeps its
+            // id, so the question the caller heard still names it; it is never parked twice,
+            // and the newest caller waits on it (the earlier one hears `Pending`).
             let same = state
                 .parked
                 .iter()
-                .find(|(_, p)| p.request.binding() == binding && !p.has_live_waiter())
+                .find(|(_, p)| p.request.binding() == binding)
                 .map(|(id, _)| id.clone());
             let (sender, receiver) = if waits {
                 let (sender, receiver) = oneshot::channel();
@@ -461,6 +465,7 @@ impl ApprovalPort for DeferredApproval {
                 Some(id) => {
                     if let Some(parked) = state.parked.get_mut(&id) {
                         parked.waiter = sender;
+                        parked.waiter_token = waits.then(|| request.id.clone());
                     }
                     id
                 }
@@ -483,6 +488,7 @@ impl ApprovalPort for DeferredApproval {
                         Parked {
                             request: request.clone(),
                             waiter: sender,
+                            waiter_token: waits.then(|| request.id.clone()),
                             expires: now + self.ttl,
                         },
                     );
@@ -497,14 +503,23 @@ impl ApprovalPort for DeferredApproval {
         match tokio::time::timeout(self.wait_timeout, receiver).await {
             Ok(Ok(decision)) => ApprovalOutcome::Decided(decision),
             _ => {
-                // Timed out: the call stays parked without a waiter (a decision given now is
-                // kept for later), unless it was decided in the meantime.
+                // Timed out, or a later caller of the same call took the wait over: the call
+                // stays parked (a decision given now is kept for later, or goes to that
+                // caller), unless it was decided in the meantime.
                 let mut state = self.lock();
+                let mine = state
+                    .parked
+                    .get(&id)
+                    .is_none_or(|parked| parked.waiter_token.as_deref() == Some(&*request.id));
+                if !mine {
+                    return ApprovalOutcome::Pending;
+                }
                 if let Some((decision, _)) = state.decided.remove(&binding) {
                     return ApprovalOutcome::Decided(decision);
                 }
                 if let Some(parked) = state.parked.get_mut(&id) {
                     parked.waiter = None;
+                    parked.waiter_token = None;
                 }
                 ApprovalOutcome::Pending
             }
@@ -598,6 +613,82 @@ mod tests {
         assert_eq!(
             approver.decide("nope", ApprovalDecision::Approve),
             Err(ApprovalError::UnknownCall("nope".to_owned()))
+        );
+    }
+
+    /// A request of the platform call `call` for `tool` with arguments hashed `hash`.
+    fn of_call(id: &str, call: &str, tool: &str, hash: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            id: id.to_owned(),
+            scope: SessionScope::for_call(call),
+            call_id: "call_0".to_owned(),
+            tool: tool.to_owned(),
+            arguments: json!({}),
+            arguments_hash: hash.to_owned(),
+            can_wait: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reconnect_of_the_same_call_collects_a_decision_made_before_it_and_no_other_does() {
+        let approver = DeferredApproval::new().wait(false);
+        assert_eq!(
+            approver.request(&of_call("a1", "call-1", "pay", "h")).await,
+            ApprovalOutcome::Pending
+        );
+        approver
+            .decide("a1", ApprovalDecision::Approve)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Another call, another tool, other arguments: none is approved by it.
+        for (id, call, tool, hash) in [
+            ("b1", "call-2", "pay", "h"),
+            ("b2", "call-1", "refund", "h"),
+            ("b3", "call-1", "pay", "other"),
+        ] {
+            assert_eq!(
+                approver.request(&of_call(id, call, tool, hash)).await,
+                ApprovalOutcome::Pending,
+                "{id}"
+            );
+        }
+        // The same call after a reconnect (a new socket, a new executor): its decision.
+        assert_eq!(
+            approver.request(&of_call("a2", "call-1", "pay", "h")).await,
+            ApprovalOutcome::Decided(ApprovalDecision::Approve)
+        );
+        // Used once.
+        assert_eq!(
+            approver.request(&of_call("a3", "call-1", "pay", "h")).await,
+            ApprovalOutcome::Pending
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reconnected_call_takes_over_the_wait_its_old_socket_still_holds() {
+        let approver = DeferredApproval::new().wait_timeout(Duration::from_secs(10));
+        let old = tokio::spawn({
+            let approver = approver.clone();
+            async move { approver.request(&of_call("o1", "call-1", "pay", "h")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let new = tokio::spawn({
+            let approver = approver.clone();
+            async move { approver.request(&of_call("n1", "call-1", "pay", "h")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let pending = approver.pending();
+        assert_eq!(pending.len(), 1, "one question for one call");
+        approver
+            .decide(&pending[0].id, ApprovalDecision::Approve)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            new.await.unwrap_or_else(|e| panic!("{e}")),
+            ApprovalOutcome::Decided(ApprovalDecision::Approve),
+            "the live socket's caller gets the decision"
+        );
+        assert_eq!(
+            old.await.unwrap_or_else(|e| panic!("{e}")),
+            ApprovalOutcome::Pending
         );
     }
 

@@ -35,7 +35,9 @@ impl ToolCallError {
 
 impl From<ToolError> for ToolCallError {
     fn from(error: ToolError) -> Self {
-        let kind = if error.is_invalid_arguments() {
+        let kind = if error.is_outcome_unknown() {
+            ToolErrorKind::OutcomeUnknown
+        } else if error.is_invalid_arguments() {
             ToolErrorKind::ToolArgsInvalid
         } else {
             ToolErrorKind::ToolError
@@ -84,5 +86,7 @@ mod tests {
         assert_eq!(error.detail.as_deref(), Some("503"));
         let invalid = ToolCallError::from(ToolError::invalid_arguments("bad date"));
         assert_eq!(invalid.kind, ToolErrorKind::ToolArgsInvalid);
+        let unknown = ToolCallError::from(ToolError::outcome_unknown("may have run"));
+        assert_eq!(unknown.kind, ToolErrorKind::OutcomeUnknown);
     }
 }

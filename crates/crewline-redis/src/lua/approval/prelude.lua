@@ -17,7 +17,8 @@ local PARKED = P .. 'parked'        -- zset: id of a call waiting for a decision
 local CHANGED = ARGV[1] .. 'changed' -- the store's wake-up channel, shared: 'approval:<id>'
 
 -- hash: request (its JSON), binding, state (p parked, d decided), decision (its JSON),
--- waiting_until (ms: a caller waits on it until then; 0 when none does)
+-- waiting_until (ms: a caller waits on it until then; 0 when none does), waiter (the token of
+-- the caller that asked last: only it takes the decision while it waits)
 local function call_key(id) return P .. 'call:' .. id end
 -- zset: the ids of the calls (parked or decided) with one binding -> their expiry (ms)
 local function binding_key(binding) return P .. 'binding:' .. binding end

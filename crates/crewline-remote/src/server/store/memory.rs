@@ -2,7 +2,7 @@
 //! [`StoreLimits`].
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant},
 };
@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, json_len};
+use super::{Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, Withdrawn, json_len};
 use crate::wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer, now_ms};
 
 /// Where a tool call is.
@@ -31,10 +31,22 @@ struct TaskEntry {
     events: VecDeque<(TaskEvent, usize)>,
     last_timestamp: u64,
     calls: HashMap<String, CallState>,
+    /// The tool calls a poll has returned: their client may have run them.
+    handed_out: HashSet<String>,
+    /// The call holding the task under a lease, if it was attached with one.
+    attachment: Option<Attachment>,
     /// The bytes this task holds: its request, its events, its answers not yet taken.
     bytes: usize,
     /// Bumped on every change; pollers and waiters watch it.
     changed: watch::Sender<u64>,
+}
+
+/// Who holds a running task, and until when.
+struct Attachment {
+    call: String,
+    token: String,
+    /// Tokio's clock, so that tests can pause it.
+    until: tokio::time::Instant,
 }
 
 impl TaskEntry {
@@ -47,8 +59,35 @@ impl TaskEntry {
         match (self.snapshot.status, self.finished) {
             (_, Some(finished)) => now.duration_since(finished) >= limits.linger,
             (TaskStatus::Waiting, None) => age >= limits.waiting_ttl,
-            _ => age >= limits.max_age,
+            // A task whose holder's lease lapsed waits for a call again, as a new one does.
+            _ => {
+                age >= limits.max_age
+                    || self.attachment.as_ref().is_some_and(|attachment| {
+                        tokio::time::Instant::now() >= attachment.until + limits.waiting_ttl
+                    })
+            }
         }
+    }
+
+    /// Settles the calls a previous attachment left waiting: one no poll handed out is
+    /// removed (no client will run it), one handed out is abandoned (it may have run).
+    /// Returns the bytes freed.
+    fn settle_pending(&mut self) -> usize {
+        let pending: Vec<String> = self
+            .calls
+            .iter()
+            .filter(|(_, state)| matches!(state, CallState::Pending))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut freed = 0;
+        for id in pending {
+            if self.handed_out.contains(&id) {
+                self.calls.insert(id, CallState::Abandoned);
+            } else {
+                freed += self.remove_call(&id);
+            }
+        }
+        freed
     }
 
     /// Drops the event at `index`; a pruned call that still waits keeps its state, the others
@@ -57,13 +96,31 @@ impl TaskEntry {
         let Some((old, mut size)) = self.events.remove(index) else {
             return 0;
         };
-        if !matches!(self.calls.get(&old.id), Some(CallState::Pending))
-            && let Some(CallState::Answered(Some((_, held)))) = self.calls.remove(&old.id)
-        {
-            size += held;
+        if !matches!(self.calls.get(&old.id), Some(CallState::Pending)) {
+            self.handed_out.remove(&old.id);
+            if let Some(CallState::Answered(Some((_, held)))) = self.calls.remove(&old.id) {
+                size += held;
+            }
         }
         self.bytes -= size;
         size
+    }
+
+    /// Removes the tool call `event` altogether (its event, its state, its answer): what a
+    /// withdrawn call that no poll returned leaves. Returns the bytes freed.
+    fn remove_call(&mut self, event: &str) -> usize {
+        let mut freed = 0;
+        if let Some(index) = self.events.iter().position(|(e, _)| e.id == event)
+            && let Some((_, size)) = self.events.remove(index)
+        {
+            freed += size;
+        }
+        if let Some(CallState::Answered(Some((_, held)))) = self.calls.remove(event) {
+            freed += held;
+        }
+        self.handed_out.remove(event);
+        self.bytes -= freed;
+        freed
     }
 }
 
@@ -288,6 +345,49 @@ impl MemoryStore {
         }
     }
 
+    /// Finishes task `id` (only while it is the attachment `token`'s, if given, in the same
+    /// step); `None` when another attachment holds it.
+    fn finish_as(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<Option<TaskSnapshot>, StoreError> {
+        let limits = self.limits;
+        let size = output.as_ref().map_or(0, json_len);
+        self.with_task(id, |entry, usage| {
+            if let Some(token) = token
+                && entry
+                    .attachment
+                    .as_ref()
+                    .is_some_and(|held| held.token != token)
+            {
+                return Ok(None);
+            }
+            if !entry.snapshot.status.is_terminal() {
+                // A task always finishes: an output over a budget is left out, with a warning.
+                if let Some(output) = &output {
+                    match usage.reserve(&limits, entry, size) {
+                        Ok(()) => entry.snapshot.output = Some(output.clone()),
+                        Err(error) => {
+                            tracing::warn!(task_id = id, %error, "task finished without its output");
+                        }
+                    }
+                }
+                entry.snapshot.status = status;
+                entry.finished = Some(Instant::now());
+                for state in entry.calls.values_mut() {
+                    if matches!(state, CallState::Pending) {
+                        *state = CallState::Abandoned;
+                    }
+                }
+                entry.touch();
+            }
+            Ok(Some(entry.snapshot.clone()))
+        })
+    }
+
     /// Checks the per-caller and store-wide task counts for a new task of `owner`, making
     /// room (expired tasks, then `owner`'s own finished ones) where that helps.
     fn admit(&self, inner: &mut Inner, owner: &str) -> Result<(), StoreError> {
@@ -333,6 +433,8 @@ impl TaskStore for MemoryStore {
             events: VecDeque::new(),
             last_timestamp: 0,
             calls: HashMap::new(),
+            handed_out: HashSet::new(),
+            attachment: None,
             bytes: 0,
             changed,
         };
@@ -371,36 +473,84 @@ impl TaskStore for MemoryStore {
         })
     }
 
+    async fn attach_leased(
+        &self,
+        id: &str,
+        call: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<TaskSnapshot, StoreError> {
+        let now = tokio::time::Instant::now();
+        self.with_task(id, |entry, usage| {
+            match entry.snapshot.status {
+                TaskStatus::Waiting => {}
+                TaskStatus::Running => {
+                    let reattach = entry.attachment.as_ref().is_some_and(|held| {
+                        (!call.is_empty() && held.call == call) || held.until <= now
+                    });
+                    if !reattach {
+                        return Err(StoreError::AlreadyAttached(id.to_owned()));
+                    }
+                    let freed = entry.settle_pending();
+                    usage.release(&entry.snapshot.owner, freed);
+                }
+                status => {
+                    return Err(StoreError::Finished {
+                        id: id.to_owned(),
+                        status,
+                    });
+                }
+            }
+            entry.snapshot.status = TaskStatus::Running;
+            entry.attachment = Some(Attachment {
+                call: call.to_owned(),
+                token: token.to_owned(),
+                until: now + lease,
+            });
+            entry.touch();
+            Ok(entry.snapshot.clone())
+        })
+    }
+
+    async fn renew(&self, id: &str, token: &str, lease: Duration) -> Result<(), StoreError> {
+        let now = tokio::time::Instant::now();
+        self.with_task(id, |entry, _| {
+            if entry.snapshot.status.is_terminal() {
+                return Err(StoreError::Finished {
+                    id: id.to_owned(),
+                    status: entry.snapshot.status,
+                });
+            }
+            match &mut entry.attachment {
+                Some(held) if held.token == token => {
+                    held.until = now + lease;
+                    Ok(())
+                }
+                _ => Err(StoreError::AlreadyAttached(id.to_owned())),
+            }
+        })
+    }
+
+    async fn release(
+        &self,
+        id: &str,
+        token: &str,
+        status: TaskStatus,
+        output: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        self.finish_as(id, Some(token), status, output)
+            .map(|finished| finished.is_some())
+    }
+
     async fn finish(
         &self,
         id: &str,
         status: TaskStatus,
         output: Option<Value>,
     ) -> Result<TaskSnapshot, StoreError> {
-        let limits = self.limits;
-        let size = output.as_ref().map_or(0, json_len);
-        self.with_task(id, |entry, usage| {
-            if !entry.snapshot.status.is_terminal() {
-                // A task always finishes: an output over a budget is left out, with a warning.
-                if let Some(output) = &output {
-                    match usage.reserve(&limits, entry, size) {
-                        Ok(()) => entry.snapshot.output = Some(output.clone()),
-                        Err(error) => {
-                            tracing::warn!(task_id = id, %error, "task finished without its output");
-                        }
-                    }
-                }
-                entry.snapshot.status = status;
-                entry.finished = Some(Instant::now());
-                for state in entry.calls.values_mut() {
-                    if matches!(state, CallState::Pending) {
-                        *state = CallState::Abandoned;
-                    }
-                }
-                entry.touch();
-            }
-            Ok(entry.snapshot.clone())
-        })
+        // Without a token, a live task always finishes: `None` cannot come back.
+        self.finish_as(id, None, status, output)?
+            .ok_or_else(|| StoreError::UnknownTask(id.to_owned()))
     }
 
     async fn emit_tool_call(
@@ -469,15 +619,23 @@ impl TaskStore for MemoryStore {
         loop {
             changed.borrow_and_update();
             let polled = self.with_task(id, |entry, _| {
+                let events: Vec<TaskEvent> = entry
+                    .events
+                    .iter()
+                    .map(|(e, _)| e)
+                    .filter(|e| e.timestamp.unwrap_or(0) > after)
+                    .cloned()
+                    .collect();
+                // Returned to a client, which may run them: from now on, withdrawing one of
+                // these calls cannot say it was not run.
+                for event in &events {
+                    if entry.calls.contains_key(&event.id) {
+                        entry.handed_out.insert(event.id.clone());
+                    }
+                }
                 Ok(Polled {
                     task: entry.snapshot.clone(),
-                    events: entry
-                        .events
-                        .iter()
-                        .map(|(e, _)| e)
-                        .filter(|e| e.timestamp.unwrap_or(0) > after)
-                        .cloned()
-                        .collect(),
+                    events,
                 })
             })?;
             if !polled.events.is_empty() || polled.task.status.is_terminal() {
@@ -562,6 +720,43 @@ impl TaskStore for MemoryStore {
                 return Err(StoreError::UnknownTask(id.to_owned()));
             }
         }
+    }
+
+    async fn withdraw(&self, id: &str, event: &str) -> Result<Withdrawn, StoreError> {
+        self.with_task(id, |entry, usage| {
+            let handed_out = entry.handed_out.contains(event);
+            let withdrawn = match entry.calls.get_mut(event) {
+                None => {
+                    return Err(if entry.events.iter().any(|(e, _)| e.id == event) {
+                        StoreError::NotAToolCall(event.to_owned())
+                    } else {
+                        StoreError::UnknownEvent {
+                            task: id.to_owned(),
+                            event: event.to_owned(),
+                        }
+                    });
+                }
+                Some(CallState::Answered(answer)) => match answer.take() {
+                    Some((answer, size)) => {
+                        entry.bytes -= size;
+                        usage.release(&entry.snapshot.owner, size);
+                        return Ok(Withdrawn::Answered(answer));
+                    }
+                    None => return Err(StoreError::AlreadyAnswered(event.to_owned())),
+                },
+                Some(state) if handed_out => {
+                    *state = CallState::Abandoned;
+                    Withdrawn::HandedOut
+                }
+                Some(_) => {
+                    let freed = entry.remove_call(event);
+                    usage.release(&entry.snapshot.owner, freed);
+                    Withdrawn::NeverHandedOut
+                }
+            };
+            entry.touch();
+            Ok(withdrawn)
+        })
     }
 
     fn abandon(&self, id: &str, event: &str) {
