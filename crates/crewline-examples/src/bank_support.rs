@@ -329,11 +329,17 @@ impl BankTools {
         let cents = to_cents(amount).ok_or_else(|| {
             ToolError::invalid_arguments(format!("{amount} is not an amount that can be sent"))
         })?;
-        // LEAD (issue 31): `IdempotencyKey::current().map(|k| k.as_str().to_owned())` goes here.
-        let idempotency_key: Option<String> = None;
+        // The key the executor minted for this call: the same on a retry, a reconnect or
+        // another replica, so the bank books it once whatever fails in between.
+        let idempotency_key = IdempotencyKey::current();
         let balance = self
             .bank
-            .book(&self.account, &recipient, cents, idempotency_key.as_deref())
+            .book(
+                &self.account,
+                &recipient,
+                cents,
+                idempotency_key.as_ref().map(IdempotencyKey::as_str),
+            )
             .await?;
         let mut receipt = json!({
             "status": "completed",
