@@ -32,7 +32,7 @@ async fn main() -> Result<(), crewline_server::BoxError> {
     let _logs = crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
     // One set of books for every call (booking takes a moment, as a real core system's
-    // does); each call gets its own approver.
+    // does).
     let mut bank = bank_support::Bank::demo().with_processing_time(Duration::from_millis(300));
     // With CREWLINE_BANK_URL, transfers are booked by that bank over HTTP (e.g. `crewline
     // fake-bank`, which deploy/test/chaos.sh runs): books outside the replicas' processes.
@@ -40,10 +40,13 @@ async fn main() -> Result<(), crewline_server::BoxError> {
         tracing::info!(%url, "transfers are booked by the bank over HTTP");
         bank = bank.with_http(bank_support::HttpBank::new(&url)?);
     }
+    // Claims of running transfers, approvals and (with CREWLINE_REDIS_URL) the ledger are
+    // shared by every call: a reconnected call finds its transfer, on any replica.
+    let shared = bank_support::BankShared::from_env(bank).await?;
     crew.serve(
         "bank crew",
         bank_support::scripted_bank_model,
-        move |setup, llm| bank_support::bank_crew(setup, llm, bank.clone()),
+        move |setup, llm| bank_support::bank_crew(setup, llm, &shared),
     )
     .await
 }

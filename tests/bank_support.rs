@@ -24,8 +24,9 @@ const ALICE: i64 = 10_000;
 /// Serves the bank crew over `bank` on 127.0.0.1 (port 0); returns its WebSocket URL.
 async fn serve(bank: bank::Bank) -> String {
     let llm: Arc<dyn LlmClient> = Arc::new(bank::scripted_bank_model());
+    let shared = bank::BankShared::in_memory(bank);
     let server = CrewServer::new(move |setup: SessionSetup| {
-        let crew = bank::bank_crew(&setup, llm.clone(), bank.clone());
+        let crew = bank::bank_crew(&setup, llm.clone(), &shared);
         async move { crew }
     });
     common::serve(server).await

@@ -19,8 +19,9 @@ use common::{bounded, connect, say};
 /// Serves the bank crew over `books` on 127.0.0.1 (port 0); returns its WebSocket URL.
 async fn serve(books: bank::Bank) -> String {
     let llm: Arc<dyn LlmClient> = Arc::new(bank::scripted_bank_model());
+    let shared = bank::BankShared::in_memory(books);
     let server = CrewServer::new(move |setup: SessionSetup| {
-        let crew = bank::bank_crew(&setup, llm.clone(), books.clone());
+        let crew = bank::bank_crew(&setup, llm.clone(), &shared);
         async move { crew }
     });
     common::serve(server).await

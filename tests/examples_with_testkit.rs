@@ -113,12 +113,12 @@ async fn the_collections_router_moves_from_intake_to_verify_on_the_tools_data() 
 
 /// The bank crew over `books`, on its offline model.
 async fn bank_crew(books: &bank_support::Bank) -> TestCrew {
-    let books = books.clone();
+    let shared = bank_support::BankShared::in_memory(books.clone());
     TestCrew::serve(move |setup: &SessionSetup| {
         bank_support::bank_crew(
             setup,
             Arc::new(bank_support::scripted_bank_model()),
-            books.clone(),
+            &shared,
         )
     })
     .await

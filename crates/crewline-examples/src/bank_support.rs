@@ -32,7 +32,11 @@ use crewline::{
     prelude::*,
     tool::{
         Executor, RegistryError,
-        executor::approval::{ApprovalDecision, DeferredApproval},
+        executor::{
+            approval::{ApprovalDecision, DeferredApproval},
+            claims::{ClaimStore, MemoryClaims},
+            ledger::LedgerSink,
+        },
     },
 };
 use serde_json::{Value, json};
@@ -340,7 +344,15 @@ impl BankTools {
                 cents,
                 idempotency_key.as_ref().map(IdempotencyKey::as_str),
             )
-            .await?;
+            .await
+            .map_err(|error| match error {
+                // Sent but not confirmed: the model must not send it again, nor tell the
+                // caller it failed.
+                BankError::OutcomeUnknown(_) | BankError::BadAnswer => {
+                    ToolError::outcome_unknown(error.to_string())
+                }
+                other => ToolError::from(other),
+            })?;
         let mut receipt = json!({
             "status": "completed",
             "amount": dollars(cents),
@@ -468,11 +480,24 @@ impl OutputAgent for BankAgent {
         // Only words the caller said after the question decide it: a request that ends
         // with the agent's own words (a platform's nudge after silence) leaves it parked.
         let caller_answered = matches!(self.context.last(), Some(Message::User { .. }));
-        let mut parked = if caller_answered {
-            self.approvals.pending()
+        // Only this call's requests: the approver is shared by every call of the process.
+        let scope = self.tool_loop.scope().clone();
+        let mut parked: Vec<_> = if caller_answered {
+            self.approvals
+                .pending()
+                .into_iter()
+                .filter(|request| request.scope == scope)
+                .collect()
         } else {
             Vec::new()
         };
+        // An agent built for a reconnected call has not seen the question asked: a single
+        // parked request of this call is the one the caller was asked about.
+        if self.last_asked.is_empty()
+            && let [only] = parked.as_slice()
+        {
+            self.last_asked.push(only.id.clone());
+        }
         // Superseded calls first, then the ones asked about, each by the model's id, then
         // by request id: reproducible turns.
         parked.sort_by_key(|r| {
@@ -590,12 +615,97 @@ impl OutputAgent for BankAgent {
     }
 }
 
-/// The crew for one call: the bank agent over tools bound to the caller's account, with an
-/// approver of its own (a yes on one call can never approve another call's transfer).
+/// What every call of the bank crew in one process shares: the books, where run-once claims
+/// of transfers live, the approver, and the ledger.
+///
+/// Shared because a call outlives its socket: when the platform reconnects a dropped call (same
+/// call id), on this replica or another, the retry of a transfer must find the first run's claim
+/// (join it or read its outcome, never run again) and the caller's yes must find its parked
+/// request. With `CREWLINE_REDIS_URL` set ([`BankShared::from_env`]) claims and the ledger live
+/// in Redis, so every replica sees them; otherwise in this process.
+#[derive(Clone)]
+pub struct BankShared {
+    bank: Bank,
+    claims: Arc<dyn ClaimStore>,
+    approvals: DeferredApproval,
+    ledger: Option<Arc<dyn LedgerSink>>,
+}
+
+impl BankShared {
+    /// `bank`'s books with claims and approvals in this process's memory, and no ledger.
+    pub fn in_memory(bank: Bank) -> Self {
+        Self {
+            bank,
+            claims: Arc::new(MemoryClaims::new()),
+            // Parked calls answer `ApprovalPending` at once: the caller must hear the question
+            // first.
+            approvals: DeferredApproval::new().wait(false),
+            ledger: None,
+        }
+    }
+
+    /// `bank`'s books, with claims and the ledger in Redis when `CREWLINE_REDIS_URL` is set
+    /// (the crash-safe set-up: a transfer's intent is recorded before it runs, and a retry on
+    /// any replica joins it), else [`in_memory`](Self::in_memory).
+    pub async fn from_env(bank: Bank) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
+        let shared = Self::in_memory(bank);
+        if !std::env::var_os(URL_VARIABLE).is_some_and(|url| !url.is_empty()) {
+            return Ok(shared);
+        }
+        #[cfg(feature = "redis")]
+        {
+            let connection = crewline_redis::RedisConfig::from_env()?.open().await?;
+            tracing::info!(
+                prefix = connection.prefix(),
+                "bank crew: transfers claimed and recorded in Redis"
+            );
+            Ok(shared
+                .with_claims(Arc::new(crewline_redis::RedisClaims::new(
+                    connection.clone(),
+                )))
+                .with_ledger(Arc::new(crewline_redis::RedisLedger::new(connection))))
+        }
+        #[cfg(not(feature = "redis"))]
+        {
+            Err(format!(
+                "{URL_VARIABLE} is set, but this build has no Redis (crewline-examples' `redis` \
+                 feature)"
+            )
+            .into())
+        }
+    }
+
+    /// The same, with claims kept in `claims`.
+    pub fn with_claims(mut self, claims: Arc<dyn ClaimStore>) -> Self {
+        self.claims = claims;
+        self
+    }
+
+    /// The same, with every transfer's intent and outcome recorded in `ledger`.
+    pub fn with_ledger(mut self, ledger: Arc<dyn LedgerSink>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// The books.
+    pub fn bank(&self) -> &Bank {
+        &self.bank
+    }
+
+    /// The approver every call's transfers are parked on (each call collects only its own).
+    pub fn approvals(&self) -> &DeferredApproval {
+        &self.approvals
+    }
+}
+
+/// The crew for one call: the bank agent over tools bound to the caller's account. Approvals,
+/// claims and the ledger come from `shared`; a decision is bound to this call's scope (its
+/// call id), the tool and the arguments, so a yes on one call never approves another's.
 pub fn bank_crew(
     setup: &SessionSetup,
     llm: Arc<dyn LlmClient>,
-    bank: Bank,
+    shared: &BankShared,
 ) -> Result<Crew, RegistryError> {
     let account = setup
         .initial_variables()
@@ -603,19 +713,23 @@ pub fn bank_crew(
         .and_then(Value::as_str)
         .unwrap_or(DEFAULT_ACCOUNT)
         .to_owned();
-    // Parked calls answer `ApprovalPending` at once: the caller must hear the question first.
-    let approvals = DeferredApproval::new().wait(false);
-    let executor = Executor::builder()
-        .approval(Arc::new(approvals.clone()))
-        .build();
-    let mut registry = ToolRegistry::new().with_executor(Arc::new(executor));
-    registry.discover(&Arc::new(BankTools { bank, account }))?;
+    let mut executor = Executor::builder()
+        .approval(Arc::new(shared.approvals.clone()))
+        .claims(Arc::clone(&shared.claims));
+    if let Some(ledger) = &shared.ledger {
+        executor = executor.ledger(Arc::clone(ledger));
+    }
+    let mut registry = ToolRegistry::new().with_executor(Arc::new(executor.build()));
+    registry.discover(&Arc::new(BankTools {
+        bank: shared.bank.clone(),
+        account,
+    }))?;
     // The call's session scope: approvals and running transfers are bound to this call.
     let tool_loop = ToolLoop::new(llm, Arc::new(registry)).with_scope(setup.call().scope().clone());
     let mut crew = Crew::new();
     crew.add_node(OutputNode::new(
         "bank-agent",
-        BankAgent::new(PROMPT, tool_loop, approvals),
+        BankAgent::new(PROMPT, tool_loop, shared.approvals.clone()),
     ));
     Ok(crew)
 }
