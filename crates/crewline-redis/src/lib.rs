@@ -27,6 +27,7 @@
 //! ```
 
 mod approval;
+mod checkpoint;
 mod connection;
 mod error;
 mod scripts;
@@ -44,6 +45,7 @@ use serde_json::{Value, json};
 
 pub use self::{
     approval::{DEFAULT_MAX_REQUEST_BYTES, RedisApproval},
+    checkpoint::{CheckpointStoreError, MAX_CALL_ID_BYTES, RedisCheckpoints},
     connection::RedisConnection,
     error::RedisStoreError,
 };
