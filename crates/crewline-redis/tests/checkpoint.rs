@@ -6,7 +6,13 @@
 
 mod common;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    process::{Child, Command, Stdio},
+    sync::Arc,
+    time::Duration,
+};
 
 use common::RedisServer;
 use crewline::{
@@ -186,4 +192,119 @@ async fn a_call_taken_over_by_another_replica_resumes_there_and_the_old_session_
 
     // B goes on, where the call was.
     assert_eq!(turn(&mut on_b, "Go on").await, "resolve");
+}
+
+/// Set in a child process of this test binary: the Redis URL its replica checkpoints to.
+const REPLICA_VARIABLE: &str = "CREWLINE_TEST_RESUME_REPLICA_REDIS";
+
+/// Not a test on its own: in a child process started by
+/// [`a_call_resumes_in_its_sub_agent_after_its_replica_is_killed`] (the variable set), serves
+/// the router crew with Redis checkpoints on a free loopback port, prints the port, and runs
+/// until killed.
+#[test]
+fn replica_process() {
+    let Ok(url) = std::env::var(REPLICA_VARIABLE) else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async move {
+        let connection = RedisConfig::new(url)
+            .prefix("t31:")
+            .open()
+            .await
+            .expect("redis");
+        let store = RedisCheckpoints::new(connection).lease(Duration::from_secs(3));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        println!("PORT={port}");
+        replica(store).serve(listener).await.expect("served");
+    });
+}
+
+/// A replica in a process of its own; killed (SIGKILL) when dropped.
+struct Replica {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Replica {
+    fn start(redis: &RedisServer) -> Self {
+        let mut child = Command::new(std::env::current_exe().expect("this test binary"))
+            .args([
+                "replica_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(REPLICA_VARIABLE, redis.url())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("a replica process");
+        let stdout = child.stdout.take().expect("its stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("the replica printed its port")
+                .expect("a line");
+            // libtest writes `test replica_process ... ` before it, on the same line.
+            if let Some((_, port)) = line.split_once("PORT=") {
+                break port.trim().parse::<u16>().expect("a port");
+            }
+        };
+        // The rest of its output is not read: keep the pipe drained so it never blocks.
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    /// SIGKILL: no polite path, nothing flushed.
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_call_resumes_in_its_sub_agent_after_its_replica_is_killed() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let first = Replica::start(&redis);
+    let mut socket = call(first.addr, "call-kill").await;
+    assert_eq!(turn(&mut socket, "Hi").await, "intake");
+    // The turn moved the router to `resolve`; its checkpoint is written after the turn's end.
+    let checkpoints = checkpoints(&redis, Duration::from_secs(3)).await;
+    let mut written = false;
+    for _ in 0..100 {
+        if let Some(json) = checkpoints.load("call-kill").await.expect("load")
+            && Checkpoint::from_json(&json).expect("readable").turns >= 1
+        {
+            written = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(written, "no checkpoint after the turn");
+    first.kill();
+    drop(socket);
+
+    // The platform reconnects with the same call id; the balancer sends it to a new process.
+    let second = Replica::start(&redis);
+    let mut socket = call(second.addr, "call-kill").await;
+    assert_eq!(
+        turn(&mut socket, "Hello? Are you still there?").await,
+        "resolve",
+        "the call did not continue in the sub-agent it was in"
+    );
 }
