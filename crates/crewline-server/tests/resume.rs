@@ -269,3 +269,47 @@ async fn a_second_connection_for_a_call_closes_the_first_with_a_reason() {
     assert!(answer.starts_with("intake"), "{answer}");
     server.wait_for_active(2).await;
 }
+
+#[tokio::test]
+async fn a_hand_off_sent_before_the_reconnect_is_not_lost() {
+    let server = TestServer::ready(
+        CrewServer::new(|setup: SessionSetup| {
+            let call = setup.call().clone();
+            if !setup.is_dry_run() && setup.resumed().is_none() {
+                // The crew hangs up at once (a tool would, mid-call).
+                tokio::spawn(async move { call.end_call().await });
+            }
+            let llm = Arc::new(ScriptedLlm::from_fn(|_: &ChatRequest| Reply::text("Hello")));
+            let agent = LoopAgent::new(
+                "Be brief.",
+                ToolLoop::new(llm, Arc::new(ToolRegistry::new())),
+            );
+            let mut crew = Crew::new();
+            crew.add_node(OutputNode::new("agent", agent));
+            crew
+        })
+        .allow_unauthenticated()
+        .call_store(MemoryCallStore::new()),
+    )
+    .await;
+    let mut first = phone_call(&server, "call-ended").await;
+    let frame = first.recv().await;
+    assert_eq!(frame["type"], "agent.end_call", "{frame}");
+    // The socket drops before the platform acted on it; it reconnects.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.close().await;
+
+    let mut second = phone_call(&server, "call-ended").await;
+    let frame = second.recv().await;
+    assert_eq!(
+        frame["type"], "agent.end_call",
+        "the hand-off was lost: {frame}"
+    );
+    // And the crew stays silent, as it would have.
+    ask(&mut second, "Hello?").await;
+    let quiet = tokio::time::timeout(Duration::from_millis(300), second.recv()).await;
+    match quiet {
+        Err(_) => {}
+        Ok(frame) => assert_ne!(frame["type"], "agent.llm.response.chunk", "{frame}"),
+    }
+}
