@@ -559,3 +559,52 @@ impl std::fmt::Debug for CallControl {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SessionSetup;
+
+    fn call() -> CallControl {
+        SessionSetup::dry_run().with_call_key("k").call().clone()
+    }
+
+    #[test]
+    fn crew_values_round_trip_and_stay_bounded() {
+        let call = call();
+        assert_eq!(call.call_key(), Some("k"));
+        call.checkpoint_put("plan", &vec![50, 50, 50])
+            .expect("fits");
+        assert_eq!(
+            call.checkpoint_get::<Vec<u32>>("plan").expect("readable"),
+            Some(vec![50, 50, 50])
+        );
+        let big = "x".repeat(MAX_CREW_CHECKPOINT_BYTES);
+        assert!(matches!(
+            call.checkpoint_put("big", &big),
+            Err(CheckpointError::TooLarge { .. })
+        ));
+        // Refused without losing what was there; replacing a value frees its old size.
+        assert!(
+            call.checkpoint_get::<Vec<u32>>("plan")
+                .expect("readable")
+                .is_some()
+        );
+        for _ in 0..1_000 {
+            call.checkpoint_put("plan", &"y".repeat(1_000))
+                .expect("a replacement fits");
+        }
+        for n in 0..MAX_UNTOLD_OUTCOMES {
+            call.push_outcome(format!("outcome {n}")).expect("fits");
+        }
+        assert!(matches!(
+            call.push_outcome("one more"),
+            Err(CheckpointError::TooManyOutcomes { .. })
+        ));
+        call.turn_finished(true);
+        assert!(
+            call.untold_outcomes().is_empty(),
+            "a completed turn told them"
+        );
+    }
+}
