@@ -4,8 +4,9 @@
 //! non-cancellable tool calls (a retry on any replica joins the running call or reads its
 //! outcome); and [`RedisLedger`], the tool ledger as one stream (`<prefix>ledger`, trimmed to
 //! [`DEFAULT_LEDGER_MAX_LEN`] entries) whose intents with no outcome are the calls a crashed
-//! replica left for an operator to reconcile. All can share one [`RedisConnection`]
-//! ([`RedisConfig::open`]).
+//! replica left for an operator to reconcile; and [`RedisCheckpoints`], each call's checkpoint
+//! and owner, so a call resumes on any replica and never has two live sessions. All can share
+//! one [`RedisConnection`] ([`RedisConfig::open`]).
 //!
 //! A task created through one replica can be attached to a call on another; its tool calls are
 //! polled, and answered, through any replica; the answer reaches the replica whose call waits
@@ -34,6 +35,7 @@
 //! ```
 
 mod approval;
+mod checkpoint;
 mod claims;
 mod connection;
 mod error;
@@ -53,6 +55,7 @@ use serde_json::{Value, json};
 
 pub use self::{
     approval::{DEFAULT_MAX_REQUEST_BYTES, RedisApproval},
+    checkpoint::{CheckpointStoreError, MAX_CALL_ID_BYTES, RedisCheckpoints},
     claims::RedisClaims,
     connection::RedisConnection,
     error::RedisStoreError,

@@ -144,12 +144,35 @@ impl CrewServer {
                 worker_runtimes: None,
                 limits: Limits::default(),
                 origins: crate::origin::Origins::default(),
+                call_store: None,
+                call_key: None,
             },
             setup,
             state: Arc::new(State::new()),
             extra_routes: Vec::new(),
             auth: AuthSettings::default(),
         }
+    }
+
+    /// Checkpoints every call to `store` at each turn boundary and resumes a call from it when
+    /// the platform reconnects with the same call id, on this replica or any other sharing the
+    /// store (`crewline_redis::RedisCheckpoints` for several replicas); the store also fences
+    /// the older connection of a call taken over elsewhere. Without one, a reconnect to this
+    /// process still closes the older connection and shares its run-once state.
+    pub fn call_store(mut self, store: impl crewline::CallStore) -> Self {
+        self.config.call_store = Some(Arc::new(store));
+        self
+    }
+
+    /// Names a call whose handshake has no call id (`session_context.caller.call_id`) by the
+    /// key `key` returns, e.g. a variable the platform sets: reconnects with one key are one
+    /// call. Only keys the platform gives belong here: two callers with one key are one call.
+    pub fn call_key(
+        mut self,
+        key: impl Fn(&crewline::protocol::SystemInit) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.config.call_key = Some(Arc::new(key));
+        self
     }
 
     /// Serves `routes` beside the crew's own (`/ws`, `/health`, ...), e.g. an MCP endpoint

@@ -47,6 +47,84 @@ pub(crate) struct Config {
     pub(crate) limits: Limits,
     /// The browser origins allowed on `/ws` beyond the crew's own and loopback pages.
     pub(crate) origins: crate::origin::Origins,
+    /// Where calls checkpoint and who owns each (shared by replicas): `None`, calls resume
+    /// nothing after a reconnect (run-once still follows the call id within this process).
+    pub(crate) call_store: Option<Arc<dyn crewline::CallStore>>,
+    /// The key naming a call whose handshake has no call id.
+    pub(crate) call_key: Option<Arc<CallKeyFn>>,
+}
+
+/// The crew's key for a call whose platform gives no call id.
+pub(crate) type CallKeyFn = dyn Fn(&crewline::protocol::SystemInit) -> Option<String> + Send + Sync;
+
+/// The live calls of this process by key: a second connection for a call closes the first.
+#[derive(Default)]
+pub(crate) struct LiveCalls {
+    calls: std::sync::Mutex<std::collections::HashMap<Arc<str>, LiveCall>>,
+    next: AtomicU64,
+}
+
+/// One live connection of a call.
+#[derive(Clone)]
+pub(crate) struct LiveCall {
+    id: u64,
+    /// Cancelled when a newer connection takes the call over.
+    pub(crate) superseded: CancellationToken,
+    /// Cancelled once the connection has shut its session down (its last checkpoint written).
+    pub(crate) ended: CancellationToken,
+}
+
+/// A connection's entry in [`LiveCalls`], removed when dropped (if still its own).
+pub(crate) struct LiveEntry {
+    calls: Arc<State>,
+    key: Arc<str>,
+    pub(crate) live: LiveCall,
+}
+
+impl Drop for LiveEntry {
+    fn drop(&mut self) {
+        self.live.ended.cancel();
+        let mut calls = self
+            .calls
+            .live_calls
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if calls
+            .get(&self.key)
+            .is_some_and(|live| live.id == self.live.id)
+        {
+            calls.remove(&self.key);
+        }
+    }
+}
+
+impl State {
+    /// Registers a connection for the call `key`; returns its entry and the connection it
+    /// took the call from, if one was live (already told to close).
+    pub(crate) fn take_call(self: &Arc<Self>, key: &str) -> (LiveEntry, Option<LiveCall>) {
+        let live = LiveCall {
+            id: self.live_calls.next.fetch_add(1, Ordering::Relaxed),
+            superseded: CancellationToken::new(),
+            ended: CancellationToken::new(),
+        };
+        let key: Arc<str> = key.into();
+        let older = self
+            .live_calls
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(Arc::clone(&key), live.clone());
+        if let Some(older) = &older {
+            older.superseded.cancel();
+        }
+        let entry = LiveEntry {
+            calls: Arc::clone(self),
+            key,
+            live,
+        };
+        (entry, older)
+    }
 }
 
 /// Whether the crew's setup code is known to work.
@@ -82,6 +160,8 @@ pub(crate) struct State {
     message_budget: OnceLock<Arc<MessageBudget>>,
     /// Rate limits for the WARN lines a caller can cause on every call.
     pub(crate) call_logs: crate::connection::CallLogs,
+    /// The live calls by key.
+    pub(crate) live_calls: LiveCalls,
 }
 
 impl State {
@@ -98,6 +178,7 @@ impl State {
             next_session: AtomicU64::new(1),
             message_budget: OnceLock::new(),
             call_logs: crate::connection::CallLogs::default(),
+            live_calls: LiveCalls::default(),
         }
     }
 

@@ -6,10 +6,18 @@ use crewline_protocol::{
     Event, EventBody, HoldMusic, SessionContext, SystemInit, TransferCall, TransferOptions,
 };
 use crewline_tools::SessionScope;
-use tokio::sync::mpsc;
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Map, Value};
+use tokio::sync::{Notify, mpsc};
+
+use crate::session_store::{
+    CallStore, Checkpoint, MAX_CHECKPOINT_BYTES, MAX_OUTCOME_BYTES, MAX_UNTOLD_OUTCOMES,
+    RouterCheckpoint,
+};
 
 /// A hand-off that ends the crew's part in the call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Handoff {
     /// `agent.end_call`.
     EndCall,
@@ -38,6 +46,47 @@ pub enum CallControlError {
     SessionEnded,
 }
 
+/// Why a value could not be put into, or read from, the call's checkpoint.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The value could not be turned into JSON, or the JSON into the type asked for.
+    #[error("the checkpoint value `{key}` could not be converted")]
+    Convert {
+        /// The key.
+        key: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The crew's values would pass their share of [`MAX_CHECKPOINT_BYTES`].
+    #[error(
+        "the checkpoint value `{key}` of {bytes} bytes would take the crew's values past \
+         {limit} bytes; it was not kept"
+    )]
+    TooLarge {
+        /// The key.
+        key: String,
+        /// The value's size.
+        bytes: usize,
+        /// The most bytes the crew's values may take.
+        limit: usize,
+    },
+    /// The call already holds [`MAX_UNTOLD_OUTCOMES`] untold outcomes, or this one is over
+    /// [`MAX_OUTCOME_BYTES`].
+    #[error("the outcome was not kept: the call holds {held} untold outcomes (limit {limit})")]
+    TooManyOutcomes {
+        /// Outcomes held.
+        held: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// The most bytes the crew's own checkpoint values take: half the checkpoint, leaving the
+/// rest to the router, the outcomes and the hand-off.
+pub const MAX_CREW_CHECKPOINT_BYTES: usize = MAX_CHECKPOINT_BYTES / 2;
+
 /// The controls of one call, shared by its nodes and tools (cheap to clone).
 ///
 /// Hand-offs requested while an output node is generating (typically from a tool) are held
@@ -49,11 +98,63 @@ pub struct CallControl {
 
 struct Inner {
     init: SystemInit,
+    /// The key naming the call across sockets and replicas: the platform's call id, else the
+    /// crew's key; `None` for a call named by neither (it shares nothing).
+    key: Option<Arc<str>>,
     /// Names this call in the executor: its cached results, approvals and running
     /// non-cancellable tools are its own.
     scope: SessionScope,
     outbound: mpsc::Sender<Box<Event>>,
     state: Mutex<State>,
+    /// The shared store the call checkpoints to, with its owner token.
+    store: Option<Attached>,
+    /// The checkpoint this call resumed from.
+    resumed: Option<Checkpoint>,
+}
+
+/// A call's place in a [`CallStore`].
+pub(crate) struct Attached {
+    pub(crate) store: Arc<dyn CallStore>,
+    pub(crate) token: String,
+    /// Wakes the call's checkpointer: there is something new to write.
+    pub(crate) dirty: Notify,
+    /// Fired once a newer connection owns the call.
+    pub(crate) lost: signal::Lost,
+}
+
+/// A one-shot signal: a flag and a notify.
+pub(crate) mod signal {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use tokio::sync::Notify;
+
+    /// Set once; waiters wake then, and later waiters return at once.
+    #[derive(Default)]
+    pub(crate) struct Lost {
+        set: AtomicBool,
+        notify: Notify,
+    }
+
+    impl Lost {
+        pub(crate) fn set(&self) {
+            self.set.store(true, Ordering::Release);
+            self.notify.notify_waiters();
+        }
+
+        pub(crate) fn is_set(&self) -> bool {
+            self.set.load(Ordering::Acquire)
+        }
+
+        pub(crate) async fn wait(&self) {
+            loop {
+                let notified = self.notify.notified();
+                if self.is_set() {
+                    return;
+                }
+                notified.await;
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -64,17 +165,64 @@ struct State {
     pending: Option<Handoff>,
     /// A hand-off was sent: the crew stops answering.
     handed_off: bool,
+    /// What the checkpoint keeps beyond the hand-off.
+    kept: Kept,
+}
+
+/// The parts of the checkpoint the call holds between turns.
+#[derive(Default)]
+struct Kept {
+    turns: u64,
+    routers: std::collections::BTreeMap<String, RouterCheckpoint>,
+    handoff: Option<Handoff>,
+    untold: Vec<String>,
+    remote_task: Option<String>,
+    nodes: Map<String, Value>,
+    /// The bytes of `nodes` as JSON, kept so each put checks the bound without re-encoding.
+    node_bytes: usize,
 }
 
 impl CallControl {
-    /// Controls for a call that sends its events to `outbound` (the platform).
-    pub(crate) fn new(init: SystemInit, outbound: mpsc::Sender<Box<Event>>) -> Self {
+    /// Controls for a call that sends its events to `outbound` (the platform), named by the
+    /// platform's call id, else by `crew_key`, else by nothing (a fresh scope).
+    pub(crate) fn new(
+        init: SystemInit,
+        outbound: mpsc::Sender<Box<Event>>,
+        crew_key: Option<String>,
+        store: Option<Attached>,
+        resumed: Option<Checkpoint>,
+    ) -> Self {
+        let key: Option<Arc<str>> = call_key(&init)
+            .map(Into::into)
+            .or_else(|| crew_key.filter(|key| !key.is_empty()).map(Into::into));
+        // The platform names calls (it holds the crew's token): a reconnect with the same call
+        // id is the same call, on this replica or another, and finds its running tools and
+        // their outcomes. A call with no name shares nothing.
+        let scope = key
+            .as_deref()
+            .map_or_else(SessionScope::new, SessionScope::for_call);
+        let mut state = State::default();
+        if let Some(checkpoint) = &resumed {
+            state.handed_off = checkpoint.handoff.is_some();
+            state.kept = Kept {
+                turns: checkpoint.turns,
+                routers: checkpoint.routers.clone(),
+                handoff: checkpoint.handoff.clone(),
+                untold: checkpoint.untold.clone(),
+                remote_task: checkpoint.remote_task.clone(),
+                node_bytes: Value::Object(checkpoint.nodes.clone()).to_string().len(),
+                nodes: checkpoint.nodes.clone(),
+            };
+        }
         Self {
             inner: Arc::new(Inner {
                 init,
-                scope: SessionScope::new(),
+                key,
+                scope,
                 outbound,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(state),
+                store,
+                resumed,
             }),
         }
     }
@@ -101,6 +249,189 @@ impl CallControl {
     /// nothing the executor keeps for this caller reaches another.
     pub fn scope(&self) -> &SessionScope {
         &self.inner.scope
+    }
+
+    /// The key naming this call across reconnects and replicas: the platform's call id
+    /// (`session_context.caller.call_id`), else the key the crew's server gave, else `None`.
+    pub fn call_key(&self) -> Option<&str> {
+        self.inner.key.as_deref()
+    }
+
+    /// The checkpoint this call resumed from: `Some` when an earlier connection of the same
+    /// call (on any replica sharing the store) left one.
+    pub fn resumed(&self) -> Option<&Checkpoint> {
+        self.inner.resumed.as_ref()
+    }
+
+    /// Whether this call checkpoints to a shared store.
+    pub fn is_checkpointed(&self) -> bool {
+        self.inner.store.is_some()
+    }
+
+    /// Records an outcome the caller has not heard yet (a transfer that completed, say): kept
+    /// in the checkpoint at once, told to the model before each turn until a turn completes,
+    /// and so heard after a reconnect even if the socket dropped before it was spoken.
+    pub fn push_outcome(&self, outcome: impl Into<String>) -> Result<(), CheckpointError> {
+        let mut outcome = outcome.into();
+        if outcome.len() > MAX_OUTCOME_BYTES {
+            let mut end = MAX_OUTCOME_BYTES;
+            while !outcome.is_char_boundary(end) {
+                end -= 1;
+            }
+            outcome.truncate(end);
+        }
+        {
+            let mut state = self.state();
+            let held = state.kept.untold.len();
+            if held >= MAX_UNTOLD_OUTCOMES {
+                return Err(CheckpointError::TooManyOutcomes {
+                    held,
+                    limit: MAX_UNTOLD_OUTCOMES,
+                });
+            }
+            state.kept.untold.push(outcome);
+        }
+        self.mark_dirty();
+        Ok(())
+    }
+
+    /// The outcomes the caller has not heard yet, oldest first.
+    pub fn untold_outcomes(&self) -> Vec<String> {
+        self.state().kept.untold.clone()
+    }
+
+    /// Records the remote-tool task the call is attached to (`None`: none), for a reconnect
+    /// to attach to it again.
+    pub fn set_remote_task(&self, task: Option<String>) {
+        self.state().kept.remote_task = task;
+        self.mark_dirty();
+    }
+
+    /// The remote-tool task the call is attached to.
+    pub fn remote_task(&self) -> Option<String> {
+        self.state().kept.remote_task.clone()
+    }
+
+    /// Puts `value` into the call's checkpoint under `key`: written at the next turn
+    /// boundary, and read back by [`checkpoint_get`](Self::checkpoint_get) after a resume.
+    /// The crew's values together stay under [`MAX_CREW_CHECKPOINT_BYTES`].
+    pub fn checkpoint_put(
+        &self,
+        key: impl Into<String>,
+        value: &impl Serialize,
+    ) -> Result<(), CheckpointError> {
+        let key = key.into();
+        let value = serde_json::to_value(value).map_err(|source| CheckpointError::Convert {
+            key: key.clone(),
+            source,
+        })?;
+        // The key, the value, the quotes, colon and comma around them.
+        let bytes = key.len() + value.to_string().len() + 4;
+        let mut state = self.state();
+        let kept = &mut state.kept;
+        let old = kept
+            .nodes
+            .get(&key)
+            .map_or(0, |old| key.len() + old.to_string().len() + 4);
+        let total = kept.node_bytes.saturating_sub(old).saturating_add(bytes);
+        if total > MAX_CREW_CHECKPOINT_BYTES {
+            return Err(CheckpointError::TooLarge {
+                key,
+                bytes,
+                limit: MAX_CREW_CHECKPOINT_BYTES,
+            });
+        }
+        kept.node_bytes = total;
+        kept.nodes.insert(key, value);
+        Ok(())
+    }
+
+    /// The value under `key` in the call's checkpoint (put on this connection or before a
+    /// resume), as `T`.
+    pub fn checkpoint_get<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, CheckpointError> {
+        let value = self.state().kept.nodes.get(key).cloned();
+        value
+            .map(|value| {
+                serde_json::from_value(value).map_err(|source| CheckpointError::Convert {
+                    key: key.to_owned(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+
+    /// Records a router's place (only for a checkpointed call: it costs a copy of the state).
+    pub(crate) fn record_router(&self, node: &str, checkpoint: RouterCheckpoint) {
+        self.state()
+            .kept
+            .routers
+            .insert(node.to_owned(), checkpoint);
+    }
+
+    /// A turn ended: a completed one told the caller every outcome held; the checkpoint is
+    /// written (off this task) when the call has a store.
+    pub(crate) fn turn_finished(&self, completed: bool) {
+        {
+            let mut state = self.state();
+            if completed {
+                state.kept.untold.clear();
+            }
+            state.kept.turns += 1;
+        }
+        self.mark_dirty();
+    }
+
+    /// The note telling the model the outcomes the caller has not heard, if any.
+    pub(crate) fn untold_note(&self) -> Option<String> {
+        let state = self.state();
+        if state.kept.untold.is_empty() {
+            return None;
+        }
+        let mut note = String::from(
+            "[Not yet told to the caller: the connection dropped before these were said. Tell \
+             the caller now; do not redo them.]",
+        );
+        for outcome in &state.kept.untold {
+            note.push_str("\n- ");
+            note.push_str(outcome);
+        }
+        Some(note)
+    }
+
+    /// The call's checkpoint as it stands.
+    pub fn checkpoint(&self) -> Checkpoint {
+        let state = self.state();
+        let kept = &state.kept;
+        Checkpoint {
+            turns: kept.turns,
+            routers: kept.routers.clone(),
+            handoff: kept.handoff.clone(),
+            untold: kept.untold.clone(),
+            remote_task: kept.remote_task.clone(),
+            nodes: kept.nodes.clone(),
+        }
+    }
+
+    /// Wakes the checkpointer, if any (nothing else when the call has no store).
+    fn mark_dirty(&self) {
+        if let Some(attached) = &self.inner.store {
+            attached.dirty.notify_one();
+        }
+    }
+
+    pub(crate) fn attached(&self) -> Option<&Attached> {
+        self.inner.store.as_ref()
+    }
+
+    /// Waits until a newer connection owns this call (forever for a call without a store).
+    pub async fn superseded(&self) {
+        match &self.inner.store {
+            Some(attached) => attached.lost.wait().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Whether the call was ended or transferred.
@@ -162,7 +493,9 @@ impl CallControl {
                 return Ok(());
             }
             state.handed_off = true;
+            state.kept.handoff = Some(handoff.clone());
         }
+        self.mark_dirty();
         self.send_raw(handoff.into_body()).await
     }
 
@@ -197,11 +530,22 @@ impl CallControl {
         match pending {
             Some(handoff) if completed && !state.handed_off => {
                 state.handed_off = true;
+                state.kept.handoff = Some(handoff.clone());
                 Some(handoff)
             }
             _ => None,
         }
     }
+}
+
+/// The platform's call id, if it gave a non-empty one.
+fn call_key(init: &SystemInit) -> Option<String> {
+    init.session_context
+        .caller
+        .as_ref()
+        .and_then(|caller| caller.call_id.as_deref())
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
 }
 
 impl std::fmt::Debug for CallControl {
@@ -213,5 +557,54 @@ impl std::fmt::Debug for CallControl {
             )
             .field("handed_off", &self.is_handed_off())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SessionSetup;
+
+    fn call() -> CallControl {
+        SessionSetup::dry_run().with_call_key("k").call().clone()
+    }
+
+    #[test]
+    fn crew_values_round_trip_and_stay_bounded() {
+        let call = call();
+        assert_eq!(call.call_key(), Some("k"));
+        call.checkpoint_put("plan", &vec![50, 50, 50])
+            .expect("fits");
+        assert_eq!(
+            call.checkpoint_get::<Vec<u32>>("plan").expect("readable"),
+            Some(vec![50, 50, 50])
+        );
+        let big = "x".repeat(MAX_CREW_CHECKPOINT_BYTES);
+        assert!(matches!(
+            call.checkpoint_put("big", &big),
+            Err(CheckpointError::TooLarge { .. })
+        ));
+        // Refused without losing what was there; replacing a value frees its old size.
+        assert!(
+            call.checkpoint_get::<Vec<u32>>("plan")
+                .expect("readable")
+                .is_some()
+        );
+        for _ in 0..1_000 {
+            call.checkpoint_put("plan", &"y".repeat(1_000))
+                .expect("a replacement fits");
+        }
+        for n in 0..MAX_UNTOLD_OUTCOMES {
+            call.push_outcome(format!("outcome {n}")).expect("fits");
+        }
+        assert!(matches!(
+            call.push_outcome("one more"),
+            Err(CheckpointError::TooManyOutcomes { .. })
+        ));
+        call.turn_finished(true);
+        assert!(
+            call.untold_outcomes().is_empty(),
+            "a completed turn told them"
+        );
     }
 }

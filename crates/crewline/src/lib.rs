@@ -58,13 +58,16 @@ mod observer;
 pub mod router;
 mod runner;
 mod session;
+pub mod session_store;
 mod setup;
 mod tool_loop;
 
 pub use agent::{Agent, AgentBuilder, AgentError, DEFAULT_AGENT_NAME};
 /// Implements [`OutputAgent`] and [`BackgroundAgent`], whose methods are async.
 pub use async_trait::async_trait;
-pub use call::{CallControl, CallControlError, Handoff};
+pub use call::{
+    CallControl, CallControlError, CheckpointError, Handoff, MAX_CREW_CHECKPOINT_BYTES,
+};
 pub use crew::{Crew, DEFAULT_INBOX_CAPACITY, GraphError};
 /// The vocabulary every crewline crate shares (messages, tool calls, contexts): `crewline-core`,
 /// re-exported as `types` so it does not shadow the standard library's `core`.
@@ -80,6 +83,7 @@ pub use node::{
 pub use observer::{NoopObserver, Observer, TurnOutcome};
 pub use router::{DeterministicRouter, RouterBuilder, RouterError, RouterState, SubAgent};
 pub use session::{DEFAULT_INBOX_BYTES, DispatchError, Session, SessionSetup};
+pub use session_store::{CallStore, CallStoreError, Checkpoint, Fenced, MemoryCallStore};
 pub use setup::{BoxError, CrewSetup, marker as setup_marker};
 pub use tool_loop::{
     MAX_CALLS_PER_ANSWER, MAX_CALLS_PER_TURN, MAX_TOOL_ROUNDS, RoundReport, ToolLoop,

@@ -293,6 +293,15 @@ impl OutputRunner {
         if let Some(messages) = &request.messages {
             self.sync_context(messages);
         }
+        // Outcomes the caller has not heard (a reconnect after a dropped socket or a crash):
+        // the model hears them before this turn. An assistant note, not a system one: the next
+        // request's conversation replaces it, so it never outlives the outcomes it tells.
+        if let Some(note) = self.io.handle.call().untold_note() {
+            let context = self.node.agent.context();
+            if context.last().and_then(Message::text) != Some(note.as_str()) {
+                context.add(Message::assistant(note));
+            }
+        }
         let turn_id = uuid::Uuid::new_v4().simple().to_string();
         let handle = self.io.handle.clone();
         let observer = self.io.observer.clone();
@@ -405,6 +414,8 @@ impl OutputRunner {
                 .await;
         }
         handle.emit(EventBody::ResponseEnd).await;
+        // The turn boundary: after its end is sent, never on the chunks' path.
+        handle.call().turn_finished(completed);
         let outcome = match (&interrupt, &failure) {
             (Some(_), _) => TurnOutcome::Interrupted,
             (None, Some(_)) => TurnOutcome::Failed,

@@ -13,7 +13,9 @@ use tokio::sync::mpsc;
 
 use crate::{
     CallControl, Crew, GraphError, NodeHandle, NodeSpec, NoopObserver, Observer,
+    call::Attached,
     runner::{LineInterrupt, NodeIo, run_background, run_output},
+    session_store::{CallStore, Checkpoint, run_checkpointer},
 };
 
 /// The default most bytes of platform events waiting in a call's inboxes: 4 MiB.
@@ -30,6 +32,10 @@ pub const DEFAULT_INBOX_BYTES: usize = 4 << 20;
 pub struct SessionSetup {
     pub(crate) call: CallControl,
     pub(crate) outbound: mpsc::Sender<Box<Event>>,
+    /// The key the crew's server names the call by when the platform gives no call id.
+    crew_key: Option<String>,
+    /// The shared store, the owner token and the checkpoint resumed from.
+    store: Option<(Arc<dyn CallStore>, String, Option<Checkpoint>)>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) dry_run: bool,
     pub(crate) inbox_bytes: usize,
@@ -39,8 +45,10 @@ impl SessionSetup {
     /// The setup of a call whose handshake was `init`; events for the platform go to `outbound`.
     pub fn new(init: SystemInit, outbound: mpsc::Sender<Box<Event>>) -> Self {
         Self {
-            call: CallControl::new(init, outbound.clone()),
+            call: CallControl::new(init, outbound.clone(), None, None, None),
             outbound,
+            crew_key: None,
+            store: None,
             observer: Arc::new(NoopObserver),
             dry_run: false,
             inbox_bytes: DEFAULT_INBOX_BYTES,
@@ -78,6 +86,66 @@ impl SessionSetup {
     pub fn with_inbox_bytes(mut self, bytes: usize) -> Self {
         self.inbox_bytes = bytes;
         self
+    }
+
+    /// Names the call by `key` when the platform's handshake has no call id (a web call, say):
+    /// reconnects with the same key share run-once state and the checkpoint. Only keys the
+    /// platform gives belong here: two callers with one key are one call.
+    pub fn with_call_key(mut self, key: impl Into<String>) -> Self {
+        self.crew_key = Some(key.into());
+        self.rebuild_call();
+        self
+    }
+
+    /// Checkpoints the call to `store` as the owner `token` ([`CallStore::claim`]), resuming
+    /// from `resumed` (the checkpoint [`CallStore::load`] found). A call with no key (no
+    /// call id, no [`with_call_key`](Self::with_call_key)) cannot be resumed and is not
+    /// checkpointed.
+    pub fn with_call_store(
+        mut self,
+        store: Arc<dyn CallStore>,
+        token: impl Into<String>,
+        resumed: Option<Checkpoint>,
+    ) -> Self {
+        self.store = Some((store, token.into(), resumed));
+        self.rebuild_call();
+        self
+    }
+
+    /// The checkpoint this call resumed from (see [`CallControl::resumed`]).
+    pub fn resumed(&self) -> Option<&Checkpoint> {
+        self.call.resumed()
+    }
+
+    /// Makes the call's controls again from the settings (before any node holds them).
+    fn rebuild_call(&mut self) {
+        let init = self.call.init().clone();
+        let (attached, resumed) = match &self.store {
+            Some((store, token, resumed)) => (
+                Some(Attached {
+                    store: Arc::clone(store),
+                    token: token.clone(),
+                    dirty: tokio::sync::Notify::new(),
+                    lost: Default::default(),
+                }),
+                resumed.clone(),
+            ),
+            None => (None, None),
+        };
+        let call = CallControl::new(
+            init,
+            self.outbound.clone(),
+            self.crew_key.clone(),
+            attached,
+            resumed,
+        );
+        // A call nothing names cannot be found again: no store.
+        self.call = if call.call_key().is_none() && call.is_checkpointed() {
+            tracing::debug!("a call without a call id or key is not checkpointed");
+            CallControl::new(call.init().clone(), self.outbound.clone(), None, None, None)
+        } else {
+            call
+        };
     }
 
     /// Whether this is the startup dry run (build the crew, connect to nothing).
@@ -149,6 +217,10 @@ pub struct Session {
     /// Interrupt lines of the interruptible nodes, which bypass the inboxes.
     interrupts: Vec<InterruptLine>,
     tasks: Vec<JoinHandle<()>>,
+    /// Writes the checkpoint and renews the call's ownership (a checkpointed call only).
+    checkpointer: Option<JoinHandle<()>>,
+    /// The call's controls.
+    call: CallControl,
     observer: Arc<dyn Observer>,
     /// The bytes of platform events waiting in the roots' inboxes.
     budget: Arc<InboxBudget>,
@@ -295,6 +367,15 @@ impl Session {
         {
             tracing::debug!("the platform left before agent.ready");
         }
+        // A hand-off sent before the reconnect may not have reached the platform: it is sent
+        // again, and the crew stays silent as it would have.
+        if let Some(handoff) = setup.call.resumed().and_then(|c| c.handoff.clone()) {
+            tracing::info!("resumed a call that was handed off: the hand-off is sent again");
+            let _ = setup
+                .outbound
+                .send(Box::new(Event::now(handoff.into_body())))
+                .await;
+        }
 
         let mut roots = Vec::new();
         let mut interrupts = Vec::new();
@@ -351,7 +432,16 @@ impl Session {
             };
             tasks.push(task);
         }
+        let checkpointer = setup.call.is_checkpointed().then(|| {
+            let span = tracing::debug_span!("checkpointer");
+            tokio::spawn(tracing::Instrument::instrument(
+                run_checkpointer(setup.call.clone()),
+                span,
+            ))
+        });
         Ok(Session {
+            checkpointer,
+            call: setup.call.clone(),
             roots,
             interrupts,
             tasks,
@@ -461,6 +551,11 @@ impl Session {
         result
     }
 
+    /// The call's controls (its key, its checkpoint, whether it was superseded).
+    pub fn call(&self) -> &CallControl {
+        &self.call
+    }
+
     /// Whether any node is still running.
     pub fn is_running(&self) -> bool {
         self.tasks.iter().any(|task| !task.is_finished())
@@ -471,7 +566,13 @@ impl Session {
     /// Running generations and tools are cancelled (a synchronous tool already running on
     /// the blocking pool finishes on its own; its result is discarded).
     pub async fn shutdown(mut self) {
+        if let Some(checkpointer) = self.checkpointer.take() {
+            checkpointer.abort();
+        }
         let tasks = std::mem::take(&mut self.tasks);
+        // The last turn's checkpoint may have been in flight: written once more (bounded), so
+        // a reconnect after a dropped socket finds it.
+        crate::session_store::flush(&self.call).await;
         for task in &tasks {
             task.abort();
         }
@@ -487,6 +588,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.abort();
+        }
         for task in &self.tasks {
             task.abort();
         }

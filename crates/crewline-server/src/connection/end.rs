@@ -27,6 +27,8 @@ pub(super) enum End {
     ControlFlood,
     /// A read would have taken the server's budget of unfinished messages past its cap.
     MessageBudget,
+    /// A newer connection for the same call took it over.
+    Superseded,
 }
 
 impl fmt::Display for End {
@@ -41,6 +43,7 @@ impl fmt::Display for End {
             Self::WriteTimeout => f.write_str("write timeout (the platform stopped reading)"),
             Self::ControlFlood => f.write_str("control frame flood"),
             Self::MessageBudget => f.write_str("over the server's budget of unfinished messages"),
+            Self::Superseded => f.write_str("superseded by a newer connection for this call"),
         }
     }
 }

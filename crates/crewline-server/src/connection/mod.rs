@@ -45,8 +45,19 @@ use self::{
 use crate::{
     SetupError,
     metrics::{ErrorKind, FrameDrop, HandshakeFailure},
-    state::Service,
+    state::{LiveEntry, Service},
 };
+
+/// Close code and reason for a connection whose call a newer connection took over: 4409, an
+/// application code after HTTP's 409 Conflict (the protocol has none of its own).
+pub(crate) const SUPERSEDED_CLOSE: (u16, &str) =
+    (4409, "superseded: a newer connection took this call over");
+/// The longest a call store operation may hold up a handshake: a store that does not answer
+/// costs the call its resume, never the call.
+const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest a new connection waits for the older connection of its call (on this
+/// replica) to write its last checkpoint and stop.
+const TAKEOVER_WAIT: Duration = Duration::from_secs(2);
 
 /// How many outbound events may wait for the socket.
 const OUTBOUND_CAPACITY: usize = 1024;
@@ -104,6 +115,7 @@ pub(crate) fn run(
             outbound,
             pongs_due,
             reads,
+            live: None,
         };
         let end = connection.serve().await;
         tracing::info!(end = %end, duration = ?started.elapsed(), "call ended");
@@ -121,6 +133,8 @@ struct Connection {
     pongs_due: Arc<Notify>,
     /// The count of bytes read since the last whole message; given back as messages arrive.
     reads: Option<ArmedReads>,
+    /// This connection's entry among the process's live calls (a call with a key).
+    live: Option<LiveEntry>,
 }
 
 /// Why a read of the socket failed.
@@ -196,9 +210,21 @@ impl Connection {
         );
 
         let observer: Arc<dyn Observer> = Arc::clone(&state.metrics) as Arc<dyn Observer>;
-        let setup = SessionSetup::new(init, self.outbound.clone())
+        let crew_key = self
+            .service
+            .config
+            .call_key
+            .as_ref()
+            .and_then(|key| key(&init));
+        let mut setup = SessionSetup::new(init, self.outbound.clone())
             .with_observer(observer)
             .with_inbox_bytes(self.service.config.limits.inbox_bytes);
+        if let Some(key) = crew_key {
+            setup = setup.with_call_key(key);
+        }
+        if let Some(key) = setup.call().call_key().map(str::to_owned) {
+            setup = Box::pin(self.take_call(&key, setup)).await;
+        }
         let for_user = setup.clone();
         let crew = tokio::select! {
             () = state.close_calls.cancelled() => return Err(Failure::shutting_down()),
@@ -212,6 +238,55 @@ impl Connection {
             tracing::error!(%error, "the crew's graph is invalid");
             Failure::setup(SetupError::InvalidGraph(error))
         })
+    }
+
+    /// Makes this connection the call `key`'s only one: an older connection on this replica
+    /// is closed (and waited for, bounded, so its last checkpoint is written), the shared
+    /// store's ownership is claimed (fencing an older owner elsewhere), and the call resumes
+    /// from its checkpoint if one is kept.
+    async fn take_call(&mut self, key: &str, setup: SessionSetup) -> SessionSetup {
+        let (entry, older) = self.service.state.take_call(key);
+        self.live = Some(entry);
+        if let Some(older) = older {
+            tracing::info!("a newer connection for this call: closing the older one");
+            if tokio::time::timeout(TAKEOVER_WAIT, older.ended.cancelled())
+                .await
+                .is_err()
+            {
+                tracing::warn!(wait = ?TAKEOVER_WAIT, "the older connection of this call did not stop in time");
+            }
+        }
+        let Some(store) = self.service.config.call_store.clone() else {
+            return setup;
+        };
+        let claimed = tokio::time::timeout(STORE_TIMEOUT, async {
+            let token = store.claim(key).await?;
+            let json = store.load(key).await?;
+            Ok::<_, crewline::CallStoreError>((token, json))
+        })
+        .await;
+        let (token, json) = match claimed {
+            Ok(Ok(claimed)) => claimed,
+            Ok(Err(error)) => {
+                tracing::warn!(error = %error_chain(&error), "the call store failed: this call is not checkpointed");
+                return setup;
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?STORE_TIMEOUT, "the call store did not answer: this call is not checkpointed");
+                return setup;
+            }
+        };
+        let resumed = json.and_then(|json| match crewline::Checkpoint::from_json(&json) {
+            Ok(checkpoint) => Some(checkpoint),
+            Err(error) => {
+                tracing::warn!(error = %error_chain(&error), "a stored checkpoint is unreadable: the call starts over");
+                None
+            }
+        });
+        if let Some(checkpoint) = &resumed {
+            tracing::info!(turns = checkpoint.turns, "call resumed from its checkpoint");
+        }
+        setup.with_call_store(store, token, resumed)
     }
 
     /// Waits for the first frame, which must be `system.init`.
@@ -328,10 +403,17 @@ impl Connection {
         let mut last_inbound = Instant::now();
         let idle = tokio::time::sleep_until(last_inbound + idle_timeout);
         tokio::pin!(idle);
+        let superseded = self
+            .live
+            .as_ref()
+            .map(|entry| entry.live.superseded.clone());
+        let call = session.call().clone();
         let end = loop {
             let next = tokio::select! {
                 biased;
                 () = close_calls.cancelled() => break End::ShuttingDown,
+                () = wait_cancelled(superseded.as_ref()) => break End::Superseded,
+                () = call.superseded() => break End::Superseded,
                 ended = &mut self.writer, if !self.writer_done => {
                     self.writer_done = true;
                     if let Ok(WriterEnd::TimedOut) = ended {
@@ -464,8 +546,21 @@ impl Connection {
         // connected call's task.
         Box::pin(async {
             session.shutdown().await;
+            if let Some(entry) = &self.live {
+                entry.live.ended.cancel();
+            }
             match end {
                 End::ShuttingDown => self.close(SHUTDOWN_CLOSE.0, SHUTDOWN_CLOSE.1).await,
+                End::Superseded => {
+                    self.send_error(
+                        "a newer connection for this call took it over; this one is closed"
+                            .to_owned(),
+                        "superseded",
+                        Severity::Fatal,
+                    );
+                    self.send_close(SUPERSEDED_CLOSE.0, SUPERSEDED_CLOSE.1)
+                        .await;
+                }
                 End::Idle => self.close(IDLE_CLOSE.0, IDLE_CLOSE.1).await,
                 _ => self.abandon().await,
             }
@@ -619,6 +714,26 @@ impl Connection {
         }
         self.writer_done = true;
     }
+}
+
+/// Waits until `token` is cancelled (forever without one).
+async fn wait_cancelled(token: Option<&tokio_util::sync::CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `error` and its causes, for a log line.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn flood_message() -> String {

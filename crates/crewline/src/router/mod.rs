@@ -50,7 +50,10 @@ pub use builder::{RouterBuilder, SubAgent};
 pub use error::RouterError;
 pub use state::{RouterState, when};
 
-use crate::{CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnEvent, TurnStream};
+use crate::{
+    CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnEvent, TurnStream,
+    session_store::RouterCheckpoint,
+};
 
 /// The name of the `agent.log` entry for each move between sub-agents.
 pub const TRANSITION_LOG: &str = "agent.transition";
@@ -185,6 +188,42 @@ impl DeterministicRouter {
         self.context.add_many(conversation);
     }
 
+    /// Puts the router's place into the call's checkpoint (a checkpointed call only: it
+    /// costs a copy of the state).
+    fn record_place(&self) {
+        let Some(node) = &self.node else { return };
+        if node.call().is_checkpointed() {
+            node.call().record_router(
+                node.name(),
+                RouterCheckpoint {
+                    active: self.stages[self.active].id.clone(),
+                    state: self.state.snapshot(),
+                },
+            );
+        }
+    }
+
+    /// Continues where a checkpoint left the router: its sub-agent and its state.
+    fn resume(&mut self, place: &RouterCheckpoint) {
+        let Some(index) = self.stages.iter().position(|s| s.id == place.active) else {
+            tracing::warn!(
+                sub_agent = %place.active,
+                "the checkpoint names a sub-agent this router does not have: starting over"
+            );
+            return;
+        };
+        tracing::info!(sub_agent = %place.active, "router resumed");
+        self.state.merge(place.state.clone());
+        if index != self.active {
+            self.active = index;
+            let limits = self.context.limits();
+            self.context =
+                Context::with_system(self.stages[index].prompt.clone()).with_limits(limits);
+        }
+        // The start was logged by the call's first connection.
+        self.entered = true;
+    }
+
     /// Whether a tool of this turn ended or transferred the call.
     fn handed_off(call: Option<&CallControl>) -> bool {
         call.is_some_and(CallControl::handoff_requested)
@@ -240,6 +279,7 @@ impl OutputAgent for DeterministicRouter {
                 self.log_transition(Some(self.active), next, state).await;
                 self.enter(next);
             }
+            self.record_place();
         })
     }
 
@@ -251,7 +291,16 @@ impl OutputAgent for DeterministicRouter {
                 .clone()
                 .with_scope(node.call().scope().clone());
         }
+        if let Some(place) = node
+            .call()
+            .resumed()
+            .and_then(|checkpoint| checkpoint.routers.get(node.name()))
+        {
+            let place = place.clone();
+            self.resume(&place);
+        }
         self.node = Some(node.clone());
+        self.record_place();
         Ok(())
     }
 }

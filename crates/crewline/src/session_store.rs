@@ -1,0 +1,478 @@
+//! What a call keeps across a crash: its [`Checkpoint`], written at each turn boundary to a
+//! [`CallStore`] shared by the replicas, and the ownership that keeps one live session per call.
+//!
+//! The conversation itself is not in the checkpoint: the platform resends it with every
+//! `system.llm.request`. The checkpoint holds what the platform does not resend: the router's
+//! active sub-agent and its state, a hand-off already sent, outcomes the caller has not heard,
+//! the remote task the call is attached to, and what a crew puts there
+//! ([`CallControl::checkpoint_put`](crate::CallControl::checkpoint_put)).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::Handoff;
+
+/// The most bytes of one call's checkpoint (as JSON): far above what a router's state, a few
+/// outcomes and a crew's own keys take, small enough that a store of many calls stays bounded.
+pub const MAX_CHECKPOINT_BYTES: usize = 64 * 1024;
+/// The most outcomes a call holds untold ([`CallControl::push_outcome`](crate::CallControl::push_outcome)).
+pub const MAX_UNTOLD_OUTCOMES: usize = 16;
+/// The most bytes of one untold outcome.
+pub const MAX_OUTCOME_BYTES: usize = 2 * 1024;
+/// How long a checkpoint outlives its call's last turn: a reconnect comes within seconds, and
+/// a phone call that was silent for half an hour is over.
+pub const DEFAULT_CHECKPOINT_TTL: Duration = Duration::from_secs(30 * 60);
+/// How long a call's owner key lives without renewal; renewed every third of it.
+pub const DEFAULT_OWNER_LEASE: Duration = Duration::from_secs(15);
+
+/// The router's place in a call: its active sub-agent and the state its transitions read.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RouterCheckpoint {
+    /// The id of the sub-agent that answers the next turn.
+    pub active: String,
+    /// The router's state ([`RouterState`](crate::RouterState)).
+    pub state: Map<String, Value>,
+}
+
+/// What a call keeps across a reconnect to any replica (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Checkpoint {
+    /// Completed turns so far (each turn boundary counts one).
+    #[serde(default)]
+    pub turns: u64,
+    /// The routers' places, by the name of their output node.
+    #[serde(default)]
+    pub routers: BTreeMap<String, RouterCheckpoint>,
+    /// The hand-off already sent (the call was ended or transferred).
+    #[serde(default)]
+    pub handoff: Option<Handoff>,
+    /// Outcomes the caller has not heard yet, oldest first.
+    #[serde(default)]
+    pub untold: Vec<String>,
+    /// The remote-tool task the call is attached to (opaque).
+    #[serde(default)]
+    pub remote_task: Option<String>,
+    /// What the crew put there ([`CallControl::checkpoint_put`](crate::CallControl::checkpoint_put)).
+    #[serde(default)]
+    pub nodes: Map<String, Value>,
+}
+
+impl Checkpoint {
+    /// The checkpoint as the JSON a store keeps.
+    pub fn to_json(&self) -> Result<String, CallStoreError> {
+        let json = serde_json::to_string(self).map_err(CallStoreError::Encode)?;
+        if json.len() > MAX_CHECKPOINT_BYTES {
+            return Err(CallStoreError::TooLarge {
+                bytes: json.len(),
+                limit: MAX_CHECKPOINT_BYTES,
+            });
+        }
+        Ok(json)
+    }
+
+    /// The checkpoint a store's JSON holds.
+    pub fn from_json(json: &str) -> Result<Self, CallStoreError> {
+        if json.len() > MAX_CHECKPOINT_BYTES {
+            return Err(CallStoreError::TooLarge {
+                bytes: json.len(),
+                limit: MAX_CHECKPOINT_BYTES,
+            });
+        }
+        serde_json::from_str(json).map_err(CallStoreError::Decode)
+    }
+}
+
+/// Why a call store could not act.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallStoreError {
+    /// The store's backend failed (Redis unreachable, say).
+    #[error("the call store failed")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A checkpoint could not be encoded.
+    #[error("a checkpoint could not be encoded")]
+    Encode(#[source] serde_json::Error),
+    /// A stored checkpoint could not be read.
+    #[error("a stored checkpoint could not be read")]
+    Decode(#[source] serde_json::Error),
+    /// A checkpoint over [`MAX_CHECKPOINT_BYTES`].
+    #[error("a checkpoint of {bytes} bytes is over the limit of {limit}")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// Whether a write under an owner token was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The token still owns the call: done.
+    Owner,
+    /// A newer connection owns the call: nothing was written.
+    Lost,
+}
+
+/// The port of the store that keeps calls' checkpoints and owners, shared by every replica
+/// that may serve a call (in memory: [`MemoryCallStore`]; Redis: `crewline_redis::RedisCheckpoints`).
+///
+/// Ownership is "newest wins": [`claim`](Self::claim) always succeeds and fences every older
+/// token, whose writes are refused from then on and whose [`renew`](Self::renew) reports
+/// [`Fenced::Lost`].
+#[async_trait]
+pub trait CallStore: Send + Sync + 'static {
+    /// Makes a new token the call's owner and returns it.
+    async fn claim(&self, call: &str) -> Result<String, CallStoreError>;
+    /// The call's checkpoint as JSON, if one is kept.
+    async fn load(&self, call: &str) -> Result<Option<String>, CallStoreError>;
+    /// Stores the call's checkpoint if `token` still owns it (and renews both lifetimes).
+    async fn save(&self, call: &str, token: &str, json: &str) -> Result<Fenced, CallStoreError>;
+    /// Renews `token`'s ownership (and the checkpoint's lifetime) if it still owns the call.
+    async fn renew(&self, call: &str, token: &str) -> Result<Fenced, CallStoreError>;
+    /// Gives ownership up if `token` still holds it; the checkpoint stays for its lifetime.
+    async fn release(&self, call: &str, token: &str) -> Result<(), CallStoreError>;
+    /// How often an owner renews (a third of its lease): the longest an owner that lost its
+    /// call to another replica goes on before it learns.
+    fn renew_every(&self) -> Duration {
+        DEFAULT_OWNER_LEASE / 3
+    }
+}
+
+/// A [`CallStore`] in this process's memory: calls resume after a reconnect to the same
+/// replica, not after a crash. Bounded: expired calls are swept, and past `max_calls` the one
+/// closest to expiry is dropped.
+#[derive(Clone)]
+pub struct MemoryCallStore {
+    inner: Arc<Mutex<MemoryInner>>,
+    ttl: Duration,
+    lease: Duration,
+    max_calls: usize,
+}
+
+#[derive(Default)]
+struct MemoryInner {
+    calls: HashMap<String, MemoryCall>,
+    next_token: u64,
+}
+
+struct MemoryCall {
+    checkpoint: Option<String>,
+    checkpoint_expires: Instant,
+    owner: Option<(String, Instant)>,
+}
+
+/// The default most calls a [`MemoryCallStore`] keeps.
+pub const DEFAULT_MEMORY_CALLS: usize = 100_000;
+
+impl Default for MemoryCallStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryCallStore {
+    /// A store with [`DEFAULT_CHECKPOINT_TTL`], [`DEFAULT_OWNER_LEASE`], [`DEFAULT_MEMORY_CALLS`].
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::default(),
+            ttl: DEFAULT_CHECKPOINT_TTL,
+            lease: DEFAULT_OWNER_LEASE,
+            max_calls: DEFAULT_MEMORY_CALLS,
+        }
+    }
+
+    /// Checkpoints live `ttl` after their last write.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Keeps at most `max_calls` calls.
+    pub fn max_calls(mut self, max_calls: usize) -> Self {
+        self.max_calls = max_calls.max(1);
+        self
+    }
+
+    /// How many calls the store holds (expired ones not yet swept included).
+    pub fn len(&self) -> usize {
+        self.lock().calls.len()
+    }
+
+    /// Whether the store holds no call.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The call's entry, made room for if new.
+    fn entry<'a>(
+        &self,
+        inner: &'a mut MemoryInner,
+        call: &str,
+        now: Instant,
+    ) -> &'a mut MemoryCall {
+        if !inner.calls.contains_key(call) && inner.calls.len() >= self.max_calls {
+            inner.calls.retain(|_, entry| entry.alive(now));
+            if inner.calls.len() >= self.max_calls
+                && let Some(oldest) = inner
+                    .calls
+                    .iter()
+                    .min_by_key(|(_, entry)| entry.checkpoint_expires)
+                    .map(|(key, _)| key.clone())
+            {
+                inner.calls.remove(&oldest);
+            }
+        }
+        inner
+            .calls
+            .entry(call.to_owned())
+            .or_insert_with(|| MemoryCall {
+                checkpoint: None,
+                checkpoint_expires: now,
+                owner: None,
+            })
+    }
+}
+
+impl MemoryCall {
+    fn alive(&self, now: Instant) -> bool {
+        self.checkpoint_expires > now || self.owner.as_ref().is_some_and(|(_, until)| *until > now)
+    }
+
+    fn owned_by(&self, token: &str, now: Instant) -> bool {
+        self.owner
+            .as_ref()
+            .is_some_and(|(owner, until)| owner == token && *until > now)
+    }
+}
+
+#[async_trait]
+impl CallStore for MemoryCallStore {
+    async fn claim(&self, call: &str) -> Result<String, CallStoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner.next_token += 1;
+        let token = format!("{}-{}", inner.next_token, uuid::Uuid::new_v4().simple());
+        let lease = self.lease;
+        self.entry(&mut inner, call, now).owner = Some((token.clone(), now + lease));
+        Ok(token)
+    }
+
+    async fn load(&self, call: &str) -> Result<Option<String>, CallStoreError> {
+        let now = Instant::now();
+        let inner = self.lock();
+        Ok(inner
+            .calls
+            .get(call)
+            .filter(|entry| entry.checkpoint_expires > now)
+            .and_then(|entry| entry.checkpoint.clone()))
+    }
+
+    async fn save(&self, call: &str, token: &str, json: &str) -> Result<Fenced, CallStoreError> {
+        if json.len() > MAX_CHECKPOINT_BYTES {
+            return Err(CallStoreError::TooLarge {
+                bytes: json.len(),
+                limit: MAX_CHECKPOINT_BYTES,
+            });
+        }
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let Some(entry) = inner.calls.get_mut(call).filter(|e| e.owned_by(token, now)) else {
+            return Ok(Fenced::Lost);
+        };
+        entry.checkpoint = Some(json.to_owned());
+        entry.checkpoint_expires = now + self.ttl;
+        entry.owner = Some((token.to_owned(), now + self.lease));
+        Ok(Fenced::Owner)
+    }
+
+    async fn renew(&self, call: &str, token: &str) -> Result<Fenced, CallStoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let Some(entry) = inner.calls.get_mut(call).filter(|e| e.owned_by(token, now)) else {
+            return Ok(Fenced::Lost);
+        };
+        entry.owner = Some((token.to_owned(), now + self.lease));
+        if entry.checkpoint.is_some() {
+            entry.checkpoint_expires = now + self.ttl;
+        }
+        Ok(Fenced::Owner)
+    }
+
+    async fn release(&self, call: &str, token: &str) -> Result<(), CallStoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if let Some(entry) = inner.calls.get_mut(call)
+            && entry.owned_by(token, now)
+        {
+            entry.owner = None;
+        }
+        Ok(())
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.lease / 3
+    }
+}
+
+impl std::fmt::Debug for MemoryCallStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryCallStore")
+            .field("calls", &self.len())
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes a call's checkpoint whenever it changes and renews its ownership between writes,
+/// until the call is superseded (then it says so and stops) or its session ends.
+///
+/// A write is one store round trip, on this task: never on the path of a turn's chunks. A
+/// write that fails is logged and tried again at the next change or renewal.
+pub(crate) async fn run_checkpointer(call: crate::CallControl) {
+    let Some(attached) = call.attached() else {
+        return;
+    };
+    let Some(key) = call.call_key().map(str::to_owned) else {
+        return;
+    };
+    let every = attached.store.renew_every().max(Duration::from_millis(10));
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let write = tokio::select! {
+            () = attached.dirty.notified() => true,
+            _ = renew.tick() => false,
+        };
+        let result = if write {
+            match call.checkpoint().to_json() {
+                Ok(json) => attached.store.save(&key, &attached.token, &json).await,
+                Err(error) => {
+                    tracing::warn!(error = %chain(&error), "call checkpoint not written");
+                    continue;
+                }
+            }
+        } else {
+            attached.store.renew(&key, &attached.token).await
+        };
+        match result {
+            Ok(Fenced::Owner) => {}
+            Ok(Fenced::Lost) => {
+                tracing::info!("a newer connection owns this call: this session ends");
+                attached.lost.set();
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(error = %chain(&error), "call store write failed");
+            }
+        }
+    }
+}
+
+/// The most a session's last checkpoint write may hold up its shutdown.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Writes the call's checkpoint once more (a session ending on a dropped socket), unless
+/// the call was superseded; bounded by [`FLUSH_TIMEOUT`].
+pub(crate) async fn flush(call: &crate::CallControl) {
+    let (Some(attached), Some(key)) = (call.attached(), call.call_key()) else {
+        return;
+    };
+    if attached.lost.is_set() {
+        return;
+    }
+    let Ok(json) = call.checkpoint().to_json() else {
+        return;
+    };
+    match tokio::time::timeout(
+        FLUSH_TIMEOUT,
+        attached.store.save(key, &attached.token, &json),
+    )
+    .await
+    {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(error = %chain(&error), "last call checkpoint not written")
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?FLUSH_TIMEOUT, "last call checkpoint not written in time")
+        }
+    }
+}
+
+/// `error` and its causes, for a log line.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_newest_claim_fences_the_older_owner() {
+        let store = MemoryCallStore::new();
+        let first = store.claim("c1").await.expect("claim");
+        assert_eq!(
+            store.save("c1", &first, "{}").await.ok(),
+            Some(Fenced::Owner)
+        );
+        let second = store.claim("c1").await.expect("claim");
+        assert_eq!(
+            store.save("c1", &first, r#"{"turns":9}"#).await.ok(),
+            Some(Fenced::Lost)
+        );
+        assert_eq!(store.renew("c1", &first).await.ok(), Some(Fenced::Lost));
+        assert_eq!(store.load("c1").await.ok().flatten().as_deref(), Some("{}"));
+        assert_eq!(store.renew("c1", &second).await.ok(), Some(Fenced::Owner));
+        // Another call shares nothing.
+        assert_eq!(store.load("c2").await.ok().flatten(), None);
+        assert_eq!(
+            store.save("c2", &second, "{}").await.ok(),
+            Some(Fenced::Lost)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_store_stays_bounded() {
+        let store = MemoryCallStore::new().max_calls(3);
+        for call in 0..10 {
+            let call = call.to_string();
+            let token = store.claim(&call).await.expect("claim");
+            store.save(&call, &token, "{}").await.expect("save");
+        }
+        assert!(store.len() <= 3, "{}", store.len());
+    }
+
+    #[test]
+    fn a_checkpoint_over_the_limit_is_refused() {
+        let mut checkpoint = Checkpoint::default();
+        checkpoint.nodes.insert(
+            "big".into(),
+            Value::String("x".repeat(MAX_CHECKPOINT_BYTES)),
+        );
+        assert!(matches!(
+            checkpoint.to_json(),
+            Err(CallStoreError::TooLarge { .. })
+        ));
+    }
+}
