@@ -13,10 +13,12 @@ use crewline::{
 };
 use crewline_examples::bank_support as bank;
 use crewline_server::CrewServer;
-use crewline_testkit::platform::{CrewFrame, PlatformClient, ToolOutcome, TurnSummary};
+use crewline_testkit::platform::{
+    CrewFrame, PlatformClient, PlatformConfig, ToolOutcome, TurnSummary,
+};
 use serde_json::{Map, json};
 
-use common::{connect, say};
+use common::{connect, connect_with, say};
 
 const CALLER: i64 = 125_000;
 const ALICE: i64 = 10_000;
@@ -291,4 +293,52 @@ fn the_books_refuse_what_cannot_be_sent() {
     ));
     assert_eq!(books.balance("caller"), Some(CALLER));
     assert_eq!(bank::dollars(123_456_789), "$1,234,567.89");
+}
+
+/// The platform's settings for the phone call `call_id`.
+fn phone_call(url: &str, call_id: &str) -> PlatformConfig {
+    let mut config = PlatformConfig::new(url);
+    config.caller = Some(crewline::protocol::Caller {
+        call_id: Some(call_id.to_owned()),
+        ..Default::default()
+    });
+    config
+}
+
+#[tokio::test]
+async fn a_call_reconnected_mid_transfer_books_it_once_and_the_caller_hears_it() {
+    let books = bank::Bank::demo().with_processing_time(Duration::from_millis(500));
+    let url = serve(books.clone()).await;
+    let mut client = connect_with(phone_call(&url, "call-bank-31"))
+        .await
+        .unwrap();
+    ask_to_send_50_to_alice(&mut client, &books).await;
+
+    // The caller says yes, and the socket drops while the transfer is being booked.
+    let mut confirm = client.user_turn("Yes.").expect("turn sent");
+    while let Some(frame) = confirm.next().await.expect("frame") {
+        if matches!(frame.frame, CrewFrame::ToolStart(_)) {
+            break;
+        }
+    }
+    drop(confirm);
+    drop(client);
+
+    // The platform reconnects with the same call id; the caller, who heard nothing, asks again.
+    let mut again = connect_with(phone_call(&url, "call-bank-31"))
+        .await
+        .unwrap();
+    let told = say(&mut again, "Please send $50 to Alice.").await;
+    assert!(
+        told.text.contains("sent $50.00 to Alice"),
+        "the caller hears the first transfer's outcome: {}",
+        told.text
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        books.balance("caller"),
+        Some(CALLER - 5_000),
+        "the transfer was booked once"
+    );
+    assert_eq!(books.balance("alice"), Some(ALICE + 5_000));
 }

@@ -239,12 +239,12 @@ curl -fsS "$CREWLINE_BANK_URL/stats" >"$WORK/bank.json"
 log "bank: $(cat "$WORK/bank.json")"
 log "$kills kills; events: $(tr '\n' ';' <"$WORK/events.txt")"
 
-# Intents without an outcome, once crewline has `ledger pending` (another part of issue 31):
-# one line per intent is assumed; LEDGER_PENDING_CMD overrides the command.
+# Intents without an outcome in the replicas' Redis ledger (`crewline ledger pending` prints one
+# line per intent); LEDGER_PENDING_CMD overrides the command.
 pending=n/a
 ledger_cmd=${LEDGER_PENDING_CMD:-}
 if [[ -z "$ledger_cmd" ]] && "$CREWLINE" ledger pending --help >/dev/null 2>&1; then
-  ledger_cmd="\"$CREWLINE\" ledger pending"
+  ledger_cmd="\"$CREWLINE\" ledger pending --redis \"$CREWLINE_REDIS_URL\""
 fi
 if [[ -n "$ledger_cmd" ]]; then
   if bash -c "$ledger_cmd" >"$WORK/pending.txt" 2>"$WORK/pending.log"; then

@@ -110,12 +110,42 @@ impl ServeCrewArgs {
         let model = self.model.choose(scripted)?;
         let llm = model.llm;
         tracing::info!(port = self.port, model = %model.description, "{what} listening on /ws");
-        self.apply(CrewServer::new(move |setup: SessionSetup| {
+        let server = self.apply(CrewServer::new(move |setup: SessionSetup| {
             std::future::ready(crew(&setup, Arc::clone(&llm)))
-        }))
-        .run()
-        .await?;
+        }));
+        with_call_store_from_env(server).await?.run().await?;
         Ok(())
+    }
+}
+
+/// `server` with its calls' checkpoints and owners in Redis when `CREWLINE_REDIS_URL` is set,
+/// so a call whose replica died resumes on another (same call id) and never has two live
+/// sessions; unchanged otherwise.
+///
+/// The variable set in a build without the `redis` feature is an error, not a silent fall back
+/// to memory: replicas that do not share their calls would lose them between each other.
+pub async fn with_call_store_from_env(server: CrewServer) -> Result<CrewServer, BoxError> {
+    const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
+    if !std::env::var_os(URL_VARIABLE).is_some_and(|url| !url.is_empty()) {
+        return Ok(server);
+    }
+    #[cfg(feature = "redis")]
+    {
+        let connection = crewline_redis::RedisConfig::from_env()?.open().await?;
+        tracing::info!(
+            prefix = connection.prefix(),
+            "calls checkpointed in Redis: a call resumes on any replica"
+        );
+        Ok(server.call_store(crewline_redis::RedisCheckpoints::new(connection)))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        drop(server);
+        Err(format!(
+            "{URL_VARIABLE} is set, but this build has no Redis (crewline-examples' `redis` \
+             feature)"
+        )
+        .into())
     }
 }
 

@@ -793,8 +793,25 @@ fn read_back(result: &Value, arguments: &Value) -> String {
             Some("ApprovalDenied") => {
                 "Okay, I haven't transferred anything. Your balance is unchanged.".to_owned()
             }
+            // It may have gone through: never "it failed", never a second try.
+            Some("OutcomeUnknown") => "I can't confirm that transfer yet: it may already have \
+                gone through, so I won't send it again. We'll check on it and get back to you."
+                .to_owned(),
             _ => format!("Sorry, I couldn't do that: {message}."),
         };
+    }
+    // The same transfer asked again after it was made (a reconnect lost the answer): the
+    // executor did not run it twice, and hands back the first outcome.
+    if result["already_done"] == true {
+        let first = &result["outcome"];
+        if first["status"] != "completed" {
+            return "That was already done, so I haven't done it again.".to_owned();
+        }
+        return format!(
+            "That transfer was already made: I've sent {} to {}.",
+            first["amount"].as_str().unwrap_or("the money"),
+            first["recipient"].as_str().unwrap_or("them"),
+        );
     }
     if result["status"] == "completed" {
         let balance = result["new_balance"]
