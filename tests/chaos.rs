@@ -24,6 +24,7 @@ fn chaos_moves_no_money_twice_and_loses_only_turns_in_flight_at_a_kill() {
         .env("KILL_EVERY_SECS", "5")
         .env("FREEZE_AT_SECS", "8")
         .env("FREEZE_SECS", "5")
+        .env("FAILOVER_AT_SECS", "12")
         // A wider booking window than the default 300 ms, so that a small run's kills fall
         // into transfers in flight often enough to show a transfer run twice.
         .env("BANK_DELAY_MS", "1000")

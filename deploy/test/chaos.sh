@@ -8,7 +8,9 @@
 # far, the turn in flight sent again, as a platform does; a transfer the caller did not hear
 # confirmed is asked for once more, as a person would. Meanwhile, every KILL_EVERY_SECS a
 # random replica gets SIGKILL and is started again; once, one replica is frozen (SIGSTOP) for
-# FREEZE_SECS, then SIGCONT. The last line is
+# FREEZE_SECS, then SIGCONT; once, at FAILOVER_AT_SECS, the Redis primary is killed (SIGKILL)
+# and three sentinels promote its replica (SENTINEL=1, the default; SENTINEL=0: one Redis).
+# The last line is
 #   chaos: N calls, M turns started, C completed, L lost (in flight at a kill: K), transfers
 #   requested R, executed E, duplicated D, unknown U (P pending in the ledger)
 # (one line): N calls, M turns sent, C answered, L never answered after the retries, K turns in
@@ -25,7 +27,8 @@
 # killed replica is started again (1), FREEZE_AT_SECS (20), FREEZE_SECS (20; 0: no freeze),
 # TURN_TIMEOUT_SECS before a silent turn counts as a drop (10), RETRIES reconnect attempts per
 # turn (6), BACKOFF_SECS (0.5), BANK_DELAY_MS the bank takes to book a transfer (300),
-# REDIS_FAILOVER_CMD and FAILOVER_AT_SECS (see below), HAPROXY_TEMPLATE, PROFILE (release or
+# SENTINEL (1), FAILOVER_AT_SECS (30), REDIS_FAILOVER_CMD (default with SENTINEL=1: SIGKILL
+# of the primary), HAPROXY_TEMPLATE, PROFILE (release or
 # debug), SKIP_BUILD=1, KEEP=1 (keep the work directory), CREWLINE and BANK_SUPPORT (the
 # binaries). Linux, loopback only.
 set -euo pipefail
@@ -45,6 +48,7 @@ TURN_TIMEOUT_SECS=${TURN_TIMEOUT_SECS:-10}
 RETRIES=${RETRIES:-6}
 BACKOFF_SECS=${BACKOFF_SECS:-0.5}
 BANK_DELAY_MS=${BANK_DELAY_MS:-300}
+SENTINEL=${SENTINEL:-1}
 FAILOVER_AT_SECS=${FAILOVER_AT_SECS:-30}
 REDIS_FAILOVER_CMD=${REDIS_FAILOVER_CMD:-}
 HAPROXY_TEMPLATE=${HAPROXY_TEMPLATE:-$ROOT/deploy/test/haproxy.cfg.in}
@@ -83,22 +87,46 @@ trap 'exit 130' INT TERM
 
 log() { echo "[$(date -u +%H:%M:%S.%3N)] $*" >&2; }
 
-# Seven free loopback ports at once (held together, so they differ).
-read -r REDIS_PORT FRONT_PORT BANK_PORT P1 P2 P3 _ < <(python3 -c '
+# Free loopback ports at once (held together, so they differ).
+read -r REDIS_PORT FRONT_PORT BANK_PORT P1 P2 P3 REPLICA_PORT S1 S2 S3 _ < <(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(7)]
+socks = [socket.socket() for _ in range(11)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*(s.getsockname()[1] for s in socks))
 for s in socks: s.close()')
 PORTS=("$P1" "$P2" "$P3")
 
 # Redis with AOF (fsync every second), so a Redis restart keeps claims, ledger and checkpoints.
-"$REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly yes \
-  --appendfsync everysec --maxmemory-policy noeviction --dir "$WORK" \
-  >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-# A Sentinel set-up (another part of issue 31) replaces this with its own URL.
-export CREWLINE_REDIS_URL=${CHAOS_REDIS_URL:-redis://127.0.0.1:$REDIS_PORT}
+redis_node() { # name port [args...]
+  local name=$1 port=$2
+  shift 2
+  mkdir -p "$WORK/$name"
+  "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" --save '' --appendonly yes \
+    --appendfsync everysec --maxmemory-policy noeviction --dir "$WORK/$name" "$@" \
+    >"$WORK/$name.log" 2>&1 &
+  PIDS+=($!)
+}
+redis_node redis "$REDIS_PORT"
+PRIMARY_PID=${PIDS[-1]}
+if ((SENTINEL)); then
+  # High availability: a replica of the primary and three sentinels that fail it over when it
+  # has not answered for a second; the crew replicas find the primary through the sentinels.
+  redis_node redis-replica "$REPLICA_PORT" --replicaof 127.0.0.1 "$REDIS_PORT"
+  for port in "$S1" "$S2" "$S3"; do
+    mkdir -p "$WORK/sentinel-$port"
+    printf 'port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor crewline 127.0.0.1 %s 2\nsentinel down-after-milliseconds crewline 1000\nsentinel failover-timeout crewline 3000\n' \
+      "$port" "$WORK/sentinel-$port" "$REDIS_PORT" >"$WORK/sentinel-$port/sentinel.conf"
+    "$REDIS_SERVER" "$WORK/sentinel-$port/sentinel.conf" --sentinel >"$WORK/sentinel-$port.log" 2>&1 &
+    PIDS+=($!)
+  done
+  export CREWLINE_REDIS_URL=${CHAOS_REDIS_URL:-redis+sentinel://127.0.0.1:$S1,127.0.0.1:$S2,127.0.0.1:$S3/crewline}
+  # The failover: the primary is killed (SIGKILL), the sentinels promote the replica.
+  if [[ -z "$REDIS_FAILOVER_CMD" ]]; then
+    REDIS_FAILOVER_CMD="kill -KILL $PRIMARY_PID"
+  fi
+else
+  export CREWLINE_REDIS_URL=${CHAOS_REDIS_URL:-redis://127.0.0.1:$REDIS_PORT}
+fi
 
 "$CREWLINE" fake-bank --port "$BANK_PORT" --delay-ms "$BANK_DELAY_MS" \
   >"$WORK/bank.log" 2>&1 &
@@ -163,7 +191,7 @@ for name in r1 r2 r3; do
     exit 1
   fi
 done
-log "redis :$REDIS_PORT (AOF), bank :$BANK_PORT, replicas :$P1 :$P2 :$P3, HAProxy :$FRONT_PORT"
+log "redis :$REDIS_PORT (AOF$( ((SENTINEL)) && echo ", replica :$REPLICA_PORT, sentinels :$S1 :$S2 :$S3")), bank :$BANK_PORT, replicas :$P1 :$P2 :$P3, HAProxy :$FRONT_PORT"
 
 RATE=$(((CALLS + DURATION_SECS - 1) / DURATION_SECS))
 log "load: $CALLS calls x $TURNS turns, $THINK_MS ms apart, $RATE calls/s, reconnecting"
@@ -215,9 +243,8 @@ while kill -0 "$LOAD_PID" 2>/dev/null; do
     frozen=-1
     thawed=1
   fi
-  # HOOK (issue 31, Redis Sentinel): with a Sentinel set-up, REDIS_FAILOVER_CMD forces the
-  # primary's failover once (e.g. `redis-cli -p $SENTINEL_PORT SENTINEL FAILOVER crewline`),
-  # and CHAOS_REDIS_URL points the replicas at the Sentinels. TODO: run one by default here.
+  # Once, the Redis primary fails over (with SENTINEL=1, SIGKILL of the primary; or any
+  # REDIS_FAILOVER_CMD).
   if [[ -n "$REDIS_FAILOVER_CMD" ]] && ((failed_over == 0 && now >= FAILOVER_AT_SECS)); then
     failed_over=1
     log "redis: failover at ${now}s: $REDIS_FAILOVER_CMD"

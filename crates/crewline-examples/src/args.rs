@@ -126,7 +126,7 @@ impl ServeCrewArgs {
 /// to memory: replicas that do not share their calls would lose them between each other.
 pub async fn with_call_store_from_env(server: CrewServer) -> Result<CrewServer, BoxError> {
     const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
-    if !std::env::var_os(URL_VARIABLE).is_some_and(|url| !url.is_empty()) {
+    if std::env::var_os(URL_VARIABLE).is_none_or(|url| url.is_empty()) {
         return Ok(server);
     }
     #[cfg(feature = "redis")]

@@ -650,7 +650,7 @@ impl BankShared {
     pub async fn from_env(bank: Bank) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
         let shared = Self::in_memory(bank);
-        if !std::env::var_os(URL_VARIABLE).is_some_and(|url| !url.is_empty()) {
+        if std::env::var_os(URL_VARIABLE).is_none_or(|url| url.is_empty()) {
             return Ok(shared);
         }
         #[cfg(feature = "redis")]
