@@ -85,7 +85,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-log() { echo "[$(date -u +%H:%M:%S.%3N)] $*" >&2; }
+# shellcheck source=deploy/test/lib.sh
+source "$ROOT/deploy/test/lib.sh"
 
 # Free loopback ports at once (held together, so they differ).
 read -r REDIS_PORT FRONT_PORT BANK_PORT P1 P2 P3 REPLICA_PORT S1 S2 S3 _ < <(python3 -c '
@@ -133,46 +134,11 @@ fi
 PIDS+=($!)
 export CREWLINE_BANK_URL="http://127.0.0.1:$BANK_PORT"
 
-wait_ready() { # url seconds
-  local deadline=$((SECONDS + $2))
-  until curl -fsS -o /dev/null "$1" 2>/dev/null; do
-    if ((SECONDS > deadline)); then log "timeout waiting for $1"; return 1; fi
-    sleep 0.1
-  done
-}
-
 start_replica() { # index
   local i=$1
   RUST_LOG=${RUST_LOG:-info} "$BANK_SUPPORT" --scripted --port "${PORTS[$i]}" \
     >>"$WORK/replica-$((i + 1)).log" 2>&1 &
   REPLICA_PIDS[i]=$!
-}
-
-haproxy_stats() {
-  python3 - "$WORK/haproxy.sock" <<'EOF'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(b"show stat\n")
-data = b""
-while chunk := s.recv(65536):
-    data += chunk
-sys.stdout.write(data.decode())
-EOF
-}
-
-haproxy_status() { # server name
-  haproxy_stats | awk -F, -v name="$1" '
-    NR == 1 { for (i = 1; i <= NF; i++) if ($i == "status") col = i }
-    $1 == "crew" && $2 == name { split($col, words, " "); print words[1] }'
-}
-
-wait_up() { # server name, seconds
-  local deadline=$((SECONDS + $2))
-  until [[ "$(haproxy_status "$1" 2>/dev/null)" == UP ]]; do
-    if ((SECONDS > deadline)); then log "timeout waiting for HAProxy to see $1 UP"; return 1; fi
-    sleep 0.05
-  done
 }
 
 wait_ready "$CREWLINE_BANK_URL/stats" 30

@@ -59,7 +59,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 now_ms() { date +%s%3N; }
-log() { echo "[$(date -u +%H:%M:%S.%3N)] $*" >&2; }
+# shellcheck source=deploy/test/lib.sh
+source "$ROOT/deploy/test/lib.sh"
 
 # Six free loopback ports at once (held together, so they differ): redis, HAProxy, replicas.
 read -r REDIS_PORT FRONT_PORT P1 P2 P3 _ < <(python3 -c '
@@ -78,48 +79,11 @@ PORTS=("$P1" "$P2" "$P3")
 PIDS+=($!)
 export CREWLINE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 
-wait_ready() { # url seconds
-  local deadline=$((SECONDS + $2))
-  until curl -fsS -o /dev/null "$1" 2>/dev/null; do
-    if ((SECONDS > deadline)); then log "timeout waiting for $1"; return 1; fi
-    sleep 0.1
-  done
-}
-
 start_replica() { # index
   local i=$1
   RUST_LOG=${RUST_LOG:-info} "$VOICE_AGENT" --scripted --port "${PORTS[$i]}" \
     --service-delay-ms 0 >>"$WORK/replica-$((i + 1)).log" 2>&1 &
   REPLICA_PIDS[i]=$!
-}
-
-# HAProxy's statistics (CSV, `show stat` on its stats socket).
-haproxy_stats() {
-  python3 - "$WORK/haproxy.sock" <<'EOF'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall(b"show stat\n")
-data = b""
-while chunk := s.recv(65536):
-    data += chunk
-sys.stdout.write(data.decode())
-EOF
-}
-
-# A server's status as HAProxy sees it (UP, DOWN, ...).
-haproxy_status() { # server name
-  haproxy_stats | awk -F, -v name="$1" '
-    NR == 1 { for (i = 1; i <= NF; i++) if ($i == "status") col = i }
-    $1 == "crew" && $2 == name { split($col, words, " "); print words[1] }'
-}
-
-wait_up() { # server name, seconds
-  local deadline=$((SECONDS + $2))
-  until [[ "$(haproxy_status "$1" 2>/dev/null)" == UP ]]; do
-    if ((SECONDS > deadline)); then log "timeout waiting for HAProxy to see $1 UP"; return 1; fi
-    sleep 0.05
-  done
 }
 
 for i in 0 1 2; do start_replica "$i"; done

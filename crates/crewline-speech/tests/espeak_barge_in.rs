@@ -43,6 +43,16 @@ fn stuck_program(name: &str) -> PathBuf {
         .permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
     std::fs::set_permissions(&path, permissions).expect("made executable");
+    // A script just written can fail to start (ETXTBSY) while a fork made meanwhile by another
+    // test thread still holds its write descriptor: start it once, retrying, then stop it.
+    for _ in 0..200 {
+        if let Ok(mut child) = std::process::Command::new(&path).spawn() {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     path
 }
 
