@@ -82,6 +82,10 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if worker_runtimes > 0 {
         server = server.worker_runtimes(worker_runtimes);
     }
+    // With CREWLINE_REDIS_URL, each call's checkpoint lives in Redis: it resumes on any replica.
+    let server = crewline_examples::args::with_call_store_from_env(server)
+        .await
+        .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     tracing::info!(port = crew.port, model = %model.description, worker_runtimes, "weather crew listening on /ws");
     server.run().await?;
     Ok(())

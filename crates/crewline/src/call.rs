@@ -180,6 +180,8 @@ struct Kept {
     nodes: Map<String, Value>,
     /// The bytes of `nodes` as JSON, kept so each put checks the bound without re-encoding.
     node_bytes: usize,
+    /// A router moved since the last turn ended (the checkpoint must be written).
+    changed: bool,
 }
 
 impl CallControl {
@@ -212,6 +214,7 @@ impl CallControl {
                 remote_task: checkpoint.remote_task.clone(),
                 node_bytes: Value::Object(checkpoint.nodes.clone()).to_string().len(),
                 nodes: checkpoint.nodes.clone(),
+                changed: false,
             };
         }
         Self {
@@ -365,23 +368,32 @@ impl CallControl {
 
     /// Records a router's place (only for a checkpointed call: it costs a copy of the state).
     pub(crate) fn record_router(&self, node: &str, checkpoint: RouterCheckpoint) {
-        self.state()
-            .kept
-            .routers
-            .insert(node.to_owned(), checkpoint);
+        let mut state = self.state();
+        if state.kept.routers.get(node) != Some(&checkpoint) {
+            state.kept.routers.insert(node.to_owned(), checkpoint);
+            state.kept.changed = true;
+        }
     }
 
     /// A turn ended: a completed one told the caller every outcome held; the checkpoint is
     /// written (off this task) when the call has a store.
     pub(crate) fn turn_finished(&self, completed: bool) {
-        {
+        let changed = {
             let mut state = self.state();
-            if completed {
+            let mut changed = std::mem::take(&mut state.kept.changed);
+            if completed && !state.kept.untold.is_empty() {
                 state.kept.untold.clear();
+                changed = true;
             }
             state.kept.turns += 1;
+            changed
+        };
+        // A turn that changed nothing a resume needs (no router moved, no outcome told) is not
+        // written: a store round trip per turn costs more than the turn's own work (+9 % of a
+        // text turn's instructions, BENCHMARKS.md). Its count goes out with the next write.
+        if changed {
+            self.mark_dirty();
         }
-        self.mark_dirty();
     }
 
     /// The note telling the model the outcomes the caller has not heard, if any.
