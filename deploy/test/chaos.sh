@@ -19,23 +19,41 @@
 # never heard confirmed, P intents without an outcome in `crewline ledger pending` (`n/a` while
 # crewline has no such command). The exit status is non-zero when D > 0 or L > K.
 #
+# CREW=router runs the same chaos on three `collections_router --scripted` replicas (the
+# deterministic router: intake -> verify -> resolve, its place checkpointed in Redis) with
+# `crewline load --scenario router`: each call gives its account number, its date of birth,
+# then a monthly payment each later turn, and the load generator follows the sub-agent each
+# call is in from the router's `agent.transition` logs. No fake bank. The last line is then
+#   chaos: N calls, M turns started, C completed, L lost (in flight at a kill: K), resumed R, in
+#   the wrong sub-agent W
+# (one line): R calls answered after a reconnect, W of them answered by a sub-agent they were
+# not in (the load report above it names them). The exit status is non-zero when W > 0 or
+# L > K.
+#
 #   deploy/test/chaos.sh                                  # 1,000 calls of 6 turns
 #   CALLS=60 DURATION_SECS=20 KILL_EVERY_SECS=5 FREEZE_SECS=5 deploy/test/chaos.sh   # a look
+#   CREW=router CALLS=200 deploy/test/chaos.sh           # resumed calls keep their sub-agent
 #
-# Knobs (environment): CALLS (1000), TURNS per call (6), THINK_MS between turns (1000),
+# Knobs (environment): CREW (bank or router), CALLS (1000), TURNS per call (6), THINK_MS between turns (1000),
 # DURATION_SECS over which calls arrive (60), KILL_EVERY_SECS (15), RESTART_AFTER_SECS before a
 # killed replica is started again (1), FREEZE_AT_SECS (20), FREEZE_SECS (20; 0: no freeze),
 # TURN_TIMEOUT_SECS before a silent turn counts as a drop (10), RETRIES reconnect attempts per
 # turn (6), BACKOFF_SECS (0.5), BANK_DELAY_MS the bank takes to book a transfer (300),
 # SENTINEL (1), FAILOVER_AT_SECS (30), REDIS_FAILOVER_CMD (default with SENTINEL=1: SIGKILL
 # of the primary), HAPROXY_TEMPLATE, PROFILE (release or
-# debug), SKIP_BUILD=1, KEEP=1 (keep the work directory), CREWLINE and BANK_SUPPORT (the
-# binaries). Linux, loopback only.
+# debug), SKIP_BUILD=1, KEEP=1 (keep the work directory), CREWLINE, BANK_SUPPORT and
+# COLLECTIONS_ROUTER (the binaries). Linux, loopback only.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 PROFILE=${PROFILE:-release}
+CREW=${CREW:-bank}
+case "$CREW" in
+  bank) CREW_EXAMPLE=bank_support ;;
+  router) CREW_EXAMPLE=collections_router ;;
+  *) echo "chaos: CREW must be bank or router, not '$CREW'" >&2; exit 2 ;;
+esac
 CALLS=${CALLS:-1000}
 TURNS=${TURNS:-6}
 THINK_MS=${THINK_MS:-1000}
@@ -62,10 +80,12 @@ profile_flag=()
 [[ "$PROFILE" == release ]] && profile_flag=(--release)
 if [[ -z "${SKIP_BUILD:-}" && -z "${CREWLINE:-}" ]]; then
   (cd "$ROOT" && cargo build "${profile_flag[@]}" -p crewline-cli --bin crewline &&
-    cargo build "${profile_flag[@]}" --example bank_support)
+    cargo build "${profile_flag[@]}" --example "$CREW_EXAMPLE")
 fi
 CREWLINE=${CREWLINE:-$TARGET/$PROFILE/crewline}
 BANK_SUPPORT=${BANK_SUPPORT:-$TARGET/$PROFILE/examples/bank_support}
+COLLECTIONS_ROUTER=${COLLECTIONS_ROUTER:-$TARGET/$PROFILE/examples/collections_router}
+if [[ "$CREW" == router ]]; then CREW_BIN=$COLLECTIONS_ROUTER; else CREW_BIN=$BANK_SUPPORT; fi
 ulimit -n "$(ulimit -Hn)" || true
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/crewline-chaos.XXXXXX")
@@ -129,19 +149,21 @@ else
   export CREWLINE_REDIS_URL=${CHAOS_REDIS_URL:-redis://127.0.0.1:$REDIS_PORT}
 fi
 
-"$CREWLINE" fake-bank --port "$BANK_PORT" --delay-ms "$BANK_DELAY_MS" \
-  >"$WORK/bank.log" 2>&1 &
-PIDS+=($!)
-export CREWLINE_BANK_URL="http://127.0.0.1:$BANK_PORT"
+if [[ "$CREW" == bank ]]; then
+  "$CREWLINE" fake-bank --port "$BANK_PORT" --delay-ms "$BANK_DELAY_MS" \
+    >"$WORK/bank.log" 2>&1 &
+  PIDS+=($!)
+  export CREWLINE_BANK_URL="http://127.0.0.1:$BANK_PORT"
+fi
 
 start_replica() { # index
   local i=$1
-  RUST_LOG=${RUST_LOG:-info} "$BANK_SUPPORT" --scripted --port "${PORTS[$i]}" \
+  RUST_LOG=${RUST_LOG:-info} "$CREW_BIN" --scripted --port "${PORTS[$i]}" \
     >>"$WORK/replica-$((i + 1)).log" 2>&1 &
   REPLICA_PIDS[i]=$!
 }
 
-wait_ready "$CREWLINE_BANK_URL/stats" 30
+if [[ "$CREW" == bank ]]; then wait_ready "$CREWLINE_BANK_URL/stats" 30; fi
 for i in 0 1 2; do start_replica "$i"; done
 for i in 0 1 2; do wait_ready "http://127.0.0.1:${PORTS[$i]}/ready" 60; done
 
@@ -157,11 +179,11 @@ for name in r1 r2 r3; do
     exit 1
   fi
 done
-log "redis :$REDIS_PORT (AOF$( ((SENTINEL)) && echo ", replica :$REPLICA_PORT, sentinels :$S1 :$S2 :$S3")), bank :$BANK_PORT, replicas :$P1 :$P2 :$P3, HAProxy :$FRONT_PORT"
+log "redis :$REDIS_PORT (AOF$( ((SENTINEL)) && echo ", replica :$REPLICA_PORT, sentinels :$S1 :$S2 :$S3"))$([[ "$CREW" == bank ]] && echo ", bank :$BANK_PORT"), replicas :$P1 :$P2 :$P3, HAProxy :$FRONT_PORT"
 
 RATE=$(((CALLS + DURATION_SECS - 1) / DURATION_SECS))
 log "load: $CALLS calls x $TURNS turns, $THINK_MS ms apart, $RATE calls/s, reconnecting"
-"$CREWLINE" load --url "ws://127.0.0.1:$FRONT_PORT/ws" --scenario bank --open-loop \
+"$CREWLINE" load --url "ws://127.0.0.1:$FRONT_PORT/ws" --scenario "$CREW" --open-loop \
   --sessions "$CALLS" --turns "$TURNS" --think-ms "$THINK_MS" --ramp-per-sec "$RATE" \
   --turn-timeout-secs "$TURN_TIMEOUT_SECS" --connect-timeout-secs 10 --reconnect \
   --reconnect-retries "$RETRIES" --reconnect-backoff-secs "$BACKOFF_SECS" \
@@ -228,6 +250,21 @@ if ((load_status != 0)); then
   exit 1
 fi
 cat "$WORK/load.txt" >&2
+if [[ "$CREW" == router ]]; then
+  log "$kills kills; events: $(tr '\n' ';' <"$WORK/events.txt")"
+  python3 - "$WORK/report.json" <<'EOF'
+import json, sys
+report = json.load(open(sys.argv[1]))
+lost = report["turns_lost"] + report["turns_timed_out"]
+in_flight = report["turns_in_flight_at_drop"]
+wrong = report["resumed_in_wrong_sub_agent"]
+print(f"chaos: {report['sessions']} calls, {report['turns_started']} turns started, "
+      f"{report['turns_completed']} completed, {lost} lost (in flight at a kill: {in_flight}), "
+      f"resumed {report['resumed_calls']}, in the wrong sub-agent {wrong}")
+sys.exit(1 if wrong > 0 or lost > in_flight else 0)
+EOF
+  exit
+fi
 curl -fsS "$CREWLINE_BANK_URL/stats" >"$WORK/bank.json"
 log "bank: $(cat "$WORK/bank.json")"
 log "$kills kills; events: $(tr '\n' ';' <"$WORK/events.txt")"

@@ -18,6 +18,9 @@ pub enum ScenarioArg {
     /// A bank customer (`bank_support`): balance, "send $X to Alice" (X unique in the run),
     /// "yes", and again; a transfer not heard confirmed is asked for once more.
     Bank,
+    /// A debtor on `collections_router`: account number, date of birth, then payments; a
+    /// reconnected call is checked to be answered by the sub-agent it was in.
+    Router,
 }
 
 impl From<ScenarioArg> for Scenario {
@@ -27,6 +30,7 @@ impl From<ScenarioArg> for Scenario {
             ScenarioArg::Tool => Self::Tool,
             ScenarioArg::Interrupt => Self::Interrupt,
             ScenarioArg::Bank => Self::Bank,
+            ScenarioArg::Router => Self::Router,
         }
     }
 }
@@ -200,6 +204,7 @@ mod tests {
         // A backoff that is not a number of seconds is no wait, not a panic.
         let odd = config(&["--reconnect", "--reconnect-backoff-secs", "NaN"]);
         assert_eq!(odd.reconnect.map(|r| r.backoff), Some(Duration::ZERO));
+        assert_eq!(config(&["--scenario", "router"]).scenario, Scenario::Router);
         let huge = config(&["--reconnect", "--reconnect-backoff-secs", "1e30"]);
         assert_eq!(
             huge.reconnect.map(|r| r.backoff),

@@ -29,6 +29,7 @@
 //! ```
 
 mod procfs;
+pub mod route;
 mod script;
 mod session;
 mod stats;
@@ -65,6 +66,11 @@ pub enum Scenario {
     /// Alice" with an amount unique in the run, then "yes" to approve it, and again; a
     /// transfer the caller did not hear confirmed is asked for once more.
     Bank,
+    /// A debtor on the `collections_router` crew: the account number (intake), the date of
+    /// birth (verify), then a monthly payment (resolve) each later turn; the sub-agent each
+    /// turn is in is followed from the router's `agent.transition` logs, and a turn answered
+    /// after a reconnect is checked to be in the sub-agent the call was in ([`route`]).
+    Router,
 }
 
 impl Scenario {
@@ -80,6 +86,7 @@ impl Scenario {
                 1 => "Please send {amount} to Alice.".to_owned(),
                 _ => BANK_YES.to_owned(),
             },
+            Self::Router => route::router_words(session, turn),
         }
     }
 }
@@ -286,6 +293,15 @@ pub struct LoadReport {
     pub transfers_confirmed: u64,
     /// Bank scenario: transfers asked for a second time (not heard confirmed after the yes).
     pub transfers_asked_again: u64,
+    /// Router scenario: calls that had a turn answered after a reconnect.
+    pub resumed_calls: u64,
+    /// Router scenario: turns answered after a reconnect (each checked for its sub-agent).
+    pub resumed_turns: u64,
+    /// Router scenario: resumed calls with a turn answered by a sub-agent the call was not in.
+    pub resumed_in_wrong_sub_agent: u64,
+    /// Router scenario: the first few such calls (call id, turn, expected and answering
+    /// sub-agent).
+    pub wrong_sub_agent_samples: Vec<String>,
     /// The first few distinct error messages.
     pub error_samples: Vec<String>,
 }
@@ -596,6 +612,10 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         transfers_requested: totals.transfers_requested,
         transfers_confirmed: totals.transfers_confirmed,
         transfers_asked_again: totals.transfers_asked_again,
+        resumed_calls: totals.resumed_calls,
+        resumed_turns: totals.resumed_turns,
+        resumed_in_wrong_sub_agent: totals.resumed_in_wrong_sub_agent,
+        wrong_sub_agent_samples: totals.wrong_sub_agent_samples,
         error_samples: totals.error_samples,
     })
 }
@@ -709,6 +729,16 @@ impl LoadReport {
                 "  transfers requested {}, confirmed to the caller {}, asked for again {}",
                 self.transfers_requested, self.transfers_confirmed, self.transfers_asked_again
             );
+        }
+        if self.scenario == Scenario::Router {
+            let _ = writeln!(
+                out,
+                "  resumed calls {} ({} turns), in the wrong sub-agent {}",
+                self.resumed_calls, self.resumed_turns, self.resumed_in_wrong_sub_agent
+            );
+            for sample in &self.wrong_sub_agent_samples {
+                let _ = writeln!(out, "  wrong sub-agent: {sample}");
+            }
         }
         for sample in &self.error_samples {
             let _ = writeln!(out, "  error: {sample}");

@@ -18,6 +18,7 @@ use tokio_tungstenite::{WebSocketStream, tungstenite::Message as WsMessage};
 
 use super::{
     Scenario, Shared,
+    route::{Route, TurnRoute},
     script::Script,
     stats::{InterruptSample, TurnSample},
     turn_log::{TurnOutcome, TurnRecord},
@@ -37,6 +38,25 @@ struct Head<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     message: Option<Cow<'a, str>>,
+}
+
+/// The payload fields of an `agent.log` frame the router scenario reads: an
+/// `agent.transition`'s `from` and `to`, a `tool_call_start`'s `function_name`.
+#[derive(Debug, Default, Deserialize)]
+struct LogPayload<'a> {
+    #[serde(default, borrow)]
+    from: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    to: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function_name: Option<Cow<'a, str>>,
+}
+
+/// An `agent.log` frame's payload (parsed only in the router scenario).
+#[derive(Debug, Deserialize)]
+struct LogFrame<'a> {
+    #[serde(default, borrow)]
+    payload: LogPayload<'a>,
 }
 
 /// Why a session stopped before its last turn.
@@ -122,6 +142,8 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
     }
     let reconnecting = shared.config.reconnect.is_some();
     let mut script = Script::new(shared.config.scenario, index, shared.config.turns);
+    // The router scenario follows the call's sub-agent and checks its resumed turns.
+    let mut route = (shared.config.scenario == Scenario::Router).then(Route::default);
     let mut history: Vec<Value> = Vec::with_capacity(2 * shared.config.turns);
     let mut turn = 0;
     while let Some(text) = script.next_words() {
@@ -133,10 +155,15 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
                 // mended) before the next turn, so that turn was never in flight at a drop.
                 if let Err(abort) = pause(&shared, &mut socket, shared.config.think).await {
                     shared.lock().drops += 1;
+                    if let Some(route) = &mut route {
+                        route.dropped(&TurnRoute::default());
+                    }
                     match reconnect(&shared, &call_id, &mut budget).await {
                         Ok(fresh) => socket = fresh,
                         Err(_) => {
-                            fail_turn(&shared, index, turn, Instant::now(), abort, &script);
+                            let at = Instant::now();
+                            let ended = Ended::new(&call_id, index, &script, route.as_ref());
+                            fail_turn(&shared, &ended, turn, at, abort);
                             return;
                         }
                     }
@@ -151,8 +178,19 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
         // A turn sent again after a reconnect is timed from its first sending: the caller
         // waited all along.
         let mut first_sent = None;
+        // What the answering attempt showed of the router (router scenario).
+        let mut seen;
         let outcome = loop {
-            match run_turn(&shared, &mut socket, &history, &text, &mut first_sent).await {
+            seen = TurnRoute::default();
+            let attempt = run_turn(
+                &shared,
+                &mut socket,
+                &history,
+                &text,
+                &mut first_sent,
+                &mut seen,
+            );
+            match attempt.await {
                 Ok(done) => break Ok(done),
                 Err(Abort::Rejected(why)) => break Err(Abort::Rejected(why)),
                 Err(abort) if reconnecting => {
@@ -164,6 +202,9 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
                         }
                     }
                     hit = true;
+                    if let Some(route) = &mut route {
+                        route.dropped(&seen);
+                    }
                     match reconnect(&shared, &call_id, &mut budget).await {
                         Ok(fresh) => socket = fresh,
                         // Out of retries: the turn is lost with the drop that started it.
@@ -196,29 +237,54 @@ pub(crate) async fn run(shared: Arc<Shared>, index: usize) {
                 )
                 .await;
                 script.heard(&text, &answer);
+                if let Some(route) = &mut route {
+                    route.answered(turn, &seen, &answer);
+                }
                 history.push(json!({"role": "assistant", "content": answer}));
             }
             Err(abort) => {
-                fail_turn(&shared, index, turn, began, abort, &script);
+                let ended = Ended::new(&call_id, index, &script, route.as_ref());
+                fail_turn(&shared, &ended, turn, began, abort);
                 return;
             }
         }
         turn += 1;
     }
-    shared.lock().add_transfers(&script.transfers);
+    Ended::new(&call_id, index, &script, route.as_ref()).count(&mut shared.lock());
     // A polite close; the crew's answer is not waited for beyond a short bound.
     let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(None)).await;
 }
 
-/// Counts a turn that never completed, and the turns its session will not run.
-fn fail_turn(
-    shared: &Shared,
+/// A call at its end: what is counted once per call.
+struct Ended<'a> {
+    call_id: &'a str,
     index: usize,
-    turn: usize,
-    began: Instant,
-    abort: Abort,
-    script: &Script,
-) {
+    script: &'a Script,
+    route: Option<&'a Route>,
+}
+
+impl<'a> Ended<'a> {
+    fn new(call_id: &'a str, index: usize, script: &'a Script, route: Option<&'a Route>) -> Self {
+        Self {
+            call_id,
+            index,
+            script,
+            route,
+        }
+    }
+
+    /// Adds the call's transfers and resumed turns to the totals.
+    fn count(&self, totals: &mut super::stats::Totals) {
+        totals.add_transfers(&self.script.transfers);
+        if let Some(route) = self.route {
+            totals.add_route(self.call_id, route);
+        }
+    }
+}
+
+/// Counts a turn that never completed, and the turns its session will not run.
+fn fail_turn(shared: &Shared, ended: &Ended<'_>, turn: usize, began: Instant, abort: Abort) {
+    let (index, script) = (ended.index, ended.script);
     let outcome = {
         let mut totals = shared.lock();
         let outcome = match abort {
@@ -233,7 +299,7 @@ fn fail_turn(
         };
         totals.turns_not_run += script.left() as u64;
         totals.note_error(abort.to_string());
-        totals.add_transfers(&script.transfers);
+        ended.count(&mut totals);
         outcome
     };
     shared.log(TurnRecord {
@@ -369,6 +435,7 @@ async fn run_turn(
     history: &[Value],
     text: &str,
     first_sent: &mut Option<Instant>,
+    seen: &mut TurnRoute,
 ) -> Result<(TurnSample, String), Abort> {
     let config = &shared.config;
     send(
@@ -435,11 +502,16 @@ async fn run_turn(
                 }
                 break;
             }
-            "agent.log" => match head.name.as_deref() {
-                Some("tool_call_end") => sample.tool_ends += 1,
-                Some("tool_call_error") => sample.tool_errors += 1,
-                _ => {}
-            },
+            "agent.log" => {
+                match head.name.as_deref() {
+                    Some("tool_call_end") => sample.tool_ends += 1,
+                    Some("tool_call_error") => sample.tool_errors += 1,
+                    _ => {}
+                }
+                if config.scenario == Scenario::Router {
+                    follow_router(head.name.as_deref(), &bytes, seen);
+                }
+            }
             "agent.error" => {
                 sample.agent_errors += 1;
                 let message = head.message.as_deref().unwrap_or_default();
@@ -449,4 +521,24 @@ async fn run_turn(
         }
     }
     Ok((sample, answer))
+}
+
+/// Notes what an `agent.log` frame named `name` shows of the router: a move, or a tool called.
+fn follow_router(name: Option<&str>, bytes: &[u8], seen: &mut TurnRoute) {
+    let transition = name == Some(crewline::router::TRANSITION_LOG);
+    if !transition && name != Some("tool_call_start") {
+        return;
+    }
+    let Ok(frame) = serde_json::from_slice::<LogFrame<'_>>(bytes) else {
+        return;
+    };
+    let payload = frame.payload;
+    if !transition {
+        if let Some(tool) = payload.function_name {
+            seen.tools.push(tool.into_owned());
+        }
+    } else if let Some(to) = payload.to {
+        seen.transitions
+            .push((payload.from.map(Cow::into_owned), to.into_owned()));
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{script::Transfer, turn_log::TurnOutcome};
+use super::{route::Route, script::Transfer, turn_log::TurnOutcome};
 
 /// The largest latency a histogram keeps exactly (longer ones are clamped to it): 1 hour.
 const MAX_MICROS: u64 = 3_600_000_000;
@@ -131,12 +131,20 @@ pub(crate) struct Totals {
     pub(crate) transfers_requested: u64,
     pub(crate) transfers_confirmed: u64,
     pub(crate) transfers_asked_again: u64,
+    pub(crate) resumed_calls: u64,
+    pub(crate) resumed_turns: u64,
+    pub(crate) resumed_in_wrong_sub_agent: u64,
+    /// The first few calls resumed in the wrong sub-agent, for the report.
+    pub(crate) wrong_sub_agent_samples: Vec<String>,
     /// The first few error messages, for the report.
     pub(crate) error_samples: Vec<String>,
 }
 
 /// How many distinct error messages the report keeps.
 const ERROR_SAMPLES: usize = 8;
+
+/// How many calls resumed in the wrong sub-agent the report names.
+const WRONG_SUB_AGENT_SAMPLES: usize = 20;
 
 impl Totals {
     pub(crate) fn new() -> Self {
@@ -169,6 +177,10 @@ impl Totals {
             transfers_requested: 0,
             transfers_confirmed: 0,
             transfers_asked_again: 0,
+            resumed_calls: 0,
+            resumed_turns: 0,
+            resumed_in_wrong_sub_agent: 0,
+            wrong_sub_agent_samples: Vec::new(),
             error_samples: Vec::new(),
         }
     }
@@ -185,6 +197,26 @@ impl Totals {
             self.transfers_requested += 1;
             self.transfers_confirmed += u64::from(transfer.confirmed);
             self.transfers_asked_again += u64::from(transfer.asked_again);
+        }
+    }
+
+    /// Counts a router call's resumed turns once, when the call ends.
+    pub(crate) fn add_route(&mut self, call_id: &str, route: &Route) {
+        if route.resumed_turns == 0 {
+            return;
+        }
+        self.resumed_calls += 1;
+        self.resumed_turns += route.resumed_turns;
+        if let Some(wrong) = &route.wrong {
+            self.resumed_in_wrong_sub_agent += 1;
+            if self.wrong_sub_agent_samples.len() < WRONG_SUB_AGENT_SAMPLES {
+                self.wrong_sub_agent_samples.push(format!(
+                    "call {call_id} turn {}: was in {}, answered by {}",
+                    wrong.turn,
+                    wrong.expected.join(" or "),
+                    wrong.answered.as_deref().unwrap_or("an unknown sub-agent")
+                ));
+            }
         }
     }
 
