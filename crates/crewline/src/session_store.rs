@@ -340,7 +340,9 @@ impl std::fmt::Debug for MemoryCallStore {
 /// until the call is superseded (then it says so and stops) or its session ends.
 ///
 /// A write is one store round trip, on this task: never on the path of a turn's chunks. A
-/// write that fails is logged and tried again at the next change or renewal.
+/// write that fails stays pending and is tried again after [`RETRY_FIRST`], doubling up to
+/// [`RETRY_MAX`], until one succeeds: a Redis failover takes seconds, and a replica killed just
+/// after it must not take the call's last move with it.
 pub(crate) async fn run_checkpointer(call: crate::CallControl) {
     let Some(attached) = call.attached() else {
         return;
@@ -351,10 +353,14 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
     let every = attached.store.renew_every().max(Duration::from_millis(10));
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // While a write failed: when to try it again, and the wait after that.
+    let mut retry: Option<(tokio::time::Instant, Duration)> = None;
     loop {
         let write = tokio::select! {
             () = attached.dirty.notified() => true,
-            _ = renew.tick() => false,
+            () = sleep_until(retry.map(|(at, _)| at)) => true,
+            // A renewal while a write is pending is that write (it renews too).
+            _ = renew.tick() => retry.is_some(),
         };
         let result = if write {
             match call.checkpoint().to_json() {
@@ -368,7 +374,11 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
             attached.store.renew(&key, &attached.token).await
         };
         match result {
-            Ok(Fenced::Owner) => {}
+            Ok(Fenced::Owner) => {
+                if write {
+                    retry = None;
+                }
+            }
             Ok(Fenced::Lost) => {
                 tracing::info!("a newer connection owns this call: this session ends");
                 attached.lost.set();
@@ -376,8 +386,25 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
             }
             Err(error) => {
                 tracing::warn!(error = %chain(&error), "call store write failed");
+                if write {
+                    let wait = retry.map_or(RETRY_FIRST, |(_, wait)| (wait * 2).min(RETRY_MAX));
+                    retry = Some((tokio::time::Instant::now() + wait, wait));
+                }
             }
         }
+    }
+}
+
+/// The first wait before a failed checkpoint write is tried again.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between two tries of a failed checkpoint write.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Completes at `at`; never without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -427,6 +454,80 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A memory store whose first `failures` saves fail, as during a Redis failover.
+    struct Flaky {
+        inner: MemoryCallStore,
+        failures: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl CallStore for Flaky {
+        async fn claim(&self, call: &str) -> Result<String, CallStoreError> {
+            self.inner.claim(call).await
+        }
+        async fn load(&self, call: &str) -> Result<Option<String>, CallStoreError> {
+            self.inner.load(call).await
+        }
+        async fn save(
+            &self,
+            call: &str,
+            token: &str,
+            json: &str,
+        ) -> Result<Fenced, CallStoreError> {
+            let failing = self
+                .failures
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |left| left.checked_sub(1),
+                )
+                .is_ok();
+            if failing {
+                return Err(CallStoreError::Backend(
+                    "the primary is failing over".into(),
+                ));
+            }
+            self.inner.save(call, token, json).await
+        }
+        async fn renew(&self, call: &str, token: &str) -> Result<Fenced, CallStoreError> {
+            self.inner.renew(call, token).await
+        }
+        async fn release(&self, call: &str, token: &str) -> Result<(), CallStoreError> {
+            self.inner.release(call, token).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_checkpoint_write_that_failed_is_tried_again_without_a_new_turn() {
+        let store = Arc::new(Flaky {
+            inner: MemoryCallStore::new(),
+            failures: std::sync::atomic::AtomicUsize::new(3),
+        });
+        let token = store.claim("k").await.expect("claim");
+        let attached = crate::call::Attached {
+            store: store.clone(),
+            token,
+            dirty: tokio::sync::Notify::new(),
+            lost: crate::call::signal::Lost::default(),
+        };
+        let init = crate::SessionSetup::dry_run().call().init().clone();
+        let (outbound, _inbound) = tokio::sync::mpsc::channel(1);
+        let call =
+            crate::CallControl::new(init, outbound, Some("k".to_owned()), Some(attached), None);
+        let checkpointer = tokio::spawn(run_checkpointer(call.clone()));
+        // The call's last move before its replica dies: nothing else happens on the call.
+        call.push_outcome("The $50 transfer to Alice completed.")
+            .expect("fits");
+        // Less than one renewal period (5 s): the retries alone must write it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let saved = store.inner.load("k").await.expect("load");
+        assert!(
+            saved.is_some_and(|json| json.contains("transfer to Alice completed")),
+            "the write that failed was not tried again"
+        );
+        checkpointer.abort();
+    }
 
     #[tokio::test]
     async fn the_newest_claim_fences_the_older_owner() {
