@@ -313,3 +313,72 @@ async fn a_hand_off_sent_before_the_reconnect_is_not_lost() {
         Ok(frame) => assert_ne!(frame["type"], "agent.llm.response.chunk", "{frame}"),
     }
 }
+
+/// A memory store whose first `failures` claims fail, as while a Redis primary fails over.
+struct FailingOver {
+    inner: MemoryCallStore,
+    failures: AtomicUsize,
+}
+
+#[async_trait]
+impl crewline::CallStore for FailingOver {
+    async fn claim(&self, call: &str) -> Result<String, crewline::CallStoreError> {
+        let failing = self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok();
+        if failing {
+            return Err(crewline::CallStoreError::Backend(
+                "the primary is failing over".into(),
+            ));
+        }
+        self.inner.claim(call).await
+    }
+    async fn load(&self, call: &str) -> Result<Option<String>, crewline::CallStoreError> {
+        self.inner.load(call).await
+    }
+    async fn save(
+        &self,
+        call: &str,
+        token: &str,
+        json: &str,
+    ) -> Result<crewline::Fenced, crewline::CallStoreError> {
+        self.inner.save(call, token, json).await
+    }
+    async fn renew(
+        &self,
+        call: &str,
+        token: &str,
+    ) -> Result<crewline::Fenced, crewline::CallStoreError> {
+        self.inner.renew(call, token).await
+    }
+    async fn release(&self, call: &str, token: &str) -> Result<(), crewline::CallStoreError> {
+        self.inner.release(call, token).await
+    }
+}
+
+#[tokio::test]
+async fn a_call_that_starts_while_its_store_fails_over_is_still_checkpointed() {
+    let resumed = Arc::new(Mutex::new(Vec::new()));
+    let store = FailingOver {
+        inner: MemoryCallStore::new(),
+        failures: AtomicUsize::new(2),
+    };
+    let server = TestServer::ready(router_server(resumed.clone()).call_store(store)).await;
+
+    // The store refuses the call's first two claims, then is back.
+    let mut first = phone_call(&server, "call-failover").await;
+    let (_, answer) = first.turn("Hi").await;
+    assert_eq!(answer, "intake note=true");
+    first.close().await;
+
+    let mut second = phone_call(&server, "call-failover").await;
+    let (_, answer) = second.turn("Are you there?").await;
+    assert_eq!(
+        answer, "resolve note=false",
+        "a call started during the failover was never checkpointed, so it started over"
+    );
+    assert_eq!(*resumed.lock().unwrap(), vec![false, true]);
+}

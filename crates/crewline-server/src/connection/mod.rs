@@ -54,7 +54,14 @@ pub(crate) const SUPERSEDED_CLOSE: (u16, &str) =
     (4409, "superseded: a newer connection took this call over");
 /// The longest a call store operation may hold up a handshake: a store that does not answer
 /// costs the call its resume, never the call.
-const STORE_TIMEOUT: Duration = Duration::from_secs(2);
+///
+/// 3 s: a Redis Sentinel failover took 2.3-2.6 s on loopback (docs/deploying.md); a call that
+/// starts while Redis is down for longer starts 3 s late, unchecked.
+const STORE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The first wait before a failed call store operation at a call's start is tried again.
+const STORE_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between two tries.
+const STORE_RETRY_MAX: Duration = Duration::from_secs(1);
 /// The longest a new connection waits for the older connection of its call (on this
 /// replica) to write its last checkpoint and stop.
 const TAKEOVER_WAIT: Duration = Duration::from_secs(2);
@@ -259,21 +266,32 @@ impl Connection {
         let Some(store) = self.service.config.call_store.clone() else {
             return setup;
         };
-        let claimed = tokio::time::timeout(STORE_TIMEOUT, async {
-            let token = store.claim(key).await?;
-            let json = store.load(key).await?;
-            Ok::<_, crewline::CallStoreError>((token, json))
-        })
-        .await;
-        let (token, json) = match claimed {
-            Ok(Ok(claimed)) => claimed,
-            Ok(Err(error)) => {
-                tracing::warn!(error = %error_chain(&error), "the call store failed: this call is not checkpointed");
-                return setup;
-            }
-            Err(_) => {
-                tracing::warn!(timeout = ?STORE_TIMEOUT, "the call store did not answer: this call is not checkpointed");
-                return setup;
+        // Tried again for a failover's length: a call that starts unchecked, or a reconnect
+        // that misses its checkpoint, would start over after the next crash.
+        let deadline = Instant::now() + STORE_TIMEOUT;
+        let mut wait = STORE_RETRY_FIRST;
+        let (token, json) = loop {
+            let claimed = tokio::time::timeout_at(deadline, async {
+                let token = store.claim(key).await?;
+                let json = store.load(key).await?;
+                Ok::<_, crewline::CallStoreError>((token, json))
+            })
+            .await;
+            match claimed {
+                Ok(Ok(claimed)) => break claimed,
+                Ok(Err(error)) if Instant::now() + wait < deadline => {
+                    tracing::debug!(error = %error_chain(&error), ?wait, "the call store failed: trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(STORE_RETRY_MAX);
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(error = %error_chain(&error), "the call store failed: this call is not checkpointed");
+                    return setup;
+                }
+                Err(_) => {
+                    tracing::warn!(timeout = ?STORE_TIMEOUT, "the call store did not answer: this call is not checkpointed");
+                    return setup;
+                }
             }
         };
         let resumed = json.and_then(|json| match crewline::Checkpoint::from_json(&json) {
