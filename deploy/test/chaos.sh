@@ -39,7 +39,8 @@
 # killed replica is started again (1), FREEZE_AT_SECS (20), FREEZE_SECS (20; 0: no freeze),
 # TURN_TIMEOUT_SECS before a silent turn counts as a drop (10), RETRIES reconnect attempts per
 # turn (6), BACKOFF_SECS (0.5), BANK_DELAY_MS the bank takes to book a transfer (300),
-# SENTINEL (1), FAILOVER_AT_SECS (30), REDIS_FAILOVER_CMD (default with SENTINEL=1: SIGKILL
+# SENTINEL (1), FAILOVER_AT_SECS (30), FAILOVER_GAP_SECS (5: no replica killed that soon after
+# the failover; 0 shows what a kill during it loses), REDIS_FAILOVER_CMD (default with SENTINEL=1: SIGKILL
 # of the primary), HAPROXY_TEMPLATE, PROFILE (release or
 # debug), SKIP_BUILD=1, KEEP=1 (keep the work directory), CREWLINE, BANK_SUPPORT and
 # COLLECTIONS_ROUTER (the binaries). Linux, loopback only.
@@ -67,6 +68,8 @@ RETRIES=${RETRIES:-6}
 BACKOFF_SECS=${BACKOFF_SECS:-0.5}
 BANK_DELAY_MS=${BANK_DELAY_MS:-300}
 SENTINEL=${SENTINEL:-1}
+FAILOVER_GAP_SECS=${FAILOVER_GAP_SECS:-5}
+failed_over_at=0
 FAILOVER_AT_SECS=${FAILOVER_AT_SECS:-30}
 REDIS_FAILOVER_CMD=${REDIS_FAILOVER_CMD:-}
 HAPROXY_TEMPLATE=${HAPROXY_TEMPLATE:-$ROOT/deploy/test/haproxy.cfg.in}
@@ -140,6 +143,14 @@ if ((SENTINEL)); then
     "$REDIS_SERVER" "$WORK/sentinel-$port/sentinel.conf" --sentinel >"$WORK/sentinel-$port.log" 2>&1 &
     PIDS+=($!)
   done
+  # The crews ask the sentinels for the primary at start: they must be listening first.
+  for port in "$S1" "$S2" "$S3"; do
+    deadline=$((SECONDS + 30))
+    until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+      ((SECONDS > deadline)) && { log "sentinel :$port did not start"; exit 1; }
+      sleep 0.1
+    done
+  done
   export CREWLINE_REDIS_URL=${CHAOS_REDIS_URL:-redis+sentinel://127.0.0.1:$S1,127.0.0.1:$S2,127.0.0.1:$S3/crewline}
   # The failover: the primary is killed (SIGKILL), the sentinels promote the replica.
   if [[ -z "$REDIS_FAILOVER_CMD" ]]; then
@@ -203,6 +214,13 @@ kills=0
 while kill -0 "$LOAD_PID" 2>/dev/null; do
   sleep 0.25
   now=$((SECONDS - began))
+  # No kill within FAILOVER_GAP_SECS of the Redis failover: a replica killed while Redis is
+  # unreachable takes with it the checkpoint writes it could not make (the moves of the turns
+  # it answered meanwhile; docs/deploying.md), which is the failover's loss, not a resume's.
+  if ((now >= next_kill && failed_over == 1 && now < failed_over_at + FAILOVER_GAP_SECS)); then
+    log "no kill at ${now}s: Redis failed over at ${failed_over_at}s"
+    next_kill=$((next_kill + KILL_EVERY_SECS))
+  fi
   if ((now >= next_kill)); then
     next_kill=$((next_kill + KILL_EVERY_SECS))
     i=$((RANDOM % 3))
@@ -235,6 +253,7 @@ while kill -0 "$LOAD_PID" 2>/dev/null; do
   # REDIS_FAILOVER_CMD).
   if [[ -n "$REDIS_FAILOVER_CMD" ]] && ((failed_over == 0 && now >= FAILOVER_AT_SECS)); then
     failed_over=1
+    failed_over_at=$now
     log "redis: failover at ${now}s: $REDIS_FAILOVER_CMD"
     echo "$now failover redis" >>"$WORK/events.txt"
     bash -c "$REDIS_FAILOVER_CMD" >&2 || log "redis: the failover command failed"
