@@ -1,6 +1,6 @@
 # Shared by the scripts beside it (rolling-restart.sh, chaos.sh): logging, waiting for a
 # server to answer, and HAProxy's view of its servers. Needs WORK (where HAProxy's stats socket
-# is) set by the caller; sourced, not run.
+# is), HAPROXY, HAPROXY_TEMPLATE, FRONT_PORT and P1..P3 set by the caller; sourced, not run.
 
 log() { echo "[$(date -u +%H:%M:%S.%3N)] $*" >&2; }
 
@@ -41,3 +41,22 @@ wait_up() { # server name, seconds
   done
 }
 
+
+# HAProxy from the template in front of the three replicas (P1..P3), balancing with $1; sets
+# HAPROXY_PID (also added to PIDS, for the caller's cleanup) and returns once HAProxy sees every
+# replica UP (exits the script if it never does).
+start_haproxy() { # balance
+  sed -e "s|@STATS_SOCKET@|$WORK/haproxy.sock|" -e "s|@FRONT_PORT@|$FRONT_PORT|" \
+    -e "s|@BALANCE@|$1|" -e "s|@PORT1@|$P1|" -e "s|@PORT2@|$P2|" -e "s|@PORT3@|$P3|" \
+    "$HAPROXY_TEMPLATE" >"$WORK/haproxy.cfg"
+  "$HAPROXY" -db -f "$WORK/haproxy.cfg" >"$WORK/haproxy.log" 2>&1 &
+  HAPROXY_PID=$!
+  PIDS+=("$HAPROXY_PID")
+  local name
+  for name in r1 r2 r3; do
+    if ! wait_up "$name" 30; then
+      kill -0 "$HAPROXY_PID" 2>/dev/null || { log "HAProxy exited:"; cat "$WORK/haproxy.log" >&2; }
+      exit 1
+    fi
+  done
+}

@@ -89,18 +89,7 @@ start_replica() { # index
 for i in 0 1 2; do start_replica "$i"; done
 for i in 0 1 2; do wait_ready "http://127.0.0.1:${PORTS[$i]}/ready" 30; done
 
-sed -e "s|@STATS_SOCKET@|$WORK/haproxy.sock|" -e "s|@FRONT_PORT@|$FRONT_PORT|" \
-  -e "s|@BALANCE@|$BALANCE|" -e "s|@PORT1@|$P1|" -e "s|@PORT2@|$P2|" -e "s|@PORT3@|$P3|" \
-  "$HAPROXY_TEMPLATE" >"$WORK/haproxy.cfg"
-"$HAPROXY" -db -f "$WORK/haproxy.cfg" >"$WORK/haproxy.log" 2>&1 &
-HAPROXY_PID=$!
-PIDS+=("$HAPROXY_PID")
-for name in r1 r2 r3; do
-  if ! wait_up "$name" 30; then
-    kill -0 "$HAPROXY_PID" 2>/dev/null || { log "HAProxy exited:"; cat "$WORK/haproxy.log" >&2; }
-    exit 1
-  fi
-done
+start_haproxy "$BALANCE"
 log "redis :$REDIS_PORT, replicas :$P1 :$P2 :$P3, HAProxy :$FRONT_PORT"
 
 RATE=$(((CALLS + DURATION_SECS - 1) / DURATION_SECS))
