@@ -70,3 +70,15 @@ impl fmt::Display for ToolErrorKind {
         f.write_str(self.as_str())
     }
 }
+
+/// `error` and each of its sources, joined by ": ", for a log line or an operator's detail.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

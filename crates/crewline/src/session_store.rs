@@ -7,6 +7,7 @@
 //! the remote task the call is attached to, and what a crew puts there
 //! ([`CallControl::checkpoint_put`](crate::CallControl::checkpoint_put)).
 
+use crewline_core::error_chain;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::{Arc, Mutex, PoisonError},
@@ -366,7 +367,7 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
             match call.checkpoint().to_json() {
                 Ok(json) => attached.store.save(&key, &attached.token, &json).await,
                 Err(error) => {
-                    tracing::warn!(error = %chain(&error), "call checkpoint not written");
+                    tracing::warn!(error = %error_chain(&error), "call checkpoint not written");
                     continue;
                 }
             }
@@ -385,7 +386,7 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
                 return;
             }
             Err(error) => {
-                tracing::warn!(error = %chain(&error), "call store write failed");
+                tracing::warn!(error = %error_chain(&error), "call store write failed");
                 if write {
                     let wait = retry.map_or(RETRY_FIRST, |(_, wait)| (wait * 2).min(RETRY_MAX));
                     retry = Some((tokio::time::Instant::now() + wait, wait));
@@ -431,24 +432,12 @@ pub(crate) async fn flush(call: &crate::CallControl) {
     {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => {
-            tracing::warn!(error = %chain(&error), "last call checkpoint not written")
+            tracing::warn!(error = %error_chain(&error), "last call checkpoint not written")
         }
         Err(_) => {
             tracing::warn!(timeout = ?FLUSH_TIMEOUT, "last call checkpoint not written in time")
         }
     }
-}
-
-/// `error` and its causes, for a log line.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 //! with 1013. The WARN lines a caller can cause on every call are written at most once per
 //! [`logs::CALL_LOG_INTERVAL`] for all calls, with their count.
 
+use crewline::types::error_chain;
 use std::{sync::Arc, time::Duration};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
@@ -740,18 +741,6 @@ async fn wait_cancelled(token: Option<&tokio_util::sync::CancellationToken>) {
         Some(token) => token.cancelled().await,
         None => std::future::pending().await,
     }
-}
-
-/// `error` and its causes, for a log line.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn flood_message() -> String {

@@ -1,5 +1,6 @@
 //! Why one call failed: the kind and message the model reads, and the operator's detail.
 
+use crewline_core::error_chain;
 use crewline_core::{ToolErrorKind, ToolFailure};
 
 use crate::ToolError;
@@ -58,18 +59,6 @@ impl From<ToolCallError> for ToolFailure {
             message: error.message,
         }
     }
-}
-
-/// An error and its sources, for the operator.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

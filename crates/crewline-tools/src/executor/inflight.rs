@@ -7,6 +7,7 @@
 //! [`Executor::interrupted`](super::Executor) with what this process knows: a call of its own
 //! still running, or finished with nobody having received its outcome.
 
+use crewline_core::error_chain;
 use std::{
     collections::HashMap,
     sync::{
@@ -236,16 +237,4 @@ pub(crate) fn unclaimable(error: &super::claims::ClaimError) -> ToolCallError {
          once is unreachable); nothing was done; try again in a moment",
     )
     .with_detail(error_chain(error))
-}
-
-/// An error and its sources, for the operator.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
