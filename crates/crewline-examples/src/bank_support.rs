@@ -538,7 +538,11 @@ impl OutputAgent for BankAgent {
         let scope = self.tool_loop.scope().clone();
         let reply = self.last_user_words();
         Box::pin(async_stream::stream! {
-            let mut parked: Vec<ApprovalRequest> = if caller_answered {
+            // A checkpointed call with no question outstanding has nothing to decide: it does
+            // not read the parked requests (with Redis, every replica's), so a turn that
+            // answers no question costs the approver nothing.
+            let outstanding = !self.keeps_record() || !self.last_asked.is_empty();
+            let mut parked: Vec<ApprovalRequest> = if caller_answered && outstanding {
                 match self.approvals.pending_of(&scope).await {
                     Ok(parked) => parked,
                     Err(error) => {
@@ -578,6 +582,7 @@ impl OutputAgent for BankAgent {
             }
             // A transfer waits for the caller's word: this turn's words decide it, and the
             // same call runs again so the executor collects the decision.
+            let decided_any = !parked.is_empty();
             for request in parked {
                 // The answer is to the last question; a call parked before it (the model
                 // asked about another transfer since) is superseded.
@@ -625,6 +630,11 @@ impl OutputAgent for BankAgent {
                     // The executor catches tool panics; this is the runtime shutting down.
                     Err(error) => tracing::warn!(%error, "a settled call did not finish"),
                 }
+            }
+            if decided_any && self.keeps_record() {
+                // Every parked request of this call was decided: the question is answered.
+                self.last_asked.clear();
+                self.record_asked();
             }
             let mut completed = true;
             // The calls this turn asked the caller about: (tool, arguments).
