@@ -40,8 +40,9 @@ async fn main() -> Result<(), crewline_server::BoxError> {
         tracing::info!(%url, "transfers are booked by the bank over HTTP");
         bank = bank.with_http(bank_support::HttpBank::new(&url)?);
     }
-    // Claims of running transfers, approvals and (with CREWLINE_REDIS_URL) the ledger are
-    // shared by every call: a reconnected call finds its transfer, on any replica.
+    // Claims of running transfers, approvals and the ledger are shared by every call (with
+    // CREWLINE_REDIS_URL, by every replica): a reconnected call finds its transfer, and the
+    // question it was asked, on any replica.
     let shared = bank_support::BankShared::from_env(bank).await?;
     crew.serve(
         "bank crew",

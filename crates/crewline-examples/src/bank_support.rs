@@ -1,21 +1,26 @@
 //! The bank-support crew: balances and money transfers, where a transfer runs only after the
 //! caller says yes. Shared by the `bank_support` example and its integration test.
 //!
-//! `transfer_money` is a `confirm` tool: the executor asks this call's [`DeferredApproval`]
-//! before running it. The approver does not wait (the caller has to hear the question before
-//! they can answer), so the call is parked and the model reads `ApprovalPending`, and asks
-//! "Shall I transfer $50.00 to Alice?". The caller's next words decide the parked call, by
-//! the id the executor gave its approval request: a clear yes approves it, anything else
-//! denies it. The agent then runs the same call (same tool and arguments, in the call's
-//! session) again, the executor collects the decision, and the transfer happens, or the model
-//! reads `ApprovalDenied` and the balance stays as it was. A decision is bound to the call's
-//! session, the tool and the hash of its arguments: a yes for $50 to Alice never sends $500 to
-//! Bob, whatever call ids the model uses. The model never approves anything: the decision is
-//! taken from the caller's own words, by code. A barge-in while an approved transfer is being
-//! booked ends the turn, not the transfer; its outcome is kept and told on the next turn.
+//! `transfer_money` is a `confirm` tool: the executor asks the crew's [`BankApprovals`] (in this
+//! process, or in Redis for every replica) before running it. The approver does not wait (the
+//! caller has to hear the question before they can answer), so the call is parked, the model reads
+//! `ApprovalPending` and asks "Shall I transfer $50.00 to Alice?". The caller's next words decide
+//! the parked call, by the id the executor gave its approval request: a clear yes approves it,
+//! anything else denies it. The agent then runs the same call (same tool and arguments, in the
+//! call's session) again, the executor collects the decision, and the transfer happens, or the
+//! model reads `ApprovalDenied` and the balance stays as it was. A decision is bound to the call's
+//! session, the tool and the hash of its arguments: a yes for $50 to Alice never sends $500 to Bob,
+//! whatever call ids the model uses. The model never approves anything: the decision is taken from
+//! the caller's own words, by code. A barge-in while an approved transfer is being booked ends the
+//! turn, not the transfer; its outcome is kept and told on the next turn.
+//!
+//! A call outlives its replica: with Redis, the parked transfer lives there and the question
+//! last asked is kept in the call's checkpoint, so when the platform reconnects the call to
+//! another replica (same call id, the conversation so far), the caller's yes decides the
+//! question they heard, the transfer runs once, and the caller is not asked again.
 
 use crewline::{
-    OutputAgent, ToolLoop, TurnEvent, TurnStream,
+    CallControl, OutputAgent, ToolLoop, TurnEvent, TurnStream,
     llm::{Reply, ScriptedLlm},
     tool::ToolRegistry,
     types::{Context, Message, ToolErrorKind, ToolResult},
@@ -31,9 +36,11 @@ use crewline::{
     llm::ChatRequest,
     prelude::*,
     tool::{
-        Executor, RegistryError,
+        Executor, RegistryError, SessionScope,
         executor::{
-            approval::{ApprovalDecision, DeferredApproval},
+            approval::{
+                ApprovalDecision, ApprovalError, ApprovalPort, ApprovalRequest, DeferredApproval,
+            },
             claims::{ClaimStore, MemoryClaims},
             ledger::LedgerSink,
         },
@@ -422,11 +429,21 @@ fn decision_for(reply: &str) -> ApprovalDecision {
 /// A settled call and its outcome.
 type Outcome = (ToolCall, ToolResult);
 
+/// The key of the bank agent's record in the call's checkpoint: the ids of the approval
+/// requests the caller was last asked about.
+pub const ASKED_CHECKPOINT_KEY: &str = "bank_agent.asked";
+
+/// The most approval requests one question may name: a model parks one transfer per question;
+/// more in one turn are kept in memory but not in the checkpoint beyond this many.
+const MAX_ASKED: usize = 8;
+
 /// The bank agent: a tool loop whose `confirm` calls are decided by the caller's next words.
 pub struct BankAgent {
     context: Context,
     tool_loop: ToolLoop,
-    approvals: DeferredApproval,
+    approvals: BankApprovals,
+    /// The call, when the agent keeps what it asked in the call's checkpoint.
+    call: Option<CallControl>,
     /// Settled calls whose outcome the caller has not been told yet (a barge-in cut the turn
     /// that was telling it); the next turn tells it.
     untold: Arc<Mutex<Vec<Outcome>>>,
@@ -441,14 +458,50 @@ impl BankAgent {
     pub fn new(
         prompt: impl Into<String>,
         tool_loop: ToolLoop,
-        approvals: DeferredApproval,
+        approvals: impl Into<BankApprovals>,
     ) -> Self {
         Self {
             context: Context::with_system(prompt),
             tool_loop,
-            approvals,
+            approvals: approvals.into(),
+            call: None,
             untold: Arc::default(),
             last_asked: Vec::new(),
+        }
+    }
+
+    /// The same agent keeping the question it last asked in `call`'s checkpoint, and reading
+    /// it back when the call resumed there (on this replica or another): the caller's answer
+    /// then decides the question they heard, not a guess.
+    pub fn with_call(mut self, call: CallControl) -> Self {
+        match call.checkpoint_get::<Vec<String>>(ASKED_CHECKPOINT_KEY) {
+            Ok(asked) => self.last_asked = asked.unwrap_or_default(),
+            Err(error) => {
+                let error = crewline::types::error_chain(&error);
+                tracing::warn!(%error, "the question asked before the resume could not be read");
+            }
+        }
+        self.call = Some(call);
+        self
+    }
+
+    /// Whether the call's checkpoint holds what this agent asks: then a parked request it
+    /// holds no record of was never asked in full, and is not guessed to be.
+    fn keeps_record(&self) -> bool {
+        self.call.as_ref().is_some_and(CallControl::is_checkpointed)
+    }
+
+    /// Keeps `last_asked` in the call's checkpoint (written at this turn's end).
+    fn record_asked(&self) {
+        let Some(call) = &self.call else {
+            return;
+        };
+        let asked = &self.last_asked[..self.last_asked.len().min(MAX_ASKED)];
+        if let Err(error) = call.checkpoint_put(ASKED_CHECKPOINT_KEY, &asked) {
+            // The question is still known here; only a resume elsewhere would not know it,
+            // and then the caller is asked again, nothing runs without a yes.
+            let error = crewline::types::error_chain(&error);
+            tracing::warn!(%error, "the question asked was not kept in the checkpoint");
         }
     }
 
@@ -480,35 +533,46 @@ impl OutputAgent for BankAgent {
         // Only words the caller said after the question decide it: a request that ends
         // with the agent's own words (a platform's nudge after silence) leaves it parked.
         let caller_answered = matches!(self.context.last(), Some(Message::User { .. }));
-        // Only this call's requests: the approver is shared by every call of the process.
+        // Only this call's requests: the approver is shared by every call (of the process, or
+        // of every replica).
         let scope = self.tool_loop.scope().clone();
-        let mut parked: Vec<_> = if caller_answered {
-            self.approvals
-                .pending()
-                .into_iter()
-                .filter(|request| request.scope == scope)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        // An agent built for a reconnected call has not seen the question asked: a single
-        // parked request of this call is the one the caller was asked about.
-        if self.last_asked.is_empty()
-            && let [only] = parked.as_slice()
-        {
-            self.last_asked.push(only.id.clone());
-        }
-        // Superseded calls first, then the ones asked about, each by the model's id, then
-        // by request id: reproducible turns.
-        parked.sort_by_key(|r| {
-            (
-                self.last_asked.contains(&r.id),
-                r.call_id.clone(),
-                r.id.clone(),
-            )
-        });
         let reply = self.last_user_words();
         Box::pin(async_stream::stream! {
+            // A checkpointed call with no question outstanding has nothing to decide: it does
+            // not read the parked requests (with Redis, every replica's), so a turn that
+            // answers no question costs the approver nothing.
+            let outstanding = !self.keeps_record() || !self.last_asked.is_empty();
+            let mut parked: Vec<ApprovalRequest> = if caller_answered && outstanding {
+                match self.approvals.pending_of(&scope).await {
+                    Ok(parked) => parked,
+                    Err(error) => {
+                        // Nothing is decided: the transfer stays parked, and runs only after
+                        // a yes the approver can take.
+                        tracing::warn!(%error, "the parked transfers could not be read");
+                        Vec::new()
+                    }
+                }
+            } else {
+                Vec::new()
+            };
+            // An agent built for a reconnected call that keeps no checkpoint has not seen the
+            // question asked: a single parked request of this call is the one the caller was
+            // asked about. A checkpointed call knows what it asked.
+            if self.last_asked.is_empty()
+                && !self.keeps_record()
+                && let [only] = parked.as_slice()
+            {
+                self.last_asked.push(only.id.clone());
+            }
+            // Superseded calls first, then the ones asked about, each by the model's id, then
+            // by request id: reproducible turns.
+            parked.sort_by_key(|r| {
+                (
+                    self.last_asked.contains(&r.id),
+                    r.call_id.clone(),
+                    r.id.clone(),
+                )
+            });
             // Outcomes an interrupted turn could not tell come first: the model tells them now.
             let mut telling: Vec<String> = Vec::new();
             for (call, result) in untold(&self.untold).iter() {
@@ -518,6 +582,7 @@ impl OutputAgent for BankAgent {
             }
             // A transfer waits for the caller's word: this turn's words decide it, and the
             // same call runs again so the executor collects the decision.
+            let decided_any = !parked.is_empty();
             for request in parked {
                 // The answer is to the last question; a call parked before it (the model
                 // asked about another transfer since) is superseded.
@@ -525,11 +590,12 @@ impl OutputAgent for BankAgent {
                     decision_for(&reply)
                 } else {
                     ApprovalDecision::Deny {
-                        reason: "superseded: the caller was asked about a newer request"
+                        reason: "superseded: the caller's answer was not to this request (they \
+                                 were asked about another, or did not hear this one in full)"
                             .to_owned(),
                     }
                 };
-                if let Err(error) = self.approvals.decide(&request.id, decision) {
+                if let Err(error) = self.approvals.decide(&request.id, decision).await {
                     // Only this agent decides; the request may have expired. Without a
                     // decision the executor answers pending again and nothing is transferred.
                     tracing::warn!(%error, "a parked transfer had no approval slot");
@@ -565,6 +631,11 @@ impl OutputAgent for BankAgent {
                     Err(error) => tracing::warn!(%error, "a settled call did not finish"),
                 }
             }
+            if decided_any && self.keeps_record() {
+                // Every parked request of this call was decided: the question is answered.
+                self.last_asked.clear();
+                self.record_asked();
+            }
             let mut completed = true;
             // The calls this turn asked the caller about: (tool, arguments).
             let mut asked_now: Vec<(String, Value)> = Vec::new();
@@ -593,19 +664,23 @@ impl OutputAgent for BankAgent {
             if !asked_now.is_empty() {
                 // The parked requests of the calls just asked about (a call asked about again
                 // keeps the request it was parked under).
-                let scope = self.tool_loop.scope().clone();
-                self.last_asked = self
-                    .approvals
-                    .pending()
-                    .into_iter()
-                    .filter(|r| {
-                        r.scope == scope
-                            && asked_now
-                                .iter()
-                                .any(|(tool, arguments)| r.tool == *tool && r.arguments == *arguments)
-                    })
-                    .map(|r| r.id)
-                    .collect();
+                match self.approvals.pending_of(&scope).await {
+                    Ok(pending) => {
+                        self.last_asked = pending
+                            .into_iter()
+                            .filter(|r| {
+                                asked_now.iter().any(|(tool, arguments)| {
+                                    r.tool == *tool && r.arguments == *arguments
+                                })
+                            })
+                            .map(|r| r.id)
+                            .collect();
+                        self.record_asked();
+                    }
+                    // Not known what was asked: the next answer decides nothing, and the
+                    // caller is asked again.
+                    Err(error) => tracing::warn!(%error, "the questions asked could not be read"),
+                }
             }
             if completed {
                 // The model has read these outcomes and its answer went out in full.
@@ -621,13 +696,13 @@ impl OutputAgent for BankAgent {
 /// Shared because a call outlives its socket: when the platform reconnects a dropped call (same
 /// call id), on this replica or another, the retry of a transfer must find the first run's claim
 /// (join it or read its outcome, never run again) and the caller's yes must find its parked
-/// request. With `CREWLINE_REDIS_URL` set ([`BankShared::from_env`]) claims and the ledger live
-/// in Redis, so every replica sees them; otherwise in this process.
+/// request. With `CREWLINE_REDIS_URL` set ([`BankShared::from_env`]) claims, approvals and the
+/// ledger live in Redis, so every replica sees them; otherwise in this process.
 #[derive(Clone)]
 pub struct BankShared {
     bank: Bank,
     claims: Arc<dyn ClaimStore>,
-    approvals: DeferredApproval,
+    approvals: BankApprovals,
     ledger: Option<Arc<dyn LedgerSink>>,
 }
 
@@ -639,14 +714,15 @@ impl BankShared {
             claims: Arc::new(MemoryClaims::new()),
             // Parked calls answer `ApprovalPending` at once: the caller must hear the question
             // first.
-            approvals: DeferredApproval::new().wait(false),
+            approvals: BankApprovals::Memory(DeferredApproval::new().wait(false)),
             ledger: None,
         }
     }
 
-    /// `bank`'s books, with claims and the ledger in Redis when `CREWLINE_REDIS_URL` is set
-    /// (the crash-safe set-up: a transfer's intent is recorded before it runs, and a retry on
-    /// any replica joins it), else [`in_memory`](Self::in_memory).
+    /// `bank`'s books, with claims, approvals and the ledger in Redis when
+    /// `CREWLINE_REDIS_URL` is set (the crash-safe set-up: a transfer's intent is recorded
+    /// before it runs, a retry on any replica joins it, and a question asked on one replica is
+    /// answered on another), else [`in_memory`](Self::in_memory).
     pub async fn from_env(bank: Bank) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         const URL_VARIABLE: &str = "CREWLINE_REDIS_URL";
         let shared = Self::in_memory(bank);
@@ -658,12 +734,16 @@ impl BankShared {
             let connection = crewline_redis::RedisConfig::from_env()?.open().await?;
             tracing::info!(
                 prefix = connection.prefix(),
-                "bank crew: transfers claimed and recorded in Redis"
+                "bank crew: transfers claimed, approved and recorded in Redis"
             );
             Ok(shared
                 .with_claims(Arc::new(crewline_redis::RedisClaims::new(
                     connection.clone(),
                 )))
+                .with_approvals(BankApprovals::Redis(
+                    // Parked calls answer `ApprovalPending` at once, as in memory.
+                    crewline_redis::RedisApproval::new(connection.clone()).wait(false),
+                ))
                 .with_ledger(Arc::new(crewline_redis::RedisLedger::new(connection))))
         }
         #[cfg(not(feature = "redis"))]
@@ -682,6 +762,12 @@ impl BankShared {
         self
     }
 
+    /// The same, with transfers parked for the caller's word in `approvals`.
+    pub fn with_approvals(mut self, approvals: BankApprovals) -> Self {
+        self.approvals = approvals;
+        self
+    }
+
     /// The same, with every transfer's intent and outcome recorded in `ledger`.
     pub fn with_ledger(mut self, ledger: Arc<dyn LedgerSink>) -> Self {
         self.ledger = Some(ledger);
@@ -694,8 +780,63 @@ impl BankShared {
     }
 
     /// The approver every call's transfers are parked on (each call collects only its own).
-    pub fn approvals(&self) -> &DeferredApproval {
+    pub fn approvals(&self) -> &BankApprovals {
         &self.approvals
+    }
+}
+
+/// Where the bank crew's transfers wait for the caller's word.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum BankApprovals {
+    /// In this process: a call that resumes on another replica does not find its transfer,
+    /// and the caller is asked again.
+    Memory(DeferredApproval),
+    /// In Redis, bound to the call id, the tool and the arguments' hash: a call resumed on any
+    /// replica finds the transfer it was asked about, and the caller's yes decides it there.
+    #[cfg(feature = "redis")]
+    Redis(crewline_redis::RedisApproval),
+}
+
+impl From<DeferredApproval> for BankApprovals {
+    fn from(approvals: DeferredApproval) -> Self {
+        Self::Memory(approvals)
+    }
+}
+
+impl BankApprovals {
+    /// The approver the executor asks.
+    pub fn port(&self) -> Arc<dyn ApprovalPort> {
+        match self {
+            Self::Memory(approvals) => Arc::new(approvals.clone()),
+            #[cfg(feature = "redis")]
+            Self::Redis(approvals) => Arc::new(approvals.clone()),
+        }
+    }
+
+    /// The requests of the call `scope` waiting for a decision.
+    pub async fn pending_of(
+        &self,
+        scope: &SessionScope,
+    ) -> Result<Vec<ApprovalRequest>, ApprovalError> {
+        let pending = match self {
+            Self::Memory(approvals) => approvals.pending(),
+            #[cfg(feature = "redis")]
+            Self::Redis(approvals) => approvals.pending().await?,
+        };
+        Ok(pending
+            .into_iter()
+            .filter(|request| request.scope == *scope)
+            .collect())
+    }
+
+    /// Decides on the parked request `id`.
+    pub async fn decide(&self, id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
+        match self {
+            Self::Memory(approvals) => approvals.decide(id, decision),
+            #[cfg(feature = "redis")]
+            Self::Redis(approvals) => approvals.decide(id, decision).await,
+        }
     }
 }
 
@@ -714,7 +855,7 @@ pub fn bank_crew(
         .unwrap_or(DEFAULT_ACCOUNT)
         .to_owned();
     let mut executor = Executor::builder()
-        .approval(Arc::new(shared.approvals.clone()))
+        .approval(shared.approvals.port())
         .claims(Arc::clone(&shared.claims));
     if let Some(ledger) = &shared.ledger {
         executor = executor.ledger(Arc::clone(ledger));
@@ -729,7 +870,7 @@ pub fn bank_crew(
     let mut crew = Crew::new();
     crew.add_node(OutputNode::new(
         "bank-agent",
-        BankAgent::new(PROMPT, tool_loop, shared.approvals.clone()),
+        BankAgent::new(PROMPT, tool_loop, shared.approvals.clone()).with_call(setup.call().clone()),
     ));
     Ok(crew)
 }
@@ -766,7 +907,28 @@ pub fn scripted_bank_model() -> ScriptedLlm {
                 _ => None,
             })
             .unwrap_or_default();
-        if let Some((amount, recipient)) = transfer_request(&said) {
+        // A yes to the question the conversation shows, with no decided call to read (the
+        // crew did not find the transfer parked, e.g. on a replica that never heard of it): a
+        // model asks for the transfer again, and the caller hears the question again.
+        let asked = request
+            .messages
+            .iter()
+            .rev()
+            .skip_while(|m| matches!(m, Message::User { .. }))
+            .find_map(|m| match m {
+                Message::Assistant {
+                    content: Some(text),
+                    ..
+                } if !text.is_empty() => Some(asked_transfer(text)),
+                _ => None,
+            })
+            .flatten();
+        if let (Some(true), Some((amount, recipient))) = (caller_answer(&said), asked) {
+            Reply::tool_call(
+                "transfer_money",
+                json!({"amount": amount, "recipient": recipient}),
+            )
+        } else if let Some((amount, recipient)) = transfer_request(&said) {
             Reply::tool_call(
                 "transfer_money",
                 json!({"amount": amount, "recipient": recipient}),
@@ -828,6 +990,17 @@ fn read_back(result: &Value, arguments: &Value) -> String {
         Some(balance) => format!("Your balance is {balance}."),
         None => "Done.".to_owned(),
     }
+}
+
+/// `(dollars, payee)` of the agent's question "Shall I transfer $50.00 to Alice?".
+fn asked_transfer(said: &str) -> Option<(f64, String)> {
+    let (amount, recipient) = said
+        .trim()
+        .strip_prefix("Shall I transfer $")?
+        .strip_suffix('?')?
+        .split_once(" to ")?;
+    let amount: f64 = amount.replace(',', "").parse().ok()?;
+    Some((amount, recipient.to_owned()))
 }
 
 /// `(dollars, payee)` when the words ask to send a `$` amount to a known payee.

@@ -316,8 +316,9 @@ impl CallControl {
     }
 
     /// Puts `value` into the call's checkpoint under `key`: written at the next turn
-    /// boundary, and read back by [`checkpoint_get`](Self::checkpoint_get) after a resume.
-    /// The crew's values together stay under [`MAX_CREW_CHECKPOINT_BYTES`].
+    /// boundary (when it differs from what was there), and read back by
+    /// [`checkpoint_get`](Self::checkpoint_get) after a resume. The crew's values together
+    /// stay under [`MAX_CREW_CHECKPOINT_BYTES`].
     pub fn checkpoint_put(
         &self,
         key: impl Into<String>,
@@ -345,6 +346,11 @@ impl CallControl {
             });
         }
         kept.node_bytes = total;
+        // A turn that changed nothing is not written (`turn_finished`): a changed value is a
+        // change, or a crew's value would reach the store only with some other move.
+        if kept.nodes.get(&key) != Some(&value) {
+            kept.changed = true;
+        }
         kept.nodes.insert(key, value);
         Ok(())
     }

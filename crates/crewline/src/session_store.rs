@@ -518,6 +518,34 @@ mod tests {
         checkpointer.abort();
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_whose_only_change_is_a_crew_value_is_written() {
+        let store = Arc::new(MemoryCallStore::new());
+        let token = store.claim("k").await.expect("claim");
+        let attached = crate::call::Attached {
+            store: store.clone(),
+            token,
+            dirty: tokio::sync::Notify::new(),
+            lost: crate::call::signal::Lost::default(),
+        };
+        let init = crate::SessionSetup::dry_run().call().init().clone();
+        let (outbound, _inbound) = tokio::sync::mpsc::channel(1);
+        let call =
+            crate::CallControl::new(init, outbound, Some("k".to_owned()), Some(attached), None);
+        let checkpointer = tokio::spawn(run_checkpointer(call.clone()));
+        // The crew's question to the caller, the only thing this turn changed.
+        call.checkpoint_put("asked", &"Shall I transfer $50.00 to Alice?")
+            .expect("fits");
+        call.turn_finished(true);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let saved = store.load("k").await.expect("load");
+        assert!(
+            saved.is_some_and(|json| json.contains("Shall I transfer")),
+            "the crew's value was not written at the turn's end"
+        );
+        checkpointer.abort();
+    }
+
     #[tokio::test]
     async fn the_newest_claim_fences_the_older_owner() {
         let store = MemoryCallStore::new();
