@@ -321,7 +321,10 @@ async fn child_replica_waiting_for_approval() {
     say(READY);
     let result = refund(&tools, call).await;
     // Only reached if the test failed to kill this process in time.
-    say(&format!("killed-test: the wait ended: {}", result.content()));
+    say(&format!(
+        "killed-test: the wait ended: {}",
+        result.content()
+    ));
 }
 
 /// The request the dead replica parked, once the operator sees it.
