@@ -225,6 +225,12 @@ impl Drop for Lease {
 /// returned it. Once a poll may have handed it to the client (no answer within the tool's
 /// timeout, its task ended, the store failed or froze after the call was sent), the model
 /// reads `OutcomeUnknown`: it may have run, and must not be run again.
+///
+/// The same holds when the caller barges in (the executor drops the call, see
+/// [`CutShort`]): a call no client took is withdrawn and reads `Cancelled`; one a client
+/// took reads `OutcomeUnknown`, and its late answer is refused; one answered reads its
+/// answer. A store that cannot tell at once ([`TaskStore::withdraw_now`]: Redis needs a round
+/// trip) reads `OutcomeUnknown` once the call was sent, and withdraws it behind.
 pub struct RemoteTool {
     spec: CustomTool,
     timeout: Duration,
