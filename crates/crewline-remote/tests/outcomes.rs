@@ -29,6 +29,8 @@ struct Flaky {
     emit_error: Arc<Mutex<Option<StoreError>>>,
     wait_failures: Arc<AtomicUsize>,
     withdraw_fails: Arc<AtomicUsize>,
+    /// Like a shared store: it cannot withdraw at once (`withdraw_now` is `None`).
+    remote: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn backend() -> StoreError {
@@ -100,6 +102,12 @@ impl TaskStore for Flaky {
             return Err(backend());
         }
         self.inner.withdraw(id, event).await
+    }
+    fn withdraw_now(&self, id: &str, event: &str) -> Option<Withdrawn> {
+        if self.remote.load(Ordering::SeqCst) || self.withdraw_fails.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        self.inner.withdraw_now(id, event)
     }
 }
 
@@ -319,4 +327,144 @@ async fn an_answer_that_arrives_as_the_time_runs_out_is_still_the_result() {
         store.withdraw(&task, &event.id).await,
         Ok(Withdrawn::Answered(ToolAnswer::ok(json!("paid"))))
     );
+}
+
+/// A barge-in: the turn running `pay` in the run `context` is dropped once `cut` is ready;
+/// what the model reads for the call (what the tool loop writes when it drops a turn).
+async fn barge_in(
+    registry: &ToolRegistry,
+    context: &crewline_tools::CallContext,
+    cut: impl std::future::Future<Output = ()>,
+) -> ToolResult {
+    let call = ToolCall::new("c1", "pay", "{}");
+    let turn = registry.execute(
+        std::slice::from_ref(&call),
+        ExecuteOptions::new().in_run(context.clone()),
+    );
+    tokio::select! {
+        runs = turn => panic!("the call finished before the barge-in: {runs:?}"),
+        () = cut => {}
+    }
+    registry.interrupted(&call, context)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_barge_in_after_a_client_took_the_call_is_an_unknown_outcome() {
+    let store = Flaky::default();
+    let (task, _remote, registry) = call_with_pay(&store).await;
+    let context = registry.context();
+    let taken = Arc::new(Mutex::new(None));
+    let result = barge_in(&registry, &context, async {
+        let event = hand_out(&store, &task).await;
+        *taken.lock().expect("lock") = Some(event);
+    })
+    .await;
+    assert_eq!(
+        result.error_kind(),
+        Some(ToolErrorKind::OutcomeUnknown),
+        "{}",
+        message(&result)
+    );
+    assert!(message(&result).contains("Do not call it again"));
+    // Its late answer is refused: nothing waits for it any more.
+    let event = taken.lock().expect("lock").take().expect("handed out");
+    assert_eq!(
+        store
+            .answer(&task, &event.id, ToolAnswer::ok(json!("paid")))
+            .await,
+        Err(StoreError::NotWaiting(event.id.clone()))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_barge_in_before_any_client_took_the_call_is_cancelled_and_never_reaches_one() {
+    let store = Flaky::default();
+    let (task, _remote, registry) = call_with_pay(&store).await;
+    let context = registry.context();
+    let result = barge_in(&registry, &context, async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await;
+    assert_eq!(
+        result.error_kind(),
+        Some(ToolErrorKind::Cancelled),
+        "{}",
+        message(&result)
+    );
+    // Withdrawn: a client polling now does not see it, so "cancelled" stays true.
+    let polled = store.poll(&task, 0, Duration::ZERO).await.expect("poll");
+    assert!(polled.events.is_empty(), "{:?}", polled.events);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_call_a_client_took_is_an_unknown_outcome_and_one_it_answered_is_the_answer() {
+    let store = Flaky::default();
+    let (task, _remote, registry) = call_with_pay(&store).await;
+    // The call's own token fires once the client took the call.
+    let token = tokio_util::sync::CancellationToken::new();
+    let context = registry.context().with_call_token(token.clone());
+    let call = ToolCall::new("c1", "pay", "{}");
+    let cancelling = async {
+        hand_out(&store, &task).await;
+        token.cancel();
+    };
+    let (mut runs, ()) = tokio::join!(
+        registry.execute(
+            std::slice::from_ref(&call),
+            ExecuteOptions::new().in_run(context.clone())
+        ),
+        cancelling
+    );
+    let result = runs.remove(0).result;
+    assert_eq!(
+        result.error_kind(),
+        Some(ToolErrorKind::OutcomeUnknown),
+        "{}",
+        message(&result)
+    );
+    // Answered just before the token fired: the answer is what happened.
+    let (task, _remote, registry) = call_with_pay(&store).await;
+    let token = tokio_util::sync::CancellationToken::new();
+    let context = registry.context().with_call_token(token.clone());
+    let answering = async {
+        let event = hand_out(&store, &task).await;
+        store
+            .answer(&task, &event.id, ToolAnswer::ok(json!("paid")))
+            .await
+            .expect("answer");
+        token.cancel();
+    };
+    let (mut runs, ()) = tokio::join!(
+        registry.execute(
+            std::slice::from_ref(&call),
+            ExecuteOptions::new().in_run(context)
+        ),
+        answering
+    );
+    let result = runs.remove(0).result;
+    assert_eq!(result.error_kind(), None, "{}", result.content());
+    assert_eq!(result.content(), "paid");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_barge_in_a_shared_store_cannot_check_at_once_is_unknown_and_withdrawn_behind() {
+    let store = Flaky::default();
+    store.remote.store(true, Ordering::SeqCst);
+    let (task, _remote, registry) = call_with_pay(&store).await;
+    let context = registry.context();
+    let result = barge_in(&registry, &context, async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    })
+    .await;
+    // Whether a client took it is not known at once: it may have run.
+    assert_eq!(
+        result.error_kind(),
+        Some(ToolErrorKind::OutcomeUnknown),
+        "{}",
+        message(&result)
+    );
+    // Withdrawn in the background: no client takes it from now on.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let polled = store.poll(&task, 0, Duration::ZERO).await.expect("poll");
+    assert!(polled.events.is_empty(), "{:?}", polled.events);
 }

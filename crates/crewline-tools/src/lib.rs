@@ -27,9 +27,9 @@ pub mod __private;
 pub use catalog::is_valid_tool_name;
 pub use error::RegistryError;
 pub use executor::{
-    CallContext, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor, ExecutorBuilder,
-    INTERRUPTED_MESSAGE, IdempotencyKey, PANIC_MESSAGE, RunSyncError, SessionScope, ToolCallError,
-    ToolRun, run_sync, validation::CallArguments,
+    CallContext, CutShort, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor,
+    ExecutorBuilder, INTERRUPTED_MESSAGE, IdempotencyKey, PANIC_MESSAGE, RunSyncError,
+    SessionScope, ToolCallError, ToolRun, run_sync, validation::CallArguments,
 };
 pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};
 pub use registry::{DEFAULT_MAX_CONCURRENCY, ExecuteOptions, ToolRegistry};

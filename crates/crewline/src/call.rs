@@ -176,7 +176,6 @@ struct Kept {
     routers: std::collections::BTreeMap<String, RouterCheckpoint>,
     handoff: Option<Handoff>,
     untold: Vec<String>,
-    remote_task: Option<String>,
     nodes: Map<String, Value>,
     /// The bytes of `nodes` as JSON, kept so each put checks the bound without re-encoding.
     node_bytes: usize,
@@ -211,7 +210,6 @@ impl CallControl {
                 routers: checkpoint.routers.clone(),
                 handoff: checkpoint.handoff.clone(),
                 untold: checkpoint.untold.clone(),
-                remote_task: checkpoint.remote_task.clone(),
                 node_bytes: Value::Object(checkpoint.nodes.clone()).to_string().len(),
                 nodes: checkpoint.nodes.clone(),
                 changed: false,
@@ -301,18 +299,6 @@ impl CallControl {
     /// The outcomes the caller has not heard yet, oldest first.
     pub fn untold_outcomes(&self) -> Vec<String> {
         self.state().kept.untold.clone()
-    }
-
-    /// Records the remote-tool task the call is attached to (`None`: none), for a reconnect
-    /// to attach to it again.
-    pub fn set_remote_task(&self, task: Option<String>) {
-        self.state().kept.remote_task = task;
-        self.mark_dirty();
-    }
-
-    /// The remote-tool task the call is attached to.
-    pub fn remote_task(&self) -> Option<String> {
-        self.state().kept.remote_task.clone()
     }
 
     /// Puts `value` into the call's checkpoint under `key`: written at the next turn
@@ -428,7 +414,6 @@ impl CallControl {
             routers: kept.routers.clone(),
             handoff: kept.handoff.clone(),
             untold: kept.untold.clone(),
-            remote_task: kept.remote_task.clone(),
             nodes: kept.nodes.clone(),
         }
     }

@@ -4,8 +4,12 @@
 //! The conversation itself is not in the checkpoint: the platform resends it with every
 //! `system.llm.request`. The checkpoint holds what the platform does not resend: the router's
 //! active sub-agent and its state, a hand-off already sent, outcomes the caller has not heard,
-//! the remote task the call is attached to, and what a crew puts there
+//! and what a crew puts there
 //! ([`CallControl::checkpoint_put`](crate::CallControl::checkpoint_put)).
+//!
+//! A remote-tool task is not in it: the task store itself records which call holds a task
+//! (under a lease), and a reconnect re-attaches it by its call id, with the task id the
+//! platform resends in the call's variables (`crewline_remote::TaskApi::attach_call_for`).
 
 use crewline_core::error_chain;
 use std::{
@@ -58,9 +62,6 @@ pub struct Checkpoint {
     /// Outcomes the caller has not heard yet, oldest first.
     #[serde(default)]
     pub untold: Vec<String>,
-    /// The remote-tool task the call is attached to (opaque).
-    #[serde(default)]
-    pub remote_task: Option<String>,
     /// What the crew put there ([`CallControl::checkpoint_put`](crate::CallControl::checkpoint_put)).
     #[serde(default)]
     pub nodes: Map<String, Value>,
@@ -443,6 +444,21 @@ pub(crate) async fn flush(call: &crate::CallControl) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkpoint_written_with_a_remote_task_field_still_reads() {
+        // Written by a replica of before the field went (a rolling upgrade): it is ignored.
+        let json = r#"{"turns":3,"untold":["sent $50"],"remote_task":"task_1","nodes":{}}"#;
+        let checkpoint = Checkpoint::from_json(json).expect("reads");
+        assert_eq!(checkpoint.turns, 3);
+        assert_eq!(checkpoint.untold, vec!["sent $50".to_owned()]);
+        assert!(
+            !checkpoint
+                .to_json()
+                .expect("writes")
+                .contains("remote_task")
+        );
+    }
 
     /// A memory store whose first `failures` saves fail, as during a Redis failover.
     struct Flaky {

@@ -265,6 +265,17 @@ pub trait TaskStore: Send + Sync + 'static {
         self.abandon(id, event);
         Ok(Withdrawn::HandedOut)
     }
+
+    /// [`withdraw`](Self::withdraw) at once, for a caller cut short (a barge-in dropped its
+    /// future, so it cannot wait): what it found, or `None` when the store cannot tell
+    /// without a round trip (or failed). Synchronous, so it can run in `Drop`.
+    ///
+    /// The default cannot tell: the caller then reads an unknown outcome and withdraws the
+    /// call in the background (so no client takes it later).
+    fn withdraw_now(&self, id: &str, event: &str) -> Option<Withdrawn> {
+        let _ = (id, event);
+        None
+    }
 }
 
 /// The limits of a [`MemoryStore`].

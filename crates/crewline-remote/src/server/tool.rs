@@ -11,7 +11,9 @@ use std::{
 
 use async_trait::async_trait;
 use crewline_core::{Context, Message};
-use crewline_tools::{Exports, RegistryError, Target, Tool, ToolError, ToolPolicy, ToolRegistry};
+use crewline_tools::{
+    CutShort, Exports, RegistryError, Target, Tool, ToolError, ToolPolicy, ToolRegistry,
+};
 use serde_json::Value;
 
 use super::store::{StoreError, TaskStore, Withdrawn};
@@ -223,6 +225,12 @@ impl Drop for Lease {
 /// returned it. Once a poll may have handed it to the client (no answer within the tool's
 /// timeout, its task ended, the store failed or froze after the call was sent), the model
 /// reads `OutcomeUnknown`: it may have run, and must not be run again.
+///
+/// The same holds when the caller barges in (the executor drops the call, see
+/// [`CutShort`]): a call no client took is withdrawn and reads `Cancelled`; one a client
+/// took reads `OutcomeUnknown`, and its late answer is refused; one answered reads its
+/// answer. A store that cannot tell at once ([`TaskStore::withdraw_now`]: Redis needs a round
+/// trip) reads `OutcomeUnknown` once the call was sent, and withdraws it behind.
 pub struct RemoteTool {
     spec: CustomTool,
     timeout: Duration,
@@ -271,6 +279,12 @@ impl Tool for RemoteTool {
             ));
         }
         let store = self.store.as_ref();
+        // Cut short from here on (a barge-in), the call may have reached the client: the
+        // model must not read "cancelled" unless the withdraw below says no client took it.
+        let cut = CutShort::current();
+        if let Some(cut) = &cut {
+            cut.reads(Err(unknown(CUT_AFTER_SENT)));
+        }
         let event = store
             .emit_tool_call(&self.task_id, &self.spec.name, arguments)
             .await
@@ -295,10 +309,11 @@ impl Tool for RemoteTool {
                 ToolError::new(message).with_detail(error)
             })?;
         let mut waiting = Waiting {
-            store,
+            store: &self.store,
             task_id: &self.task_id,
             event_id: &event.id,
             answered: false,
+            cut,
         };
         let deadline = tokio::time::Instant::now() + self.timeout;
         let answer = loop {
@@ -370,6 +385,17 @@ impl Tool for RemoteTool {
     }
 }
 
+/// What the model reads when the caller interrupted once the call was sent, and whether a
+/// client took it cannot be told at once (a shared store needs a round trip).
+const CUT_AFTER_SENT: &str = "the caller interrupted after the remote tool's call was sent to \
+                              its client: it may have run. Do not call it again; tell the \
+                              user it is not known whether it was done";
+
+/// What the model reads when the caller interrupted once the client took the call.
+const CUT_AFTER_TAKEN: &str = "the caller interrupted after the remote tool's client took the \
+                               call: it may have run. Do not call it again; tell the user it \
+                               is not known whether it was done";
+
 /// What the model reads when the store failed after the call may have been handed out.
 const UNKNOWN_STORE: &str = "the task store failed after the remote tool's call may have \
                              reached its client: it may have run. Do not call it again; tell \
@@ -397,18 +423,58 @@ fn unknown(message: &str) -> ToolError {
     ToolError::outcome_unknown(message)
 }
 
-/// Abandons the call if its future is dropped before the answer (timeout, barge-in).
+/// Withdraws the call if its future is dropped before the answer (a barge-in, the
+/// executor's timeout), and tells the executor what that means for the model.
 struct Waiting<'a> {
-    store: &'a dyn TaskStore,
+    store: &'a Arc<dyn TaskStore>,
     task_id: &'a str,
     event_id: &'a str,
     answered: bool,
+    /// What the call reads if it is cut short (set to "may have run" before the emit).
+    cut: Option<CutShort>,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        if !self.answered {
-            self.store.abandon(self.task_id, self.event_id);
+        if self.answered {
+            return;
+        }
+        let said = match self.store.withdraw_now(self.task_id, self.event_id) {
+            // No client took it, and none ever will: cancelled, as the executor says.
+            Some(Withdrawn::NeverHandedOut) => None,
+            Some(Withdrawn::HandedOut) => Some(Err(unknown(CUT_AFTER_TAKEN))),
+            Some(Withdrawn::Answered(answer)) => Some(result_of(answer)),
+            None => {
+                // The store cannot tell at once: the model reads that it may have run (set
+                // before the emit), and the call is withdrawn in the background so that no
+                // client takes it from now on.
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => {
+                        let store = Arc::clone(self.store);
+                        let (task_id, event_id) =
+                            (self.task_id.to_owned(), self.event_id.to_owned());
+                        runtime.spawn(async move {
+                            let withdrawn = tokio::time::timeout(
+                                WITHDRAW_TIMEOUT,
+                                store.withdraw(&task_id, &event_id),
+                            )
+                            .await;
+                            if !matches!(withdrawn, Ok(Ok(_))) {
+                                tracing::debug!(task_id, event_id, "cut call not withdrawn");
+                                store.abandon(&task_id, &event_id);
+                            }
+                        });
+                    }
+                    Err(_) => self.store.abandon(self.task_id, self.event_id),
+                }
+                return;
+            }
+        };
+        if let Some(cut) = &self.cut {
+            match said {
+                Some(outcome) => cut.reads(outcome),
+                None => cut.clear(),
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::{SessionScope, limits::Run};
+use super::{SessionScope, cut_short::CutCalls, limits::Run};
 
 /// The per-call context: the session and the run the call belongs to, whether the caller can
 /// wait, and an optional token of the call's own.
@@ -12,6 +12,8 @@ pub struct CallContext {
     pub(super) scope: SessionScope,
     pub(super) can_wait: bool,
     pub(super) call_token: Option<CancellationToken>,
+    /// The run's calls cut short half-way, with what their tools said that means.
+    pub(super) cut: CutCalls,
 }
 
 impl Default for CallContext {
@@ -30,6 +32,7 @@ impl CallContext {
             scope: SessionScope::new(),
             can_wait: true,
             call_token: None,
+            cut: CutCalls::default(),
         }
     }
 

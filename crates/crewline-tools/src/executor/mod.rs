@@ -21,6 +21,7 @@ mod builder;
 pub mod cache;
 pub mod claims;
 mod context;
+mod cut_short;
 mod detached;
 mod error;
 mod fingerprint;
@@ -57,6 +58,7 @@ use self::{
 pub use self::{
     builder::ExecutorBuilder,
     context::CallContext,
+    cut_short::CutShort,
     detached::detached_tasks,
     error::ToolCallError,
     idempotency::IdempotencyKey,

@@ -17,6 +17,7 @@ use super::{
     CallContext, Executor, INTERRUPTED_MESSAGE, PANIC_MESSAGE, ToolCallError, ToolRun,
     approval::{self, ApprovalDecision, ApprovalOutcome, ApprovalRecord, ApprovalRequest},
     claims::ClaimKey,
+    cut_short::{CutShort, KeepIfDropped},
     detached, fingerprint,
     guardrails::{self, Side},
     hooks::HookAction,
@@ -63,6 +64,7 @@ impl Executor {
             let mut guard = LedgerGuard {
                 ledger: self.ledger.as_ref(),
                 call: &call,
+                cut: &context.cut,
                 started,
                 trace: Trace::default(),
                 finished: false,
@@ -279,11 +281,13 @@ impl Executor {
         };
         let started = tokio::time::Instant::now();
         let outcome = if policy.cancellable {
-            let raced = call_tool(entry, arguments, limit, context).await;
+            let raced = call_tool(entry, call, arguments, limit, context).await;
             context.run.spend(started.elapsed());
             match raced {
                 Raced::Done(Ok(value)) => self.check_result_size(value),
                 Raced::Done(Err(error)) => Err(error),
+                // The tool said what being cut short means for its call (it may have run).
+                Raced::Said(said) => said.and_then(|value| self.check_result_size(value)),
                 Raced::TimedOut if by_budget => Err(limits::exceeded(
                     "this turn ran out of time for tools while the tool was running",
                 )
@@ -361,8 +365,9 @@ impl Executor {
 
     /// The result for a call whose caller stopped waiting before it finished (a barge-in
     /// dropped the turn): the real outcome of a non-cancellable call that has finished,
-    /// `StillRunning` for one still running, `Cancelled` for anything else (a cancellable
-    /// call was stopped; a call that had not started never will).
+    /// `StillRunning` for one still running, what a cancellable call's tool said being cut
+    /// short means ([`CutShort`]), `Cancelled` for anything else (a cancellable call was
+    /// stopped; a call that had not started never will).
     ///
     /// Synchronous, for drop guards: output guardrails and after-hooks cannot run here, so
     /// with any of them configured a finished outcome is not handed over but left for the
@@ -374,6 +379,13 @@ impl Executor {
         context: &CallContext,
     ) -> ToolResult {
         let cancelled = || ToolResult::error(call, ToolErrorKind::Cancelled, INTERRUPTED_MESSAGE);
+        // A cancellable call whose tool said what being cut short means (it may have run).
+        if let Some(said) = context.cut.take(&call.id) {
+            return match said.and_then(|value| self.check_result_size(value)) {
+                Ok(value) => ToolResult::from_value(call, value),
+                Err(error) => ToolResult::error(call, error.kind, error.message),
+            };
+        }
         let Some(entry) = tools.entry(&call.name) else {
             return cancelled();
         };
@@ -453,6 +465,8 @@ enum Raced {
     Done(Result<Value, ToolCallError>),
     TimedOut,
     Cancelled(CancelledBy),
+    /// Cut short (cancelled or timed out), and its tool said what that means.
+    Said(Result<Value, ToolCallError>),
 }
 
 /// Which token cancelled a call.
@@ -493,18 +507,35 @@ fn guarded_call(
 /// Stage 7 for a cancellable tool: runs it under `limit` and the run's and the call's tokens.
 async fn call_tool(
     entry: &Entry,
+    call: &ToolCall,
     arguments: Value,
     limit: Duration,
     context: &CallContext,
 ) -> Raced {
+    let handle = CutShort::default();
+    // If this future is dropped half-way (a barge-in dropped the turn), what the tool said
+    // being cut short means is kept for `interrupted`.
+    let mut kept = KeepIfDropped {
+        calls: &context.cut,
+        call: &call.id,
+        handle: handle.clone(),
+        finished: false,
+    };
     // A key of its own, minted only if the tool asks for it (no store is involved).
-    let guarded = super::IdempotencyKey::lazily(guarded_call(entry, arguments));
+    let guarded =
+        super::IdempotencyKey::lazily(handle.clone().scope(guarded_call(entry, arguments)));
     // Dropping the tool's future is what stops it, on timeout and on cancellation alike.
-    tokio::select! {
+    let raced = tokio::select! {
         biased;
         () = context.run.token().cancelled() => Raced::Cancelled(CancelledBy::Run),
         () = call_cancelled(context.call_token.as_ref()) => Raced::Cancelled(CancelledBy::Call),
         done = tokio::time::timeout(limit, guarded) => done.map_or(Raced::TimedOut, Raced::Done),
+    };
+    kept.finished = true;
+    // The tool's future is dropped by now: what its drop said counts too.
+    match raced {
+        Raced::Cancelled(_) | Raced::TimedOut => handle.take().map_or(raced, Raced::Said),
+        done => done,
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::{
     CallContext, Executor, IdempotencyKey, ToolCallError,
     approval::ApprovalRecord,
+    cut_short::CutCalls,
     detached::Recorder,
     ledger::{INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, Outcome},
 };
@@ -35,6 +36,8 @@ pub(crate) struct Trace {
 pub(super) struct LedgerGuard<'a> {
     pub(super) ledger: Option<&'a Arc<dyn LedgerSink>>,
     pub(super) call: &'a ToolCall,
+    /// The run's calls cut short, with what their tools said that means.
+    pub(super) cut: &'a CutCalls,
     pub(super) started: Instant,
     pub(super) trace: Trace,
     pub(super) finished: bool,
@@ -46,10 +49,23 @@ impl Drop for LedgerGuard<'_> {
         if self.finished || self.trace.detached {
             return;
         }
-        let error = ToolCallError::new(ToolErrorKind::Cancelled, "the call was cancelled")
-            .with_detail(
-                "the caller stopped waiting (a barge-in or a shutdown) before the call finished",
-            );
+        // The call's tool may have said it could have run all the same (its effect happens
+        // out of its future's reach): then it is no cancellation.
+        let unknown = self
+            .cut
+            .find(&self.call.id)
+            .is_some_and(|handle| handle.is_outcome_unknown());
+        let error = if unknown {
+            ToolCallError::new(
+                ToolErrorKind::OutcomeUnknown,
+                "the call's outcome is unknown",
+            )
+        } else {
+            ToolCallError::new(ToolErrorKind::Cancelled, "the call was cancelled")
+        }
+        .with_detail(
+            "the caller stopped waiting (a barge-in or a shutdown) before the call finished",
+        );
         let record = record(
             self.call,
             &Err(error),

@@ -117,3 +117,71 @@ async fn detached_tools_are_tracked_until_they_end() {
     release.notify_one();
     within(tracker.wait()).await;
 }
+
+/// A tool whose effect happens elsewhere: once it sent its request, being cut short means
+/// it may have run ([`CutShort`](crewline_tools::CutShort)); it then waits forever.
+fn sent_elsewhere() -> (TestTool, Arc<Notify>) {
+    let sent = Arc::new(Notify::new());
+    let signal = Arc::clone(&sent);
+    let t = tool("send", ToolPolicy::new(), move |_| {
+        let signal = Arc::clone(&signal);
+        async move {
+            if let Some(cut) = crewline_tools::CutShort::current() {
+                cut.reads(Err(ToolError::outcome_unknown("it may have run")));
+            }
+            signal.notify_one();
+            std::future::pending::<()>().await;
+            Ok(Value::Null)
+        }
+    });
+    (t, sent)
+}
+
+#[tokio::test]
+async fn a_call_whose_tool_says_it_may_have_run_is_unknown_when_cut_short_not_cancelled() {
+    let (send, sent) = sent_elsewhere();
+    let ledger = Arc::new(MemoryLedger::new());
+    let registry = registry(Executor::builder().ledger(ledger.clone()).build(), [send]);
+
+    // A barge-in drops the call: the model and the ledger read the unknown outcome.
+    let context = registry.context();
+    let the_call = call("c1", "send", "{}");
+    tokio::select! {
+        _ = run_one(&registry, &the_call, &context) => panic!("the call finished"),
+        () = sent.notified() => {}
+    }
+    let told = registry.interrupted(&the_call, &context);
+    assert_eq!(kind(&told), Some(ToolErrorKind::OutcomeUnknown));
+    assert_eq!(message(&told), "it may have run");
+    let records = ledger.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].error_kind, Some(ToolErrorKind::OutcomeUnknown));
+
+    // The call's token fires: the same.
+    let token = tokio_util::sync::CancellationToken::new();
+    let context = registry.context().with_call_token(token.clone());
+    let the_call = call("c2", "send", "{}");
+    let cancelling = async {
+        sent.notified().await;
+        token.cancel();
+    };
+    let (result, ()) =
+        within(async { tokio::join!(run_one(&registry, &the_call, &context), cancelling) }).await;
+    assert_eq!(kind(&result), Some(ToolErrorKind::OutcomeUnknown));
+
+    // A tool that says nothing is cancelled, as before.
+    let (slow, _, started) = hanging("slow", ToolPolicy::new());
+    let registry = registry_with(slow);
+    let context = registry.context();
+    let the_call = call("c3", "slow", "{}");
+    tokio::select! {
+        _ = run_one(&registry, &the_call, &context) => panic!("the call finished"),
+        () = started.notified() => {}
+    }
+    let told = registry.interrupted(&the_call, &context);
+    assert_eq!(kind(&told), Some(ToolErrorKind::Cancelled));
+}
+
+fn registry_with(t: TestTool) -> ToolRegistry {
+    registry(Executor::builder().build(), [t])
+}

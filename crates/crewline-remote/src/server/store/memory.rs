@@ -408,6 +408,44 @@ impl MemoryStore {
         }
         Ok(())
     }
+
+    /// [`TaskStore::withdraw`], at once (nothing here waits).
+    fn withdraw_in_memory(&self, id: &str, event: &str) -> Result<Withdrawn, StoreError> {
+        self.with_task(id, |entry, usage| {
+            let handed_out = entry.handed_out.contains(event);
+            let withdrawn = match entry.calls.get_mut(event) {
+                None => {
+                    return Err(if entry.events.iter().any(|(e, _)| e.id == event) {
+                        StoreError::NotAToolCall(event.to_owned())
+                    } else {
+                        StoreError::UnknownEvent {
+                            task: id.to_owned(),
+                            event: event.to_owned(),
+                        }
+                    });
+                }
+                Some(CallState::Answered(answer)) => match answer.take() {
+                    Some((answer, size)) => {
+                        entry.bytes -= size;
+                        usage.release(&entry.snapshot.owner, size);
+                        return Ok(Withdrawn::Answered(answer));
+                    }
+                    None => return Err(StoreError::AlreadyAnswered(event.to_owned())),
+                },
+                Some(state) if handed_out => {
+                    *state = CallState::Abandoned;
+                    Withdrawn::HandedOut
+                }
+                Some(_) => {
+                    let freed = entry.remove_call(event);
+                    usage.release(&entry.snapshot.owner, freed);
+                    Withdrawn::NeverHandedOut
+                }
+            };
+            entry.touch();
+            Ok(withdrawn)
+        })
+    }
 }
 
 #[async_trait]
@@ -723,40 +761,11 @@ impl TaskStore for MemoryStore {
     }
 
     async fn withdraw(&self, id: &str, event: &str) -> Result<Withdrawn, StoreError> {
-        self.with_task(id, |entry, usage| {
-            let handed_out = entry.handed_out.contains(event);
-            let withdrawn = match entry.calls.get_mut(event) {
-                None => {
-                    return Err(if entry.events.iter().any(|(e, _)| e.id == event) {
-                        StoreError::NotAToolCall(event.to_owned())
-                    } else {
-                        StoreError::UnknownEvent {
-                            task: id.to_owned(),
-                            event: event.to_owned(),
-                        }
-                    });
-                }
-                Some(CallState::Answered(answer)) => match answer.take() {
-                    Some((answer, size)) => {
-                        entry.bytes -= size;
-                        usage.release(&entry.snapshot.owner, size);
-                        return Ok(Withdrawn::Answered(answer));
-                    }
-                    None => return Err(StoreError::AlreadyAnswered(event.to_owned())),
-                },
-                Some(state) if handed_out => {
-                    *state = CallState::Abandoned;
-                    Withdrawn::HandedOut
-                }
-                Some(_) => {
-                    let freed = entry.remove_call(event);
-                    usage.release(&entry.snapshot.owner, freed);
-                    Withdrawn::NeverHandedOut
-                }
-            };
-            entry.touch();
-            Ok(withdrawn)
-        })
+        self.withdraw_in_memory(id, event)
+    }
+
+    fn withdraw_now(&self, id: &str, event: &str) -> Option<Withdrawn> {
+        self.withdraw_in_memory(id, event).ok()
     }
 
     fn abandon(&self, id: &str, event: &str) {
