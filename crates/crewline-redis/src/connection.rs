@@ -124,6 +124,11 @@ impl RedisConnection {
         &self.inner.target
     }
 
+    /// The channel every replica on this prefix listens to for wake-ups.
+    pub(crate) fn wakeup_channel(&self) -> String {
+        format!("{}changed", self.inner.prefix)
+    }
+
     /// Starts watching `key`'s wake-ups (a task id, or an approval's wake-up key).
     pub(crate) fn watch(&self, key: &str) -> Watch {
         self.inner.waiters.watch(key)
