@@ -225,11 +225,13 @@ async fn a_call_taken_over_on_another_replica_closes_the_old_session_without_wai
 
     // The platform reconnects to replica B while A still holds the socket.
     let mut on_b = call(b, "call-notice").await;
+    let taken = std::time::Instant::now();
 
     let (frames, close) = tokio::time::timeout(WAIT, on_a.recv_until_close())
         .await
         .expect("A closes long before its next renewal")
         .expect("frames, then a close frame");
+    eprintln!("A closed {:?} after B was ready", taken.elapsed());
     assert!(
         frames
             .iter()
