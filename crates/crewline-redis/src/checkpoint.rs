@@ -1,6 +1,6 @@
 //! Calls' checkpoints and owners in Redis: a call resumes on any replica sharing the Redis
-//! and prefix, and a replica that lost a call to a newer connection learns it at its next
-//! write or renewal.
+//! and prefix, and a replica that lost a call to a newer connection learns it at once (a
+//! notice on the wake-up channel), or at its next write or renewal if the notice was lost.
 //!
 //! Keys, under the connection's prefix: `call:{id}:checkpoint` (the checkpoint's JSON, living
 //! `ttl` after its last write or renewal) and `call:{id}:owner` (the owner's token, living
@@ -14,6 +14,7 @@ use crewline::session_store::{
     CallStore, CallStoreError, DEFAULT_CHECKPOINT_TTL, DEFAULT_OWNER_LEASE, Fenced,
     MAX_CHECKPOINT_BYTES,
 };
+use futures::{StreamExt, stream::BoxStream};
 use redis::Script;
 
 use crate::{
@@ -25,9 +26,13 @@ use crate::{
 /// not checkpointed rather than made into a key of any size.
 pub const MAX_CALL_ID_BYTES: usize = 256;
 
-/// Makes a token the call's owner, whatever owned it before (newest wins).
+/// Makes a token the call's owner, whatever owned it before (newest wins); when it took the
+/// call from another owner, tells every replica on the connection's wake-up channel (ARGV[3],
+/// message ARGV[4]), so that owner ends its session now rather than at its next renewal.
 const CLAIM: &str = r"
+local older = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if older then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
 return 1
 ";
 
@@ -171,7 +176,10 @@ impl CallStore for RedisCheckpoints {
     async fn claim(&self, call: &str) -> Result<String, CallStoreError> {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let lease = millis(self.lease).to_string();
-        self.run(CLAIM, call, &[&token, &lease]).await?;
+        let channel = self.connection.wakeup_channel();
+        let takeover = takeover_wakeup(call);
+        self.run(CLAIM, call, &[&token, &lease, &channel, &takeover])
+            .await?;
         Ok(token)
     }
 
@@ -213,4 +221,26 @@ impl CallStore for RedisCheckpoints {
     fn renew_every(&self) -> Duration {
         self.lease / 3
     }
+
+    /// This process's one wake-up subscription (shared with tasks, approvals and claims)
+    /// carries the call's takeovers; a lost subscription wakes every watcher once it is back,
+    /// since a notice may have been missed meanwhile. A watch holds a counter, not a queue.
+    fn takeover_hints(&self, call: &str) -> Option<BoxStream<'static, ()>> {
+        if call.len() > MAX_CALL_ID_BYTES {
+            return None;
+        }
+        let mut watch = self.connection.watch(&takeover_wakeup(call));
+        watch.seen();
+        let hints = futures::stream::unfold(watch, |mut watch| async move {
+            watch.changed().await;
+            Some(((), watch))
+        });
+        Some(hints.boxed())
+    }
+}
+
+/// The wake-up message of a takeover of call `call` (apart from tasks' ids, `claim:` and
+/// `approval:` ones).
+fn takeover_wakeup(call: &str) -> String {
+    format!("call:{call}")
 }

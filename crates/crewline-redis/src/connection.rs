@@ -1,11 +1,16 @@
 //! One connection to Redis that the task store and the approver share: the commands'
 //! reconnecting connection, the key prefix, and the wake-up subscription with its local
-//! waiters; and the check, at connect, of the Redis settings that can lose crewline's keys
-//! (eviction, persistence).
+//! waiters; and the check of the Redis settings that can lose crewline's keys (eviction,
+//! persistence): at connect, where a refusal stops the start, and on every primary a Sentinel
+//! failover reaches, where a refusal stops every command to it (fail closed, as if Redis were
+//! unreachable) until a re-check, once a second, finds its settings fixed.
 
 use std::{
     fmt,
-    sync::{Arc, RwLock},
+    sync::{
+        Arc, Mutex, PoisonError, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -24,6 +29,13 @@ use crate::{
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one command may wait for Redis's reply.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a primary whose settings were refused is checked again: an operator's
+/// `CONFIG SET` (or another failover) lets commands through within this.
+const RECHECK_EVERY: Duration = Duration::from_secs(1);
+/// How soon a primary whose settings could not be read (it was unreachable) is asked again.
+const RECHECK_UNCHECKED: Duration = Duration::from_millis(100);
+/// How often a primary still refused is logged again at ERROR.
+const REMIND_EVERY: Duration = Duration::from_secs(60);
 
 /// A connection to Redis under one key prefix, shared by a [`RedisStore`](crate::RedisStore)
 /// and a [`RedisApproval`](crate::RedisApproval) (one command connection and one wake-up
@@ -45,6 +57,12 @@ struct Inner {
     prefix: String,
     /// The URL, its password hidden: what messages and logs name.
     target: String,
+    /// The settings checks, run at connect and on every new primary.
+    checks: Checks,
+    /// Whether `refused` holds a refusal (read on every command, without the lock).
+    refusing: AtomicBool,
+    /// The primary whose settings can lose crewline's keys: no command goes to it.
+    refused: Mutex<Option<Refused>>,
     waiters: Arc<Waiters>,
     router: tokio::task::AbortHandle,
 }
@@ -85,7 +103,10 @@ impl RedisConnection {
             .await
             .map_err(unreachable)?;
         let checks = Checks::from_variables(|name| std::env::var(name).ok());
-        check_settings(&mut commands.clone(), &target, checks).await?;
+        let checked = check_settings(&mut commands.clone(), &target, checks).await;
+        if let Checked::Refused { error, .. } = checked {
+            return Err(error);
+        }
         let channel = format!("{prefix}changed");
         let pubsub = wakeups::subscribe(&primary, &channel, CONNECT_TIMEOUT)
             .await
@@ -100,7 +121,7 @@ impl RedisConnection {
             Arc::downgrade(&waiters),
         ));
         tracing::info!(redis = %target, prefix = %prefix, "connected to Redis");
-        Ok(Self {
+        let connection = Self {
             inner: Arc::new(Inner {
                 commands: RwLock::new(commands),
                 primary,
@@ -108,10 +129,18 @@ impl RedisConnection {
                 primary_addr: RwLock::new(primary_addr),
                 prefix,
                 target,
+                checks,
+                refusing: AtomicBool::new(false),
+                refused: Mutex::new(None),
                 waiters,
                 router: router.abort_handle(),
             }),
-        })
+        };
+        // Lost right after connecting: no command goes out before its settings are read.
+        if let Checked::Unchecked { .. } = checked {
+            connection.judge(&connection.primary_addr(), checked);
+        }
+        Ok(connection)
     }
 
     /// The key prefix.
@@ -122,6 +151,11 @@ impl RedisConnection {
     /// The URL, its password hidden.
     pub(crate) fn target(&self) -> &str {
         &self.inner.target
+    }
+
+    /// The channel every replica on this prefix listens to for wake-ups.
+    pub(crate) fn wakeup_channel(&self) -> String {
+        format!("{}changed", self.inner.prefix)
     }
 
     /// Starts watching `key`'s wake-ups (a task id, or an approval's wake-up key).
@@ -168,17 +202,22 @@ impl RedisConnection {
                 .unwrap_or_else(|| self.commands()),
             _ => self.commands(),
         };
+        self.admit().await?;
         match invocation.invoke_async(&mut connection).await {
             // The connection had failed before this command was sent (Redis was down): the
             // manager is reconnecting now, and sending once more is safe.
             Err(error) if error.is_connection_refusal() => {
                 let mut connection = self.follow_primary().await.unwrap_or(connection);
+                self.admit().await?;
                 invocation.invoke_async(&mut connection).await
             }
             // A replica refused it: it did not run. Send it to the new primary.
             Err(error) if error.code() == Some("READONLY") && self.inner.primary.is_sentinel() => {
                 match self.follow_primary().await {
-                    Some(mut primary) => invocation.invoke_async(&mut primary).await,
+                    Some(mut primary) => {
+                        self.admit().await?;
+                        invocation.invoke_async(&mut primary).await
+                    }
                     None => Err(error),
                 }
             }
@@ -214,6 +253,12 @@ impl RedisConnection {
         match ConnectionManager::new_with_config(client, manager_config()).await {
             Ok(commands) => {
                 tracing::warn!(redis = %self.inner.target, primary = %addr, "Redis failed over: commands go to the new primary");
+                // A promoted replica has settings of its own: checked as at start, before any
+                // command can reach it.
+                let checked =
+                    check_settings(&mut commands.clone(), &self.inner.target, self.inner.checks)
+                        .await;
+                self.judge(&addr, checked);
                 if let Ok(mut slot) = self.inner.commands.write() {
                     *slot = commands.clone();
                 }
@@ -228,6 +273,193 @@ impl RedisConnection {
             }
         }
     }
+}
+
+impl RedisConnection {
+    fn refused(&self) -> std::sync::MutexGuard<'_, Option<Refused>> {
+        // Every update replaces the whole value: a poisoned lock still holds a consistent one.
+        self.inner
+            .refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records what checking the primary at `addr` found: a refusal (logged at ERROR) stops
+    /// every command until a re-check passes; an acceptance lifts an earlier refusal.
+    fn judge(&self, addr: &str, checked: Checked) {
+        let now = tokio::time::Instant::now();
+        let mut refused = self.refused();
+        match checked {
+            Checked::Unchecked { reason } => {
+                tracing::warn!(
+                    redis = %self.inner.target,
+                    primary = %addr,
+                    %reason,
+                    "could not read the Redis primary's settings: nothing is written to it until \
+                     they are"
+                );
+                let reminded = refused.as_ref().map_or(now, |old| old.reminded);
+                *refused = Some(Refused {
+                    primary: addr.to_owned(),
+                    why: Why::Unchecked(reason),
+                    recheck_at: now + RECHECK_UNCHECKED,
+                    reminded,
+                });
+                self.inner.refusing.store(true, Ordering::Release);
+            }
+            Checked::Refused { settings, error } => {
+                let remind = refused.as_ref().is_none_or(|old| {
+                    old.primary != addr
+                        || matches!(old.why, Why::Unchecked(_))
+                        || now >= old.reminded + REMIND_EVERY
+                });
+                if remind {
+                    tracing::error!(
+                        redis = %self.inner.target,
+                        primary = %addr,
+                        error = %error,
+                        recheck = ?RECHECK_EVERY,
+                        "the Redis primary's settings can lose crewline's keys: nothing is \
+                         written to it (claims, approvals, tasks, checkpoints, ledger), so tools \
+                         with effects are refused before they run, until its settings are fixed"
+                    );
+                }
+                let reminded = match refused.as_ref() {
+                    Some(old) if !remind => old.reminded,
+                    _ => now,
+                };
+                *refused = Some(Refused {
+                    primary: addr.to_owned(),
+                    why: Why::Settings(settings),
+                    recheck_at: now + RECHECK_EVERY,
+                    reminded,
+                });
+                self.inner.refusing.store(true, Ordering::Release);
+            }
+            Checked::Accepted => {
+                if let Some(old) = refused.take() {
+                    tracing::warn!(
+                        redis = %self.inner.target,
+                        primary = %addr,
+                        refused = %old.primary,
+                        "the Redis primary's settings keep crewline's keys: commands go to it again"
+                    );
+                }
+                self.inner.refusing.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// Lets a command through unless the primary's settings are refused; then it fails as
+    /// if Redis refused the connection (it was never sent). Checks them again when due.
+    async fn admit(&self) -> redis::RedisResult<()> {
+        if !self.inner.refusing.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if !self.recheck_due() {
+            return Err(self.refusal());
+        }
+        // Another failover may have come meanwhile (nothing went out to learn of it).
+        self.follow_primary().await;
+        let _checking = self.inner.following.lock().await;
+        if !self.recheck_due() {
+            return if self.inner.refusing.load(Ordering::Acquire) {
+                Err(self.refusal())
+            } else {
+                Ok(())
+            };
+        }
+        let checked =
+            check_settings(&mut self.commands(), &self.inner.target, self.inner.checks).await;
+        self.judge(&self.primary_addr(), checked);
+        if self.inner.refusing.load(Ordering::Acquire) {
+            Err(self.refusal())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether a refused primary is due to be checked again.
+    fn recheck_due(&self) -> bool {
+        self.refused()
+            .as_ref()
+            .is_some_and(|refused| tokio::time::Instant::now() >= refused.recheck_at)
+    }
+
+    /// The error of a command refused for the primary's settings: a connection refusal (it
+    /// was certainly not sent) whose cause names the setting and the fix.
+    fn refusal(&self) -> redis::RedisError {
+        let cause: Box<dyn std::error::Error + Send + Sync> = match self.refused().as_ref() {
+            Some(Refused {
+                primary,
+                why: Why::Settings(settings),
+                ..
+            }) => match assess(settings, self.inner.checks, &self.inner.target) {
+                Err(source) => Box::new(RefusedPrimary::Settings {
+                    primary: primary.clone(),
+                    source,
+                }),
+                Ok(_) => "the Redis primary's settings were refused".into(),
+            },
+            Some(Refused {
+                primary,
+                why: Why::Unchecked(reason),
+                ..
+            }) => Box::new(RefusedPrimary::Unchecked {
+                primary: primary.clone(),
+                reason: reason.clone(),
+            }),
+            None => "the Redis primary's settings were refused".into(),
+        };
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            cause,
+        ))
+    }
+}
+
+/// A primary no command goes to, and when to look again.
+struct Refused {
+    /// Its address.
+    primary: String,
+    /// Why.
+    why: Why,
+    /// When a command may check it again.
+    recheck_at: tokio::time::Instant,
+    /// When it was last logged at ERROR.
+    reminded: tokio::time::Instant,
+}
+
+/// Why a primary gets no command.
+enum Why {
+    /// Its settings (as it reported them) can lose crewline's keys.
+    Settings(Settings),
+    /// Its settings could not be read yet (it was unreachable).
+    Unchecked(String),
+}
+
+/// Why a command was not sent to the primary.
+#[derive(Debug, thiserror::Error)]
+enum RefusedPrimary {
+    /// Its settings can lose crewline's keys.
+    #[error("the Redis primary at {primary} is not written to")]
+    Settings {
+        /// Its address.
+        primary: String,
+        /// What is wrong with its settings.
+        #[source]
+        source: RedisStoreError,
+    },
+    /// Its settings could not be read yet.
+    #[error(
+        "the Redis primary at {primary} is not written to until its settings are read ({reason})"
+    )]
+    Unchecked {
+        /// Its address.
+        primary: String,
+        /// Why they could not be read.
+        reason: String,
+    },
 }
 
 /// The command connection's settings: few, short retries, so an operation while Redis is
@@ -462,12 +694,25 @@ async fn setting(
     Ok(reply.get(name).cloned())
 }
 
+/// Why the settings could not be read.
+enum Unread {
+    /// Redis would not tell (`CONFIG` disabled, say).
+    Untold(String),
+    /// Redis could not be reached to ask.
+    Unreachable(String),
+}
+
 /// The settings, or why they could not be read.
-async fn settings(connection: &mut ConnectionManager) -> Result<Settings, String> {
+async fn settings(connection: &mut ConnectionManager) -> Result<Settings, Unread> {
     let mut read = async |name: &str| match setting(connection, name).await {
         Ok(Some(value)) => Ok(value),
-        Ok(None) => Err(format!("CONFIG GET {name} returned nothing")),
-        Err(error) => Err(format!("CONFIG GET {name} failed: {error}")),
+        Ok(None) => Err(Unread::Untold(format!(
+            "CONFIG GET {name} returned nothing"
+        ))),
+        Err(error) if failure(&error) == "is unreachable" => Err(Unread::Unreachable(format!(
+            "CONFIG GET {name} failed: {error}"
+        ))),
+        Err(error) => Err(Unread::Untold(format!("CONFIG GET {name} failed: {error}"))),
     };
     Ok(Settings {
         policy: read("maxmemory-policy").await?,
@@ -476,32 +721,52 @@ async fn settings(connection: &mut ConnectionManager) -> Result<Settings, String
     })
 }
 
+/// What checking a Redis's settings found.
+enum Checked {
+    /// Nothing that can lose crewline's keys (or a Redis that will not tell: warned of).
+    Accepted,
+    /// Settings that can lose crewline's keys.
+    Refused {
+        /// What Redis reported.
+        settings: Settings,
+        /// Which setting, and the fix.
+        error: RedisStoreError,
+    },
+    /// Redis could not be reached to ask.
+    Unchecked {
+        /// What the attempt met.
+        reason: String,
+    },
+}
+
 /// Checks the settings of the Redis behind `connection` as `checks` say: refuses an
 /// eviction policy that can drop crewline's keys, and a Redis without persistence when that is
 /// required; warns of the rest. A Redis that will not tell (managed services often disable
-/// `CONFIG`) is a warning, not a refusal.
-async fn check_settings(
-    connection: &mut ConnectionManager,
-    url: &str,
-    checks: Checks,
-) -> Result<(), RedisStoreError> {
+/// `CONFIG`) is a warning, not a refusal; one that cannot be reached to ask is refused, as
+/// a command would be.
+async fn check_settings(connection: &mut ConnectionManager, url: &str, checks: Checks) -> Checked {
     if !checks.check {
         tracing::info!(redis = %url, "Redis settings not checked ({CHECK_VARIABLE}=0)");
-        return Ok(());
+        return Checked::Accepted;
     }
     let settings = match settings(connection).await {
         Ok(settings) => settings,
-        Err(reason) => {
+        Err(Unread::Untold(reason)) => {
             tracing::warn!(
                 redis = %url,
                 %reason,
                 "could not check Redis's eviction and persistence settings: make sure \
                  maxmemory-policy is noeviction and appendonly is yes (docs/deploying.md, Redis)"
             );
-            return Ok(());
+            return Checked::Accepted;
         }
+        Err(Unread::Unreachable(reason)) => return Checked::Unchecked { reason },
     };
-    match assess(&settings, checks, url)? {
+    let verdict = match assess(&settings, checks, url) {
+        Ok(verdict) => verdict,
+        Err(error) => return Checked::Refused { settings, error },
+    };
+    match verdict {
         Verdict::Safe => {}
         Verdict::SnapshotsOnly => tracing::warn!(
             redis = %url,
@@ -515,7 +780,7 @@ async fn check_settings(
              task, claim and approval; set appendonly yes"
         ),
     }
-    Ok(())
+    Checked::Accepted
 }
 
 /// What a failed command says of Redis: unreachable (down, or the network), or failed.

@@ -76,7 +76,8 @@ pub struct RedisLedgerOptions {
     /// Arguments kept whole up to this size (default [`DEFAULT_LEDGER_MAX_ARGUMENT_BYTES`]).
     pub max_argument_bytes: usize,
     /// Outcome records queued for the writer task at most (default 4,096); more are dropped
-    /// and counted, calls never wait on Redis for an outcome.
+    /// and counted. Queued: the outcomes of calls without effects, which never wait on Redis,
+    /// and those of calls with effects whose awaited write failed or timed out.
     pub capacity: usize,
     /// How long one write may take (default 1 s, under the executor's 2 s intent limit).
     pub write_timeout: Duration,
@@ -129,9 +130,10 @@ impl RedisLedgerOptions {
 }
 
 /// The tool ledger as a Redis stream (`<prefix>ledger`), shared by every replica on the same
-/// Redis and prefix: intents are written before a tool with effects starts (the call waits
-/// for Redis's answer, at most `write_timeout`), outcomes by a task of the ledger's own (the
-/// call never waits for them). [`pending`](Self::pending) lists the intents no outcome names.
+/// Redis and prefix: intents are written before a tool with effects starts, and its outcome
+/// before its result returns (the call waits for Redis's answer, at most `write_timeout`);
+/// the other outcomes (calls without effects) by a task of the ledger's own, which no call
+/// waits for. [`pending`](Self::pending) lists the intents no outcome names.
 ///
 /// The stream is trimmed to about `max_len` entries on every write (`XADD MAXLEN ~`), so it
 /// never grows past that even if nobody reads it. A Redis error never fails a call by itself:
@@ -374,10 +376,10 @@ async fn write_outcomes(
     }
 }
 
-impl LedgerSink for RedisLedger {
-    fn record(&self, record: &LedgerRecord) -> Result<(), LedgerError> {
-        let shared = &self.shared;
-        let json = match shared.bounded(&record.arguments) {
+impl Shared {
+    /// `record` as the stream's entry, its arguments bounded.
+    fn outcome_entry(&self, record: &LedgerRecord) -> Result<String, LedgerError> {
+        let json = match self.bounded(&record.arguments) {
             Some(excerpt) => {
                 let mut record = record.clone();
                 record.arguments = excerpt;
@@ -385,7 +387,15 @@ impl LedgerSink for RedisLedger {
             }
             None => LedgerEntry::Outcome(record.clone()).to_json()?,
         };
-        if shared.queue.try_send(("outcome", text(json))).is_err() {
+        Ok(text(json))
+    }
+}
+
+impl LedgerSink for RedisLedger {
+    fn record(&self, record: &LedgerRecord) -> Result<(), LedgerError> {
+        let shared = &self.shared;
+        let entry = shared.outcome_entry(record)?;
+        if shared.queue.try_send(("outcome", entry)).is_err() {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             shared.failed("the outcome queue is full (Redis is not keeping up): record dropped");
         }
@@ -409,6 +419,19 @@ impl LedgerSink for RedisLedger {
 
     fn require_intent(&self) -> bool {
         self.shared.options.require_intent
+    }
+
+    /// One `XADD` awaited (at most `write_timeout`), as an intent is: once it resolves, the
+    /// outcome is in Redis whatever happens to this process.
+    fn settle(&self, record: &LedgerRecord) -> BoxFuture<'static, Result<(), LedgerError>> {
+        let shared = Arc::clone(&self.shared);
+        let entry = shared.outcome_entry(record);
+        Box::pin(async move {
+            shared
+                .append("outcome", &entry?)
+                .await
+                .map_err(|reason| LedgerError::OutcomeNotStored { reason })
+        })
     }
 }
 

@@ -194,6 +194,85 @@ async fn a_call_taken_over_by_another_replica_resumes_there_and_the_old_session_
     assert_eq!(turn(&mut on_b, "Go on").await, "resolve");
 }
 
+/// Waits until call `id`'s checkpoint holds a completed turn (written after the turn's end).
+async fn written_after_a_turn(redis: &RedisServer, id: &str) {
+    let checkpoints = checkpoints(redis, Duration::from_secs(3)).await;
+    for _ in 0..100 {
+        if let Some(json) = checkpoints.load(id).await.expect("load")
+            && Checkpoint::from_json(&json).expect("readable").turns >= 1
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no checkpoint after the turn");
+}
+
+#[tokio::test]
+async fn a_call_taken_over_on_another_replica_closes_the_old_session_without_waiting_for_a_renewal()
+{
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Owners renew every 10 minutes: only the takeover notice can close A within the test.
+    let lease = Duration::from_secs(30 * 60);
+    let a = serve(replica(checkpoints(&redis, lease).await)).await;
+    let b = serve(replica(checkpoints(&redis, lease).await)).await;
+
+    let mut on_a = call(a, "call-notice").await;
+    assert_eq!(turn(&mut on_a, "Hi").await, "intake");
+    written_after_a_turn(&redis, "call-notice").await;
+
+    // The platform reconnects to replica B while A still holds the socket.
+    let mut on_b = call(b, "call-notice").await;
+    let taken = std::time::Instant::now();
+
+    let (frames, close) = tokio::time::timeout(WAIT, on_a.recv_until_close())
+        .await
+        .expect("A closes long before its next renewal")
+        .expect("frames, then a close frame");
+    eprintln!("A closed {:?} after B was ready", taken.elapsed());
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["type"] == "agent.error" && f["payload"]["reason"] == "superseded"),
+        "{frames:?}"
+    );
+    assert_eq!(close.expect("a close frame").code, 4409);
+    assert_eq!(turn(&mut on_b, "Still there?").await, "resolve");
+}
+
+#[tokio::test]
+async fn a_lost_subscription_makes_every_owner_check_since_a_notice_may_have_been_missed() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let store = checkpoints(&redis, Duration::from_secs(30 * 60)).await;
+    let mut hints = store
+        .takeover_hints("call-quiet")
+        .expect("Redis sends notices");
+
+    // Redis drops every subscriber (a restart, a network blip): notices sent meanwhile are
+    // lost, so once subscribed again every owner is told to look.
+    let client = redis::Client::open(redis.url()).expect("url");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT KILL");
+    assert!(killed >= 1, "the store's subscription was killed");
+    tokio::time::timeout(WAIT, futures::StreamExt::next(&mut hints))
+        .await
+        .expect("a hint once subscribed again")
+        .expect("the hints go on");
+}
+
 /// Set in a child process of this test binary: the Redis URL its replica checkpoints to.
 const REPLICA_VARIABLE: &str = "CREWLINE_TEST_RESUME_REPLICA_REDIS";
 
@@ -284,18 +363,7 @@ async fn a_call_resumes_in_its_sub_agent_after_its_replica_is_killed() {
     let mut socket = call(first.addr, "call-kill").await;
     assert_eq!(turn(&mut socket, "Hi").await, "intake");
     // The turn moved the router to `resolve`; its checkpoint is written after the turn's end.
-    let checkpoints = checkpoints(&redis, Duration::from_secs(3)).await;
-    let mut written = false;
-    for _ in 0..100 {
-        if let Some(json) = checkpoints.load("call-kill").await.expect("load")
-            && Checkpoint::from_json(&json).expect("readable").turns >= 1
-        {
-            written = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(written, "no checkpoint after the turn");
+    written_after_a_turn(&redis, "call-kill").await;
     first.kill();
     drop(socket);
 

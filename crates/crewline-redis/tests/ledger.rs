@@ -5,6 +5,7 @@
 mod common;
 
 use std::{
+    io::{BufRead, BufReader, Write},
     process::{Command, Stdio},
     sync::{
         Arc,
@@ -194,6 +195,90 @@ async fn a_replica_killed_mid_tool_leaves_its_intent_pending_for_any_replica() {
     assert_eq!(other.entries(100).await.expect("entries").len(), 3);
 }
 
+/// Set in the child of the kill-after-the-result test: `url prefix`.
+const RESULT_CHILD: &str = "CREWLINE_TEST_REDIS_LEDGER_RESULT_CHILD";
+/// What that child prints once its transfer's result is back.
+const RESULT_LINE: &str = "ledger-test: the transfer's result is back";
+
+/// The child of the kill-after-the-result test: one transfer with effects on a one-thread
+/// runtime. Once its result is back it says so, and its only thread never runs anything
+/// again until the SIGKILL: whatever was left for later (a queued record) is lost, as in a
+/// kill at that very instant.
+fn result_child(setting: &str) {
+    let Some((url, prefix)) = setting.split_once(' ') else {
+        panic!("bad {RESULT_CHILD}: {setting}");
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let connection = RedisConfig::new(url)
+            .prefix(prefix)
+            .open()
+            .await
+            .expect("connected");
+        let (tools, runs) = tools(RedisLedger::new(connection), None);
+        let run = tools
+            .execute_one(&transfer("tc_1", 1), &context("call-a"))
+            .await;
+        assert!(!run.result.is_error(), "{}", run.result.content());
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        let mut out = std::io::stdout();
+        writeln!(out, "{RESULT_LINE}").expect("stdout");
+        out.flush().expect("stdout");
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    });
+}
+
+#[test]
+fn a_replica_killed_right_after_a_transfers_result_leaves_nothing_pending() {
+    if let Ok(setting) = std::env::var(RESULT_CHILD) {
+        result_child(&setting);
+        return;
+    }
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            "a_replica_killed_right_after_a_transfers_result_leaves_nothing_pending",
+            "--nocapture",
+        ])
+        .env(RESULT_CHILD, format!("{} result:", server.url()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the child starts");
+    let stdout = child.stdout.take().expect("its stdout");
+    let heard = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains(RESULT_LINE));
+    // SIGKILL at once: no polite path, nothing flushed.
+    child.kill().expect("SIGKILL");
+    child.wait().expect("the child is reaped");
+    assert!(heard, "the child never got the transfer's result");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let other = ledger(&server, "result:", RedisLedgerOptions::default()).await;
+        let pending = other.pending().await.expect("the stream reads");
+        assert!(
+            pending.is_empty(),
+            "a transfer whose result was back shows as pending: {pending:?}"
+        );
+        let entries = other.entries(100).await.expect("entries");
+        assert_eq!(entries.len(), 2, "its intent and its outcome: {entries:?}");
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_is_down_a_tool_with_effects_is_refused_not_run_unrecorded() {
     let Some(mut server) = RedisServer::start() else {
@@ -315,5 +400,47 @@ async fn intent_cost() {
         took[took.len() / 2],
         took[took.len() * 99 / 100],
         took[took.len() - 1]
+    );
+}
+
+/// The cost of storing a transfer's outcome before its result returns (one `XADD` round trip
+/// on loopback), and what a whole transfer call takes with it: run with
+/// `cargo test -p crewline-redis --test ledger -- --ignored --nocapture outcome_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn outcome_cost() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let ledger = ledger(&server, "cost:", RedisLedgerOptions::default()).await;
+    let percentiles = |mut took: Vec<Duration>| {
+        took.sort();
+        (took[took.len() / 2], took[took.len() * 99 / 100])
+    };
+    let (tools, _) = tools(ledger.clone(), None);
+    let mut settle = Vec::new();
+    let mut queued = Vec::new();
+    let mut calls = Vec::new();
+    for n in 0..2000_u64 {
+        let run = tools
+            .execute_one(&transfer(&format!("tc_{n}"), 1), &context(&format!("c{n}")))
+            .await;
+        calls.push(run.latency);
+        let entries = ledger.entries(1).await.expect("entries");
+        let Some(LedgerEntry::Outcome(record)) = entries.last() else {
+            panic!("the outcome is the newest entry");
+        };
+        let started = Instant::now();
+        ledger.settle(record).await.expect("written");
+        settle.push(started.elapsed());
+        let started = Instant::now();
+        ledger.record(record).expect("queued");
+        queued.push(started.elapsed());
+    }
+    let (settle, queued, calls) = (percentiles(settle), percentiles(queued), percentiles(calls));
+    eprintln!(
+        "redis outcome: awaited (settle) p50 {:?} p99 {:?}; queued (record) p50 {:?} p99 {:?}; \
+         a whole transfer call (intent + tool + outcome) p50 {:?} p99 {:?}",
+        settle.0, settle.1, queued.0, queued.1, calls.0, calls.1
     );
 }

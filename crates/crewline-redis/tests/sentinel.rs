@@ -16,10 +16,15 @@ use std::{
 };
 
 use common::{AOF_ARGS, RedisServer};
-use crewline_redis::RedisConfig;
+use crewline_core::error_chain;
+use crewline_redis::{RedisClaims, RedisConfig, RedisStore};
 use crewline_remote::{
-    StoreError, TaskStore,
+    StoreError, StoreLimits, TaskStore,
     wire::{CustomTool, TaskStatus, ToolAnswer},
+};
+use crewline_tools::{
+    IdempotencyKey, SessionScope,
+    executor::claims::{Claim, ClaimKey, ClaimRequest, ClaimStore, ClaimTerms, ClaimToken},
 };
 
 /// A `redis-server --sentinel` this test started; killed when dropped.
@@ -96,16 +101,24 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_survive_a_sentinel_failover_and_the_store_follows_the_new_primary() {
+/// One primary, one replica and three sentinels that know each other, and the
+/// `redis+sentinel://` URL naming them; the replica runs with `replica_settings`.
+struct Group {
+    primary: RedisServer,
+    replica: RedisServer,
+    /// Kept alive (killed when dropped).
+    _sentinels: Vec<Sentinel>,
+    url: String,
+}
+
+/// A [`Group`] whose primary runs with AOF and `noeviction`, or `None` without redis-server.
+async fn group(replica_settings: &[&str]) -> Option<Group> {
     let settings = [AOF_ARGS, &["--maxmemory-policy", "noeviction"]].concat();
-    let Some(mut primary) = RedisServer::start_with(&settings) else {
-        return;
-    };
+    let primary = RedisServer::start_with(&settings)?;
     let primary_port = primary.port().to_string();
     let replica = RedisServer::start_with(
         &[
-            settings.as_slice(),
+            replica_settings,
             &["--replicaof", "127.0.0.1", &primary_port],
         ]
         .concat(),
@@ -147,6 +160,26 @@ async fn tasks_survive_a_sentinel_failover_and_the_store_follows_the_new_primary
             .collect::<Vec<_>>()
             .join(",")
     );
+    Some(Group {
+        primary,
+        replica,
+        _sentinels: sentinels,
+        url,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_survive_a_sentinel_failover_and_the_store_follows_the_new_primary() {
+    let settings = [AOF_ARGS, &["--maxmemory-policy", "noeviction"]].concat();
+    let Some(Group {
+        mut primary,
+        replica,
+        _sentinels,
+        url,
+    }) = group(&settings).await
+    else {
+        return;
+    };
     let store = RedisConfig::new(&url)
         .connect()
         .await
@@ -263,4 +296,121 @@ fn tool_t() -> CustomTool {
         output: String::new(),
         timeout_ms: None,
     }
+}
+
+/// The claim of call `call`'s transfer, for `token`.
+fn claim_of(call: &str, token: &ClaimToken) -> (ClaimKey, ClaimRequest) {
+    let key = ClaimKey::new(
+        &SessionScope::for_call(call),
+        "transfer",
+        &serde_json::json!({"amount": 50}),
+    );
+    let request = ClaimRequest::Claim {
+        token: token.clone(),
+        idempotency_key: IdempotencyKey::fresh(),
+        retake_unknown: false,
+    };
+    (key, request)
+}
+
+const TERMS: ClaimTerms = ClaimTerms {
+    lease: Duration::from_secs(10),
+    window: Duration::from_secs(120),
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_that_can_evict_gets_no_claim_until_its_policy_is_fixed() {
+    // The replica was set up carelessly: an eviction policy that can drop claims.
+    let evicting = [AOF_ARGS, &["--maxmemory-policy", "allkeys-lru"]].concat();
+    let Some(Group {
+        mut primary,
+        replica,
+        _sentinels,
+        url,
+    }) = group(&evicting).await
+    else {
+        return;
+    };
+    let connection = RedisConfig::new(&url)
+        .prefix("evict:")
+        .open()
+        .await
+        .expect("the primary keeps its keys: accepted");
+    let claims = RedisClaims::new(connection.clone());
+    let tasks = RedisStore::with_connection(connection, StoreLimits::default());
+    let (key, request) = claim_of("c1", &ClaimToken::fresh());
+    let won = claims.claim(&key, request, TERMS).await.expect("claimed");
+    assert!(matches!(won, Claim::Won { .. }), "{won:?}");
+
+    primary.stop(); // SIGKILL: Sentinel promotes the evicting replica.
+    let killed = Instant::now();
+    let refused = loop {
+        let (key, request) = claim_of("c2", &ClaimToken::fresh());
+        match claims.claim(&key, request, TERMS).await {
+            Ok(claim) => panic!(
+                "a claim went to a primary that can evict it ({:?} after the kill): {claim:?}",
+                killed.elapsed()
+            ),
+            Err(error) if error_chain(&error).contains("maxmemory-policy allkeys-lru") => {
+                break error;
+            }
+            // The failover itself: the old primary is gone, Sentinel has not promoted yet.
+            Err(_) => {
+                assert!(
+                    killed.elapsed() < Duration::from_secs(30),
+                    "the store never reached the new primary"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    eprintln!(
+        "claims refused for the new primary's policy {:?} after the kill: {}",
+        killed.elapsed(),
+        error_chain(&refused)
+    );
+    let role: String = query(&replica.url(), redis::cmd("INFO").arg("replication"))
+        .await
+        .expect("INFO");
+    assert!(role.contains("role:master"), "the replica was promoted");
+    assert!(
+        error_chain(&refused).contains("maxmemory-policy noeviction"),
+        "the refusal names the fix: {}",
+        error_chain(&refused)
+    );
+    // Refused like an unreachable store, before anything was sent: a remote tool is told
+    // "not called", and nothing was written.
+    assert!(matches!(
+        tasks.create("a", None, Vec::new()).await,
+        Err(StoreError::Unreachable(_))
+    ));
+    let keys: Vec<String> = query(&replica.url(), redis::cmd("KEYS").arg("evict:*"))
+        .await
+        .expect("KEYS");
+    let (c2, _) = claim_of("c2", &ClaimToken::fresh());
+    assert!(
+        !keys.contains(&format!("evict:claim:{}", c2.as_str())),
+        "c2's claim was written: {keys:?}"
+    );
+
+    // The operator fixes the new primary: claims go to it again, without a restart.
+    let _: () = query(
+        &replica.url(),
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("noeviction"),
+    )
+    .await
+    .expect("CONFIG SET");
+    let fixed = Instant::now();
+    until(Duration::from_secs(10), "claims after the fix", || async {
+        let (key, request) = claim_of("c2", &ClaimToken::fresh());
+        matches!(
+            claims.claim(&key, request, TERMS).await,
+            Ok(Claim::Won { .. })
+        )
+    })
+    .await;
+    eprintln!("claims taken again {:?} after the fix", fixed.elapsed());
 }

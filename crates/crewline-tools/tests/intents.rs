@@ -20,7 +20,7 @@ use crewline_tools::{
     CallContext, Executor, SessionScope, Tool, ToolError, ToolPolicy, ToolRegistry,
     executor::ledger::{
         INTENT_TIMEOUT, JsonlLedger, LedgerEntry, LedgerError, LedgerIntent, LedgerRecord,
-        LedgerSink, MemoryLedger,
+        LedgerSink, MemoryLedger, OUTCOME_TIMEOUT,
     },
 };
 use futures::future::BoxFuture;
@@ -610,4 +610,129 @@ async fn a_call_refused_for_its_intent_can_be_retried_and_runs_once() {
         1,
         "it never ran before, so it runs now"
     );
+}
+
+/// A sink whose queued records (`record`) never reach its store, as when the process is
+/// killed before its writer runs; what `settle` stores is kept at once, unless `settle_fails`
+/// or `settle_hangs`.
+#[derive(Default)]
+struct KilledBeforeTheQueue {
+    kept: MemoryLedger,
+    queued: MemoryLedger,
+    settle_fails: bool,
+    settle_hangs: bool,
+}
+
+impl LedgerSink for KilledBeforeTheQueue {
+    fn record(&self, record: &LedgerRecord) -> Result<(), LedgerError> {
+        self.queued.record(record)
+    }
+    fn intent(&self, intent: &LedgerIntent) -> BoxFuture<'static, Result<(), LedgerError>> {
+        self.kept.intent(intent)
+    }
+    fn settle(&self, record: &LedgerRecord) -> BoxFuture<'static, Result<(), LedgerError>> {
+        if self.settle_hangs {
+            return Box::pin(std::future::pending());
+        }
+        if self.settle_fails {
+            return Box::pin(std::future::ready(Err(LedgerError::OutcomeNotStored {
+                reason: "the store is down".to_owned(),
+            })));
+        }
+        self.kept.settle(record)
+    }
+}
+
+#[tokio::test]
+async fn a_tool_with_effects_has_its_outcome_stored_before_its_result_returns() {
+    let ledger = Arc::new(KilledBeforeTheQueue::default());
+    let (transfer, _) = counted("transfer_money", false);
+    let (lookup, _) = counted("get_balance", true);
+    let tools = registry(ledger.clone(), [transfer, lookup]);
+    let ctx = context("c1");
+    let transferred = tools
+        .execute_one(
+            &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
+            &ctx,
+        )
+        .await;
+    assert!(!transferred.result.is_error());
+    // The process dies now: nothing queued is written. The call is not pending.
+    assert!(
+        ledger.kept.pending().is_empty(),
+        "a finished transfer shows as pending: {:?}",
+        ledger.kept.pending()
+    );
+    assert_eq!(ledger.kept.records().len(), 1);
+    // A call without effects does not wait for the ledger: its record is queued.
+    tools
+        .execute_one(&ToolCall::new("tc_2", "get_balance", "{}"), &ctx)
+        .await;
+    assert_eq!(ledger.kept.records().len(), 1);
+    assert_eq!(ledger.queued.records().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outcome_that_cannot_be_stored_at_once_is_queued_and_the_result_still_returns() {
+    for ledger in [
+        KilledBeforeTheQueue {
+            settle_fails: true,
+            ..KilledBeforeTheQueue::default()
+        },
+        KilledBeforeTheQueue {
+            settle_hangs: true,
+            ..KilledBeforeTheQueue::default()
+        },
+    ] {
+        let ledger = Arc::new(ledger);
+        let (transfer, runs) = counted("transfer_money", false);
+        let tools = registry(ledger.clone(), [transfer]);
+        let started = tokio::time::Instant::now();
+        let transferred = tools
+            .execute_one(
+                &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
+                &context("c1"),
+            )
+            .await;
+        assert!(!transferred.result.is_error());
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(
+            started.elapsed() <= OUTCOME_TIMEOUT,
+            "{:?}",
+            started.elapsed()
+        );
+        let queued = ledger.queued.records();
+        assert_eq!(queued.len(), 1, "the outcome went to the queue instead");
+        assert!(queued[0].intent_id.is_some());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_ends_after_its_caller_stopped_waiting_stores_its_outcome_on_its_task() {
+    let ledger = Arc::new(KilledBeforeTheQueue::default());
+    let mut slow = tool("transfer_money", false, |arguments| async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        Ok(arguments)
+    });
+    slow.policy = slow.policy.timeout(Duration::from_secs(1));
+    let tools = registry(ledger.clone(), [slow]);
+    let waited = tools
+        .execute_one(
+            &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
+            &context("c1"),
+        )
+        .await;
+    assert_eq!(
+        waited.result.error_kind(),
+        Some(ToolErrorKind::StillRunning)
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // The tool's task (which a shutdown waits for) stored the real outcome itself.
+    crewline_tools::executor::detached_tasks().wait().await;
+    assert!(
+        ledger.kept.pending().is_empty(),
+        "{:?}",
+        ledger.kept.records()
+    );
+    assert!(ledger.kept.records().iter().any(|record| record.ran_on));
 }

@@ -19,6 +19,7 @@ use std::{
 };
 
 use async_trait::async_trait;
+use futures::{StreamExt, stream::BoxStream};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -146,6 +147,15 @@ pub trait CallStore: Send + Sync + 'static {
     /// call to another replica goes on before it learns.
     fn renew_every(&self) -> Duration {
         DEFAULT_OWNER_LEASE / 3
+    }
+    /// Hints that another connection may have taken `call` over: each item asks its owner to
+    /// renew now (which tells it whether it lost the call) instead of at its next renewal.
+    /// `None` (the default): renewals alone tell. A hint is not proof: a store may send one
+    /// when it may have missed a takeover (a lost subscription, say), and the owner renews to
+    /// know.
+    fn takeover_hints(&self, call: &str) -> Option<BoxStream<'static, ()>> {
+        let _ = call;
+        None
     }
 }
 
@@ -357,12 +367,26 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // While a write failed: when to try it again, and the wait after that.
     let mut retry: Option<(tokio::time::Instant, Duration)> = None;
+    let mut hints = attached.store.takeover_hints(&key);
+    // The call was claimed before these hints were listened to: a takeover in between sent
+    // its hint to no one, so the first round checks ownership at once.
+    let mut check_now = hints.is_some();
     loop {
-        let write = tokio::select! {
-            () = attached.dirty.notified() => true,
-            () = sleep_until(retry.map(|(at, _)| at)) => true,
-            // A renewal while a write is pending is that write (it renews too).
-            _ = renew.tick() => retry.is_some(),
+        let write = if std::mem::take(&mut check_now) {
+            false
+        } else {
+            tokio::select! {
+                () = attached.dirty.notified() => true,
+                () = sleep_until(retry.map(|(at, _)| at)) => true,
+                // A renewal while a write is pending is that write (it renews too).
+                _ = renew.tick() => retry.is_some(),
+                hint = next_hint(&mut hints) => {
+                    if hint.is_none() {
+                        hints = None;
+                    }
+                    retry.is_some()
+                }
+            }
         };
         let result = if write {
             match call.checkpoint().to_json() {
@@ -394,6 +418,14 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
                 }
             }
         }
+    }
+}
+
+/// The next takeover hint (`None`: the hints ended); never without hints.
+async fn next_hint(hints: &mut Option<BoxStream<'static, ()>>) -> Option<()> {
+    match hints {
+        Some(hints) => hints.next().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -534,20 +566,98 @@ mod tests {
         checkpointer.abort();
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_turn_whose_only_change_is_a_crew_value_is_written() {
-        let store = Arc::new(MemoryCallStore::new());
+    /// A memory store that sends takeover hints when the test says.
+    struct Hinted {
+        inner: MemoryCallStore,
+        hints: Mutex<Option<tokio::sync::mpsc::Receiver<()>>>,
+    }
+
+    #[async_trait]
+    impl CallStore for Hinted {
+        async fn claim(&self, call: &str) -> Result<String, CallStoreError> {
+            self.inner.claim(call).await
+        }
+        async fn load(&self, call: &str) -> Result<Option<String>, CallStoreError> {
+            self.inner.load(call).await
+        }
+        async fn save(
+            &self,
+            call: &str,
+            token: &str,
+            json: &str,
+        ) -> Result<Fenced, CallStoreError> {
+            self.inner.save(call, token, json).await
+        }
+        async fn renew(&self, call: &str, token: &str) -> Result<Fenced, CallStoreError> {
+            self.inner.renew(call, token).await
+        }
+        async fn release(&self, call: &str, token: &str) -> Result<(), CallStoreError> {
+            self.inner.release(call, token).await
+        }
+        fn takeover_hints(&self, _call: &str) -> Option<BoxStream<'static, ()>> {
+            let receiver = self.hints.lock().ok()?.take()?;
+            let hints = futures::stream::unfold(receiver, |mut receiver| async move {
+                receiver.recv().await.map(|()| ((), receiver))
+            });
+            Some(hints.boxed())
+        }
+    }
+
+    /// A call `k` owned on `store`, its checkpointer running.
+    async fn owned_call(store: Arc<dyn CallStore>) -> crate::CallControl {
         let token = store.claim("k").await.expect("claim");
         let attached = crate::call::Attached {
-            store: store.clone(),
+            store,
             token,
             dirty: tokio::sync::Notify::new(),
             lost: crate::call::signal::Lost::default(),
         };
         let init = crate::SessionSetup::dry_run().call().init().clone();
         let (outbound, _inbound) = tokio::sync::mpsc::channel(1);
-        let call =
-            crate::CallControl::new(init, outbound, Some("k".to_owned()), Some(attached), None);
+        crate::CallControl::new(init, outbound, Some("k".to_owned()), Some(attached), None)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_hint_ends_the_older_session_before_its_next_renewal() {
+        let (hint, hints) = tokio::sync::mpsc::channel(1);
+        let store = Arc::new(Hinted {
+            inner: MemoryCallStore::new(),
+            hints: Mutex::new(Some(hints)),
+        });
+        let call = owned_call(store.clone()).await;
+        let checkpointer = tokio::spawn(run_checkpointer(call.clone()));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Another replica takes the call over and its store says so.
+        store.claim("k").await.expect("claim");
+        hint.send(()).await.expect("the checkpointer listens");
+        // Well within the 5 s renewal period: only the hint can have told it.
+        tokio::time::timeout(Duration::from_secs(1), call.superseded())
+            .await
+            .expect("superseded on the hint");
+        checkpointer.await.expect("the checkpointer stops");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_before_the_hints_were_listened_to_is_seen_at_once() {
+        let (_hint, hints) = tokio::sync::mpsc::channel(1);
+        let store = Arc::new(Hinted {
+            inner: MemoryCallStore::new(),
+            hints: Mutex::new(Some(hints)),
+        });
+        let call = owned_call(store.clone()).await;
+        // Taken over between the claim and the checkpointer's start: no hint will come.
+        store.claim("k").await.expect("claim");
+        let checkpointer = tokio::spawn(run_checkpointer(call.clone()));
+        tokio::time::timeout(Duration::from_secs(1), call.superseded())
+            .await
+            .expect("superseded at once");
+        checkpointer.await.expect("the checkpointer stops");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_whose_only_change_is_a_crew_value_is_written() {
+        let store = Arc::new(MemoryCallStore::new());
+        let call = owned_call(store.clone()).await;
         let checkpointer = tokio::spawn(run_checkpointer(call.clone()));
         // The crew's question to the caller, the only thing this turn changed.
         call.checkpoint_put("asked", &"Shall I transfer $50.00 to Alice?")

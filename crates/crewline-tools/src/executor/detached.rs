@@ -16,7 +16,11 @@ use serde_json::Value;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::{ToolCallError, Trace, inflight::Settled, ledger::LedgerSink};
+use super::{
+    ToolCallError, Trace,
+    inflight::Settled,
+    ledger::{LedgerRecord, LedgerSink},
+};
 
 /// The tracker of every detached (non-cancellable) tool task of the process.
 ///
@@ -41,13 +45,27 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// Writes the record of a call that finished (or was dropped) after its waiter left.
-    fn write(self, outcome: Result<Value, ToolCallError>) {
+    /// The record of a call that finished (or was dropped) after its waiter left.
+    fn ran_on(self, outcome: Result<Value, ToolCallError>) -> (Arc<dyn LedgerSink>, LedgerRecord) {
         let mut record = super::record(&self.call, &outcome, self.started.elapsed(), self.trace);
         record.ran_on = true;
-        if let Err(error) = self.sink.record(&record) {
+        (self.sink, record)
+    }
+
+    /// Writes the record of a call that finished (or was dropped) after its waiter left.
+    fn write(self, outcome: Result<Value, ToolCallError>) {
+        let (sink, record) = self.ran_on(outcome);
+        if let Err(error) = sink.record(&record) {
             tracing::error!(%error, "the tool ledger could not be written");
         }
+    }
+
+    /// Stores the record of a call that finished after its waiter left, as the waiter would
+    /// have ([`write_record`](super::record::write_record)): on the tool's task, which a
+    /// shutdown waits for.
+    async fn settle(self, outcome: Result<Value, ToolCallError>) {
+        let (sink, record) = self.ran_on(outcome);
+        super::record::write_record(&sink, record).await;
     }
 }
 
@@ -90,7 +108,9 @@ pub(crate) fn spawn(tool: BoxFuture<'static, Settled>, recorder: Option<Recorder
     detached_tasks().spawn(
         async move {
             let done = tool.await;
-            task.finish(done);
+            if let Some((recorder, done)) = task.finish(done) {
+                recorder.settle(done).await;
+            }
         }
         .instrument(tracing::Span::current()),
     );
@@ -108,21 +128,25 @@ struct TaskEnd {
 }
 
 impl TaskEnd {
-    fn finish(&mut self, done: Settled) {
+    /// Hands `done` to the waiter; when the waiter is gone, returns what the task must
+    /// record.
+    fn finish(&mut self, done: Settled) -> Option<(Recorder, Settled)> {
         self.done = true;
         let mut state = self.slot.lock();
         match std::mem::replace(&mut *state, State::Handed) {
             State::Running => {
                 *state = State::Finished(done);
+                None
             }
             State::Abandoned(recorder) => {
                 drop(state);
                 tracing::info!("a tool finished after its caller stopped waiting");
-                if let Some(recorder) = recorder {
-                    recorder.write(done);
-                }
+                recorder.map(|recorder| (recorder, done))
             }
-            other => *state = other,
+            other => {
+                *state = other;
+                None
+            }
         }
     }
 }

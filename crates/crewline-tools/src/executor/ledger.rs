@@ -5,8 +5,10 @@
 //! crash, `kill -9`, a node lost) after the tool may have started and before its outcome was
 //! written. [`JsonlLedger::pending`] (and `crewline ledger pending`) lists them. A sink that
 //! cannot store an intent refuses the call by default ([`LedgerSink::require_intent`]): a tool
-//! that moves money does not run unrecorded. A failure to write an outcome never fails the
-//! call: it is logged. [`JsonlLedger`] appends JSON Lines from
+//! that moves money does not run unrecorded. The outcome of a call with effects is stored
+//! before its result returns ([`LedgerSink::settle`], at most [`OUTCOME_TIMEOUT`]), so a crash
+//! after the result cannot leave that call pending; other outcomes are queued. A failure to
+//! write an outcome never fails the call: it is logged. [`JsonlLedger`] appends JSON Lines from
 //! a writer thread of its own (the async threads only queue the record), with one write per
 //! record, so a crash mid-write loses at most that record; its reader skips a torn line.
 //! Rotation is hand-written (a rename chain of a few lines): it must happen between records
@@ -178,6 +180,12 @@ pub enum LedgerError {
         /// What went wrong, in the sink's words.
         reason: String,
     },
+    /// The sink could not store an outcome at once ([`LedgerSink::settle`]).
+    #[error("the ledger could not store the outcome: {reason}")]
+    OutcomeNotStored {
+        /// What went wrong, in the sink's words.
+        reason: String,
+    },
 }
 
 /// Where records go.
@@ -199,6 +207,16 @@ pub trait LedgerSink: Send + Sync {
     /// yes; a tool that moves money does not run unrecorded).
     fn require_intent(&self) -> bool {
         true
+    }
+
+    /// Stores the outcome record of a call whose intent was stored, resolving once a crash of
+    /// this process can no longer lose it. The executor waits for it (at most
+    /// [`OUTCOME_TIMEOUT`]) before the call's result returns, so a call whose result was
+    /// heard never shows as pending; if it fails, the record goes to
+    /// [`record`](Self::record). The default is `record`, whose record a sink may still hold
+    /// in a queue.
+    fn settle(&self, record: &LedgerRecord) -> BoxFuture<'static, Result<(), LedgerError>> {
+        Box::pin(std::future::ready(self.record(record)))
     }
 }
 
@@ -269,6 +287,11 @@ impl LedgerSink for MemoryLedger {
 /// (then it is refused, or runs unrecorded: [`LedgerSink::require_intent`]): a caller on the
 /// phone waits seconds, and a sink this slow is failing.
 pub const INTENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The longest the result of a call with effects waits for its outcome record to be stored
+/// ([`LedgerSink::settle`]); then the record is queued instead: a caller's answer is not held
+/// up longer for its bookkeeping.
+pub const OUTCOME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The records a [`JsonlLedger`] queues for its writer thread by default.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 4096;
@@ -388,6 +411,11 @@ enum Job {
     Flush(mpsc::SyncSender<()>),
     /// One encoded intent, newline included: answered once it is written (and synced).
     Intent(
+        Vec<u8>,
+        tokio::sync::oneshot::Sender<Result<(), LedgerError>>,
+    ),
+    /// One encoded outcome record that settles an intent: answered once it is written.
+    Settle(
         Vec<u8>,
         tokio::sync::oneshot::Sender<Result<(), LedgerError>>,
     ),
@@ -613,15 +641,48 @@ impl LedgerSink for JsonlLedger {
             });
         let (done, written) = tokio::sync::oneshot::channel();
         let sent = line.and_then(|line| self.send(Job::Intent(line, done)));
+        self.answered(sent, written, |reason| LedgerError::IntentNotStored {
+            reason,
+        })
+    }
+
+    /// Written to the OS before it resolves (synced too with `sync_data`): a killed process
+    /// loses nothing the OS has; an intent's fsync is not repeated for its outcome.
+    fn settle(&self, record: &LedgerRecord) -> BoxFuture<'static, Result<(), LedgerError>> {
+        let line = serde_json::to_vec(record)
+            .map(|mut line| {
+                line.push(b'\n');
+                line
+            })
+            .map_err(LedgerError::from);
+        let (done, written) = tokio::sync::oneshot::channel();
+        let sent = line.and_then(|line| self.send(Job::Settle(line, done)));
+        self.answered(sent, written, |reason| LedgerError::OutcomeNotStored {
+            reason,
+        })
+    }
+
+    fn require_intent(&self) -> bool {
+        self.require_intent
+    }
+}
+
+impl JsonlLedger {
+    /// Waits for the writer's answer to a line `sent` with `written` as its answer; a full
+    /// queue is the error `full` makes.
+    fn answered(
+        &self,
+        sent: Result<bool, LedgerError>,
+        written: tokio::sync::oneshot::Receiver<Result<(), LedgerError>>,
+        full: fn(String) -> LedgerError,
+    ) -> BoxFuture<'static, Result<(), LedgerError>> {
         let path = self.path.clone();
         Box::pin(async move {
             if !sent? {
-                return Err(LedgerError::IntentNotStored {
-                    reason: format!(
-                        "the queue of {} is full (the disk is not keeping up)",
-                        path.display()
-                    ),
-                });
+                return Err(full(format!(
+                    "the queue of {} is full (the disk is not keeping up)",
+                    path.display()
+                )));
             }
             // The writer answers once the line is written (and synced); its thread gone
             // without an answer means it was not.
@@ -632,10 +693,6 @@ impl LedgerSink for JsonlLedger {
                 })
             })
         })
-    }
-
-    fn require_intent(&self) -> bool {
-        self.require_intent
     }
 }
 
@@ -681,6 +738,14 @@ impl Writer {
                         tracing::error!(%error, "an intent could not be written to the tool ledger");
                     }
                     // The caller may have stopped waiting (its call was dropped).
+                    let _ = done.send(written);
+                }
+                Job::Settle(line, done) => {
+                    let written = self.write(&line);
+                    if let Err(error) = &written {
+                        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(%error, "the tool ledger could not be written");
+                    }
                     let _ = done.send(written);
                 }
             }
@@ -888,5 +953,26 @@ mod tests {
         assert_eq!(ids, ["1", "2"]);
         assert_eq!(ledger.take().len(), 2);
         assert!(ledger.records().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_jsonl_outcome_is_in_the_file_once_settle_resolves() {
+        let path = std::env::temp_dir().join(format!(
+            "crewline-ledger-settle-{}.jsonl",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let ledger = JsonlLedger::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mut settled = record("c1");
+        settled.intent_id = Some("int_1".to_owned());
+        ledger
+            .settle(&settled)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Not flushed: the writer answered once the line was with the OS.
+        let read = JsonlLedger::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read, [settled]);
+        drop(ledger);
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -23,7 +23,7 @@ use super::{
     hooks::HookAction,
     inflight::{self, Local},
     limits,
-    record::{LedgerGuard, Trace, record},
+    record::{LedgerGuard, Trace, record, write_record},
     run_once::Claimed,
     validation::CallArguments,
 };
@@ -94,10 +94,7 @@ impl Executor {
                 }
             }
             if let Some(ledger) = &self.ledger {
-                let record = record(&call, &outcome, latency, trace);
-                if let Err(error) = ledger.record(&record) {
-                    tracing::error!(%error, "the tool ledger could not be written");
-                }
+                write_record(ledger, record(&call, &outcome, latency, trace)).await;
             }
             // The outcome stays a value: it becomes text once, in the model's message.
             let result = ToolResult::new(&call, outcome.map_err(ToolFailure::from));

@@ -15,7 +15,10 @@ use super::{
     approval::ApprovalRecord,
     cut_short::CutCalls,
     detached::Recorder,
-    ledger::{INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, Outcome},
+    ledger::{
+        INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, OUTCOME_TIMEOUT,
+        Outcome,
+    },
 };
 
 /// What the pipeline learnt about one call, for the ledger.
@@ -119,6 +122,50 @@ pub(super) fn record(
         approval: trace.approval,
         cache_hit: trace.cache_hit,
         timestamp_ms: now_ms(),
+    }
+}
+
+/// Writes `record` to `ledger`. A record that settles an intent (a call with effects) is
+/// awaited, at most [`OUTCOME_TIMEOUT`], before the call's result returns: a crash once the
+/// result is out cannot leave the call pending. Any other record is queued: calls without
+/// effects never wait for the ledger.
+pub(super) async fn write_record(ledger: &Arc<dyn LedgerSink>, record: LedgerRecord) {
+    if record.intent_id.is_none() {
+        if let Err(error) = ledger.record(&record) {
+            tracing::error!(%error, "the tool ledger could not be written");
+        }
+        return;
+    }
+    let settling = ledger.settle(&record);
+    // Queued instead if this call is dropped while it waits (a barge-in ends the turn).
+    let mut unsettled = Unsettled {
+        ledger,
+        record: Some(record),
+    };
+    match tokio::time::timeout(OUTCOME_TIMEOUT, settling).await {
+        Ok(Ok(())) => unsettled.record = None,
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "the outcome could not be stored at once: it is queued");
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?OUTCOME_TIMEOUT, "the outcome was not stored in time: it is queued");
+        }
+    }
+}
+
+/// An outcome record not yet stored: queued when dropped.
+struct Unsettled<'a> {
+    ledger: &'a Arc<dyn LedgerSink>,
+    record: Option<LedgerRecord>,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if let Some(record) = self.record.take()
+            && let Err(error) = self.ledger.record(&record)
+        {
+            tracing::error!(%error, "the tool ledger could not be written");
+        }
     }
 }
 
