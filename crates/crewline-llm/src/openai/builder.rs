@@ -11,7 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
 use super::{OpenAiClient, body, http::Transport, key::ApiKey};
-use crate::{AnswerLimits, LlmError, MaxTokensField, RequestOptions};
+use crate::{AnswerLimits, LlmError, MaxTokensField, RequestOptions, TlsRoots};
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -91,6 +91,8 @@ pub struct OpenAiClientBuilder {
     max_retries: usize,
     max_event_bytes: usize,
     answer_limits: AnswerLimits,
+    /// PEM given to [`OpenAiClientBuilder::add_root_certificate`], read when built.
+    root_pems: Vec<Vec<u8>>,
 }
 
 impl Default for OpenAiClientBuilder {
@@ -111,6 +113,7 @@ impl Default for OpenAiClientBuilder {
             max_retries: DEFAULT_MAX_RETRIES,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             answer_limits: AnswerLimits::default(),
+            root_pems: Vec::new(),
         }
     }
 }
@@ -133,6 +136,7 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
             .field("answer_limits", &self.answer_limits)
+            .field("root_certificates", &self.root_pems.len())
             .finish()
     }
 }
@@ -290,6 +294,15 @@ impl OpenAiClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates of `pem` (one or more `-----BEGIN CERTIFICATE-----` blocks)
+    /// beside the platform's roots and those of `SSL_CERT_FILE`: a self-hosted model behind
+    /// a private CA, a company's TLS-inspecting proxy. A `pem` with no certificate fails the
+    /// build with [`LlmError::Config`].
+    pub fn add_root_certificate(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.root_pems.push(pem.as_ref().to_vec());
+        self
+    }
+
     /// Checks the settings and builds the client.
     pub fn build(mut self) -> Result<OpenAiClient, LlmError> {
         let azure = self.azure.take();
@@ -355,8 +368,13 @@ impl OpenAiClientBuilder {
             Some(azure) => azure.url(&base_url)?,
             None => format!("{base_url}/chat/completions"),
         };
+        let roots = self
+            .root_pems
+            .iter()
+            .try_fold(TlsRoots::new(), |roots, pem| roots.add_pem(pem))?;
         let transport = Transport::new(
             self.connect_timeout,
+            roots,
             &url,
             key_header,
             authorization,

@@ -25,7 +25,7 @@ use thread_local::ThreadLocal;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::wire::{error_body_message, snippet};
-use crate::{ErrorDetail, LlmError};
+use crate::{ErrorDetail, LlmError, TlsRoots, transport};
 
 /// How much of an error answer's body is read: far more than any server's message; the rest
 /// is left unread (the connection is closed), so a huge or endless error body costs nothing.
@@ -263,6 +263,10 @@ type HyperClient = legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// One connection pool, of either stack.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per pool, never moved; the reqwest variant goes with the proxy path"
+)]
 enum Client {
     /// hyper-util's.
     Hyper(HyperClient),
@@ -280,17 +284,26 @@ enum Client {
 struct Clients {
     shared: Client,
     per_thread: ThreadLocal<Client>,
-    stack: Stack,
-    connect_timeout: Duration,
+    settings: Settings,
+}
+
+/// What every connection pool of a client is built with.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// Which stack requests go through.
+    pub(crate) stack: Stack,
+    /// The time limit for opening a connection.
+    pub(crate) connect_timeout: Duration,
+    /// The CA certificates trusted beside the platform's roots.
+    pub(crate) roots: TlsRoots,
 }
 
 impl Clients {
-    fn new(stack: Stack, connect_timeout: Duration) -> Result<Self, HttpError> {
+    fn new(settings: Settings) -> Result<Self, HttpError> {
         Ok(Self {
-            shared: client(stack, connect_timeout)?,
+            shared: client(&settings)?,
             per_thread: ThreadLocal::new(),
-            stack,
-            connect_timeout,
+            settings,
         })
     }
 
@@ -302,43 +315,40 @@ impl Clients {
             // The first request on a thread builds its client, which reads the system's CA
             // certificates (a few milliseconds, once per thread). Building it on the blocking
             // pool instead was measured: with mimalloc the process kept ~28 MiB more resident.
-            self.per_thread
-                .get_or_try(|| client(self.stack, self.connect_timeout))
+            self.per_thread.get_or_try(|| client(&self.settings))
         } else {
             Ok(&self.shared)
         }
     }
 }
 
-/// A client of `stack` with its own connection pool.
-fn client(stack: Stack, connect_timeout: Duration) -> Result<Client, HttpError> {
+/// A client of `settings.stack` with its own connection pool.
+fn client(settings: &Settings) -> Result<Client, HttpError> {
     // No total timeout here: it would cut long streams. First-byte and idle limits are
     // enforced around each await instead.
-    match stack {
-        Stack::Hyper => Ok(Client::Hyper(hyper_client(connect_timeout)?)),
-        Stack::Reqwest => Ok(Client::Reqwest(
-            reqwest::Client::builder()
-                .connect_timeout(connect_timeout)
-                .build()?,
-        )),
+    match settings.stack {
+        Stack::Hyper => Ok(Client::Hyper(hyper_client(settings)?)),
+        Stack::Reqwest => {
+            // The same TLS as the hyper stack's (roots, verifier), HTTP/1.1 as reqwest is built.
+            let mut tls = transport::client_config(&settings.roots)?;
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(Client::Reqwest(
+                reqwest::Client::builder()
+                    .connect_timeout(settings.connect_timeout)
+                    .tls_backend_preconfigured(tls)
+                    .build()?,
+            ))
+        }
     }
 }
 
 /// hyper-util's pooled client, connecting as reqwest does: `connect_timeout`, no Nagle delay,
 /// HTTP/1.1, and for `https` rustls with the process's crypto provider (else aws-lc-rs) and
-/// the platform's verifier, so it trusts the same roots.
-fn hyper_client(connect_timeout: Duration) -> Result<HyperClient, HttpError> {
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())?;
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
+/// the platform's verifier with the extra roots.
+fn hyper_client(settings: &Settings) -> Result<HyperClient, HttpError> {
+    let tls = transport::client_config(&settings.roots)?;
     let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(connect_timeout));
+    http.set_connect_timeout(Some(settings.connect_timeout));
     http.set_nodelay(true);
     // `https` URLs reach the TLS layer wrapped around this connector.
     http.enforce_http(false);
@@ -362,6 +372,8 @@ fn hyper_client(connect_timeout: Duration) -> Result<HyperClient, HttpError> {
 #[derive(Clone)]
 pub(crate) struct Transport {
     clients: Arc<Clients>,
+    /// The server's `host:port`, named in connection errors.
+    host: Arc<str>,
     /// `{base}/chat/completions`, or an Azure deployment's URL (for reqwest).
     url: reqwest::Url,
     /// The same URL, for hyper.
@@ -375,29 +387,27 @@ pub(crate) struct Transport {
 
 impl Transport {
     /// A transport posting to `url` with the key in `key_header`, through the stack the
-    /// process's environment calls for (see [`Stack::for_env`]).
+    /// process's environment calls for (see [`Stack::for_env`]), trusting `roots` and those
+    /// of `SSL_CERT_FILE`.
     pub(crate) fn new(
         connect_timeout: Duration,
+        roots: TlsRoots,
         url: &str,
         key_header: HeaderName,
         authorization: HeaderValue,
         max_retries: usize,
     ) -> Result<Self, LlmError> {
-        let stack = Stack::for_env(|name| std::env::var_os(name));
-        Self::with_stack(
-            stack,
+        let settings = Settings {
+            stack: Stack::for_env(|name| std::env::var_os(name)),
             connect_timeout,
-            url,
-            key_header,
-            authorization,
-            max_retries,
-        )
+            roots: roots.with_env(|name| std::env::var_os(name))?,
+        };
+        Self::with_settings(settings, url, key_header, authorization, max_retries)
     }
 
-    /// A transport posting to `url` through `stack`.
-    fn with_stack(
-        stack: Stack,
-        connect_timeout: Duration,
+    /// A transport posting to `url`, its pools built with `settings`.
+    pub(crate) fn with_settings(
+        settings: Settings,
         url: &str,
         key_header: HeaderName,
         authorization: HeaderValue,
@@ -407,11 +417,16 @@ impl Transport {
             .map_err(|e| LlmError::Config(format!("invalid URL {url:?}: {e}")))?;
         let uri = hyper::Uri::try_from(url.as_str())
             .map_err(|e| LlmError::Config(format!("invalid URL {:?}: {e}", url.as_str())))?;
-        let clients = Clients::new(stack, connect_timeout).map_err(|e| {
+        let clients = Clients::new(settings).map_err(|e| {
             LlmError::Config(format!("could not set up the HTTP client: {}", chain(&e)))
         })?;
+        let host = match (url.host_str(), url.port_or_known_default()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (host, _) => host.unwrap_or_default().to_owned(),
+        };
         Ok(Self {
             clients: Arc::new(clients),
+            host: host.into(),
             url,
             uri,
             key_header,
@@ -422,7 +437,17 @@ impl Transport {
 
     /// The stack this transport's requests go through.
     pub(crate) fn stack(&self) -> Stack {
-        self.clients.stack
+        self.clients.settings.stack
+    }
+
+    /// Maps an error from before the first byte of the answer, naming the server.
+    pub(crate) fn request_error(&self, error: SendError) -> LlmError {
+        request_error(error, self.clients.settings.connect_timeout, &self.host)
+    }
+
+    /// Maps a transfer error from before the first byte (or while reading a whole answer).
+    pub(crate) fn http_error(&self, error: HttpError) -> LlmError {
+        http_error(error, self.clients.settings.connect_timeout, &self.host)
     }
 
     /// Posts the JSON `body`, retrying what may succeed on another try, at most `max_retries`
@@ -574,10 +599,10 @@ fn is_out_of_quota(body: &[u8]) -> bool {
         .any(|key| error.get(key).and_then(serde_json::Value::as_str) == Some("insufficient_quota"))
 }
 
-/// Maps an error from before the first byte of the answer.
-pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmError {
+/// Maps an error from before the first byte of the answer from `host`.
+fn request_error(error: SendError, connect_timeout: Duration, host: &str) -> LlmError {
     match error {
-        SendError::Http(err) => http_error(err, connect_timeout),
+        SendError::Http(err) => http_error(err, connect_timeout, host),
         SendError::Status(status) => LlmError::Api {
             status: Some(status.status),
             message: status.message,
@@ -585,19 +610,48 @@ pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmE
     }
 }
 
-/// Maps a transfer error from before the first byte (or while reading a whole answer).
-pub(crate) fn http_error(err: HttpError, connect_timeout: Duration) -> LlmError {
+/// Maps a transfer error with `host` from before the first byte (or while reading a whole
+/// answer). A connection error names the host, and a refused certificate says so.
+fn http_error(err: HttpError, connect_timeout: Duration, host: &str) -> LlmError {
     let message = chain(&err);
     if err.is_connect() && err.is_timeout() {
-        let message = format!("no connection within {connect_timeout:?}: {message}");
+        let message = format!("no connection to {host} within {connect_timeout:?}: {message}");
         LlmError::Connect(err.detail(message))
     } else if err.is_timeout() {
         LlmError::Timeout(connect_timeout)
     } else if err.is_body() {
         LlmError::InvalidResponse(err.detail(message))
+    } else if let Some(tls) = tls_error(&err) {
+        let why = match tls {
+            rustls::Error::InvalidCertificate(_) => {
+                ": its certificate is not trusted for this host (trust its CA with SSL_CERT_FILE \
+                 or OpenAiClientBuilder::add_root_certificate)"
+            }
+            _ => "",
+        };
+        let message = format!("TLS with {host} failed{why}: {message}");
+        LlmError::Connect(err.detail(message))
     } else {
+        let message = format!("could not connect to {host}: {message}");
         LlmError::Connect(err.detail(message))
     }
+}
+
+/// The TLS error among `error`'s causes (rustls' error travels inside I/O errors, nested,
+/// whose `source` skips what they wrap).
+fn tls_error<'e>(error: &'e (dyn StdError + 'static)) -> Option<&'e rustls::Error> {
+    std::iter::successors(Some(error), |e| (*e).source()).find_map(|cause| {
+        let mut cause: &(dyn StdError + 'static) = cause;
+        loop {
+            if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+                return Some(tls);
+            }
+            let inner = cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)?;
+            cause = inner;
+        }
+    })
 }
 
 /// Maps an error while reading the streamed body: the answer is cut.
@@ -649,7 +703,7 @@ mod tests {
             status: 400,
             message: "bad model".to_owned(),
         });
-        let mapped = request_error(error, Duration::from_secs(1));
+        let mapped = request_error(error, Duration::from_secs(1), "h:1");
         assert!(
             matches!(&mapped, LlmError::Api { status: Some(400), message } if message == "bad model"),
             "{mapped:?}"
@@ -844,15 +898,13 @@ mod tests {
     fn transport(stack: Stack, url: &str, connect_timeout: Duration) -> Transport {
         let mut key = HeaderValue::from_static("Bearer sk-test");
         key.set_sensitive(true);
-        Transport::with_stack(
+        let settings = Settings {
             stack,
             connect_timeout,
-            url,
-            hyper::header::AUTHORIZATION,
-            key,
-            0,
-        )
-        .expect("transport")
+            roots: TlsRoots::new(),
+        };
+        Transport::with_settings(settings, url, hyper::header::AUTHORIZATION, key, 0)
+            .expect("transport")
     }
 
     /// A one-request HTTP/1.1 server on 127.0.0.1 answering [`ANSWER`] as an event stream;
@@ -988,7 +1040,7 @@ mod tests {
                 matches!(&error, SendError::Http(err) if err.is_connect() && !err.is_timeout()),
                 "{stack:?}: {error:?}"
             );
-            let mapped = request_error(error, timeout);
+            let mapped = transport.request_error(error);
             assert!(
                 matches!(&mapped, LlmError::Connect(d) if d.message().to_lowercase().contains("connection refused")),
                 "{stack:?}: {mapped:?}"
@@ -1028,9 +1080,9 @@ mod tests {
                 .send(Bytes::new())
                 .await
                 .expect_err("no connection");
-            let mapped = request_error(error, timeout);
+            let mapped = transport.request_error(error);
             assert!(
-                matches!(&mapped, LlmError::Connect(d) if d.message().starts_with("no connection within 250ms: ")),
+                matches!(&mapped, LlmError::Connect(d) if d.message().starts_with(&format!("no connection to {addr} within 250ms: "))),
                 "{stack:?}: {mapped:?}"
             );
         }
@@ -1061,7 +1113,7 @@ mod tests {
             matches!(&error, SendError::Http(HttpError::Client(err)) if err.is_connect()),
             "{error:?}"
         );
-        let mapped = request_error(error, timeout);
+        let mapped = transport.request_error(error);
         assert!(matches!(mapped, LlmError::Connect(_)), "{mapped:?}");
         server.await.expect("the server ran");
     }

@@ -227,7 +227,7 @@ impl OpenAiClient {
             Ok(Err(error)) => {
                 let error = self
                     .api_key
-                    .scrub_error(http::request_error(error, self.connect_timeout));
+                    .scrub_error(self.transport.request_error(error));
                 tracing::warn!(%error, "request failed before the first byte");
                 Err(error)
             }
@@ -247,7 +247,7 @@ impl OpenAiClient {
             .transport
             .send(body)
             .await
-            .map_err(|e| http::request_error(e, self.connect_timeout))?;
+            .map_err(|e| self.transport.request_error(e))?;
         let bytes = match http::read_limited(response, self.max_event_bytes).await {
             Ok(http::Limited::Whole(bytes)) => bytes,
             Ok(http::Limited::Cut(_)) => {
@@ -256,7 +256,7 @@ impl OpenAiClient {
                     limit: self.max_event_bytes,
                 });
             }
-            Err(e) => return Err(http::http_error(e, self.connect_timeout)),
+            Err(e) => return Err(self.transport.http_error(e)),
         };
         let chunk = wire::decode_chunk(&bytes).map_err(|err| {
             let message = format!(

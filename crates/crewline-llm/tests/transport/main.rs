@@ -1,0 +1,5 @@
+//! The real path to a provider: HTTPS with a CA made by the test, HTTP/2 by ALPN, and
+//! proxies, for both model clients.
+
+mod server;
+mod tls;
