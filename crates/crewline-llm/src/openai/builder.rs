@@ -93,6 +93,7 @@ pub struct OpenAiClientBuilder {
     answer_limits: AnswerLimits,
     /// PEM given to [`OpenAiClientBuilder::add_root_certificate`], read when built.
     root_pems: Vec<Vec<u8>>,
+    http2: bool,
 }
 
 impl Default for OpenAiClientBuilder {
@@ -114,6 +115,7 @@ impl Default for OpenAiClientBuilder {
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             answer_limits: AnswerLimits::default(),
             root_pems: Vec::new(),
+            http2: true,
         }
     }
 }
@@ -137,6 +139,7 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("max_event_bytes", &self.max_event_bytes)
             .field("answer_limits", &self.answer_limits)
             .field("root_certificates", &self.root_pems.len())
+            .field("http2", &self.http2)
             .finish()
     }
 }
@@ -303,6 +306,19 @@ impl OpenAiClientBuilder {
         self
     }
 
+    /// Whether HTTPS connections offer HTTP/2 by ALPN (default `true`): a server that speaks
+    /// it carries many calls' streams on one connection; one that does not answers over
+    /// HTTP/1.1, a connection per stream. Plain `http://` is always HTTP/1.1.
+    ///
+    /// Over HTTP/2 a connection carries at most the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
+    /// streams (often 100 to 256); further requests wait for a free stream rather than open
+    /// another connection (hyper-util's pool keeps one HTTP/2 connection per server and
+    /// runtime thread). Turn it off for a server that allows few streams per connection.
+    pub fn http2(mut self, http2: bool) -> Self {
+        self.http2 = http2;
+        self
+    }
+
     /// Checks the settings and builds the client.
     pub fn build(mut self) -> Result<OpenAiClient, LlmError> {
         let azure = self.azure.take();
@@ -375,6 +391,7 @@ impl OpenAiClientBuilder {
         let transport = Transport::new(
             self.connect_timeout,
             roots,
+            self.http2,
             &url,
             key_header,
             authorization,

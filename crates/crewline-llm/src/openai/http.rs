@@ -296,6 +296,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     /// The CA certificates trusted beside the platform's roots.
     pub(crate) roots: TlsRoots,
+    /// Whether TLS offers `h2` by ALPN (HTTP/1.1 otherwise, and always over plain HTTP).
+    pub(crate) http2: bool,
 }
 
 impl Clients {
@@ -343,8 +345,11 @@ fn client(settings: &Settings) -> Result<Client, HttpError> {
 }
 
 /// hyper-util's pooled client, connecting as reqwest does: `connect_timeout`, no Nagle delay,
-/// HTTP/1.1, and for `https` rustls with the process's crypto provider (else aws-lc-rs) and
-/// the platform's verifier with the extra roots.
+/// and for `https` rustls with the process's crypto provider (else aws-lc-rs) and the
+/// platform's verifier with the extra roots, offering `h2` then `http/1.1` by ALPN.
+///
+/// Over HTTP/2 every request to the server is a stream of one pooled connection: a call's
+/// stream dropped on barge-in is reset alone (`RST_STREAM`), its neighbours go on.
 fn hyper_client(settings: &Settings) -> Result<HyperClient, HttpError> {
     let tls = transport::client_config(&settings.roots)?;
     let mut http = HttpConnector::new();
@@ -354,9 +359,12 @@ fn hyper_client(settings: &Settings) -> Result<HyperClient, HttpError> {
     http.enforce_http(false);
     let https = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
+        .https_or_http();
+    let https = if settings.http2 {
+        https.enable_all_versions().wrap_connector(http)
+    } else {
+        https.enable_http1().wrap_connector(http)
+    };
     // The timer lets the pool close connections idle for long (90 s, as reqwest).
     Ok(legacy::Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
@@ -392,6 +400,7 @@ impl Transport {
     pub(crate) fn new(
         connect_timeout: Duration,
         roots: TlsRoots,
+        http2: bool,
         url: &str,
         key_header: HeaderName,
         authorization: HeaderValue,
@@ -401,6 +410,7 @@ impl Transport {
             stack: Stack::for_env(|name| std::env::var_os(name)),
             connect_timeout,
             roots: roots.with_env(|name| std::env::var_os(name))?,
+            http2,
         };
         Self::with_settings(settings, url, key_header, authorization, max_retries)
     }
@@ -902,6 +912,7 @@ mod tests {
             stack,
             connect_timeout,
             roots: TlsRoots::new(),
+            http2: true,
         };
         Transport::with_settings(settings, url, hyper::header::AUTHORIZATION, key, 0)
             .expect("transport")

@@ -1,5 +1,6 @@
 //! The real path to a provider: HTTPS with a CA made by the test, HTTP/2 by ALPN, and
 //! proxies, for both model clients.
 
+mod h2;
 mod server;
 mod tls;

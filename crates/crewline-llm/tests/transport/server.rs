@@ -60,7 +60,6 @@ pub(crate) enum Offer {
     /// `http/1.1` alone (a server, or a proxy, that speaks no HTTP/2).
     Http1,
     /// `h2`, then `http/1.1`.
-    #[allow(dead_code, reason = "the HTTP/2 tests'")]
     H2AndHttp1,
 }
 
@@ -69,10 +68,8 @@ pub(crate) struct TlsMock {
     pub(crate) addr: SocketAddr,
     pub(crate) mock: MockLlm,
     /// TCP connections accepted.
-    #[allow(dead_code, reason = "the HTTP/2 tests'")]
     pub(crate) connections: Arc<AtomicUsize>,
     /// TLS handshakes that failed (the client refused the certificate).
-    #[allow(dead_code, reason = "the HTTP/2 tests'")]
     pub(crate) failed_handshakes: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -145,7 +142,6 @@ impl TlsMock {
     }
 
     /// The connections accepted so far.
-    #[allow(dead_code, reason = "the HTTP/2 tests'")]
     pub(crate) fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }

@@ -85,6 +85,18 @@ async fn the_default_client_refuses_an_untrusted_certificate_naming_the_host() {
         assert_refused_certificate(&error, &host, "UnknownIssuer");
     }
     assert_eq!(server.mock.request_count(), 0, "no request went out");
+    // The server sees each handshake end as the client hangs up (a moment after the error).
+    let failed = || {
+        server
+            .failed_handshakes
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let settled = tokio::time::timeout(Duration::from_secs(5), async {
+        while failed() < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(settled.await.is_ok(), "{} handshakes failed", failed());
 }
 
 #[tokio::test]

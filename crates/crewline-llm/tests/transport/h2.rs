@@ -1,0 +1,108 @@
+//! HTTP/2 by ALPN: many calls' streams share one connection, and a stream dropped on
+//! barge-in does not reset its neighbours.
+
+use std::time::Duration;
+
+use crewline_core::Message;
+use crewline_llm::{ChatRequest, FinishReason, LlmClient, OpenAiClient, StreamItem};
+use crewline_testkit::mock_llm::{MockLlm, Script};
+use futures::StreamExt;
+
+use crate::{
+    server::{Offer, TestCa, TlsMock},
+    tls::{client, said, sunny},
+};
+
+/// Streams at once in the connection-count tests: far more than one HTTP/1.1 connection can
+/// carry.
+const STREAMS: usize = 20;
+
+/// Runs [`STREAMS`] answers at once through `client`, each fully read.
+async fn concurrent_answers(client: &OpenAiClient) {
+    let answers = futures::future::join_all((0..STREAMS).map(|_| said(client))).await;
+    for answer in answers {
+        assert_eq!(answer.expect("an answer"), "Sunny in Paris.");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_streams_share_one_http2_connection() {
+    let ca = TestCa::new("crewline test CA");
+    let server = TlsMock::serve(sunny(), &ca, &["localhost"], Offer::H2AndHttp1).await;
+    let client = client(&server.base_url("localhost"), Some(&ca));
+    // The first request opens the connection; then every stream shares it.
+    said(&client).await.expect("an answer");
+    concurrent_answers(&client).await;
+    assert_eq!(server.mock.request_count(), STREAMS + 1);
+    assert_eq!(
+        server.connections(),
+        1,
+        "one connection for {STREAMS} streams"
+    );
+}
+
+#[tokio::test]
+async fn over_http1_each_concurrent_stream_takes_a_connection() {
+    // The same load over HTTP/1.1 (a server that offers no h2, or the client's `http2(false)`):
+    // what HTTP/2 saves.
+    let ca = TestCa::new("crewline test CA");
+    for (offer, http2) in [(Offer::Http1, true), (Offer::H2AndHttp1, false)] {
+        let server = TlsMock::serve(sunny(), &ca, &["localhost"], offer).await;
+        let client = OpenAiClient::builder()
+            .model("m")
+            .api_key("sk-test-tls")
+            .base_url(server.base_url("localhost"))
+            .read_env(false)
+            .max_retries(0)
+            .add_root_certificate(ca.pem())
+            .http2(http2)
+            .build()
+            .expect("a client");
+        said(&client).await.expect("an answer");
+        concurrent_answers(&client).await;
+        let connections = server.connections();
+        assert!(
+            connections > 1 && connections <= STREAMS + 1,
+            "{offer:?}, http2 {http2}: {connections} connections"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_dropped_on_barge_in_leaves_its_neighbour_on_the_connection_going() {
+    let ca = TestCa::new("crewline test CA");
+    let slow = MockLlm::new(Script::text(20, Duration::from_millis(10)));
+    let server = TlsMock::serve(slow, &ca, &["localhost"], Offer::H2AndHttp1).await;
+    let client = client(&server.base_url("localhost"), Some(&ca));
+    let request = || ChatRequest::new(vec![Message::user("Tell me a story")]);
+    let mut kept = client
+        .stream_chat(request())
+        .await
+        .expect("the first stream");
+    let mut dropped = client
+        .stream_chat(request())
+        .await
+        .expect("the second stream");
+    // Both streams are under way before one is cut.
+    assert!(matches!(kept.next().await, Some(Ok(StreamItem::Text(_)))));
+    assert!(matches!(
+        dropped.next().await,
+        Some(Ok(StreamItem::Text(_)))
+    ));
+    drop(dropped);
+    let mut pieces = 1;
+    let mut finish = None;
+    while let Some(item) = kept.next().await {
+        match item.expect("the kept stream goes on") {
+            StreamItem::Text(_) => pieces += 1,
+            StreamItem::Finish(reason) => finish = Some(reason),
+            _ => {}
+        }
+    }
+    assert_eq!(pieces, 20, "every piece of the kept answer");
+    assert_eq!(finish, Some(FinishReason::Stop));
+    assert_eq!(server.connections(), 1, "both streams on one connection");
+    // The connection is still good for the next turn.
+    said(&client).await.expect("another answer");
+    assert_eq!(server.connections(), 1);
+}
