@@ -6,12 +6,18 @@ use std::{
     time::Duration,
 };
 
-use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
+use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
-use super::{OpenAiClient, body, http::Transport, key::ApiKey};
-use crate::{AnswerLimits, LlmError, MaxTokensField, RequestOptions, TlsRoots};
+use super::{
+    OpenAiClient, body,
+    http::{Settings, Transport},
+    key::ApiKey,
+};
+use crate::{
+    AnswerLimits, LlmError, MaxTokensField, RequestOptions, TlsRoots, transport::proxy::Proxies,
+};
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -94,6 +100,9 @@ pub struct OpenAiClientBuilder {
     /// PEM given to [`OpenAiClientBuilder::add_root_certificate`], read when built.
     root_pems: Vec<Vec<u8>>,
     http2: bool,
+    /// The proxy given to [`OpenAiClientBuilder::proxy`] and its exemptions (else the
+    /// environment's).
+    proxy: Option<(SecretString, String)>,
 }
 
 impl Default for OpenAiClientBuilder {
@@ -116,6 +125,7 @@ impl Default for OpenAiClientBuilder {
             answer_limits: AnswerLimits::default(),
             root_pems: Vec::new(),
             http2: true,
+            proxy: None,
         }
     }
 }
@@ -140,6 +150,8 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("answer_limits", &self.answer_limits)
             .field("root_certificates", &self.root_pems.len())
             .field("http2", &self.http2)
+            // Not the proxy's URL: it may hold a password.
+            .field("proxy", &self.proxy.as_ref().map(|_| "<set>"))
             .finish()
     }
 }
@@ -319,6 +331,17 @@ impl OpenAiClientBuilder {
         self
     }
 
+    /// Sends every request through `proxy` instead of the one the environment names
+    /// (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, either case, read by default), except to the
+    /// hosts of `no_proxy` (`NO_PROXY`'s syntax: `localhost,.internal,10.0.0.0/8`). `http://`
+    /// proxies are asked for a tunnel (`CONNECT`); `socks5://`, `socks5h://` (names resolved
+    /// by the proxy) and `socks4://` are SOCKS; credentials go in the URL's user part and
+    /// are sent to the proxy alone, never logged.
+    pub fn proxy(mut self, proxy: impl Into<String>, no_proxy: impl Into<String>) -> Self {
+        self.proxy = Some((SecretString::from(proxy.into()), no_proxy.into()));
+        self
+    }
+
     /// Checks the settings and builds the client.
     pub fn build(mut self) -> Result<OpenAiClient, LlmError> {
         let azure = self.azure.take();
@@ -388,15 +411,20 @@ impl OpenAiClientBuilder {
             .root_pems
             .iter()
             .try_fold(TlsRoots::new(), |roots, pem| roots.add_pem(pem))?;
-        let transport = Transport::new(
-            self.connect_timeout,
+        let proxies = match &self.proxy {
+            Some((proxy, no_proxy)) => Proxies::fixed(proxy.expose_secret(), no_proxy),
+            // The environment's proxy whatever `read_env` says, as before: the machine's
+            // network, not the client's settings.
+            None => Proxies::from_system(),
+        };
+        let settings = Settings {
+            proxies,
+            connect_timeout: self.connect_timeout,
             roots,
-            self.http2,
-            &url,
-            key_header,
-            authorization,
-            self.max_retries,
-        )?;
+            http2: self.http2,
+        };
+        let transport =
+            Transport::new(settings, &url, key_header, authorization, self.max_retries)?;
 
         Ok(OpenAiClient {
             transport,
@@ -435,7 +463,7 @@ impl Azure {
                 "Azure OpenAI needs a deployment and an api-version".to_owned(),
             ));
         }
-        let mut url = reqwest::Url::parse(endpoint)
+        let mut url = url::Url::parse(endpoint)
             .map_err(|e| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}: {e}")))?;
         url.path_segments_mut()
             .map_err(|()| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}")))?
@@ -465,7 +493,7 @@ fn env_var(allowed: bool, name: &str) -> Option<String> {
 /// The base URL without a trailing slash (`/chat/completions` is appended to it).
 fn check_base_url(base_url: &str) -> Result<String, LlmError> {
     let trimmed = base_url.trim().trim_end_matches('/');
-    let url = reqwest::Url::parse(trimmed)
+    let url = url::Url::parse(trimmed)
         .map_err(|e| LlmError::Config(format!("invalid base URL {trimmed:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(LlmError::Config(format!(

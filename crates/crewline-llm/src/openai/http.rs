@@ -1,18 +1,17 @@
 //! The HTTP exchange with the server (sending with retries, reading error answers), and how
 //! its errors become [`LlmError`]s.
 //!
-//! Requests go through hyper-util's pooled client over rustls (the platform verifier, as
-//! reqwest's `rustls` feature); a client built while a proxy variable is set (`HTTPS_PROXY`,
-//! `HTTP_PROXY`, `ALL_PROXY`, either case) goes through reqwest, which honours them (and
-//! `NO_PROXY`).
+//! Requests go through hyper-util's pooled client over rustls (see [`crate::transport`]):
+//! HTTP/2 or HTTP/1.1 as ALPN settles, directly or through the proxy the environment (or the
+//! builder) names, on one stack.
 
-use std::{error::Error as StdError, ffi::OsString, fmt, sync::Arc, time::Duration};
+use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{
-    Method, StatusCode,
+    Method,
     body::{Body as _, Incoming},
     header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue},
 };
@@ -25,7 +24,13 @@ use thread_local::ThreadLocal;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::wire::{error_body_message, snippet};
-use crate::{ErrorDetail, LlmError, TlsRoots, transport};
+use crate::{
+    ErrorDetail, LlmError, TlsRoots,
+    transport::{
+        self,
+        proxy::{Proxies, ProxyConnector},
+    },
+};
 
 /// How much of an error answer's body is read: far more than any server's message; the rest
 /// is left unread (the connection is closed), so a huge or endless error body costs nothing.
@@ -36,10 +41,8 @@ pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// Its `Display` and `source` are the inner error's, so [`chain`] reads the same words.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HttpError {
-    /// reqwest's (the proxy path).
-    #[error(transparent)]
-    Reqwest(#[from] reqwest::Error),
-    /// hyper-util's client could not send the request (connect, TLS, the request's write).
+    /// hyper-util's client could not send the request (connect, proxy, TLS, the request's
+    /// write).
     #[error(transparent)]
     Client(#[from] legacy::Error),
     /// hyper could not read the answer's body.
@@ -54,36 +57,29 @@ impl HttpError {
     /// Whether the connection could not be made (a retry may succeed).
     fn is_connect(&self) -> bool {
         match self {
-            Self::Reqwest(err) => err.is_connect(),
             Self::Client(err) => err.is_connect(),
             Self::Body(_) | Self::Tls(_) => false,
         }
     }
 
-    /// Whether a time limit ran out (the connect timeout, on the hyper path).
+    /// Whether a time limit ran out (the connect timeout).
     fn is_timeout(&self) -> bool {
         match self {
-            Self::Reqwest(err) => err.is_timeout(),
             Self::Client(err) => io_timed_out(err),
             Self::Body(err) => err.is_timeout() || io_timed_out(err),
             Self::Tls(_) => false,
         }
     }
 
-    /// Whether the answer's body could not be read or decoded.
+    /// Whether the answer's body could not be read.
     fn is_body(&self) -> bool {
-        match self {
-            Self::Reqwest(err) => err.is_body() || err.is_decode(),
-            Self::Body(_) => true,
-            Self::Client(_) | Self::Tls(_) => false,
-        }
+        matches!(self, Self::Body(_))
     }
 
     /// `message`, caused by the error itself (the transport's own type, not this wrapper, so
     /// callers can downcast to it).
     fn detail(self, message: String) -> ErrorDetail {
         match self {
-            Self::Reqwest(err) => ErrorDetail::caused_by(message, err),
             Self::Client(err) => ErrorDetail::caused_by(message, err),
             Self::Body(err) => ErrorDetail::caused_by(message, err),
             Self::Tls(err) => ErrorDetail::caused_by(message, err),
@@ -100,55 +96,20 @@ fn io_timed_out(error: &(dyn StdError + 'static)) -> bool {
     })
 }
 
-/// An answer whose status and headers have arrived, from either HTTP stack.
-#[derive(Debug)]
-pub(crate) enum Response {
-    /// From hyper-util's client.
-    Hyper(hyper::Response<Incoming>),
-    /// From reqwest's (the proxy path).
-    Reqwest(reqwest::Response),
-}
+/// An answer whose status and headers have arrived.
+pub(crate) type Response = hyper::Response<Incoming>;
 
-impl Response {
-    /// The answer's status.
-    fn status(&self) -> StatusCode {
-        match self {
-            Self::Hyper(response) => response.status(),
-            Self::Reqwest(response) => response.status(),
-        }
-    }
-
-    /// The answer's headers.
-    fn headers(&self) -> &HeaderMap {
-        match self {
-            Self::Hyper(response) => response.headers(),
-            Self::Reqwest(response) => response.headers(),
-        }
-    }
-
-    /// The body's length, when the server said it.
-    fn content_length(&self) -> Option<u64> {
-        match self {
-            Self::Hyper(response) => response.body().size_hint().exact(),
-            Self::Reqwest(response) => response.content_length(),
-        }
-    }
-
-    /// The body's next piece of data, `None` at its end.
-    async fn chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
-        match self {
-            Self::Reqwest(response) => Ok(response.chunk().await?),
-            Self::Hyper(response) => loop {
-                match response.body_mut().frame().await {
-                    None => return Ok(None),
-                    Some(frame) => {
-                        if let Ok(data) = frame?.into_data() {
-                            return Ok(Some(data));
-                        }
-                        // Trailers: no data, read on.
-                    }
+/// The body's next piece of data, `None` at its end.
+async fn chunk(response: &mut Response) -> Result<Option<Bytes>, HttpError> {
+    loop {
+        match response.body_mut().frame().await {
+            None => return Ok(None),
+            Some(frame) => {
+                if let Ok(data) = frame?.into_data() {
+                    return Ok(Some(data));
                 }
-            },
+                // Trailers: no data, read on.
+            }
         }
     }
 }
@@ -167,9 +128,9 @@ pub(crate) async fn read_limited(
     mut response: Response,
     limit: usize,
 ) -> Result<Limited, HttpError> {
-    let content_length = response.content_length();
+    let content_length = response.body().size_hint().exact();
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
+    while let Some(chunk) = chunk(&mut response).await? {
         let room = limit - body.len();
         if chunk.len() > room {
             body.extend_from_slice(&chunk[..room]);
@@ -226,53 +187,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest pause before a retry, also for a server's `Retry-After`.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
-/// The variables that give reqwest a proxy (`NO_PROXY` alone names none: it only exempts
-/// hosts from a proxy set by these).
-const PROXY_VARIABLES: [&str; 6] = [
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-];
-
-/// Which HTTP stack a client's requests go through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stack {
-    /// hyper-util's pooled client over rustls: the lean path.
-    Hyper,
-    /// reqwest, which honours the proxy variables.
-    Reqwest,
-}
-
-impl Stack {
-    /// The stack for an environment whose variables `var` reads: reqwest when any proxy
-    /// variable is set (hyper's client knows no proxies), hyper otherwise.
-    pub(crate) fn for_env(var: impl Fn(&str) -> Option<OsString>) -> Self {
-        if PROXY_VARIABLES.iter().any(|name| var(name).is_some()) {
-            Self::Reqwest
-        } else {
-            Self::Hyper
-        }
-    }
-}
-
-/// hyper-util's pooled client, over HTTP or HTTPS.
-type HyperClient = legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// One connection pool, of either stack.
-#[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one per pool, never moved; the reqwest variant goes with the proxy path"
-)]
-enum Client {
-    /// hyper-util's.
-    Hyper(HyperClient),
-    /// reqwest's (the proxy path).
-    Reqwest(reqwest::Client),
-}
+/// hyper-util's pooled client, over HTTP or HTTPS, direct or through a proxy.
+type Client = legacy::Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
 /// The HTTP clients (connection pools) requests go through: one shared, and one per thread
 /// for threads that run a single-threaded runtime.
@@ -290,8 +206,8 @@ struct Clients {
 /// What every connection pool of a client is built with.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
-    /// Which stack requests go through.
-    pub(crate) stack: Stack,
+    /// The proxies connections go through.
+    pub(crate) proxies: Proxies,
     /// The time limit for opening a connection.
     pub(crate) connect_timeout: Duration,
     /// The CA certificates trusted beside the platform's roots.
@@ -324,39 +240,20 @@ impl Clients {
     }
 }
 
-/// A client of `settings.stack` with its own connection pool.
-fn client(settings: &Settings) -> Result<Client, HttpError> {
-    // No total timeout here: it would cut long streams. First-byte and idle limits are
-    // enforced around each await instead.
-    match settings.stack {
-        Stack::Hyper => Ok(Client::Hyper(hyper_client(settings)?)),
-        Stack::Reqwest => {
-            // The same TLS as the hyper stack's (roots, verifier), HTTP/1.1 as reqwest is built.
-            let mut tls = transport::client_config(&settings.roots)?;
-            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Ok(Client::Reqwest(
-                reqwest::Client::builder()
-                    .connect_timeout(settings.connect_timeout)
-                    .tls_backend_preconfigured(tls)
-                    .build()?,
-            ))
-        }
-    }
-}
-
 /// hyper-util's pooled client, connecting as reqwest does: `connect_timeout`, no Nagle delay,
 /// and for `https` rustls with the process's crypto provider (else aws-lc-rs) and the
 /// platform's verifier with the extra roots, offering `h2` then `http/1.1` by ALPN.
 ///
 /// Over HTTP/2 every request to the server is a stream of one pooled connection: a call's
 /// stream dropped on barge-in is reset alone (`RST_STREAM`), its neighbours go on.
-fn hyper_client(settings: &Settings) -> Result<HyperClient, HttpError> {
+fn client(settings: &Settings) -> Result<Client, HttpError> {
     let tls = transport::client_config(&settings.roots)?;
     let mut http = HttpConnector::new();
     http.set_connect_timeout(Some(settings.connect_timeout));
     http.set_nodelay(true);
     // `https` URLs reach the TLS layer wrapped around this connector.
     http.enforce_http(false);
+    let http = ProxyConnector::new(http, settings.proxies.clone());
     let https = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
@@ -382,9 +279,7 @@ pub(crate) struct Transport {
     clients: Arc<Clients>,
     /// The server's `host:port`, named in connection errors.
     host: Arc<str>,
-    /// `{base}/chat/completions`, or an Azure deployment's URL (for reqwest).
-    url: reqwest::Url,
-    /// The same URL, for hyper.
+    /// `{base}/chat/completions`, or an Azure deployment's URL.
     uri: hyper::Uri,
     /// The key's header (`authorization`, or Azure's `api-key`).
     key_header: HeaderName,
@@ -394,24 +289,16 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    /// A transport posting to `url` with the key in `key_header`, through the stack the
-    /// process's environment calls for (see [`Stack::for_env`]), trusting `roots` and those
-    /// of `SSL_CERT_FILE`.
+    /// A transport posting to `url` with the key in `key_header`, its pools built with
+    /// `settings`, trusting the roots of `SSL_CERT_FILE` too.
     pub(crate) fn new(
-        connect_timeout: Duration,
-        roots: TlsRoots,
-        http2: bool,
+        mut settings: Settings,
         url: &str,
         key_header: HeaderName,
         authorization: HeaderValue,
         max_retries: usize,
     ) -> Result<Self, LlmError> {
-        let settings = Settings {
-            stack: Stack::for_env(|name| std::env::var_os(name)),
-            connect_timeout,
-            roots: roots.with_env(|name| std::env::var_os(name))?,
-            http2,
-        };
+        settings.roots = settings.roots.with_env(|name| std::env::var_os(name))?;
         Self::with_settings(settings, url, key_header, authorization, max_retries)
     }
 
@@ -423,7 +310,7 @@ impl Transport {
         authorization: HeaderValue,
         max_retries: usize,
     ) -> Result<Self, LlmError> {
-        let url = reqwest::Url::parse(url)
+        let url = url::Url::parse(url)
             .map_err(|e| LlmError::Config(format!("invalid URL {url:?}: {e}")))?;
         let uri = hyper::Uri::try_from(url.as_str())
             .map_err(|e| LlmError::Config(format!("invalid URL {:?}: {e}", url.as_str())))?;
@@ -437,7 +324,6 @@ impl Transport {
         Ok(Self {
             clients: Arc::new(clients),
             host: host.into(),
-            url,
             uri,
             key_header,
             authorization,
@@ -445,9 +331,9 @@ impl Transport {
         })
     }
 
-    /// The stack this transport's requests go through.
-    pub(crate) fn stack(&self) -> Stack {
-        self.clients.settings.stack
+    /// Whether connections may go through a proxy.
+    pub(crate) fn proxied(&self) -> bool {
+        self.clients.settings.proxies.is_configured()
     }
 
     /// Maps an error from before the first byte of the answer, naming the server.
@@ -463,26 +349,12 @@ impl Transport {
     /// Posts the JSON `body`, retrying what may succeed on another try, at most `max_retries`
     /// times; returns the first successful answer, before reading any of its body.
     pub(crate) async fn send(&self, body: Bytes) -> Result<Response, SendError> {
-        match self.clients.current().map_err(SendError::Http)? {
-            Client::Hyper(http) => {
-                with_retries(self.max_retries, || {
-                    let sent = http.request(self.hyper_request(&body));
-                    attempt(async move { Ok(Response::Hyper(sent.await?)) })
-                })
-                .await
-            }
-            Client::Reqwest(http) => {
-                with_retries(self.max_retries, || {
-                    let request = http
-                        .post(self.url.clone())
-                        .header(&self.key_header, self.authorization.clone())
-                        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                        .body(body.clone());
-                    attempt(async move { Ok(Response::Reqwest(request.send().await?)) })
-                })
-                .await
-            }
-        }
+        let http = self.clients.current().map_err(SendError::Http)?;
+        with_retries(self.max_retries, || {
+            let sent = http.request(self.hyper_request(&body));
+            attempt(async move { Ok(sent.await?) })
+        })
+        .await
     }
 
     /// The request hyper sends: a POST of `body` with the headers reqwest would send (the
@@ -705,6 +577,8 @@ fn chain(error: &(dyn StdError + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
+    use hyper::StatusCode;
+
     use super::*;
 
     #[test]
@@ -887,29 +761,14 @@ mod tests {
         assert_eq!(answer, 2);
     }
 
-    #[test]
-    fn a_proxy_variable_in_either_case_selects_reqwest() {
-        assert_eq!(Stack::for_env(|_| None), Stack::Hyper);
-        for name in PROXY_VARIABLES {
-            let stack = Stack::for_env(|var| (var == name).then(|| "http://proxy:3128".into()));
-            assert_eq!(stack, Stack::Reqwest, "{name}");
-        }
-        let unrelated = Stack::for_env(|var| (var == "PROXY_MODE").then(|| "on".into()));
-        assert_eq!(unrelated, Stack::Hyper);
-        // Exemptions alone set no proxy: the lean path stays.
-        let exempt = Stack::for_env(|var| (var == "NO_PROXY").then(|| "localhost".into()));
-        assert_eq!(exempt, Stack::Hyper);
-    }
-
-    const STACKS: [Stack; 2] = [Stack::Hyper, Stack::Reqwest];
     const ANSWER: &str = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
 
-    /// A transport of `stack` posting to `url`, without retries.
-    fn transport(stack: Stack, url: &str, connect_timeout: Duration) -> Transport {
+    /// A transport posting to `url` directly, without retries.
+    fn transport(url: &str, connect_timeout: Duration) -> Transport {
         let mut key = HeaderValue::from_static("Bearer sk-test");
         key.set_sensitive(true);
         let settings = Settings {
-            stack,
+            proxies: Proxies::none(),
             connect_timeout,
             roots: TlsRoots::new(),
             http2: true,
@@ -961,23 +820,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn both_stacks_post_the_body_with_the_key_and_read_the_answer() {
-        for stack in STACKS {
+    async fn the_transport_posts_the_body_with_the_key_and_reads_the_answer() {
+        {
+            let stack = "hyper";
             let (addr, served) = one_answer_server().await;
             let url = format!("http://{addr}/v1/chat/completions");
-            let transport = transport(stack, &url, Duration::from_secs(5));
-            assert_eq!(transport.stack(), stack);
+            let transport = transport(&url, Duration::from_secs(5));
             let response = transport
                 .send(Bytes::from_static(b"{\"model\":\"m\"}"))
                 .await
                 .expect("an answer");
-            assert!(
-                matches!(
-                    (&response, stack),
-                    (Response::Hyper(_), Stack::Hyper) | (Response::Reqwest(_), Stack::Reqwest)
-                ),
-                "{stack:?}: {response:?}"
-            );
             assert_eq!(response.status(), StatusCode::OK);
             let body = match read_limited(response, ERROR_BODY_LIMIT).await {
                 Ok(Limited::Whole(body)) => body,
@@ -1002,31 +854,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn both_stacks_stream_the_body_to_the_reader_type() {
+    async fn the_transport_streams_the_body_to_the_reader_type() {
         use futures::{StreamExt, TryStreamExt};
-        for stack in STACKS {
+        {
+            let stack = "hyper";
             let (addr, served) = one_answer_server().await;
             let url = format!("http://{addr}/v1/chat/completions");
-            let response = transport(stack, &url, Duration::from_secs(5))
+            let response = transport(&url, Duration::from_secs(5))
                 .send(Bytes::from_static(b"{}"))
                 .await
                 .expect("an answer");
             // The streams `stream_chat` hands its `Reader`.
-            let chunks: Vec<Result<Bytes, HttpError>> = match response {
-                Response::Hyper(response) => {
-                    http_body_util::BodyDataStream::new(response.into_body())
-                        .map_err(HttpError::Body)
-                        .collect()
-                        .await
-                }
-                Response::Reqwest(response) => {
-                    response
-                        .bytes_stream()
-                        .map_err(HttpError::Reqwest)
-                        .collect()
-                        .await
-                }
-            };
+            let chunks: Vec<Result<Bytes, HttpError>> =
+                http_body_util::BodyDataStream::new(response.into_body())
+                    .map_err(HttpError::Body)
+                    .collect()
+                    .await;
             let body: Vec<u8> = chunks
                 .into_iter()
                 .flat_map(|chunk| chunk.expect("no error"))
@@ -1037,15 +880,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn on_both_stacks_a_refused_connection_is_a_connect_error() {
+    async fn a_refused_connection_is_a_connect_error_naming_the_host() {
         // Bound but never listening: connecting is refused, and no other test can take the port
         // meanwhile (a port freed by dropping a listener could be reused by a concurrent test's server).
         let refusing = tokio::net::TcpSocket::new_v4().expect("socket");
         refusing.bind(([127, 0, 0, 1], 0).into()).expect("bind");
         let addr = refusing.local_addr().expect("addr");
-        for stack in STACKS {
+        {
+            let stack = "hyper";
             let timeout = Duration::from_secs(5);
-            let transport = transport(stack, &format!("http://{addr}/v1"), timeout);
+            let transport = transport(&format!("http://{addr}/v1"), timeout);
             let error = transport.send(Bytes::new()).await.expect_err("refused");
             assert!(
                 matches!(&error, SendError::Http(err) if err.is_connect() && !err.is_timeout()),
@@ -1064,7 +908,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn on_both_stacks_a_connect_timeout_is_a_connect_error_naming_the_limit() {
+    async fn a_connect_timeout_is_a_connect_error_naming_the_host_and_limit() {
         // A listener whose accept queue is full: the kernel drops further SYNs.
         let socket = tokio::net::TcpSocket::new_v4().expect("socket");
         socket
@@ -1084,9 +928,10 @@ mod tests {
                 _ => break,
             }
         }
-        for stack in STACKS {
+        {
+            let stack = "hyper";
             let timeout = Duration::from_millis(250);
-            let transport = transport(stack, &format!("http://{addr}/v1"), timeout);
+            let transport = transport(&format!("http://{addr}/v1"), timeout);
             let error = transport
                 .send(Bytes::new())
                 .await
@@ -1101,7 +946,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn https_urls_go_through_tls_on_the_hyper_stack() {
+    async fn https_urls_go_through_tls() {
         // A plain-HTTP server: a TLS handshake with it fails, which shows one was attempted.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -1115,7 +960,7 @@ mod tests {
                 .await;
         });
         let timeout = Duration::from_secs(5);
-        let transport = transport(Stack::Hyper, &format!("https://{addr}/v1"), timeout);
+        let transport = transport(&format!("https://{addr}/v1"), timeout);
         let error = transport
             .send(Bytes::new())
             .await

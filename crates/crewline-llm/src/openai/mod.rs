@@ -1,7 +1,8 @@
 //! The OpenAI-compatible streaming client.
 //!
 //! Requests are JSON bodies written straight from the request (see `body`) and posted with
-//! hyper-util's pooled client (reqwest when a proxy variable is set, see `http`); a streamed
+//! hyper-util's pooled client (HTTP/2 or HTTP/1.1, direct or through a proxy, see
+//! [`crate::transport`]); a streamed
 //! answer's server-sent events are parsed in the caller's own task, as it polls the stream (no
 //! reader task, no channel), and read with our own lenient types (see `wire`), so the small
 //! differences between OpenAI-compatible servers never break a turn.
@@ -147,7 +148,7 @@ impl fmt::Debug for OpenAiClient {
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
             .field("answer_limits", &self.answer_limits)
-            .field("http", &self.transport.stack())
+            .field("proxied", &self.transport.proxied())
             .field(
                 "stream_options_refused",
                 &self.stream_options_refused.load(Ordering::Relaxed),
@@ -307,21 +308,12 @@ impl LlmClient for OpenAiClient {
                 .await;
         }
         let response = response.map_err(|e| quirks::explain(e, token_field))?;
-        // One reader type per stack, so that neither body is boxed again.
-        Ok(match response {
-            http::Response::Hyper(response) => Box::pin(Reader::new(
-                BodyDataStream::new(response.into_body()).map_err(http::HttpError::Body),
-                self,
-                started,
-                span,
-            )),
-            http::Response::Reqwest(response) => Box::pin(Reader::new(
-                response.bytes_stream().map_err(http::HttpError::Reqwest),
-                self,
-                started,
-                span,
-            )),
-        })
+        Ok(Box::pin(Reader::new(
+            BodyDataStream::new(response.into_body()).map_err(http::HttpError::Body),
+            self,
+            started,
+            span,
+        )))
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {

@@ -2,5 +2,6 @@
 //! proxies, for both model clients.
 
 mod h2;
+mod proxy;
 mod server;
 mod tls;

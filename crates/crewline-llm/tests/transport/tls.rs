@@ -180,18 +180,17 @@ mod async_openai_client {
 /// The variable that hands [`ssl_cert_file_child`] the server's URL.
 const CHILD_URL: &str = "CREWLINE_TLS_TEST_URL";
 
-#[tokio::test]
-async fn a_ca_named_by_ssl_cert_file_is_trusted() {
-    let ca = TestCa::new("crewline test CA");
-    let server = TlsMock::serve(sunny(), &ca, &["localhost"], Offer::Http1).await;
+/// Runs [`ssl_cert_file_child`] in a child process with `SSL_CERT_FILE` naming `ca` and
+/// the variables `env`: both clients, given no root of their own, stream an answer from
+/// `server` there. Variables are the process's: set in a child running one test, no other
+/// test of this binary sees them.
+pub(crate) async fn run_child(server: &TlsMock, ca: &TestCa, env: &[(&str, String)]) {
     let path = std::env::temp_dir().join(format!(
         "crewline-test-ca-{}-{}.pem",
         std::process::id(),
         server.addr.port()
     ));
     std::fs::write(&path, ca.pem()).expect("the CA file");
-    // The variable is the process's: set in a child running one test, so no other test of
-    // this binary sees it.
     let child = tokio::process::Command::new(std::env::current_exe().expect("this test binary"))
         .args([
             "--exact",
@@ -201,6 +200,7 @@ async fn a_ca_named_by_ssl_cert_file_is_trusted() {
         ])
         .env("SSL_CERT_FILE", &path)
         .env(CHILD_URL, server.base_url("localhost"))
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .output()
         .await
         .expect("the child runs");
@@ -211,8 +211,21 @@ async fn a_ca_named_by_ssl_cert_file_is_trusted() {
         String::from_utf8_lossy(&child.stdout),
         String::from_utf8_lossy(&child.stderr)
     );
-    let expected = if cfg!(feature = "async-openai") { 2 } else { 1 };
-    assert_eq!(server.mock.request_count(), expected, "both clients asked");
+}
+
+/// How many requests [`ssl_cert_file_child`] makes: one per client.
+pub(crate) const CHILD_REQUESTS: usize = if cfg!(feature = "async-openai") { 2 } else { 1 };
+
+#[tokio::test]
+async fn a_ca_named_by_ssl_cert_file_is_trusted() {
+    let ca = TestCa::new("crewline test CA");
+    let server = TlsMock::serve(sunny(), &ca, &["localhost"], Offer::Http1).await;
+    run_child(&server, &ca, &[]).await;
+    assert_eq!(
+        server.mock.request_count(),
+        CHILD_REQUESTS,
+        "both clients asked"
+    );
 }
 
 /// Run by [`a_ca_named_by_ssl_cert_file_is_trusted`] with `SSL_CERT_FILE` set: both clients,
