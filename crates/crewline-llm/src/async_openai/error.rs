@@ -152,31 +152,11 @@ impl Scrubber {
         Self { key }
     }
 
-    fn scrub(&self, message: String) -> String {
-        match &self.key {
-            Some(key) if message.contains(key.expose_secret()) => {
-                message.replace(key.expose_secret(), "<redacted>")
-            }
-            _ => message,
-        }
-    }
-
     /// `error` with the key blanked out of its message.
     pub(super) fn error(&self, error: LlmError) -> LlmError {
-        if self.key.is_none() {
-            return error;
-        }
-        match error {
-            LlmError::Api { status, message } => LlmError::Api {
-                status,
-                message: self.scrub(message),
-            },
-            LlmError::Connect(d) => LlmError::Connect(d.map_message(|m| self.scrub(m))),
-            LlmError::StreamCut(d) => LlmError::StreamCut(d.map_message(|m| self.scrub(m))),
-            LlmError::InvalidResponse(d) => {
-                LlmError::InvalidResponse(d.map_message(|m| self.scrub(m)))
-            }
-            other => other,
+        match &self.key {
+            Some(key) => crate::transport::scrub::scrub_error(key.expose_secret(), error),
+            None => error,
         }
     }
 }

@@ -12,7 +12,7 @@
 //! `first_byte_timeout` of the request (retries included); after that, no two chunks that
 //! carry something may be more than `idle_timeout` apart (keepalives, comments and empty
 //! deltas do not count: the caller hears nothing of them); once the model has sent
-//! its `finish_reason`, the rest (usage, `[DONE]`) gets [`reader::FINISH_GRACE`], after which the answer
+//! its `finish_reason`, the rest (usage, `[DONE]`) gets [`crate::transport::deadline::FINISH_GRACE`], after which the answer
 //! ends without it. Retries (connect errors, 429, 5xx) happen only before the first byte: once
 //! text may have been spoken, a failure is reported, never replayed.
 //!

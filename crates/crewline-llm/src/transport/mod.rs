@@ -5,7 +5,9 @@
 //! ([`TlsRoots`], `SSL_CERT_FILE`); a certificate that does not chain to one of them, or
 //! that names another host, fails the connection with an [`LlmError::Connect`](crate::LlmError::Connect)
 //! naming the host.
+pub(crate) mod deadline;
 pub(crate) mod proxy;
+pub(crate) mod scrub;
 mod tls;
 
 pub use self::tls::TlsRoots;
