@@ -12,7 +12,7 @@ use crate::LlmError;
 /// self-hosted model behind a private CA.
 ///
 /// Both model clients take them: [`OpenAiClientBuilder::add_root_certificate`](crate::OpenAiClientBuilder::add_root_certificate)
-/// and, with the `async-openai` feature, `AsyncOpenAiClient::reqwest_client`.
+/// and, with the `async-openai` feature, `TlsRoots::reqwest_client` (for async-openai).
 ///
 /// ```
 /// let roots = crewline_llm::TlsRoots::new();

@@ -106,3 +106,24 @@ async fn a_stream_dropped_on_barge_in_leaves_its_neighbour_on_the_connection_goi
     said(&client).await.expect("another answer");
     assert_eq!(server.connections(), 1);
 }
+
+#[tokio::test]
+async fn past_the_servers_stream_limit_requests_wait_for_a_stream_on_the_connection() {
+    // What a provider's `SETTINGS_MAX_CONCURRENT_STREAMS` does to a burst: hyper-util's pool
+    // keeps one HTTP/2 connection, and streams past the limit queue on it (none fails).
+    let ca = TestCa::new("crewline test CA");
+    let slow = MockLlm::new(Script::text(5, Duration::from_millis(20)));
+    let server =
+        TlsMock::serve_with_streams(slow, &ca, &["localhost"], Offer::H2AndHttp1, Some(2)).await;
+    let client = client(&server.base_url("localhost"), Some(&ca));
+    said(&client).await.expect("an answer");
+    let answers = futures::future::join_all((0..6).map(|_| said(&client))).await;
+    for answer in answers {
+        assert_eq!(answer.expect("an answer").matches("tok").count(), 5);
+    }
+    assert_eq!(
+        server.connections(),
+        1,
+        "the burst waited on one connection"
+    );
+}

@@ -235,3 +235,90 @@ async fn both_clients_honour_the_proxy_variables_and_no_proxy() {
     );
     assert_eq!(server.mock.request_count(), 2 * CHILD_REQUESTS);
 }
+
+/// A tiny SOCKS5 proxy on 127.0.0.1 (user and password asked for): it records each
+/// request's target as sent (a name for `socks5h`, an address for `socks5`) and relays.
+async fn socks5_proxy() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let targets = Arc::new(Mutex::new(Vec::new()));
+    tokio::spawn({
+        let targets = targets.clone();
+        async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let targets = targets.clone();
+                tokio::spawn(async move {
+                    let _ = socks5(client, targets).await;
+                });
+            }
+        }
+    });
+    (addr, targets)
+}
+
+/// Serves one SOCKS5 connection.
+async fn socks5(mut client: TcpStream, targets: Arc<Mutex<Vec<String>>>) -> std::io::Result<()> {
+    let mut head = [0; 2];
+    client.read_exact(&mut head).await?;
+    let mut methods = vec![0; usize::from(head[1])];
+    client.read_exact(&mut methods).await?;
+    // Username and password (RFC 1929), which the test's client must send.
+    client.write_all(&[5, 2]).await?;
+    let mut version_and_len = [0; 2];
+    client.read_exact(&mut version_and_len).await?;
+    let mut user = vec![0; usize::from(version_and_len[1])];
+    client.read_exact(&mut user).await?;
+    let mut pass_len = [0; 1];
+    client.read_exact(&mut pass_len).await?;
+    let mut pass = vec![0; usize::from(pass_len[0])];
+    client.read_exact(&mut pass).await?;
+    let accepted = user == b"crew" && pass == b"hunter2";
+    client.write_all(&[1, if accepted { 0 } else { 1 }]).await?;
+    if !accepted {
+        return Ok(());
+    }
+    let mut request = [0; 4];
+    client.read_exact(&mut request).await?;
+    let host = match request[3] {
+        1 => {
+            let mut ip = [0; 4];
+            client.read_exact(&mut ip).await?;
+            std::net::Ipv4Addr::from(ip).to_string()
+        }
+        3 => {
+            let mut len = [0; 1];
+            client.read_exact(&mut len).await?;
+            let mut name = vec![0; usize::from(len[0])];
+            client.read_exact(&mut name).await?;
+            String::from_utf8_lossy(&name).into_owned()
+        }
+        _ => return Ok(()),
+    };
+    let mut port = [0; 2];
+    client.read_exact(&mut port).await?;
+    let target = format!("{host}:{}", u16::from_be_bytes(port));
+    targets.lock().expect("targets").push(target.clone());
+    let mut upstream = TcpStream::connect(target).await?;
+    client.write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0]).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn https_goes_through_a_socks5_proxy_resolving_names_there_or_here() {
+    let ca = TestCa::new("crewline test CA");
+    let server = TlsMock::serve(sunny(), &ca, &["localhost"], Offer::H2AndHttp1).await;
+    let (proxy, targets) = socks5_proxy().await;
+    let port = server.addr.port();
+    for (scheme, target) in [
+        ("socks5h", format!("localhost:{port}")),
+        ("socks5", format!("127.0.0.1:{port}")),
+    ] {
+        let proxy_url = format!("{scheme}://crew:hunter2@{proxy}");
+        let client = client(&server.base_url("localhost"), &ca, &proxy_url, "");
+        assert_eq!(said(&client).await.expect("an answer"), "Sunny in Paris.");
+        let last = targets.lock().expect("targets").last().cloned();
+        assert_eq!(last, Some(target), "{scheme}");
+    }
+    assert_eq!(server.mock.request_count(), 2);
+}

@@ -83,6 +83,18 @@ impl Drop for TlsMock {
 impl TlsMock {
     /// `mock` served with a certificate for `names` from `ca`, offering `offer`.
     pub(crate) async fn serve(mock: MockLlm, ca: &TestCa, names: &[&str], offer: Offer) -> Self {
+        Self::serve_with_streams(mock, ca, names, offer, None).await
+    }
+
+    /// As [`TlsMock::serve`], allowing at most `max_streams` concurrent HTTP/2 streams on a
+    /// connection (hyper's default, 200, when `None`).
+    pub(crate) async fn serve_with_streams(
+        mock: MockLlm,
+        ca: &TestCa,
+        names: &[&str],
+        offer: Offer,
+        max_streams: Option<u32>,
+    ) -> Self {
         let (chain, key) = ca.leaf(names);
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::aws_lc_rs::default_provider(),
@@ -120,9 +132,9 @@ impl TlsMock {
                             return;
                         };
                         let service = TowerToHyperService::new(router);
-                        let _ = auto::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(tls), service)
-                            .await;
+                        let mut builder = auto::Builder::new(TokioExecutor::new());
+                        builder.http2().max_concurrent_streams(max_streams);
+                        let _ = builder.serve_connection(TokioIo::new(tls), service).await;
                     });
                 }
             }
