@@ -280,7 +280,8 @@ impl OpenAiClientBuilder {
     /// The longest allowed gap between two chunks of a streamed answer that carry something
     /// (text, a tool call, the finish reason, usage), after the first token (default 10 s: a
     /// caller hears nothing while the stream is silent). Keepalives, comments and empty
-    /// deltas do not count.
+    /// deltas do not count. An HTTP/2 connection silent this long is pinged, and closed when
+    /// the ping is not answered within it as long.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
@@ -422,6 +423,7 @@ impl OpenAiClientBuilder {
             connect_timeout: self.connect_timeout,
             roots,
             http2: self.http2,
+            ping_after: self.idle_timeout,
         };
         let transport =
             Transport::new(settings, &url, key_header, authorization, self.max_retries)?;

@@ -214,6 +214,9 @@ pub(crate) struct Settings {
     pub(crate) roots: TlsRoots,
     /// Whether TLS offers `h2` by ALPN (HTTP/1.1 otherwise, and always over plain HTTP).
     pub(crate) http2: bool,
+    /// How long an HTTP/2 connection may be silent before it is pinged, and how long the
+    /// answer may take before the connection is closed as dead (the client's idle limit).
+    pub(crate) ping_after: Duration,
 }
 
 impl Clients {
@@ -262,10 +265,21 @@ fn client(settings: &Settings) -> Result<Client, HttpError> {
     } else {
         https.enable_http1().wrap_connector(http)
     };
-    // The timer lets the pool close connections idle for long (90 s, as reqwest).
-    Ok(legacy::Client::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .build(https))
+    // The pool timer lets the pool close connections idle for long (90 s, as reqwest).
+    let mut builder = legacy::Client::builder(TokioExecutor::new());
+    builder.pool_timer(TokioTimer::new());
+    if settings.http2 {
+        // Every call on this thread shares an HTTP/2 connection: one that died silently (a
+        // NAT or load balancer dropped it) would stall each new call until its first-byte
+        // limit. Pinged when silent, it is closed once a ping goes unanswered, and the next
+        // call opens a new one.
+        builder
+            .timer(TokioTimer::new())
+            .http2_keep_alive_interval(settings.ping_after)
+            .http2_keep_alive_timeout(settings.ping_after)
+            .http2_keep_alive_while_idle(true);
+    }
+    Ok(builder.build(https))
 }
 
 /// Sends chat-completion requests: retries (connect errors, 429, 5xx, with backoff, before any
@@ -772,6 +786,7 @@ mod tests {
             connect_timeout,
             roots: TlsRoots::new(),
             http2: true,
+            ping_after: Duration::from_secs(10),
         };
         Transport::with_settings(settings, url, hyper::header::AUTHORIZATION, key, 0)
             .expect("transport")

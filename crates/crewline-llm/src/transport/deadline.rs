@@ -50,6 +50,7 @@ impl Deadlines {
     }
 
     /// Starts the wait for the next chunk, unless one is under way.
+    #[inline]
     pub(crate) fn arm(&mut self) {
         if self.waiting {
             return;
@@ -66,6 +67,7 @@ impl Deadlines {
 
     /// A chunk that carries something arrived (`finished`: the model has sent its finish
     /// reason): the wait is over; the first one is recorded on the current span.
+    #[inline]
     pub(crate) fn progress(&mut self, finished: bool) {
         self.waiting = false;
         if self.first_event.take().is_some() {
@@ -80,6 +82,7 @@ impl Deadlines {
     }
 
     /// Whether the current wait's deadline has passed (else `cx` is woken when it does).
+    #[inline]
     pub(crate) fn poll_expired(&mut self, cx: &mut Context<'_>) -> bool {
         self.timer.as_mut().poll(cx).is_ready()
     }

@@ -12,7 +12,8 @@
 //! - **HTTP/2** is offered by ALPN (`h2`, then `http/1.1`): a provider that speaks it carries
 //!   every call's stream on one pooled connection; a stream dropped on barge-in is reset alone.
 //!   Streams past the server's `SETTINGS_MAX_CONCURRENT_STREAMS` wait for a free one on that
-//!   connection.
+//!   connection. A connection silent for the idle limit is pinged and closed when the ping
+//!   goes unanswered as long (a connection dropped silently would stall every call after it).
 //! - **Proxies** ([`proxy`]): hyper-util's matcher reads `HTTPS_PROXY`, `HTTP_PROXY`,
 //!   `ALL_PROXY` and `NO_PROXY` (or the builder's proxy), and its connectors tunnel through an
 //!   HTTP proxy (`CONNECT`, credentials in it alone) or a SOCKS4/5 one. The proxy's answer to

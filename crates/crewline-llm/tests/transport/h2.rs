@@ -127,3 +127,105 @@ async fn past_the_servers_stream_limit_requests_wait_for_a_stream_on_the_connect
         "the burst waited on one connection"
     );
 }
+
+/// A TCP relay to `target` whose connections so far can be frozen (nothing forwarded either
+/// way, sockets left open: a connection a NAT dropped without a word), new ones relayed.
+struct Relay {
+    addr: std::net::SocketAddr,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Relay {
+    async fn start(target: std::net::SocketAddr) -> Self {
+        use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        // Connections numbered below `frozen` forward nothing.
+        let frozen = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn({
+            let (frozen, accepted) = (frozen.clone(), accepted.clone());
+            async move {
+                while let Ok((client, _)) = listener.accept().await {
+                    let number = accepted.fetch_add(1, Ordering::SeqCst);
+                    let Ok(upstream) = tokio::net::TcpStream::connect(target).await else {
+                        continue;
+                    };
+                    let (client_read, client_write) = client.into_split();
+                    let (upstream_read, upstream_write) = upstream.into_split();
+                    for (mut from, mut to) in [
+                        (
+                            Box::new(client_read) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                            Box::new(upstream_write)
+                                as Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+                        ),
+                        (Box::new(upstream_read) as _, Box::new(client_write) as _),
+                    ] {
+                        let frozen = frozen.clone();
+                        tokio::spawn(async move {
+                            let mut buffer = [0; 16 * 1024];
+                            while let Ok(read) = from.read(&mut buffer).await {
+                                if read == 0 || number < frozen.load(Ordering::SeqCst) {
+                                    // Frozen: hold the socket, forward nothing more.
+                                    if read > 0 {
+                                        std::future::pending::<()>().await;
+                                    }
+                                    return;
+                                }
+                                if to.write_all(&buffer[..read]).await.is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                    }
+                }
+            }
+        });
+        Self {
+            addr,
+            frozen,
+            accepted,
+            task,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_silently_dead_http2_connection_is_found_by_ping_and_replaced() {
+    use std::sync::atomic::Ordering;
+    let ca = TestCa::new("crewline test CA");
+    let server = TlsMock::serve(sunny(), &ca, &["localhost"], Offer::H2AndHttp1).await;
+    let relay = Relay::start(server.addr).await;
+    let idle = Duration::from_millis(300);
+    let client = OpenAiClient::builder()
+        .model("m")
+        .api_key("sk-test-tls")
+        .base_url(format!("https://localhost:{}/v1", relay.addr.port()))
+        .read_env(false)
+        .max_retries(0)
+        .add_root_certificate(ca.pem())
+        .idle_timeout(idle)
+        .first_byte_timeout(Duration::from_secs(2))
+        .build()
+        .expect("a client");
+    said(&client).await.expect("an answer");
+    // The connection dies without a word; a ping goes unanswered and it is closed.
+    relay
+        .frozen
+        .store(relay.accepted.load(Ordering::SeqCst), Ordering::SeqCst);
+    tokio::time::sleep(idle * 4).await;
+    // The next call opens a new connection instead of waiting on the dead one.
+    assert_eq!(said(&client).await.expect("an answer"), "Sunny in Paris.");
+    assert_eq!(relay.accepted.load(Ordering::SeqCst), 2);
+}
