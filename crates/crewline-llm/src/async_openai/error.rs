@@ -124,19 +124,9 @@ fn common(error: OpenAIError, timeout: Duration) -> LlmError {
     }
 }
 
-/// An error's message with its causes (reqwest keeps them out of its own `Display`).
+/// An error's message with its causes (see [`crate::transport::error_text`]).
 fn chain(error: &(dyn StdError + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    message
+    crate::transport::error_text(error)
 }
 
 /// Blanks the team's API key out of error messages, in case a server echoes it (as the

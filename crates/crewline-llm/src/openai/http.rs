@@ -572,21 +572,9 @@ pub(crate) fn event_chunk(data: &str) -> Result<Option<super::wire::Chunk>, LlmE
     }
 }
 
-/// An error's message with its causes, which reqwest and hyper keep out of their own
-/// `Display` ("error sending request", "client error (Connect)" alone say nothing about a
-/// refused connection).
+/// An error's message with its causes (see [`transport::error_text`]).
 fn chain(error: &(dyn StdError + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    message
+    transport::error_text(error)
 }
 
 #[cfg(test)]

@@ -31,3 +31,20 @@ mod tls;
 
 pub use self::tls::TlsRoots;
 pub(crate) use self::tls::client_config;
+
+/// An error's message with its causes, each once: hyper, hyper-util and reqwest keep the
+/// causes out of their own `Display` ("client error (Connect)" alone says nothing about a
+/// refused connection), and some repeat a cause's words in their own. Both clients' one copy.
+pub(crate) fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    message
+}
