@@ -47,4 +47,4 @@ pub use request::{
 pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptError, ScriptedLlm};
 pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};
 pub use text_tool_calls::{TextToolCallFormat, TextToolCalls};
-pub use transport::TlsRoots;
+pub use transport::{ConnectionCounts, TlsRoots};

@@ -423,6 +423,7 @@ impl OpenAiClientBuilder {
             connect_timeout: self.connect_timeout,
             roots,
             http2: self.http2,
+            counters: Default::default(),
             ping_after: self.idle_timeout,
         };
         let transport =

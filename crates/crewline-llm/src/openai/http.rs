@@ -27,7 +27,7 @@ use super::wire::{error_body_message, snippet};
 use crate::{
     ErrorDetail, LlmError, TlsRoots,
     transport::{
-        self,
+        self, Counters,
         proxy::{Proxies, ProxyConnector},
     },
 };
@@ -214,6 +214,8 @@ pub(crate) struct Settings {
     pub(crate) roots: TlsRoots,
     /// Whether TLS offers `h2` by ALPN (HTTP/1.1 otherwise, and always over plain HTTP).
     pub(crate) http2: bool,
+    /// The connection counts every pool of the client adds to.
+    pub(crate) counters: Arc<Counters>,
     /// How long an HTTP/2 connection may be silent before it is pinged, and how long the
     /// answer may take before the connection is closed as dead (the client's idle limit).
     pub(crate) ping_after: Duration,
@@ -256,7 +258,7 @@ fn client(settings: &Settings) -> Result<Client, HttpError> {
     http.set_nodelay(true);
     // `https` URLs reach the TLS layer wrapped around this connector.
     http.enforce_http(false);
-    let http = ProxyConnector::new(http, settings.proxies.clone());
+    let http = ProxyConnector::new(http, settings.proxies.clone(), settings.counters.clone());
     let https = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
@@ -343,6 +345,11 @@ impl Transport {
             authorization,
             max_retries,
         })
+    }
+
+    /// The client's connections to the server, opened and open.
+    pub(crate) fn connections(&self) -> crate::ConnectionCounts {
+        self.clients.settings.counters.counts()
     }
 
     /// Whether connections may go through a proxy.
@@ -774,6 +781,7 @@ mod tests {
             connect_timeout,
             roots: TlsRoots::new(),
             http2: true,
+            counters: Arc::default(),
             ping_after: Duration::from_secs(10),
         };
         Transport::with_settings(settings, url, hyper::header::AUTHORIZATION, key, 0)

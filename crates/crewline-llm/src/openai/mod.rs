@@ -191,6 +191,13 @@ impl OpenAiClient {
         self.defaults.model.as_deref().unwrap_or_default()
     }
 
+    /// The connections this client (and its clones) opened to the server, and how many are
+    /// open now: over HTTP/2 a few carry every call's stream, over HTTP/1.1 one per
+    /// concurrent stream.
+    pub fn connections(&self) -> crate::ConnectionCounts {
+        self.transport.connections()
+    }
+
     /// The API base URL requests go to.
     pub fn base_url(&self) -> &str {
         &self.base_url

@@ -24,11 +24,14 @@
 //! Both clients' readers share the answer's time limits ([`deadline`]) and the scrubbing of
 //! the API key out of error messages ([`scrub`]).
 
+mod count;
 pub(crate) mod deadline;
 pub(crate) mod proxy;
 pub(crate) mod scrub;
 mod tls;
 
+pub use self::count::ConnectionCounts;
+pub(crate) use self::count::Counters;
 pub use self::tls::TlsRoots;
 pub(crate) use self::tls::client_config;
 

@@ -22,6 +22,8 @@ use hyper_util::{
     },
     rt::TokioIo,
 };
+
+use super::count::{Counted, Counters};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
@@ -86,13 +88,18 @@ impl Proxies {
 pub(crate) struct ProxyConnector {
     http: HttpConnector,
     proxies: Proxies,
+    counters: Arc<Counters>,
 }
 
 impl ProxyConnector {
     /// Connects with `http` (its timeout and socket options hold for the proxy's connection
-    /// too) as `proxies` say.
-    pub(crate) fn new(http: HttpConnector, proxies: Proxies) -> Self {
-        Self { http, proxies }
+    /// too) as `proxies` say, counting each connection in `counters`.
+    pub(crate) fn new(http: HttpConnector, proxies: Proxies, counters: Arc<Counters>) -> Self {
+        Self {
+            http,
+            proxies,
+            counters,
+        }
     }
 }
 
@@ -106,7 +113,7 @@ pub(crate) struct ProxyError {
 }
 
 impl Service<Uri> for ProxyConnector {
-    type Response = TokioIo<TcpStream>;
+    type Response = Counted<TokioIo<TcpStream>>;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -121,6 +128,24 @@ impl Service<Uri> for ProxyConnector {
             .as_deref()
             .and_then(|matcher| matcher.intercept(&dst));
         let mut http = self.http.clone();
+        let counters = self.counters.clone();
+        let connecting = self.connect(intercept, &mut http, dst);
+        Box::pin(async move { Ok(Counted::new(connecting.await?, counters)) })
+    }
+}
+
+/// A connection being made.
+type Connecting = Pin<Box<dyn Future<Output = Result<TokioIo<TcpStream>, BoxError>> + Send>>;
+
+impl ProxyConnector {
+    /// Connects to `dst` with `http`, through `intercept`'s proxy when there is one.
+    fn connect(
+        &self,
+        intercept: Option<hyper_util::client::proxy::matcher::Intercept>,
+        http: &mut HttpConnector,
+        dst: Uri,
+    ) -> Connecting {
+        let mut http = http.clone();
         let Some(intercept) = intercept else {
             return Box::pin(async move { http.call(dst).await.map_err(Into::into) });
         };

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use crewline_core::Message;
-use crewline_llm::{ChatRequest, FinishReason, LlmClient, OpenAiClient, StreamItem};
+use crewline_llm::{
+    ChatRequest, ConnectionCounts, FinishReason, LlmClient, OpenAiClient, StreamItem,
+};
 use crewline_testkit::mock_llm::{MockLlm, Script};
 use futures::StreamExt;
 
@@ -39,6 +41,11 @@ async fn concurrent_streams_share_one_http2_connection() {
         1,
         "one connection for {STREAMS} streams"
     );
+    // The client reports as much.
+    assert_eq!(
+        client.connections(),
+        ConnectionCounts { opened: 1, open: 1 }
+    );
 }
 
 #[tokio::test]
@@ -61,6 +68,7 @@ async fn over_http1_each_concurrent_stream_takes_a_connection() {
         said(&client).await.expect("an answer");
         concurrent_answers(&client).await;
         let connections = server.connections();
+        assert_eq!(client.connections().opened, connections as u64);
         assert!(
             connections > 1 && connections <= STREAMS + 1,
             "{offer:?}, http2 {http2}: {connections} connections"
@@ -228,4 +236,9 @@ async fn a_silently_dead_http2_connection_is_found_by_ping_and_replaced() {
     // The next call opens a new connection instead of waiting on the dead one.
     assert_eq!(said(&client).await.expect("an answer"), "Sunny in Paris.");
     assert_eq!(relay.accepted.load(Ordering::SeqCst), 2);
+    // The dead connection was closed, not kept.
+    assert_eq!(
+        client.connections(),
+        ConnectionCounts { opened: 2, open: 1 }
+    );
 }
