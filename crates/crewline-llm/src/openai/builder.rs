@@ -270,8 +270,8 @@ impl OpenAiClientBuilder {
     /// The time limit from sending a request to its answer's headers and first token (text,
     /// a tool call or the finish reason), retries included (default 30 s). Separate from the
     /// idle timeout so a reasoning model that thinks before its first token can be given
-    /// longer. A non-streaming
-    /// [`LlmClient::chat`] gets this plus the idle timeout for its whole answer.
+    /// longer. A non-streaming [`LlmClient::chat`](crate::LlmClient::chat) gets this plus the
+    /// idle timeout for its whole answer.
     pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
         self.first_byte_timeout = timeout;
         self
