@@ -20,7 +20,8 @@
 //!   a `CONNECT` is read up to 8 KiB (hyper-util's buffer), a SOCKS reply is fixed-size.
 //!
 //! The async-openai client sends through reqwest, the only HTTP client async-openai takes;
-//! `TlsRoots::reqwest_client` (feature `async-openai`) gives it the same TLS (verifier, extra roots, `SSL_CERT_FILE`).
+//! `TlsRoots::reqwest_client` (feature `async-openai`) gives it the same TLS (verifier, extra
+//! roots, `SSL_CERT_FILE`).
 //! Both clients' readers share the answer's time limits ([`deadline`]) and the scrubbing of
 //! the API key out of error messages ([`scrub`]).
 

@@ -187,7 +187,11 @@ impl ProxyConnector {
                 let scheme = other.unwrap_or_default().to_owned();
                 Box::pin(async move {
                     Err(failed(
-                        format!("proxies of scheme {scheme:?} are not supported (use http://, socks5:// or socks5h://)").into(),
+                        format!(
+                            "proxies of scheme {scheme:?} are not supported \
+                             (use http://, socks5:// or socks5h://)"
+                        )
+                        .into(),
                     ))
                 })
             }

@@ -11,7 +11,8 @@ use crate::LlmError;
 /// CA certificates trusted beside the platform's roots: a company's TLS-inspecting proxy, a
 /// self-hosted model behind a private CA.
 ///
-/// Both model clients take them: [`OpenAiClientBuilder::add_root_certificate`](crate::OpenAiClientBuilder::add_root_certificate)
+/// Both model clients take them:
+/// [`OpenAiClientBuilder::add_root_certificate`](crate::OpenAiClientBuilder::add_root_certificate)
 /// and, with the `async-openai` feature, `TlsRoots::reqwest_client` (for async-openai).
 ///
 /// ```
@@ -142,7 +143,8 @@ mod tests {
             .with_env(|_| Some("/nonexistent/ca.pem".into()))
             .expect_err("no such file");
         assert!(
-            matches!(&missing, LlmError::Config(m) if m.contains("SSL_CERT_FILE") && m.contains("/nonexistent/ca.pem")),
+            matches!(&missing, LlmError::Config(m)
+                if m.contains("SSL_CERT_FILE") && m.contains("/nonexistent/ca.pem")),
             "{missing:?}"
         );
     }
