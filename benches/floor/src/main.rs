@@ -14,6 +14,11 @@
 //! crewline-floor --port 8090 --llm-url http://127.0.0.1:8081/v1/chat/completions
 //! crewline load --url ws://127.0.0.1:8090/ws --sessions 1000 --turns 3
 //! ```
+//!
+//! An `https` model URL goes through the TLS crewline's default client uses: rustls with
+//! aws-lc-rs and the platform's verifier (its roots, `SSL_CERT_FILE`, and `--ca-file PEM`),
+//! offering HTTP/2 then HTTP/1.1 by ALPN (`--http1`: HTTP/1.1 alone, as
+//! `OpenAiClientBuilder::http2(false)`).
 
 use std::{
     borrow::Cow,
@@ -30,9 +35,10 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt, task::AtomicWaker};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Uri, body::Incoming, header};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::{
     client::legacy::{Client, ResponseFuture, connect::HttpConnector},
-    rt::TokioExecutor,
+    rt::{TokioExecutor, TokioTimer},
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -49,7 +55,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// The WebSocket buffers: 8 KiB each way.
 const BUFFER_BYTES: usize = 8 * 1024;
 
-type Http = Client<HttpConnector, Full<Bytes>>;
+type Http = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 type Socket = WebSocketStream<TcpStream>;
 
 /// Where the model is and what it is asked for.
@@ -91,6 +97,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut port: u16 = 8090;
     let mut llm_url = String::from("http://127.0.0.1:8081/v1/chat/completions");
     let mut model = String::from("mock");
+    let mut tls = Tls::default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{arg} needs a value"));
@@ -98,19 +105,75 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--port" => port = value()?.parse()?,
             "--llm-url" => llm_url = value()?,
             "--model" => model = value()?,
+            "--ca-file" => tls.ca_file = Some(value()?),
+            "--http1" => tls.http2 = false,
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(serve(port, llm_url.parse()?, model))
+    let http = runtime.block_on(async { http_client(&tls) })?;
+    runtime.block_on(serve(port, llm_url.parse()?, model, http))
 }
 
-async fn serve(port: u16, uri: Uri, name: String) -> Result<(), Box<dyn std::error::Error>> {
+/// The model connection's TLS settings.
+struct Tls {
+    /// A PEM file of CA certificates trusted beside the platform's roots.
+    ca_file: Option<String>,
+    /// Whether ALPN offers `h2`.
+    http2: bool,
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        Self {
+            ca_file: None,
+            http2: true,
+        }
+    }
+}
+
+/// The pooled client to the model, over HTTP or HTTPS as crewline-llm connects: no Nagle
+/// delay, rustls with the platform's verifier and the extra roots, h2 then http/1.1.
+fn http_client(tls: &Tls) -> Result<Http, Box<dyn std::error::Error>> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let roots = match &tls.ca_file {
+        Some(path) => CertificateDer::pem_file_iter(path)?.collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
+    let verifier =
+        rustls_platform_verifier::Verifier::new_with_extra_roots(roots, provider.clone())?;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    let https = HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http();
+    let https = if tls.http2 {
+        https.enable_all_versions().wrap_connector(http)
+    } else {
+        https.enable_http1().wrap_connector(http)
+    };
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .build(https))
+}
+
+async fn serve(
+    port: u16,
+    uri: Uri,
+    name: String,
+    http: Http,
+) -> Result<(), Box<dyn std::error::Error>> {
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).await?;
     eprintln!("crewline-floor listening on {}", listener.local_addr()?);
-    let http = Client::builder(TokioExecutor::new()).build_http();
     let model = Arc::new(Model { http, uri, name });
     loop {
         tokio::select! {

@@ -27,6 +27,7 @@ mod request;
 mod scripted;
 mod stream;
 mod text_tool_calls;
+mod transport;
 
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
 #[cfg(feature = "async-openai")]
@@ -46,3 +47,4 @@ pub use request::{
 pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptError, ScriptedLlm};
 pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};
 pub use text_tool_calls::{TextToolCallFormat, TextToolCalls};
+pub use transport::{ConnectionCounts, TlsRoots};

@@ -124,19 +124,9 @@ fn common(error: OpenAIError, timeout: Duration) -> LlmError {
     }
 }
 
-/// An error's message with its causes (reqwest keeps them out of its own `Display`).
+/// An error's message with its causes (see [`crate::transport::error_text`]).
 fn chain(error: &(dyn StdError + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    message
+    crate::transport::error_text(error)
 }
 
 /// Blanks the team's API key out of error messages, in case a server echoes it (as the
@@ -152,31 +142,11 @@ impl Scrubber {
         Self { key }
     }
 
-    fn scrub(&self, message: String) -> String {
-        match &self.key {
-            Some(key) if message.contains(key.expose_secret()) => {
-                message.replace(key.expose_secret(), "<redacted>")
-            }
-            _ => message,
-        }
-    }
-
     /// `error` with the key blanked out of its message.
     pub(super) fn error(&self, error: LlmError) -> LlmError {
-        if self.key.is_none() {
-            return error;
-        }
-        match error {
-            LlmError::Api { status, message } => LlmError::Api {
-                status,
-                message: self.scrub(message),
-            },
-            LlmError::Connect(d) => LlmError::Connect(d.map_message(|m| self.scrub(m))),
-            LlmError::StreamCut(d) => LlmError::StreamCut(d.map_message(|m| self.scrub(m))),
-            LlmError::InvalidResponse(d) => {
-                LlmError::InvalidResponse(d.map_message(|m| self.scrub(m)))
-            }
-            other => other,
+        match &self.key {
+            Some(key) => crate::transport::scrub::scrub_error(key.expose_secret(), error),
+            None => error,
         }
     }
 }

@@ -10,18 +10,14 @@ use std::{
 use ::async_openai::{error::OpenAIError, types::stream::StreamResponse};
 use futures::{Stream, StreamExt};
 use serde_json::value::RawValue;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::error::{Scrubber, mid_stream};
 use crate::{
     AnswerLimits, ErrorDetail, LlmError, StreamItem,
     openai::{Decoder, Flow, Pending, decode_chunk, snippet},
+    transport::deadline::Deadlines,
 };
-
-/// How long the rest of an answer (usage, `[DONE]`) may take once the model has sent its
-/// `finish_reason`: the default client's grace, for the same reason (a server that holds the
-/// connection open must not cost the turn its tool calls).
-const FINISH_GRACE: Duration = Duration::from_millis(300);
 
 /// The time limits of one answer.
 #[derive(Debug, Clone, Copy)]
@@ -41,17 +37,8 @@ pub(super) struct Reader {
     events: Option<StreamResponse<Box<RawValue>>>,
     decoder: Decoder,
     pending: Pending,
-    /// Until the first chunk that carries something, the first-byte deadline.
-    first_event_deadline: Option<Instant>,
-    /// Once the model has finished, when the answer ends at the latest.
-    finish_deadline: Option<Instant>,
-    /// The current wait's time limit; one timer for the whole answer.
-    timer: Pin<Box<Sleep>>,
-    /// Whether `timer` is set for the current wait (time the caller spends between items
-    /// never counts as the server's).
-    waiting: bool,
-    limits: Limits,
-    started: Instant,
+    /// The first-byte, idle and finish-grace limits (the default reader's too).
+    deadlines: Deadlines,
     scrubber: Scrubber,
     span: tracing::Span,
 }
@@ -65,17 +52,11 @@ impl Reader {
         scrubber: Scrubber,
         span: tracing::Span,
     ) -> Self {
-        let deadline = started + limits.first_byte;
         Self {
             events: Some(events),
             decoder: Decoder::with_limits(limits.answer),
             pending: Pending::new(),
-            first_event_deadline: Some(deadline),
-            finish_deadline: None,
-            timer: Box::pin(tokio::time::sleep_until(deadline)),
-            waiting: false,
-            limits,
-            started,
+            deadlines: Deadlines::new(started, limits.first_byte, limits.idle),
             scrubber,
             span,
         }
@@ -115,16 +96,7 @@ impl Reader {
         }
         // As in the default client: only a chunk that carries something ends the wait.
         if self.decoder.take_progress() {
-            self.waiting = false;
-            if self.first_event_deadline.take().is_some() {
-                let ms = self.started.elapsed().as_millis() as u64;
-                // On the request's span (entered while the reader is polled), for traces.
-                tracing::Span::current().record("time_to_first_token_ms", ms);
-                tracing::debug!(time_to_first_token_ms = ms, "first token received");
-            }
-            if self.finish_deadline.is_none() && self.decoder.finished() {
-                self.finish_deadline = Some(Instant::now() + FINISH_GRACE);
-            }
+            self.deadlines.progress(self.decoder.finished());
         }
     }
 
@@ -137,16 +109,7 @@ impl Reader {
             let Some(events) = self.events.as_mut() else {
                 return Poll::Ready(None);
             };
-            if !self.waiting {
-                self.waiting = true;
-                let mut deadline = self
-                    .first_event_deadline
-                    .unwrap_or_else(|| Instant::now() + self.limits.idle);
-                if let Some(finish) = self.finish_deadline {
-                    deadline = deadline.min(finish);
-                }
-                self.timer.as_mut().reset(deadline);
-            }
+            self.deadlines.arm();
             match events.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(data))) => self.on_event(&data),
                 Poll::Ready(Some(Err(error))) => self.on_error(error),
@@ -157,7 +120,7 @@ impl Reader {
                     self.decoder.end(&mut self.pending);
                 }
                 Poll::Pending => {
-                    if self.timer.as_mut().poll(cx).is_pending() {
+                    if !self.deadlines.poll_expired(cx) {
                         return Poll::Pending;
                     }
                     if self.decoder.finished() {
@@ -167,10 +130,7 @@ impl Reader {
                         self.events = None;
                         continue;
                     }
-                    let timeout = LlmError::Timeout(match self.first_event_deadline {
-                        Some(_) => self.limits.first_byte,
-                        None => self.limits.idle,
-                    });
+                    let timeout = self.deadlines.timeout();
                     self.stop(timeout);
                 }
             }

@@ -6,12 +6,18 @@ use std::{
     time::Duration,
 };
 
-use reqwest::header::{AUTHORIZATION, HeaderName, HeaderValue};
+use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value};
 
-use super::{OpenAiClient, body, http::Transport, key::ApiKey};
-use crate::{AnswerLimits, LlmError, MaxTokensField, RequestOptions};
+use super::{
+    OpenAiClient, body,
+    http::{Settings, Transport},
+    key::ApiKey,
+};
+use crate::{
+    AnswerLimits, LlmError, MaxTokensField, RequestOptions, TlsRoots, transport::proxy::Proxies,
+};
 
 /// The API base used when neither the builder nor `OPENAI_BASE_URL` names one.
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -91,6 +97,12 @@ pub struct OpenAiClientBuilder {
     max_retries: usize,
     max_event_bytes: usize,
     answer_limits: AnswerLimits,
+    /// PEM given to [`OpenAiClientBuilder::add_root_certificate`], read when built.
+    root_pems: Vec<Vec<u8>>,
+    http2: bool,
+    /// The proxy given to [`OpenAiClientBuilder::proxy`] and its exemptions (else the
+    /// environment's).
+    proxy: Option<(SecretString, String)>,
 }
 
 impl Default for OpenAiClientBuilder {
@@ -111,6 +123,9 @@ impl Default for OpenAiClientBuilder {
             max_retries: DEFAULT_MAX_RETRIES,
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             answer_limits: AnswerLimits::default(),
+            root_pems: Vec::new(),
+            http2: true,
+            proxy: None,
         }
     }
 }
@@ -133,6 +148,10 @@ impl fmt::Debug for OpenAiClientBuilder {
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
             .field("answer_limits", &self.answer_limits)
+            .field("root_certificates", &self.root_pems.len())
+            .field("http2", &self.http2)
+            // Not the proxy's URL: it may hold a password.
+            .field("proxy", &self.proxy.as_ref().map(|_| "<set>"))
             .finish()
     }
 }
@@ -251,8 +270,8 @@ impl OpenAiClientBuilder {
     /// The time limit from sending a request to its answer's headers and first token (text,
     /// a tool call or the finish reason), retries included (default 30 s). Separate from the
     /// idle timeout so a reasoning model that thinks before its first token can be given
-    /// longer. A non-streaming
-    /// [`LlmClient::chat`] gets this plus the idle timeout for its whole answer.
+    /// longer. A non-streaming [`LlmClient::chat`](crate::LlmClient::chat) gets this plus the
+    /// idle timeout for its whole answer.
     pub fn first_byte_timeout(mut self, timeout: Duration) -> Self {
         self.first_byte_timeout = timeout;
         self
@@ -261,7 +280,8 @@ impl OpenAiClientBuilder {
     /// The longest allowed gap between two chunks of a streamed answer that carry something
     /// (text, a tool call, the finish reason, usage), after the first token (default 10 s: a
     /// caller hears nothing while the stream is silent). Keepalives, comments and empty
-    /// deltas do not count.
+    /// deltas do not count. An HTTP/2 connection silent this long is pinged, and closed when
+    /// the ping is not answered within it as long.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
@@ -287,6 +307,39 @@ impl OpenAiClientBuilder {
     /// How many times a request is retried before its first byte (default 2).
     pub fn max_retries(mut self, max_retries: usize) -> Self {
         self.max_retries = max_retries;
+        self
+    }
+
+    /// Trusts the CA certificates of `pem` (one or more `-----BEGIN CERTIFICATE-----` blocks)
+    /// beside the platform's roots and those of `SSL_CERT_FILE`: a self-hosted model behind
+    /// a private CA, a company's TLS-inspecting proxy. A `pem` with no certificate fails the
+    /// build with [`LlmError::Config`].
+    pub fn add_root_certificate(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.root_pems.push(pem.as_ref().to_vec());
+        self
+    }
+
+    /// Whether HTTPS connections offer HTTP/2 by ALPN (default `true`): a server that speaks
+    /// it carries many calls' streams on one connection; one that does not answers over
+    /// HTTP/1.1, a connection per stream. Plain `http://` is always HTTP/1.1.
+    ///
+    /// Over HTTP/2 a connection carries at most the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
+    /// streams (often 100 to 256); further requests wait for a free stream rather than open
+    /// another connection (hyper-util's pool keeps one HTTP/2 connection per server and
+    /// runtime thread). Turn it off for a server that allows few streams per connection.
+    pub fn http2(mut self, http2: bool) -> Self {
+        self.http2 = http2;
+        self
+    }
+
+    /// Sends every request through `proxy` instead of the one the environment names
+    /// (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, either case, read by default), except to the
+    /// hosts of `no_proxy` (`NO_PROXY`'s syntax: `localhost,.internal,10.0.0.0/8`). `http://`
+    /// proxies are asked for a tunnel (`CONNECT`); `socks5://`, `socks5h://` (names resolved
+    /// by the proxy) and `socks4://` are SOCKS; credentials go in the URL's user part and
+    /// are sent to the proxy alone, never logged.
+    pub fn proxy(mut self, proxy: impl Into<String>, no_proxy: impl Into<String>) -> Self {
+        self.proxy = Some((SecretString::from(proxy.into()), no_proxy.into()));
         self
     }
 
@@ -355,13 +408,26 @@ impl OpenAiClientBuilder {
             Some(azure) => azure.url(&base_url)?,
             None => format!("{base_url}/chat/completions"),
         };
-        let transport = Transport::new(
-            self.connect_timeout,
-            &url,
-            key_header,
-            authorization,
-            self.max_retries,
-        )?;
+        let roots = self
+            .root_pems
+            .iter()
+            .try_fold(TlsRoots::new(), |roots, pem| roots.add_pem(pem))?;
+        let proxies = match &self.proxy {
+            Some((proxy, no_proxy)) => Proxies::fixed(proxy.expose_secret(), no_proxy),
+            // The environment's proxy whatever `read_env` says, as before: the machine's
+            // network, not the client's settings.
+            None => Proxies::from_system(),
+        };
+        let settings = Settings {
+            proxies,
+            connect_timeout: self.connect_timeout,
+            roots,
+            http2: self.http2,
+            counters: Default::default(),
+            ping_after: self.idle_timeout,
+        };
+        let transport =
+            Transport::new(settings, &url, key_header, authorization, self.max_retries)?;
 
         Ok(OpenAiClient {
             transport,
@@ -400,7 +466,7 @@ impl Azure {
                 "Azure OpenAI needs a deployment and an api-version".to_owned(),
             ));
         }
-        let mut url = reqwest::Url::parse(endpoint)
+        let mut url = url::Url::parse(endpoint)
             .map_err(|e| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}: {e}")))?;
         url.path_segments_mut()
             .map_err(|()| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}")))?
@@ -430,7 +496,7 @@ fn env_var(allowed: bool, name: &str) -> Option<String> {
 /// The base URL without a trailing slash (`/chat/completions` is appended to it).
 fn check_base_url(base_url: &str) -> Result<String, LlmError> {
     let trimmed = base_url.trim().trim_end_matches('/');
-    let url = reqwest::Url::parse(trimmed)
+    let url = url::Url::parse(trimmed)
         .map_err(|e| LlmError::Config(format!("invalid base URL {trimmed:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(LlmError::Config(format!(

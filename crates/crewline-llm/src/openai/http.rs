@@ -1,18 +1,17 @@
 //! The HTTP exchange with the server (sending with retries, reading error answers), and how
 //! its errors become [`LlmError`]s.
 //!
-//! Requests go through hyper-util's pooled client over rustls (the platform verifier, as
-//! reqwest's `rustls` feature); a client built while a proxy variable is set (`HTTPS_PROXY`,
-//! `HTTP_PROXY`, `ALL_PROXY`, either case) goes through reqwest, which honours them (and
-//! `NO_PROXY`).
+//! Requests go through hyper-util's pooled client over rustls (see [`crate::transport`]):
+//! HTTP/2 or HTTP/1.1 as ALPN settles, directly or through the proxy the environment (or the
+//! builder) names, on one stack.
 
-use std::{error::Error as StdError, ffi::OsString, fmt, sync::Arc, time::Duration};
+use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
 
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{
-    Method, StatusCode,
+    Method,
     body::{Body as _, Incoming},
     header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue},
 };
@@ -25,7 +24,13 @@ use thread_local::ThreadLocal;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::wire::{error_body_message, snippet};
-use crate::{ErrorDetail, LlmError};
+use crate::{
+    ErrorDetail, LlmError, TlsRoots,
+    transport::{
+        self, Counters,
+        proxy::{Proxies, ProxyConnector},
+    },
+};
 
 /// How much of an error answer's body is read: far more than any server's message; the rest
 /// is left unread (the connection is closed), so a huge or endless error body costs nothing.
@@ -36,10 +41,8 @@ pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// Its `Display` and `source` are the inner error's, so [`chain`] reads the same words.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HttpError {
-    /// reqwest's (the proxy path).
-    #[error(transparent)]
-    Reqwest(#[from] reqwest::Error),
-    /// hyper-util's client could not send the request (connect, TLS, the request's write).
+    /// hyper-util's client could not send the request (connect, proxy, TLS, the request's
+    /// write).
     #[error(transparent)]
     Client(#[from] legacy::Error),
     /// hyper could not read the answer's body.
@@ -54,36 +57,29 @@ impl HttpError {
     /// Whether the connection could not be made (a retry may succeed).
     fn is_connect(&self) -> bool {
         match self {
-            Self::Reqwest(err) => err.is_connect(),
             Self::Client(err) => err.is_connect(),
             Self::Body(_) | Self::Tls(_) => false,
         }
     }
 
-    /// Whether a time limit ran out (the connect timeout, on the hyper path).
+    /// Whether a time limit ran out (the connect timeout).
     fn is_timeout(&self) -> bool {
         match self {
-            Self::Reqwest(err) => err.is_timeout(),
             Self::Client(err) => io_timed_out(err),
             Self::Body(err) => err.is_timeout() || io_timed_out(err),
             Self::Tls(_) => false,
         }
     }
 
-    /// Whether the answer's body could not be read or decoded.
+    /// Whether the answer's body could not be read.
     fn is_body(&self) -> bool {
-        match self {
-            Self::Reqwest(err) => err.is_body() || err.is_decode(),
-            Self::Body(_) => true,
-            Self::Client(_) | Self::Tls(_) => false,
-        }
+        matches!(self, Self::Body(_))
     }
 
     /// `message`, caused by the error itself (the transport's own type, not this wrapper, so
     /// callers can downcast to it).
     fn detail(self, message: String) -> ErrorDetail {
         match self {
-            Self::Reqwest(err) => ErrorDetail::caused_by(message, err),
             Self::Client(err) => ErrorDetail::caused_by(message, err),
             Self::Body(err) => ErrorDetail::caused_by(message, err),
             Self::Tls(err) => ErrorDetail::caused_by(message, err),
@@ -100,55 +96,20 @@ fn io_timed_out(error: &(dyn StdError + 'static)) -> bool {
     })
 }
 
-/// An answer whose status and headers have arrived, from either HTTP stack.
-#[derive(Debug)]
-pub(crate) enum Response {
-    /// From hyper-util's client.
-    Hyper(hyper::Response<Incoming>),
-    /// From reqwest's (the proxy path).
-    Reqwest(reqwest::Response),
-}
+/// An answer whose status and headers have arrived.
+pub(crate) type Response = hyper::Response<Incoming>;
 
-impl Response {
-    /// The answer's status.
-    fn status(&self) -> StatusCode {
-        match self {
-            Self::Hyper(response) => response.status(),
-            Self::Reqwest(response) => response.status(),
-        }
-    }
-
-    /// The answer's headers.
-    fn headers(&self) -> &HeaderMap {
-        match self {
-            Self::Hyper(response) => response.headers(),
-            Self::Reqwest(response) => response.headers(),
-        }
-    }
-
-    /// The body's length, when the server said it.
-    fn content_length(&self) -> Option<u64> {
-        match self {
-            Self::Hyper(response) => response.body().size_hint().exact(),
-            Self::Reqwest(response) => response.content_length(),
-        }
-    }
-
-    /// The body's next piece of data, `None` at its end.
-    async fn chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
-        match self {
-            Self::Reqwest(response) => Ok(response.chunk().await?),
-            Self::Hyper(response) => loop {
-                match response.body_mut().frame().await {
-                    None => return Ok(None),
-                    Some(frame) => {
-                        if let Ok(data) = frame?.into_data() {
-                            return Ok(Some(data));
-                        }
-                        // Trailers: no data, read on.
-                    }
+/// The body's next piece of data, `None` at its end.
+async fn chunk(response: &mut Response) -> Result<Option<Bytes>, HttpError> {
+    loop {
+        match response.body_mut().frame().await {
+            None => return Ok(None),
+            Some(frame) => {
+                if let Ok(data) = frame?.into_data() {
+                    return Ok(Some(data));
                 }
-            },
+                // Trailers: no data, read on.
+            }
         }
     }
 }
@@ -167,9 +128,9 @@ pub(crate) async fn read_limited(
     mut response: Response,
     limit: usize,
 ) -> Result<Limited, HttpError> {
-    let content_length = response.content_length();
+    let content_length = response.body().size_hint().exact();
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
+    while let Some(chunk) = chunk(&mut response).await? {
         let room = limit - body.len();
         if chunk.len() > room {
             body.extend_from_slice(&chunk[..room]);
@@ -226,49 +187,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest pause before a retry, also for a server's `Retry-After`.
 const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
-/// The variables that give reqwest a proxy (`NO_PROXY` alone names none: it only exempts
-/// hosts from a proxy set by these).
-const PROXY_VARIABLES: [&str; 6] = [
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-];
-
-/// Which HTTP stack a client's requests go through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stack {
-    /// hyper-util's pooled client over rustls: the lean path.
-    Hyper,
-    /// reqwest, which honours the proxy variables.
-    Reqwest,
-}
-
-impl Stack {
-    /// The stack for an environment whose variables `var` reads: reqwest when any proxy
-    /// variable is set (hyper's client knows no proxies), hyper otherwise.
-    pub(crate) fn for_env(var: impl Fn(&str) -> Option<OsString>) -> Self {
-        if PROXY_VARIABLES.iter().any(|name| var(name).is_some()) {
-            Self::Reqwest
-        } else {
-            Self::Hyper
-        }
-    }
-}
-
-/// hyper-util's pooled client, over HTTP or HTTPS.
-type HyperClient = legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-/// One connection pool, of either stack.
-#[derive(Debug)]
-enum Client {
-    /// hyper-util's.
-    Hyper(HyperClient),
-    /// reqwest's (the proxy path).
-    Reqwest(reqwest::Client),
-}
+/// hyper-util's pooled client, over HTTP or HTTPS, direct or through a proxy.
+type Client = legacy::Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
 /// The HTTP clients (connection pools) requests go through: one shared, and one per thread
 /// for threads that run a single-threaded runtime.
@@ -280,17 +200,33 @@ enum Client {
 struct Clients {
     shared: Client,
     per_thread: ThreadLocal<Client>,
-    stack: Stack,
-    connect_timeout: Duration,
+    settings: Settings,
+}
+
+/// What every connection pool of a client is built with.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The proxies connections go through.
+    pub(crate) proxies: Proxies,
+    /// The time limit for opening a connection.
+    pub(crate) connect_timeout: Duration,
+    /// The CA certificates trusted beside the platform's roots.
+    pub(crate) roots: TlsRoots,
+    /// Whether TLS offers `h2` by ALPN (HTTP/1.1 otherwise, and always over plain HTTP).
+    pub(crate) http2: bool,
+    /// The connection counts every pool of the client adds to.
+    pub(crate) counters: Arc<Counters>,
+    /// How long an HTTP/2 connection may be silent before it is pinged, and how long the
+    /// answer may take before the connection is closed as dead (the client's idle limit).
+    pub(crate) ping_after: Duration,
 }
 
 impl Clients {
-    fn new(stack: Stack, connect_timeout: Duration) -> Result<Self, HttpError> {
+    fn new(settings: Settings) -> Result<Self, HttpError> {
         Ok(Self {
-            shared: client(stack, connect_timeout)?,
+            shared: client(&settings)?,
             per_thread: ThreadLocal::new(),
-            stack,
-            connect_timeout,
+            settings,
         })
     }
 
@@ -302,55 +238,50 @@ impl Clients {
             // The first request on a thread builds its client, which reads the system's CA
             // certificates (a few milliseconds, once per thread). Building it on the blocking
             // pool instead was measured: with mimalloc the process kept ~28 MiB more resident.
-            self.per_thread
-                .get_or_try(|| client(self.stack, self.connect_timeout))
+            self.per_thread.get_or_try(|| client(&self.settings))
         } else {
             Ok(&self.shared)
         }
     }
 }
 
-/// A client of `stack` with its own connection pool.
-fn client(stack: Stack, connect_timeout: Duration) -> Result<Client, HttpError> {
-    // No total timeout here: it would cut long streams. First-byte and idle limits are
-    // enforced around each await instead.
-    match stack {
-        Stack::Hyper => Ok(Client::Hyper(hyper_client(connect_timeout)?)),
-        Stack::Reqwest => Ok(Client::Reqwest(
-            reqwest::Client::builder()
-                .connect_timeout(connect_timeout)
-                .build()?,
-        )),
-    }
-}
-
 /// hyper-util's pooled client, connecting as reqwest does: `connect_timeout`, no Nagle delay,
-/// HTTP/1.1, and for `https` rustls with the process's crypto provider (else aws-lc-rs) and
-/// the platform's verifier, so it trusts the same roots.
-fn hyper_client(connect_timeout: Duration) -> Result<HyperClient, HttpError> {
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())?;
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
+/// and for `https` rustls with the process's crypto provider (else aws-lc-rs) and the
+/// platform's verifier with the extra roots, offering `h2` then `http/1.1` by ALPN.
+///
+/// Over HTTP/2 every request to the server is a stream of one pooled connection: a call's
+/// stream dropped on barge-in is reset alone (`RST_STREAM`), its neighbours go on.
+fn client(settings: &Settings) -> Result<Client, HttpError> {
+    let tls = transport::client_config(&settings.roots)?;
     let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(connect_timeout));
+    http.set_connect_timeout(Some(settings.connect_timeout));
     http.set_nodelay(true);
     // `https` URLs reach the TLS layer wrapped around this connector.
     http.enforce_http(false);
+    let http = ProxyConnector::new(http, settings.proxies.clone(), settings.counters.clone());
     let https = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    // The timer lets the pool close connections idle for long (90 s, as reqwest).
-    Ok(legacy::Client::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .build(https))
+        .https_or_http();
+    let https = if settings.http2 {
+        https.enable_all_versions().wrap_connector(http)
+    } else {
+        https.enable_http1().wrap_connector(http)
+    };
+    // The pool timer lets the pool close connections idle for long (90 s, as reqwest).
+    let mut builder = legacy::Client::builder(TokioExecutor::new());
+    builder.pool_timer(TokioTimer::new());
+    if settings.http2 {
+        // Every call on this thread shares an HTTP/2 connection: one that died silently (a
+        // NAT or load balancer dropped it) would stall each new call until its first-byte
+        // limit. Pinged when silent, it is closed once a ping goes unanswered, and the next
+        // call opens a new one.
+        builder
+            .timer(TokioTimer::new())
+            .http2_keep_alive_interval(settings.ping_after)
+            .http2_keep_alive_timeout(settings.ping_after)
+            .http2_keep_alive_while_idle(true);
+    }
+    Ok(builder.build(https))
 }
 
 /// Sends chat-completion requests: retries (connect errors, 429, 5xx, with backoff, before any
@@ -362,9 +293,9 @@ fn hyper_client(connect_timeout: Duration) -> Result<HyperClient, HttpError> {
 #[derive(Clone)]
 pub(crate) struct Transport {
     clients: Arc<Clients>,
-    /// `{base}/chat/completions`, or an Azure deployment's URL (for reqwest).
-    url: reqwest::Url,
-    /// The same URL, for hyper.
+    /// The server's `host:port`, named in connection errors.
+    host: Arc<str>,
+    /// `{base}/chat/completions`, or an Azure deployment's URL.
     uri: hyper::Uri,
     /// The key's header (`authorization`, or Azure's `api-key`).
     key_header: HeaderName,
@@ -374,45 +305,41 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    /// A transport posting to `url` with the key in `key_header`, through the stack the
-    /// process's environment calls for (see [`Stack::for_env`]).
+    /// A transport posting to `url` with the key in `key_header`, its pools built with
+    /// `settings`, trusting the roots of `SSL_CERT_FILE` too.
     pub(crate) fn new(
-        connect_timeout: Duration,
+        mut settings: Settings,
         url: &str,
         key_header: HeaderName,
         authorization: HeaderValue,
         max_retries: usize,
     ) -> Result<Self, LlmError> {
-        let stack = Stack::for_env(|name| std::env::var_os(name));
-        Self::with_stack(
-            stack,
-            connect_timeout,
-            url,
-            key_header,
-            authorization,
-            max_retries,
-        )
+        settings.roots = settings.roots.with_env(|name| std::env::var_os(name))?;
+        Self::with_settings(settings, url, key_header, authorization, max_retries)
     }
 
-    /// A transport posting to `url` through `stack`.
-    fn with_stack(
-        stack: Stack,
-        connect_timeout: Duration,
+    /// A transport posting to `url`, its pools built with `settings`.
+    pub(crate) fn with_settings(
+        settings: Settings,
         url: &str,
         key_header: HeaderName,
         authorization: HeaderValue,
         max_retries: usize,
     ) -> Result<Self, LlmError> {
-        let url = reqwest::Url::parse(url)
+        let url = url::Url::parse(url)
             .map_err(|e| LlmError::Config(format!("invalid URL {url:?}: {e}")))?;
         let uri = hyper::Uri::try_from(url.as_str())
             .map_err(|e| LlmError::Config(format!("invalid URL {:?}: {e}", url.as_str())))?;
-        let clients = Clients::new(stack, connect_timeout).map_err(|e| {
+        let clients = Clients::new(settings).map_err(|e| {
             LlmError::Config(format!("could not set up the HTTP client: {}", chain(&e)))
         })?;
+        let host = match (url.host_str(), url.port_or_known_default()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (host, _) => host.unwrap_or_default().to_owned(),
+        };
         Ok(Self {
             clients: Arc::new(clients),
-            url,
+            host: host.into(),
             uri,
             key_header,
             authorization,
@@ -420,34 +347,35 @@ impl Transport {
         })
     }
 
-    /// The stack this transport's requests go through.
-    pub(crate) fn stack(&self) -> Stack {
-        self.clients.stack
+    /// The client's connections to the server, opened and open.
+    pub(crate) fn connections(&self) -> crate::ConnectionCounts {
+        self.clients.settings.counters.counts()
+    }
+
+    /// Whether connections may go through a proxy.
+    pub(crate) fn proxied(&self) -> bool {
+        self.clients.settings.proxies.is_configured()
+    }
+
+    /// Maps an error from before the first byte of the answer, naming the server.
+    pub(crate) fn request_error(&self, error: SendError) -> LlmError {
+        request_error(error, self.clients.settings.connect_timeout, &self.host)
+    }
+
+    /// Maps a transfer error from before the first byte (or while reading a whole answer).
+    pub(crate) fn http_error(&self, error: HttpError) -> LlmError {
+        http_error(error, self.clients.settings.connect_timeout, &self.host)
     }
 
     /// Posts the JSON `body`, retrying what may succeed on another try, at most `max_retries`
     /// times; returns the first successful answer, before reading any of its body.
     pub(crate) async fn send(&self, body: Bytes) -> Result<Response, SendError> {
-        match self.clients.current().map_err(SendError::Http)? {
-            Client::Hyper(http) => {
-                with_retries(self.max_retries, || {
-                    let sent = http.request(self.hyper_request(&body));
-                    attempt(async move { Ok(Response::Hyper(sent.await?)) })
-                })
-                .await
-            }
-            Client::Reqwest(http) => {
-                with_retries(self.max_retries, || {
-                    let request = http
-                        .post(self.url.clone())
-                        .header(&self.key_header, self.authorization.clone())
-                        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                        .body(body.clone());
-                    attempt(async move { Ok(Response::Reqwest(request.send().await?)) })
-                })
-                .await
-            }
-        }
+        let http = self.clients.current().map_err(SendError::Http)?;
+        with_retries(self.max_retries, || {
+            let sent = http.request(self.hyper_request(&body));
+            attempt(async move { Ok(sent.await?) })
+        })
+        .await
     }
 
     /// The request hyper sends: a POST of `body` with the headers reqwest would send (the
@@ -574,10 +502,10 @@ fn is_out_of_quota(body: &[u8]) -> bool {
         .any(|key| error.get(key).and_then(serde_json::Value::as_str) == Some("insufficient_quota"))
 }
 
-/// Maps an error from before the first byte of the answer.
-pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmError {
+/// Maps an error from before the first byte of the answer from `host`.
+fn request_error(error: SendError, connect_timeout: Duration, host: &str) -> LlmError {
     match error {
-        SendError::Http(err) => http_error(err, connect_timeout),
+        SendError::Http(err) => http_error(err, connect_timeout, host),
         SendError::Status(status) => LlmError::Api {
             status: Some(status.status),
             message: status.message,
@@ -585,19 +513,48 @@ pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmE
     }
 }
 
-/// Maps a transfer error from before the first byte (or while reading a whole answer).
-pub(crate) fn http_error(err: HttpError, connect_timeout: Duration) -> LlmError {
+/// Maps a transfer error with `host` from before the first byte (or while reading a whole
+/// answer). A connection error names the host, and a refused certificate says so.
+fn http_error(err: HttpError, connect_timeout: Duration, host: &str) -> LlmError {
     let message = chain(&err);
     if err.is_connect() && err.is_timeout() {
-        let message = format!("no connection within {connect_timeout:?}: {message}");
+        let message = format!("no connection to {host} within {connect_timeout:?}: {message}");
         LlmError::Connect(err.detail(message))
     } else if err.is_timeout() {
         LlmError::Timeout(connect_timeout)
     } else if err.is_body() {
         LlmError::InvalidResponse(err.detail(message))
+    } else if let Some(tls) = tls_error(&err) {
+        let why = match tls {
+            rustls::Error::InvalidCertificate(_) => {
+                ": its certificate is not trusted for this host (trust its CA with SSL_CERT_FILE \
+                 or OpenAiClientBuilder::add_root_certificate)"
+            }
+            _ => "",
+        };
+        let message = format!("TLS with {host} failed{why}: {message}");
+        LlmError::Connect(err.detail(message))
     } else {
+        let message = format!("could not connect to {host}: {message}");
         LlmError::Connect(err.detail(message))
     }
+}
+
+/// The TLS error among `error`'s causes (rustls' error travels inside I/O errors, nested,
+/// whose `source` skips what they wrap).
+fn tls_error<'e>(error: &'e (dyn StdError + 'static)) -> Option<&'e rustls::Error> {
+    std::iter::successors(Some(error), |e| (*e).source()).find_map(|cause| {
+        let mut cause: &(dyn StdError + 'static) = cause;
+        loop {
+            if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+                return Some(tls);
+            }
+            let inner = cause
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)?;
+            cause = inner;
+        }
+    })
 }
 
 /// Maps an error while reading the streamed body: the answer is cut.
@@ -622,25 +579,15 @@ pub(crate) fn event_chunk(data: &str) -> Result<Option<super::wire::Chunk>, LlmE
     }
 }
 
-/// An error's message with its causes, which reqwest and hyper keep out of their own
-/// `Display` ("error sending request", "client error (Connect)" alone say nothing about a
-/// refused connection).
+/// An error's message with its causes (see [`transport::error_text`]).
 fn chain(error: &(dyn StdError + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    message
+    transport::error_text(error)
 }
 
 #[cfg(test)]
 mod tests {
+    use hyper::StatusCode;
+
     use super::*;
 
     #[test]
@@ -649,7 +596,7 @@ mod tests {
             status: 400,
             message: "bad model".to_owned(),
         });
-        let mapped = request_error(error, Duration::from_secs(1));
+        let mapped = request_error(error, Duration::from_secs(1), "h:1");
         assert!(
             matches!(&mapped, LlmError::Api { status: Some(400), message } if message == "bad model"),
             "{mapped:?}"
@@ -823,36 +770,22 @@ mod tests {
         assert_eq!(answer, 2);
     }
 
-    #[test]
-    fn a_proxy_variable_in_either_case_selects_reqwest() {
-        assert_eq!(Stack::for_env(|_| None), Stack::Hyper);
-        for name in PROXY_VARIABLES {
-            let stack = Stack::for_env(|var| (var == name).then(|| "http://proxy:3128".into()));
-            assert_eq!(stack, Stack::Reqwest, "{name}");
-        }
-        let unrelated = Stack::for_env(|var| (var == "PROXY_MODE").then(|| "on".into()));
-        assert_eq!(unrelated, Stack::Hyper);
-        // Exemptions alone set no proxy: the lean path stays.
-        let exempt = Stack::for_env(|var| (var == "NO_PROXY").then(|| "localhost".into()));
-        assert_eq!(exempt, Stack::Hyper);
-    }
-
-    const STACKS: [Stack; 2] = [Stack::Hyper, Stack::Reqwest];
     const ANSWER: &str = "data: {\"choices\":[]}\n\ndata: [DONE]\n\n";
 
-    /// A transport of `stack` posting to `url`, without retries.
-    fn transport(stack: Stack, url: &str, connect_timeout: Duration) -> Transport {
+    /// A transport posting to `url` directly, without retries.
+    fn transport(url: &str, connect_timeout: Duration) -> Transport {
         let mut key = HeaderValue::from_static("Bearer sk-test");
         key.set_sensitive(true);
-        Transport::with_stack(
-            stack,
+        let settings = Settings {
+            proxies: Proxies::none(),
             connect_timeout,
-            url,
-            hyper::header::AUTHORIZATION,
-            key,
-            0,
-        )
-        .expect("transport")
+            roots: TlsRoots::new(),
+            http2: true,
+            counters: Arc::default(),
+            ping_after: Duration::from_secs(10),
+        };
+        Transport::with_settings(settings, url, hyper::header::AUTHORIZATION, key, 0)
+            .expect("transport")
     }
 
     /// A one-request HTTP/1.1 server on 127.0.0.1 answering [`ANSWER`] as an event stream;
@@ -898,23 +831,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn both_stacks_post_the_body_with_the_key_and_read_the_answer() {
-        for stack in STACKS {
+    async fn the_transport_posts_the_body_with_the_key_and_reads_the_answer() {
+        {
+            let stack = "hyper";
             let (addr, served) = one_answer_server().await;
             let url = format!("http://{addr}/v1/chat/completions");
-            let transport = transport(stack, &url, Duration::from_secs(5));
-            assert_eq!(transport.stack(), stack);
+            let transport = transport(&url, Duration::from_secs(5));
             let response = transport
                 .send(Bytes::from_static(b"{\"model\":\"m\"}"))
                 .await
                 .expect("an answer");
-            assert!(
-                matches!(
-                    (&response, stack),
-                    (Response::Hyper(_), Stack::Hyper) | (Response::Reqwest(_), Stack::Reqwest)
-                ),
-                "{stack:?}: {response:?}"
-            );
             assert_eq!(response.status(), StatusCode::OK);
             let body = match read_limited(response, ERROR_BODY_LIMIT).await {
                 Ok(Limited::Whole(body)) => body,
@@ -939,31 +865,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn both_stacks_stream_the_body_to_the_reader_type() {
+    async fn the_transport_streams_the_body_to_the_reader_type() {
         use futures::{StreamExt, TryStreamExt};
-        for stack in STACKS {
+        {
+            let stack = "hyper";
             let (addr, served) = one_answer_server().await;
             let url = format!("http://{addr}/v1/chat/completions");
-            let response = transport(stack, &url, Duration::from_secs(5))
+            let response = transport(&url, Duration::from_secs(5))
                 .send(Bytes::from_static(b"{}"))
                 .await
                 .expect("an answer");
             // The streams `stream_chat` hands its `Reader`.
-            let chunks: Vec<Result<Bytes, HttpError>> = match response {
-                Response::Hyper(response) => {
-                    http_body_util::BodyDataStream::new(response.into_body())
-                        .map_err(HttpError::Body)
-                        .collect()
-                        .await
-                }
-                Response::Reqwest(response) => {
-                    response
-                        .bytes_stream()
-                        .map_err(HttpError::Reqwest)
-                        .collect()
-                        .await
-                }
-            };
+            let chunks: Vec<Result<Bytes, HttpError>> =
+                http_body_util::BodyDataStream::new(response.into_body())
+                    .map_err(HttpError::Body)
+                    .collect()
+                    .await;
             let body: Vec<u8> = chunks
                 .into_iter()
                 .flat_map(|chunk| chunk.expect("no error"))
@@ -974,21 +891,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn on_both_stacks_a_refused_connection_is_a_connect_error() {
+    async fn a_refused_connection_is_a_connect_error_naming_the_host() {
         // Bound but never listening: connecting is refused, and no other test can take the port
         // meanwhile (a port freed by dropping a listener could be reused by a concurrent test's server).
         let refusing = tokio::net::TcpSocket::new_v4().expect("socket");
         refusing.bind(([127, 0, 0, 1], 0).into()).expect("bind");
         let addr = refusing.local_addr().expect("addr");
-        for stack in STACKS {
+        {
+            let stack = "hyper";
             let timeout = Duration::from_secs(5);
-            let transport = transport(stack, &format!("http://{addr}/v1"), timeout);
+            let transport = transport(&format!("http://{addr}/v1"), timeout);
             let error = transport.send(Bytes::new()).await.expect_err("refused");
             assert!(
                 matches!(&error, SendError::Http(err) if err.is_connect() && !err.is_timeout()),
                 "{stack:?}: {error:?}"
             );
-            let mapped = request_error(error, timeout);
+            let mapped = transport.request_error(error);
             assert!(
                 matches!(&mapped, LlmError::Connect(d) if d.message().to_lowercase().contains("connection refused")),
                 "{stack:?}: {mapped:?}"
@@ -1001,7 +919,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn on_both_stacks_a_connect_timeout_is_a_connect_error_naming_the_limit() {
+    async fn a_connect_timeout_is_a_connect_error_naming_the_host_and_limit() {
         // A listener whose accept queue is full: the kernel drops further SYNs.
         let socket = tokio::net::TcpSocket::new_v4().expect("socket");
         socket
@@ -1021,16 +939,17 @@ mod tests {
                 _ => break,
             }
         }
-        for stack in STACKS {
+        {
+            let stack = "hyper";
             let timeout = Duration::from_millis(250);
-            let transport = transport(stack, &format!("http://{addr}/v1"), timeout);
+            let transport = transport(&format!("http://{addr}/v1"), timeout);
             let error = transport
                 .send(Bytes::new())
                 .await
                 .expect_err("no connection");
-            let mapped = request_error(error, timeout);
+            let mapped = transport.request_error(error);
             assert!(
-                matches!(&mapped, LlmError::Connect(d) if d.message().starts_with("no connection within 250ms: ")),
+                matches!(&mapped, LlmError::Connect(d) if d.message().starts_with(&format!("no connection to {addr} within 250ms: "))),
                 "{stack:?}: {mapped:?}"
             );
         }
@@ -1038,7 +957,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn https_urls_go_through_tls_on_the_hyper_stack() {
+    async fn https_urls_go_through_tls() {
         // A plain-HTTP server: a TLS handshake with it fails, which shows one was attempted.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -1052,7 +971,7 @@ mod tests {
                 .await;
         });
         let timeout = Duration::from_secs(5);
-        let transport = transport(Stack::Hyper, &format!("https://{addr}/v1"), timeout);
+        let transport = transport(&format!("https://{addr}/v1"), timeout);
         let error = transport
             .send(Bytes::new())
             .await
@@ -1061,7 +980,7 @@ mod tests {
             matches!(&error, SendError::Http(HttpError::Client(err)) if err.is_connect()),
             "{error:?}"
         );
-        let mapped = request_error(error, timeout);
+        let mapped = transport.request_error(error);
         assert!(matches!(mapped, LlmError::Connect(_)), "{mapped:?}");
         server.await.expect("the server ran");
     }

@@ -18,43 +18,8 @@ impl fmt::Debug for ApiKey {
 }
 
 impl ApiKey {
-    /// `message` with the key blanked out, in case a server echoes it in an error.
-    fn scrub(&self, message: String) -> String {
-        let key = self.0.expose_secret();
-        if key.len() >= 4 && message.contains(key) {
-            message.replace(key, "<redacted>")
-        } else {
-            message
-        }
-    }
-
+    /// `error` with the key blanked out of its message, in case a server echoes it.
     pub(super) fn scrub_error(&self, error: LlmError) -> LlmError {
-        match error {
-            LlmError::Api { status, message } => LlmError::Api {
-                status,
-                message: self.scrub(message),
-            },
-            LlmError::Connect(d) => LlmError::Connect(d.map_message(|m| self.scrub(m))),
-            LlmError::StreamCut(d) => LlmError::StreamCut(d.map_message(|m| self.scrub(m))),
-            LlmError::InvalidResponse(d) => {
-                LlmError::InvalidResponse(d.map_message(|m| self.scrub(m)))
-            }
-            other => other,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn echoed_keys_are_scrubbed_from_errors() {
-        let key = ApiKey(Arc::new(SecretString::from("sk-secret-123456")));
-        let error = key.scrub_error(LlmError::Api {
-            status: Some(401),
-            message: "Incorrect API key provided: sk-secret-123456".to_owned(),
-        });
-        assert!(!error.to_string().contains("sk-secret"), "{error}");
+        crate::transport::scrub::scrub_error(self.0.expose_secret(), error)
     }
 }

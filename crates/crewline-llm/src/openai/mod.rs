@@ -1,7 +1,8 @@
 //! The OpenAI-compatible streaming client.
 //!
 //! Requests are JSON bodies written straight from the request (see `body`) and posted with
-//! hyper-util's pooled client (reqwest when a proxy variable is set, see `http`); a streamed
+//! hyper-util's pooled client (HTTP/2 or HTTP/1.1, direct or through a proxy, see
+//! [`crate::transport`]); a streamed
 //! answer's server-sent events are parsed in the caller's own task, as it polls the stream (no
 //! reader task, no channel), and read with our own lenient types (see `wire`), so the small
 //! differences between OpenAI-compatible servers never break a turn.
@@ -11,7 +12,7 @@
 //! `first_byte_timeout` of the request (retries included); after that, no two chunks that
 //! carry something may be more than `idle_timeout` apart (keepalives, comments and empty
 //! deltas do not count: the caller hears nothing of them); once the model has sent
-//! its `finish_reason`, the rest (usage, `[DONE]`) gets [`reader::FINISH_GRACE`], after which the answer
+//! its `finish_reason`, the rest (usage, `[DONE]`) gets [`crate::transport::deadline::FINISH_GRACE`], after which the answer
 //! ends without it. Retries (connect errors, 429, 5xx) happen only before the first byte: once
 //! text may have been spoken, a failure is reported, never replayed.
 //!
@@ -147,7 +148,7 @@ impl fmt::Debug for OpenAiClient {
             .field("max_retries", &self.max_retries)
             .field("max_event_bytes", &self.max_event_bytes)
             .field("answer_limits", &self.answer_limits)
-            .field("http", &self.transport.stack())
+            .field("proxied", &self.transport.proxied())
             .field(
                 "stream_options_refused",
                 &self.stream_options_refused.load(Ordering::Relaxed),
@@ -190,6 +191,13 @@ impl OpenAiClient {
         self.defaults.model.as_deref().unwrap_or_default()
     }
 
+    /// The connections this client (and its clones) opened to the server, and how many are
+    /// open now: over HTTP/2 a few carry every call's stream, over HTTP/1.1 one per
+    /// concurrent stream.
+    pub fn connections(&self) -> crate::ConnectionCounts {
+        self.transport.connections()
+    }
+
     /// The API base URL requests go to.
     pub fn base_url(&self) -> &str {
         &self.base_url
@@ -227,7 +235,7 @@ impl OpenAiClient {
             Ok(Err(error)) => {
                 let error = self
                     .api_key
-                    .scrub_error(http::request_error(error, self.connect_timeout));
+                    .scrub_error(self.transport.request_error(error));
                 tracing::warn!(%error, "request failed before the first byte");
                 Err(error)
             }
@@ -247,7 +255,7 @@ impl OpenAiClient {
             .transport
             .send(body)
             .await
-            .map_err(|e| http::request_error(e, self.connect_timeout))?;
+            .map_err(|e| self.transport.request_error(e))?;
         let bytes = match http::read_limited(response, self.max_event_bytes).await {
             Ok(http::Limited::Whole(bytes)) => bytes,
             Ok(http::Limited::Cut(_)) => {
@@ -256,7 +264,7 @@ impl OpenAiClient {
                     limit: self.max_event_bytes,
                 });
             }
-            Err(e) => return Err(http::http_error(e, self.connect_timeout)),
+            Err(e) => return Err(self.transport.http_error(e)),
         };
         let chunk = wire::decode_chunk(&bytes).map_err(|err| {
             let message = format!(
@@ -307,21 +315,12 @@ impl LlmClient for OpenAiClient {
                 .await;
         }
         let response = response.map_err(|e| quirks::explain(e, token_field))?;
-        // One reader type per stack, so that neither body is boxed again.
-        Ok(match response {
-            http::Response::Hyper(response) => Box::pin(Reader::new(
-                BodyDataStream::new(response.into_body()).map_err(http::HttpError::Body),
-                self,
-                started,
-                span,
-            )),
-            http::Response::Reqwest(response) => Box::pin(Reader::new(
-                response.bytes_stream().map_err(http::HttpError::Reqwest),
-                self,
-                started,
-                span,
-            )),
-        })
+        Ok(Box::pin(Reader::new(
+            BodyDataStream::new(response.into_body()).map_err(http::HttpError::Body),
+            self,
+            started,
+            span,
+        )))
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, LlmError> {

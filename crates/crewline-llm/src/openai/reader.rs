@@ -8,7 +8,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::{
     OpenAiClient,
@@ -17,7 +17,7 @@ use super::{
     key::ApiKey,
     sse::{EventKind, SseError, SseParser},
 };
-use crate::{ErrorDetail, LlmError, StreamItem};
+use crate::{ErrorDetail, LlmError, StreamItem, transport::deadline::Deadlines};
 
 /// How long the rest of the HTTP body may take after `[DONE]` before the connection is closed.
 ///
@@ -27,14 +27,6 @@ use crate::{ErrorDetail, LlmError, StreamItem};
 /// pays a new TCP (and TLS) handshake. The answer ends for the caller at once either way; the
 /// body's end is awaited in the background (see [`Reader::poll_drain`]).
 const DRAIN_GRACE: Duration = Duration::from_millis(200);
-
-/// How long the rest of an answer (its usage, `[DONE]`, the body's end) may take once the
-/// model has sent its `finish_reason`; past it the answer ends as it is, without an error.
-///
-/// The answer is complete at the finish reason: what follows is bookkeeping, which a healthy
-/// server sends at once. A server (or proxy) that holds the connection open instead must not
-/// cost the turn an idle timeout and, with it, the tool calls the model asked for.
-const FINISH_GRACE: Duration = Duration::from_millis(300);
 
 /// What a stream's line may hold beyond the largest event: its field name, `data: `.
 const LINE_OVERHEAD: usize = "data: ".len();
@@ -52,20 +44,9 @@ pub(super) struct Reader<B> {
     sse: SseParser,
     decoder: Decoder,
     pending: Pending,
-    /// Until the first chunk that carries something arrives, the deadline left over from the
-    /// first-byte limit.
-    first_event_deadline: Option<Instant>,
-    /// Once the model has finished, when the answer ends at the latest (see [`FINISH_GRACE`]).
-    finish_deadline: Option<Instant>,
-    /// The time limit of the current wait for an event; one timer reused for the whole answer.
-    timer: Pin<Box<Sleep>>,
-    /// Whether `timer` is set for the current wait (a wait starts when an event is needed,
-    /// so time the caller spends between items never counts as the server's).
-    waiting: bool,
-    first_byte_timeout: Duration,
-    idle_timeout: Duration,
+    /// The first-byte, idle and finish-grace limits (the async-openai reader's too).
+    deadlines: Deadlines,
     max_event_bytes: usize,
-    started: Instant,
     api_key: ApiKey,
     span: tracing::Span,
 }
@@ -78,7 +59,6 @@ impl<B> Reader<B> {
         started: Instant,
         span: tracing::Span,
     ) -> Self {
-        let deadline = started + client.first_byte_timeout;
         Self {
             body: Some(body),
             draining: false,
@@ -89,14 +69,8 @@ impl<B> Reader<B> {
             ),
             decoder: Decoder::with_limits(client.answer_limits),
             pending: Pending::new(),
-            first_event_deadline: Some(deadline),
-            finish_deadline: None,
-            timer: Box::pin(tokio::time::sleep_until(deadline)),
-            waiting: false,
-            first_byte_timeout: client.first_byte_timeout,
-            idle_timeout: client.idle_timeout,
+            deadlines: Deadlines::new(started, client.first_byte_timeout, client.idle_timeout),
             max_event_bytes: client.max_event_bytes,
-            started,
             api_key: client.api_key.clone(),
             span,
         }
@@ -141,16 +115,7 @@ impl<B> Reader<B> {
                 // as one sending nothing, and before the first token it is still thinking,
                 // under the first-byte limit.
                 if self.decoder.take_progress() {
-                    self.waiting = false;
-                    if self.first_event_deadline.take().is_some() {
-                        let ms = self.started.elapsed().as_millis() as u64;
-                        // On the request's span (entered while the reader is polled), for traces.
-                        tracing::Span::current().record("time_to_first_token_ms", ms);
-                        tracing::debug!(time_to_first_token_ms = ms, "first token received");
-                    }
-                    if self.finish_deadline.is_none() && self.decoder.finished() {
-                        self.finish_deadline = Some(Instant::now() + FINISH_GRACE);
-                    }
+                    self.deadlines.progress(self.decoder.finished());
                 }
             }
             Err(error) => {
@@ -164,7 +129,7 @@ impl<B> Reader<B> {
     fn on_end(&mut self) {
         self.decoder.end(&mut self.pending);
         tracing::debug!(
-            elapsed_ms = self.started.elapsed().as_millis() as u64,
+            elapsed_ms = self.deadlines.started().elapsed().as_millis() as u64,
             finished = self.decoder.finished(),
             "stream ended"
         );
@@ -233,16 +198,7 @@ where
             let Some(body) = self.body.as_mut() else {
                 return Poll::Ready(None);
             };
-            if !self.waiting {
-                self.waiting = true;
-                let mut deadline = self
-                    .first_event_deadline
-                    .unwrap_or_else(|| Instant::now() + self.idle_timeout);
-                if let Some(finish) = self.finish_deadline {
-                    deadline = deadline.min(finish);
-                }
-                self.timer.as_mut().reset(deadline);
-            }
+            self.deadlines.arm();
             match body.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(bytes))) => self.sse.push(&bytes),
                 Poll::Ready(Some(Err(error))) => {
@@ -255,7 +211,7 @@ where
                     self.on_end();
                 }
                 Poll::Pending => {
-                    if self.timer.as_mut().poll(cx).is_pending() {
+                    if !self.deadlines.poll_expired(cx) {
                         return Poll::Pending;
                     }
                     if self.decoder.finished() {
@@ -266,10 +222,7 @@ where
                         self.body = None;
                         continue;
                     }
-                    let timeout = LlmError::Timeout(match self.first_event_deadline {
-                        Some(_) => self.first_byte_timeout,
-                        None => self.idle_timeout,
-                    });
+                    let timeout = self.deadlines.timeout();
                     tracing::warn!(error = %timeout, "the stream stalled");
                     self.stop(Err(timeout));
                 }

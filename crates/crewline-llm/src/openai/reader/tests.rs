@@ -1,5 +1,6 @@
 use super::*;
 use crate::openai::builder::test_builder as builder;
+use crate::transport::deadline::FINISH_GRACE;
 use std::sync::{
     Arc,
     atomic::{AtomicBool, Ordering},

@@ -1,0 +1,7 @@
+//! The real path to a provider: HTTPS with a CA made by the test, HTTP/2 by ALPN, and
+//! proxies, for both model clients.
+
+mod h2;
+mod proxy;
+mod server;
+mod tls;
