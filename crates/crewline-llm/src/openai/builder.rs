@@ -124,7 +124,7 @@ impl Default for OpenAiClientBuilder {
             max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
             answer_limits: AnswerLimits::default(),
             root_pems: Vec::new(),
-            http2: true,
+            http2: false,
             proxy: None,
         }
     }
@@ -319,14 +319,15 @@ impl OpenAiClientBuilder {
         self
     }
 
-    /// Whether HTTPS connections offer HTTP/2 by ALPN (default `true`): a server that speaks
+    /// Whether HTTPS connections offer HTTP/2 by ALPN (default `false`, see below): a server that speaks
     /// it carries many calls' streams on one connection; one that does not answers over
     /// HTTP/1.1, a connection per stream. Plain `http://` is always HTTP/1.1.
     ///
     /// Over HTTP/2 a connection carries at most the server's `SETTINGS_MAX_CONCURRENT_STREAMS`
     /// streams (often 100 to 256); further requests wait for a free stream rather than open
     /// another connection (hyper-util's pool keeps one HTTP/2 connection per server and
-    /// runtime thread). Turn it off for a server that allows few streams per connection.
+    /// runtime thread), so it stays off by default until a load run at 10,000 calls shows
+    /// the stream limit costs a call nothing.
     pub fn http2(mut self, http2: bool) -> Self {
         self.http2 = http2;
         self

@@ -77,6 +77,29 @@ async fn over_http1_each_concurrent_stream_takes_a_connection() {
 }
 
 #[tokio::test]
+async fn http2_is_off_unless_asked_for() {
+    // A provider at its concurrent-stream limit would queue turns on one connection, so a
+    // client built without `http2(true)` speaks HTTP/1.1 even to a server offering h2.
+    let ca = TestCa::new("crewline test CA");
+    let server = TlsMock::serve(sunny(), &ca, &["localhost"], Offer::H2AndHttp1).await;
+    let client = OpenAiClient::builder()
+        .model("m")
+        .api_key("sk-test-tls")
+        .base_url(server.base_url("localhost"))
+        .read_env(false)
+        .max_retries(0)
+        .add_root_certificate(ca.pem())
+        .build()
+        .expect("a client");
+    said(&client).await.expect("an answer");
+    concurrent_answers(&client).await;
+    assert!(
+        server.connections() > 1,
+        "the default client shared one connection: it spoke HTTP/2"
+    );
+}
+
+#[tokio::test]
 async fn a_stream_dropped_on_barge_in_leaves_its_neighbour_on_the_connection_going() {
     let ca = TestCa::new("crewline test CA");
     let slow = MockLlm::new(Script::text(20, Duration::from_millis(10)));
@@ -225,6 +248,7 @@ async fn a_silently_dead_http2_connection_is_found_by_ping_and_replaced() {
         .add_root_certificate(ca.pem())
         .idle_timeout(idle)
         .first_byte_timeout(Duration::from_secs(2))
+        .http2(true)
         .build()
         .expect("a client");
     said(&client).await.expect("an answer");

@@ -105,6 +105,7 @@ fn client(base_url: &str, ca: &TestCa, proxy: &str, no_proxy: &str) -> OpenAiCli
         .read_env(false)
         .max_retries(0)
         .add_root_certificate(ca.pem())
+        .http2(true)
         .proxy(proxy, no_proxy)
         .build()
         .expect("a client")

@@ -27,7 +27,8 @@ pub(crate) fn client(base_url: &str, ca: Option<&TestCa>) -> OpenAiClient {
         .base_url(base_url)
         .read_env(false)
         .max_retries(0)
-        .connect_timeout(Duration::from_secs(5));
+        .connect_timeout(Duration::from_secs(5))
+        .http2(true);
     if let Some(ca) = ca {
         builder = builder.add_root_certificate(ca.pem());
     }
