@@ -553,6 +553,7 @@ async fn llm_failure_before_the_first_byte_ends_the_turn_with_an_error() {
         Err(LlmError::Api {
             status: Some(500),
             message: "overloaded".into(),
+            retry_after: None,
         })
     });
     let turn_loop = ToolLoop::new(Arc::new(llm), registry(vec![weather_tool()]));
