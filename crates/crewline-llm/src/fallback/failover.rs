@@ -59,6 +59,9 @@ struct Dedup {
     said: String,
     held: String,
     done: bool,
+    /// What was spoken ends in a space: the new text's leading space is cut, so the two
+    /// do not join with two.
+    trim_start: bool,
 }
 
 impl Dedup {
@@ -67,11 +70,25 @@ impl Dedup {
             said: said.trim().to_owned(),
             held: String::new(),
             done: false,
+            trim_start: said.ends_with(char::is_whitespace),
         }
     }
 
     /// The part of `text` that is new: `None` while it may still be a repeat.
     fn push(&mut self, text: String) -> Option<String> {
+        let new = self.new_part(text)?;
+        if !self.trim_start {
+            return Some(new);
+        }
+        let trimmed = new.trim_start();
+        if trimmed.is_empty() {
+            return None;
+        }
+        self.trim_start = false;
+        Some(trimmed.to_owned())
+    }
+
+    fn new_part(&mut self, text: String) -> Option<String> {
         if self.done {
             return Some(text);
         }
