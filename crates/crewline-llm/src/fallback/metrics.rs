@@ -51,6 +51,24 @@ pub struct ProviderStats {
 }
 
 impl ProviderStats {
+    /// Adds the counts of a provider of the same name (another client's); the breaker shows
+    /// the less healthy state.
+    pub fn add(&mut self, other: &Self) {
+        self.requests += other.requests;
+        self.answered += other.answered;
+        self.failures += other.failures;
+        self.failovers += other.failovers;
+        self.hedges_won += other.hedges_won;
+        self.hedges_lost += other.hedges_lost;
+        self.cancelled += other.cancelled;
+        self.skipped += other.skipped;
+        self.breaker = match (self.breaker, other.breaker) {
+            (BreakerState::Open, _) | (_, BreakerState::Open) => BreakerState::Open,
+            (BreakerState::HalfOpen, _) | (_, BreakerState::HalfOpen) => BreakerState::HalfOpen,
+            _ => BreakerState::Closed,
+        };
+    }
+
     pub(super) fn read(name: &str, counters: &Counters, breaker: BreakerState) -> Self {
         Self {
             name: name.to_owned(),
