@@ -390,6 +390,7 @@ async fn after_text_continue_goes_on_without_repeating_what_was_said() {
         request.messages[n - 2].text(),
         Some("The weather in Paris ")
     );
+    assert_eq!(request.messages[n - 1].role(), Role::User);
     assert!(
         request.messages[n - 1]
             .text()
@@ -604,4 +605,62 @@ fn a_fallback_client_needs_a_provider() {
         FallbackLlm::builder().build(),
         Err(LlmError::Config(_))
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_p95_hedge_follows_the_providers_measured_first_delta_times() {
+    // 20 answers at 100 ms teach the client the first provider's p95; then it stalls.
+    let mut answers: Vec<Answer> = (0..20)
+        .map(|_| Answer::Stream(Duration::from_millis(100), vec![text("quick"), finish()]))
+        .collect();
+    answers.push(Answer::Stream(
+        Duration::from_secs(4),
+        vec![text("stalled"), finish()],
+    ));
+    let first = Fake::new(answers);
+    let second = Fake::always(says("hedged"));
+    let llm = two(&first, &second)
+        .hedge(Hedge::P95 {
+            floor: Duration::from_millis(50),
+        })
+        .build()
+        .unwrap();
+    for _ in 0..20 {
+        assert_eq!(spoken(&turn(&llm).await.unwrap()), "quick");
+    }
+    // Not hedged while its times were measured.
+    assert_eq!(second.requests(), 0);
+    let started = tokio::time::Instant::now();
+    assert_eq!(spoken(&turn(&llm).await.unwrap()), "hedged");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(100),
+        "hedged at the p95"
+    );
+    assert_eq!(first.dropped(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedges_spend_the_retry_budget() {
+    let first = Fake::always(Answer::Stream(
+        Duration::from_secs(1),
+        vec![text("slow"), finish()],
+    ));
+    let second = Fake::always(says("hedged"));
+    let llm = two(&first, &second)
+        .hedge(Hedge::Fixed(Duration::from_millis(200)))
+        .retry_budget(RetryBudget {
+            ratio: 0.0,
+            min_retries: 2,
+            window: Duration::from_secs(60),
+        })
+        .build()
+        .unwrap();
+    let heard: Vec<String> = futures::future::join_all((0..5).map(|_| turn(&llm)))
+        .await
+        .into_iter()
+        .map(|items| spoken(&items.unwrap()))
+        .collect();
+    assert_eq!(heard.iter().filter(|h| *h == "hedged").count(), 2);
+    assert_eq!(second.requests(), 2);
 }

@@ -292,8 +292,9 @@ impl Turn {
                             self.won(index, kind, started, stream);
                             // Dropping the other requests closes their connections.
                             drop(racing);
-                            for (loser, kind, _) in in_flight {
+                            for (loser, kind, loser_started) in in_flight {
                                 let provider = &self.inner.providers[loser];
+                                lock(&provider.health).first_delta.record(loser_started.elapsed());
                                 Counters::inc(&provider.counters.cancelled);
                                 if kind == Kind::Hedge {
                                     Counters::inc(&provider.counters.hedges_lost);

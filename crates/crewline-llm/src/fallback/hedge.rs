@@ -16,7 +16,8 @@ pub enum Hedge {
     /// Hedge after this long without a delta.
     Fixed(Duration),
     /// Hedge after the provider's measured 95th percentile time to its first delta, never
-    /// sooner than `floor` (also used until enough answers were measured).
+    /// sooner than `floor`. Until 20 of its answers were measured the provider is not
+    /// hedged (the first-byte timeout still holds), so the measure is not skewed by hedges.
     P95 {
         /// The shortest wait before hedging.
         floor: Duration,
@@ -30,6 +31,10 @@ const SAMPLES: usize = 128;
 const MIN_SAMPLES: usize = 20;
 
 /// A provider's recent times to first delta, in a fixed ring.
+///
+/// A request dropped because another answered first counts with the time it had waited: a
+/// lower bound of its own, without which only the answers faster than the hedge would be
+/// kept and the p95 would sink with every hedge.
 #[derive(Debug, Default)]
 pub(super) struct FirstDeltaTimes {
     samples: VecDeque<Duration>,
@@ -61,7 +66,7 @@ impl Hedge {
         match self {
             Self::Off => None,
             Self::Fixed(after) => Some(after),
-            Self::P95 { floor } => Some(times.p95().map_or(floor, |p95| p95.max(floor))),
+            Self::P95 { floor } => times.p95().map(|p95| p95.max(floor)),
         }
     }
 }
@@ -71,13 +76,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn p95_waits_for_enough_samples_then_follows_them() {
+    fn p95_waits_for_enough_samples_then_follows_them_never_under_the_floor() {
         let floor = Duration::from_millis(300);
         let mut times = FirstDeltaTimes::default();
         for _ in 0..10 {
             times.record(Duration::from_secs(2));
         }
-        assert_eq!(Hedge::P95 { floor }.delay(&times), Some(floor));
+        assert_eq!(Hedge::P95 { floor }.delay(&times), None);
         for ms in 1..=100 {
             times.record(Duration::from_millis(ms * 10));
         }
@@ -87,5 +92,10 @@ mod tests {
             Some(Duration::from_secs(2))
         );
         assert_eq!(Hedge::Off.delay(&times), None);
+        let mut quick = FirstDeltaTimes::default();
+        for _ in 0..20 {
+            quick.record(Duration::from_millis(10));
+        }
+        assert_eq!(Hedge::P95 { floor }.delay(&quick), Some(floor));
     }
 }

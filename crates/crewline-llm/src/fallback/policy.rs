@@ -17,7 +17,7 @@ pub enum AfterText {
         line: String,
     },
     /// Ask the next provider to go on from what was said: the spoken text is added as the
-    /// assistant's message with an instruction to continue without repeating it, and any
+    /// assistant's message, then a user message asking to continue without repeating it; any
     /// repeat of it at the start of the new answer is cut. With no provider left, the turn
     /// ends with the failure.
     Continue,
@@ -43,7 +43,9 @@ const CONTINUE_INSTRUCTION: &str = "Your previous answer was cut off after the w
 pub(super) fn continuation(request: &ChatRequest, spoken: &str) -> ChatRequest {
     let mut request = request.clone();
     request.messages.push(Message::assistant(spoken));
-    request.messages.push(Message::system(CONTINUE_INSTRUCTION));
+    // A user message, not a system one: many chat templates (Mistral's, Llama's) refuse a
+    // system message after the first, and want user and assistant to alternate.
+    request.messages.push(Message::user(CONTINUE_INSTRUCTION));
     request
 }
 
