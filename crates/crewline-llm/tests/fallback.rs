@@ -664,3 +664,28 @@ async fn hedges_spend_the_retry_budget() {
     assert_eq!(heard.iter().filter(|h| *h == "hedged").count(), 2);
     assert_eq!(second.requests(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_that_always_breaks_after_its_first_item_opens_its_breaker() {
+    // It starts answering (reasoning) every time, then breaks: never a whole answer.
+    let first = Fake::always(Answer::Stream(
+        Duration::ZERO,
+        vec![
+            Step::Item(StreamItem::Reasoning("Let me think".into())),
+            cut(),
+        ],
+    ));
+    let second = Fake::always(says("backup"));
+    let llm = two(&first, &second)
+        .breaker(BreakerConfig {
+            consecutive_failures: 3,
+            ..BreakerConfig::default()
+        })
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        assert_eq!(spoken(&turn(&llm).await.unwrap()), "backup");
+    }
+    assert_eq!(first.requests(), 3);
+    assert_eq!(llm.stats()[0].breaker, BreakerState::Open);
+}

@@ -346,11 +346,9 @@ impl Turn {
     /// A request's stream produced its first item: it is the one the caller hears.
     fn won(&mut self, index: usize, kind: Kind, started: Instant, stream: LlmStream) {
         let provider: &Provider = &self.inner.providers[index];
-        {
-            let mut health = lock(&provider.health);
-            health.breaker.success(Instant::now());
-            health.first_delta.record(started.elapsed());
-        }
+        // The breaker counts it a success only once its answer is whole (`Finish` or a clean
+        // end): a provider that always breaks after its first item must still open it.
+        lock(&provider.health).first_delta.record(started.elapsed());
         Counters::inc(&provider.counters.answered);
         if kind == Kind::Hedge {
             Counters::inc(&provider.counters.hedges_won);
@@ -454,6 +452,9 @@ impl Turn {
             }
             StreamItem::Finish(reason) => {
                 live.finished = true;
+                lock(&self.inner.providers[live.index].health)
+                    .breaker
+                    .success(Instant::now());
                 let held = std::mem::take(&mut live.held);
                 if !held.is_empty() {
                     self.out.push_back(Ok(StreamItem::ToolCalls(held)));
@@ -477,6 +478,11 @@ impl Turn {
 
     fn on_end(&mut self) {
         if let Some(mut live) = self.live.take() {
+            if !live.finished {
+                lock(&self.inner.providers[live.index].health)
+                    .breaker
+                    .success(Instant::now());
+            }
             // A client that ends without a finish reason (a custom one): its calls are whole.
             let held = std::mem::take(&mut live.held);
             if !held.is_empty() {
