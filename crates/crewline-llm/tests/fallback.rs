@@ -596,7 +596,10 @@ async fn when_every_provider_fails_the_turn_ends_with_the_last_error() {
             }
         ),
         "{error:?}"
-    );
+    ); // A failover is counted when the next provider is asked: the last one had none to go to.
+    let stats = llm.stats();
+    assert_eq!((stats[0].failovers, stats[1].failovers), (1, 0));
+    assert_eq!((stats[0].failures, stats[1].failures), (1, 1));
 }
 
 #[test]

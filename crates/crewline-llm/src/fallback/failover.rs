@@ -19,8 +19,8 @@ use super::{
 use crate::{ChatRequest, FinishReason, LlmError, LlmStream, StreamItem};
 
 /// The most bytes of spoken text kept for [`AfterText::Continue`]: far above any spoken answer,
-/// so a runaway one costs at most this (past it, the turn ends on a failure as with
-/// [`AfterText::End`]'s empty line).
+/// so a runaway one costs at most this (past it, a failure ends the turn with its error
+/// instead of a continuation).
 const MAX_SPOKEN_BYTES: usize = 64 << 10;
 
 /// Why a request was sent.
@@ -115,7 +115,7 @@ impl Dedup {
 /// One turn's state, read by [`Turn::next`].
 pub(super) struct Turn {
     inner: Arc<Inner>,
-    request: ChatRequest,
+    request: Arc<ChatRequest>,
     tried: Vec<bool>,
     attempts: usize,
     spoken: String,
@@ -123,6 +123,8 @@ pub(super) struct Turn {
     out: VecDeque<Result<StreamItem, LlmError>>,
     live: Option<Live>,
     last_error: Option<LlmError>,
+    /// The provider that failed last, whose failover the next request counts.
+    last_failed: Option<usize>,
     done: bool,
 }
 
@@ -135,7 +137,7 @@ impl Turn {
         let tried = vec![false; inner.providers.len()];
         Self {
             inner,
-            request,
+            request: Arc::new(request),
             tried,
             attempts: 0,
             spoken: String::new(),
@@ -143,6 +145,7 @@ impl Turn {
             out: VecDeque::new(),
             live: None,
             last_error: None,
+            last_failed: None,
             done: false,
         }
     }
@@ -198,13 +201,18 @@ impl Turn {
         }
         self.tried[index] = true;
         self.attempts += 1;
+        if kind == Kind::Failover
+            && let Some(failed) = self.last_failed.take()
+        {
+            Counters::inc(&self.inner.providers[failed].counters.failovers);
+        }
         let provider = &self.inner.providers[index];
         Counters::inc(&provider.counters.requests);
         if kind != Kind::First {
             tracing::info!(provider = %provider.name, ?kind, "LLM request to the next provider");
         }
         let client = Arc::clone(&provider.client);
-        let request = request.clone();
+        let request = ChatRequest::clone(request);
         let timeout = self.inner.first_byte_timeout;
         Some((
             index,
@@ -255,10 +263,11 @@ impl Turn {
     /// when it is slow), failing over while nothing was heard; sets the live stream, or ends
     /// the turn with the last failure.
     async fn open(&mut self) {
+        // Shared, so each attempt clones the conversation once, when it is sent.
         let request = if self.spoken.is_empty() {
-            self.request.clone()
+            Arc::clone(&self.request)
         } else {
-            policy::continuation(&self.request, &self.spoken)
+            Arc::new(policy::continuation(&self.request, &self.spoken))
         };
         let first_kind = if self.attempts == 0 {
             Kind::First
@@ -308,7 +317,6 @@ impl Turn {
                                 return;
                             }
                             if racing.is_empty() {
-                                Counters::inc(&self.inner.providers[index].counters.failovers);
                                 let Some((next, attempt)) = self.send(&request, Kind::Failover) else {
                                     return self.give_up();
                                 };
@@ -395,6 +403,7 @@ impl Turn {
         }
         tracing::warn!(provider = %provider.name, error = %error, "LLM provider failed");
         self.last_error = Some(error);
+        self.last_failed = Some(index);
         true
     }
 
@@ -510,13 +519,11 @@ impl Turn {
             return;
         }
         if self.spoken.is_empty() {
-            Counters::inc(&self.inner.providers[index].counters.failovers);
             return; // `next` opens the next provider.
         }
         match &self.inner.after_text {
-            AfterText::Continue if !self.spoken_capped => {
-                Counters::inc(&self.inner.providers[index].counters.failovers);
-            }
+            // `next` opens the next provider, asking it to go on.
+            AfterText::Continue if !self.spoken_capped => {}
             AfterText::Continue => self.give_up(),
             AfterText::End { line } => {
                 tracing::warn!("LLM provider failed after speaking: ending the turn");
