@@ -44,7 +44,7 @@ pub use client::MockLlmClient;
 pub use error::{ErrorDetail, LlmError};
 pub use fallback::{
     AfterText, BreakerConfig, BreakerState, FallbackBuilder, FallbackLlm, Hedge, ProviderStats,
-    RetryBudget,
+    RetryBudget, SharedBreakers,
 };
 pub use limits::AnswerLimits;
 pub use openai::{OpenAiClient, OpenAiClientBuilder};

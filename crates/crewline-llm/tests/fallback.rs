@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use crewline_core::{Message, Role, ToolCall};
 use crewline_llm::{
     AfterText, BreakerConfig, BreakerState, ChatRequest, FallbackLlm, FinishReason, Hedge,
-    LlmClient, LlmError, LlmStream, RetryBudget, StreamItem, collect,
+    LlmClient, LlmError, LlmStream, RetryBudget, SharedBreakers, StreamItem, collect,
 };
 use futures::StreamExt;
 
@@ -691,4 +691,71 @@ async fn a_provider_that_always_breaks_after_its_first_item_opens_its_breaker() 
     }
     assert_eq!(first.requests(), 3);
     assert_eq!(llm.stats()[0].breaker, BreakerState::Open);
+}
+
+/// Breakers shared in memory, as a Redis store shares them between replicas.
+#[derive(Default)]
+struct MemoryBreakers {
+    open: Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+}
+
+#[async_trait]
+impl SharedBreakers for MemoryBreakers {
+    async fn opened(
+        &self,
+        provider: &str,
+        cool_down: Duration,
+    ) -> Result<(), crewline_llm::fallback::ShareError> {
+        let until = tokio::time::Instant::now() + cool_down;
+        self.open.lock().unwrap().insert(provider.to_owned(), until);
+        Ok(())
+    }
+
+    async fn open_for(
+        &self,
+        providers: &[String],
+    ) -> Result<Vec<Option<Duration>>, crewline_llm::fallback::ShareError> {
+        let now = tokio::time::Instant::now();
+        let open = self.open.lock().unwrap();
+        Ok(providers
+            .iter()
+            .map(|p| {
+                open.get(p)
+                    .and_then(|until| until.checked_duration_since(now))
+            })
+            .collect())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_circuit_one_replica_opened_is_skipped_by_the_others() {
+    let store: Arc<dyn SharedBreakers> = Arc::new(MemoryBreakers::default());
+    let dead = Fake::always(Answer::Refuse(connect_error()));
+    let backup = Fake::always(says("backup"));
+    let replica = |store: &Arc<dyn SharedBreakers>| {
+        two(&dead, &backup)
+            .breaker(BreakerConfig {
+                consecutive_failures: 3,
+                cool_down: Duration::from_secs(30),
+                ..BreakerConfig::default()
+            })
+            .shared_breakers(Arc::clone(store))
+            .build()
+            .unwrap()
+    };
+    let one = replica(&store);
+    let two_ = replica(&store);
+    // The second replica starts following the store with its first turn (before any failure).
+    turn(&two_).await.unwrap();
+    for _ in 0..3 {
+        turn(&one).await.unwrap();
+    }
+    assert_eq!(dead.requests(), 4);
+    // Within a poll, the other replica has the circuit open too: no failure of its own.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    for _ in 0..5 {
+        assert_eq!(spoken(&turn(&two_).await.unwrap()), "backup");
+    }
+    assert_eq!(dead.requests(), 4);
+    assert_eq!(two_.stats()[0].breaker, BreakerState::Open);
 }

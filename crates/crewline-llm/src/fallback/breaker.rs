@@ -156,6 +156,18 @@ impl Breaker {
         }
     }
 
+    /// Opens the breaker until `until` (another replica found the provider failing), unless
+    /// it is open longer already or a probe is out.
+    pub(super) fn open_until(&mut self, until: Instant) {
+        match self.state {
+            State::Closed => self.state = State::Open { until },
+            State::Open { until: now_until } if now_until < until => {
+                self.state = State::Open { until };
+            }
+            State::Open { .. } | State::HalfOpen { .. } => {}
+        }
+    }
+
     /// Records a request that got an answer.
     pub(super) fn success(&mut self, now: Instant) {
         self.consecutive = 0;

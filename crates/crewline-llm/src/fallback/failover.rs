@@ -386,6 +386,9 @@ impl Turn {
                 Counters::inc(&provider.counters.failures);
                 if lock(&provider.health).breaker.failure(now) {
                     tracing::warn!(provider = %provider.name, "LLM provider failing: circuit open");
+                    if let Some(store) = &self.inner.shared {
+                        super::share::publish(store, &provider.name, self.inner.cool_down);
+                    }
                 }
             }
             Failure::RateLimited(retry_after) => {

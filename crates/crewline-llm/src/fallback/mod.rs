@@ -72,6 +72,7 @@ mod failover;
 mod hedge;
 mod metrics;
 mod policy;
+mod share;
 
 use std::{
     fmt,
@@ -89,6 +90,7 @@ pub use self::{
     hedge::Hedge,
     metrics::ProviderStats,
     policy::{AfterText, DEFAULT_AFTER_TEXT_LINE},
+    share::{SHARED_BREAKERS_POLL, ShareError, SharedBreakers},
 };
 use crate::{AnswerLimits, ChatRequest, LlmClient, LlmError, LlmStream};
 
@@ -121,12 +123,17 @@ struct Provider {
 /// What every turn of one client shares.
 struct Inner {
     providers: Vec<Provider>,
+    cool_down: Duration,
     after_text: AfterText,
     hedge: Hedge,
     first_byte_timeout: Duration,
     rate_limit_pause: Duration,
     limits: AnswerLimits,
     budget: Mutex<Budget>,
+    shared: Option<Arc<dyn SharedBreakers>>,
+    /// Whether the task reading the shared breakers was started (on the first turn: the
+    /// builder may run outside a runtime).
+    following: std::sync::atomic::AtomicBool,
 }
 
 /// An [`LlmClient`] over an ordered list of providers, failing over, hedging and breaking
@@ -177,6 +184,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[async_trait]
 impl LlmClient for FallbackLlm {
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
+        if let Some(store) = &self.inner.shared
+            && !self
+                .inner
+                .following
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tokio::spawn(share::follow(
+                Arc::downgrade(&self.inner),
+                Arc::clone(store),
+            ));
+        }
         let turn = Turn::new(Arc::clone(&self.inner), request).start().await?;
         Ok(Box::pin(futures::stream::unfold(
             turn,
@@ -203,6 +221,7 @@ pub struct FallbackBuilder {
     breaker: BreakerConfig,
     retry_budget: RetryBudget,
     limits: AnswerLimits,
+    shared: Option<Arc<dyn SharedBreakers>>,
 }
 
 impl Default for FallbackBuilder {
@@ -216,6 +235,7 @@ impl Default for FallbackBuilder {
             breaker: BreakerConfig::default(),
             retry_budget: RetryBudget::default(),
             limits: AnswerLimits::default(),
+            shared: None,
         }
     }
 }
@@ -292,6 +312,13 @@ impl FallbackBuilder {
         self
     }
 
+    /// Shares the breakers with the other replicas through `store`: a circuit opened here is
+    /// told to them, and theirs are read every [`SHARED_BREAKERS_POLL`] (default: not shared).
+    pub fn shared_breakers(mut self, store: Arc<dyn SharedBreakers>) -> Self {
+        self.shared = Some(store);
+        self
+    }
+
     /// The client; an error when no provider was added.
     pub fn build(self) -> Result<FallbackLlm, LlmError> {
         if self.providers.is_empty() {
@@ -317,12 +344,15 @@ impl FallbackBuilder {
         Ok(FallbackLlm {
             inner: Arc::new(Inner {
                 providers,
+                cool_down: breaker.cool_down,
                 after_text: self.after_text,
                 hedge: self.hedge,
                 first_byte_timeout: self.first_byte_timeout,
                 rate_limit_pause: self.rate_limit_pause,
                 limits: self.limits,
                 budget: Mutex::new(Budget::new(self.retry_budget)),
+                shared: self.shared,
+                following: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
