@@ -19,12 +19,15 @@
 //!   the next one is asked too; the first to produce a delta is heard, the other request is
 //!   dropped (its connection closed) and counted.
 //! - **A circuit breaker per provider** ([`BreakerConfig`]): a provider that keeps failing is
-//!   skipped for a cool-down, so it costs the following turns no latency, then probed.
+//!   skipped for a cool-down, so it costs the following turns no latency, then probed. With
+//!   [`FallbackBuilder::shared_breakers`] (crewline-redis's `RedisBreakers`) the replicas of
+//!   a crew share them: a provider one replica found dead is skipped by all within a second.
 //! - **A retry budget** ([`RetryBudget`]): failovers and hedges are at most a share of the
 //!   requests, so an outage does not become a retry storm.
 //!
-//! Which provider answers comes first in the stream as [`StreamItem::Provider`]; counts per
-//! provider are read with [`FallbackLlm::stats`] (crewline-server exports them on `/metrics`).
+//! Which provider answers comes first in the stream as
+//! [`StreamItem::Provider`](crate::StreamItem::Provider); counts per provider are read with
+//! [`FallbackLlm::stats`] (crewline-server exports them on `/metrics`).
 //!
 //! Give each provider's own client no retries of its own (`max_retries(0)` on the default
 //! client): a provider that fails should fail at once, so the next one can answer.
