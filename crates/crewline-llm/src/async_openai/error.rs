@@ -43,6 +43,7 @@ fn unread_error_answer(body: String) -> LlmError {
     LlmError::Api {
         status: None,
         message: bounded(message),
+        retry_after: None,
     }
 }
 
@@ -104,6 +105,7 @@ fn common(error: OpenAIError, timeout: Duration) -> LlmError {
             LlmError::Api {
                 status: Some(status.as_u16()),
                 message: bounded(message),
+                retry_after: None,
             }
         }
         OpenAIError::Reqwest(err) if err.is_timeout() && !err.is_connect() => {
@@ -157,7 +159,10 @@ mod tests {
 
     #[test]
     fn an_error_answer_without_a_body_still_says_what_happened() {
-        let LlmError::Api { status, message } = unread_error_answer(String::new()) else {
+        let LlmError::Api {
+            status, message, ..
+        } = unread_error_answer(String::new())
+        else {
             panic!("not an API error");
         };
         assert_eq!(status, None);

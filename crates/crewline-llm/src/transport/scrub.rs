@@ -17,9 +17,14 @@ pub(crate) fn scrub_error(key: &str, error: LlmError) -> LlmError {
         }
     };
     match error {
-        LlmError::Api { status, message } => LlmError::Api {
+        LlmError::Api {
+            status,
+            message,
+            retry_after,
+        } => LlmError::Api {
             status,
             message: scrub(message),
+            retry_after,
         },
         LlmError::Connect(d) => LlmError::Connect(d.map_message(scrub)),
         LlmError::StreamCut(d) => LlmError::StreamCut(d.map_message(scrub)),
@@ -41,6 +46,7 @@ mod tests {
             LlmError::Api {
                 status: Some(401),
                 message: said.clone(),
+                retry_after: None,
             },
             LlmError::Connect(ErrorDetail::new(said.clone())),
             LlmError::StreamCut(ErrorDetail::new(said.clone())),
