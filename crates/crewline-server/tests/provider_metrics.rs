@@ -1,5 +1,5 @@
-//! A crew on a `FallbackLlm`: which provider answered and what each one cost are served on
-//! `/metrics` (requests, failovers, hedges, breaker state, per provider).
+//! A crew on a `FallbackLlm`: which provider answered is told in an `agent.log`, and what each
+//! one cost is served on `/metrics` (requests, failovers, hedges, breaker state, per provider).
 
 mod common;
 
@@ -39,8 +39,14 @@ async fn a_failover_is_counted_per_provider_on_metrics() {
     let server = TestServer::ready(crew_server).await;
 
     let mut call = server.call("Ada").await;
-    let (_, text) = call.turn("hi").await;
+    let (frames, text) = call.turn("hi").await;
     assert_eq!(text, "Hello from the backup.");
+    // The platform hears which provider answered, in the turn.
+    let log = frames
+        .iter()
+        .find(|f| f["type"] == "agent.log" && f["name"] == "llm_provider")
+        .expect("an llm_provider log");
+    assert_eq!(log["payload"]["provider"], "backup");
 
     let body = server.get("/metrics").await.body;
     for line in [

@@ -413,6 +413,13 @@ impl OutputRunner {
                 ))
                 .await;
         }
+        // Which provider answered, when a fallback client says so (a crew on one model sends
+        // nothing more than the reference); never after a barge-in, whose turn is over.
+        if interrupt.is_none()
+            && let Some(provider) = report.as_ref().and_then(TurnReport::provider)
+        {
+            handle.emit(provider_log(&turn_id, provider)).await;
+        }
         handle.emit(EventBody::ResponseEnd).await;
         // The turn boundary: after its end is sent, never on the chunks' path.
         handle.call().turn_finished(completed);
@@ -461,6 +468,17 @@ fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
 fn call_id_of(handle: &NodeHandle) -> Option<std::borrow::Cow<'_, str>> {
     let caller = handle.call().init().session_context.caller.as_ref()?;
     caller.call_id.as_deref().map(crewline_core::id_excerpt)
+}
+
+/// The `agent.log` entry (`llm_provider`) that names the provider which answered a turn.
+fn provider_log(turn_id: &str, provider: &str) -> EventBody {
+    let mut payload = Map::new();
+    payload.insert("turn_id".to_owned(), Value::String(turn_id.to_owned()));
+    payload.insert("provider".to_owned(), Value::String(provider.to_owned()));
+    EventBody::Log {
+        name: "llm_provider".to_owned(),
+        payload,
+    }
 }
 
 /// The most bytes of a failed turn's message (and traceback) that reach a log line or the
