@@ -17,6 +17,7 @@ use crewline_testkit::{
     platform::http,
 };
 use futures::StreamExt;
+use serde_json::Value;
 use tokio::time::Instant;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -109,6 +110,9 @@ async fn a_server_set_down_resets_new_and_kept_alive_connections_then_recovers()
     let fresh = stream(&client(&running), ask("hello")).await;
     assert!(is_down(&fresh.error), "{fresh:?}");
     let stats = running.mock().stats();
+    // The kept-alive connection was reset by its request; the new ones as soon as accepted
+    // (at least one per request: the client may try a reset connection once more).
+    assert_eq!(stats.requests_by_fault["down"], 1, "{stats:?}");
     assert!(stats.connections_reset >= 3, "{stats:?}");
     assert_eq!(stats.fault.as_deref(), Some("down"));
 
@@ -300,11 +304,21 @@ async fn a_schedule_goes_down_then_slow_then_recovers() {
 }
 
 #[tokio::test]
-async fn an_armed_schedule_starts_at_the_first_connection() {
+async fn an_armed_schedule_starts_at_the_first_completion_request() {
     let running = text_mock().await;
     running
         .mock()
         .arm_schedule(FaultSchedule::parse("503 for 1m").unwrap());
+    // Health checks and stats do not start it.
+    assert_eq!(
+        http::get(running.addr(), "/health").await.unwrap().status,
+        200
+    );
+    let stats = http::get(running.addr(), "/_mock/stats").await.unwrap();
+    assert_eq!(
+        stats.json().unwrap()["schedule"]["started_unix_ms"],
+        Value::Null
+    );
     let waiting = running.mock().stats().schedule.unwrap();
     assert_eq!((waiting.started_unix_ms, waiting.phase), (None, None));
     // Not started yet: no fault, though the first phase is a 503.

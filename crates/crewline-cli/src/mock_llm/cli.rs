@@ -38,10 +38,10 @@ POST /_mock/reset, GET /_mock/requests.";
 /// `--schedule-start`: when a fault schedule's clock starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum ScheduleStart {
-    /// At the first connection the server accepts (a crew started before its first turn does
-    /// not eat into the first phase).
+    /// At the first completion request (a crew's start-up, health checks and `/_mock/stats`
+    /// do not eat into the first phase).
     #[default]
-    FirstConnection,
+    FirstRequest,
     /// As soon as the server listens.
     Now,
 }
@@ -120,7 +120,7 @@ pub async fn start(
     mock.set_fault(args.fault);
     if let Some(schedule) = args.fault_schedule.clone() {
         match args.schedule_start {
-            ScheduleStart::FirstConnection => mock.arm_schedule(schedule),
+            ScheduleStart::FirstRequest => mock.arm_schedule(schedule),
             ScheduleStart::Now => mock.set_schedule(schedule),
         }
     }
@@ -144,7 +144,7 @@ pub async fn run(
     }
     if let Some(schedule) = &args.fault_schedule {
         let start = match args.schedule_start {
-            ScheduleStart::FirstConnection => "from the first connection",
+            ScheduleStart::FirstRequest => "from the first completion request",
             ScheduleStart::Now => "from now",
         };
         writeln!(out, "fault schedule `{schedule}`, {start}")?;
@@ -194,7 +194,7 @@ mod tests {
         .unwrap();
         let armed = start(&args).await.unwrap();
         let schedule = armed.mock().stats().schedule.unwrap();
-        // Waiting for the first connection: no fault yet.
+        // Waiting for the first request: no fault yet.
         assert_eq!(schedule.started_unix_ms, None);
         assert_eq!(armed.mock().fault(), None);
         assert_eq!(schedule.phases[1].fault, "stall:3000");

@@ -286,7 +286,7 @@ enum ServerFault {
 /// A schedule and when it started.
 struct RunningSchedule {
     schedule: FaultSchedule,
-    /// `None` while it waits for the first connection ([`MockLlm::arm_schedule`]).
+    /// `None` while it waits for the first request ([`MockLlm::arm_schedule`]).
     started: Option<Started>,
     /// Per phase: requests read and connections reset in it.
     requests: Vec<u64>,
@@ -349,14 +349,9 @@ impl ServerFaults {
         }
     }
 
-    /// A connection was accepted: starts an armed schedule; whether it must be reset (`down`).
+    /// A connection was accepted: whether it must be reset (`down`).
     fn accept(&mut self) -> bool {
         self.connections += 1;
-        if let ServerFault::Schedule(running) = &mut self.mode
-            && running.started.is_none()
-        {
-            running.started = Some(Started::now());
-        }
         let (fault, phase) = self.current();
         let reset = fault == Some(Fault::Down);
         if reset {
@@ -370,9 +365,15 @@ impl ServerFaults {
         reset
     }
 
-    /// A request was read whose own fault is `own`: counts it, returns the fault it gets.
+    /// A completion request was read whose own fault is `own`: starts an armed schedule,
+    /// counts the request, returns the fault it gets.
     fn request(&mut self, own: Option<Fault>) -> Option<Fault> {
         self.requests += 1;
+        if let ServerFault::Schedule(running) = &mut self.mode
+            && running.started.is_none()
+        {
+            running.started = Some(Started::now());
+        }
         let (server, phase) = self.current();
         if let (ServerFault::Schedule(running), Some(i)) = (&mut self.mode, phase)
             && let Some(requests) = running.requests.get_mut(i)
@@ -380,9 +381,6 @@ impl ServerFaults {
             *requests += 1;
         }
         let fault = own.or(server);
-        if fault == Some(Fault::Down) {
-            self.connections_reset += 1;
-        }
         let label = fault.map_or_else(|| "none".to_owned(), |fault| fault.to_string());
         let known = self.by_fault.contains_key(&label);
         let label = if known || self.by_fault.len() < FAULT_LABELS {
@@ -401,9 +399,10 @@ impl ServerFaults {
 pub struct MockStats {
     /// Completion requests read (scripted mode), or raw requests (raw mode).
     pub requests: u64,
-    /// Connections accepted.
+    /// Connections accepted (control requests included).
     pub connections: u64,
-    /// Connections reset by the fault `down` (at accept, or a request's own).
+    /// Connections reset as soon as accepted, by a server-wide `down` (no request read: add
+    /// them to `requests` to count a client's attempts).
     pub connections_reset: u64,
     /// Requests read per fault they got (`none`: the script's answer).
     pub requests_by_fault: BTreeMap<String, u64>,
@@ -418,7 +417,7 @@ pub struct MockStats {
 pub struct ScheduleStats {
     /// The schedule, as [`FaultSchedule::parse`] reads it.
     pub spec: String,
-    /// When it started, in ms since the Unix epoch (`None`: waiting for a first connection).
+    /// When it started, in ms since the Unix epoch (`None`: waiting for a first request).
     pub started_unix_ms: Option<u64>,
     /// The phase in force now (`None`: not started, or after the last timed phase).
     pub phase: Option<usize>,
@@ -435,9 +434,9 @@ pub struct PhaseStats {
     pub from_ms: u64,
     /// Its end, in ms from the schedule's (`None`: never).
     pub to_ms: Option<u64>,
-    /// Requests read in it.
+    /// Completion requests read in it.
     pub requests: u64,
-    /// Connections reset at accept in it.
+    /// Connections reset as soon as accepted in it.
     pub connections_reset: u64,
 }
 
@@ -521,9 +520,9 @@ impl MockLlm {
             ServerFault::Schedule(RunningSchedule::new(schedule, Some(Started::at(at))));
     }
 
-    /// Runs `schedule` from the next connection the server accepts, so that whatever is
-    /// started before the first request (a crew, a load generator's connections) does not eat
-    /// into its first phase.
+    /// Runs `schedule` from the next completion request, so that whatever comes before the
+    /// first turn (a crew's start-up, health checks, `/_mock/stats`) does not eat into its first
+    /// phase.
     pub fn arm_schedule(&self, schedule: FaultSchedule) {
         self.shared.faults().mode = ServerFault::Schedule(RunningSchedule::new(schedule, None));
     }
