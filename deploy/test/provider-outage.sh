@@ -2,7 +2,7 @@
 # A model provider outage under load that must drop no call: two mock providers (`crewline
 # mock-llm`), the first on a fault schedule (down for DOWN_SECS, then SLOW_MS to its first byte
 # for SLOW_SECS, then healthy), one `voice_agent` crew whose model is the first with the second
-# as its fallback (`--fallback-base-url`, and `--hedge-after-ms` when HEDGE_AFTER_MS is set),
+# as its fallback (`--fallback-base-url`, `--hedge-after-ms HEDGE_AFTER_MS`),
 # and `crewline load` at a call's pace (CALLS calls, a turn every TURN_EVERY_MS) through the
 # whole schedule and RECOVERED_SECS after it. Figures (deploy/test/outage-figures.py), per
 # window of the schedule: turns started and completed, failed, p50/p99 time to first chunk,
@@ -14,10 +14,11 @@
 #   deploy/test/provider-outage.sh                           # 1,000 calls, release builds
 #   CALLS=200 PROFILE=debug deploy/test/provider-outage.sh    # a quick look
 #   FALLBACK=0 CALLS=200 deploy/test/provider-outage.sh      # the same outage without fallback
+#   HEDGE_AFTER_MS=off deploy/test/provider-outage.sh         # fallback without hedging
 #
 # Knobs (environment): CALLS (1000), TURN_EVERY_MS (3000), DOWN_SECS (20), SLOW_SECS (20),
 # SLOW_MS (3000: the slow provider's time to first byte), RECOVERED_SECS (20), HEDGE_AFTER_MS
-# (unset: no hedging), FALLBACK (1; 0 runs the crew on the first provider alone), CHUNKS (8)
+# (500; `off`: no hedging), FALLBACK (1; 0 runs the crew on the first provider alone), CHUNKS (8)
 # and CHUNK_DELAY_MS (20) per answer, PROFILE (release or debug), SKIP_BUILD=1, KEEP=1 (keep
 # the work directory), CREWLINE and VOICE_AGENT (the binaries; default: the PROFILE builds in
 # $CARGO_TARGET_DIR or target/). Linux, loopback only.
@@ -32,7 +33,7 @@ DOWN_SECS=${DOWN_SECS:-20}
 SLOW_SECS=${SLOW_SECS:-20}
 SLOW_MS=${SLOW_MS:-3000}
 RECOVERED_SECS=${RECOVERED_SECS:-20}
-HEDGE_AFTER_MS=${HEDGE_AFTER_MS:-}
+HEDGE_AFTER_MS=${HEDGE_AFTER_MS:-500}
 FALLBACK=${FALLBACK:-1}
 CHUNKS=${CHUNKS:-8}
 CHUNK_DELAY_MS=${CHUNK_DELAY_MS:-20}
@@ -92,7 +93,7 @@ wait_ready "http://127.0.0.1:$M2/health" 30
 CREW_ARGS=(--port "$CREW" --service-delay-ms 0 --model mock-gpt)
 if ((FALLBACK)); then
   CREW_ARGS+=(--fallback-base-url "http://127.0.0.1:$M2/v1")
-  if [[ -n "$HEDGE_AFTER_MS" ]]; then CREW_ARGS+=(--hedge-after-ms "$HEDGE_AFTER_MS"); fi
+  if [[ "$HEDGE_AFTER_MS" != off ]]; then CREW_ARGS+=(--hedge-after-ms "$HEDGE_AFTER_MS"); fi
 fi
 OPENAI_API_KEY=sk-mock-not-a-key OPENAI_BASE_URL="http://127.0.0.1:$M1/v1" \
   RUST_LOG=${RUST_LOG:-info} "$VOICE_AGENT" "${CREW_ARGS[@]}" >"$WORK/crew.log" 2>&1 &
@@ -137,7 +138,7 @@ cat "$WORK/load.txt" >&2
 curl -fsS "http://127.0.0.1:$M1/_mock/stats" >"$WORK/provider-1-stats.json"
 curl -fsS "http://127.0.0.1:$M2/_mock/stats" >"$WORK/provider-2-stats.json"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs) x $(nproc)," \
-  "$PROFILE build, fallback $FALLBACK, hedge ${HEDGE_AFTER_MS:-off}" >&2
+  "$PROFILE build, fallback $FALLBACK, hedge $( ((FALLBACK)) && echo "$HEDGE_AFTER_MS" || echo off)" >&2
 python3 "$ROOT/deploy/test/outage-figures.py" --report "$WORK/report.json" \
   --turn-log "$WORK/turns.jsonl" --provider-1 "$WORK/provider-1-stats.json" \
   --provider-2 "$WORK/provider-2-stats.json" --samples "$WORK/stats.log"
