@@ -40,7 +40,9 @@ def main():
     parser.add_argument("--turn-log", required=True, help="crewline load --turn-log")
     parser.add_argument("--provider-1", required=True, help="its /_mock/stats at the end")
     parser.add_argument("--provider-2", required=True, help="its /_mock/stats at the end")
-    parser.add_argument("--samples", help="lines `unix_ms stats1 stats2`, once a second")
+    parser.add_argument(
+        "--samples", help="lines `unix_ms stats` of the second provider, once a second"
+    )
     args = parser.parse_args()
 
     with open(args.report) as f:
@@ -56,15 +58,11 @@ def main():
     if args.samples:
         with open(args.samples) as f:
             for line in f:
-                parts = line.split(" ", 1)
+                at, _, stats = line.partition(" ")
                 try:
-                    at = int(parts[0])
-                    decoder = json.JSONDecoder()
-                    one, end = decoder.raw_decode(parts[1].strip())
-                    two, _ = decoder.raw_decode(parts[1].strip()[end:].strip())
-                except (IndexError, ValueError):
+                    samples.append((int(at), attempts(json.loads(stats))))
+                except (ValueError, KeyError):
                     continue
-                samples.append((at, attempts(one), attempts(two)))
     samples.sort()
 
     schedule = first.get("schedule") or {}
@@ -94,8 +92,8 @@ def main():
         """The second provider's attempts at `unix_ms`, from the nearest sample before it."""
         if unix_ms is None:
             return attempts(second)
-        i = bisect.bisect_right(samples, (unix_ms, math.inf, math.inf))
-        return samples[i - 1][2] if i > 0 else 0
+        i = bisect.bisect_right(samples, (unix_ms, math.inf))
+        return samples[i - 1][1] if i > 0 else 0
 
     # The first provider counts its requests per phase exactly; after the schedule, the rest.
     phase_attempts = [p["requests"] + p["connections_reset"] for p in schedule["phases"]]
