@@ -23,6 +23,9 @@ pub enum LlmError {
         status: Option<u16>,
         /// The server's message.
         message: String,
+        /// How long the server asked to wait before asking again (its `Retry-After`), when
+        /// it said.
+        retry_after: Option<Duration>,
     },
     /// The server did not answer (or stalled) within the time limit.
     #[error("the LLM server did not answer within {0:?}")]
@@ -60,6 +63,15 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// How long the server asked to wait before another request (`Retry-After` on a 429 or
+    /// 503), when it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// A client's own failure, keeping `error` as its cause (its message is the error's).
     pub fn other(error: impl StdError + Send + Sync + 'static) -> Self {
         Self::Other(ErrorDetail::caused_by(error.to_string(), error))

@@ -8,6 +8,9 @@
 //!   shapes real servers send never break a turn;
 //! - [`ScriptedLlm`]: a deterministic, offline model for tests, examples and demos.
 //!
+//! [`FallbackLlm`] puts several clients behind one: failover, hedged first tokens, circuit
+//! breakers and a retry budget, so no call is dropped by one provider (see [`fallback`]).
+//!
 //! With the `async-openai` feature, `AsyncOpenAiClient` streams through an
 //! `async_openai::Client` a team already configured (Azure, a proxy, its own retry policy),
 //! read by the same lenient reader; `async_openai_convert` converts requests both ways.
@@ -21,6 +24,7 @@ mod assembler;
 mod async_openai;
 mod client;
 mod error;
+pub mod fallback;
 mod limits;
 mod openai;
 mod request;
@@ -38,6 +42,10 @@ pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]
 pub use client::MockLlmClient;
 pub use error::{ErrorDetail, LlmError};
+pub use fallback::{
+    AfterText, BreakerConfig, BreakerState, FallbackBuilder, FallbackLlm, Hedge, ProviderStats,
+    RetryBudget, SharedBreakers,
+};
 pub use limits::AnswerLimits;
 pub use openai::{OpenAiClient, OpenAiClientBuilder};
 pub use request::{

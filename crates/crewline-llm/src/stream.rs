@@ -27,6 +27,10 @@ pub enum StreamItem {
     /// DeepSeek, vLLM's reasoning parsers and OpenRouter send): for logs and the node, never
     /// for speech.
     Reasoning(String),
+    /// Which provider answers, by the name it was given (from a
+    /// [`FallbackLlm`](crate::FallbackLlm), before the provider's first item, and again when
+    /// the turn moves to another provider): for the turn's span and logs, never spoken.
+    Provider(std::sync::Arc<str>),
 }
 
 /// Why the model stopped writing.
@@ -100,6 +104,8 @@ pub struct ChatResponse {
     pub finish_reason: Option<FinishReason>,
     /// Token usage, when the server reported it.
     pub usage: Option<Usage>,
+    /// The provider that answered, when a [`FallbackLlm`](crate::FallbackLlm) said.
+    pub provider: Option<std::sync::Arc<str>>,
 }
 
 /// Reads a stream to its end into one [`ChatResponse`].
@@ -112,6 +118,7 @@ pub async fn collect(mut stream: LlmStream) -> Result<ChatResponse, LlmError> {
             StreamItem::Finish(reason) => response.finish_reason = Some(reason),
             StreamItem::Usage(usage) => response.usage = Some(usage),
             StreamItem::Reasoning(text) => response.reasoning.push_str(&text),
+            StreamItem::Provider(name) => response.provider = Some(name),
         }
     }
     Ok(response)

@@ -186,7 +186,7 @@ async fn an_error_body_async_openai_cannot_read_is_still_an_api_error_with_its_m
         .expect("an error");
 
     assert!(
-        matches!(&err, LlmError::Api { status: None, message } if message.contains("maximum context length")),
+        matches!(&err, LlmError::Api { status: None, message, .. } if message.contains("maximum context length")),
         "{err:?}"
     );
     assert_eq!(server.mock().request_count(), 1);
@@ -232,7 +232,7 @@ async fn a_whole_answers_error_body_async_openai_cannot_read_is_an_api_error_too
         .expect_err("an error");
 
     assert!(
-        matches!(&err, LlmError::Api { status: None, message } if message == "Unknown model mock-7b"),
+        matches!(&err, LlmError::Api { status: None, message, .. } if message == "Unknown model mock-7b"),
         "{err:?}"
     );
 }

@@ -227,7 +227,7 @@ mod cases {
             Some(&StreamItem::Text("Let me".into()))
         );
         assert!(
-            matches!(&items[1], Err(LlmError::Api { status: None, message }) if message.contains("overloaded")),
+            matches!(&items[1], Err(LlmError::Api { status: None, message, .. }) if message.contains("overloaded")),
             "{items:?}"
         );
         assert_eq!(server.mock().request_count(), 1);
@@ -381,7 +381,7 @@ mod cases {
         let err = client.stream_chat(hello()).await.err().expect("an error");
 
         assert!(
-            matches!(&err, LlmError::Api { status: Some(429), message } if message.contains("quota")),
+            matches!(&err, LlmError::Api { status: Some(429), message, .. } if message.contains("quota")),
             "{err:?}"
         );
         assert_eq!(server.mock().request_count(), 1);
@@ -417,7 +417,7 @@ mod cases {
         let err = client.stream_chat(hello()).await.err().expect("an error");
 
         assert!(
-            matches!(&err, LlmError::Api { status: Some(400), message } if message == "Invalid value for 'temperature'"),
+            matches!(&err, LlmError::Api { status: Some(400), message, .. } if message == "Invalid value for 'temperature'"),
             "{err:?}"
         );
         assert!(err.to_string().contains("HTTP 400"), "{err}");
@@ -656,7 +656,7 @@ mod cases {
         let err = client.chat(hello()).await.expect_err("an error");
 
         assert!(
-            matches!(&err, LlmError::Api { status: Some(404), message } if message.contains("does not exist")),
+            matches!(&err, LlmError::Api { status: Some(404), message, .. } if message.contains("does not exist")),
             "{err:?}"
         );
         assert_eq!(server.mock().request_count(), 1);
@@ -723,6 +723,7 @@ mod cases {
                 Some(LlmError::Api {
                     status: Some(400),
                     message,
+                    ..
                 }) => {
                     assert!(message.contains("Unsupported parameter"), "{message}");
                     assert!(

@@ -129,7 +129,7 @@ async fn retries_stop_after_max_retries_with_the_last_status() {
     let err = client.stream_chat(hello()).await.err().expect("an error");
 
     assert!(
-        matches!(&err, LlmError::Api { status: Some(503), message } if message == "busy"),
+        matches!(&err, LlmError::Api { status: Some(503), message, .. } if message == "busy"),
         "{err:?}"
     );
     assert_eq!(server.mock().request_count(), 3, "1 request + 2 retries");
@@ -150,7 +150,7 @@ async fn non_openai_error_bodies_keep_their_status_and_message() {
     let err = client.stream_chat(hello()).await.err().expect("an error");
 
     assert!(
-        matches!(&err, LlmError::Api { status: Some(400), message } if message.contains("maximum context length")),
+        matches!(&err, LlmError::Api { status: Some(400), message, .. } if message.contains("maximum context length")),
         "{err:?}"
     );
 }
@@ -331,6 +331,7 @@ async fn a_huge_error_body_is_cut_at_the_limit() {
     let LlmError::Api {
         status: Some(400),
         message,
+        ..
     } = &err
     else {
         panic!("{err:?}");

@@ -222,6 +222,7 @@ async fn fail_errors_before_the_first_byte() {
         Reply::Fail(LlmError::Api {
             status: Some(503),
             message: "overloaded".into(),
+            retry_after: None,
         }),
         Reply::text("recovered"),
     ]);

@@ -1,6 +1,6 @@
 //! A whole call traced into a stand-in OTLP/HTTP collector (JSON): one trace per turn, rooted at
 //! `crewline.turn` with the platform's call id and the turn's request id, with the LLM requests
-//! (time to first token) and the tool call below it.
+//! (time to first token) and the tool call below it, and the model provider that answered.
 
 use std::{
     collections::HashMap,
@@ -102,6 +102,11 @@ async fn each_turn_is_one_trace_with_its_llm_requests_and_tool_calls() {
         .model("gpt-4o-mini")
         .build()
         .expect("client");
+    // Behind a fallback client, so the turn's span says which provider answered.
+    let client = crewline::llm::FallbackLlm::builder()
+        .provider("primary", Arc::new(client))
+        .build()
+        .expect("one provider");
     let agent = Agent::builder(client)
         .prompt("You are a weather line.")
         .tool(GetWeatherTool)
@@ -149,6 +154,7 @@ async fn each_turn_is_one_trace_with_its_llm_requests_and_tool_calls() {
         assert_eq!(root["call_id"], json!("CA-call-42"));
         assert_eq!(root["request_id"], json!(request_id));
         assert_eq!(root["outcome"], json!("completed"));
+        assert_eq!(root["provider"], json!("primary"));
         assert_eq!(
             turn["links"].as_array().map(Vec::len),
             Some(1),

@@ -35,6 +35,7 @@
 //! ```
 
 mod approval;
+mod breakers;
 mod checkpoint;
 mod claims;
 mod connection;
@@ -55,6 +56,7 @@ use serde_json::{Value, json};
 
 pub use self::{
     approval::{DEFAULT_MAX_REQUEST_BYTES, RedisApproval},
+    breakers::RedisBreakers,
     checkpoint::{CheckpointStoreError, MAX_CALL_ID_BYTES, RedisCheckpoints},
     claims::RedisClaims,
     connection::RedisConnection,

@@ -90,6 +90,7 @@ async fn a_marker_picks_a_500_or_429_for_that_request_only() {
         Some(LlmError::Api {
             status: Some(429),
             message,
+            ..
         }) => assert!(message.contains("Rate limit"), "{message}"),
         other => panic!("expected a 429, got {other:?}"),
     }

@@ -163,6 +163,7 @@ async fn an_http_500_is_retried_then_reported_and_the_next_rule_answers() {
             Err(LlmError::Api {
                 status: Some(500),
                 message,
+                ..
             }),
         ] => {
             assert_eq!(message, "mock upstream failure")
@@ -198,7 +199,7 @@ async fn a_429_carries_its_json_error_body() {
     assert_eq!(body["error"]["message"], "slow down");
     let items = stream_all(&client(&running, 0), ask("hi")).await;
     assert!(
-        matches!(&items[..], [Err(LlmError::Api { status: Some(429), message })] if message == "slow down"),
+        matches!(&items[..], [Err(LlmError::Api { status: Some(429), message, .. })] if message == "slow down"),
         "{items:?}"
     );
 }

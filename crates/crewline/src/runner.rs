@@ -423,6 +423,9 @@ impl OutputRunner {
         };
         observer.turn_finished(outcome, report.as_ref());
         turn_span.record("outcome", outcome.as_str());
+        if let Some(provider) = report.as_ref().and_then(TurnReport::provider) {
+            turn_span.record("provider", provider);
+        }
         match interrupt {
             Some(event) => {
                 self.interrupted(event).await;
@@ -447,6 +450,8 @@ fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
         call_id = call_id_of(handle).as_deref(),
         node = %handle.name(),
         outcome = tracing::field::Empty,
+        // Which model provider answered (from a fallback client), at the turn's end.
+        provider = tracing::field::Empty,
     );
     span.follows_from(tracing::Span::current());
     span

@@ -212,6 +212,9 @@ pub struct RoundReport {
     pub usage: Option<Usage>,
     /// Each tool call of the round: name and latency.
     pub tools: Vec<(String, Duration)>,
+    /// The provider that answered, when the model client said (a
+    /// [`FallbackLlm`](crewline_llm::FallbackLlm) does).
+    pub provider: Option<Arc<str>>,
 }
 
 /// The events of one turn.
@@ -413,6 +416,10 @@ impl ToolLoop {
                             Ok(())
                         }
                         Ok(StreamItem::Finish(_)) => Ok(()),
+                        Ok(StreamItem::Provider(name)) => {
+                            round.provider = Some(name);
+                            Ok(())
+                        }
                         // A reasoning model's thinking is never spoken nor kept, but it is
                         // part of the answer's size.
                         Ok(StreamItem::Reasoning(text)) => answer.text(&text),
@@ -659,9 +666,18 @@ impl AnswerMeter {
 }
 
 impl TurnReport {
+    /// The provider that answered the turn's last request that named one.
+    pub fn provider(&self) -> Option<&str> {
+        self.rounds
+            .iter()
+            .rev()
+            .find_map(|round| round.provider.as_deref())
+    }
+
     fn trace(&self) {
         tracing::info!(
             rounds = self.rounds.len(),
+            provider = self.provider(),
             ttft_ms = self.time_to_first_token.map(|d| d.as_secs_f64() * 1e3),
             total_ms = self.total.as_secs_f64() * 1e3,
             prompt_tokens = self.usage.prompt_tokens,

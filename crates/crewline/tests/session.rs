@@ -140,6 +140,7 @@ fn model(request: &ChatRequest) -> Reply {
         "fail loudly" => Reply::Fail(crewline::llm::LlmError::Api {
             status: Some(400),
             message: "e".repeat(1 << 20),
+            retry_after: None,
         }),
         // Issue 30: one answer with 10,000 parallel calls.
         "flood" => Reply::tool_calls(

@@ -187,6 +187,26 @@ async fn text_only_turn_streams_chunks_and_appends_one_assistant_message() {
 }
 
 #[tokio::test]
+async fn the_provider_that_answered_is_on_the_turn_report_and_never_spoken() {
+    let mut llm = MockLlmClient::new();
+    llm.expect_stream_chat().times(1).returning(|_| {
+        Ok(Box::pin(stream::iter(vec![
+            Ok(StreamItem::Provider("backup".into())),
+            Ok(StreamItem::Text("Sunny.".into())),
+            Ok(StreamItem::Finish(FinishReason::Stop)),
+        ])))
+    });
+    let turn_loop = ToolLoop::new(Arc::new(llm), registry(vec![weather_tool()]));
+    let mut context = context();
+
+    let (events, error) = drive(&turn_loop, &mut context).await;
+
+    assert!(error.is_none());
+    assert_eq!(texts(&events), "Sunny.");
+    assert_eq!(report(&events).provider(), Some("backup"));
+}
+
+#[tokio::test]
 async fn reasoning_is_never_spoken_nor_kept_in_the_context() {
     let mut llm = MockLlmClient::new();
     llm.expect_stream_chat().times(1).returning(|_| {
@@ -553,6 +573,7 @@ async fn llm_failure_before_the_first_byte_ends_the_turn_with_an_error() {
         Err(LlmError::Api {
             status: Some(500),
             message: "overloaded".into(),
+            retry_after: None,
         })
     });
     let turn_loop = ToolLoop::new(Arc::new(llm), registry(vec![weather_tool()]));

@@ -43,6 +43,7 @@ fn unread_error_answer(body: String) -> LlmError {
     LlmError::Api {
         status: None,
         message: bounded(message),
+        retry_after: None,
     }
 }
 
@@ -104,6 +105,8 @@ fn common(error: OpenAIError, timeout: Duration) -> LlmError {
             LlmError::Api {
                 status: Some(status.as_u16()),
                 message: bounded(message),
+                // async-openai does not pass on the answer's headers.
+                retry_after: None,
             }
         }
         OpenAIError::Reqwest(err) if err.is_timeout() && !err.is_connect() => {
@@ -167,9 +170,14 @@ impl Scrubber {
             return error;
         }
         match error {
-            LlmError::Api { status, message } => LlmError::Api {
+            LlmError::Api {
+                status,
+                message,
+                retry_after,
+            } => LlmError::Api {
                 status,
                 message: self.scrub(message),
+                retry_after,
             },
             LlmError::Connect(d) => LlmError::Connect(d.map_message(|m| self.scrub(m))),
             LlmError::StreamCut(d) => LlmError::StreamCut(d.map_message(|m| self.scrub(m))),
@@ -187,7 +195,10 @@ mod tests {
 
     #[test]
     fn an_error_answer_without_a_body_still_says_what_happened() {
-        let LlmError::Api { status, message } = unread_error_answer(String::new()) else {
+        let LlmError::Api {
+            status, message, ..
+        } = unread_error_answer(String::new())
+        else {
             panic!("not an API error");
         };
         assert_eq!(status, None);

@@ -81,6 +81,7 @@ impl Decoder {
             out.push_back(Err(LlmError::Api {
                 status: None,
                 message,
+                retry_after: None,
             }));
             return Flow::Stop;
         }
@@ -121,6 +122,7 @@ impl Decoder {
         out.push_back(Err(LlmError::Api {
             status: None,
             message,
+            retry_after: None,
         }));
     }
 
@@ -207,6 +209,7 @@ pub(crate) fn response(chunk: Chunk, limits: AnswerLimits) -> Result<ChatRespons
         return Err(LlmError::Api {
             status: None,
             message,
+            retry_after: None,
         });
     }
     let usage = chunk.usage();
@@ -411,7 +414,7 @@ mod tests {
         ]);
         assert_eq!(items[0].as_ref().ok(), Some(&text("Hi")));
         assert!(
-            matches!(&items[1], Err(LlmError::Api { status: None, message }) if message == "The server had an error"),
+            matches!(&items[1], Err(LlmError::Api { status: None, message, .. }) if message == "The server had an error"),
             "{items:?}"
         );
         assert_eq!(items.len(), 2);
@@ -477,6 +480,7 @@ mod tests {
                 Err(LlmError::Api {
                     status: None,
                     message,
+                    ..
                 }) => message,
                 other => panic!("{other:?}"),
             })

@@ -193,6 +193,8 @@ pub(crate) async fn read_limited(
 pub(crate) struct HttpStatusError {
     status: u16,
     message: String,
+    /// The answer's `Retry-After`, passed on so a fallback client can skip the provider.
+    retry_after: Option<Duration>,
 }
 
 impl fmt::Display for HttpStatusError {
@@ -509,6 +511,7 @@ async fn attempt(
         error: SendError::Status(HttpStatusError {
             status: status.as_u16(),
             message,
+            retry_after,
         }),
         retryable,
         retry_after,
@@ -581,6 +584,7 @@ pub(crate) fn request_error(error: SendError, connect_timeout: Duration) -> LlmE
         SendError::Status(status) => LlmError::Api {
             status: Some(status.status),
             message: status.message,
+            retry_after: status.retry_after,
         },
     }
 }
@@ -648,12 +652,24 @@ mod tests {
         let error = SendError::Status(HttpStatusError {
             status: 400,
             message: "bad model".to_owned(),
+            retry_after: None,
         });
         let mapped = request_error(error, Duration::from_secs(1));
         assert!(
-            matches!(&mapped, LlmError::Api { status: Some(400), message } if message == "bad model"),
+            matches!(&mapped, LlmError::Api { status: Some(400), message, .. } if message == "bad model"),
             "{mapped:?}"
         );
+    }
+
+    #[test]
+    fn a_429_passes_on_its_retry_after() {
+        let error = SendError::Status(HttpStatusError {
+            status: 429,
+            message: "slow down".to_owned(),
+            retry_after: Some(Duration::from_secs(7)),
+        });
+        let mapped = request_error(error, Duration::from_secs(1));
+        assert_eq!(mapped.retry_after(), Some(Duration::from_secs(7)));
     }
 
     #[test]
@@ -689,6 +705,7 @@ mod tests {
             error: SendError::Status(HttpStatusError {
                 status,
                 message: "busy".to_owned(),
+                retry_after,
             }),
             retryable,
             retry_after,

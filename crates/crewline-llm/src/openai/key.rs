@@ -30,9 +30,14 @@ impl ApiKey {
 
     pub(super) fn scrub_error(&self, error: LlmError) -> LlmError {
         match error {
-            LlmError::Api { status, message } => LlmError::Api {
+            LlmError::Api {
+                status,
+                message,
+                retry_after,
+            } => LlmError::Api {
                 status,
                 message: self.scrub(message),
+                retry_after,
             },
             LlmError::Connect(d) => LlmError::Connect(d.map_message(|m| self.scrub(m))),
             LlmError::StreamCut(d) => LlmError::StreamCut(d.map_message(|m| self.scrub(m))),
@@ -54,6 +59,7 @@ mod tests {
         let error = key.scrub_error(LlmError::Api {
             status: Some(401),
             message: "Incorrect API key provided: sk-secret-123456".to_owned(),
+            retry_after: None,
         });
         assert!(!error.to_string().contains("sk-secret"), "{error}");
     }

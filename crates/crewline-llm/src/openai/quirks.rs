@@ -9,7 +9,7 @@ use crate::{LlmError, MaxTokensField};
 pub(crate) fn refuses_stream_options(error: &LlmError) -> bool {
     matches!(
         error,
-        LlmError::Api { status: Some(400 | 422) | None, message } if message.contains("stream_options")
+        LlmError::Api { status: Some(400 | 422) | None, message, .. } if message.contains("stream_options")
     )
 }
 
@@ -19,6 +19,7 @@ pub(crate) fn explain(error: LlmError, sent: Option<MaxTokensField>) -> LlmError
     let LlmError::Api {
         status: status @ (Some(400 | 422) | None),
         message,
+        retry_after,
     } = error
     else {
         return error;
@@ -52,7 +53,11 @@ pub(crate) fn explain(error: LlmError, sent: Option<MaxTokensField>) -> LlmError
         Some(hint) => format!("{message} ({hint})"),
         None => message,
     };
-    LlmError::Api { status, message }
+    LlmError::Api {
+        status,
+        message,
+        retry_after,
+    }
 }
 
 #[cfg(test)]
@@ -63,6 +68,7 @@ mod tests {
         LlmError::Api {
             status: Some(status),
             message: message.to_owned(),
+            retry_after: None,
         }
     }
 
@@ -130,6 +136,7 @@ mod tests {
         assert!(refuses_stream_options(&LlmError::Api {
             status: None,
             message: "extra fields not permitted: stream_options".to_owned(),
+            retry_after: None,
         }));
         assert!(!refuses_stream_options(&api(
             500,

@@ -190,7 +190,7 @@ async fn ask(client: &dyn LlmClient) -> Outcome {
             Ok(StreamItem::Finish(reason)) => outcome.finish = Some(reason),
             Ok(StreamItem::Usage(usage)) => outcome.usage = Some(usage),
             // Never spoken: the reasoning is the node's to see, not the caller's to hear.
-            Ok(StreamItem::Reasoning(_)) => {}
+            Ok(StreamItem::Reasoning(_) | StreamItem::Provider(_)) => {}
             Err(error) => {
                 outcome.error = Some(error);
                 break;

@@ -14,6 +14,8 @@ use prometheus_client::{
     metrics::MetricType,
 };
 
+use crewline::llm::ProviderStats;
+
 use super::{
     ErrorKind, FrameDrop, HandshakeFailure, Metrics, SEVERITIES, TOKEN_KINDS, TURN_OUTCOMES,
     TokenStats, ToolStats,
@@ -51,6 +53,85 @@ fn loads<'a>(labels: &[&'a str], counters: &[AtomicU64]) -> Vec<(&'a str, u64)> 
         .zip(counters)
         .map(|(label, counter)| (*label, counter.load(Relaxed)))
         .collect()
+}
+
+/// The counter families of the fallback client's providers: (name, help, value).
+type ProviderCounter = (&'static str, &'static str, fn(&ProviderStats) -> u64);
+
+const PROVIDER_COUNTERS: [ProviderCounter; 6] = [
+    (
+        "crewline_llm_provider_requests",
+        "Requests sent to each model provider (first tries, failovers and hedges).",
+        |s| s.requests,
+    ),
+    (
+        "crewline_llm_provider_answered",
+        "Requests each model provider answered that were heard.",
+        |s| s.answered,
+    ),
+    (
+        "crewline_llm_provider_failures",
+        "Requests each model provider failed (connect, status, timeout, broken stream).",
+        |s| s.failures,
+    ),
+    (
+        "crewline_llm_provider_failovers",
+        "Turns that moved from each model provider to the next after it failed.",
+        |s| s.failovers,
+    ),
+    (
+        "crewline_llm_provider_cancelled",
+        "Requests to each model provider dropped because another answered first.",
+        |s| s.cancelled,
+    ),
+    (
+        "crewline_llm_provider_skipped",
+        "Turns that skipped each model provider (breaker open or Retry-After).",
+        |s| s.skipped,
+    ),
+];
+
+/// Writes the providers' families.
+fn providers(e: &mut DescriptorEncoder, stats: &[ProviderStats]) -> fmt::Result {
+    if stats.is_empty() {
+        return Ok(());
+    }
+    for (name, help, read) in PROVIDER_COUNTERS {
+        counter_family(
+            e,
+            name,
+            help,
+            "provider",
+            stats.iter().map(|s| (s.name.as_str(), read(s))),
+        )?;
+    }
+    {
+        let mut metric = e.encode_descriptor(
+            "crewline_llm_provider_hedges",
+            "Hedged requests to each model provider, by outcome (won, lost).",
+            None,
+            MetricType::Counter,
+        )?;
+        for s in stats {
+            for (outcome, value) in [("won", s.hedges_won), ("lost", s.hedges_lost)] {
+                metric
+                    .encode_family(&[("provider", s.name.as_str()), ("outcome", outcome)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+            }
+        }
+    }
+    let mut metric = e.encode_descriptor(
+        "crewline_llm_provider_breaker_state",
+        "Each model provider's circuit breaker: 0 closed, 1 open, 2 half-open.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for s in stats {
+        metric
+            .encode_family(&[("provider", s.name.as_str())])?
+            .encode_gauge(&s.breaker.as_gauge())?;
+    }
+    Ok(())
 }
 
 impl Collector for Exporter {
@@ -122,6 +203,8 @@ impl Collector for Exporter {
                 }
             }
         }
+
+        providers(e, &m.providers_stats())?;
 
         let mut tools: Vec<(Box<str>, Arc<ToolStats>)> = m
             .tools

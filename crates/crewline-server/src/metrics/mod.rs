@@ -20,7 +20,9 @@ use std::{
     time::Duration,
 };
 
-use crewline::{Observer, TurnOutcome, TurnReport, protocol::Severity, types::ToolErrorKind};
+use crewline::{
+    Observer, TurnOutcome, TurnReport, llm::FallbackLlm, protocol::Severity, types::ToolErrorKind,
+};
 use prometheus_client::{encoding::prometheus_text, registry::Registry};
 
 pub use self::labels::{ErrorKind, FrameDrop, HandshakeFailure};
@@ -44,6 +46,9 @@ const MAX_MODEL_LABEL: usize = 128;
 
 /// Distinct model names kept as labels; further names share `other`.
 const MAX_MODEL_LABELS: usize = 32;
+
+/// The most [`FallbackLlm`]s [`Metrics::watch_providers`] keeps.
+const MAX_WATCHED_CLIENTS: usize = 16;
 
 /// The token kinds counted per model, in `crewline_llm_tokens_total{kind}`.
 const TOKEN_KINDS: [&str; 3] = ["prompt", "completion", "cached"];
@@ -70,7 +75,13 @@ struct ToolStats {
 /// `crewline_node_errors_total{severity}`, `crewline_errors_total{kind}`,
 /// `crewline_dropped_frames_total{reason}`, `crewline_dropped_events_total{reason}`,
 /// `crewline_handshake_failures_total{reason}`, `crewline_llm_tokens_total{model,kind}` (kind
-/// `prompt`, `completion` or `cached`, as the model server reported them).
+/// `prompt`, `completion` or `cached`, as the model server reported them); with a
+/// [`FallbackLlm`] watched ([`Metrics::watch_providers`]), per provider:
+/// `crewline_llm_provider_requests_total`, `crewline_llm_provider_answered_total`,
+/// `crewline_llm_provider_failures_total`, `crewline_llm_provider_failovers_total`,
+/// `crewline_llm_provider_hedges_total{outcome}` (`won`, `lost`),
+/// `crewline_llm_provider_cancelled_total`, `crewline_llm_provider_skipped_total` and the gauge
+/// `crewline_llm_provider_breaker_state` (0 closed, 1 open, 2 half-open), all by `provider`.
 ///
 /// # Examples
 ///
@@ -126,6 +137,7 @@ pub struct Metrics {
     dropped_events: LabeledCounters<&'static str>,
     handshake_failures: [AtomicU64; HandshakeFailure::ALL.len()],
     gauges: RwLock<Vec<Gauge>>,
+    providers: RwLock<Vec<FallbackLlm>>,
 }
 
 /// A gauge another part of the process owns (the MCP sessions of a merged router, say), read
@@ -193,6 +205,7 @@ impl Metrics {
             dropped_events: LabeledCounters::new(),
             handshake_failures: Default::default(),
             gauges: RwLock::new(Vec::new()),
+            providers: RwLock::new(Vec::new()),
         }
     }
 
@@ -217,6 +230,22 @@ impl Metrics {
             help,
             read: Box::new(read),
         });
+    }
+
+    /// Serves `llm`'s counts per provider (requests, failovers, hedges, breaker state) on
+    /// `GET /metrics`, read at each scrape. Clients watched with the same provider names add
+    /// up; at most 16 clients are kept (a crew builds its fallback
+    /// client once, not per call).
+    pub fn watch_providers(&self, llm: &FallbackLlm) {
+        let mut providers = self
+            .providers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if providers.len() < MAX_WATCHED_CLIENTS {
+            providers.push(llm.clone());
+        } else {
+            tracing::warn!("more than {MAX_WATCHED_CLIENTS} fallback clients watched: ignored");
+        }
     }
 
     /// Calls in progress (WebSocket connections upgraded and not yet closed).
@@ -340,6 +369,34 @@ impl Metrics {
                 errors: LabeledCounters::new(),
             })
         }))
+    }
+
+    /// The watched providers' counts, added up by name (bounded like model labels), sorted.
+    fn providers_stats(&self) -> Vec<crewline::llm::ProviderStats> {
+        let clients = self
+            .providers
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut by_name: std::collections::BTreeMap<String, crewline::llm::ProviderStats> =
+            std::collections::BTreeMap::new();
+        for stats in clients.iter().flat_map(FallbackLlm::stats) {
+            let name = crewline::types::prefix(&stats.name, MAX_MODEL_LABEL);
+            let name = if by_name.len() >= MAX_MODEL_LABELS && !by_name.contains_key(name) {
+                "other".to_owned()
+            } else {
+                name.to_owned()
+            };
+            match by_name.get_mut(&name) {
+                Some(sum) => sum.add(&stats),
+                None => {
+                    let mut stats = stats;
+                    stats.name.clone_from(&name);
+                    by_name.insert(name, stats);
+                }
+            }
+        }
+        by_name.into_values().collect()
     }
 
     /// The measurements in the Prometheus text format.

@@ -1,0 +1,542 @@
+//! One turn through the providers: the race to a first delta (with hedging), the held-back
+//! tool calls, failover before any text, and the after-text policy.
+
+use std::{
+    collections::VecDeque,
+    sync::{Arc, MutexGuard, PoisonError},
+};
+
+use crewline_core::ToolCall;
+use futures::{FutureExt, StreamExt, future::BoxFuture, stream::FuturesUnordered};
+use tokio::time::Instant;
+
+use super::{
+    AfterText, Inner, Provider,
+    breaker::Admit,
+    metrics::Counters,
+    policy::{self, Failure},
+};
+use crate::{ChatRequest, FinishReason, LlmError, LlmStream, StreamItem};
+
+/// The most bytes of spoken text kept for [`AfterText::Continue`]: far above any spoken answer,
+/// so a runaway one costs at most this (past it, a failure ends the turn with its error
+/// instead of a continuation).
+const MAX_SPOKEN_BYTES: usize = 64 << 10;
+
+/// Why a request was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The turn's first request.
+    First,
+    /// After the previous provider failed.
+    Failover,
+    /// Alongside a slow one.
+    Hedge,
+}
+
+/// A provider's stream that produced its first item (put back in front of it).
+type Opened = Result<LlmStream, LlmError>;
+
+/// A request on its way to its first item.
+type Attempt = BoxFuture<'static, (usize, Opened)>;
+
+/// The provider whose stream is being read.
+struct Live {
+    index: usize,
+    stream: LlmStream,
+    /// Tool calls held back until the provider finishes: a provider that fails after them
+    /// must not have them run.
+    held: Vec<ToolCall>,
+    held_bytes: usize,
+    /// The provider sent its finish reason: its answer is whole.
+    finished: bool,
+    /// Cuts a repeat of what was already spoken from a continuation's start.
+    dedup: Option<Dedup>,
+}
+
+/// Holds a continuation's first text while it may still repeat what was spoken.
+struct Dedup {
+    said: String,
+    held: String,
+    done: bool,
+    /// What was spoken ends in a space: the new text's leading space is cut, so the two
+    /// do not join with two.
+    trim_start: bool,
+}
+
+impl Dedup {
+    fn new(said: &str) -> Self {
+        Self {
+            said: said.trim().to_owned(),
+            held: String::new(),
+            done: false,
+            trim_start: said.ends_with(char::is_whitespace),
+        }
+    }
+
+    /// The part of `text` that is new: `None` while it may still be a repeat.
+    fn push(&mut self, text: String) -> Option<String> {
+        let new = self.new_part(text)?;
+        if !self.trim_start {
+            return Some(new);
+        }
+        let trimmed = new.trim_start();
+        if trimmed.is_empty() {
+            return None;
+        }
+        self.trim_start = false;
+        Some(trimmed.to_owned())
+    }
+
+    fn new_part(&mut self, text: String) -> Option<String> {
+        if self.done {
+            return Some(text);
+        }
+        self.held.push_str(&text);
+        let held = self.held.trim_start();
+        if self.said.starts_with(held) {
+            if held.len() == self.said.len() {
+                // The whole spoken text again: cut it.
+                self.done = true;
+                self.held.clear();
+            }
+            return None;
+        }
+        self.done = true;
+        let new = match held.strip_prefix(self.said.as_str()) {
+            Some(rest) => rest.to_owned(),
+            None => std::mem::take(&mut self.held),
+        };
+        self.held.clear();
+        Some(new)
+    }
+}
+
+/// One turn's state, read by [`Turn::next`].
+pub(super) struct Turn {
+    inner: Arc<Inner>,
+    request: Arc<ChatRequest>,
+    tried: Vec<bool>,
+    attempts: usize,
+    spoken: String,
+    spoken_capped: bool,
+    out: VecDeque<Result<StreamItem, LlmError>>,
+    live: Option<Live>,
+    last_error: Option<LlmError>,
+    /// The provider that failed last, whose failover the next request counts.
+    last_failed: Option<usize>,
+    done: bool,
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Turn {
+    pub(super) fn new(inner: Arc<Inner>, request: ChatRequest) -> Self {
+        let tried = vec![false; inner.providers.len()];
+        Self {
+            inner,
+            request: Arc::new(request),
+            tried,
+            attempts: 0,
+            spoken: String::new(),
+            spoken_capped: false,
+            out: VecDeque::new(),
+            live: None,
+            last_error: None,
+            last_failed: None,
+            done: false,
+        }
+    }
+
+    /// Opens the first provider; the turn's error when none could answer.
+    pub(super) async fn start(mut self) -> Result<Self, LlmError> {
+        self.open().await;
+        if self.done
+            && self.live.is_none()
+            && matches!(self.out.front(), Some(Err(_)))
+            && let Some(Err(error)) = self.out.pop_front()
+        {
+            return Err(error);
+        }
+        Ok(self)
+    }
+
+    /// The next item for the caller.
+    pub(super) async fn next(&mut self) -> Option<Result<StreamItem, LlmError>> {
+        loop {
+            if let Some(item) = self.out.pop_front() {
+                return Some(item);
+            }
+            if self.done {
+                return None;
+            }
+            let Some(live) = self.live.as_mut() else {
+                self.open().await;
+                continue;
+            };
+            match live.stream.next().await {
+                Some(Ok(item)) => self.on_item(item),
+                Some(Err(error)) => self.on_error(error),
+                None => self.on_end(),
+            }
+        }
+    }
+
+    /// Starts a request to the next provider that may take it; `None` when there is none or
+    /// the retry budget refuses an extra request.
+    fn send(&mut self, request: &ChatRequest, kind: Kind) -> Option<(usize, Attempt)> {
+        let now = Instant::now();
+        let index = self.pick(now)?;
+        if kind != Kind::First && !lock(&self.inner.budget).try_retry(now) {
+            tracing::warn!(
+                provider = %self.inner.providers[index].name,
+                "LLM retry budget spent: no failover or hedge"
+            );
+            return None;
+        }
+        if kind == Kind::First {
+            lock(&self.inner.budget).request(now);
+        }
+        self.tried[index] = true;
+        self.attempts += 1;
+        if kind == Kind::Failover
+            && let Some(failed) = self.last_failed.take()
+        {
+            Counters::inc(&self.inner.providers[failed].counters.failovers);
+        }
+        let provider = &self.inner.providers[index];
+        Counters::inc(&provider.counters.requests);
+        if kind != Kind::First {
+            tracing::info!(provider = %provider.name, ?kind, "LLM request to the next provider");
+        }
+        let client = Arc::clone(&provider.client);
+        let request = ChatRequest::clone(request);
+        let timeout = self.inner.first_byte_timeout;
+        Some((
+            index,
+            async move {
+                let opened = tokio::time::timeout(timeout, async {
+                    let mut stream = client.stream_chat(request).await?;
+                    match stream.next().await {
+                        Some(Err(error)) => Err(error),
+                        Some(Ok(first)) => {
+                            Ok(futures::stream::iter([Ok(first)]).chain(stream).boxed())
+                        }
+                        None => Ok(futures::stream::empty().boxed()),
+                    }
+                })
+                .await
+                .unwrap_or(Err(LlmError::Timeout(timeout)));
+                (index, opened)
+            }
+            .boxed(),
+        ))
+    }
+
+    /// The first provider not yet tried whose breaker and rate limit let it take a request;
+    /// when every one is shut, the first not yet tried (the turn must try something).
+    fn pick(&self, now: Instant) -> Option<usize> {
+        let untried = || (0..self.tried.len()).filter(|i| !self.tried[*i]);
+        for index in untried() {
+            let provider = &self.inner.providers[index];
+            let mut health = lock(&provider.health);
+            let limited = health.rate_limited_until.is_some_and(|until| now < until);
+            if !limited && health.breaker.admit(now) != Admit::No {
+                return Some(index);
+            }
+            Counters::inc(&provider.counters.skipped);
+        }
+        if self.attempts == 0 {
+            let index = untried().next()?;
+            tracing::warn!(
+                provider = %self.inner.providers[index].name,
+                "every LLM provider is shut (breaker or rate limit): trying the first anyway"
+            );
+            return Some(index);
+        }
+        None
+    }
+
+    /// Races requests to the first item (the first provider, and with hedging the next one
+    /// when it is slow), failing over while nothing was heard; sets the live stream, or ends
+    /// the turn with the last failure.
+    async fn open(&mut self) {
+        // Shared, so each attempt clones the conversation once, when it is sent.
+        let request = if self.spoken.is_empty() {
+            Arc::clone(&self.request)
+        } else {
+            Arc::new(policy::continuation(&self.request, &self.spoken))
+        };
+        let first_kind = if self.attempts == 0 {
+            Kind::First
+        } else {
+            Kind::Failover
+        };
+        let mut racing = FuturesUnordered::new();
+        let mut in_flight: Vec<(usize, Kind, Instant)> = Vec::new();
+        let Some((first, attempt)) = self.send(&request, first_kind) else {
+            return self.give_up();
+        };
+        racing.push(attempt);
+        in_flight.push((first, first_kind, Instant::now()));
+        let mut hedge_at = self.hedge_deadline(first);
+        loop {
+            let at = hedge_at;
+            let hedge = async move {
+                match at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some((index, opened)) = racing.next() => {
+                    let Some(position) = in_flight.iter().position(|(i, _, _)| *i == index) else {
+                        continue;
+                    };
+                    let (_, kind, started) = in_flight.remove(position);
+                    match opened {
+                        Ok(stream) => {
+                            self.won(index, kind, started, stream);
+                            // Dropping the other requests closes their connections.
+                            drop(racing);
+                            for (loser, kind, loser_started) in in_flight {
+                                let provider = &self.inner.providers[loser];
+                                lock(&provider.health).first_delta.record(loser_started.elapsed());
+                                Counters::inc(&provider.counters.cancelled);
+                                if kind == Kind::Hedge {
+                                    Counters::inc(&provider.counters.hedges_lost);
+                                }
+                                tracing::debug!(provider = %provider.name, "slower LLM request dropped");
+                            }
+                            return;
+                        }
+                        Err(error) => {
+                            if !self.failed(index, error) {
+                                return;
+                            }
+                            if racing.is_empty() {
+                                let Some((next, attempt)) = self.send(&request, Kind::Failover) else {
+                                    return self.give_up();
+                                };
+                                racing.push(attempt);
+                                in_flight.push((next, Kind::Failover, Instant::now()));
+                                hedge_at = self.hedge_deadline(next);
+                            }
+                        }
+                    }
+                }
+                () = hedge => {
+                    hedge_at = None;
+                    if let Some((next, attempt)) = self.send(&request, Kind::Hedge) {
+                        racing.push(attempt);
+                        in_flight.push((next, Kind::Hedge, Instant::now()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn hedge_deadline(&self, index: usize) -> Option<Instant> {
+        let provider = self.inner.providers.get(index)?;
+        // Only worth it when another provider could take the hedge.
+        if self.tried.iter().all(|tried| *tried) {
+            return None;
+        }
+        let delay = self
+            .inner
+            .hedge
+            .delay(&lock(&provider.health).first_delta)?;
+        Some(Instant::now() + delay)
+    }
+
+    /// A request's stream produced its first item: it is the one the caller hears.
+    fn won(&mut self, index: usize, kind: Kind, started: Instant, stream: LlmStream) {
+        let provider: &Provider = &self.inner.providers[index];
+        // The breaker counts it a success only once its answer is whole (`Finish` or a clean
+        // end): a provider that always breaks after its first item must still open it.
+        lock(&provider.health).first_delta.record(started.elapsed());
+        Counters::inc(&provider.counters.answered);
+        if kind == Kind::Hedge {
+            Counters::inc(&provider.counters.hedges_won);
+        }
+        tracing::debug!(provider = %provider.name, "LLM provider answering");
+        self.out
+            .push_back(Ok(StreamItem::Provider(Arc::clone(&provider.name))));
+        let dedup = (!self.spoken.is_empty()).then(|| Dedup::new(&self.spoken));
+        self.live = Some(Live {
+            index,
+            stream,
+            held: Vec::new(),
+            held_bytes: 0,
+            finished: false,
+            dedup,
+        });
+    }
+
+    /// Counts `error` against provider `index`; whether the turn may go on to another one
+    /// (else it ends with the error).
+    fn failed(&mut self, index: usize, error: LlmError) -> bool {
+        let provider = &self.inner.providers[index];
+        let failure = policy::classify(&error);
+        let now = Instant::now();
+        match failure {
+            Failure::Provider => {
+                Counters::inc(&provider.counters.failures);
+                if lock(&provider.health).breaker.failure(now) {
+                    tracing::warn!(provider = %provider.name, "LLM provider failing: circuit open");
+                    if let Some(store) = &self.inner.shared {
+                        super::share::publish(store, &provider.name, self.inner.cool_down);
+                    }
+                }
+            }
+            Failure::RateLimited(retry_after) => {
+                Counters::inc(&provider.counters.failures);
+                let pause = retry_after
+                    .unwrap_or(self.inner.rate_limit_pause)
+                    .min(super::MAX_RATE_LIMIT_PAUSE);
+                lock(&provider.health).rate_limited_until = Some(now + pause);
+            }
+            Failure::Request => {
+                self.out.push_back(Err(error));
+                self.done = true;
+                return false;
+            }
+        }
+        tracing::warn!(provider = %provider.name, error = %error, "LLM provider failed");
+        self.last_error = Some(error);
+        self.last_failed = Some(index);
+        true
+    }
+
+    /// No provider is left (or the budget is spent): the turn ends with the last failure.
+    fn give_up(&mut self) {
+        let error = self.last_error.take().unwrap_or_else(|| {
+            LlmError::Config("no LLM provider could take the request".to_owned())
+        });
+        self.out.push_back(Err(error));
+        self.done = true;
+    }
+
+    fn on_item(&mut self, item: StreamItem) {
+        let Some(live) = self.live.as_mut() else {
+            return;
+        };
+        match item {
+            StreamItem::Text(text) => {
+                let text = match live.dedup.as_mut() {
+                    Some(dedup) => match dedup.push(text) {
+                        Some(text) => text,
+                        None => return,
+                    },
+                    None => text,
+                };
+                if text.is_empty() {
+                    return;
+                }
+                if self.spoken.len() + text.len() <= MAX_SPOKEN_BYTES {
+                    self.spoken.push_str(&text);
+                } else {
+                    self.spoken_capped = true;
+                }
+                self.out.push_back(Ok(StreamItem::Text(text)));
+            }
+            StreamItem::ToolCalls(calls) => {
+                let limits = self.inner.limits;
+                let bytes: usize = calls
+                    .iter()
+                    .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                    .sum();
+                live.held_bytes = live.held_bytes.saturating_add(bytes);
+                if live.held.len() + calls.len() > limits.max_tool_calls {
+                    let limit = limits.max_tool_calls;
+                    self.fail_answer(LlmError::TooManyToolCalls { limit });
+                } else if live.held_bytes > limits.max_answer_bytes {
+                    let limit = limits.max_answer_bytes;
+                    self.fail_answer(LlmError::TooLarge {
+                        what: "the answer",
+                        limit,
+                    });
+                } else {
+                    live.held.extend(calls);
+                }
+            }
+            StreamItem::Finish(reason) => {
+                live.finished = true;
+                lock(&self.inner.providers[live.index].health)
+                    .breaker
+                    .success(Instant::now());
+                let held = std::mem::take(&mut live.held);
+                if !held.is_empty() {
+                    self.out.push_back(Ok(StreamItem::ToolCalls(held)));
+                }
+                self.out.push_back(Ok(StreamItem::Finish(reason)));
+            }
+            // Another fallback client inside this one: ours already said who answers.
+            StreamItem::Provider(_) => {}
+            item @ (StreamItem::Usage(_) | StreamItem::Reasoning(_)) => {
+                self.out.push_back(Ok(item));
+            }
+        }
+    }
+
+    /// The answer broke a limit: it ends, with none of its held calls.
+    fn fail_answer(&mut self, error: LlmError) {
+        self.live = None;
+        self.out.push_back(Err(error));
+        self.done = true;
+    }
+
+    fn on_end(&mut self) {
+        if let Some(mut live) = self.live.take() {
+            if !live.finished {
+                lock(&self.inner.providers[live.index].health)
+                    .breaker
+                    .success(Instant::now());
+            }
+            // A client that ends without a finish reason (a custom one): its calls are whole.
+            let held = std::mem::take(&mut live.held);
+            if !held.is_empty() {
+                self.out.push_back(Ok(StreamItem::ToolCalls(held)));
+            }
+        }
+        self.done = true;
+    }
+
+    fn on_error(&mut self, error: LlmError) {
+        let Some(live) = self.live.take() else {
+            return;
+        };
+        if live.finished {
+            // The answer was whole (its finish reason came): a failure after it (a lost
+            // usage chunk) costs the caller nothing.
+            tracing::debug!(error = %error, "LLM stream failed after its end; answer kept");
+            self.done = true;
+            return;
+        }
+        let index = live.index;
+        // Dropping the live stream here closes its connection; its held calls are let go.
+        drop(live);
+        if !self.failed(index, error) {
+            return;
+        }
+        if self.spoken.is_empty() {
+            return; // `next` opens the next provider.
+        }
+        match &self.inner.after_text {
+            // `next` opens the next provider, asking it to go on.
+            AfterText::Continue if !self.spoken_capped => {}
+            AfterText::Continue => self.give_up(),
+            AfterText::End { line } => {
+                tracing::warn!("LLM provider failed after speaking: ending the turn");
+                if !line.is_empty() {
+                    self.out.push_back(Ok(StreamItem::Text(line.clone())));
+                }
+                self.out
+                    .push_back(Ok(StreamItem::Finish(FinishReason::Stop)));
+                self.done = true;
+            }
+        }
+    }
+}

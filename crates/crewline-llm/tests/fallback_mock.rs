@@ -1,0 +1,225 @@
+//! `FallbackLlm` end to end over the mock model, through the default client and the
+//! async-openai one: a refused port, a 503, a stream cut after half a tool call, a provider
+//! that never answers (first-byte timeout and hedging, the loser's connection closed).
+#![allow(clippy::unwrap_used)] // A test fails loudly on what it did not expect.
+
+use std::{sync::Arc, time::Duration};
+
+use crewline_core::{Message, ToolCall};
+use crewline_llm::{ChatRequest, FallbackLlm, Hedge, LlmClient, OpenAiClient, StreamItem, collect};
+use crewline_testkit::mock_llm::{
+    MockLlm, RunningMockLlm,
+    raw::{After, RawReply},
+};
+use serde_json::json;
+
+/// Generous upper bound for anything that should happen "at once" on a loaded CI machine.
+const PROMPTLY: Duration = Duration::from_secs(5);
+
+/// Which client reaches each provider.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Default,
+    #[cfg(feature = "async-openai")]
+    AsyncOpenAi,
+}
+
+const KINDS: &[Kind] = &[
+    Kind::Default,
+    #[cfg(feature = "async-openai")]
+    Kind::AsyncOpenAi,
+];
+
+fn client(kind: Kind, base_url: &str) -> Arc<dyn LlmClient> {
+    match kind {
+        Kind::Default => Arc::new(
+            OpenAiClient::builder()
+                .model("mock")
+                .base_url(base_url)
+                .api_key("sk-test")
+                .read_env(false)
+                // The fallback client fails over instead.
+                .max_retries(0)
+                .build()
+                .expect("client"),
+        ),
+        #[cfg(feature = "async-openai")]
+        Kind::AsyncOpenAi => {
+            use async_openai::{Client, config::OpenAIConfig};
+            let config = OpenAIConfig::new()
+                .with_api_base(base_url)
+                .with_api_key("sk-test");
+            Arc::new(crewline_llm::AsyncOpenAiClient::new(
+                Client::with_config(config),
+                "mock",
+            ))
+        }
+    }
+}
+
+/// A base URL where nothing listens.
+async fn refused_url() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}/v1")
+}
+
+async fn raw(replies: Vec<RawReply>) -> RunningMockLlm {
+    MockLlm::raw(replies).start().await.expect("mock")
+}
+
+fn says(text: &str) -> RawReply {
+    RawReply::chunks(
+        &[
+            json!({"choices": [{"index": 0, "delta": {"content": text}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        ],
+        After::Done,
+    )
+}
+
+fn ask() -> ChatRequest {
+    ChatRequest::new(vec![Message::user("Send 100 to Bob.")])
+}
+
+#[tokio::test]
+async fn a_refused_port_fails_over_on_both_clients() {
+    for &kind in KINDS {
+        let backup = raw(vec![says("Done.")]).await;
+        let llm = FallbackLlm::builder()
+            .provider("down", client(kind, &refused_url().await))
+            .provider("backup", client(kind, &backup.base_url()))
+            .build()
+            .unwrap();
+        let answer = collect(llm.stream_chat(ask()).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "Done.", "{kind:?}");
+        assert_eq!(answer.provider.as_deref(), Some("backup"), "{kind:?}");
+        assert_eq!(llm.stats()[0].failovers, 1, "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_503_fails_over_on_both_clients() {
+    for &kind in KINDS {
+        let down = raw(vec![RawReply::Status(
+            503,
+            r#"{"error": {"message": "overloaded"}}"#.into(),
+        )])
+        .await;
+        let backup = raw(vec![says("Done.")]).await;
+        let llm = FallbackLlm::builder()
+            .provider("down", client(kind, &down.base_url()))
+            .provider("backup", client(kind, &backup.base_url()))
+            .build()
+            .unwrap();
+        let answer = collect(llm.stream_chat(ask()).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "Done.", "{kind:?}");
+        if matches!(kind, Kind::Default) {
+            // With `max_retries(0)` the default client does not retry it itself (async-openai's
+            // client retries a 5xx with its own backoff before the fallback sees it).
+            assert_eq!(down.mock().request_count(), 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn half_a_tool_call_then_a_cut_never_reaches_the_caller_on_both_clients() {
+    for &kind in KINDS {
+        let broken = raw(vec![RawReply::chunks(
+            &[json!({"choices": [{"index": 0, "delta": {"tool_calls": [{
+                "index": 0, "id": "call_half", "type": "function",
+                "function": {"name": "send_money", "arguments": "{\"to\": \"Bob\", \"amount\": 1"}
+            }]}}]})],
+            After::Cut,
+        )])
+        .await;
+        let backup = raw(vec![RawReply::chunks(
+            &[
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{
+                    "index": 0, "id": "call_whole", "type": "function",
+                    "function": {"name": "send_money", "arguments": "{\"to\": \"Bob\", \"amount\": 100}"}
+                }]}}]}),
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            ],
+            After::Done,
+        )])
+        .await;
+        let llm = FallbackLlm::builder()
+            .provider("broken", client(kind, &broken.base_url()))
+            .provider("backup", client(kind, &backup.base_url()))
+            .build()
+            .unwrap();
+        let mut stream = llm.stream_chat(ask()).await.unwrap();
+        let mut calls = Vec::new();
+        while let Some(item) = futures::StreamExt::next(&mut stream).await {
+            if let StreamItem::ToolCalls(batch) = item.unwrap() {
+                calls.extend(batch);
+            }
+        }
+        assert_eq!(
+            calls,
+            vec![ToolCall::new(
+                "call_whole",
+                "send_money",
+                r#"{"to": "Bob", "amount": 100}"#
+            )],
+            "{kind:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_provider_that_never_answers_is_cut_at_the_first_byte_timeout_on_both_clients() {
+    for &kind in KINDS {
+        let stalled = raw(vec![RawReply::StallBeforeHeaders]).await;
+        let backup = raw(vec![says("Done.")]).await;
+        let llm = FallbackLlm::builder()
+            .provider("stalled", client(kind, &stalled.base_url()))
+            .provider("backup", client(kind, &backup.base_url()))
+            .first_byte_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let answer = collect(llm.stream_chat(ask()).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "Done.", "{kind:?}");
+        assert!(
+            stalled.mock().disconnected_within(PROMPTLY).await,
+            "{kind:?}: the stalled request's connection is closed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_hedge_wins_over_a_stalled_provider_whose_connection_is_closed() {
+    for &kind in KINDS {
+        let stalled = raw(vec![RawReply::StallBeforeHeaders]).await;
+        let backup = raw(vec![says("Done.")]).await;
+        let llm = FallbackLlm::builder()
+            .provider("stalled", client(kind, &stalled.base_url()))
+            .provider("backup", client(kind, &backup.base_url()))
+            .hedge(Hedge::Fixed(Duration::from_millis(100)))
+            .build()
+            .unwrap();
+        let answer = collect(llm.stream_chat(ask()).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "Done.", "{kind:?}");
+        assert_eq!(answer.provider.as_deref(), Some("backup"));
+        assert!(
+            stalled.mock().disconnected_within(PROMPTLY).await,
+            "{kind:?}: the loser's connection is closed"
+        );
+        let stats = llm.stats();
+        assert_eq!(
+            (stats[1].hedges_won, stats[0].cancelled),
+            (1, 1),
+            "{kind:?}"
+        );
+    }
+}
