@@ -74,11 +74,14 @@ def main():
     windows = []
     for phase in schedule["phases"]:
         to = phase["to_ms"]
+        if to is not None and to == phase["from_ms"]:
+            continue  # a phase of no length (DOWN_SECS=0, say)
         windows.append(
             {
                 "name": phase["fault"],
                 "from": start + phase["from_ms"],
                 "to": None if to is None else start + to,
+                "first": phase["requests"] + phase["connections_reset"],
             }
         )
     if windows and windows[-1]["to"] is not None:
@@ -96,14 +99,13 @@ def main():
         return samples[i - 1][1] if i > 0 else 0
 
     # The first provider counts its requests per phase exactly; after the schedule, the rest.
-    phase_attempts = [p["requests"] + p["connections_reset"] for p in schedule["phases"]]
+    phase_attempts = sum(p["requests"] + p["connections_reset"] for p in schedule["phases"])
 
     total_started = total_completed = total_failed = 0
     print(
         f"{'window':<14} {'from s':>7} {'to s':>7} {'turns':>6} {'ok':>6} {'failed':>6} "
         f"{'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'req p1':>7} {'req p2':>7} {'req/turn':>8}"
     )
-    phase_index = 0
     for window in windows:
         lo, hi = window["from"], window["to"]
         turns = [
@@ -116,10 +118,9 @@ def main():
         failed = sum(1 for r in turns if r["outcome"] in FAILED)
         firsts = [r["first_chunk_ms"] for r in turns if r.get("first_chunk_ms") is not None]
         if window["name"] == "recovered":
-            p1 = attempts(first) - sum(phase_attempts)
+            p1 = attempts(first) - phase_attempts
         else:
-            p1 = phase_attempts[phase_index]
-            phase_index += 1
+            p1 = window["first"]
         p2 = second_attempts_at(hi) - second_attempts_at(lo)
         per_turn = (p1 + p2) / len(turns) if turns else None
         total_started += len(turns)
