@@ -32,11 +32,12 @@ struct Args {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _logs = crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
-    let model = voice_agent::model(
+    // The main model, behind a fallback over other providers when --fallback-base-url is given.
+    let model = crew.model.with_fallbacks(voice_agent::model(
         crew.model.choice(),
         crew.model.model.clone(),
         Duration::from_millis(20),
-    )?;
+    )?)?;
     tracing::info!(port = crew.port, model = %model.description, "sentiment crew listening on /ws");
     crew.apply(sentiment_background::server(model.llm)?)
         .run()

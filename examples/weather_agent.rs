@@ -35,11 +35,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = <Args as clap::Parser>::parse();
     let question = args.question.join(" ");
 
-    let model = voice_agent::model(
+    // The main model, behind a fallback over other providers when --fallback-base-url is given.
+    let model = args.model.with_fallbacks(voice_agent::model(
         args.model.choice(),
         args.model.model.clone(),
         Duration::from_millis(15),
-    )?;
+    )?)?;
     let agent = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)?;
     let mut context = Context::with_system(voice_agent::PROMPT);
     context.add(Message::user(question.clone()));

@@ -18,7 +18,7 @@
 //! assert!(args.crew.model.scripted);
 //! ```
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use crewline::{
     llm::{LlmError, ScriptedLlm},
@@ -26,12 +26,13 @@ use crewline::{
 };
 use crewline_server::{BoxError, CrewServer, ServeArgs};
 
-use crate::model::{ChosenModel, ModelChoice, choose};
+use crate::model::{ChosenModel, Fallbacks, ModelChoice, choose};
 
 /// The port the examples listen on unless `--port` says otherwise.
 pub const DEFAULT_PORT: u16 = 8080;
 
-/// `--model` and `--scripted`: which model the crew runs on.
+/// `--model`, `--scripted`, `--llm-client` and the fallback flags: which model (or models)
+/// the crew runs on.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct ModelArgs {
     /// The OpenAI model, used when OPENAI_API_KEY is set (default: $OPENAI_MODEL, else
@@ -45,6 +46,19 @@ pub struct ModelArgs {
     /// async-openai's.
     #[arg(long = "llm-client", value_enum, default_value_t)]
     pub llm_client: LlmClientKind,
+    /// Another OpenAI-compatible server to fall back on when the model's fails (down, an
+    /// error, 429, no first token in time, broken before it spoke); repeat for more, tried in
+    /// order, each with OPENAI_API_KEY. Needs a real model (OPENAI_API_KEY set).
+    #[arg(long = "fallback-base-url", value_name = "URL")]
+    pub fallback_base_url: Vec<String>,
+    /// The model at each --fallback-base-url, paired in order (default: the main model).
+    #[arg(long = "fallback-model", value_name = "NAME")]
+    pub fallback_model: Vec<String>,
+    /// Hedge first tokens: when the provider asked has produced nothing after N ms, ask the
+    /// next one too; the first to answer is heard, the other request is dropped (off by
+    /// default; needs --fallback-base-url).
+    #[arg(long, value_name = "N")]
+    pub hedge_after_ms: Option<u64>,
 }
 
 /// `--llm-client`: which client talks to the OpenAI-compatible server.
@@ -67,9 +81,26 @@ impl ModelArgs {
         }
     }
 
-    /// The model the flags ask for; `scripted` makes the crew's offline one.
+    /// The model the flags ask for, behind a fallback when any fallback flag is given;
+    /// `scripted` makes the crew's offline one.
     pub fn choose(&self, scripted: impl FnOnce() -> ScriptedLlm) -> Result<ChosenModel, LlmError> {
-        choose(self.choice(), self.model.clone(), scripted)
+        self.with_fallbacks(choose(self.choice(), self.model.clone(), scripted)?)
+    }
+
+    /// The fallback flags.
+    pub fn fallbacks(&self) -> Fallbacks {
+        Fallbacks {
+            base_urls: self.fallback_base_url.clone(),
+            models: self.fallback_model.clone(),
+            hedge_after: self.hedge_after_ms.map(Duration::from_millis),
+        }
+    }
+
+    /// `chosen` (the model these flags chose, e.g. by a crew's own `model` function) behind a
+    /// [`FallbackLlm`](crewline::llm::FallbackLlm) over the fallback providers, when any is
+    /// given (see [`crate::model::with_fallbacks`]); unchanged otherwise.
+    pub fn with_fallbacks(&self, chosen: ChosenModel) -> Result<ChosenModel, LlmError> {
+        crate::model::with_fallbacks(self.choice(), self.model.clone(), &self.fallbacks(), chosen)
     }
 }
 
@@ -208,10 +239,57 @@ mod tests {
         model: ModelArgs,
     }
 
+    fn parse(args: &[&str]) -> ModelArgs {
+        Args::try_parse_from(std::iter::once("crew").chain(args.iter().copied()))
+            .expect("the flags parse")
+            .model
+    }
+
     fn choice(args: &[&str]) -> ModelChoice {
-        let args = Args::try_parse_from(std::iter::once("crew").chain(args.iter().copied()))
-            .expect("the flags parse");
-        args.model.choice()
+        parse(args).choice()
+    }
+
+    #[test]
+    fn fallback_flags_build_the_chain_in_order() {
+        let args = parse(&[
+            "--model",
+            "gpt-4o-mini",
+            "--fallback-base-url",
+            "http://backup-a/v1",
+            "--fallback-model",
+            "llama-3.1-8b",
+            "--fallback-base-url",
+            "http://backup-b/v1",
+            "--hedge-after-ms",
+            "600",
+        ]);
+        let fallbacks = args.fallbacks();
+        assert_eq!(fallbacks.hedge_after, Some(Duration::from_millis(600)));
+        let chain: Vec<(String, Option<String>, String)> = fallbacks
+            .providers("gpt-4o-mini")
+            .expect("a valid chain")
+            .into_iter()
+            .map(|p| (p.name, p.base_url, p.model))
+            .collect();
+        assert_eq!(
+            chain,
+            [
+                ("primary".into(), None, "gpt-4o-mini".into()),
+                (
+                    "fallback-1".into(),
+                    Some("http://backup-a/v1".into()),
+                    "llama-3.1-8b".into()
+                ),
+                (
+                    "fallback-2".into(),
+                    Some("http://backup-b/v1".into()),
+                    "gpt-4o-mini".into()
+                ),
+            ]
+        );
+        // No fallback flag: no chain.
+        assert!(parse(&["--model", "m"]).fallbacks().is_empty());
+        assert!(Args::try_parse_from(["crew", "--hedge-after-ms", "soon"]).is_err());
     }
 
     #[test]

@@ -96,6 +96,10 @@ pub struct LoadArgs {
     /// The start of each call's id (`<prefix>-<n>`); default: one unique to the run.
     #[arg(long)]
     pub call_id_prefix: Option<String>,
+    /// Also report the turns per window of this many seconds, by when they began: turns,
+    /// failures and time to first chunk (p50, p99) in each (e.g. through a provider outage).
+    #[arg(long, value_name = "SECS")]
+    pub window_secs: Option<u64>,
 }
 
 impl LoadArgs {
@@ -130,6 +134,10 @@ impl LoadArgs {
                 }
             }),
             call_id_prefix: self.call_id_prefix.clone(),
+            window: self
+                .window_secs
+                .filter(|secs| *secs > 0)
+                .map(Duration::from_secs),
             ..LoadConfig::new(self.url.clone())
         }
     }
@@ -205,6 +213,12 @@ mod tests {
         let odd = config(&["--reconnect", "--reconnect-backoff-secs", "NaN"]);
         assert_eq!(odd.reconnect.map(|r| r.backoff), Some(Duration::ZERO));
         assert_eq!(config(&["--scenario", "router"]).scenario, Scenario::Router);
+        assert_eq!(config(&[]).window, None);
+        assert_eq!(
+            config(&["--window-secs", "20"]).window,
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(config(&["--window-secs", "0"]).window, None);
         let huge = config(&["--reconnect", "--reconnect-backoff-secs", "1e30"]);
         assert_eq!(
             huge.reconnect.map(|r| r.backoff),

@@ -3,4 +3,4 @@
 
 mod cli;
 
-pub use cli::{MockLlmArgs, run as run_cli};
+pub use cli::{MockLlmArgs, ScheduleStart, run as run_cli, start};

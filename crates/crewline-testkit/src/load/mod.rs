@@ -130,6 +130,9 @@ pub struct LoadConfig {
     /// The start of each call's id (`<prefix>-<session>`), sent as the platform's call id;
     /// `None` picks one unique to the run.
     pub call_id_prefix: Option<String>,
+    /// Report the turns per window of this length, by when they began
+    /// ([`LoadReport::windows`]): how a run went through an outage, minute by minute.
+    pub window: Option<Duration>,
 }
 
 /// How a dropped call is reconnected: through the same URL (the balancer), with the same call
@@ -173,6 +176,7 @@ impl LoadConfig {
             turn_log: None,
             reconnect: None,
             call_id_prefix: None,
+            window: None,
         }
     }
 }
@@ -304,6 +308,68 @@ pub struct LoadReport {
     pub wrong_sub_agent_samples: Vec<String>,
     /// The first few distinct error messages.
     pub error_samples: Vec<String>,
+    /// With [`LoadConfig::window`], the turns of each window, by when they began.
+    pub windows: Vec<WindowReport>,
+}
+
+/// The turns that began in one window of a run ([`LoadConfig::window`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WindowReport {
+    /// Its start, in seconds since the run began.
+    pub from_secs: f64,
+    /// Its end, in seconds since the run began.
+    pub to_secs: f64,
+    /// Turns that began in it.
+    pub turns_started: u64,
+    /// Of those, turns completed with chunks (or interrupted) and no `agent.error`.
+    pub turns_ok: u64,
+    /// Of those, turns with an `agent.error`, without chunks, lost or timed out.
+    pub turns_failed: u64,
+    /// Their time to first chunk.
+    pub time_to_first_chunk: Percentiles,
+}
+
+/// The turns of `records` (sorted by start) in windows of `window`, from the run's start to the
+/// last turn's.
+fn windows(records: &[TurnRecord], window: Duration) -> Vec<WindowReport> {
+    let window_ms = window.as_secs_f64() * 1000.0;
+    if window_ms <= 0.0 {
+        return Vec::new();
+    }
+    let mut out: Vec<(WindowReport, stats::Latencies)> = Vec::new();
+    for record in records.iter().filter(|record| record.turn.is_some()) {
+        // Records come sorted, so a window is only ever opened after the previous ones.
+        let at = (record.at_ms.max(0.0) / window_ms).floor() as usize;
+        while out.len() <= at {
+            let n = out.len() as f64;
+            out.push((
+                WindowReport {
+                    from_secs: n * window_ms / 1000.0,
+                    to_secs: (n + 1.0) * window_ms / 1000.0,
+                    turns_started: 0,
+                    turns_ok: 0,
+                    turns_failed: 0,
+                    time_to_first_chunk: Percentiles::default(),
+                },
+                stats::Latencies::new(),
+            ));
+        }
+        let (report, first_chunk) = &mut out[at];
+        report.turns_started += 1;
+        match record.outcome {
+            TurnOutcome::Ok => report.turns_ok += 1,
+            _ => report.turns_failed += 1,
+        }
+        if let Some(ms) = record.first_chunk_ms {
+            first_chunk.record(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+        }
+    }
+    out.into_iter()
+        .map(|(mut report, first_chunk)| {
+            report.time_to_first_chunk = first_chunk.summary();
+            report
+        })
+        .collect()
 }
 
 /// The watched server's CPU time and memory.
@@ -472,7 +538,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         .unwrap_or_else(|| format!("load-{began_unix_ms}-{}", std::process::id()));
     let shared = Arc::new(Shared {
         call_prefix,
-        records: turn_log.as_ref().map(|_| Mutex::new(Vec::new())),
+        records: (turn_log.is_some() || config.window.is_some()).then(|| Mutex::new(Vec::new())),
         config,
         began,
         totals: Mutex::new(stats::Totals::new()),
@@ -513,11 +579,17 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
     let self_cpu_after = procfs::cpu_time(std::process::id()).ok();
 
     let totals = shared.lock().clone();
-    if let (Some(writer), Some(records)) = (turn_log, &shared.records) {
+    let mut windowed = Vec::new();
+    if let Some(records) = &shared.records {
         let mut records =
             std::mem::take(&mut *records.lock().unwrap_or_else(PoisonError::into_inner));
         records.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
-        writer.write(&records)?;
+        if let Some(window) = shared.config.window {
+            windowed = windows(&records, window);
+        }
+        if let Some(writer) = turn_log {
+            writer.write(&records)?;
+        }
     }
     let turn_phase = ended - line;
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -617,6 +689,7 @@ pub async fn run(config: LoadConfig) -> Result<LoadReport, LoadError> {
         resumed_in_wrong_sub_agent: totals.resumed_in_wrong_sub_agent,
         wrong_sub_agent_samples: totals.wrong_sub_agent_samples,
         error_samples: totals.error_samples,
+        windows: windowed,
     })
 }
 
@@ -691,6 +764,25 @@ impl LoadReport {
                 self.turns_interrupted, self.chunks_after_interrupt
             );
         }
+        if !self.windows.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:<26} {:>8} {:>9} {:>9} {:>9} {:>9}",
+                "by turn start (s)", "turns", "ok", "failed", "ttfc p50", "ttfc p99"
+            );
+            for window in &self.windows {
+                let _ = writeln!(
+                    out,
+                    "  {:<26} {:>8} {:>9} {:>9} {:>9.3} {:>9.3}",
+                    format!("{:.0}-{:.0}", window.from_secs, window.to_secs),
+                    window.turns_started,
+                    window.turns_ok,
+                    window.turns_failed,
+                    window.time_to_first_chunk.p50_ms,
+                    window.time_to_first_chunk.p99_ms
+                );
+            }
+        }
         let _ = writeln!(
             out,
             "  turns/s {:.1} over {:.2} s (whole run {:.2} s)",
@@ -744,5 +836,62 @@ impl LoadReport {
             let _ = writeln!(out, "  error: {sample}");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(at_ms: f64, outcome: TurnOutcome, first_chunk_ms: Option<f64>) -> TurnRecord {
+        TurnRecord {
+            at_ms,
+            session: 0,
+            turn: Some(0),
+            outcome,
+            first_chunk_ms,
+            end_ms: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn turns_are_counted_in_the_window_they_began_in() {
+        let records = [
+            turn(10.0, TurnOutcome::Ok, Some(2.0)),
+            turn(900.0, TurnOutcome::Ok, Some(4.0)),
+            TurnRecord {
+                turn: None,
+                ..turn(950.0, TurnOutcome::ConnectFailed, None)
+            },
+            // Nothing began in the second window: it is reported empty.
+            turn(2_100.0, TurnOutcome::AgentError, Some(3_000.0)),
+            turn(2_500.0, TurnOutcome::Lost, None),
+        ];
+        let windows = windows(&records, Duration::from_secs(1));
+        assert_eq!(windows.len(), 3);
+        assert_eq!((windows[0].from_secs, windows[0].to_secs), (0.0, 1.0));
+        assert_eq!(
+            (
+                windows[0].turns_started,
+                windows[0].turns_ok,
+                windows[0].turns_failed
+            ),
+            (2, 2, 0)
+        );
+        assert_eq!(windows[0].time_to_first_chunk.count, 2);
+        assert!((windows[0].time_to_first_chunk.p99_ms - 4.0).abs() < 0.01);
+        assert_eq!(windows[1].turns_started, 0);
+        assert_eq!(windows[1].time_to_first_chunk, Percentiles::default());
+        assert_eq!(
+            (
+                windows[2].turns_started,
+                windows[2].turns_ok,
+                windows[2].turns_failed
+            ),
+            (2, 0, 2)
+        );
+        assert!((windows[2].time_to_first_chunk.p99_ms - 3_000.0).abs() < 3.0);
+        assert!(super::windows(&records, Duration::ZERO).is_empty());
     }
 }

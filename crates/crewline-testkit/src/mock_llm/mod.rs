@@ -15,14 +15,20 @@
 //! | `POST /_mock/script` | load a script (JSON body); clears the request log and counter |
 //! | `POST /_mock/reset` | clears the request log and counter, keeps the script |
 //! | `GET /_mock/requests` | the requests received, each `{index, method, path, headers, body, outcome}` |
+//! | `GET /_mock/stats` | counters that no load or reset clears: requests, connections, resets, requests per fault, the schedule's phases ([`MockStats`]) |
+//! | `POST /_mock/fault` | the fault of every request from now (body: a fault name, or `ok` for none) |
+//! | `POST /_mock/fault-schedule` | a [`FaultSchedule`] starting now (body: e.g. `down for 20s, stall:3000 for 20s`) |
 //!
 //! Any request can also be made to fail whatever the script says, with the `x-mock-fault`
-//! header or a `[[mock:FAULT]]` marker in its last user message: `500`, `429` (any status),
-//! `cut` / `cut:N` (the stream aborted mid-way), `stall` / `stall:MS` (no byte for a long
-//! time); see [`Fault`].
+//! header or a `[[mock:FAULT]]` marker in its last user message: `down` (the connection reset),
+//! `503`, `429:SECS` (any status, with a `Retry-After`), `cut`, `cut:N`, `cut:role`,
+//! `cut:tool`, `cut:text` (the stream aborted before or after text), `stall:MS` (no byte for
+//! a while), `slow:MS` (a pause before every event); see [`Fault`]. A whole server is made to
+//! fail with [`MockLlm::set_fault`] or a timed [`FaultSchedule`] (an outage, then a slow
+//! spell, then recovery).
 //!
 //! The outcome of a request is `pending`, `completed`, `client_disconnected`,
-//! `cut_by_script_after_N_chunks` or `http_<status>`.
+//! `cut_by_script_after_N_chunks`, `connection_reset` or `http_<status>`.
 //!
 //! ```no_run
 //! use crewline_testkit::mock_llm::{MockLlm, Script};
@@ -43,34 +49,35 @@
 //! for client tests that need broken bodies, stalls and endless lines an HTTP framework would
 //! not send. Both are served by the same listener and accept loop ([`MockLlm::serve`]).
 
+mod conn;
 mod fault;
 pub mod raw;
 mod reply;
+mod schedule;
 mod script;
 
 use std::{
-    collections::VecDeque,
+    collections::{BTreeMap, VecDeque},
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use axum::{
     Json, Router,
     body::{Body, Bytes},
-    extract::{DefaultBodyLimit, State},
-    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
+    extract::{ConnectInfo, DefaultBodyLimit, State},
+    http::{Extensions, HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use serde::Serialize;
 use serde_json::{Map, Value, json};
-use tokio::{
-    net::{TcpListener, TcpStream},
-    sync::watch,
-    task::JoinHandle,
-};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle, time::Instant};
 
-pub use fault::{FAULT_HEADER, Fault};
+use conn::{ConnHandle, MockIo};
+pub use fault::{CutPoint, FAULT_HEADER, Fault};
+pub use schedule::{FaultSchedule, Phase, ScheduleError};
 pub use script::{Reply, Rule, Script, ScriptError, ScriptedCall, When};
 
 /// The largest request body accepted (as the Python mock: 64 MiB).
@@ -172,6 +179,8 @@ struct Shared {
     /// In raw mode, the byte-exact answers; the script and its log are then unused.
     raw: Option<Arc<raw::RawState>>,
     state: Mutex<LogState>,
+    /// The server-wide fault and the counters no load or reset clears.
+    faults: Mutex<ServerFaults>,
     /// Bumped whenever an outcome changes, so waiters need not poll.
     changed: watch::Sender<u64>,
 }
@@ -190,6 +199,10 @@ struct LogState {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, LogState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn faults(&self) -> MutexGuard<'_, ServerFaults> {
+        self.faults.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn bump(&self) {
@@ -247,6 +260,186 @@ impl Drop for PendingGuard {
     }
 }
 
+/// How many distinct faults `requests_by_fault` names; more are counted under `other` (a
+/// client can name any `stall:MS`).
+const FAULT_LABELS: usize = 64;
+
+/// The server-wide fault, and counters that no script load or reset clears.
+#[derive(Default)]
+struct ServerFaults {
+    mode: ServerFault,
+    requests: u64,
+    connections: u64,
+    connections_reset: u64,
+    by_fault: BTreeMap<String, u64>,
+}
+
+/// Which fault every request of the server gets.
+#[derive(Default)]
+enum ServerFault {
+    #[default]
+    None,
+    Fixed(Fault),
+    Schedule(RunningSchedule),
+}
+
+/// A schedule and when it started.
+struct RunningSchedule {
+    schedule: FaultSchedule,
+    /// `None` while it waits for the first request ([`MockLlm::arm_schedule`]).
+    started: Option<Started>,
+    /// Per phase: requests read and connections reset in it.
+    requests: Vec<u64>,
+    resets: Vec<u64>,
+}
+
+#[derive(Clone, Copy)]
+struct Started {
+    at: Instant,
+    unix_ms: u64,
+}
+
+impl Started {
+    fn now() -> Self {
+        Self::at(Instant::now())
+    }
+
+    /// A start at `at`, dated on the wall clock from how long ago it was.
+    fn at(at: Instant) -> Self {
+        let now = SystemTime::now();
+        let wall = now.checked_sub(at.elapsed()).unwrap_or(now);
+        let unix_ms = wall.duration_since(UNIX_EPOCH).map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        });
+        Self { at, unix_ms }
+    }
+}
+
+impl RunningSchedule {
+    fn new(schedule: FaultSchedule, started: Option<Started>) -> Self {
+        let phases = schedule.phases().len();
+        Self {
+            schedule,
+            started,
+            requests: vec![0; phases],
+            resets: vec![0; phases],
+        }
+    }
+
+    /// The phase in force now, if the schedule has started.
+    fn phase(&self) -> Option<usize> {
+        let started = self.started?;
+        self.schedule.phase_at(started.at.elapsed())
+    }
+}
+
+impl ServerFaults {
+    /// The fault in force now, and the schedule's phase it comes from.
+    fn current(&self) -> (Option<Fault>, Option<usize>) {
+        match &self.mode {
+            ServerFault::None => (None, None),
+            ServerFault::Fixed(fault) => (Some(*fault), None),
+            ServerFault::Schedule(running) => {
+                let phase = running.phase();
+                let fault = phase
+                    .and_then(|i| running.schedule.phases().get(i))
+                    .and_then(|phase| phase.fault);
+                (fault, phase)
+            }
+        }
+    }
+
+    /// A connection was accepted: whether it must be reset (`down`).
+    fn accept(&mut self) -> bool {
+        self.connections += 1;
+        let (fault, phase) = self.current();
+        let reset = fault == Some(Fault::Down);
+        if reset {
+            self.connections_reset += 1;
+            if let (ServerFault::Schedule(running), Some(i)) = (&mut self.mode, phase)
+                && let Some(resets) = running.resets.get_mut(i)
+            {
+                *resets += 1;
+            }
+        }
+        reset
+    }
+
+    /// A completion request was read whose own fault is `own`: starts an armed schedule,
+    /// counts the request, returns the fault it gets.
+    fn request(&mut self, own: Option<Fault>) -> Option<Fault> {
+        self.requests += 1;
+        if let ServerFault::Schedule(running) = &mut self.mode
+            && running.started.is_none()
+        {
+            running.started = Some(Started::now());
+        }
+        let (server, phase) = self.current();
+        if let (ServerFault::Schedule(running), Some(i)) = (&mut self.mode, phase)
+            && let Some(requests) = running.requests.get_mut(i)
+        {
+            *requests += 1;
+        }
+        let fault = own.or(server);
+        let label = fault.map_or_else(|| "none".to_owned(), |fault| fault.to_string());
+        let known = self.by_fault.contains_key(&label);
+        let label = if known || self.by_fault.len() < FAULT_LABELS {
+            label
+        } else {
+            "other".to_owned()
+        };
+        *self.by_fault.entry(label).or_default() += 1;
+        fault
+    }
+}
+
+/// The mock's counters since it was made (no script load or reset clears them): what a load
+/// run reads to count the requests per turn a fallback or a hedge costs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MockStats {
+    /// Completion requests read (scripted mode), or raw requests (raw mode).
+    pub requests: u64,
+    /// Connections accepted (control requests included).
+    pub connections: u64,
+    /// Connections reset as soon as accepted, by a server-wide `down` (no request read: add
+    /// them to `requests` to count a client's attempts).
+    pub connections_reset: u64,
+    /// Requests read per fault they got (`none`: the script's answer).
+    pub requests_by_fault: BTreeMap<String, u64>,
+    /// The server-wide fault in force now.
+    pub fault: Option<String>,
+    /// The server's fault schedule, when it has one.
+    pub schedule: Option<ScheduleStats>,
+}
+
+/// A fault schedule's progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScheduleStats {
+    /// The schedule, as [`FaultSchedule::parse`] reads it.
+    pub spec: String,
+    /// When it started, in ms since the Unix epoch (`None`: waiting for a first request).
+    pub started_unix_ms: Option<u64>,
+    /// The phase in force now (`None`: not started, or after the last timed phase).
+    pub phase: Option<usize>,
+    /// Each phase.
+    pub phases: Vec<PhaseStats>,
+}
+
+/// One phase of a schedule and what happened in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PhaseStats {
+    /// Its fault (`ok`: none).
+    pub fault: String,
+    /// Its start, in ms from the schedule's.
+    pub from_ms: u64,
+    /// Its end, in ms from the schedule's (`None`: never).
+    pub to_ms: Option<u64>,
+    /// Completion requests read in it.
+    pub requests: u64,
+    /// Connections reset as soon as accepted in it.
+    pub connections_reset: u64,
+}
+
 impl MockLlm {
     /// A mock playing `script`, recording every request.
     pub fn new(script: Script) -> Self {
@@ -278,6 +471,7 @@ impl MockLlm {
                     log: VecDeque::new(),
                     limit: None,
                 }),
+                faults: Mutex::new(ServerFaults::default()),
                 changed,
             }),
         }
@@ -304,6 +498,82 @@ impl MockLlm {
     pub fn reset(&self) {
         self.shared.state().clear();
         self.shared.bump();
+    }
+
+    /// Gives every request from now `fault` (`None`: the script's answers again), replacing a
+    /// schedule; a request's own fault (header or marker) still wins. With [`Fault::Down`],
+    /// every new connection is reset as soon as it is accepted, and a request on a connection
+    /// already open resets it.
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        self.shared.faults().mode = fault.map_or(ServerFault::None, ServerFault::Fixed);
+    }
+
+    /// Runs `schedule` from now, replacing the server-wide fault.
+    pub fn set_schedule(&self, schedule: FaultSchedule) {
+        self.set_schedule_started_at(schedule, Instant::now());
+    }
+
+    /// Runs `schedule` as if it had started at `at` (in the past: a test starts mid-schedule
+    /// without waiting).
+    pub fn set_schedule_started_at(&self, schedule: FaultSchedule, at: Instant) {
+        self.shared.faults().mode =
+            ServerFault::Schedule(RunningSchedule::new(schedule, Some(Started::at(at))));
+    }
+
+    /// Runs `schedule` from the next completion request, so that whatever comes before the
+    /// first turn (a crew's start-up, health checks, `/_mock/stats`) does not eat into its first
+    /// phase.
+    pub fn arm_schedule(&self, schedule: FaultSchedule) {
+        self.shared.faults().mode = ServerFault::Schedule(RunningSchedule::new(schedule, None));
+    }
+
+    /// The server-wide fault in force now.
+    pub fn fault(&self) -> Option<Fault> {
+        self.shared.faults().current().0
+    }
+
+    /// The counters since the mock was made.
+    pub fn stats(&self) -> MockStats {
+        let faults = self.shared.faults();
+        let schedule = match &faults.mode {
+            ServerFault::Schedule(running) => Some(ScheduleStats {
+                spec: running.schedule.to_string(),
+                started_unix_ms: running.started.map(|started| started.unix_ms),
+                phase: running.phase(),
+                phases: running
+                    .schedule
+                    .phases()
+                    .iter()
+                    .zip(running.schedule.bounds())
+                    .enumerate()
+                    .map(|(i, (phase, (from, to)))| {
+                        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                        PhaseStats {
+                            fault: phase
+                                .fault
+                                .map_or_else(|| "ok".to_owned(), |f| f.to_string()),
+                            from_ms: ms(from),
+                            to_ms: to.map(ms),
+                            requests: running.requests.get(i).copied().unwrap_or(0),
+                            connections_reset: running.resets.get(i).copied().unwrap_or(0),
+                        }
+                    })
+                    .collect(),
+            }),
+            _ => None,
+        };
+        let requests = match &self.shared.raw {
+            Some(raw) => raw.request_count() as u64,
+            None => faults.requests,
+        };
+        MockStats {
+            requests,
+            connections: faults.connections,
+            connections_reset: faults.connections_reset,
+            requests_by_fault: faults.by_fault.clone(),
+            fault: faults.current().0.map(|fault| fault.to_string()),
+            schedule,
+        }
     }
 
     /// The requests received since the last load or reset (up to the record limit); empty
@@ -400,6 +670,9 @@ impl MockLlm {
             .route("/_mock/script", post(load_script))
             .route("/_mock/reset", post(reset))
             .route("/_mock/requests", get(requests))
+            .route("/_mock/stats", get(stats))
+            .route("/_mock/fault", post(set_fault))
+            .route("/_mock/fault-schedule", post(set_schedule))
             .route("/v1/chat/completions", post(chat_completions))
             .route("/chat/completions", post(chat_completions))
             // Azure OpenAI's deployment URL, so a crew on an Azure client runs against it too.
@@ -419,8 +692,10 @@ impl MockLlm {
         let app = self.router();
         let listener = MockListener {
             inner: listener,
-            raw: self.shared.raw.clone(),
+            shared: Arc::clone(&self.shared),
         };
+        // The connect info is each connection's handle, so that `down` can reset one.
+        let app = app.into_make_service_with_connect_info::<ConnHandle>();
         let task = tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async move {
@@ -499,28 +774,37 @@ impl MockLlm {
     }
 }
 
-/// The mock's one listener: every connection is accepted here, then served by the scripted
-/// server (axum), or in raw mode by the byte-exact handler, on a task of its own.
-struct MockListener {
+/// The mock's one listener: every connection is accepted here, then reset (the server-wide
+/// fault `down`), or served by the scripted server (axum), or in raw mode by the byte-exact
+/// handler, on a task of its own.
+pub(crate) struct MockListener {
     inner: TcpListener,
-    raw: Option<Arc<raw::RawState>>,
+    shared: Arc<Shared>,
 }
 
 impl axum::serve::Listener for MockListener {
-    type Io = TcpStream;
+    type Io = MockIo;
     type Addr = SocketAddr;
 
-    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+    async fn accept(&mut self) -> (MockIo, SocketAddr) {
         loop {
             // axum's own accept: it logs and retries accept errors.
             let (tcp, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-            let Some(raw) = &self.raw else {
+            if self.shared.faults().accept() {
+                // A reset (RST), not a polite close: what a client meets at a crashed server.
+                if let Err(error) = tcp.set_zero_linger() {
+                    tracing::debug!(%error, "could not set SO_LINGER");
+                }
+                drop(tcp);
+                continue;
+            }
+            let Some(raw) = &self.shared.raw else {
                 // Without TCP_NODELAY, each small SSE event after the first waits for the
                 // client's delayed ACK (about 40 ms on Linux): streamed answers would crawl.
                 if let Err(error) = tcp.set_nodelay(true) {
                     tracing::debug!(%error, "could not set TCP_NODELAY");
                 }
-                return (tcp, addr);
+                return (MockIo::new(tcp), addr);
             };
             tokio::spawn(raw::handle(tcp, Arc::clone(raw)));
         }
@@ -582,6 +866,11 @@ impl RunningMockLlm {
         &self.mock
     }
 
+    /// Gives every request from now `fault` (`None`: none); see [`MockLlm::set_fault`].
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        self.mock.set_fault(fault);
+    }
+
     /// Stops accepting requests and waits (at most `timeout`) for the open ones to end.
     pub async fn shutdown(mut self, timeout: Duration) {
         if let Some(stop) = self.stop.take() {
@@ -634,11 +923,49 @@ async fn requests(State(mock): State<MockLlm>) -> Response {
     Json(Value::Array(entries)).into_response()
 }
 
+async fn stats(State(mock): State<MockLlm>) -> Response {
+    Json(mock.stats()).into_response()
+}
+
+async fn set_fault(State(mock): State<MockLlm>, body: String) -> Response {
+    let fault = match body.trim() {
+        "ok" | "none" | "" => None,
+        name => match Fault::parse(name) {
+            Some(fault) => Some(fault),
+            None => {
+                let error = format!("`{name}` is not a fault");
+                return (
+                    StatusCode::BAD_REQUEST,
+                    Json(json!({"ok": false, "error": error})),
+                )
+                    .into_response();
+            }
+        },
+    };
+    mock.set_fault(fault);
+    Json(json!({"ok": true})).into_response()
+}
+
+async fn set_schedule(State(mock): State<MockLlm>, body: String) -> Response {
+    match FaultSchedule::parse(&body) {
+        Ok(schedule) => {
+            mock.set_schedule(schedule);
+            Json(json!({"ok": true})).into_response()
+        }
+        Err(error) => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"ok": false, "error": error.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
 async fn chat_completions(
     State(mock): State<MockLlm>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    extensions: Extensions,
     raw: Bytes,
 ) -> Response {
     let body: Value = serde_json::from_slice(&raw)
@@ -647,7 +974,10 @@ async fn chat_completions(
     let include_usage = body
         .pointer("/stream_options/include_usage")
         .is_some_and(truthy);
-    let fault = Fault::of_request(&headers, &body);
+    let fault = mock
+        .shared
+        .faults()
+        .request(Fault::of_request(&headers, &body));
     let Picked {
         index,
         script,
@@ -655,6 +985,24 @@ async fn chat_completions(
         model,
         recorder,
     } = mock.record(&method, uri.path(), &headers, body);
+    if fault == Some(Fault::Down) {
+        recorder.set_outcome("connection_reset".to_owned());
+        return match extensions.get::<ConnectInfo<ConnHandle>>() {
+            Some(ConnectInfo(connection)) => {
+                connection.reset();
+                // Never written: the connection fails its first write.
+                StatusCode::SERVICE_UNAVAILABLE.into_response()
+            }
+            // The router served by another listener: the closest it can do is a body broken
+            // off before its first byte.
+            None => Response::new(Body::from_stream(futures::stream::once(async {
+                Err::<Bytes, _>(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "mock LLM: fault `down`",
+                ))
+            }))),
+        };
+    }
     let reply = match fault {
         Some(fault) => {
             let scripted = script.reply(rule);
@@ -672,7 +1020,13 @@ async fn chat_completions(
     if let Some(status) = reply.http_status {
         guard.answer(Some(format!("http_{status}")));
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return (status, Json(reply.error_body())).into_response();
+        let mut response = (status, Json(reply.error_body())).into_response();
+        if let Some(secs) = reply.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        return response;
     }
     if !stream {
         guard.answer(Some("completed".to_owned()));

@@ -74,6 +74,8 @@ pub struct Reply {
     pub http_status: Option<u16>,
     /// The JSON error body for `http_status` (default: OpenAI's error shape).
     pub error_body: Option<Value>,
+    /// A `Retry-After` header (in seconds) sent with `http_status`.
+    pub retry_after_secs: Option<u64>,
     /// Abort the TCP connection after this many SSE events (an incomplete chunked body).
     pub cut_after_chunks: Option<usize>,
 }
@@ -336,6 +338,12 @@ impl Reply {
                     })?,
             ),
         };
+        let retry_after_secs = match object.get("retry_after_secs") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(value.as_u64().ok_or_else(|| {
+                ScriptError("`retry_after_secs` must be a non-negative integer".to_owned())
+            })?),
+        };
         let finish_reason = match object.get("finish_reason") {
             None | Some(Value::Null) => None,
             Some(Value::String(reason)) => Some(reason.clone()),
@@ -351,6 +359,7 @@ impl Reply {
             usage: object.get("usage").filter(|u| !u.is_null()).cloned(),
             http_status,
             error_body: object.get("error_body").filter(|b| !b.is_null()).cloned(),
+            retry_after_secs,
             cut_after_chunks,
         })
     }
