@@ -524,6 +524,48 @@ async fn a_hedge_starts_the_next_provider_and_drops_the_slow_one() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_provider_that_keeps_losing_to_hedges_is_skipped_for_its_cool_down() {
+    // Up but slow (3 s to its first token): each turn is heard at the hedge budget, and after
+    // five such turns the slow provider is not asked at all, so turns pay no budget and no
+    // hedge until a probe after the cool-down.
+    let first = Fake::always(Answer::Stream(
+        Duration::from_secs(3),
+        vec![text("slow"), finish()],
+    ));
+    let second = Fake::always(says("fast"));
+    let llm = two(&first, &second)
+        .hedge(Hedge::Fixed(Duration::from_millis(500)))
+        .breaker(BreakerConfig {
+            consecutive_failures: 5,
+            cool_down: Duration::from_secs(5),
+            ..BreakerConfig::default()
+        })
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        let started = tokio::time::Instant::now();
+        assert_eq!(spoken(&turn(&llm).await.unwrap()), "fast");
+        assert_eq!(started.elapsed(), Duration::from_millis(500));
+    }
+    assert_eq!(llm.stats()[0].breaker, BreakerState::Open);
+    for _ in 0..3 {
+        let started = tokio::time::Instant::now();
+        assert_eq!(spoken(&turn(&llm).await.unwrap()), "fast");
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "no wait for the slow provider"
+        );
+    }
+    assert_eq!(first.requests(), 5);
+    // The probe after the cool-down is still slow: heard at the hedge budget, open again.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    turn(&llm).await.unwrap();
+    assert_eq!(first.requests(), 6);
+    assert_eq!(llm.stats()[0].breaker, BreakerState::Open);
+}
+
+#[tokio::test(start_paused = true)]
 async fn when_the_first_provider_answers_first_the_hedge_is_dropped() {
     let first = Fake::new([Answer::Stream(
         Duration::from_secs(1),

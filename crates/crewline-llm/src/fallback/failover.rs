@@ -301,14 +301,8 @@ impl Turn {
                             self.won(index, kind, started, stream);
                             // Dropping the other requests closes their connections.
                             drop(racing);
-                            for (loser, kind, loser_started) in in_flight {
-                                let provider = &self.inner.providers[loser];
-                                lock(&provider.health).first_delta.record(loser_started.elapsed());
-                                Counters::inc(&provider.counters.cancelled);
-                                if kind == Kind::Hedge {
-                                    Counters::inc(&provider.counters.hedges_lost);
-                                }
-                                tracing::debug!(provider = %provider.name, "slower LLM request dropped");
+                            for (loser, loser_kind, loser_started) in in_flight {
+                                self.lost(loser, loser_kind, loser_started, kind);
                             }
                             return;
                         }
@@ -373,6 +367,34 @@ impl Turn {
             finished: false,
             dedup,
         });
+    }
+
+    /// A request that was still waiting for its first item when request of `winner` kind
+    /// produced one: dropped (its connection closed) and counted.
+    fn lost(&self, index: usize, kind: Kind, started: Instant, winner: Kind) {
+        let provider = &self.inner.providers[index];
+        let now = Instant::now();
+        let mut health = lock(&provider.health);
+        health
+            .first_delta
+            .record(now.saturating_duration_since(started));
+        Counters::inc(&provider.counters.cancelled);
+        if kind == Kind::Hedge {
+            Counters::inc(&provider.counters.hedges_lost);
+        } else if winner == Kind::Hedge {
+            // Beaten by a hedge that started a whole hedge budget later: this provider is too
+            // slow for a call. Its breaker counts it, so a provider that stays slow is skipped
+            // for a cool-down instead of costing every turn the hedge budget and a hedge
+            // (which the retry budget would soon refuse, leaving turns to wait it out).
+            if health.breaker.failure(now) {
+                tracing::warn!(provider = %provider.name, "LLM provider too slow: circuit open");
+                if let Some(store) = &self.inner.shared {
+                    super::share::publish(store, &provider.name, self.inner.cool_down);
+                }
+            }
+        }
+        drop(health);
+        tracing::debug!(provider = %provider.name, "slower LLM request dropped");
     }
 
     /// Counts `error` against provider `index`; whether the turn may go on to another one
