@@ -80,6 +80,10 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // The model and the tools are shared by every call; each call gets its own conversation.
     let weather = voice_agent::WeatherCrew::new(model.llm, service_delay)?;
     let mut server = crew.apply(CrewServer::new(weather.agent().clone()));
+    // Requests, failovers, hedges and breaker state per provider on /metrics.
+    if let Some(fallback) = &model.fallback {
+        server.handle().metrics().watch_providers(fallback);
+    }
     if worker_runtimes > 0 {
         server = server.worker_runtimes(worker_runtimes);
     }

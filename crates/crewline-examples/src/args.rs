@@ -144,6 +144,9 @@ impl ServeCrewArgs {
         let server = self.apply(CrewServer::new(move |setup: SessionSetup| {
             std::future::ready(crew(&setup, Arc::clone(&llm)))
         }));
+        if let Some(fallback) = &model.fallback {
+            server.handle().metrics().watch_providers(fallback);
+        }
         with_call_store_from_env(server).await?.run().await?;
         Ok(())
     }

@@ -34,6 +34,9 @@ pub struct ChosenModel {
     pub description: String,
     /// Whether it is the crew's scripted model.
     pub scripted: bool,
+    /// The fallback client when the model is one, for its per-provider `/metrics`
+    /// (`Metrics::watch_providers`).
+    pub fallback: Option<FallbackLlm>,
 }
 
 impl std::fmt::Debug for ChosenModel {
@@ -82,6 +85,7 @@ pub fn choose(
                 llm: Arc::new(AsyncOpenAiClient::new(client, model.clone())),
                 description: format!("OpenAI {model} (async-openai client)"),
                 scripted: false,
+                fallback: None,
             });
         }
         let client = OpenAiClient::from_env(model.clone())?;
@@ -89,12 +93,14 @@ pub fn choose(
             llm: Arc::new(client),
             description: format!("OpenAI {model}"),
             scripted: false,
+            fallback: None,
         })
     } else {
         Ok(ChosenModel {
             llm: Arc::new(scripted()),
             description: "scripted model (offline)".to_owned(),
             scripted: true,
+            fallback: None,
         })
     }
 }
@@ -226,10 +232,12 @@ pub fn chain(
     let hedge = hedge_after.map_or_else(String::new, |after| {
         format!(", hedged after {} ms", after.as_millis())
     });
+    let fallback = builder.build()?;
     Ok(ChosenModel {
-        llm: Arc::new(builder.build()?),
+        llm: Arc::new(fallback.clone()),
         description: format!("fallback over {}{client}{hedge}", described.join(", ")),
         scripted: false,
+        fallback: Some(fallback),
     })
 }
 
