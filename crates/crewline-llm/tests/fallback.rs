@@ -566,6 +566,44 @@ async fn a_provider_that_keeps_losing_to_hedges_is_skipped_for_its_cool_down() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_slow_provider_whose_hedges_the_budget_refuses_is_still_skipped() {
+    // No hedge is allowed (a spent budget), so each turn waits out the slow provider; its
+    // answers come whole, yet later than the hedge budget: they count against its breaker,
+    // which opens, and the turns after it are answered at once by the next provider.
+    let first = Fake::always(Answer::Stream(
+        Duration::from_secs(3),
+        vec![text("slow"), finish()],
+    ));
+    let second = Fake::always(says("fast"));
+    let llm = two(&first, &second)
+        .hedge(Hedge::Fixed(Duration::from_millis(500)))
+        .retry_budget(RetryBudget {
+            min_retries: 0,
+            ratio: 0.0,
+            ..RetryBudget::default()
+        })
+        .breaker(BreakerConfig {
+            consecutive_failures: 3,
+            cool_down: Duration::from_secs(30),
+            ..BreakerConfig::default()
+        })
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(spoken(&turn(&llm).await.unwrap()), "slow");
+    }
+    assert_eq!(llm.stats()[0].breaker, BreakerState::Open);
+    let started = tokio::time::Instant::now();
+    assert_eq!(spoken(&turn(&llm).await.unwrap()), "fast");
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no wait for the slow provider"
+    );
+    assert_eq!(first.requests(), 3);
+}
+
+#[tokio::test(start_paused = true)]
 async fn when_the_first_provider_answers_first_the_hedge_is_dropped() {
     let first = Fake::new([Answer::Stream(
         Duration::from_secs(1),

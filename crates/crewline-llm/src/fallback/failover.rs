@@ -50,6 +50,9 @@ struct Live {
     held_bytes: usize,
     /// The provider sent its finish reason: its answer is whole.
     finished: bool,
+    /// Its first item came later than the fixed hedge budget: whole or not, the breaker
+    /// counts it a failure (a provider too slow for a call).
+    slow: bool,
     /// Cuts a repeat of what was already spoken from a continuation's start.
     dedup: Option<Dedup>,
 }
@@ -350,7 +353,10 @@ impl Turn {
         let provider: &Provider = &self.inner.providers[index];
         // The breaker counts it a success only once its answer is whole (`Finish` or a clean
         // end): a provider that always breaks after its first item must still open it.
-        lock(&provider.health).first_delta.record(started.elapsed());
+        let took = started.elapsed();
+        lock(&provider.health).first_delta.record(took);
+        // Slow against a fixed budget only: a P95 budget follows the provider's own times.
+        let slow = matches!(self.inner.hedge, super::Hedge::Fixed(after) if took > after);
         Counters::inc(&provider.counters.answered);
         if kind == Kind::Hedge {
             Counters::inc(&provider.counters.hedges_won);
@@ -365,6 +371,7 @@ impl Turn {
             held: Vec::new(),
             held_bytes: 0,
             finished: false,
+            slow,
             dedup,
         });
     }
@@ -486,9 +493,7 @@ impl Turn {
             }
             StreamItem::Finish(reason) => {
                 live.finished = true;
-                lock(&self.inner.providers[live.index].health)
-                    .breaker
-                    .success(Instant::now());
+                whole(&self.inner, live.index, live.slow);
                 let held = std::mem::take(&mut live.held);
                 if !held.is_empty() {
                     self.out.push_back(Ok(StreamItem::ToolCalls(held)));
@@ -513,9 +518,7 @@ impl Turn {
     fn on_end(&mut self) {
         if let Some(mut live) = self.live.take() {
             if !live.finished {
-                lock(&self.inner.providers[live.index].health)
-                    .breaker
-                    .success(Instant::now());
+                whole(&self.inner, live.index, live.slow);
             }
             // A client that ends without a finish reason (a custom one): its calls are whole.
             let held = std::mem::take(&mut live.held);
@@ -559,6 +562,25 @@ impl Turn {
                     .push_back(Ok(StreamItem::Finish(FinishReason::Stop)));
                 self.done = true;
             }
+        }
+    }
+}
+
+/// Provider `index` gave a whole answer: a success for its breaker, unless its first item
+/// came later than the hedge budget. Counted so, a provider that stays slow is skipped for
+/// a cool-down even when the retry budget refuses most hedges (each turn it was not hedged
+/// would otherwise be a success, and the breaker would never open while every caller
+/// waits for it).
+fn whole(inner: &Inner, index: usize, slow: bool) {
+    let provider = &inner.providers[index];
+    let now = Instant::now();
+    let mut health = lock(&provider.health);
+    if !slow {
+        health.breaker.success(now);
+    } else if health.breaker.failure(now) {
+        tracing::warn!(provider = %provider.name, "LLM provider too slow: circuit open");
+        if let Some(store) = &inner.shared {
+            super::share::publish(store, &provider.name, inner.cool_down);
         }
     }
 }
