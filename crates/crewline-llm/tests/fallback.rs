@@ -567,9 +567,10 @@ async fn a_provider_that_keeps_losing_to_hedges_is_skipped_for_its_cool_down() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_provider_whose_hedges_the_budget_refuses_is_still_skipped() {
-    // No hedge is allowed (a spent budget), so each turn waits out the slow provider; its
-    // answers come whole, yet later than the hedge budget: they count against its breaker,
-    // which opens, and the turns after it are answered at once by the next provider.
+    // No hedge is allowed (a spent budget), so a turn waits on the slow provider; each that
+    // is still silent at the hedge budget counts against its breaker then. The third opens
+    // it: that turn moves to the next provider at once, and the turns after it go there
+    // first.
     let first = Fake::always(Answer::Stream(
         Duration::from_secs(3),
         vec![text("slow"), finish()],
@@ -589,10 +590,14 @@ async fn a_slow_provider_whose_hedges_the_budget_refuses_is_still_skipped() {
         })
         .build()
         .unwrap();
-    for _ in 0..3 {
+    for _ in 0..2 {
         assert_eq!(spoken(&turn(&llm).await.unwrap()), "slow");
     }
+    let started = tokio::time::Instant::now();
+    assert_eq!(spoken(&turn(&llm).await.unwrap()), "fast");
+    assert_eq!(started.elapsed(), Duration::from_millis(500));
     assert_eq!(llm.stats()[0].breaker, BreakerState::Open);
+    assert_eq!(first.dropped(), 1, "the slow request was dropped");
     let started = tokio::time::Instant::now();
     assert_eq!(spoken(&turn(&llm).await.unwrap()), "fast");
     assert_eq!(
@@ -601,6 +606,56 @@ async fn a_slow_provider_whose_hedges_the_budget_refuses_is_still_skipped() {
         "no wait for the slow provider"
     );
     assert_eq!(first.requests(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn turns_waiting_on_a_provider_whose_circuit_opens_move_on_at_once() {
+    // A burst of turns reaches a provider that just turned slow, and the retry budget
+    // refuses every hedge: when the breaker opens (at the hedge budget, from the turns'
+    // own silence), every turn still waiting moves to the next provider, instead of
+    // waiting out the slow one (3 s here, up to the first-byte timeout in general).
+    let first = Fake::always(Answer::Stream(
+        Duration::from_secs(3),
+        vec![text("slow"), finish()],
+    ));
+    let second = Fake::always(says("fast"));
+    let llm = two(&first, &second)
+        .hedge(Hedge::Fixed(Duration::from_millis(500)))
+        .retry_budget(RetryBudget {
+            min_retries: 0,
+            ratio: 0.0,
+            ..RetryBudget::default()
+        })
+        .breaker(BreakerConfig {
+            consecutive_failures: 5,
+            cool_down: Duration::from_secs(30),
+            ..BreakerConfig::default()
+        })
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let turns = futures::future::join_all((0..20).map(|_| async {
+        let items = turn(&llm).await.unwrap();
+        (spoken(&items), started.elapsed())
+    }))
+    .await;
+    for (said, took) in turns {
+        assert_eq!(said, "fast");
+        assert_eq!(
+            took,
+            Duration::from_millis(500),
+            "moved at the hedge budget"
+        );
+    }
+    let stats = llm.stats();
+    assert_eq!(stats[0].breaker, BreakerState::Open);
+    assert_eq!((stats[0].failovers, stats[0].cancelled), (20, 20));
+    assert_eq!(first.dropped(), 20, "every slow request was dropped");
+    assert_eq!(
+        second.requests(),
+        20,
+        "one request per turn moved: no hedges"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -737,6 +792,8 @@ async fn hedges_spend_the_retry_budget() {
             min_retries: 2,
             window: Duration::from_secs(60),
         })
+        // A breaker that stays closed: an opened one would move the turns without a hedge.
+        .breaker(BreakerConfig::disabled())
         .build()
         .unwrap();
     let heard: Vec<String> = futures::future::join_all((0..5).map(|_| turn(&llm)))
@@ -838,4 +895,53 @@ async fn a_circuit_one_replica_opened_is_skipped_by_the_others() {
     }
     assert_eq!(dead.requests(), 4);
     assert_eq!(two_.stats()[0].breaker, BreakerState::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_waiting_on_a_provider_another_replica_found_dead_moves_on() {
+    // Replica two waits on a provider that has gone silent (its hedge refused by a spent
+    // budget, its own breaker far from opening); replica one finds the same provider dead.
+    // Once the shared circuit reaches two, its waiting turn moves to the backup.
+    let store: Arc<dyn SharedBreakers> = Arc::new(MemoryBreakers::default());
+    let dead = Fake::always(Answer::Refuse(connect_error()));
+    let silent = Fake::always(Answer::Stream(
+        Duration::from_secs(30),
+        vec![text("late"), finish()],
+    ));
+    let backup = Fake::always(says("backup"));
+    let one = two(&dead, &backup)
+        .breaker(BreakerConfig {
+            consecutive_failures: 3,
+            cool_down: Duration::from_secs(30),
+            ..BreakerConfig::default()
+        })
+        .shared_breakers(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let two_ = two(&silent, &backup)
+        .hedge(Hedge::Fixed(Duration::from_millis(200)))
+        .retry_budget(RetryBudget {
+            min_retries: 0,
+            ratio: 0.0,
+            ..RetryBudget::default()
+        })
+        .first_byte_timeout(Duration::from_secs(60))
+        .breaker(BreakerConfig::disabled())
+        .shared_breakers(Arc::clone(&store))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let waiting = tokio::spawn(async move { turn(&two_).await.map(|items| spoken(&items)) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..3 {
+        turn(&one).await.unwrap();
+    }
+    assert_eq!(waiting.await.unwrap().unwrap(), "backup");
+    assert!(
+        started.elapsed()
+            <= Duration::from_millis(300) + crewline_llm::fallback::SHARED_BREAKERS_POLL,
+        "moved within a poll of the circuit opening, not after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(silent.dropped(), 1);
 }

@@ -157,14 +157,18 @@ impl Breaker {
     }
 
     /// Opens the breaker until `until` (another replica found the provider failing), unless
-    /// it is open longer already or a probe is out.
-    pub(super) fn open_until(&mut self, until: Instant) {
+    /// it is open longer already or a probe is out; whether it was closed before.
+    pub(super) fn open_until(&mut self, until: Instant) -> bool {
         match self.state {
-            State::Closed => self.state = State::Open { until },
+            State::Closed => {
+                self.state = State::Open { until };
+                true
+            }
             State::Open { until: now_until } if now_until < until => {
                 self.state = State::Open { until };
+                false
             }
-            State::Open { .. } | State::HalfOpen { .. } => {}
+            State::Open { .. } | State::HalfOpen { .. } => false,
         }
     }
 

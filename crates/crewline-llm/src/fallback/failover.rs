@@ -32,6 +32,30 @@ enum Kind {
     Failover,
     /// Alongside a slow one.
     Hedge,
+    /// Instead of a slow one whose circuit opened while the turn waited on it (the slow
+    /// request is dropped, so it is no extra request and spends no retry budget).
+    Move,
+}
+
+/// A request in the race: its provider, why it was sent, when, and whether its provider's
+/// breaker already counted it slow (at the hedge budget), so its end does not count again.
+#[derive(Debug, Clone, Copy)]
+struct Racer {
+    index: usize,
+    kind: Kind,
+    started: Instant,
+    counted_slow: bool,
+}
+
+impl Racer {
+    fn new(index: usize, kind: Kind) -> Self {
+        Self {
+            index,
+            kind,
+            started: Instant::now(),
+            counted_slow: false,
+        }
+    }
 }
 
 /// A provider's stream that produced its first item (put back in front of it).
@@ -53,6 +77,8 @@ struct Live {
     /// Its first item came later than the fixed hedge budget: whole or not, the breaker
     /// counts it a failure (a provider too slow for a call).
     slow: bool,
+    /// The breaker already counted it slow while it was waited for: its end counts nothing.
+    counted: bool,
     /// Cuts a repeat of what was already spoken from a continuation's start.
     dedup: Option<Dedup>,
 }
@@ -192,19 +218,20 @@ impl Turn {
     fn send(&mut self, request: &ChatRequest, kind: Kind) -> Option<(usize, Attempt)> {
         let now = Instant::now();
         let index = self.pick(now)?;
-        if kind != Kind::First && !lock(&self.inner.budget).try_retry(now) {
+        if matches!(kind, Kind::Failover | Kind::Hedge) && !lock(&self.inner.budget).try_retry(now)
+        {
             tracing::warn!(
                 provider = %self.inner.providers[index].name,
                 "LLM retry budget spent: no failover or hedge"
             );
             return None;
         }
-        if kind == Kind::First {
+        if matches!(kind, Kind::First | Kind::Move) {
             lock(&self.inner.budget).request(now);
         }
         self.tried[index] = true;
         self.attempts += 1;
-        if kind == Kind::Failover
+        if matches!(kind, Kind::Failover | Kind::Move)
             && let Some(failed) = self.last_failed.take()
         {
             Counters::inc(&self.inner.providers[failed].counters.failovers);
@@ -278,13 +305,17 @@ impl Turn {
             Kind::Failover
         };
         let mut racing = FuturesUnordered::new();
-        let mut in_flight: Vec<(usize, Kind, Instant)> = Vec::new();
+        let mut in_flight: Vec<Racer> = Vec::new();
         let Some((first, attempt)) = self.send(&request, first_kind) else {
             return self.give_up();
         };
         racing.push(attempt);
-        in_flight.push((first, first_kind, Instant::now()));
+        in_flight.push(Racer::new(first, first_kind));
         let mut hedge_at = self.hedge_deadline(first);
+        // A provider past its hedge budget, alone in the race (the budget refused a hedge):
+        // should its circuit open meanwhile, the turn moves on instead of waiting it out.
+        let mut watching: Option<usize> = None;
+        let inner = Arc::clone(&self.inner);
         loop {
             let at = hedge_at;
             let hedge = async move {
@@ -293,19 +324,33 @@ impl Turn {
                     None => std::future::pending().await,
                 }
             };
+            let (watch, inner) = (watching, &inner);
+            let opened = async move {
+                let Some(provider) = watch.and_then(|index| inner.providers.get(index)) else {
+                    return std::future::pending().await;
+                };
+                let notified = provider.opened.notified();
+                tokio::pin!(notified);
+                // Enabled before the state is read, so an opening in between is not missed.
+                notified.as_mut().enable();
+                if !provider.is_open(Instant::now()) {
+                    notified.await;
+                }
+            };
             tokio::select! {
                 Some((index, opened)) = racing.next() => {
-                    let Some(position) = in_flight.iter().position(|(i, _, _)| *i == index) else {
+                    let Some(position) = in_flight.iter().position(|r| r.index == index) else {
                         continue;
                     };
-                    let (_, kind, started) = in_flight.remove(position);
+                    let racer = in_flight.remove(position);
+                    watching = None;
                     match opened {
                         Ok(stream) => {
-                            self.won(index, kind, started, stream);
+                            self.won(racer, stream);
                             // Dropping the other requests closes their connections.
                             drop(racing);
-                            for (loser, loser_kind, loser_started) in in_flight {
-                                self.lost(loser, loser_kind, loser_started, kind);
+                            for loser in in_flight {
+                                self.lost(loser, racer.kind);
                             }
                             return;
                         }
@@ -318,7 +363,7 @@ impl Turn {
                                     return self.give_up();
                                 };
                                 racing.push(attempt);
-                                in_flight.push((next, Kind::Failover, Instant::now()));
+                                in_flight.push(Racer::new(next, Kind::Failover));
                                 hedge_at = self.hedge_deadline(next);
                             }
                         }
@@ -326,11 +371,55 @@ impl Turn {
                 }
                 () = hedge => {
                     hedge_at = None;
+                    self.count_slow(&mut in_flight);
                     if let Some((next, attempt)) = self.send(&request, Kind::Hedge) {
                         racing.push(attempt);
-                        in_flight.push((next, Kind::Hedge, Instant::now()));
+                        in_flight.push(Racer::new(next, Kind::Hedge));
+                    } else if let [alone] = in_flight.as_slice() {
+                        watching = Some(alone.index);
                     }
                 }
+                () = opened => {
+                    watching = None;
+                    let [slow] = in_flight.as_slice() else {
+                        continue;
+                    };
+                    let slow = *slow;
+                    self.last_failed = Some(slow.index);
+                    let Some((next, attempt)) = self.send(&request, Kind::Move) else {
+                        self.last_failed = None;
+                        continue;
+                    };
+                    // Dropping the slow request closes its connection.
+                    racing = FuturesUnordered::new();
+                    racing.push(attempt);
+                    self.lost(slow, Kind::Move);
+                    in_flight = vec![Racer::new(next, Kind::Move)];
+                    hedge_at = self.hedge_deadline(next);
+                    tracing::info!(
+                        from = %self.inner.providers[slow.index].name,
+                        "LLM provider's circuit opened while a turn waited on it: moved on"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The hedge budget passed with these requests still silent: with a fixed budget each
+    /// counts against its provider's breaker now, not when it finally answers, so a provider
+    /// that turned slow opens its circuit within one hedge budget of the first turns that
+    /// wait on it (and those turns then move on).
+    fn count_slow(&self, in_flight: &mut [Racer]) {
+        if !matches!(self.inner.hedge, super::Hedge::Fixed(_)) {
+            return;
+        }
+        let now = Instant::now();
+        for racer in in_flight.iter_mut().filter(|r| !r.counted_slow) {
+            racer.counted_slow = true;
+            let provider = &self.inner.providers[racer.index];
+            let opened = lock(&provider.health).breaker.failure(now);
+            if opened {
+                provider.circuit_opened(&self.inner, "too slow to start");
             }
         }
     }
@@ -349,7 +438,13 @@ impl Turn {
     }
 
     /// A request's stream produced its first item: it is the one the caller hears.
-    fn won(&mut self, index: usize, kind: Kind, started: Instant, stream: LlmStream) {
+    fn won(&mut self, racer: Racer, stream: LlmStream) {
+        let Racer {
+            index,
+            kind,
+            started,
+            counted_slow,
+        } = racer;
         let provider: &Provider = &self.inner.providers[index];
         // The breaker counts it a success only once its answer is whole (`Finish` or a clean
         // end): a provider that always breaks after its first item must still open it.
@@ -372,13 +467,20 @@ impl Turn {
             held_bytes: 0,
             finished: false,
             slow,
+            counted: counted_slow,
             dedup,
         });
     }
 
     /// A request that was still waiting for its first item when request of `winner` kind
     /// produced one: dropped (its connection closed) and counted.
-    fn lost(&self, index: usize, kind: Kind, started: Instant, winner: Kind) {
+    fn lost(&self, racer: Racer, winner: Kind) {
+        let Racer {
+            index,
+            kind,
+            started,
+            counted_slow,
+        } = racer;
         let provider = &self.inner.providers[index];
         let now = Instant::now();
         let mut health = lock(&provider.health);
@@ -388,19 +490,19 @@ impl Turn {
         Counters::inc(&provider.counters.cancelled);
         if kind == Kind::Hedge {
             Counters::inc(&provider.counters.hedges_lost);
-        } else if winner == Kind::Hedge {
+        } else if winner == Kind::Hedge && !counted_slow {
             // Beaten by a hedge that started a whole hedge budget later: this provider is too
             // slow for a call. Its breaker counts it, so a provider that stays slow is skipped
             // for a cool-down instead of costing every turn the hedge budget and a hedge
             // (which the retry budget would soon refuse, leaving turns to wait it out).
-            if health.breaker.failure(now) {
-                tracing::warn!(provider = %provider.name, "LLM provider too slow: circuit open");
-                if let Some(store) = &self.inner.shared {
-                    super::share::publish(store, &provider.name, self.inner.cool_down);
-                }
+            let opened = health.breaker.failure(now);
+            drop(health);
+            if opened {
+                provider.circuit_opened(&self.inner, "beaten by a hedge");
             }
+            tracing::debug!(provider = %provider.name, "slower LLM request dropped");
+            return;
         }
-        drop(health);
         tracing::debug!(provider = %provider.name, "slower LLM request dropped");
     }
 
@@ -413,11 +515,9 @@ impl Turn {
         match failure {
             Failure::Provider => {
                 Counters::inc(&provider.counters.failures);
-                if lock(&provider.health).breaker.failure(now) {
-                    tracing::warn!(provider = %provider.name, "LLM provider failing: circuit open");
-                    if let Some(store) = &self.inner.shared {
-                        super::share::publish(store, &provider.name, self.inner.cool_down);
-                    }
+                let opened = lock(&provider.health).breaker.failure(now);
+                if opened {
+                    provider.circuit_opened(&self.inner, "failing");
                 }
             }
             Failure::RateLimited(retry_after) => {
@@ -493,7 +593,7 @@ impl Turn {
             }
             StreamItem::Finish(reason) => {
                 live.finished = true;
-                whole(&self.inner, live.index, live.slow);
+                whole(&self.inner, live);
                 let held = std::mem::take(&mut live.held);
                 if !held.is_empty() {
                     self.out.push_back(Ok(StreamItem::ToolCalls(held)));
@@ -518,7 +618,7 @@ impl Turn {
     fn on_end(&mut self) {
         if let Some(mut live) = self.live.take() {
             if !live.finished {
-                whole(&self.inner, live.index, live.slow);
+                whole(&self.inner, &live);
             }
             // A client that ends without a finish reason (a custom one): its calls are whole.
             let held = std::mem::take(&mut live.held);
@@ -566,21 +666,27 @@ impl Turn {
     }
 }
 
-/// Provider `index` gave a whole answer: a success for its breaker, unless its first item
+/// A live provider gave a whole answer: a success for its breaker, unless its first item
 /// came later than the hedge budget. Counted so, a provider that stays slow is skipped for
 /// a cool-down even when the retry budget refuses most hedges (each turn it was not hedged
 /// would otherwise be a success, and the breaker would never open while every caller
-/// waits for it).
-fn whole(inner: &Inner, index: usize, slow: bool) {
-    let provider = &inner.providers[index];
+/// waits for it). One already counted slow while it was waited for counts nothing more.
+fn whole(inner: &Inner, live: &Live) {
+    if live.counted {
+        return;
+    }
+    let provider = &inner.providers[live.index];
     let now = Instant::now();
-    let mut health = lock(&provider.health);
-    if !slow {
-        health.breaker.success(now);
-    } else if health.breaker.failure(now) {
-        tracing::warn!(provider = %provider.name, "LLM provider too slow: circuit open");
-        if let Some(store) = &inner.shared {
-            super::share::publish(store, &provider.name, inner.cool_down);
+    let opened = {
+        let mut health = lock(&provider.health);
+        if live.slow {
+            health.breaker.failure(now)
+        } else {
+            health.breaker.success(now);
+            false
         }
+    };
+    if opened {
+        provider.circuit_opened(inner, "too slow to start");
     }
 }

@@ -121,6 +121,25 @@ struct Provider {
     client: Arc<dyn LlmClient>,
     health: Mutex<Health>,
     counters: metrics::Counters,
+    /// Woken when its circuit opens: turns still waiting on it move to the next provider.
+    opened: tokio::sync::Notify,
+}
+
+impl Provider {
+    /// Whether its circuit is open at `now` (by this replica's failures or another's word).
+    fn is_open(&self, now: Instant) -> bool {
+        lock(&self.health).breaker.state(now) == BreakerState::Open
+    }
+
+    /// Its circuit just opened: the turns waiting on it are woken and, with a shared store,
+    /// the other replicas told.
+    fn circuit_opened(&self, inner: &Inner, why: &'static str) {
+        tracing::warn!(provider = %self.name, why, "LLM provider circuit open");
+        self.opened.notify_waiters();
+        if let Some(store) = &inner.shared {
+            share::publish(store, &self.name, inner.cool_down);
+        }
+    }
 }
 
 /// What every turn of one client shares.
@@ -342,6 +361,7 @@ impl FallbackBuilder {
                     first_delta: FirstDeltaTimes::default(),
                 }),
                 counters: metrics::Counters::default(),
+                opened: tokio::sync::Notify::new(),
             })
             .collect();
         Ok(FallbackLlm {

@@ -67,8 +67,11 @@ pub(super) async fn follow(inner: Weak<Inner>, store: Arc<dyn SharedBreakers>) {
         };
         let now = Instant::now();
         for (provider, left) in inner.providers.iter().zip(open) {
-            if let Some(left) = left {
-                lock(&provider.health).breaker.open_until(now + left);
+            if let Some(left) = left
+                && lock(&provider.health).breaker.open_until(now + left)
+            {
+                // Turns waiting on it here move on too.
+                provider.opened.notify_waiters();
             }
         }
     }
