@@ -17,7 +17,9 @@
 //!   twice.
 //! - **Hedged first tokens** ([`Hedge`], off by default): when a provider is slow to start,
 //!   the next one is asked too; the first to produce a delta is heard, the other request is
-//!   dropped (its connection closed) and counted.
+//!   dropped (its connection closed) and counted. A request still silent at a fixed budget
+//!   counts against its provider's breaker; turns waiting on a provider whose breaker opens
+//!   move to the next one at once, without spending the retry budget.
 //! - **A circuit breaker per provider** ([`BreakerConfig`]): a provider that keeps failing is
 //!   skipped for a cool-down, so it costs the following turns no latency, then probed. With
 //!   [`FallbackBuilder::shared_breakers`] (crewline-redis's `RedisBreakers`) the replicas of
