@@ -945,3 +945,64 @@ async fn a_turn_waiting_on_a_provider_another_replica_found_dead_moves_on() {
     );
     assert_eq!(silent.dropped(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_last_provider_up_is_never_shut_for_being_slow() {
+    // The first provider is dead (its breaker open); the second has a slow moment (a stall
+    // of the crew's own process looks the same): a burst of 20 turns all pass the hedge
+    // budget on it. Shutting it would leave no provider, and the turns after the burst would
+    // fail on the dead one; it stays up and every turn is answered.
+    let dead = Fake::always(Answer::Refuse(connect_error()));
+    let second = Fake::new(
+        (0..20).map(|_| Answer::Stream(Duration::from_millis(800), vec![text("late"), finish()])),
+    );
+    *second.otherwise.lock().unwrap() = Some(says("on time"));
+    let llm = two(&dead, &second)
+        .hedge(Hedge::Fixed(Duration::from_millis(500)))
+        .breaker(BreakerConfig {
+            consecutive_failures: 3,
+            cool_down: Duration::from_secs(30),
+            ..BreakerConfig::default()
+        })
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(spoken(&turn(&llm).await.unwrap()), "late");
+    }
+    assert_eq!(llm.stats()[0].breaker, BreakerState::Open);
+    let burst = futures::future::join_all((0..17).map(|_| turn(&llm))).await;
+    for items in burst {
+        assert_eq!(spoken(&items.unwrap()), "late");
+    }
+    assert_eq!(llm.stats()[1].breaker, BreakerState::Closed);
+    assert_eq!(spoken(&turn(&llm).await.unwrap()), "on time");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_every_circuit_open_a_turn_still_tries_each_provider() {
+    // Both circuits opened by real failures; the second has since recovered. A turn tries
+    // the first anyway (the breakers no longer tell where to go), and when it fails, the
+    // second: the caller is answered instead of losing the turn with a provider untried.
+    let dead = Fake::always(Answer::Refuse(connect_error()));
+    let second = Fake::new((0..3).map(|_| Answer::Refuse(status(503))));
+    *second.otherwise.lock().unwrap() = Some(says("back"));
+    let llm = two(&dead, &second)
+        .breaker(BreakerConfig {
+            consecutive_failures: 3,
+            cool_down: Duration::from_secs(30),
+            ..BreakerConfig::default()
+        })
+        .retry_budget(RetryBudget::unlimited())
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        assert!(turn(&llm).await.is_err());
+    }
+    let stats = llm.stats();
+    assert_eq!(
+        (stats[0].breaker, stats[1].breaker),
+        (BreakerState::Open, BreakerState::Open)
+    );
+    assert_eq!(spoken(&turn(&llm).await.unwrap()), "back");
+    assert_eq!(llm.stats()[1].breaker, BreakerState::Closed);
+}

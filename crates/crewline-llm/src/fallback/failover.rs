@@ -217,7 +217,7 @@ impl Turn {
     /// the retry budget refuses an extra request.
     fn send(&mut self, request: &ChatRequest, kind: Kind) -> Option<(usize, Attempt)> {
         let now = Instant::now();
-        let index = self.pick(now)?;
+        let index = self.pick(now, kind)?;
         if matches!(kind, Kind::Failover | Kind::Hedge) && !lock(&self.inner.budget).try_retry(now)
         {
             tracing::warn!(
@@ -265,9 +265,12 @@ impl Turn {
         ))
     }
 
-    /// The first provider not yet tried whose breaker and rate limit let it take a request;
-    /// when every one is shut, the first not yet tried (the turn must try something).
-    fn pick(&self, now: Instant) -> Option<usize> {
+    /// The first provider not yet tried whose breaker and rate limit let it take a request.
+    /// When every one left is shut, a turn's own request (its first, or a failover) still
+    /// goes to the first of them: the breakers then say nothing about where to go, and a
+    /// caller must not lose a turn while a provider was left untried. A hedge or a move is
+    /// made only to a provider that is up.
+    fn pick(&self, now: Instant, kind: Kind) -> Option<usize> {
         let untried = || (0..self.tried.len()).filter(|i| !self.tried[*i]);
         for index in untried() {
             let provider = &self.inner.providers[index];
@@ -278,7 +281,7 @@ impl Turn {
             }
             Counters::inc(&provider.counters.skipped);
         }
-        if self.attempts == 0 {
+        if matches!(kind, Kind::First | Kind::Failover) {
             let index = untried().next()?;
             tracing::warn!(
                 provider = %self.inner.providers[index].name,
@@ -416,6 +419,9 @@ impl Turn {
         let now = Instant::now();
         for racer in in_flight.iter_mut().filter(|r| !r.counted_slow) {
             racer.counted_slow = true;
+            if !another_up(&self.inner, racer.index, now) {
+                continue;
+            }
             let provider = &self.inner.providers[racer.index];
             let opened = lock(&provider.health).breaker.failure(now);
             if opened {
@@ -483,6 +489,8 @@ impl Turn {
         } = racer;
         let provider = &self.inner.providers[index];
         let now = Instant::now();
+        // Read before its own lock is taken: one provider's lock at a time.
+        let others_up = another_up(&self.inner, index, now);
         let mut health = lock(&provider.health);
         health
             .first_delta
@@ -490,7 +498,7 @@ impl Turn {
         Counters::inc(&provider.counters.cancelled);
         if kind == Kind::Hedge {
             Counters::inc(&provider.counters.hedges_lost);
-        } else if winner == Kind::Hedge && !counted_slow {
+        } else if winner == Kind::Hedge && !counted_slow && others_up {
             // Beaten by a hedge that started a whole hedge budget later: this provider is too
             // slow for a call. Its breaker counts it, so a provider that stays slow is skipped
             // for a cool-down instead of costing every turn the hedge budget and a hedge
@@ -677,9 +685,11 @@ fn whole(inner: &Inner, live: &Live) {
     }
     let provider = &inner.providers[live.index];
     let now = Instant::now();
+    // Slowness counts only while another provider could take the turns instead.
+    let slow = live.slow && another_up(inner, live.index, now);
     let opened = {
         let mut health = lock(&provider.health);
-        if live.slow {
+        if slow {
             health.breaker.failure(now)
         } else {
             health.breaker.success(now);
@@ -689,4 +699,22 @@ fn whole(inner: &Inner, live: &Live) {
     if opened {
         provider.circuit_opened(inner, "too slow to start");
     }
+}
+
+/// Whether a provider other than `index` would take a request now (breaker closed, not rate
+/// limited). Slowness counts against a breaker only then: a slow provider is skipped when
+/// another can answer, but the last one up is never shut for being slow (a stall of the
+/// crew's own process makes every request in flight late at once, and shutting the only
+/// healthy provider for it would fail the turns after).
+fn another_up(inner: &Inner, index: usize, now: Instant) -> bool {
+    inner
+        .providers
+        .iter()
+        .enumerate()
+        .filter(|(other, _)| *other != index)
+        .any(|(_, provider)| {
+            let health = lock(&provider.health);
+            let limited = health.rate_limited_until.is_some_and(|until| now < until);
+            !limited && health.breaker.state(now) == super::BreakerState::Closed
+        })
 }
