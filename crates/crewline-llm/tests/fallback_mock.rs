@@ -1,12 +1,17 @@
 //! `FallbackLlm` end to end over the mock model, through the default client and the
 //! async-openai one: a refused port, a 503, a stream cut after half a tool call, a provider
-//! that never answers (first-byte timeout and hedging, the loser's connection closed).
+//! that never answers (first-byte timeout and hedging, the loser's connection closed), a
+//! stream cut after spoken text (continued without a repeat), the breaker and the retry
+//! budget.
 #![allow(clippy::unwrap_used)] // A test fails loudly on what it did not expect.
 
 use std::{sync::Arc, time::Duration};
 
 use crewline_core::{Message, ToolCall};
-use crewline_llm::{ChatRequest, FallbackLlm, Hedge, LlmClient, OpenAiClient, StreamItem, collect};
+use crewline_llm::{
+    AfterText, BreakerConfig, ChatRequest, FallbackLlm, Hedge, LlmClient, LlmError, OpenAiClient,
+    RetryBudget, StreamItem, collect,
+};
 use crewline_testkit::mock_llm::{
     MockLlm, RunningMockLlm,
     raw::{After, RawReply},
@@ -221,5 +226,92 @@ async fn a_hedge_wins_over_a_stalled_provider_whose_connection_is_closed() {
             (1, 1),
             "{kind:?}"
         );
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_text_is_continued_without_a_repeat_on_both_clients() {
+    for &kind in KINDS {
+        let cut = raw(vec![RawReply::chunks(
+            &[json!({"choices": [{"index": 0, "delta": {"content": "Your transfer "}}]})],
+            After::Cut,
+        )])
+        .await;
+        // The next provider starts over with what was already said: it is not said twice.
+        let backup = raw(vec![says("Your transfer is booked.")]).await;
+        let llm = FallbackLlm::builder()
+            .provider("cut", client(kind, &cut.base_url()))
+            .provider("backup", client(kind, &backup.base_url()))
+            .after_text(AfterText::Continue)
+            .build()
+            .unwrap();
+        let answer = collect(llm.stream_chat(ask()).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.content, "Your transfer is booked.", "{kind:?}");
+        let asked = backup.mock().raw_requests();
+        let messages = asked[0].body["messages"].as_array().unwrap();
+        let spoken = &messages[messages.len() - 2];
+        assert_eq!(
+            (spoken["role"].as_str(), spoken["content"].as_str()),
+            (Some("assistant"), Some("Your transfer ")),
+            "{kind:?}: the next provider is told what was said"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_breaker_skips_a_dead_provider_on_both_clients() {
+    for &kind in KINDS {
+        let backup = raw((0..5).map(|_| says("Done.")).collect()).await;
+        let llm = FallbackLlm::builder()
+            .provider("down", client(kind, &refused_url().await))
+            .provider("backup", client(kind, &backup.base_url()))
+            .breaker(BreakerConfig {
+                consecutive_failures: 2,
+                cool_down: Duration::from_secs(60),
+                ..BreakerConfig::default()
+            })
+            .build()
+            .unwrap();
+        for _ in 0..5 {
+            let answer = collect(llm.stream_chat(ask()).await.unwrap())
+                .await
+                .unwrap();
+            assert_eq!(answer.content, "Done.", "{kind:?}");
+        }
+        let stats = llm.stats();
+        assert_eq!(
+            (stats[0].requests, stats[0].skipped),
+            (2, 3),
+            "{kind:?}: asked until its circuit opened, then skipped"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_retry_budget_ends_turns_past_its_share_on_both_clients() {
+    for &kind in KINDS {
+        let backup = raw(vec![says("Done.")]).await;
+        let llm = FallbackLlm::builder()
+            .provider("down", client(kind, &refused_url().await))
+            .provider("backup", client(kind, &backup.base_url()))
+            .breaker(BreakerConfig::disabled())
+            .retry_budget(RetryBudget {
+                ratio: 0.0,
+                min_retries: 1,
+                window: Duration::from_secs(60),
+            })
+            .build()
+            .unwrap();
+        let first = collect(llm.stream_chat(ask()).await.unwrap()).await;
+        assert_eq!(first.unwrap().content, "Done.", "{kind:?}");
+        // The budget allowed one failover: the next turn ends with the dead provider's error.
+        let second = llm.stream_chat(ask()).await.map(|_| ());
+        assert!(
+            matches!(second, Err(LlmError::Connect(_))),
+            "{kind:?}: {second:?}"
+        );
+        assert_eq!(backup.mock().request_count(), 1, "{kind:?}");
     }
 }
