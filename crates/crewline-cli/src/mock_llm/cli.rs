@@ -231,6 +231,23 @@ mod tests {
         assert_eq!(now.mock().fault(), Some(Fault::Down));
     }
 
+    #[tokio::test]
+    async fn tls_needs_both_files_and_names_one_it_cannot_read() {
+        assert!(parse(&["--tls-cert", "cert.pem"]).is_err());
+        assert!(parse(&["--tls-key", "key.pem"]).is_err());
+        let args = parse(&[
+            "--port",
+            "0",
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ])
+        .unwrap();
+        let error = start(&args).await.unwrap_err().to_string();
+        assert!(error.contains("/nonexistent/cert.pem"), "{error}");
+    }
+
     #[test]
     fn bad_faults_and_schedules_are_refused_with_the_reason() {
         let error = parse(&["--fault", "boom"]).unwrap_err().to_string();
