@@ -102,7 +102,9 @@ cleanup() {
   done
   PIDS=()
 }
-trap cleanup EXIT INT TERM
+# The throwaway certificate's key is not left in the results.
+trap 'cleanup; [[ -n "${CERTS:-}" ]] && rm -f "$CERTS/key.pem"' EXIT
+trap cleanup INT TERM
 
 wait_http() { # url, seconds
   local deadline=$((SECONDS + $2))
