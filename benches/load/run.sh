@@ -15,6 +15,13 @@
 # above this), THINK_MS (pause between a session's turns; 0 = closed loop), IMPLS ("crewline reference";
 # "asyncopenai" is crewline's voice_agent on the async-openai client, `--llm-client async-openai`),
 # REF_PYTHON, SKIP_BUILD=1, OUT (results directory), RAMP (connections/s).
+# TLS=off|h1|h2 (default off): the model over HTTPS, as a provider is (issue 32). A throwaway CA
+# and a certificate for localhost are made with openssl in $OUT/tls; the mock serves them
+# (`--tls-cert --tls-key`, ALPN h2 and http/1.1), crewline and the floor trust the CA
+# (SSL_CERT_FILE, `--ca-file`) and reach https://localhost:PORT/v1 over HTTP/1.1 (h1: the
+# floor's `--http1`) or HTTP/2 (h2: voice_agent's `--llm-http2`). With TLS each implementation
+# gets a fresh mock, and the mock's connection counts after each run (`/_mock/stats`) are kept
+# as $OUT/<run>.mock.json; summarize.py prints them.
 # crewline against the floor (benches/floor, issue 19): IMPLS="crewline floor" (the floor runs
 # no tools, so in the tool scenario it answers from a text model).
 # Two crewline clients side by side: IMPLS="crewline asyncopenai", then
@@ -41,6 +48,8 @@ MOCK_PORT=${MOCK_PORT:-18801}
 CREW_PORT=${CREW_PORT:-18802}
 REF_PORT=${REF_PORT:-18803}
 FLOOR_PORT=${FLOOR_PORT:-18804}
+TLS=${TLS:-off}
+case "$TLS" in off | h1 | h2) ;; *) echo "TLS must be off, h1 or h2" >&2; exit 2 ;; esac
 
 mkdir -p "$OUT/logs"
 if [[ -z "${SKIP_BUILD:-}" ]]; then
@@ -54,6 +63,38 @@ VOICE_AGENT=$TARGET/release/examples/voice_agent
 FLOOR=$TARGET/release/crewline-floor
 ulimit -n "$(ulimit -Hn)" || true
 
+# The model's address, and with TLS the CA that signed its certificate.
+MODEL_URL="http://127.0.0.1:$MOCK_PORT"
+MOCK_TLS=()
+CREW_TLS=()
+FLOOR_TLS=()
+CURL_TLS=()
+if [[ "$TLS" != off ]]; then
+  CERTS="$OUT/tls"
+  mkdir -p "$CERTS"
+  # A CA and a certificate for localhost, made for this run only (P-256, two days).
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=crewline load-run CA" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -keyout "$CERTS/ca.key" -out "$CERTS/ca.pem" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+    -keyout "$CERTS/key.pem" -out "$CERTS/server.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n' \
+    >"$CERTS/server.ext"
+  openssl x509 -req -in "$CERTS/server.csr" -CA "$CERTS/ca.pem" -CAkey "$CERTS/ca.key" \
+    -CAcreateserial -days 2 -extfile "$CERTS/server.ext" -out "$CERTS/cert.pem" 2>/dev/null
+  rm -f "$CERTS/ca.key" "$CERTS/server.csr" "$CERTS/ca.srl"
+  MODEL_URL="https://localhost:$MOCK_PORT"
+  MOCK_TLS=(--tls-cert "$CERTS/cert.pem" --tls-key "$CERTS/key.pem")
+  CURL_TLS=(--cacert "$CERTS/ca.pem")
+  FLOOR_TLS=(--ca-file "$CERTS/ca.pem")
+  if [[ "$TLS" == h1 ]]; then
+    FLOOR_TLS+=(--http1)
+  else
+    CREW_TLS=(--llm-http2)
+  fi
+fi
+
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]:-}"; do
@@ -61,11 +102,13 @@ cleanup() {
   done
   PIDS=()
 }
-trap cleanup EXIT INT TERM
+# The throwaway certificate's key is not left in the results.
+trap 'cleanup; [[ -n "${CERTS:-}" ]] && rm -f "$CERTS/key.pem"' EXIT
+trap cleanup INT TERM
 
 wait_http() { # url, seconds
   local deadline=$((SECONDS + $2))
-  until curl -fsS -o /dev/null "$1" 2>/dev/null; do
+  until curl -fsS "${CURL_TLS[@]}" -o /dev/null "$1" 2>/dev/null; do
     if ((SECONDS > deadline)); then echo "timeout waiting for $1" >&2; return 1; fi
     sleep 0.2
   done
@@ -75,21 +118,30 @@ start_mock() { # delay chunks tool?
   local extra=()
   [[ "$3" == tool ]] && extra=(--tool)
   "$CREWLINE" mock-llm --port "$MOCK_PORT" --chunk-delay-ms "$1" --chunks "$2" "${extra[@]}" \
-    --record-limit 1000 >"$OUT/logs/mock.log" 2>&1 &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$MOCK_PORT/health" 20
+    --record-limit 1000 "${MOCK_TLS[@]}" >"$OUT/logs/mock.log" 2>&1 &
+  MOCK_PID=$!
+  PIDS+=("$MOCK_PID")
+  wait_http "$MODEL_URL/health" 20
+}
+
+stop_mock() {
+  kill "$MOCK_PID" 2>/dev/null || true
+  wait "$MOCK_PID" 2>/dev/null || true
 }
 
 start_crewline() { # extra voice_agent arguments
-  OPENAI_API_KEY=sk-mock OPENAI_BASE_URL="http://127.0.0.1:$MOCK_PORT/v1" RUST_LOG=warn \
-    "$VOICE_AGENT" --port "$CREW_PORT" --service-delay-ms 0 "$@" >"$OUT/logs/crewline.log" 2>&1 &
+  local ca=()
+  [[ "$TLS" != off ]] && ca=(SSL_CERT_FILE="$CERTS/ca.pem")
+  env "${ca[@]}" OPENAI_API_KEY=sk-mock OPENAI_BASE_URL="$MODEL_URL/v1" RUST_LOG=warn \
+    "$VOICE_AGENT" --port "$CREW_PORT" --service-delay-ms 0 "${CREW_TLS[@]}" "$@" \
+    >"$OUT/logs/crewline.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   wait_http "http://127.0.0.1:$CREW_PORT/ready" 30
 }
 
 start_floor() { # the bare forwarder of benches/floor (issue 19): no /ready, so wait for the port
-  "$FLOOR" --port "$FLOOR_PORT" --llm-url "http://127.0.0.1:$MOCK_PORT/v1/chat/completions" \
+  "$FLOOR" --port "$FLOOR_PORT" --llm-url "$MODEL_URL/v1/chat/completions" "${FLOOR_TLS[@]}" \
     >"$OUT/logs/floor.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
@@ -101,9 +153,11 @@ start_floor() { # the bare forwarder of benches/floor (issue 19): no /ready, so 
 }
 
 start_reference() {
-  SMALLESTAI_LOG_LEVEL=WARNING SMALLESTAI_LOG_DIR="$OUT/logs/loguru" \
+  local ca=()
+  [[ "$TLS" != off ]] && ca=(SSL_CERT_FILE="$CERTS/ca.pem")
+  env "${ca[@]}" SMALLESTAI_LOG_LEVEL=WARNING SMALLESTAI_LOG_DIR="$OUT/logs/loguru" \
     "$REF_PYTHON" "$ROOT/reference/bench_crew.py" --port "$REF_PORT" \
-    --llm-base-url "http://127.0.0.1:$MOCK_PORT/v1" >"$OUT/logs/reference.log" 2>&1 &
+    --llm-base-url "$MODEL_URL/v1" >"$OUT/logs/reference.log" 2>&1 &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   wait_http "http://127.0.0.1:$REF_PORT/ready" 60
@@ -135,6 +189,20 @@ measure() { # impl port scenario delay sessions
     echo "{\"failed\": true, \"name\": \"$name\"}" >"$OUT/$name.json"
     echo "   $name: the load run failed or timed out"
   fi
+  # The connections the server opened to the model (the mock counts them; with TLS each
+  # implementation has a mock of its own, so these are its alone, warm-up included).
+  if [[ "$TLS" != off ]]; then
+    curl -fsS "${CURL_TLS[@]}" "$MODEL_URL/_mock/stats" >"$OUT/$name.mock.json" 2>/dev/null ||
+      echo '{}' >"$OUT/$name.mock.json"
+  fi
+}
+
+# With TLS, a fresh mock for the next implementation, so its connection counts are its own.
+next_mock() { # delay chunks mode
+  if [[ "$TLS" != off ]]; then
+    stop_mock
+    start_mock "$@"
+  fi
 }
 
 {
@@ -146,6 +214,7 @@ measure() { # impl port scenario delay sessions
   echo "python: $("$REF_PYTHON" --version 2>&1)"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "turns per session: $TURNS, chunks per answer: $CHUNKS, ramp: $RAMP/s, think: $THINK_MS ms"
+  echo "model transport: TLS=$TLS ($MODEL_URL)"
 } | tee "$OUT/machine.txt"
 
 for scenario in $SCENARIOS; do
@@ -162,6 +231,7 @@ for scenario in $SCENARIOS; do
         stop_server
       fi
       if [[ " $IMPLS " == *" asyncopenai "* ]]; then
+        next_mock "$delay" "$chunks" "$mock_mode"
         start_crewline --llm-client async-openai
         measure asyncopenai "$CREW_PORT" "$scenario" "$delay" "$n"
         stop_server
@@ -171,12 +241,15 @@ for scenario in $SCENARIOS; do
           # The floor runs no tools: it answers a tool turn as text, from a text model.
           cleanup; sleep 1
           start_mock "$delay" "$chunks" text
+        else
+          next_mock "$delay" "$chunks" "$mock_mode"
         fi
         start_floor
         measure floor "$FLOOR_PORT" "$scenario" "$delay" "$n"
         stop_server
       fi
       if [[ " $IMPLS " == *" reference "* ]] && ((n <= REF_MAX_SESSIONS)); then
+        next_mock "$delay" "$chunks" "$mock_mode"
         start_reference
         measure reference "$REF_PORT" "$scenario" "$delay" "$n"
         stop_server

@@ -18,6 +18,21 @@ from pathlib import Path
 NAME = re.compile(r"^(crewline|reference|asyncopenai|floor)-(\w+)-d(\d+)-n(\d+)\.json$")
 
 
+def load_mock_stats(directory: Path):
+    """The model's connection counts per run (`<run>.mock.json`, written by run.sh with TLS)."""
+    stats = {}
+    for path in sorted(directory.glob("*.mock.json")):
+        match = NAME.match(path.name.replace(".mock.json", ".json"))
+        if not match:
+            continue
+        impl, scenario, delay, sessions = match.groups()
+        try:
+            stats[(scenario, int(delay), int(sessions), impl)] = json.loads(path.read_text())
+        except ValueError:
+            continue
+    return stats
+
+
 def load(directory: Path):
     runs = {}
     for path in sorted(directory.glob("*.json")):
@@ -76,6 +91,7 @@ def main() -> None:
         first, second, args = args[1], args[2], args[3:]
     directory = Path(args[0])
     runs = load(directory)
+    mock_stats = load_mock_stats(directory)
     keys = sorted({(s, d) for (s, d, _, _) in runs})
     machine = directory / "machine.txt"
     if machine.exists():
@@ -134,6 +150,23 @@ def main() -> None:
                 print(
                     f"| {n} | {impl} | {report['turns_interrupted']} | {fmt(last['p50_ms'], 3)} / {fmt(last['p99_ms'], 3)} / "
                     f"{fmt(last['max_ms'], 3)} | {fmt(end['p99_ms'], 3)} | {report['chunks_after_interrupt']} |"
+                )
+            print()
+        connected = [
+            (n, impl, mock_stats[(scenario, delay, n, impl)])
+            for n in sizes
+            for impl in (first, second)
+            if (scenario, delay, n, impl) in mock_stats
+        ]
+        if connected:
+            print("Connections to the model (the mock's `/_mock/stats` after the run, warm-up included):\n")
+            print("| sessions | impl | opened | open at most at once | open at the end | h2 / http/1.1 (TLS) | TLS handshakes failed | requests |")
+            print("|---|---|---|---|---|---|---|---|")
+            for n, impl, stats in connected:
+                print(
+                    f"| {n} | {impl} | {fmt(stats.get('connections'))} | {fmt(stats.get('connections_open_peak'))} "
+                    f"| {fmt(stats.get('connections_open'))} | {fmt(stats.get('connections_h2'))} / {fmt(stats.get('connections_http1'))} "
+                    f"| {fmt(stats.get('tls_handshakes_failed'))} | {fmt(stats.get('requests'))} |"
                 )
             print()
 

@@ -46,6 +46,10 @@ pub struct ModelArgs {
     /// async-openai's.
     #[arg(long = "llm-client", value_enum, default_value_t)]
     pub llm_client: LlmClientKind,
+    /// Offer HTTP/2 to the model's server by ALPN (crewline's default client, over HTTPS):
+    /// many calls' streams share a few connections. Off by default, as the client's.
+    #[arg(long = "llm-http2")]
+    pub llm_http2: bool,
     /// Another OpenAI-compatible server to fall back on when the model's fails (down, an
     /// error, 429, no first token in time, broken before it spoke); repeat for more, tried in
     /// order, each with OPENAI_API_KEY. Needs a real model (OPENAI_API_KEY set).
@@ -76,6 +80,7 @@ impl ModelArgs {
     pub fn choice(&self) -> ModelChoice {
         match (self.scripted, self.llm_client) {
             (true, _) => ModelChoice::Scripted,
+            (false, LlmClientKind::Default) if self.llm_http2 => ModelChoice::FromEnvHttp2,
             (false, LlmClientKind::Default) => ModelChoice::FromEnv,
             (false, LlmClientKind::AsyncOpenai) => ModelChoice::AsyncOpenAiFromEnv,
         }
@@ -308,5 +313,14 @@ mod tests {
             ModelChoice::Scripted
         );
         assert!(Args::try_parse_from(["crew", "--llm-client", "curl"]).is_err());
+    }
+
+    #[test]
+    fn llm_http2_asks_the_default_client_for_http2() {
+        assert_eq!(choice(&["--llm-http2"]), ModelChoice::FromEnvHttp2);
+        assert_eq!(
+            choice(&["--llm-http2", "--scripted"]),
+            ModelChoice::Scripted
+        );
     }
 }

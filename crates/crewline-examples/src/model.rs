@@ -21,6 +21,9 @@ pub enum ModelChoice {
     /// As [`ModelChoice::FromEnv`], through async-openai's client (`async_openai::Client`
     /// with the same `OPENAI_API_KEY` and `OPENAI_BASE_URL`) instead of the default one.
     AsyncOpenAiFromEnv,
+    /// As [`ModelChoice::FromEnv`], the default client offering HTTP/2 by ALPN (`--llm-http2`:
+    /// many calls' streams share a connection to a provider that speaks it).
+    FromEnvHttp2,
     /// Always the offline scripted model.
     Scripted,
 }
@@ -67,7 +70,7 @@ pub fn choose(
 ) -> Result<ChosenModel, LlmError> {
     let from_env = matches!(
         choice,
-        ModelChoice::FromEnv | ModelChoice::AsyncOpenAiFromEnv
+        ModelChoice::FromEnv | ModelChoice::AsyncOpenAiFromEnv | ModelChoice::FromEnvHttp2
     );
     if from_env && std::env::var_os("OPENAI_API_KEY").is_some() {
         let model = name
@@ -88,7 +91,10 @@ pub fn choose(
                 fallback: None,
             });
         }
-        let client = OpenAiClient::from_env(model.clone())?;
+        let client = OpenAiClient::builder()
+            .model(model.clone())
+            .http2(choice == ModelChoice::FromEnvHttp2)
+            .build()?;
         Ok(ChosenModel {
             llm: Arc::new(client),
             description: format!("OpenAI {model}"),
@@ -271,6 +277,7 @@ fn provider_client(
     }
     let mut builder = OpenAiClient::builder()
         .model(provider.model.clone())
+        .http2(choice == ModelChoice::FromEnvHttp2)
         .max_retries(0);
     if let Some(url) = &provider.base_url {
         builder = builder.base_url(url.clone());

@@ -9,7 +9,7 @@ use std::{
 
 use clap::{Args, ValueEnum};
 
-use crewline_testkit::mock_llm::{Fault, FaultSchedule, MockLlm, RunningMockLlm, Script};
+use crewline_testkit::mock_llm::{Fault, FaultSchedule, MockLlm, MockTls, RunningMockLlm, Script};
 
 /// The faults, for `crewline mock-llm --help`.
 const FAULTS_HELP: &str = "\
@@ -30,7 +30,11 @@ durations 500ms, 20s, 2m); the last may have no `for` and lasts for ever; after 
 phase the server is healthy. Example, an outage then a slow spell then recovery:
   crewline mock-llm --fault-schedule \"down for 20s, stall:3000 for 20s\"
 
-Control: GET /_mock/stats (requests, connections reset, requests per fault, the schedule's
+HTTPS: --tls-cert and --tls-key (PEM) serve TLS, ALPN offering h2 and http/1.1; the base URL
+names localhost, so the certificate must (a client trusts its CA, e.g. with SSL_CERT_FILE).
+
+Control: GET /_mock/stats (requests, connections accepted and open now, over TLS by protocol,
+connections reset, requests per fault, the schedule's
 phases with their start in Unix ms), POST /_mock/fault (body: a fault or `ok`),
 POST /_mock/fault-schedule (body: a schedule, started at once), POST /_mock/script,
 POST /_mock/reset, GET /_mock/requests.";
@@ -82,6 +86,13 @@ pub struct MockLlmArgs {
     /// When the schedule's clock starts.
     #[arg(long, value_enum, default_value_t)]
     pub schedule_start: ScheduleStart,
+    /// Serve HTTPS with this certificate chain (PEM, the server's certificate first); needs
+    /// --tls-key. ALPN offers h2 and http/1.1.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 fn parse_fault(text: &str) -> Result<Fault, String> {
@@ -124,7 +135,14 @@ pub async fn start(
             ScheduleStart::Now => mock.set_schedule(schedule),
         }
     }
-    Ok(mock.spawn(SocketAddr::new(args.host, args.port)).await?)
+    let addr = SocketAddr::new(args.host, args.port);
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let tls = MockTls::from_pem_files(cert, key)?;
+            Ok(mock.spawn_tls(addr, &tls).await?)
+        }
+        _ => Ok(mock.spawn(addr).await?),
+    }
 }
 
 /// Serves the mock until Ctrl-C, writing its address to `out` once it listens.
@@ -135,7 +153,8 @@ pub async fn run(
     let running = start(&args).await?;
     writeln!(
         out,
-        "mock LLM listening on http://{} (OpenAI base URL {}); Ctrl-C stops",
+        "mock LLM listening on {}://{} (OpenAI base URL {}); Ctrl-C stops",
+        if running.is_tls() { "https" } else { "http" },
         running.addr(),
         running.base_url()
     )?;
@@ -210,6 +229,23 @@ mod tests {
         .unwrap();
         let now = start(&args).await.unwrap();
         assert_eq!(now.mock().fault(), Some(Fault::Down));
+    }
+
+    #[tokio::test]
+    async fn tls_needs_both_files_and_names_one_it_cannot_read() {
+        assert!(parse(&["--tls-cert", "cert.pem"]).is_err());
+        assert!(parse(&["--tls-key", "key.pem"]).is_err());
+        let args = parse(&[
+            "--port",
+            "0",
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ])
+        .unwrap();
+        let error = start(&args).await.unwrap_err().to_string();
+        assert!(error.contains("/nonexistent/cert.pem"), "{error}");
     }
 
     #[test]

@@ -41,11 +41,14 @@ async fn concurrent_streams_share_one_http2_connection() {
         1,
         "one connection for {STREAMS} streams"
     );
-    // The client reports as much.
+    // The client reports as much, and so does the mock (what a load run reads).
     assert_eq!(
         client.connections(),
         ConnectionCounts { opened: 1, open: 1 }
     );
+    let stats = server.mock.stats();
+    assert_eq!((stats.connections_h2, stats.connections_http1), (1, 0));
+    assert_eq!(stats.connections_open, 1);
 }
 
 #[tokio::test]
@@ -69,6 +72,12 @@ async fn over_http1_each_concurrent_stream_takes_a_connection() {
         concurrent_answers(&client).await;
         let connections = server.connections();
         assert_eq!(client.connections().opened, connections as u64);
+        // Every one of them settled on HTTP/1.1 by ALPN.
+        let stats = server.mock.stats();
+        assert_eq!(
+            (stats.connections_h2, stats.connections_http1),
+            (0, connections as u64)
+        );
         assert!(
             connections > 1 && connections <= STREAMS + 1,
             "{offer:?}, http2 {http2}: {connections} connections"
@@ -133,6 +142,24 @@ async fn a_stream_dropped_on_barge_in_leaves_its_neighbour_on_the_connection_goi
     assert_eq!(pieces, 20, "every piece of the kept answer");
     assert_eq!(finish, Some(FinishReason::Stop));
     assert_eq!(server.connections(), 1, "both streams on one connection");
+    assert_eq!(server.mock.stats().connections_h2, 1);
+    // The mock saw the dropped stream go (its stream reset), the kept one end whole.
+    assert!(
+        server.mock.wait_settled(Duration::from_secs(5)).await,
+        "both requests ended"
+    );
+    let outcomes: Vec<String> = server
+        .mock
+        .requests()
+        .into_iter()
+        .map(|request| request.outcome)
+        .collect();
+    assert_eq!(outcomes.len(), 2);
+    assert!(outcomes.contains(&"completed".to_owned()), "{outcomes:?}");
+    assert!(
+        outcomes.contains(&"client_disconnected".to_owned()),
+        "{outcomes:?}"
+    );
     // The connection is still good for the next turn.
     said(&client).await.expect("another answer");
     assert_eq!(server.connections(), 1);

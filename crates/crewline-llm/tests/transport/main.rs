@@ -2,6 +2,7 @@
 //! proxies, for both model clients.
 
 mod h2;
+mod mock_tls;
 mod proxy;
 mod server;
 mod tls;

@@ -1,4 +1,6 @@
-//! A test CA, certificates it signs, and the mock model served over TLS with them.
+//! A test CA, certificates it signs, and the mock model served over TLS with them: by the
+//! mock's own TLS listener ([`MockLlm::serve_tls`], what `crewline mock-llm --tls-cert` and the
+//! load runs use), or, to set a stream limit, by a hyper server of the test's own.
 
 use std::{
     net::SocketAddr,
@@ -8,7 +10,7 @@ use std::{
     },
 };
 
-use crewline_testkit::mock_llm::MockLlm;
+use crewline_testkit::mock_llm::{MockLlm, MockTls, RunningMockLlm};
 use hyper_util::{
     rt::{TokioExecutor, TokioIo},
     server::conn::auto,
@@ -52,6 +54,19 @@ impl TestCa {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         (vec![cert.der().clone(), self.issuer.der().clone()], key)
     }
+
+    /// A server certificate for `names` signed by this CA, as PEM (chain, key): what
+    /// `crewline mock-llm --tls-cert --tls-key` reads.
+    pub(crate) fn leaf_pem(&self, names: &[&str]) -> (String, String) {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let params = CertificateParams::new(names).expect("params");
+        let key = KeyPair::generate().expect("a server key");
+        let cert = params.signed_by(&key, &self.issuer).expect("signed");
+        (
+            format!("{}{}", cert.pem(), self.issuer.pem()),
+            key.serialize_pem(),
+        )
+    }
 }
 
 /// Which HTTP versions the server offers by ALPN.
@@ -67,16 +82,26 @@ pub(crate) enum Offer {
 pub(crate) struct TlsMock {
     pub(crate) addr: SocketAddr,
     pub(crate) mock: MockLlm,
-    /// TCP connections accepted.
-    pub(crate) connections: Arc<AtomicUsize>,
-    /// TLS handshakes that failed (the client refused the certificate).
-    pub(crate) failed_handshakes: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
+    served: Served,
+}
+
+/// Who serves the TLS connections.
+enum Served {
+    /// The mock's own TLS listener; it counts connections in its stats.
+    ByMock(#[allow(dead_code, reason = "kept alive: dropping it stops the server")] RunningMockLlm),
+    /// The test's hyper server (a stream limit set).
+    ByTest {
+        /// TCP connections accepted.
+        connections: Arc<AtomicUsize>,
+        task: tokio::task::JoinHandle<()>,
+    },
 }
 
 impl Drop for TlsMock {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Served::ByTest { task, .. } = &self.served {
+            task.abort();
+        }
     }
 }
 
@@ -108,32 +133,38 @@ impl TlsMock {
             Offer::Http1 => vec![b"http/1.1".to_vec()],
             Offer::H2AndHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         };
-        let acceptor = TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let Some(max_streams) = max_streams else {
+            let tls = MockTls::from_config(Arc::new(config));
+            let running = mock.serve_tls(listener, &tls).expect("the mock over TLS");
+            return Self {
+                addr,
+                mock,
+                served: Served::ByMock(running),
+            };
+        };
+        let acceptor = TlsAcceptor::from(Arc::new(config));
         let connections = Arc::new(AtomicUsize::new(0));
-        let failed_handshakes = Arc::new(AtomicUsize::new(0));
         let router = mock.router();
         let task = tokio::spawn({
-            let (connections, failed) = (connections.clone(), failed_handshakes.clone());
+            let connections = connections.clone();
             async move {
                 loop {
                     let Ok((tcp, _)) = listener.accept().await else {
                         return;
                     };
                     connections.fetch_add(1, Ordering::SeqCst);
-                    let (acceptor, router, failed) =
-                        (acceptor.clone(), router.clone(), failed.clone());
+                    let (acceptor, router) = (acceptor.clone(), router.clone());
                     tokio::spawn(async move {
                         let Ok(tls) = acceptor.accept(tcp).await else {
-                            failed.fetch_add(1, Ordering::SeqCst);
                             return;
                         };
                         let service = TowerToHyperService::new(router);
                         let mut builder = auto::Builder::new(TokioExecutor::new());
-                        builder.http2().max_concurrent_streams(max_streams);
+                        builder.http2().max_concurrent_streams(Some(max_streams));
                         let _ = builder.serve_connection(TokioIo::new(tls), service).await;
                     });
                 }
@@ -142,9 +173,7 @@ impl TlsMock {
         Self {
             addr,
             mock,
-            connections,
-            failed_handshakes,
-            task,
+            served: Served::ByTest { connections, task },
         }
     }
 
@@ -155,6 +184,15 @@ impl TlsMock {
 
     /// The connections accepted so far.
     pub(crate) fn connections(&self) -> usize {
-        self.connections.load(Ordering::SeqCst)
+        match &self.served {
+            Served::ByMock(_) => self.mock.stats().connections as usize,
+            Served::ByTest { connections, .. } => connections.load(Ordering::SeqCst),
+        }
+    }
+
+    /// The TLS handshakes that failed (the client refused the certificate); counted by the
+    /// mock's own listener only.
+    pub(crate) fn failed_handshakes(&self) -> usize {
+        self.mock.stats().tls_handshakes_failed as usize
     }
 }

@@ -87,11 +87,7 @@ async fn the_default_client_refuses_an_untrusted_certificate_naming_the_host() {
     }
     assert_eq!(server.mock.request_count(), 0, "no request went out");
     // The server sees each handshake end as the client hangs up (a moment after the error).
-    let failed = || {
-        server
-            .failed_handshakes
-            .load(std::sync::atomic::Ordering::SeqCst)
-    };
+    let failed = || server.failed_handshakes();
     let settled = tokio::time::timeout(Duration::from_secs(5), async {
         while failed() < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -126,7 +122,7 @@ fn a_pem_with_no_certificate_fails_the_build() {
 }
 
 #[cfg(feature = "async-openai")]
-mod async_openai_client {
+pub(crate) mod async_openai_client {
     use ::async_openai::config::OpenAIConfig;
     use crewline_llm::AsyncOpenAiClient;
 
@@ -134,7 +130,7 @@ mod async_openai_client {
 
     /// An async-openai client for `base_url` over reqwest with the default client's TLS,
     /// trusting `ca` when given.
-    pub(super) fn client(base_url: &str, ca: Option<&TestCa>) -> AsyncOpenAiClient<OpenAIConfig> {
+    pub(crate) fn client(base_url: &str, ca: Option<&TestCa>) -> AsyncOpenAiClient<OpenAIConfig> {
         let roots = match ca {
             Some(ca) => TlsRoots::new().add_pem(ca.pem()).expect("the CA"),
             None => TlsRoots::new(),

@@ -15,7 +15,7 @@
 //! | `POST /_mock/script` | load a script (JSON body); clears the request log and counter |
 //! | `POST /_mock/reset` | clears the request log and counter, keeps the script |
 //! | `GET /_mock/requests` | the requests received, each `{index, method, path, headers, body, outcome}` |
-//! | `GET /_mock/stats` | counters that no load or reset clears: requests, connections, resets, requests per fault, the schedule's phases ([`MockStats`]) |
+//! | `GET /_mock/stats` | counters that no load or reset clears: requests, connections (accepted, open now, over TLS by protocol), resets, requests per fault, the schedule's phases ([`MockStats`]) |
 //! | `POST /_mock/fault` | the fault of every request from now (body: a fault name, or `ok` for none) |
 //! | `POST /_mock/fault-schedule` | a [`FaultSchedule`] starting now (body: e.g. `down for 20s, stall:3000 for 20s`) |
 //!
@@ -44,6 +44,10 @@
 //! front; streaming them allocates nothing more, and the only lock is the one that records the
 //! request and, at the end, its outcome.
 //!
+//! Over HTTPS ([`MockLlm::serve_tls`], `crewline mock-llm --tls-cert --tls-key`), as every
+//! provider is: rustls, ALPN offering `h2` then `http/1.1`, handshakes on tasks of their own
+//! ([`MockTls`]); `/_mock/stats` then counts the connections by protocol.
+//!
 //! One mock, two modes: [`MockLlm::new`] answers from a script through axum (above);
 //! [`MockLlm::raw`] and [`MockLlm::raw_fn`] answer byte for byte on the bare socket ([`raw`]),
 //! for client tests that need broken bodies, stalls and endless lines an HTTP framework would
@@ -55,6 +59,7 @@ pub mod raw;
 mod reply;
 mod schedule;
 mod script;
+mod tls;
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -75,10 +80,11 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::{net::TcpListener, sync::watch, task::JoinHandle, time::Instant};
 
-use conn::{ConnHandle, MockIo};
+use conn::{ConnCounters, ConnHandle, MockIo};
 pub use fault::{CutPoint, FAULT_HEADER, Fault};
 pub use schedule::{FaultSchedule, Phase, ScheduleError};
 pub use script::{Reply, Rule, Script, ScriptError, ScriptedCall, When};
+pub use tls::{HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MockTls, TlsError};
 
 /// The largest request body accepted (as the Python mock: 64 MiB).
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -183,6 +189,8 @@ struct Shared {
     faults: Mutex<ServerFaults>,
     /// Bumped whenever an outcome changes, so waiters need not poll.
     changed: watch::Sender<u64>,
+    /// Connections open now, and TLS connections by protocol.
+    connections: Arc<ConnCounters>,
 }
 
 struct LogState {
@@ -401,6 +409,18 @@ pub struct MockStats {
     pub requests: u64,
     /// Connections accepted (control requests included).
     pub connections: u64,
+    /// Connections open now (scripted mode: handed to the HTTP server and not yet closed;
+    /// over TLS, once the handshake is done).
+    pub connections_open: u64,
+    /// The most connections open at once since the mock was made (scripted mode).
+    pub connections_open_peak: u64,
+    /// Over TLS: connections whose handshake settled on HTTP/2 (`h2` by ALPN).
+    pub connections_h2: u64,
+    /// Over TLS: connections whose handshake settled on HTTP/1.1.
+    pub connections_http1: u64,
+    /// Over TLS: handshakes that failed (e.g. the client refused the certificate) or stalled
+    /// past [`HANDSHAKE_TIMEOUT`].
+    pub tls_handshakes_failed: u64,
     /// Connections reset as soon as accepted, by a server-wide `down` (no request read: add
     /// them to `requests` to count a client's attempts).
     pub connections_reset: u64,
@@ -473,6 +493,7 @@ impl MockLlm {
                 }),
                 faults: Mutex::new(ServerFaults::default()),
                 changed,
+                connections: Arc::default(),
             }),
         }
     }
@@ -566,9 +587,21 @@ impl MockLlm {
             Some(raw) => raw.request_count() as u64,
             None => faults.requests,
         };
+        let counters = &self.shared.connections;
+        let count = |counter: &std::sync::atomic::AtomicU64| {
+            counter.load(std::sync::atomic::Ordering::Relaxed)
+        };
         MockStats {
             requests,
             connections: faults.connections,
+            connections_open: match &self.shared.raw {
+                Some(raw) => raw.open_connections() as u64,
+                None => count(&counters.open),
+            },
+            connections_open_peak: count(&counters.open_peak),
+            connections_h2: count(&counters.h2),
+            connections_http1: count(&counters.http1),
+            tls_handshakes_failed: count(&counters.tls_failed),
             connections_reset: faults.connections_reset,
             requests_by_fault: faults.by_fault.clone(),
             fault: faults.current().0.map(|fault| fault.to_string()),
@@ -687,12 +720,44 @@ impl MockLlm {
     /// Serves on `listener` until the returned server is shut down or dropped; call it inside
     /// a Tokio runtime.
     pub fn serve(&self, listener: TcpListener) -> std::io::Result<RunningMockLlm> {
+        self.serve_with(listener, None)
+    }
+
+    /// Serves HTTPS with `tls` on `listener` (HTTP/1.1 or HTTP/2 as ALPN settles), as
+    /// [`MockLlm::serve`]; the base URL names `localhost`, so the certificate must too. Raw mode
+    /// is served in plain HTTP only (an `Unsupported` error).
+    pub fn serve_tls(
+        &self,
+        listener: TcpListener,
+        tls: &MockTls,
+    ) -> std::io::Result<RunningMockLlm> {
+        if self.is_raw() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the raw mock answers on the bare socket: plain HTTP only",
+            ));
+        }
+        self.serve_with(listener, Some(tls))
+    }
+
+    fn serve_with(
+        &self,
+        listener: TcpListener,
+        tls: Option<&MockTls>,
+    ) -> std::io::Result<RunningMockLlm> {
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = self.router();
+        let shared = Arc::clone(&self.shared);
         let listener = MockListener {
-            inner: listener,
-            shared: Arc::clone(&self.shared),
+            incoming: match tls {
+                None => Incoming::Plain(listener),
+                Some(tls) => {
+                    Incoming::Tls(tls::Handshakes::start(listener, Arc::clone(&shared), tls))
+                }
+            },
+            addr,
+            shared,
         };
         // The connect info is each connection's handle, so that `down` can reset one.
         let app = app.into_make_service_with_connect_info::<ConnHandle>();
@@ -705,6 +770,7 @@ impl MockLlm {
         });
         Ok(RunningMockLlm {
             addr,
+            tls: tls.is_some(),
             mock: self.clone(),
             stop: Some(stop),
             task,
@@ -720,6 +786,16 @@ impl MockLlm {
     /// Serves on 127.0.0.1, a free port.
     pub async fn start(&self) -> std::io::Result<RunningMockLlm> {
         self.spawn(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Binds `addr` (use port 0 for a free one) and serves HTTPS there with `tls`.
+    pub async fn spawn_tls(
+        &self,
+        addr: SocketAddr,
+        tls: &MockTls,
+    ) -> std::io::Result<RunningMockLlm> {
+        let listener = TcpListener::bind(addr).await?;
+        self.serve_tls(listener, tls)
     }
 
     /// Records a request and picks its reply (while the body is at hand).
@@ -778,8 +854,15 @@ impl MockLlm {
 /// fault `down`), or served by the scripted server (axum), or in raw mode by the byte-exact
 /// handler, on a task of its own.
 pub(crate) struct MockListener {
-    inner: TcpListener,
+    incoming: Incoming,
+    addr: SocketAddr,
     shared: Arc<Shared>,
+}
+
+/// Where connections come from: the socket itself, or (TLS) the handshake tasks.
+enum Incoming {
+    Plain(TcpListener),
+    Tls(tls::Handshakes),
 }
 
 impl axum::serve::Listener for MockListener {
@@ -787,9 +870,19 @@ impl axum::serve::Listener for MockListener {
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (MockIo, SocketAddr) {
+        let inner = match &mut self.incoming {
+            Incoming::Plain(inner) => inner,
+            Incoming::Tls(handshakes) => {
+                return match handshakes.ready.recv().await {
+                    Some(connection) => connection,
+                    // The accepting task is gone (it never ends on its own): accept nothing.
+                    None => std::future::pending().await,
+                };
+            }
+        };
         loop {
             // axum's own accept: it logs and retries accept errors.
-            let (tcp, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+            let (tcp, addr) = axum::serve::Listener::accept(inner).await;
             if self.shared.faults().accept() {
                 // A reset (RST), not a polite close: what a client meets at a crashed server.
                 if let Err(error) = tcp.set_zero_linger() {
@@ -804,14 +897,14 @@ impl axum::serve::Listener for MockListener {
                 if let Err(error) = tcp.set_nodelay(true) {
                     tracing::debug!(%error, "could not set TCP_NODELAY");
                 }
-                return (MockIo::new(tcp), addr);
+                return (MockIo::new(tcp, Arc::clone(&self.shared.connections)), addr);
             };
             tokio::spawn(raw::handle(tcp, Arc::clone(raw)));
         }
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.inner.local_addr()
+        Ok(self.addr)
     }
 }
 
@@ -836,6 +929,8 @@ impl LogState {
 #[derive(Debug)]
 pub struct RunningMockLlm {
     addr: SocketAddr,
+    /// Whether it serves HTTPS.
+    tls: bool,
     mock: MockLlm,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
@@ -847,9 +942,19 @@ impl RunningMockLlm {
         self.addr
     }
 
-    /// The OpenAI base URL to give a client: `http://<addr>/v1`.
+    /// The OpenAI base URL to give a client: `http://<addr>/v1`, or over TLS
+    /// `https://localhost:<port>/v1` (the name a test certificate is made for).
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        if self.tls {
+            format!("https://localhost:{}/v1", self.addr.port())
+        } else {
+            format!("http://{}/v1", self.addr)
+        }
+    }
+
+    /// Whether it serves HTTPS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
     }
 
     /// A builder for crewline's real OpenAI client pointed at this mock: no environment read,
