@@ -80,7 +80,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         crew.model.choice(),
         crew.model.model.clone(),
         Duration::from_millis(20),
-    )?)?;
+    )?)
+    .await
+    .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     // In memory, or shared by every replica through Redis when CREWLINE_REDIS_URL is set.
     let mut tasks = remote_weather::task_api()
         .await

@@ -37,7 +37,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         crew.model.choice(),
         crew.model.model.clone(),
         Duration::from_millis(20),
-    )?)?;
+    )?)
+    .await
+    .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     tracing::info!(port = crew.port, model = %model.description, "sentiment crew listening on /ws");
     crew.apply(sentiment_background::server(model.llm)?)
         .run()

@@ -76,7 +76,9 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         crew.model.choice(),
         crew.model.model.clone(),
         Duration::from_millis(20),
-    )?)?;
+    )?)
+    .await
+    .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     // The model and the tools are shared by every call; each call gets its own conversation.
     let weather = voice_agent::WeatherCrew::new(model.llm, service_delay)?;
     let mut server = crew.apply(CrewServer::new(weather.agent().clone()));

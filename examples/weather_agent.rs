@@ -40,7 +40,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.model.choice(),
         args.model.model.clone(),
         Duration::from_millis(15),
-    )?)?;
+    )?)
+    .await
+    .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     let agent = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)?;
     let mut context = Context::with_system(voice_agent::PROMPT);
     context.add(Message::user(question.clone()));
