@@ -76,11 +76,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let crew = args.crew;
     // The main model, behind a fallback over other providers when --fallback-base-url is given.
-    let model = crew.model.with_fallbacks(remote_weather::model(
-        crew.model.choice(),
-        crew.model.model.clone(),
-        Duration::from_millis(20),
-    )?)?;
+    let model = crew
+        .model
+        .with_fallbacks(remote_weather::model(
+            crew.model.choice(),
+            crew.model.model.clone(),
+            Duration::from_millis(20),
+        )?)
+        .await
+        .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     // In memory, or shared by every replica through Redis when CREWLINE_REDIS_URL is set.
     let mut tasks = remote_weather::task_api()
         .await

@@ -33,11 +33,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _logs = crewline_examples::args::init_logs("info");
     let Args { crew } = clap::Parser::parse();
     // The main model, behind a fallback over other providers when --fallback-base-url is given.
-    let model = crew.model.with_fallbacks(voice_agent::model(
-        crew.model.choice(),
-        crew.model.model.clone(),
-        Duration::from_millis(20),
-    )?)?;
+    let model = crew
+        .model
+        .with_fallbacks(voice_agent::model(
+            crew.model.choice(),
+            crew.model.model.clone(),
+            Duration::from_millis(20),
+        )?)
+        .await
+        .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     tracing::info!(port = crew.port, model = %model.description, "sentiment crew listening on /ws");
     crew.apply(sentiment_background::server(model.llm)?)
         .run()

@@ -72,11 +72,15 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         worker_runtimes,
     } = args;
     // The main model, behind a fallback over other providers when --fallback-base-url is given.
-    let model = crew.model.with_fallbacks(voice_agent::model(
-        crew.model.choice(),
-        crew.model.model.clone(),
-        Duration::from_millis(20),
-    )?)?;
+    let model = crew
+        .model
+        .with_fallbacks(voice_agent::model(
+            crew.model.choice(),
+            crew.model.model.clone(),
+            Duration::from_millis(20),
+        )?)
+        .await
+        .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     // The model and the tools are shared by every call; each call gets its own conversation.
     let weather = voice_agent::WeatherCrew::new(model.llm, service_delay)?;
     let mut server = crew.apply(CrewServer::new(weather.agent().clone()));

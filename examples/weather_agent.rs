@@ -36,11 +36,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let question = args.question.join(" ");
 
     // The main model, behind a fallback over other providers when --fallback-base-url is given.
-    let model = args.model.with_fallbacks(voice_agent::model(
-        args.model.choice(),
-        args.model.model.clone(),
-        Duration::from_millis(15),
-    )?)?;
+    let model = args
+        .model
+        .with_fallbacks(voice_agent::model(
+            args.model.choice(),
+            args.model.model.clone(),
+            Duration::from_millis(15),
+        )?)
+        .await
+        .map_err(|error| -> Box<dyn std::error::Error> { error })?;
     let agent = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)?;
     let mut context = Context::with_system(voice_agent::PROMPT);
     context.add(Message::user(question.clone()));

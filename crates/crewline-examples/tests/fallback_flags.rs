@@ -12,7 +12,7 @@ use crewline::{
     types::Message,
 };
 use crewline_examples::{
-    model::{ModelChoice, Provider, chain},
+    model::{ChainSettings, ModelChoice, Provider, chain},
     voice_agent::WeatherCrew,
 };
 use crewline_testkit::{
@@ -34,11 +34,13 @@ fn providers(primary: &RunningMockLlm, backup: &RunningMockLlm) -> Vec<Provider>
             name: "primary".into(),
             base_url: Some(primary.base_url()),
             model: "main-model".into(),
+            api_key_env: None,
         },
         Provider {
             name: "fallback-1".into(),
             base_url: Some(backup.base_url()),
             model: "backup-model".into(),
+            api_key_env: None,
         },
     ]
 }
@@ -50,7 +52,7 @@ async fn answered_by_the_fallback(choice: ModelChoice) {
         choice,
         Some("sk-test-not-a-key"),
         &providers(&primary, &backup),
-        None,
+        &ChainSettings::default(),
     )
     .unwrap();
     assert!(
@@ -107,7 +109,7 @@ async fn a_crew_on_the_chain_answers_through_an_outage_and_after_it() {
         ModelChoice::FromEnv,
         Some("sk-test-not-a-key"),
         &providers(&primary, &backup),
-        None,
+        &ChainSettings::default(),
     )
     .unwrap();
     let weather = WeatherCrew::new(model.llm, Duration::ZERO).unwrap();

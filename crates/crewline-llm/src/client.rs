@@ -57,6 +57,16 @@ pub trait LlmClient: Send + Sync {
     fn model_id(&self) -> Option<&str> {
         None
     }
+
+    /// The model of the provider named `provider` in this client's
+    /// [`StreamItem::Provider`](crate::StreamItem::Provider) items (a
+    /// [`FallbackLlm`](crate::FallbackLlm)'s), so what a turn a fallback provider answered
+    /// cost is labelled with that provider's model, not the first one's; `None` when the
+    /// client has no such provider or does not know its model.
+    fn provider_model_id(&self, provider: &str) -> Option<&str> {
+        let _ = provider;
+        None
+    }
 }
 
 /// A shared model is a model: an `Arc<dyn LlmClient>` goes wherever an `impl LlmClient` does.
@@ -72,6 +82,10 @@ impl<T: LlmClient + ?Sized> LlmClient for std::sync::Arc<T> {
 
     fn model_id(&self) -> Option<&str> {
         (**self).model_id()
+    }
+
+    fn provider_model_id(&self, provider: &str) -> Option<&str> {
+        (**self).provider_model_id(provider)
     }
 }
 

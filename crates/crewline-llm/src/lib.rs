@@ -36,8 +36,8 @@ mod transport;
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
 #[cfg(feature = "async-openai")]
 pub use async_openai::{
-    AnswerBodyLimit, AsyncOpenAiClient, BodyLimited, ConversionError,
-    convert as async_openai_convert,
+    AnswerBodyLimit, AsyncOpenAiClient, BodyLimited, ConversionError, KeepRetryAfter,
+    RetryAfterKept, convert as async_openai_convert,
 };
 pub use client::LlmClient;
 #[cfg(any(test, feature = "mock"))]

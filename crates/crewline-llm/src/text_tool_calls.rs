@@ -140,6 +140,10 @@ impl<C: LlmClient> LlmClient for TextToolCalls<C> {
         self.inner.model_id()
     }
 
+    fn provider_model_id(&self, provider: &str) -> Option<&str> {
+        self.inner.provider_model_id(provider)
+    }
+
     async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
         let stream = self.inner.stream_chat(request).await?;
         if self.formats.is_empty() {

@@ -99,6 +99,9 @@
       fatal: null,
       warnings: [],
       handoff: null,
+      // Which model provider answered (the crew's `llm_provider` log, from a fallback
+      // client); null on a crew with one model.
+      provider: null,
     };
   }
 
@@ -261,6 +264,10 @@
   function applyLog(frame, t) {
     const payload = frame.payload && typeof frame.payload === "object" ? frame.payload : {};
     const name = frame.name;
+    if (name === "llm_provider") {
+      applyProvider(payload);
+      return;
+    }
     if (name !== "tool_call_start" && name !== "tool_call_end" && name !== "tool_call_error") return;
     const turn = answering() || lastTurn();
     if (!turn) return;
@@ -301,6 +308,21 @@
       tool.error = payload.error == null ? "failed" : typeof payload.error === "string" ? payload.error : JSON.stringify(payload.error);
       tool.errorKind = payload.error_kind == null ? null : String(payload.error_kind);
     }
+  }
+
+  /** The provider that answered a turn: the turn whose request id the log names, else the one answering. */
+  function applyProvider(payload) {
+    if (payload.provider == null) return;
+    const id = payload.turn_id == null ? null : String(payload.turn_id);
+    let turn = null;
+    for (let i = call.turns.length - 1; i >= 0 && id !== null; i--) {
+      if (call.turns[i].requestId === id) {
+        turn = call.turns[i];
+        break;
+      }
+    }
+    turn = turn || answering() || lastTurn();
+    if (turn) turn.provider = short(String(payload.provider), 80);
   }
 
   /** Token counts where a frame reports them (`usage` objects, `*_tokens` fields). */
@@ -770,6 +792,7 @@
       leakedChunks: turn.leakedChunks,
       handoff: turn.handoff ? turn.handoff.kind : null,
       fatal: turn.fatal,
+      provider: turn.provider,
     }));
     const ttfc = turns.map((t) => t.timeToFirstChunk).filter((x) => x !== null);
     const ttfs = turns.map((t) => t.timeToFirstSentence).filter((x) => x !== null);
@@ -885,6 +908,11 @@
       label.appendChild(
         el("div", "times", `first chunk ${fmt(turn.firstChunkAt)} · end ${fmt(turn.endAt)}`),
       );
+      if (turn.provider !== null) {
+        const provider = testid(el("div", "provider", `answered by ${turn.provider}`), "turn-provider");
+        provider.title = "the model provider that answered this turn (the crew's fallback client)";
+        label.appendChild(provider);
+      }
       row.appendChild(label);
 
       const track = el("div", "turn-track");
@@ -990,6 +1018,7 @@
       if (t.interruptedAt !== null) notes.push(`barge-in at ${fmt(t.interruptedAt)}`);
       if (t.handoff) notes.push(t.handoff);
       if (t.fatal) notes.push("fatal error");
+      if (t.provider !== null) notes.push(`answered by ${t.provider}`);
       const cells = [
         [String(t.index), "index"],
         [t.user, "said"],

@@ -499,6 +499,8 @@ async fn a_text_turn_with_the_weather_tool_shows_the_reply_and_the_tool_bar_with
                tools: row.querySelector('[data-testid=tools]').textContent, \
                callTools: document.querySelector('[data-testid=call-tools] .value').textContent, \
                points: document.querySelectorAll('[data-testid=ttfc-point]').length, \
+               providers: document.querySelectorAll('[data-testid=turn-provider]').length, \
+               notes: row.querySelector('[data-testid=notes]').textContent, \
              };",
         )
         .await;
@@ -527,6 +529,16 @@ async fn a_text_turn_with_the_weather_tool_shows_the_reply_and_the_tool_bar_with
     assert_eq!(shown["tools"], "2");
     assert_eq!(shown["callTools"], "2");
     assert_eq!(shown["points"], 1);
+    // A crew on one model names no provider.
+    assert_eq!(shown["providers"], 0, "{shown}");
+    assert!(
+        !shown["notes"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("answered by"),
+        "{shown}"
+    );
+    assert_eq!(turn["provider"], Value::Null, "{turn}");
     browser.screenshot("tool-turn").await;
 
     // A call in progress: the long story streaming under the tool turn (the README's picture).
@@ -1197,6 +1209,80 @@ async fn a_fatal_error_a_transfer_and_the_close_are_shown_as_such() {
     assert!(field("notes").contains("transfer_call"), "{shown}");
     assert!(field("notes").contains("fatal error"), "{shown}");
     browser.screenshot("errors").await;
+    browser.close().await;
+    crew_task.abort();
+    page_task.abort();
+}
+
+/// The weather crew on a `FallbackLlm` whose first provider is down: the backup answers, and
+/// the crew's `llm_provider` log names it.
+async fn fallback_crew() -> (SocketAddr, JoinHandle<()>) {
+    use crewline::llm::{FallbackLlm, LlmClient, LlmError, Reply, ScriptedLlm};
+
+    let down = ScriptedLlm::new([Reply::Fail(LlmError::Api {
+        status: Some(503),
+        message: "overloaded".into(),
+        retry_after: None,
+    })]);
+    let up = ScriptedLlm::new([Reply::text("Hello from the backup.")]);
+    let llm = FallbackLlm::builder()
+        .provider("primary", Arc::new(down) as Arc<dyn LlmClient>)
+        .provider("backup", Arc::new(up) as Arc<dyn LlmClient>)
+        .build()
+        .expect("two providers");
+    let crew = WeatherCrew::new(Arc::new(llm), WEATHER_SERVICE_DELAY).expect("the crew");
+    let server = CrewServer::new(crew.agent().clone()).auth_token(TOKEN);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let task = tokio::spawn(async move {
+        if let Err(error) = server.serve(listener).await {
+            eprintln!("the crew server failed: {error}");
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn the_provider_that_answered_is_shown_in_the_turns_row_and_figures() {
+    let Some((_turn, browser)) = browser_for("provider").await else {
+        return;
+    };
+    let (crew, crew_task) = fallback_crew().await;
+    let (page, page_task) =
+        serve_page(Playground::new(format!("ws://{crew}/ws")).token(TOKEN)).await;
+    browser.open(&page).await;
+    browser.connect().await;
+    browser.say("Hello?").await;
+    browser.wait_turn_ended(1).await;
+    let turn = browser.turn(1).await;
+    assert_eq!(turn["provider"], "backup", "{turn}");
+    assert_eq!(turn["text"], "Hello from the backup.", "{turn}");
+    browser
+        .wait_for(
+            "the provider in the turn's row",
+            "return Boolean(document.querySelector('[data-testid=turn][data-index=\"1\"] [data-testid=turn-provider]'));",
+        )
+        .await;
+    let shown = browser
+        .js(
+            "const text = (sel) => { const e = document.querySelector(sel); return e ? e.textContent : null; }; \
+             return { \
+               provider: text('[data-testid=turn][data-index=\"1\"] [data-testid=turn-provider]'), \
+               notes: text('[data-testid=turn-figure][data-index=\"1\"] [data-testid=notes]'), \
+               figure: window.crewlinePlayground.figures().turns[0].provider, \
+             };",
+        )
+        .await;
+    assert_eq!(shown["provider"], "answered by backup", "{shown}");
+    assert!(
+        shown["notes"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("answered by backup"),
+        "{shown}"
+    );
+    assert_eq!(shown["figure"], "backup", "{shown}");
+    browser.screenshot("provider").await;
     browser.close().await;
     crew_task.abort();
     page_task.abort();

@@ -8,10 +8,24 @@ use std::sync::Arc;
 use common::*;
 use crewline::{
     Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop,
-    llm::{FallbackLlm, LlmClient, LlmError, Reply, ScriptedLlm},
+    llm::{ChatRequest, FallbackLlm, LlmClient, LlmError, LlmStream, Reply, ScriptedLlm},
     tool::ToolRegistry,
 };
 use crewline_server::CrewServer;
+
+/// A scripted provider that names its model, as a real provider's client does.
+struct Named(ScriptedLlm, &'static str);
+
+#[async_trait::async_trait]
+impl LlmClient for Named {
+    async fn stream_chat(&self, request: ChatRequest) -> Result<LlmStream, LlmError> {
+        self.0.stream_chat(request).await
+    }
+
+    fn model_id(&self) -> Option<&str> {
+        Some(self.1)
+    }
+}
 
 #[tokio::test]
 async fn a_failover_is_counted_per_provider_on_metrics() {
@@ -22,8 +36,14 @@ async fn a_failover_is_counted_per_provider_on_metrics() {
     })]);
     let up = ScriptedLlm::new([Reply::text("Hello from the backup.")]);
     let llm = FallbackLlm::builder()
-        .provider("primary", Arc::new(down) as Arc<dyn LlmClient>)
-        .provider("backup", Arc::new(up) as Arc<dyn LlmClient>)
+        .provider(
+            "primary",
+            Arc::new(Named(down, "gpt-4o-mini")) as Arc<dyn LlmClient>,
+        )
+        .provider(
+            "backup",
+            Arc::new(Named(up, "llama-3.3-70b")) as Arc<dyn LlmClient>,
+        )
         .build()
         .expect("two providers");
     let tool_loop = ToolLoop::new(Arc::new(llm.clone()), Arc::new(ToolRegistry::new()));
@@ -59,6 +79,15 @@ async fn a_failover_is_counted_per_provider_on_metrics() {
         assert!(
             body.lines().any(|l| l == line),
             "missing `{line}` in:\n{body}"
+        );
+    }
+    // The turn's tokens are the backup's: counted under its model, not the first provider's.
+    for (model, counted) in [("llama-3.3-70b", true), ("gpt-4o-mini", false)] {
+        let line = format!("crewline_llm_tokens_total{{model=\"{model}\",kind=\"completion\"}}");
+        assert_eq!(
+            body.lines().any(|l| l.starts_with(&line)),
+            counted,
+            "`{line}` in:\n{body}"
         );
     }
 }

@@ -417,6 +417,14 @@ impl ToolLoop {
                         }
                         Ok(StreamItem::Finish(_)) => Ok(()),
                         Ok(StreamItem::Provider(name)) => {
+                            // A fallback provider's tokens are counted under its own model,
+                            // unless the requests name one themselves.
+                            if self.config.options.model.is_none()
+                                && let Some(model) = self.llm.provider_model_id(&name)
+                                && report.model.as_deref() != Some(model)
+                            {
+                                report.model = Some(Arc::from(model));
+                            }
                             round.provider = Some(name);
                             Ok(())
                         }

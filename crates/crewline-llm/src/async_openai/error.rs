@@ -5,6 +5,7 @@ use std::{error::Error as StdError, time::Duration};
 use ::async_openai::error::OpenAIError;
 use secrecy::{ExposeSecret, SecretString};
 
+use super::retry_after::RetryAfterAnswer;
 use crate::{ErrorDetail, LlmError, openai::error_body_message};
 
 /// The most characters of a server's error message kept: enough for any real one, never a
@@ -122,6 +123,15 @@ fn common(error: OpenAIError, timeout: Duration) -> LlmError {
             LlmError::StreamCut(ErrorDetail::caused_by(message, error))
         }
         OpenAIError::InvalidArgument(message) => LlmError::Config(bounded(message)),
+        // An error answer `KeepRetryAfter` read, with the server's pause.
+        OpenAIError::Boxed(error) => match error.downcast::<RetryAfterAnswer>() {
+            Ok(answer) => LlmError::Api {
+                status: Some(answer.status),
+                message: bounded(answer.message),
+                retry_after: Some(answer.retry_after),
+            },
+            Err(error) => LlmError::other(OpenAIError::Boxed(error)),
+        },
         other => LlmError::other(other),
     }
 }

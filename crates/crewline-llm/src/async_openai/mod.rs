@@ -36,6 +36,7 @@ pub mod convert;
 mod error;
 mod limit;
 mod reader;
+mod retry_after;
 
 use std::{
     fmt,
@@ -62,6 +63,7 @@ use crate::{
 
 pub use self::convert::ConversionError;
 pub use self::limit::{AnswerBodyLimit, BodyLimited};
+pub use self::retry_after::{KeepRetryAfter, RetryAfterKept};
 use self::{error::Scrubber, reader::Reader};
 
 /// The default time limit for the answer's headers and first token (the default client's).
@@ -149,10 +151,13 @@ impl<C: Config> AsyncOpenAiClient<C> {
     }
 
     /// An `async_openai::Client` for `config` that sends through `http` with async-openai's
-    /// default retries, each answer bounded by [`AnswerBodyLimit`]: the client to give
-    /// [`AsyncOpenAiClient::new`] unless the team builds its own HTTP service (then add the
-    /// layer to it). A client built any other way reads error bodies and stream lines with no
-    /// limit at all.
+    /// default retries, each answer bounded by [`AnswerBodyLimit`] and an error's
+    /// `Retry-After` kept ([`KeepRetryAfter`]): the client to give [`AsyncOpenAiClient::new`]
+    /// unless the team builds its own HTTP service (then add the layers to it). A client built
+    /// any other way reads error bodies and stream lines with no limit at all, and loses the
+    /// server's `Retry-After` (async-openai's error drops the answer's headers). For a provider
+    /// of a [`FallbackLlm`](crate::FallbackLlm), use [`AsyncOpenAiClient::provider_client`]:
+    /// its retries would hold the turn on a failing provider.
     ///
     /// ```no_run
     /// use async_openai::config::OpenAIConfig;
@@ -167,9 +172,46 @@ impl<C: Config> AsyncOpenAiClient<C> {
     {
         use ::async_openai::middleware::{ReqwestService, retry::OpenAIRetryLayer};
 
-        // The limit innermost, so each attempt of a retry is bounded.
+        // The limit innermost, so each attempt of a retry is bounded; `Retry-After` kept
+        // outermost, so the retry layer still sees (and waits on) the answer itself.
         let service = tower::ServiceBuilder::new()
+            .layer(KeepRetryAfter)
             .layer(OpenAIRetryLayer::default())
+            .layer(AnswerBodyLimit::default())
+            .service(ReqwestService::new(http));
+        Client::with_config(config).with_http_service(service)
+    }
+
+    /// An `async_openai::Client` for one provider of a [`FallbackLlm`](crate::FallbackLlm):
+    /// as [`AsyncOpenAiClient::bounded_client`] (answers bounded, `Retry-After` kept) but with
+    /// no retries of its own, so a provider that fails fails at once and the next one answers
+    /// (the fallback is the retry; the default client's equivalent is `max_retries(0)`).
+    ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    ///
+    /// use async_openai::config::OpenAIConfig;
+    /// use crewline_llm::{AsyncOpenAiClient, FallbackLlm};
+    ///
+    /// let primary = AsyncOpenAiClient::provider_client(OpenAIConfig::default(), reqwest::Client::new());
+    /// let backup = AsyncOpenAiClient::provider_client(
+    ///     OpenAIConfig::default().with_api_base("https://backup.example/v1"),
+    ///     reqwest::Client::new(),
+    /// );
+    /// let llm = FallbackLlm::builder()
+    ///     .provider("primary", Arc::new(AsyncOpenAiClient::new(primary, "gpt-4o-mini")))
+    ///     .provider("backup", Arc::new(AsyncOpenAiClient::new(backup, "llama-3.3-70b")))
+    ///     .build()?;
+    /// # Ok::<(), crewline_llm::LlmError>(())
+    /// ```
+    pub fn provider_client(config: C, http: reqwest::Client) -> Client<C>
+    where
+        C: 'static,
+    {
+        use ::async_openai::middleware::ReqwestService;
+
+        let service = tower::ServiceBuilder::new()
+            .layer(KeepRetryAfter)
             .layer(AnswerBodyLimit::default())
             .service(ReqwestService::new(http));
         Client::with_config(config).with_http_service(service)

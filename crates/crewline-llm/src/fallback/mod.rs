@@ -229,9 +229,20 @@ impl LlmClient for FallbackLlm {
         )))
     }
 
-    /// The first provider's model.
+    /// The first provider's model (a turn another provider answered reads that one's with
+    /// [`LlmClient::provider_model_id`]).
     fn model_id(&self) -> Option<&str> {
         self.inner.providers.first()?.client.model_id()
+    }
+
+    /// The model of the provider named `provider`.
+    fn provider_model_id(&self, provider: &str) -> Option<&str> {
+        self.inner
+            .providers
+            .iter()
+            .find(|p| &*p.name == provider)?
+            .client
+            .model_id()
     }
 }
 

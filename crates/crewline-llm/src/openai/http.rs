@@ -483,7 +483,7 @@ where
 }
 
 /// The server's `Retry-After`, in whole seconds.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
         .get(hyper::header::RETRY_AFTER)?
         .to_str()

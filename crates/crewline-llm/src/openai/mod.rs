@@ -59,6 +59,7 @@ use self::{http::Transport, key::ApiKey, reader::Reader};
 pub(crate) use self::{
     body::{build as build_body, build_body as write_body},
     decode::{Decoder, Flow, Pending, response as whole_response},
+    http::retry_after,
     quirks::{explain as explain_refusal, refuses_stream_options},
     wire::{decode_chunk, error_body_message, snippet},
 };
