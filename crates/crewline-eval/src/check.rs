@@ -9,6 +9,7 @@ use serde_json::Value;
 use crate::{
     call::{CallRecord, TurnRecord},
     matcher,
+    report::CheckCategory,
     scenario::{Budget, Expect, ReplyExpect, Scenario, ToolExpect},
 };
 
@@ -65,6 +66,25 @@ impl Check {
         Self { name, scope, kind }
     }
 
+    /// What the check is about.
+    pub(crate) fn category(&self) -> CheckCategory {
+        match self.kind {
+            Kind::Completes => CheckCategory::Call,
+            Kind::BargeInReached | Kind::ChunksAfterBargeIn(_) => CheckCategory::BargeIn,
+            Kind::Tool(_) | Kind::ToolOrder(_) => CheckCategory::Tool,
+            Kind::Contains(_) | Kind::NotContains(_) | Kind::Regex(_) | Kind::MaxSentences(_) => {
+                CheckCategory::Reply
+            }
+            Kind::FirstChunk(_)
+            | Kind::TurnTime(_)
+            | Kind::P95FirstChunk(_)
+            | Kind::P95TurnTime(_) => CheckCategory::Latency,
+            Kind::EndCall(_) | Kind::Transfer(_) | Kind::TransferTo(_) | Kind::Handoff(_) => {
+                CheckCategory::Handoff
+            }
+        }
+    }
+
     /// Whether the check holds over all runs at once rather than in each run.
     pub(crate) fn over_runs(&self) -> bool {
         matches!(self.kind, Kind::P95FirstChunk(_) | Kind::P95TurnTime(_))
@@ -83,7 +103,11 @@ impl Check {
                 if let Some(why) = call.not_reached(Some(turn)) {
                     return Err(why);
                 }
-                call.turns.get(turn).map(|t| (turn, t)).into_iter().collect()
+                call.turns
+                    .get(turn)
+                    .map(|t| (turn, t))
+                    .into_iter()
+                    .collect()
             }
             Scope::Call => {
                 if let Some(why) = call.not_reached(None) {
@@ -94,10 +118,12 @@ impl Check {
         };
         if self.kind.per_turn() {
             for (index, turn) in turns {
-                self.kind.judge_turn(turn).map_err(|message| match self.scope {
-                    Scope::Call => format!("turn {}: {message}", index + 1),
-                    Scope::Turn(_) => message,
-                })?;
+                self.kind
+                    .judge_turn(turn)
+                    .map_err(|message| match self.scope {
+                        Scope::Call => format!("turn {}: {message}", index + 1),
+                        Scope::Turn(_) => message,
+                    })?;
             }
             Ok(())
         } else {
@@ -288,15 +314,20 @@ impl Kind {
                 )),
                 _ => Ok(()),
             },
-            Self::Contains(text) if !lower.contains(&text.to_lowercase()) => {
-                Err(format!("expected the reply to contain {text:?}; {}", came()))
-            }
-            Self::NotContains(text) if lower.contains(&text.to_lowercase()) => {
-                Err(format!("expected the reply not to contain {text:?}; {}", came()))
-            }
+            Self::Contains(text) if !lower.contains(&text.to_lowercase()) => Err(format!(
+                "expected the reply to contain {text:?}; {}",
+                came()
+            )),
+            Self::NotContains(text) if lower.contains(&text.to_lowercase()) => Err(format!(
+                "expected the reply not to contain {text:?}; {}",
+                came()
+            )),
             Self::Regex(pattern) => match matcher::compile(pattern) {
                 Ok(regex) if regex.is_match(&turn.text) => Ok(()),
-                Ok(_) => Err(format!("expected the reply to match /{pattern}/; {}", came())),
+                Ok(_) => Err(format!(
+                    "expected the reply to match /{pattern}/; {}",
+                    came()
+                )),
                 Err(error) => Err(error),
             },
             Self::MaxSentences(max) => {
@@ -456,7 +487,11 @@ mod tests {
 
     #[test]
     fn p95_is_the_nearest_rank() {
-        let ms = |v: &[u64]| v.iter().map(|&m| Duration::from_millis(m)).collect::<Vec<_>>();
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(p95(ms(&[10])), Some(Duration::from_millis(10)));
         let hundred: Vec<u64> = (1..=100).collect();
         assert_eq!(p95(ms(&hundred)), Some(Duration::from_millis(95)));

@@ -38,7 +38,10 @@ pub enum CrewError {
         source: std::io::Error,
     },
     /// The started crew exited before it was ready.
-    #[error("the crew exited ({status}) before /ready answered 200{}", tail(stderr))]
+    #[error(
+        "the crew exited ({status}) before /ready answered 200{}",
+        tail(stderr)
+    )]
     Exited {
         /// How it exited.
         status: String,
@@ -53,6 +56,9 @@ pub enum CrewError {
         /// The end of its stderr.
         stderr: String,
     },
+    /// The scenario names no crew and none was given.
+    #[error("the scenario names no crew (`crew.url` or `crew.command`)")]
+    NoCrew,
     /// The variable named by `token_env` is not set.
     #[error("the crew's token variable {0} is not set")]
     MissingToken(String),
@@ -79,20 +85,24 @@ pub struct RunningCrew {
 impl RunningCrew {
     /// The crew `spec` names: `url_override` (e.g. `crewline eval --url`) or its `url` as
     /// is, else its `command` started and waited for.
-    pub async fn start(spec: &CrewSpec, url_override: Option<&str>) -> Result<Self, CrewError> {
-        let token = match &spec.token_env {
-            Some(name) => Some(
-                std::env::var(name).map_err(|_| CrewError::MissingToken(name.clone()))?,
-            ),
+    pub async fn start(
+        spec: Option<&CrewSpec>,
+        url_override: Option<&str>,
+    ) -> Result<Self, CrewError> {
+        let token = match spec.and_then(|spec| spec.token_env.as_ref()) {
+            Some(name) => {
+                Some(std::env::var(name).map_err(|_| CrewError::MissingToken(name.clone()))?)
+            }
             None => None,
         };
-        if let Some(url) = url_override.or(spec.url.as_deref()) {
+        if let Some(url) = url_override.or(spec.and_then(|spec| spec.url.as_deref())) {
             return Ok(Self {
                 url: url.to_owned(),
                 token,
                 process: None,
             });
         }
+        let spec = spec.ok_or(CrewError::NoCrew)?;
         let command = spec.command.as_deref().unwrap_or_default();
         let (program, args) = command.split_first().ok_or_else(|| CrewError::Spawn {
             program: String::new(),
@@ -100,7 +110,10 @@ impl RunningCrew {
         })?;
         let port = free_port().await?;
         let port_text = port.to_string();
-        let args: Vec<String> = args.iter().map(|a| a.replace("{port}", &port_text)).collect();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("{port}", &port_text))
+            .collect();
         let mut child = Command::new(program)
             .args(&args)
             .stdin(Stdio::null())

@@ -1,6 +1,6 @@
 //! Evals for crewline crews: know that a crew still behaves before a caller finds out.
 //!
-//! A [`Scenario`] (a TOML file) names a crew, the caller's turns and what must hold: tool
+//! A [`Scenario`] (a TOML file, or one of a suite's: [`ScenarioFile`]) names a crew, the caller's turns and what must hold: tool
 //! calls and their arguments, what the replies say, latency budgets, barge-ins, hand-offs.
 //! [`run_scenario`] places the call `runs` times, concurrently, over the real protocol with
 //! the testkit's platform client, and judges every expectation in every run: a
@@ -44,8 +44,8 @@ use std::{
 
 use futures::StreamExt;
 
-pub use report::{CheckReport, RunFailure, ScenarioReport, TurnLatency};
-pub use scenario::Scenario;
+pub use report::{CheckCategory, CheckReport, RunFailure, ScenarioReport, TurnLatency};
+pub use scenario::{Scenario, ScenarioFile};
 
 /// How many calls of one scenario run at once by default.
 pub const DEFAULT_CONCURRENCY: usize = 8;
@@ -64,7 +64,11 @@ pub enum EvalError {
         source: std::io::Error,
     },
     /// The file is larger than [`scenario::MAX_FILE_BYTES`].
-    #[error("{} is {bytes} bytes; a scenario is at most {} bytes", shown(path), scenario::MAX_FILE_BYTES)]
+    #[error(
+        "{} is {bytes} bytes; a scenario is at most {} bytes",
+        shown(path),
+        scenario::MAX_FILE_BYTES
+    )]
     TooLarge {
         /// The file.
         path: PathBuf,
@@ -99,7 +103,7 @@ fn shown(path: &Path) -> String {
 
 impl EvalError {
     /// The same error, naming `file`.
-    fn in_file(self, file: &Path) -> Self {
+    pub(crate) fn in_file(self, file: &Path) -> Self {
         match self {
             Self::TooLarge { bytes, .. } => Self::TooLarge {
                 path: file.to_owned(),
@@ -150,7 +154,8 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Scenario
         .runs
         .unwrap_or(scenario.runs)
         .clamp(1, scenario::MAX_RUNS);
-    let crew = match crew::RunningCrew::start(&scenario.crew, options.crew_url.as_deref()).await {
+    let spec = scenario.crew.as_ref();
+    let crew = match crew::RunningCrew::start(spec, options.crew_url.as_deref()).await {
         Ok(crew) => crew,
         Err(error) => {
             let message = error_chain(&error);
@@ -178,12 +183,16 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Scenario
     )
 }
 
-/// Reads the scenario at `path` and runs it; the report names the file.
-pub async fn run_file(path: &Path, options: &RunOptions) -> Result<ScenarioReport, EvalError> {
-    let scenario = Scenario::load(path)?;
-    let mut report = run_scenario(&scenario, options).await;
-    report.file = Some(path.display().to_string());
-    Ok(report)
+/// Reads the scenario or suite at `path` and runs its scenarios one after the other; each
+/// report names the file.
+pub async fn run_file(path: &Path, options: &RunOptions) -> Result<Vec<ScenarioReport>, EvalError> {
+    let mut reports = Vec::new();
+    for scenario in ScenarioFile::load(path)? {
+        let mut report = run_scenario(&scenario, options).await;
+        report.file = Some(path.display().to_string());
+        reports.push(report);
+    }
+    Ok(reports)
 }
 
 /// An error and its causes, `: `-separated.

@@ -180,14 +180,20 @@ mod tests {
     #[test]
     fn numbers_are_equal_by_value_and_objects_by_keys() {
         assert!(json_equal(&json!(3), &json!(3.0)));
-        assert!(json_equal(&json!({"a": 1, "b": [1, 2]}), &json!({"b": [1.0, 2], "a": 1})));
+        assert!(json_equal(
+            &json!({"a": 1, "b": [1, 2]}),
+            &json!({"b": [1.0, 2], "a": 1})
+        ));
         assert!(!json_equal(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
     }
 
     #[test]
     fn a_subset_ignores_extra_keys_and_finds_array_elements_anywhere() {
         let actual = json!({"to": {"iban": "DE1", "name": "Ada"}, "tags": ["x", "y"], "n": 5});
-        assert!(json_subset(&json!({"to": {"iban": "DE1"}, "tags": ["y"]}), &actual));
+        assert!(json_subset(
+            &json!({"to": {"iban": "DE1"}, "tags": ["y"]}),
+            &actual
+        ));
         assert!(!json_subset(&json!({"to": {"iban": "DE2"}}), &actual));
         assert!(!json_subset(&json!({"missing": 1}), &actual));
     }

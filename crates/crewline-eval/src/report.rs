@@ -36,11 +36,32 @@ pub struct ScenarioReport {
     pub duration_ms: u64,
 }
 
+/// What an expectation is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CheckCategory {
+    /// The call ran every turn.
+    Call,
+    /// A barge-in: placed where the turn says, and the crew silent after it.
+    BargeIn,
+    /// Tool calls, their arguments, counts and order.
+    Tool,
+    /// What the replies say.
+    Reply,
+    /// Latency budgets: measured times, which vary with the machine.
+    Latency,
+    /// `end_call`, transfers, hand-offs.
+    Handoff,
+}
+
 /// One expectation's result over the runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckReport {
     /// The expectation in words.
     pub name: String,
+    /// What it is about.
+    pub category: CheckCategory,
     /// Judged over all runs at once (a p95 budget) rather than in each run.
     pub over_runs: bool,
     /// In how many runs it held (for an over-runs check: 1 or 0 of 1).
@@ -125,10 +146,7 @@ impl ScenarioReport {
 
     /// The lowest pass rate of its checks (1 when it has none).
     pub fn worst_pass_rate(&self) -> f64 {
-        self.checks
-            .iter()
-            .map(|c| c.pass_rate)
-            .fold(1.0, f64::min)
+        self.checks.iter().map(|c| c.pass_rate).fold(1.0, f64::min)
     }
 }
 
@@ -168,6 +186,7 @@ impl CheckReport {
         };
         Self {
             name: check.name.clone(),
+            category: check.category(),
             over_runs: check.over_runs(),
             passed_runs,
             runs,
@@ -227,7 +246,9 @@ pub fn write_table(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
                 .turns
                 .iter()
                 .filter_map(pick)
-                .fold(None, |max: Option<f64>, v| Some(max.map_or(v, |m| m.max(v))))
+                .fold(None, |max: Option<f64>, v| {
+                    Some(max.map_or(v, |m| m.max(v)))
+                })
                 .map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"))
         };
         let name: String = report.name.chars().take(width).collect();
@@ -302,7 +323,10 @@ pub fn write_junit(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
             report.duration_ms as f64 / 1e3,
         )?;
         if let Some(error) = &report.error {
-            writeln!(out, r#"    <testcase classname="{suite}" name="the crew runs">"#)?;
+            writeln!(
+                out,
+                r#"    <testcase classname="{suite}" name="the crew runs">"#
+            )?;
             writeln!(out, r#"      <error message="{}"/>"#, xml(error))?;
             writeln!(out, "    </testcase>")?;
         }
@@ -376,7 +400,11 @@ mod tests {
 
     #[test]
     fn the_median_is_the_middle_run() {
-        let ms = |v: &[u64]| v.iter().map(|&m| Duration::from_millis(m)).collect::<Vec<_>>();
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(p50(ms(&[30, 10, 20])), Some(Duration::from_millis(20)));
         assert_eq!(p50(Vec::new()), None);
     }

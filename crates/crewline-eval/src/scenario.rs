@@ -15,6 +15,8 @@ use crate::{EvalError, matcher};
 
 /// The largest scenario file read, in bytes.
 pub const MAX_FILE_BYTES: u64 = 256 * 1024;
+/// The most scenarios in one suite file.
+pub const MAX_SCENARIOS: usize = 64;
 /// The most caller turns in one scenario.
 pub const MAX_TURNS: usize = 64;
 /// The most runs (repetitions) of one scenario.
@@ -33,15 +35,19 @@ pub struct Scenario {
     /// What the scenario checks, for the people reading the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// The crew to call: a WebSocket URL, or a command line that serves it.
-    pub crew: CrewSpec,
+    /// The crew to call: a WebSocket URL, or a command line that serves it. In a suite,
+    /// the suite's `crew` when the scenario sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crew: Option<CrewSpec>,
     /// How many times the call is placed (concurrently); models are not deterministic.
     /// 1 to 200, default 1; `crewline eval --runs N` overrides it.
     #[serde(default = "default_runs")]
+    #[schemars(range(min = 1, max = 200))]
     pub runs: u32,
     /// The share of runs in which each expectation must hold for the scenario to pass:
     /// above 0 and at most 1 (default 1: every run).
     #[serde(default = "default_threshold")]
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub pass_threshold: f64,
     /// The call's variables, sent in `system.init` (what the crew's prompt may be rendered
     /// from, e.g. `name = "Ada"`).
@@ -52,11 +58,35 @@ pub struct Scenario {
     #[serde(default = "default_turn_timeout_ms")]
     pub turn_timeout_ms: u64,
     /// The caller's turns, in order (1 to 64).
+    #[schemars(length(min = 1, max = 64))]
     pub turns: Vec<CallerTurn>,
     /// What must hold over the whole call. Tool and hand-off expectations here count over
     /// all turns; `reply` and `budget` here apply to every turn.
     #[serde(default)]
     pub expect: Expect,
+}
+
+/// A suite: several scenarios in one file, sharing a crew unless they name their own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Suite {
+    /// The crew every scenario without a `crew` of its own calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crew: Option<CrewSpec>,
+    /// The scenarios, run one after the other (1 to 64).
+    #[schemars(length(min = 1, max = 64))]
+    pub scenarios: Vec<Scenario>,
+}
+
+/// What a scenario file holds: one scenario (its keys at the top), or a suite of them
+/// (`[[scenarios]]` tables, with an optional shared `[crew]`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ScenarioFile {
+    /// One scenario.
+    One(Box<Scenario>),
+    /// A suite: several scenarios, sharing a crew.
+    Suite(Suite),
 }
 
 fn default_runs() -> u32 {
@@ -284,46 +314,107 @@ impl Budget {
     }
 }
 
-impl Scenario {
-    /// Reads and checks a scenario file (at most [`MAX_FILE_BYTES`]).
-    pub fn load(path: &Path) -> Result<Self, EvalError> {
-        let read_error = |source| EvalError::Read {
-            path: path.to_owned(),
-            source,
-        };
-        let size = std::fs::metadata(path).map_err(read_error)?.len();
-        if size > MAX_FILE_BYTES {
-            return Err(EvalError::TooLarge {
-                path: path.to_owned(),
-                bytes: size,
-            });
+impl ScenarioFile {
+    /// Reads and checks a scenario or suite file (at most [`MAX_FILE_BYTES`]): its
+    /// scenarios, in order, each with its crew filled in.
+    pub fn load(path: &Path) -> Result<Vec<Scenario>, EvalError> {
+        let text = read_bounded(path)?;
+        Self::from_toml(&text).map_err(|error| error.in_file(path))
+    }
+
+    /// Parses and checks a scenario or suite from TOML text.
+    pub fn from_toml(text: &str) -> Result<Vec<Scenario>, EvalError> {
+        check_size(text)?;
+        let table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+        if !table.contains_key("scenarios") {
+            return Scenario::from_toml(text).map(|scenario| vec![scenario]);
         }
-        let text = std::fs::read_to_string(path).map_err(read_error)?;
+        let suite: Suite = toml::from_str(text).map_err(parse_error)?;
+        if suite.scenarios.is_empty() || suite.scenarios.len() > MAX_SCENARIOS {
+            return Err(invalid(format!(
+                "{} scenarios; a suite has 1 to {MAX_SCENARIOS}",
+                suite.scenarios.len()
+            )));
+        }
+        suite
+            .scenarios
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut scenario)| {
+                if scenario.crew.is_none() {
+                    scenario.crew.clone_from(&suite.crew);
+                }
+                scenario.validate().map_err(|message| {
+                    invalid(format!(
+                        "scenario {} ({:?}): {message}",
+                        index + 1,
+                        scenario.name
+                    ))
+                })?;
+                Ok(scenario)
+            })
+            .collect()
+    }
+
+    /// The JSON Schema of scenario files (what `crewline eval --schema` prints).
+    pub fn json_schema() -> Value {
+        schemars::schema_for!(ScenarioFile).to_value()
+    }
+}
+
+fn read_bounded(path: &Path) -> Result<String, EvalError> {
+    let read_error = |source| EvalError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read_error)?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(EvalError::TooLarge {
+            path: path.to_owned(),
+            bytes: size,
+        });
+    }
+    std::fs::read_to_string(path).map_err(read_error)
+}
+
+fn check_size(text: &str) -> Result<(), EvalError> {
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(EvalError::TooLarge {
+            path: Default::default(),
+            bytes: text.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+fn parse_error(error: toml::de::Error) -> EvalError {
+    EvalError::Parse {
+        path: Default::default(),
+        message: error.to_string(),
+    }
+}
+
+fn invalid(message: String) -> EvalError {
+    EvalError::Invalid {
+        path: Default::default(),
+        message,
+    }
+}
+
+impl Scenario {
+    /// Reads and checks a file holding one scenario (at most [`MAX_FILE_BYTES`]); see
+    /// [`ScenarioFile::load`] for suites.
+    pub fn load(path: &Path) -> Result<Self, EvalError> {
+        let text = read_bounded(path)?;
         Self::from_toml(&text).map_err(|error| error.in_file(path))
     }
 
     /// Parses and checks a scenario from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, EvalError> {
-        if text.len() as u64 > MAX_FILE_BYTES {
-            return Err(EvalError::TooLarge {
-                path: Default::default(),
-                bytes: text.len() as u64,
-            });
-        }
-        let scenario: Self = toml::from_str(text).map_err(|error| EvalError::Parse {
-            path: Default::default(),
-            message: error.to_string(),
-        })?;
-        scenario.validate().map_err(|message| EvalError::Invalid {
-            path: Default::default(),
-            message,
-        })?;
+        check_size(text)?;
+        let scenario: Self = toml::from_str(text).map_err(parse_error)?;
+        scenario.validate().map_err(invalid)?;
         Ok(scenario)
-    }
-
-    /// The JSON Schema of the scenario format (what `crewline eval --schema` prints).
-    pub fn json_schema() -> Value {
-        schemars::schema_for!(Scenario).to_value()
     }
 
     /// Checks what the types cannot say; the message names the field.
@@ -332,7 +423,10 @@ impl Scenario {
             return Err("`name` is empty".to_owned());
         }
         if !(1..=MAX_RUNS).contains(&self.runs) {
-            return Err(format!("`runs` is {}; it must be 1 to {MAX_RUNS}", self.runs));
+            return Err(format!(
+                "`runs` is {}; it must be 1 to {MAX_RUNS}",
+                self.runs
+            ));
         }
         if !(self.pass_threshold > 0.0 && self.pass_threshold <= 1.0) {
             return Err(format!(
@@ -346,7 +440,10 @@ impl Scenario {
                 self.turn_timeout_ms
             ));
         }
-        self.crew.validate()?;
+        match &self.crew {
+            Some(crew) => crew.validate()?,
+            None => return Err("no `crew`: set `crew.url` or `crew.command`".to_owned()),
+        }
         if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
             return Err(format!(
                 "{} turns; a scenario has 1 to {MAX_TURNS}",
@@ -369,9 +466,9 @@ impl CrewSpec {
         match (&self.url, &self.command) {
             (Some(_), Some(_)) => Err("[crew]: set `url` or `command`, not both".to_owned()),
             (None, None) => Err("[crew]: set `url` or `command`".to_owned()),
-            (Some(url), None) if !(url.starts_with("ws://") || url.starts_with("wss://")) => {
-                Err(format!("[crew]: `url` {url:?} is not a ws:// or wss:// address"))
-            }
+            (Some(url), None) if !(url.starts_with("ws://") || url.starts_with("wss://")) => Err(
+                format!("[crew]: `url` {url:?} is not a ws:// or wss:// address"),
+            ),
             (None, Some(command)) if command.is_empty() => {
                 Err("[crew]: `command` is empty".to_owned())
             }
@@ -437,14 +534,14 @@ impl ToolExpect {
         if self.name.is_empty() {
             return Err("`name` is empty".to_owned());
         }
-        let counts = usize::from(self.count.is_some())
-            + usize::from(self.once)
-            + usize::from(self.never);
+        let counts =
+            usize::from(self.count.is_some()) + usize::from(self.once) + usize::from(self.never);
         if counts > 1 {
             return Err("set at most one of `count`, `once` and `never`".to_owned());
         }
         for (key, arg) in &self.args {
-            arg.validate().map_err(|message| format!("args.{key}: {message}"))?;
+            arg.validate()
+                .map_err(|message| format!("args.{key}: {message}"))?;
         }
         Ok(())
     }
@@ -453,7 +550,9 @@ impl ToolExpect {
 impl ArgMatcher {
     fn validate(&self) -> Result<(), String> {
         if self == &Self::default() {
-            return Err("an empty matcher; give `equals`, `subset`, `regex`, `min` or `max`".into());
+            return Err(
+                "an empty matcher; give `equals`, `subset`, `regex`, `min` or `max`".into(),
+            );
         }
         if let Some(pattern) = &self.regex {
             matcher::compile(pattern)?;

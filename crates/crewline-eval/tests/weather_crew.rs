@@ -62,15 +62,26 @@ async fn a_scenario_the_weather_crew_meets_passes_in_every_run() {
     for check in &report.checks {
         assert!(check.failures.is_empty(), "{check:#?}");
         let expected_runs = if check.over_runs { 1 } else { 3 };
-        assert_eq!((check.passed_runs, check.runs), (expected_runs, expected_runs));
+        assert_eq!(
+            (check.passed_runs, check.runs),
+            (expected_runs, expected_runs)
+        );
     }
-    let paris = check(&report, r#"turn 2: get_weather(location = "Paris") called once"#);
+    let paris = check(
+        &report,
+        r#"turn 2: get_weather(location = "Paris") called once"#,
+    );
     assert_eq!(paris.pass_rate, 1.0);
     check(&report, "call: get_weather() called 2 times");
     check(&report, "turn 2: p95 turn time within 20000 ms");
     // Both turns measured in every run.
     assert_eq!(report.turns.len(), 2);
-    assert!(report.turns.iter().all(|t| t.runs == 3 && t.p95_turn_ms.is_some()));
+    assert!(
+        report
+            .turns
+            .iter()
+            .all(|t| t.runs == 3 && t.p95_turn_ms.is_some())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +117,9 @@ async fn a_broken_expectation_fails_saying_what_was_expected_and_what_came() {
     );
     let sentences = check(&report, "turn 1: reply has at most 1 sentences");
     assert!(
-        sentences.failures[0].message.starts_with("expected at most 1 sentences; came 2"),
+        sentences.failures[0]
+            .message
+            .starts_with("expected at most 1 sentences; came 2"),
         "{sentences:#?}"
     );
     // What did hold still passes: the call itself ran.
@@ -117,10 +130,15 @@ async fn a_broken_expectation_fails_saying_what_was_expected_and_what_came() {
     let table = String::from_utf8(table).unwrap();
     assert!(table.contains("FAIL the wrong city"), "{table}");
     assert!(
-        table.contains(r#"✗ turn 1: get_weather(location = "Lyon") called: held in 0/2 runs (needs 100%)"#),
+        table.contains(
+            r#"✗ turn 1: get_weather(location = "Lyon") called: held in 0/2 runs (needs 100%)"#
+        ),
         "{table}"
     );
-    assert!(table.contains(r#"run 1: expected a call of get_weather"#), "{table}");
+    assert!(
+        table.contains(r#"run 1: expected a call of get_weather"#),
+        "{table}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,58 @@
+//! The example crews' eval suites (`examples/evals/`), run offline against the crews the
+//! examples serve, built here on their scripted models.
+
+mod common;
+
+use std::{path::Path, time::Duration};
+
+use crewline_eval::{CheckCategory, RunOptions, ScenarioFile, run_scenario};
+use crewline_examples::{model::ModelChoice, voice_agent};
+use crewline_server::CrewServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voice_agent_suite_passes_against_the_example_crew() {
+    // What `cargo run --example voice_agent` serves without OPENAI_API_KEY: the scripted
+    // model at 20 ms a chunk, the weather service at 300 ms a lookup.
+    let model = voice_agent::model(ModelChoice::Scripted, None, Duration::from_millis(20))
+        .expect("the scripted model");
+    let crew = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)
+        .expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    let has_budgets = scenarios
+        .iter()
+        .any(|s| s.turns.iter().any(|t| !t.expect.budget.is_empty()));
+    assert!(has_budgets, "the suite sets latency budgets");
+    assert_eq!(scenarios.len(), 3);
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for scenario in &scenarios {
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        // Latency budgets are measured and reported, not asserted here: speed lives in the
+        // benchmarks, and a loaded test machine is not a phone line.
+        let failed: Vec<_> = report
+            .checks
+            .iter()
+            .filter(|c| !c.passed && c.category != CheckCategory::Latency)
+            .collect();
+        assert!(failed.is_empty(), "{}: {failed:#?}", scenario.name);
+        assert_eq!(report.runs, 3);
+        // Every check was judged on every run (none skipped).
+        assert!(report.checks.iter().all(|c| c.over_runs || c.runs == 3));
+        assert!(
+            report.turns.iter().all(|t| t.runs == 3),
+            "{:#?}",
+            report.turns
+        );
+    }
+}
