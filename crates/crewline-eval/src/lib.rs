@@ -28,7 +28,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The guide is `docs/evals.md`.
+//! The guide is [`guide`] (`docs/evals.md`).
 
 mod call;
 mod check;
@@ -46,6 +46,10 @@ use futures::StreamExt;
 
 pub use report::{CheckCategory, CheckReport, RunFailure, ScenarioReport, TurnLatency};
 pub use scenario::{Scenario, ScenarioFile};
+
+/// The guide, `docs/evals.md`: writing a scenario, running it, CI use, what is not built yet.
+#[doc = include_str!("../../../docs/evals.md")]
+pub mod guide {}
 
 /// How many calls of one scenario run at once by default.
 pub const DEFAULT_CONCURRENCY: usize = 8;
