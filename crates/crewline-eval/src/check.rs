@@ -499,6 +499,58 @@ mod tests {
         assert_eq!(p95(Vec::new()), None);
     }
 
+    fn calls(named: &[(&str, Value)]) -> Vec<(String, Value)> {
+        named
+            .iter()
+            .map(|(n, a)| ((*n).to_owned(), a.clone()))
+            .collect()
+    }
+
+    fn tool(expect: Value) -> ToolExpect {
+        serde_json::from_value(expect).expect("a valid expectation")
+    }
+
+    #[test]
+    fn a_tool_count_failure_says_how_many_matched_and_lists_what_came() {
+        let came = calls(&[
+            ("transfer_money", serde_json::json!({"amount": 50})),
+            ("transfer_money", serde_json::json!({"amount": 50})),
+        ]);
+        let came: Vec<&(String, Value)> = came.iter().collect();
+        let once = tool(serde_json::json!({"name": "transfer_money", "once": true}));
+        assert_eq!(
+            judge_tool(&once, &came).unwrap_err(),
+            r#"expected exactly one call of transfer_money(); 2 matched, came: transfer_money {"amount":50}, transfer_money {"amount":50}"#
+        );
+        let never = tool(
+            serde_json::json!({"name": "transfer_money", "never": true, "args": {"amount": {"min": 1000}}}),
+        );
+        assert!(judge_tool(&never, &came).is_ok(), "no call of 1000 or more");
+        let none = tool(serde_json::json!({"name": "lookup"}));
+        assert_eq!(
+            judge_tool(&none, &[]).unwrap_err(),
+            "expected a call of lookup(); 0 matched, came: no tool calls"
+        );
+    }
+
+    #[test]
+    fn tool_order_counts_each_name_s_first_call() {
+        let came = calls(&[
+            ("lookup", Value::Null),
+            ("confirm", Value::Null),
+            ("lookup", Value::Null),
+            ("transfer", Value::Null),
+        ]);
+        let came: Vec<&(String, Value)> = came.iter().collect();
+        let order = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        assert!(judge_order(&order(&["lookup", "confirm", "transfer"]), &came).is_ok());
+        assert_eq!(
+            judge_order(&order(&["confirm", "lookup"]), &came).unwrap_err(),
+            "expected confirm → lookup; came: lookup → confirm → lookup → transfer"
+        );
+        assert!(judge_order(&order(&["refund"]), &came).is_err());
+    }
+
     #[test]
     fn sentences_are_counted_as_speech_would_cut_them() {
         assert_eq!(sentences("Hi! How are you? I'm fine."), 3);

@@ -221,3 +221,26 @@ async fn a_crew_nobody_answers_at_fails_every_check_with_the_reason() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_barge_in_after_some_ms_cuts_the_long_story_short() {
+    // The story streams for well over a second at 20 ms a piece.
+    let url = weather_crew(Duration::from_millis(20), Duration::from_millis(20)).await;
+    let scenario = r#"
+        name = "barge in on the story"
+        crew.url = "ws://replaced.invalid/ws"
+
+        [[turns]]
+        say = "Tell me a story"
+        barge_in = { after_ms = 200 }
+        expect.reply.not_contains = ["thin and wispy again"]
+
+        [[turns]]
+        say = "Paris?"
+        expect.tools = [{ name = "get_weather", once = true }]
+    "#;
+    let report = run(scenario, &url).await;
+
+    assert!(report.passed, "{:#?}", report.checks);
+    assert!(check(&report, "turn 1: the barge-in point is reached").passed);
+}
