@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crewline_testkit::platform::{
-    CrewFrame, PlatformClient, PlatformConfig, PlatformError, Timeouts, Turn, TurnSummary,
+    CrewFrame, PlatformClient, PlatformConfig, PlatformError, Timeouts, ToolOutcome, Turn,
+    TurnSummary,
 };
 use serde_json::Value;
 
@@ -35,14 +36,26 @@ pub(crate) struct TurnRecord {
     pub(crate) first_chunk: Option<Duration>,
     /// From the request to `end`.
     pub(crate) turn_time: Option<Duration>,
-    /// The tool calls, in the order they were logged: name and arguments.
-    pub(crate) tools: Vec<(String, Value)>,
+    /// The tool calls, in the order they were logged.
+    pub(crate) tools: Vec<ToolCallRecord>,
     /// How many `agent.end_call` came.
     pub(crate) end_calls: usize,
     /// The numbers of the `agent.transfer_call`s that came.
     pub(crate) transfers: Vec<String>,
     /// Set when the turn has a barge-in.
     pub(crate) barge_in: Option<BargeInRecord>,
+}
+
+/// One tool call, as the crew logged it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolCallRecord {
+    /// The tool's name.
+    pub(crate) name: String,
+    /// Its arguments.
+    pub(crate) arguments: Value,
+    /// `Some(true)`: `tool_call_end`; `Some(false)`: `tool_call_error`, with its message;
+    /// `None`: still running when the turn ended.
+    pub(crate) outcome: Option<Result<(), String>>,
 }
 
 /// What a barge-in met.
@@ -193,7 +206,15 @@ impl TurnRecord {
             tools: summary
                 .tools
                 .into_iter()
-                .map(|tool| (tool.name, tool.arguments))
+                .map(|tool| ToolCallRecord {
+                    outcome: match tool.outcome {
+                        ToolOutcome::Ok(_) => Some(Ok(())),
+                        ToolOutcome::Failed(error) => Some(Err(error)),
+                        ToolOutcome::Running => None,
+                    },
+                    name: tool.name,
+                    arguments: tool.arguments,
+                })
                 .collect(),
             end_calls,
             transfers,

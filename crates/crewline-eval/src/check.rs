@@ -4,15 +4,16 @@
 use std::time::Duration;
 
 use crewline_speech::sentence::SentenceAggregator;
-use serde_json::Value;
 
 use crate::{
-    call::{CallRecord, TurnRecord},
+    call::{CallRecord, ToolCallRecord, TurnRecord},
     matcher,
     report::CheckCategory,
     scenario::{Budget, Expect, ReplyExpect, Scenario, ToolExpect},
 };
 
+/// The most characters of a tool's error quoted in a failure message.
+const QUOTED_ERROR_CHARS: usize = 80;
 /// The most characters of a reply quoted in a failure message.
 const QUOTED_REPLY_CHARS: usize = 160;
 
@@ -356,7 +357,7 @@ impl Kind {
 
     fn judge_calls<'a>(&self, turns: impl Iterator<Item = &'a TurnRecord>) -> Result<(), String> {
         let turns: Vec<&TurnRecord> = turns.collect();
-        let tools: Vec<&(String, Value)> = turns.iter().flat_map(|t| &t.tools).collect();
+        let tools: Vec<&ToolCallRecord> = turns.iter().flat_map(|t| &t.tools).collect();
         let end_calls: usize = turns.iter().map(|t| t.end_calls).sum();
         let transfers: Vec<&String> = turns.iter().flat_map(|t| &t.transfers).collect();
         match self {
@@ -391,10 +392,10 @@ impl Kind {
     }
 }
 
-fn judge_tool(expect: &ToolExpect, tools: &[&(String, Value)]) -> Result<(), String> {
+fn judge_tool(expect: &ToolExpect, tools: &[&ToolCallRecord]) -> Result<(), String> {
     let matching = tools
         .iter()
-        .filter(|(name, arguments)| expect.matches_call(name, arguments))
+        .filter(|call| expect.matches_call(call))
         .count();
     let (holds, wanted) = match (expect.count, expect.once, expect.never) {
         (_, _, true) => (matching == 0, "no call".to_owned()),
@@ -412,16 +413,16 @@ fn judge_tool(expect: &ToolExpect, tools: &[&(String, Value)]) -> Result<(), Str
     ))
 }
 
-fn judge_order(order: &[String], tools: &[&(String, Value)]) -> Result<(), String> {
+fn judge_order(order: &[String], tools: &[&ToolCallRecord]) -> Result<(), String> {
     let firsts: Vec<Option<usize>> = order
         .iter()
-        .map(|name| tools.iter().position(|(called, _)| called == name))
+        .map(|name| tools.iter().position(|call| &call.name == name))
         .collect();
     let in_order = firsts.iter().all(Option::is_some) && firsts.windows(2).all(|w| w[0] < w[1]);
     if in_order {
         return Ok(());
     }
-    let came: Vec<&str> = tools.iter().map(|(name, _)| name.as_str()).collect();
+    let came: Vec<&str> = tools.iter().map(|call| call.name.as_str()).collect();
     Err(format!(
         "expected {}; came: {}",
         order.join(" → "),
@@ -444,15 +445,21 @@ fn within(what: &str, budget: u64, took: Option<Duration>) -> Result<(), String>
     }
 }
 
-fn list_calls(tools: &[&(String, Value)]) -> String {
+fn list_calls(tools: &[&ToolCallRecord]) -> String {
     if tools.is_empty() {
         return "no tool calls".to_owned();
     }
-    tools
-        .iter()
-        .map(|(name, arguments)| format!("{name} {}", matcher::arguments_value(arguments)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    let call = |call: &ToolCallRecord| {
+        let arguments = matcher::arguments_value(&call.arguments);
+        match &call.outcome {
+            Some(Ok(())) | None => format!("{} {arguments}", call.name),
+            Some(Err(error)) => {
+                let error: String = error.chars().take(QUOTED_ERROR_CHARS).collect();
+                format!("{} {arguments} (failed: {error})", call.name)
+            }
+        }
+    };
+    tools.iter().map(|c| call(c)).collect::<Vec<_>>().join(", ")
 }
 
 fn numbers(transfers: &[&String]) -> String {
@@ -483,6 +490,8 @@ fn sentences(text: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]
@@ -499,10 +508,14 @@ mod tests {
         assert_eq!(p95(Vec::new()), None);
     }
 
-    fn calls(named: &[(&str, Value)]) -> Vec<(String, Value)> {
+    fn calls(named: &[(&str, Value)]) -> Vec<ToolCallRecord> {
         named
             .iter()
-            .map(|(n, a)| ((*n).to_owned(), a.clone()))
+            .map(|(name, arguments)| ToolCallRecord {
+                name: (*name).to_owned(),
+                arguments: arguments.clone(),
+                outcome: Some(Ok(())),
+            })
             .collect()
     }
 
@@ -516,7 +529,7 @@ mod tests {
             ("transfer_money", serde_json::json!({"amount": 50})),
             ("transfer_money", serde_json::json!({"amount": 50})),
         ]);
-        let came: Vec<&(String, Value)> = came.iter().collect();
+        let came: Vec<&ToolCallRecord> = came.iter().collect();
         let once = tool(serde_json::json!({"name": "transfer_money", "once": true}));
         assert_eq!(
             judge_tool(&once, &came).unwrap_err(),
@@ -541,7 +554,7 @@ mod tests {
             ("lookup", Value::Null),
             ("transfer", Value::Null),
         ]);
-        let came: Vec<&(String, Value)> = came.iter().collect();
+        let came: Vec<&ToolCallRecord> = came.iter().collect();
         let order = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
         assert!(judge_order(&order(&["lookup", "confirm", "transfer"]), &came).is_ok());
         assert_eq!(

@@ -73,16 +73,30 @@ fn tail(stderr: &str) -> String {
 
 /// A crew to call: its WebSocket URL and bearer token, and the process when the runner
 /// started it (killed when this is dropped).
-#[derive(Debug)]
 pub struct RunningCrew {
     /// The crew's WebSocket address.
-    pub url: String,
+    pub(crate) url: String,
     /// The bearer token, from `token_env`.
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     process: Option<Child>,
 }
 
+impl std::fmt::Debug for RunningCrew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningCrew")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("process", &self.process.as_ref().and_then(Child::id))
+            .finish()
+    }
+}
+
 impl RunningCrew {
+    /// The crew's WebSocket address.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The crew `spec` names: `url_override` (e.g. `crewline eval --url`) or its `url` as
     /// is, else its `command` started and waited for.
     pub async fn start(

@@ -3,7 +3,10 @@
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 
-use crate::scenario::{ArgMatcher, ToolExpect};
+use crate::{
+    call::ToolCallRecord,
+    scenario::{ArgMatcher, ToolExpect},
+};
 
 /// The most memory a compiled pattern may take: a scenario file is input, and a pattern can
 /// be written to blow up when compiled.
@@ -138,12 +141,17 @@ impl ArgMatcher {
 }
 
 impl ToolExpect {
-    /// Whether a call with these (logged) arguments is one this expectation counts.
-    pub(crate) fn matches_call(&self, name: &str, arguments: &Value) -> bool {
-        if name != self.name {
+    /// Whether a logged call is one this expectation counts.
+    pub(crate) fn matches_call(&self, call: &ToolCallRecord) -> bool {
+        if call.name != self.name {
             return false;
         }
-        let arguments = arguments_value(arguments);
+        if let Some(succeeded) = self.succeeded
+            && call.outcome.as_ref().map(Result::is_ok) != Some(succeeded)
+        {
+            return false;
+        }
+        let arguments = arguments_value(&call.arguments);
         self.args
             .iter()
             .all(|(key, matcher)| matcher.matches(argument(&arguments, key)))
@@ -163,7 +171,12 @@ impl ToolExpect {
         if let Some(subset) = &self.args_subset {
             parts.push(format!("args contain {subset}"));
         }
-        format!("{}({})", self.name, parts.join(", "))
+        let outcome = match self.succeeded {
+            Some(true) => " that succeeded",
+            Some(false) => " that failed",
+            None => "",
+        };
+        format!("{}({}){outcome}", self.name, parts.join(", "))
     }
 }
 
@@ -175,6 +188,14 @@ mod tests {
 
     fn tool(args: Value) -> ToolExpect {
         serde_json::from_value(json!({"name": "pay", "args": args})).expect("a valid expectation")
+    }
+
+    fn call(name: &str, arguments: Value) -> ToolCallRecord {
+        ToolCallRecord {
+            name: name.to_owned(),
+            arguments,
+            outcome: Some(Ok(())),
+        }
     }
 
     #[test]
@@ -201,19 +222,53 @@ mod tests {
     #[test]
     fn argument_matchers_cover_equality_regex_ranges_and_pointers() {
         let arguments = json!({"city": "Paris", "amount": "120.5", "to": {"iban": "DE12"}});
-        assert!(tool(json!({"city": {"equals": "Paris"}})).matches_call("pay", &arguments));
-        assert!(tool(json!({"city": {"regex": "(?i)^paris$"}})).matches_call("pay", &arguments));
-        assert!(tool(json!({"amount": {"min": 100, "max": 200}})).matches_call("pay", &arguments));
-        assert!(!tool(json!({"amount": {"max": 100}})).matches_call("pay", &arguments));
-        assert!(tool(json!({"/to/iban": {"regex": "^DE"}})).matches_call("pay", &arguments));
-        assert!(!tool(json!({"missing": {"regex": ".*"}})).matches_call("pay", &arguments));
-        assert!(!tool(json!({})).matches_call("refund", &arguments));
+        assert!(
+            tool(json!({"city": {"equals": "Paris"}}))
+                .matches_call(&call("pay", arguments.clone()))
+        );
+        assert!(
+            tool(json!({"city": {"regex": "(?i)^paris$"}}))
+                .matches_call(&call("pay", arguments.clone()))
+        );
+        assert!(
+            tool(json!({"amount": {"min": 100, "max": 200}}))
+                .matches_call(&call("pay", arguments.clone()))
+        );
+        assert!(
+            !tool(json!({"amount": {"max": 100}})).matches_call(&call("pay", arguments.clone()))
+        );
+        assert!(
+            tool(json!({"/to/iban": {"regex": "^DE"}}))
+                .matches_call(&call("pay", arguments.clone()))
+        );
+        assert!(
+            !tool(json!({"missing": {"regex": ".*"}}))
+                .matches_call(&call("pay", arguments.clone()))
+        );
+        assert!(!tool(json!({})).matches_call(&call("refund", arguments)));
+    }
+
+    #[test]
+    fn succeeded_counts_only_calls_with_that_outcome() {
+        let parked = ToolCallRecord {
+            outcome: Some(Err("waiting for approval".to_owned())),
+            ..call("pay", json!({}))
+        };
+        let ran = call("pay", json!({}));
+        let only_ok: ToolExpect =
+            serde_json::from_value(json!({"name": "pay", "succeeded": true})).expect("valid");
+        assert!(!only_ok.matches_call(&parked));
+        assert!(only_ok.matches_call(&ran));
+        assert!(
+            tool(json!({})).matches_call(&parked),
+            "any outcome by default"
+        );
     }
 
     #[test]
     fn arguments_logged_as_a_json_string_are_read_as_an_object() {
         let logged = json!("{\"city\":\"Tokyo\"}");
-        assert!(tool(json!({"city": {"equals": "Tokyo"}})).matches_call("pay", &logged));
+        assert!(tool(json!({"city": {"equals": "Tokyo"}})).matches_call(&call("pay", logged)));
     }
 
     #[test]

@@ -224,6 +224,11 @@ pub struct ToolExpect {
     /// arrays: each element found; anything else: equal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args_subset: Option<Value>,
+    /// `true`: only calls that ended with `tool_call_end` count; `false`: only calls that
+    /// failed (`tool_call_error`, e.g. refused arguments, or a transfer waiting for the
+    /// caller's yes). Unset: any outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<bool>,
     /// Exactly this many matching calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,

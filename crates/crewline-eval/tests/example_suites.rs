@@ -6,7 +6,10 @@ mod common;
 use std::{path::Path, time::Duration};
 
 use crewline_eval::{CheckCategory, RunOptions, ScenarioFile, run_scenario};
-use crewline_examples::{model::ModelChoice, voice_agent};
+use std::sync::Arc;
+
+use crewline::{SessionSetup, llm::LlmClient};
+use crewline_examples::{bank_support as bank, model::ModelChoice, voice_agent};
 use crewline_server::CrewServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,4 +58,36 @@ async fn the_voice_agent_suite_passes_against_the_example_crew() {
             report.turns
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bank_suite_passes_and_money_moves_once_per_yes() {
+    // What `cargo run --example bank_support` serves offline: the scripted model over the
+    // demo books (booking without the example's 300 ms processing time).
+    let books = bank::Bank::demo();
+    let llm: Arc<dyn LlmClient> = Arc::new(bank::scripted_bank_model());
+    let shared = bank::BankShared::in_memory(books.clone());
+    let url = common::serve(CrewServer::new(move |setup: SessionSetup| {
+        let crew = bank::bank_crew(&setup, llm.clone(), &shared);
+        async move { crew }
+    }))
+    .await;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/bank_support.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for scenario in &scenarios {
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+    }
+    // Three runs said yes once each: $50 moved three times, never more.
+    assert_eq!(books.balance("alice"), Some(10_000 + 3 * 5_000));
 }
