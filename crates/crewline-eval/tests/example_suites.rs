@@ -91,3 +91,52 @@ async fn the_bank_suite_passes_and_money_moves_once_per_yes() {
     // Three runs said yes once each: $50 moved three times, never more.
     assert_eq!(books.balance("alice"), Some(10_000 + 3 * 5_000));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weather_crew_whose_model_looks_up_the_wrong_city_fails_the_suite_saying_so() {
+    use crewline::{
+        llm::{Reply, ScriptedLlm},
+        types::Message,
+    };
+    // A broken variant of the example: whatever is asked, its model looks up Lyon.
+    let broken = ScriptedLlm::from_fn(|request| match request.messages.last() {
+        Some(Message::Tool { .. }) => Reply::text("Sorry, I found nothing."),
+        _ => Reply::tool_call("get_weather", serde_json::json!({"location": "Lyon"})),
+    });
+    let crew =
+        voice_agent::WeatherCrew::new(Arc::new(broken), Duration::ZERO).expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    let options = RunOptions {
+        crew_url: Some(url),
+        runs: Some(1),
+        ..RunOptions::default()
+    };
+    let two_cities = &scenarios[1];
+    let report = tokio::time::timeout(Duration::from_secs(60), run_scenario(two_cities, &options))
+        .await
+        .expect("the scenario ran within its bound");
+
+    assert!(!report.passed);
+    let paris = common::check(
+        &report,
+        "turn 1: get_weather(location ~ /(?i)^paris/) called once",
+    );
+    assert_eq!(
+        paris.failures[0].message,
+        "expected exactly one call of get_weather(location ~ /(?i)^paris/); 0 matched, came: \
+         get_weather {\"location\":\"Lyon\"} (failed: No weather data for Lyon; ask the caller \
+         for a larger city nearby.)"
+    );
+    let reply = common::check(&report, r#"turn 1: reply contains "18""#);
+    assert!(
+        reply.failures[0]
+            .message
+            .starts_with(r#"expected the reply to contain "18"; came: "#),
+        "{reply:#?}"
+    );
+}
