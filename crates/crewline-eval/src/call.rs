@@ -44,6 +44,8 @@ pub(crate) struct TurnRecord {
     pub(crate) transfers: Vec<String>,
     /// Set when the turn has a barge-in.
     pub(crate) barge_in: Option<BargeInRecord>,
+    /// The messages of the `agent.error`s the crew sent in the turn.
+    pub(crate) errors: Vec<String>,
 }
 
 /// One tool call, as the crew logged it.
@@ -219,6 +221,7 @@ impl TurnRecord {
             end_calls,
             transfers,
             barge_in,
+            errors: summary.errors.into_iter().map(|e| e.message).collect(),
             text: summary.text,
         }
     }

@@ -306,7 +306,15 @@ impl Kind {
 
     fn judge_turn(&self, turn: &TurnRecord) -> Result<(), String> {
         let lower = turn.text.to_lowercase();
-        let came = || format!("came: {}", quote(&turn.text));
+        // An empty or odd reply is often explained by the crew's own error report.
+        let came = || match turn.errors.as_slice() {
+            [] => format!("came: {}", quote(&turn.text)),
+            errors => format!(
+                "came: {} (the crew sent agent.error: {})",
+                quote(&turn.text),
+                errors.join("; ")
+            ),
+        };
         match self {
             Self::BargeInReached => match turn.barge_in {
                 Some(barge_in) if !barge_in.reached => Err(format!(

@@ -244,3 +244,29 @@ async fn a_barge_in_after_some_ms_cuts_the_long_story_short() {
     assert!(report.passed, "{:#?}", report.checks);
     assert!(check(&report, "turn 1: the barge-in point is reached").passed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_check_on_a_failed_turn_quotes_the_crew_s_agent_error() {
+    // A model with nothing scripted: every request fails, and the crew says so.
+    let llm = std::sync::Arc::new(crewline::llm::ScriptedLlm::new([]));
+    let crew = crewline_examples::voice_agent::WeatherCrew::new(llm, Duration::ZERO)
+        .expect("the weather tools");
+    let url = common::serve(crewline_server::CrewServer::new(crew.agent().clone())).await;
+    let scenario = r#"
+        name = "a model that fails"
+        crew.url = "ws://replaced.invalid/ws"
+
+        [[turns]]
+        say = "Hi"
+        expect.reply.contains = ["weather"]
+    "#;
+    let report = run(scenario, &url).await;
+
+    let message = &check(&report, r#"turn 1: reply contains "weather""#).failures[0].message;
+    assert!(
+        message.starts_with(
+            r#"expected the reply to contain "weather"; came: an empty reply (the crew sent agent.error: "#
+        ),
+        "{message}"
+    );
+}
