@@ -11,7 +11,7 @@ use std::{
 use clap::builder::TypedValueParser as _;
 use crewline_eval::{
     DEFAULT_CONCURRENCY, EvalError, RunOptions, Scenario, ScenarioFile, ScenarioReport, report,
-    run_scenario,
+    run_scenarios,
 };
 
 /// `crewline eval`'s command line.
@@ -77,24 +77,22 @@ pub async fn run_cli(args: EvalArgs, mut out: impl Write) -> Result<(), EvalCliE
         return writeln!(out, "{schema}").map_err(EvalCliError::Io);
     }
     // Every file is read first: a typo in the last one fails before any call is placed.
-    let mut scenarios: Vec<(&Path, Scenario)> = Vec::new();
+    let mut files: Vec<(&Path, Vec<Scenario>)> = Vec::with_capacity(args.files.len());
     for path in &args.files {
-        scenarios.extend(
-            ScenarioFile::load(path)?
-                .into_iter()
-                .map(|scenario| (path.as_path(), scenario)),
-        );
+        files.push((path.as_path(), ScenarioFile::load(path)?));
     }
     let options = RunOptions {
         runs: args.runs,
         crew_url: args.url.clone(),
         concurrency: args.concurrency,
     };
-    let mut reports = Vec::with_capacity(scenarios.len());
-    for (path, scenario) in &scenarios {
-        let mut report: ScenarioReport = run_scenario(scenario, &options).await;
-        report.file = Some(path.display().to_string());
-        reports.push(report);
+    let mut reports: Vec<ScenarioReport> = Vec::new();
+    for (path, scenarios) in &files {
+        // A suite's scenarios share its crew: a started one is started once per file.
+        for mut report in run_scenarios(scenarios, &options).await {
+            report.file = Some(path.display().to_string());
+            reports.push(report);
+        }
     }
     report::write_table(&reports, &mut out).map_err(EvalCliError::Io)?;
     out.flush().map_err(EvalCliError::Io)?;

@@ -164,3 +164,24 @@ fn the_schema_flag_prints_the_committed_schema() {
     assert_eq!(code, Some(0));
     assert_eq!(stdout, committed);
 }
+
+#[test]
+fn a_suite_starts_its_crew_once_for_all_its_scenarios() {
+    let dir = scratch("once");
+    let starts = dir.join("starts");
+    // A wrapper that counts its starts, then execs the crew (so stopping it stops the crew).
+    let crew = format!(
+        "[crew]\ncommand = [\"sh\", \"-c\", \"echo start >> '{}'; exec '{}' demo --serve --scripted --chunk-delay-ms 1 --port \\\"$0\\\"\", \"{{port}}\"]\nready_timeout_ms = 20000\n",
+        starts.display(),
+        env!("CARGO_BIN_EXE_crewline"),
+    );
+    let suite = dir.join("suite.toml");
+    std::fs::write(&suite, format!("{crew}{GREETING}{WRONG_CITY}")).unwrap();
+
+    let (code, stdout, stderr) = eval(&[suite.to_str().unwrap()]);
+
+    assert_eq!(code, Some(1), "the wrong city fails: {stdout}\n{stderr}");
+    assert!(stdout.lines().nth(1).unwrap().ends_with("pass"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&starts).unwrap(), "start\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

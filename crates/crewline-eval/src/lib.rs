@@ -148,36 +148,87 @@ impl Default for RunOptions {
     }
 }
 
-/// Runs `scenario`: reaches (or starts) its crew, places its calls, judges every check.
+/// Runs `scenario`: reaches (or starts) its crew, places its calls, judges every check,
+/// and stops the crew if it started it.
 ///
 /// A crew that cannot be started is a failed scenario (its report's `error`), not an `Err`:
 /// the other scenarios of a suite still run.
 pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> ScenarioReport {
-    let started = Instant::now();
-    let runs = options
+    run_scenarios(std::slice::from_ref(scenario), options)
+        .await
+        .pop()
+        .unwrap_or_else(|| {
+            ScenarioReport::failed(
+                scenario.name.clone(),
+                0,
+                scenario.pass_threshold,
+                "not run".to_owned(),
+            )
+        })
+}
+
+/// Runs `scenarios` one after the other, a report each, in order. Consecutive scenarios
+/// naming the same crew share it: a crew started from a `command` is started once for them
+/// (and keeps its state between them, as it does between runs).
+pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<ScenarioReport> {
+    let mut reports = Vec::with_capacity(scenarios.len());
+    // The crew of the previous scenario, and the spec it was reached by.
+    let mut current: Option<(Option<&scenario::CrewSpec>, crew::RunningCrew)> = None;
+    for scenario in scenarios {
+        let started = Instant::now();
+        let spec = scenario.crew.as_ref();
+        let reuse = current
+            .as_ref()
+            .is_some_and(|(reached, _)| *reached == spec);
+        if !reuse {
+            if let Some((_, crew)) = current.take() {
+                crew.stop().await;
+            }
+            match crew::RunningCrew::start(spec, options.crew_url.as_deref()).await {
+                Ok(crew) => current = Some((spec, crew)),
+                Err(error) => {
+                    let message = error_chain(&error);
+                    tracing::warn!(scenario = %scenario.name, %message, "the crew could not be reached");
+                    reports.push(ScenarioReport::failed(
+                        scenario.name.clone(),
+                        runs_of(scenario, options),
+                        scenario.pass_threshold,
+                        message,
+                    ));
+                    continue;
+                }
+            }
+        }
+        if let Some((_, crew)) = &current {
+            reports.push(run_against(scenario, crew, options, started).await);
+        }
+    }
+    if let Some((_, crew)) = current {
+        crew.stop().await;
+    }
+    reports
+}
+
+/// How many calls `scenario` places under `options`.
+fn runs_of(scenario: &Scenario, options: &RunOptions) -> u32 {
+    options
         .runs
         .unwrap_or(scenario.runs)
-        .clamp(1, scenario::MAX_RUNS);
-    let spec = scenario.crew.as_ref();
-    let crew = match crew::RunningCrew::start(spec, options.crew_url.as_deref()).await {
-        Ok(crew) => crew,
-        Err(error) => {
-            let message = error_chain(&error);
-            tracing::warn!(scenario = %scenario.name, %message, "the crew could not be reached");
-            return ScenarioReport::failed(
-                scenario.name.clone(),
-                runs,
-                scenario.pass_threshold,
-                message,
-            );
-        }
-    };
-    let calls: Vec<call::CallRecord> = futures::stream::iter(0..runs)
-        .map(|_| call::place(scenario, &crew))
+        .clamp(1, scenario::MAX_RUNS)
+}
+
+/// Places `scenario`'s calls to `crew`, concurrently, and judges them.
+async fn run_against(
+    scenario: &Scenario,
+    crew: &crew::RunningCrew,
+    options: &RunOptions,
+    started: Instant,
+) -> ScenarioReport {
+    let calls: Vec<call::CallRecord> = futures::stream::iter(0..runs_of(scenario, options))
+        .map(|_| call::place(scenario, crew))
         .buffer_unordered(options.concurrency.max(1))
         .collect()
         .await;
-    crew.stop().await;
     ScenarioReport::judge(
         scenario.name.clone(),
         scenario.pass_threshold,
@@ -187,14 +238,13 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Scenario
     )
 }
 
-/// Reads the scenario or suite at `path` and runs its scenarios one after the other; each
+/// Reads the scenario or suite at `path` and runs its scenarios ([`run_scenarios`]); each
 /// report names the file.
 pub async fn run_file(path: &Path, options: &RunOptions) -> Result<Vec<ScenarioReport>, EvalError> {
-    let mut reports = Vec::new();
-    for scenario in ScenarioFile::load(path)? {
-        let mut report = run_scenario(&scenario, options).await;
+    let scenarios = ScenarioFile::load(path)?;
+    let mut reports = run_scenarios(&scenarios, options).await;
+    for report in &mut reports {
         report.file = Some(path.display().to_string());
-        reports.push(report);
     }
     Ok(reports)
 }
