@@ -96,6 +96,8 @@ async fn a_broken_expectation_fails_saying_what_was_expected_and_what_came() {
         say = "What's the weather in Paris and Tokyo?"
         expect.reply.contains = ["sunny in Lyon"]
         expect.reply.max_sentences = 1
+        # Budgets no turn can meet: the failure path, with no claim about speed.
+        expect.budget = { first_chunk_ms = 0, p95_turn_ms = 0 }
 
         [[turns.expect.tools]]
         name = "get_weather"
@@ -121,6 +123,25 @@ async fn a_broken_expectation_fails_saying_what_was_expected_and_what_came() {
             .message
             .starts_with("expected at most 1 sentences; came 2"),
         "{sentences:#?}"
+    );
+    let first_chunk = check(&report, "turn 1: first chunk within 0 ms");
+    assert!(
+        first_chunk.failures[0]
+            .message
+            .starts_with("expected the first chunk within 0 ms; came after "),
+        "{first_chunk:#?}"
+    );
+    let p95 = check(&report, "turn 1: p95 turn time within 0 ms");
+    assert!(p95.over_runs && p95.runs == 1 && !p95.passed, "{p95:#?}");
+    assert!(
+        p95.failures[0]
+            .message
+            .starts_with("turn 1: expected a p95 turn time within 0 ms; came "),
+        "{p95:#?}"
+    );
+    assert!(
+        p95.failures[0].message.ends_with(" ms over 2 runs"),
+        "{p95:#?}"
     );
     // What did hold still passes: the call itself ran.
     assert!(check(&report, "call: the call runs every turn").passed);
