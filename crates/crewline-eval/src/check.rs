@@ -572,6 +572,48 @@ mod tests {
         assert!(judge_order(&order(&["refund"]), &came).is_err());
     }
 
+    /// A call whose one turn took `first` ms to its first chunk and `end` ms to its end.
+    fn timed_call(first: u64, end: u64) -> CallRecord {
+        CallRecord {
+            turns: vec![TurnRecord {
+                first_chunk: Some(Duration::from_millis(first)),
+                turn_time: Some(Duration::from_millis(end)),
+                ..TurnRecord::default()
+            }],
+            stopped: None,
+        }
+    }
+
+    #[test]
+    fn budgets_hold_per_run_and_p95_over_runs() {
+        let first_chunk = Check::new(Scope::Turn(0), Kind::FirstChunk(500));
+        assert!(
+            first_chunk.judge(&timed_call(500, 900)).is_ok(),
+            "the budget itself is within"
+        );
+        assert_eq!(
+            first_chunk.judge(&timed_call(501, 900)).unwrap_err(),
+            "expected the first chunk within 500 ms; came after 501 ms"
+        );
+        let every_turn = Check::new(Scope::Call, Kind::TurnTime(800));
+        assert_eq!(every_turn.name, "every turn: turn ends within 800 ms");
+        assert_eq!(
+            every_turn.judge(&timed_call(10, 900)).unwrap_err(),
+            "turn 1: expected the turn's end within 800 ms; came after 900 ms"
+        );
+        // Twenty runs, one slow: the nearest-rank p95 is the 19th fastest.
+        let mut calls: Vec<CallRecord> = (1..=19).map(|ms| timed_call(ms, 100 + ms)).collect();
+        calls.push(timed_call(5_000, 9_000));
+        let p95 = Check::new(Scope::Turn(0), Kind::P95TurnTime(119));
+        assert!(p95.over_runs());
+        assert!(p95.judge_over(&calls).is_ok());
+        let tight = Check::new(Scope::Turn(0), Kind::P95TurnTime(118));
+        assert_eq!(
+            tight.judge_over(&calls).unwrap_err(),
+            "turn 1: expected a p95 turn time within 118 ms; came 119 ms over 20 runs"
+        );
+    }
+
     #[test]
     fn sentences_are_counted_as_speech_would_cut_them() {
         assert_eq!(sentences("Hi! How are you? I'm fine."), 3);

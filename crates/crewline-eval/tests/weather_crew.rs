@@ -26,7 +26,6 @@ expect.reply.contains = ["Let me check that for you", "18 degrees"]
 expect.reply.regex = ['Tokyo it is \d+ degrees']
 expect.reply.not_contains = ["No weather data"]
 expect.tool_order = ["get_weather"]
-expect.budget = { first_chunk_ms = 20000, turn_ms = 20000, p95_turn_ms = 20000 }
 
 [[turns.expect.tools]]
 name = "get_weather"
@@ -73,7 +72,6 @@ async fn a_scenario_the_weather_crew_meets_passes_in_every_run() {
     );
     assert_eq!(paris.pass_rate, 1.0);
     check(&report, "call: get_weather() called 2 times");
-    check(&report, "turn 2: p95 turn time within 20000 ms");
     // Both turns measured in every run.
     assert_eq!(report.turns.len(), 2);
     assert!(
