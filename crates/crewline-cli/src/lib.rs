@@ -4,13 +4,14 @@
 //! `crewline-testkit`, which holds the platform client, the mock model and the load engine;
 //! `playground` serves `crewline-playground`'s page; `ledger pending` lists the calls with
 //! effects a crash left with no outcome; `fake-bank` serves the testkit's fake bank for chaos
-//! runs.
+//! runs; `eval` runs `crewline-eval`'s scenario files and writes their reports.
 //!
 //! Nothing here prints on its own: the chat loop and the demo write to the writer they are
 //! given, so they can be tested with an in-memory buffer and reused by other tools.
 
 pub mod chat;
 pub mod demo;
+pub mod eval;
 pub mod fake_bank;
 pub mod ledger;
 pub mod load;

@@ -7,9 +7,10 @@
 //! - `crewline playground`: serves the browser playground page for a crew.
 //! - `crewline ledger pending`: lists the calls with effects that have no outcome (a crash).
 //! - `crewline fake-bank`: a fake bank that counts transfers by idempotency key (chaos runs).
+//! - `crewline eval`: runs scenario files against a crew; fails when a scenario fails.
 //!
 //! Each command's flags and work live in the library (`crewline_cli::{chat, demo, mock_llm,
-//! load, playground, ledger, fake_bank}`); this file only parses and dispatches.
+//! load, playground, ledger, fake_bank, eval}`); this file only parses and dispatches.
 
 use std::{io::Write, process::ExitCode};
 
@@ -48,6 +49,8 @@ enum Command {
     Ledger(crewline_cli::ledger::LedgerArgs),
     /// Serve a fake bank that executes transfers and counts them by idempotency key.
     FakeBank(crewline_cli::fake_bank::FakeBankArgs),
+    /// Run scenario files against a crew: expectations, pass rates, budgets; JUnit and JSON.
+    Eval(crewline_cli::eval::EvalArgs),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -76,6 +79,9 @@ async fn main() -> ExitCode {
             .await
             .map_err(Into::into),
         Command::Ledger(args) => crewline_cli::ledger::run_cli(args, std::io::stdout())
+            .await
+            .map_err(Into::into),
+        Command::Eval(args) => crewline_cli::eval::run_cli(args, std::io::stdout())
             .await
             .map_err(Into::into),
     };

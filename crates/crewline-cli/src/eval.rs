@@ -1,0 +1,126 @@
+//! `crewline eval FILE...`: runs scenario files against their crews (crewline-eval) and
+//! writes a summary table, and on request JSON and JUnit XML; fails when a scenario fails,
+//! so a CI job goes red.
+
+use std::{
+    fs::File,
+    io::{self, BufWriter, Write},
+    path::{Path, PathBuf},
+};
+
+use clap::builder::TypedValueParser as _;
+use crewline_eval::{
+    DEFAULT_CONCURRENCY, EvalError, RunOptions, Scenario, ScenarioFile, ScenarioReport, report,
+    run_scenarios,
+};
+
+/// `crewline eval`'s command line.
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// Scenario or suite files (TOML); see docs/evals.md.
+    #[arg(value_name = "FILE", required_unless_present = "schema")]
+    pub files: Vec<PathBuf>,
+    /// Print the JSON Schema of scenario files (for editors) and exit.
+    #[arg(long, conflicts_with_all = ["files", "json", "junit"])]
+    pub schema: bool,
+    /// Place N calls per scenario instead of the file's `runs`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crewline_eval::scenario::MAX_RUNS)))]
+    pub runs: Option<u32>,
+    /// Call the crew at this WebSocket URL instead of the files' `crew`.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// How many calls of one scenario run at once.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=256).map(usize::from))]
+    pub concurrency: usize,
+    /// Also write the results as JSON to PATH.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Also write the results as JUnit XML to PATH (for CI).
+    #[arg(long, value_name = "PATH")]
+    pub junit: Option<PathBuf>,
+}
+
+/// Why `crewline eval` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EvalCliError {
+    /// A file is not a valid scenario (nothing was run).
+    #[error(transparent)]
+    Scenario(#[from] EvalError),
+    /// A report file could not be written.
+    #[error("could not write {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing the summary failed.
+    #[error("could not write the summary")]
+    Io(#[source] io::Error),
+    /// Scenarios failed (the summary says which and why).
+    #[error("{failed} of {total} scenarios failed")]
+    Failed {
+        /// How many failed.
+        failed: usize,
+        /// Of how many.
+        total: usize,
+    },
+}
+
+/// Runs `crewline eval`, writing the summary (or the schema) to `out`.
+pub async fn run_cli(args: EvalArgs, mut out: impl Write) -> Result<(), EvalCliError> {
+    if args.schema {
+        let schema = serde_json::to_string_pretty(&ScenarioFile::json_schema())
+            .map_err(|e| EvalCliError::Io(e.into()))?;
+        return writeln!(out, "{schema}").map_err(EvalCliError::Io);
+    }
+    // Every file is read first: a typo in the last one fails before any call is placed.
+    let mut files: Vec<(&Path, Vec<Scenario>)> = Vec::with_capacity(args.files.len());
+    for path in &args.files {
+        files.push((path.as_path(), ScenarioFile::load(path)?));
+    }
+    let options = RunOptions {
+        runs: args.runs,
+        crew_url: args.url.clone(),
+        concurrency: args.concurrency,
+    };
+    let mut reports: Vec<ScenarioReport> = Vec::new();
+    for (path, scenarios) in &files {
+        // A suite's scenarios share its crew: a started one is started once per file.
+        for mut report in run_scenarios(scenarios, &options).await {
+            report.file = Some(path.display().to_string());
+            reports.push(report);
+        }
+    }
+    report::write_table(&reports, &mut out).map_err(EvalCliError::Io)?;
+    out.flush().map_err(EvalCliError::Io)?;
+    if let Some(path) = &args.json {
+        write_file(path, |file| report::write_json(&reports, file))?;
+    }
+    if let Some(path) = &args.junit {
+        write_file(path, |file| report::write_junit(&reports, file))?;
+    }
+    let failed = reports.iter().filter(|r| !r.passed).count();
+    if failed > 0 {
+        return Err(EvalCliError::Failed {
+            failed,
+            total: reports.len(),
+        });
+    }
+    Ok(())
+}
+
+fn write_file(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
+) -> Result<(), EvalCliError> {
+    let failed = |source| EvalCliError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = BufWriter::new(File::create(path).map_err(failed)?);
+    write(&mut file).map_err(failed)?;
+    file.flush().map_err(failed)
+}

@@ -1,0 +1,228 @@
+//! One run of a scenario: a call placed with the testkit's platform client, and what each
+//! turn brought (chunks with their times, tool calls from `agent.log`, hand-offs).
+
+use std::time::Duration;
+
+use crewline_testkit::platform::{
+    CrewFrame, PlatformClient, PlatformConfig, PlatformError, Timeouts, ToolOutcome, Turn,
+    TurnSummary,
+};
+use serde_json::Value;
+
+use crate::{
+    crew::RunningCrew,
+    scenario::{BargeIn, CallerTurn, Scenario},
+};
+
+/// How long the handshake (connect, `system.init`, `agent.ready`) may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one call brought.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallRecord {
+    /// The turns that ran to their end, in order (`turns[i]` is the scenario's turn `i`).
+    pub(crate) turns: Vec<TurnRecord>,
+    /// Why the call stopped before its last turn: the turn (0-based; `None`: the handshake)
+    /// and what went wrong.
+    pub(crate) stopped: Option<(Option<usize>, String)>,
+}
+
+/// What one turn brought.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TurnRecord {
+    /// The reply: the chunks' text, joined.
+    pub(crate) text: String,
+    /// From the request to the first chunk.
+    pub(crate) first_chunk: Option<Duration>,
+    /// From the request to `end`.
+    pub(crate) turn_time: Option<Duration>,
+    /// The tool calls, in the order they were logged.
+    pub(crate) tools: Vec<ToolCallRecord>,
+    /// How many `agent.end_call` came.
+    pub(crate) end_calls: usize,
+    /// The numbers of the `agent.transfer_call`s that came.
+    pub(crate) transfers: Vec<String>,
+    /// Set when the turn has a barge-in.
+    pub(crate) barge_in: Option<BargeInRecord>,
+    /// The messages of the `agent.error`s the crew sent in the turn.
+    pub(crate) errors: Vec<String>,
+}
+
+/// One tool call, as the crew logged it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolCallRecord {
+    /// The tool's name.
+    pub(crate) name: String,
+    /// Its arguments.
+    pub(crate) arguments: Value,
+    /// `Some(true)`: `tool_call_end`; `Some(false)`: `tool_call_error`, with its message;
+    /// `None`: still running when the turn ended.
+    pub(crate) outcome: Option<Result<(), String>>,
+}
+
+/// What a barge-in met.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct BargeInRecord {
+    /// The interrupt was sent before the reply ended.
+    pub(crate) reached: bool,
+    /// Chunks received before the interrupt was sent.
+    pub(crate) chunks_before: usize,
+    /// Chunks received after it: in flight, and after the turn's `end`.
+    pub(crate) chunks_after: usize,
+}
+
+impl CallRecord {
+    /// Why a turn (`None`: the whole call) was not reached, if it was not.
+    pub(crate) fn not_reached(&self, turn: Option<usize>) -> Option<String> {
+        let (at, why) = self.stopped.as_ref()?;
+        let reached = match turn {
+            Some(turn) => turn < self.turns.len(),
+            None => false,
+        };
+        (!reached).then(|| match at {
+            Some(at) => format!("not reached: the call stopped at turn {}: {why}", at + 1),
+            None => format!("not reached: the call did not start: {why}"),
+        })
+    }
+}
+
+/// Places one call to `crew` and plays the scenario's turns.
+pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord {
+    let mut config = PlatformConfig::new(crew.url.clone());
+    config.token.clone_from(&crew.token);
+    config.initial_variables.clone_from(&scenario.variables);
+    let turn_timeout = Duration::from_millis(scenario.turn_timeout_ms);
+    config.timeouts = Timeouts {
+        connect: HANDSHAKE_TIMEOUT,
+        ready: HANDSHAKE_TIMEOUT,
+        frame: turn_timeout,
+        turn: turn_timeout,
+        ..Timeouts::default()
+    };
+    let mut record = CallRecord::default();
+    let mut client = match PlatformClient::connect(config).await {
+        Ok(client) => client,
+        Err(error) => {
+            record.stopped = Some((None, error.to_string()));
+            return record;
+        }
+    };
+    for (index, turn) in scenario.turns.iter().enumerate() {
+        let Some(say) = turn.say.as_deref() else {
+            // A hang-up: the last turn (checked on load).
+            break;
+        };
+        match play(&mut client, say, turn).await {
+            Ok(turn) => record.turns.push(turn),
+            Err(error) => {
+                record.stopped = Some((Some(index), error.to_string()));
+                break;
+            }
+        }
+    }
+    // The crew may already have closed after a hand-off; either way the call is over.
+    if let Err(error) = client.close().await {
+        tracing::debug!(%error, "closing the call");
+    }
+    record
+}
+
+/// Plays one caller turn: says it, barges in if the turn says so, reads it to its end.
+async fn play(
+    client: &mut PlatformClient,
+    say: &str,
+    turn: &CallerTurn,
+) -> Result<TurnRecord, PlatformError> {
+    let mut live = client.user_turn(say)?;
+    let barge_in = match &turn.barge_in {
+        Some(barge_in) => Some(barge_in_on(&mut live, barge_in).await?),
+        None => None,
+    };
+    let summary = live.finish().await?;
+    Ok(TurnRecord::from_summary(summary, barge_in))
+}
+
+/// Reads the turn until the barge-in point and sends the interrupt there, unless the reply
+/// ended first.
+async fn barge_in_on(
+    live: &mut Turn<'_>,
+    barge_in: &BargeIn,
+) -> Result<BargeInRecord, PlatformError> {
+    let mut chunks = 0usize;
+    let at = barge_in
+        .after_ms
+        .map(|ms| live.sent_at() + Duration::from_millis(ms));
+    let after_chunks = barge_in.after_chunks.map(|n| n as usize);
+    loop {
+        if after_chunks.is_some_and(|n| chunks >= n) {
+            break;
+        }
+        let frame = match at {
+            Some(at) => tokio::select! {
+                frame = live.next() => frame?,
+                () = tokio::time::sleep_until(at) => break,
+            },
+            None => live.next().await?,
+        };
+        match frame {
+            Some(frame) => chunks += usize::from(matches!(frame.frame, CrewFrame::Chunk { .. })),
+            None => {
+                return Ok(BargeInRecord {
+                    reached: false,
+                    chunks_before: chunks,
+                    chunks_after: 0,
+                });
+            }
+        }
+    }
+    live.send_interrupt()?;
+    Ok(BargeInRecord {
+        reached: true,
+        chunks_before: chunks,
+        chunks_after: 0,
+    })
+}
+
+impl TurnRecord {
+    fn from_summary(summary: TurnSummary, barge_in: Option<BargeInRecord>) -> Self {
+        let mut end_calls = 0;
+        let mut transfers = Vec::new();
+        for frame in &summary.frames {
+            match &frame.frame {
+                CrewFrame::EndCall => end_calls += 1,
+                CrewFrame::Transfer(transfer) => {
+                    transfers.push(transfer.transfer_call_number.clone());
+                }
+                _ => {}
+            }
+        }
+        let barge_in = barge_in.map(|mut record| {
+            if let Some(report) = &summary.interrupt {
+                record.chunks_after = report.chunks_after_interrupt + report.leaked_chunks.len();
+            }
+            record
+        });
+        Self {
+            first_chunk: summary.time_to_first_chunk,
+            turn_time: summary.time_to_end,
+            tools: summary
+                .tools
+                .into_iter()
+                .map(|tool| ToolCallRecord {
+                    outcome: match tool.outcome {
+                        ToolOutcome::Ok(_) => Some(Ok(())),
+                        ToolOutcome::Failed(error) => Some(Err(error)),
+                        ToolOutcome::Running => None,
+                    },
+                    name: tool.name,
+                    arguments: tool.arguments,
+                })
+                .collect(),
+            end_calls,
+            transfers,
+            barge_in,
+            errors: summary.errors.into_iter().map(|e| e.message).collect(),
+            text: summary.text,
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The crew under test: a URL, or a process the runner starts on a free port and stops.
+
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use crewline_testkit::platform::http;
+use tokio::{
+    io::AsyncReadExt,
+    process::{Child, Command},
+    time::Instant,
+};
+
+use crate::scenario::CrewSpec;
+
+/// How much of a started crew's stderr is kept, from its end, for the error when it fails.
+const STDERR_TAIL_BYTES: usize = 4096;
+/// How often `/ready` is asked while the crew starts.
+const READY_POLL: Duration = Duration::from_millis(100);
+
+/// Why the crew could not be reached or started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CrewError {
+    /// No free port could be found on 127.0.0.1.
+    #[error("no free port on 127.0.0.1")]
+    Port(#[source] std::io::Error),
+    /// The command could not be started.
+    #[error("could not start `{program}`")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The started crew exited before it was ready.
+    #[error(
+        "the crew exited ({status}) before /ready answered 200{}",
+        tail(stderr)
+    )]
+    Exited {
+        /// How it exited.
+        status: String,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// `/ready` did not answer 200 in time.
+    #[error("the crew did not answer /ready with 200 within {} ms{}", after.as_millis(), tail(stderr))]
+    NotReady {
+        /// How long the runner waited.
+        after: Duration,
+        /// The end of its stderr.
+        stderr: String,
+    },
+    /// The scenario names no crew and none was given.
+    #[error("the scenario names no crew (`crew.url` or `crew.command`)")]
+    NoCrew,
+    /// The variable named by `token_env` is not set.
+    #[error("the crew's token variable {0} is not set")]
+    MissingToken(String),
+}
+
+fn tail(stderr: &str) -> String {
+    match stderr.trim() {
+        "" => String::new(),
+        text => format!("; its stderr ended with:\n{text}"),
+    }
+}
+
+/// A crew to call: its WebSocket URL and bearer token, and the process when the runner
+/// started it (killed when this is dropped).
+pub struct RunningCrew {
+    /// The crew's WebSocket address.
+    pub(crate) url: String,
+    /// The bearer token, from `token_env`.
+    pub(crate) token: Option<String>,
+    process: Option<Child>,
+}
+
+impl std::fmt::Debug for RunningCrew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningCrew")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("process", &self.process.as_ref().and_then(Child::id))
+            .finish()
+    }
+}
+
+impl RunningCrew {
+    /// The crew's WebSocket address.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The crew `spec` names: `url_override` (e.g. `crewline eval --url`) or its `url` as
+    /// is, else its `command` started and waited for.
+    pub async fn start(
+        spec: Option<&CrewSpec>,
+        url_override: Option<&str>,
+    ) -> Result<Self, CrewError> {
+        let token = match spec.and_then(|spec| spec.token_env.as_ref()) {
+            Some(name) => {
+                Some(std::env::var(name).map_err(|_| CrewError::MissingToken(name.clone()))?)
+            }
+            None => None,
+        };
+        if let Some(url) = url_override.or(spec.and_then(|spec| spec.url.as_deref())) {
+            return Ok(Self {
+                url: url.to_owned(),
+                token,
+                process: None,
+            });
+        }
+        let spec = spec.ok_or(CrewError::NoCrew)?;
+        let command = spec.command.as_deref().unwrap_or_default();
+        let (program, args) = command.split_first().ok_or_else(|| CrewError::Spawn {
+            program: String::new(),
+            source: std::io::Error::other("the command is empty"),
+        })?;
+        let port = free_port().await?;
+        let port_text = port.to_string();
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("{port}", &port_text))
+            .collect();
+        let mut child = Command::new(program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| CrewError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        if let Some(pipe) = child.stderr.take() {
+            tokio::spawn(keep_tail(pipe, Arc::clone(&stderr)));
+        }
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let timeout = Duration::from_millis(spec.ready_timeout_ms);
+        wait_ready(&mut child, addr, timeout, &stderr).await?;
+        tracing::info!(%program, port, "crew started and ready");
+        Ok(Self {
+            url: format!("ws://{addr}{}", spec.path),
+            token,
+            process: Some(child),
+        })
+    }
+
+    /// Stops the started crew, if any, and waits for it to exit.
+    pub async fn stop(mut self) {
+        if let Some(mut child) = self.process.take() {
+            // Already gone is fine: either way it no longer runs.
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// A port free on 127.0.0.1 now (the crew binds it a moment later; another process could
+/// take it in between, which then shows as a crew that does not become ready).
+async fn free_port() -> Result<u16, CrewError> {
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .map_err(CrewError::Port)?;
+    Ok(listener.local_addr().map_err(CrewError::Port)?.port())
+}
+
+/// Asks `/ready` until it answers 200, the process exits, or `timeout` passes.
+async fn wait_ready(
+    child: &mut Child,
+    addr: SocketAddr,
+    timeout: Duration,
+    stderr: &Mutex<Vec<u8>>,
+) -> Result<(), CrewError> {
+    let deadline = Instant::now() + timeout;
+    let stderr_text = || {
+        let bytes = stderr.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(CrewError::Exited {
+                status: status.to_string(),
+                stderr: stderr_text(),
+            });
+        }
+        let ask = tokio::time::timeout_at(deadline, http::get(addr, "/ready"));
+        if let Ok(Ok(response)) = ask.await
+            && response.status == 200
+        {
+            return Ok(());
+        }
+        if Instant::now() + READY_POLL >= deadline {
+            return Err(CrewError::NotReady {
+                after: timeout,
+                stderr: stderr_text(),
+            });
+        }
+        tokio::time::sleep(READY_POLL).await;
+    }
+}
+
+/// Reads the crew's stderr to its end, keeping only the last [`STDERR_TAIL_BYTES`].
+async fn keep_tail(mut pipe: tokio::process::ChildStderr, tail: Arc<Mutex<Vec<u8>>>) {
+    let mut buffer = [0u8; 1024];
+    while let Ok(read) = pipe.read(&mut buffer).await {
+        if read == 0 {
+            break;
+        }
+        let Ok(mut kept) = tail.lock() else { break };
+        kept.extend_from_slice(&buffer[..read]);
+        let excess = kept.len().saturating_sub(STDERR_TAIL_BYTES);
+        kept.drain(..excess);
+    }
+}

@@ -1,0 +1,411 @@
+//! What a scenario's runs add up to, and the three ways it is written out: a terminal table,
+//! JSON, and JUnit XML for CI.
+
+use std::{io, time::Duration};
+
+use serde::Serialize;
+
+use crate::{
+    call::CallRecord,
+    check::{Check, p95},
+};
+
+/// The most failing runs kept per check (with their messages) in a report.
+pub const MAX_FAILURES_KEPT: usize = 5;
+
+/// What one scenario's runs add up to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScenarioReport {
+    /// The scenario's name.
+    pub name: String,
+    /// The file it came from, when it came from one.
+    pub file: Option<String>,
+    /// Whether every check reached the pass threshold (and the crew could be reached).
+    pub passed: bool,
+    /// How many runs were placed.
+    pub runs: u32,
+    /// The share of runs each per-run check must pass in.
+    pub pass_threshold: f64,
+    /// Why no run was placed (the crew could not be started), if so.
+    pub error: Option<String>,
+    /// Every check, in file order.
+    pub checks: Vec<CheckReport>,
+    /// Latencies per turn over the runs.
+    pub turns: Vec<TurnLatency>,
+    /// The wall time of the whole scenario, in ms.
+    pub duration_ms: u64,
+}
+
+/// What an expectation is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CheckCategory {
+    /// The call ran every turn.
+    Call,
+    /// A barge-in: placed where the turn says, and the crew silent after it.
+    BargeIn,
+    /// Tool calls, their arguments, counts and order.
+    Tool,
+    /// What the replies say.
+    Reply,
+    /// Latency budgets: measured times, which vary with the machine.
+    Latency,
+    /// `end_call`, transfers, hand-offs.
+    Handoff,
+}
+
+/// One expectation's result over the runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckReport {
+    /// The expectation in words.
+    pub name: String,
+    /// What it is about.
+    pub category: CheckCategory,
+    /// Judged over all runs at once (a p95 budget) rather than in each run.
+    pub over_runs: bool,
+    /// In how many runs it held (for an over-runs check: 1 or 0 of 1).
+    pub passed_runs: u32,
+    /// Of how many.
+    pub runs: u32,
+    /// `passed_runs / runs`.
+    pub pass_rate: f64,
+    /// Whether the pass rate reached the threshold.
+    pub passed: bool,
+    /// The first failing runs (at most [`MAX_FAILURES_KEPT`]): what was expected, what came.
+    pub failures: Vec<RunFailure>,
+}
+
+/// One run in which a check did not hold.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunFailure {
+    /// The run, counted from 1 (0 for an over-runs check).
+    pub run: u32,
+    /// What was expected and what came.
+    pub message: String,
+}
+
+/// One turn's latencies over the runs that measured them, in ms.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnLatency {
+    /// The turn, counted from 1.
+    pub turn: usize,
+    /// Runs that reached the turn's end.
+    pub runs: u32,
+    /// The median time to the first chunk.
+    pub p50_first_chunk_ms: Option<f64>,
+    /// The 95th percentile time to the first chunk.
+    pub p95_first_chunk_ms: Option<f64>,
+    /// The median turn time (request to `end`).
+    pub p50_turn_ms: Option<f64>,
+    /// The 95th percentile turn time.
+    pub p95_turn_ms: Option<f64>,
+}
+
+impl ScenarioReport {
+    /// A scenario that could not run at all.
+    pub(crate) fn failed(name: String, runs: u32, pass_threshold: f64, error: String) -> Self {
+        Self {
+            name,
+            file: None,
+            passed: false,
+            runs,
+            pass_threshold,
+            error: Some(error),
+            checks: Vec::new(),
+            turns: Vec::new(),
+            duration_ms: 0,
+        }
+    }
+
+    /// Judges `checks` on the runs' records.
+    pub(crate) fn judge(
+        name: String,
+        pass_threshold: f64,
+        checks: &[Check],
+        calls: &[CallRecord],
+        elapsed: Duration,
+    ) -> Self {
+        let runs = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+        let checks: Vec<CheckReport> = checks
+            .iter()
+            .map(|check| CheckReport::judge(check, calls, pass_threshold))
+            .collect();
+        Self {
+            name,
+            file: None,
+            passed: checks.iter().all(|c| c.passed),
+            runs,
+            pass_threshold,
+            error: None,
+            checks,
+            turns: latencies(calls),
+            duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The lowest pass rate of its checks (1 when it has none).
+    pub fn worst_pass_rate(&self) -> f64 {
+        self.checks.iter().map(|c| c.pass_rate).fold(1.0, f64::min)
+    }
+}
+
+impl CheckReport {
+    fn judge(check: &Check, calls: &[CallRecord], threshold: f64) -> Self {
+        let (runs, failures) = if check.over_runs() {
+            let failures = match check.judge_over(calls) {
+                Ok(()) => Vec::new(),
+                Err(message) => vec![RunFailure { run: 0, message }],
+            };
+            (1, failures)
+        } else {
+            let failures: Vec<RunFailure> = calls
+                .iter()
+                .zip(1..)
+                .filter_map(|(call, run)| {
+                    check
+                        .judge(call)
+                        .err()
+                        .map(|message| RunFailure { run, message })
+                })
+                .collect();
+            (u32::try_from(calls.len()).unwrap_or(u32::MAX), failures)
+        };
+        let failed = u32::try_from(failures.len()).unwrap_or(u32::MAX);
+        let passed_runs = runs.saturating_sub(failed);
+        let pass_rate = if runs == 0 {
+            0.0
+        } else {
+            f64::from(passed_runs) / f64::from(runs)
+        };
+        // An over-runs check has one verdict, whatever the threshold.
+        let passed = if check.over_runs() {
+            failed == 0
+        } else {
+            runs > 0 && pass_rate + f64::EPSILON >= threshold
+        };
+        Self {
+            name: check.name.clone(),
+            category: check.category(),
+            over_runs: check.over_runs(),
+            passed_runs,
+            runs,
+            pass_rate,
+            passed,
+            failures: failures.into_iter().take(MAX_FAILURES_KEPT).collect(),
+        }
+    }
+}
+
+fn latencies(calls: &[CallRecord]) -> Vec<TurnLatency> {
+    let turns = calls.iter().map(|c| c.turns.len()).max().unwrap_or(0);
+    (0..turns)
+        .map(|turn| {
+            let reached: Vec<_> = calls.iter().filter_map(|c| c.turns.get(turn)).collect();
+            let first: Vec<Duration> = reached.iter().filter_map(|t| t.first_chunk).collect();
+            let end: Vec<Duration> = reached.iter().filter_map(|t| t.turn_time).collect();
+            TurnLatency {
+                turn: turn + 1,
+                runs: u32::try_from(reached.len()).unwrap_or(u32::MAX),
+                p50_first_chunk_ms: p50(first.clone()).map(ms),
+                p95_first_chunk_ms: p95(first).map(ms),
+                p50_turn_ms: p50(end.clone()).map(ms),
+                p95_turn_ms: p95(end).map(ms),
+            }
+        })
+        .collect()
+}
+
+fn p50(mut times: Vec<Duration>) -> Option<Duration> {
+    times.sort_unstable();
+    times.get(times.len().checked_sub(1)? / 2).copied()
+}
+
+fn ms(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// Writes the terminal summary: one row per scenario, then each failing check with the
+/// runs it failed in.
+pub fn write_table(reports: &[ScenarioReport], mut out: impl io::Write) -> io::Result<()> {
+    let width = reports
+        .iter()
+        .map(|r| r.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(8, 48);
+    writeln!(
+        out,
+        "{:<width$}  {:>5}  {:>7}  {:>6}  {:>10}  {:>10}  result",
+        "scenario", "runs", "checks", "worst", "p95 first", "p95 turn"
+    )?;
+    for report in reports {
+        let passed = report.checks.iter().filter(|c| c.passed).count();
+        let slowest = |pick: fn(&TurnLatency) -> Option<f64>| {
+            report
+                .turns
+                .iter()
+                .filter_map(pick)
+                .fold(None, |max: Option<f64>, v| {
+                    Some(max.map_or(v, |m| m.max(v)))
+                })
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ms"))
+        };
+        let name: String = report.name.chars().take(width).collect();
+        writeln!(
+            out,
+            "{name:<width$}  {:>5}  {:>7}  {:>5.0}%  {:>10}  {:>10}  {}",
+            report.runs,
+            format!("{passed}/{}", report.checks.len()),
+            report.worst_pass_rate() * 100.0,
+            slowest(|t| t.p95_first_chunk_ms),
+            slowest(|t| t.p95_turn_ms),
+            if report.passed { "pass" } else { "FAIL" },
+        )?;
+    }
+    for report in reports.iter().filter(|r| !r.passed) {
+        writeln!(out)?;
+        writeln!(out, "FAIL {}", report.name)?;
+        if let Some(error) = &report.error {
+            writeln!(out, "  {error}")?;
+        }
+        for check in report.checks.iter().filter(|c| !c.passed) {
+            writeln!(
+                out,
+                "  ✗ {}: held in {}/{} runs (needs {:.0}%)",
+                check.name,
+                check.passed_runs,
+                check.runs,
+                report.pass_threshold * 100.0
+            )?;
+            for failure in &check.failures {
+                match failure.run {
+                    0 => writeln!(out, "      {}", failure.message)?,
+                    run => writeln!(out, "      run {run}: {}", failure.message)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes the reports as one JSON document: `{"scenarios": [...], "passed": bool}`.
+pub fn write_json(reports: &[ScenarioReport], out: impl io::Write) -> io::Result<()> {
+    let document = serde_json::json!({
+        "passed": reports.iter().all(|r| r.passed),
+        "scenarios": reports,
+    });
+    serde_json::to_writer_pretty(out, &document).map_err(io::Error::other)
+}
+
+/// Writes JUnit XML: a `<testsuite>` per scenario, a `<testcase>` per check.
+///
+/// Written by hand: no JUnit or XML writer is in the dependency tree, and the format needs
+/// only elements, attributes and escaping.
+pub fn write_junit(reports: &[ScenarioReport], mut out: impl io::Write) -> io::Result<()> {
+    let failures = |r: &ScenarioReport| r.checks.iter().filter(|c| !c.passed).count();
+    let tests: usize = reports.iter().map(|r| r.checks.len().max(1)).sum();
+    let failed: usize = reports.iter().map(failures).sum();
+    let errors = reports.iter().filter(|r| r.error.is_some()).count();
+    writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
+    writeln!(
+        out,
+        r#"<testsuites name="crewline eval" tests="{tests}" failures="{failed}" errors="{errors}">"#
+    )?;
+    for report in reports {
+        let suite = xml(&report.name);
+        writeln!(
+            out,
+            r#"  <testsuite name="{suite}" tests="{}" failures="{}" errors="{}" time="{:.3}">"#,
+            report.checks.len().max(1),
+            failures(report),
+            usize::from(report.error.is_some()),
+            report.duration_ms as f64 / 1e3,
+        )?;
+        if let Some(error) = &report.error {
+            writeln!(
+                out,
+                r#"    <testcase classname="{suite}" name="the crew runs">"#
+            )?;
+            writeln!(out, r#"      <error message="{}"/>"#, xml(error))?;
+            writeln!(out, "    </testcase>")?;
+        }
+        for check in &report.checks {
+            let name = xml(&check.name);
+            if check.passed {
+                writeln!(out, r#"    <testcase classname="{suite}" name="{name}"/>"#)?;
+                continue;
+            }
+            writeln!(out, r#"    <testcase classname="{suite}" name="{name}">"#)?;
+            let message = format!(
+                "held in {}/{} runs (needs {:.0}%)",
+                check.passed_runs,
+                check.runs,
+                report.pass_threshold * 100.0
+            );
+            let details: Vec<String> = check
+                .failures
+                .iter()
+                .map(|f| match f.run {
+                    0 => f.message.clone(),
+                    run => format!("run {run}: {}", f.message),
+                })
+                .collect();
+            writeln!(
+                out,
+                r#"      <failure message="{}">{}</failure>"#,
+                xml(&message),
+                xml(&details.join("\n"))
+            )?;
+            writeln!(out, "    </testcase>")?;
+        }
+        writeln!(out, "  </testsuite>")?;
+    }
+    writeln!(out, "</testsuites>")
+}
+
+/// Text escaped for XML content and attributes; characters XML 1.0 cannot hold at all
+/// (most control characters, from a crew's reply) become U+FFFD.
+fn xml(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&apos;"),
+            '\n' => escaped.push_str("&#10;"),
+            '\t' | '\r' => escaped.push(c),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {
+                escaped.push('\u{FFFD}');
+            }
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xml_escapes_markup_and_drops_what_xml_cannot_hold() {
+        assert_eq!(
+            xml("a<b & \"c\" 'd'>\u{1}\n"),
+            "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;\u{FFFD}&#10;"
+        );
+    }
+
+    #[test]
+    fn the_median_is_the_middle_run() {
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(p50(ms(&[30, 10, 20])), Some(Duration::from_millis(20)));
+        assert_eq!(p50(Vec::new()), None);
+    }
+}

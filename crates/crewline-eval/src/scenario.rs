@@ -1,0 +1,572 @@
+//! The scenario file: which crew to call, what the caller says, and what must hold.
+//!
+//! A scenario is TOML, read into [`Scenario`]; every field is documented here and in the
+//! JSON Schema generated from these types (`crewline eval --schema`,
+//! `docs/eval-scenario.schema.json`). Unknown keys are errors, so a typo is not a silently
+//! skipped expectation.
+
+use std::{collections::BTreeMap, path::Path};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{EvalError, matcher};
+
+/// The largest scenario file read, in bytes.
+pub const MAX_FILE_BYTES: u64 = 256 * 1024;
+/// The most scenarios in one suite file.
+pub const MAX_SCENARIOS: usize = 64;
+/// The most caller turns in one scenario.
+pub const MAX_TURNS: usize = 64;
+/// The most runs (repetitions) of one scenario.
+pub const MAX_RUNS: u32 = 200;
+/// The longest a turn may be given (`turn_timeout_ms`), in ms.
+pub const MAX_TURN_TIMEOUT_MS: u64 = 600_000;
+/// The longest a started crew may be given to answer `/ready` (`ready_timeout_ms`), in ms.
+pub const MAX_READY_TIMEOUT_MS: u64 = 600_000;
+
+/// One scenario: a call placed `runs` times against a crew, and what must hold in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// The scenario's name, as the report shows it.
+    pub name: String,
+    /// What the scenario checks, for the people reading the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The crew to call: a WebSocket URL, or a command line that serves it. In a suite,
+    /// the suite's `crew` when the scenario sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crew: Option<CrewSpec>,
+    /// How many times the call is placed (concurrently); models are not deterministic.
+    /// 1 to 200, default 1; `crewline eval --runs N` overrides it.
+    #[serde(default = "default_runs")]
+    #[schemars(range(min = 1, max = 200))]
+    pub runs: u32,
+    /// The share of runs in which each expectation must hold for the scenario to pass:
+    /// above 0 and at most 1 (default 1: every run).
+    #[serde(default = "default_threshold")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub pass_threshold: f64,
+    /// The call's variables, sent in `system.init` (what the crew's prompt may be rendered
+    /// from, e.g. `name = "Ada"`).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub variables: Map<String, Value>,
+    /// The longest a turn may take, from the request to the crew's `end`, in ms (default
+    /// 30000, at most 600000); a turn that takes longer fails its run.
+    #[serde(default = "default_turn_timeout_ms")]
+    pub turn_timeout_ms: u64,
+    /// The caller's turns, in order (1 to 64).
+    #[schemars(length(min = 1, max = 64))]
+    pub turns: Vec<CallerTurn>,
+    /// What must hold over the whole call. Tool and hand-off expectations here count over
+    /// all turns; `reply` and `budget` here apply to every turn.
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+/// A suite: several scenarios in one file, sharing a crew unless they name their own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Suite {
+    /// The crew every scenario without a `crew` of its own calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crew: Option<CrewSpec>,
+    /// The scenarios, run one after the other (1 to 64).
+    #[schemars(length(min = 1, max = 64))]
+    pub scenarios: Vec<Scenario>,
+}
+
+/// What a scenario file holds: one scenario (its keys at the top), or a suite of them
+/// (`[[scenarios]]` tables, with an optional shared `[crew]`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ScenarioFile {
+    /// One scenario.
+    One(Box<Scenario>),
+    /// A suite: several scenarios, sharing a crew.
+    Suite(Suite),
+}
+
+fn default_runs() -> u32 {
+    1
+}
+
+fn default_threshold() -> f64 {
+    1.0
+}
+
+fn default_turn_timeout_ms() -> u64 {
+    30_000
+}
+
+/// The crew under test: set exactly one of `url` and `command`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CrewSpec {
+    /// A running crew's WebSocket address, e.g. `ws://127.0.0.1:8080/ws`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A command line that serves the crew on 127.0.0.1, e.g.
+    /// `["cargo", "run", "--example", "voice_agent", "--", "--port", "{port}"]`. `{port}` in
+    /// any argument becomes a free port; the runner waits for `GET /ready` to answer 200,
+    /// places the calls on `ws://127.0.0.1:{port}{path}`, and stops the process at the end.
+    /// It runs in the directory `crewline eval` runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// With `command`: the WebSocket path on the started crew (default `/ws`).
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// With `command`: how long the started crew may take to answer `/ready`, in ms
+    /// (default 60000, at most 600000; building it is not counted when it is built first).
+    #[serde(default = "default_ready_timeout_ms")]
+    pub ready_timeout_ms: u64,
+    /// The environment variable holding the crew's bearer token, if it needs one (the
+    /// token itself never goes in the file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+}
+
+fn default_path() -> String {
+    "/ws".to_owned()
+}
+
+fn default_ready_timeout_ms() -> u64 {
+    60_000
+}
+
+/// One caller turn: words said (and perhaps cut short by a barge-in), or a hang-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallerTurn {
+    /// What the caller says (the transcript the platform sends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub say: Option<String>,
+    /// The caller hangs up instead of speaking: the call is closed. Only as the last turn,
+    /// and without `say`, `barge_in` or `expect`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hang_up: bool,
+    /// The caller talks over the reply: the platform sends `system.control.interrupt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barge_in: Option<BargeIn>,
+    /// What must hold in this turn.
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+/// When the caller barges in: set exactly one of the two. If the reply ends before that
+/// point, the turn's `barge-in reached` check fails.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BargeIn {
+    /// After this many chunks of the reply have arrived (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_chunks: Option<u32>,
+    /// This many ms after the turn's request was sent (at most `turn_timeout_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_ms: Option<u64>,
+}
+
+/// What must hold, in one turn (`[turns.expect]`) or over the call (`[expect]`). Every
+/// field is optional; an empty table expects nothing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// Tool calls that must (or must not) be made, read from the crew's `agent.log`
+    /// `tool_call_start`/`tool_call_end`/`tool_call_error` events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolExpect>,
+    /// Tool names that must be called in this order (others may come between; the first
+    /// call of each name counts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_order: Vec<String>,
+    /// What the reply must (not) say. Over the call: every turn's reply.
+    #[serde(default, skip_serializing_if = "ReplyExpect::is_empty")]
+    pub reply: ReplyExpect,
+    /// Latency and barge-in budgets. Over the call: every turn's.
+    #[serde(default, skip_serializing_if = "Budget::is_empty")]
+    pub budget: Budget,
+    /// `true`: the crew ends the call (`agent.end_call`); `false`: it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_call: Option<bool>,
+    /// `true`: the crew transfers the call exactly once (`agent.transfer_call`; a second
+    /// transfer fails); `false`: it does not transfer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<bool>,
+    /// The crew transfers the call (exactly once) to this number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_to: Option<String>,
+    /// `true`: the crew hands the call off (ends or transfers it); `false`: the call stays
+    /// with the crew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<bool>,
+}
+
+impl Expect {
+    /// Whether nothing is expected.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+/// A tool call expectation: by default, at least one call of `name` whose arguments match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolExpect {
+    /// The tool's name.
+    pub name: String,
+    /// Matchers on the arguments: the key is an argument's name, or a JSON Pointer into
+    /// the arguments when it starts with `/` (e.g. `/address/city`). All must match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, ArgMatcher>,
+    /// The arguments must contain this JSON (objects: these keys with matching values;
+    /// arrays: each element found; anything else: equal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_subset: Option<Value>,
+    /// `true`: only calls that ended with `tool_call_end` count; `false`: only calls that
+    /// failed (`tool_call_error`, e.g. refused arguments, or a transfer waiting for the
+    /// caller's yes). Unset: any outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<bool>,
+    /// Exactly this many matching calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Exactly one matching call (e.g. a transfer of money must not run twice).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub once: bool,
+    /// No matching call at all (with `args`: never with those arguments).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never: bool,
+}
+
+/// A matcher on one argument's value; every field given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArgMatcher {
+    /// Equal to this JSON value (numbers compare by value: 3 equals 3.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<Value>,
+    /// Contains this JSON (as `args_subset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subset: Option<Value>,
+    /// Matches this regular expression (Rust `regex` syntax; a string is matched as is,
+    /// anything else as its JSON text). `(?i)` makes it case-insensitive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    /// A number at least this (a numeric string counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// A number at most this (a numeric string counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+}
+
+/// What a reply must (not) say: the text of its chunks, joined.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyExpect {
+    /// Each of these appears in the reply (ignoring case).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contains: Vec<String>,
+    /// None of these appears in the reply (ignoring case).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_contains: Vec<String>,
+    /// Each of these regular expressions matches somewhere in the reply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regex: Vec<String>,
+    /// The reply has at most this many sentences (cut by crewline-speech's sentence rules,
+    /// as a text-to-speech front-end would).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sentences: Option<u32>,
+}
+
+impl ReplyExpect {
+    /// Whether nothing is expected of the reply.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+/// Latency and barge-in budgets, in ms from the turn's `system.llm.request` as the platform
+/// client saw it. The per-run ones count in each run's pass rate; the `p95_` ones hold over
+/// all runs of the scenario at once (nearest-rank 95th percentile).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// The first chunk of the reply arrives within this many ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_chunk_ms: Option<u64>,
+    /// The turn ends (`agent.llm.response.end`) within this many ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_ms: Option<u64>,
+    /// The 95th percentile over runs of the time to the first chunk, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95_first_chunk_ms: Option<u64>,
+    /// The 95th percentile over runs of the turn's time, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95_turn_ms: Option<u64>,
+    /// At most this many chunks arrive after a barge-in (0: the crew falls silent at once;
+    /// chunks in flight and chunks after the turn's `end` both count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks_after_barge_in: Option<u32>,
+}
+
+impl Budget {
+    /// Whether no budget is set.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+impl ScenarioFile {
+    /// Reads and checks a scenario or suite file (at most [`MAX_FILE_BYTES`]): its
+    /// scenarios, in order, each with its crew filled in.
+    pub fn load(path: &Path) -> Result<Vec<Scenario>, EvalError> {
+        let text = read_bounded(path)?;
+        Self::from_toml(&text).map_err(|error| error.in_file(path))
+    }
+
+    /// Parses and checks a scenario or suite from TOML text.
+    pub fn from_toml(text: &str) -> Result<Vec<Scenario>, EvalError> {
+        check_size(text)?;
+        let table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+        if !table.contains_key("scenarios") {
+            return Scenario::from_toml(text).map(|scenario| vec![scenario]);
+        }
+        let suite: Suite = toml::from_str(text).map_err(parse_error)?;
+        if suite.scenarios.is_empty() || suite.scenarios.len() > MAX_SCENARIOS {
+            return Err(invalid(format!(
+                "{} scenarios; a suite has 1 to {MAX_SCENARIOS}",
+                suite.scenarios.len()
+            )));
+        }
+        suite
+            .scenarios
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut scenario)| {
+                if scenario.crew.is_none() {
+                    scenario.crew.clone_from(&suite.crew);
+                }
+                scenario.validate().map_err(|message| {
+                    invalid(format!(
+                        "scenario {} ({:?}): {message}",
+                        index + 1,
+                        scenario.name
+                    ))
+                })?;
+                Ok(scenario)
+            })
+            .collect()
+    }
+
+    /// The JSON Schema of scenario files (what `crewline eval --schema` prints).
+    pub fn json_schema() -> Value {
+        schemars::schema_for!(ScenarioFile).to_value()
+    }
+}
+
+fn read_bounded(path: &Path) -> Result<String, EvalError> {
+    let read_error = |source| EvalError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read_error)?.len();
+    if size > MAX_FILE_BYTES {
+        return Err(EvalError::TooLarge {
+            path: path.to_owned(),
+            bytes: size,
+        });
+    }
+    std::fs::read_to_string(path).map_err(read_error)
+}
+
+fn check_size(text: &str) -> Result<(), EvalError> {
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(EvalError::TooLarge {
+            path: Default::default(),
+            bytes: text.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+fn parse_error(error: toml::de::Error) -> EvalError {
+    EvalError::Parse {
+        path: Default::default(),
+        message: error.to_string(),
+    }
+}
+
+fn invalid(message: String) -> EvalError {
+    EvalError::Invalid {
+        path: Default::default(),
+        message,
+    }
+}
+
+impl Scenario {
+    /// Reads and checks a file holding one scenario (at most [`MAX_FILE_BYTES`]); see
+    /// [`ScenarioFile::load`] for suites.
+    pub fn load(path: &Path) -> Result<Self, EvalError> {
+        let text = read_bounded(path)?;
+        Self::from_toml(&text).map_err(|error| error.in_file(path))
+    }
+
+    /// Parses and checks a scenario from TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, EvalError> {
+        check_size(text)?;
+        let scenario: Self = toml::from_str(text).map_err(parse_error)?;
+        scenario.validate().map_err(invalid)?;
+        Ok(scenario)
+    }
+
+    /// Checks what the types cannot say; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("`name` is empty".to_owned());
+        }
+        if !(1..=MAX_RUNS).contains(&self.runs) {
+            return Err(format!(
+                "`runs` is {}; it must be 1 to {MAX_RUNS}",
+                self.runs
+            ));
+        }
+        if !(self.pass_threshold > 0.0 && self.pass_threshold <= 1.0) {
+            return Err(format!(
+                "`pass_threshold` is {}; it must be above 0 and at most 1",
+                self.pass_threshold
+            ));
+        }
+        if !(1..=MAX_TURN_TIMEOUT_MS).contains(&self.turn_timeout_ms) {
+            return Err(format!(
+                "`turn_timeout_ms` is {}; it must be 1 to {MAX_TURN_TIMEOUT_MS}",
+                self.turn_timeout_ms
+            ));
+        }
+        match &self.crew {
+            Some(crew) => crew.validate()?,
+            None => return Err("no `crew`: set `crew.url` or `crew.command`".to_owned()),
+        }
+        if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
+            return Err(format!(
+                "{} turns; a scenario has 1 to {MAX_TURNS}",
+                self.turns.len()
+            ));
+        }
+        let last = self.turns.len() - 1;
+        for (index, turn) in self.turns.iter().enumerate() {
+            turn.validate(index == last, self.turn_timeout_ms)
+                .map_err(|message| format!("turn {}: {message}", index + 1))?;
+        }
+        self.expect
+            .validate()
+            .map_err(|message| format!("[expect]: {message}"))
+    }
+}
+
+impl CrewSpec {
+    fn validate(&self) -> Result<(), String> {
+        match (&self.url, &self.command) {
+            (Some(_), Some(_)) => Err("[crew]: set `url` or `command`, not both".to_owned()),
+            (None, None) => Err("[crew]: set `url` or `command`".to_owned()),
+            (Some(url), None) if !(url.starts_with("ws://") || url.starts_with("wss://")) => Err(
+                format!("[crew]: `url` {url:?} is not a ws:// or wss:// address"),
+            ),
+            (None, Some(command)) if command.is_empty() => {
+                Err("[crew]: `command` is empty".to_owned())
+            }
+            _ if !self.path.starts_with('/') => {
+                Err(format!("[crew]: `path` {:?} must start with /", self.path))
+            }
+            _ if !(1..=MAX_READY_TIMEOUT_MS).contains(&self.ready_timeout_ms) => Err(format!(
+                "[crew]: `ready_timeout_ms` must be 1 to {MAX_READY_TIMEOUT_MS}"
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl CallerTurn {
+    fn validate(&self, is_last: bool, turn_timeout_ms: u64) -> Result<(), String> {
+        if self.hang_up {
+            if self.say.is_some() || self.barge_in.is_some() || !self.expect.is_empty() {
+                return Err("a hang-up has no `say`, `barge_in` or `expect`".to_owned());
+            }
+            if !is_last {
+                return Err("a hang-up must be the last turn".to_owned());
+            }
+            return Ok(());
+        }
+        if self.say.as_deref().is_none_or(|say| say.trim().is_empty()) {
+            return Err("set `say` (what the caller says) or `hang_up = true`".to_owned());
+        }
+        if let Some(barge_in) = &self.barge_in {
+            match (barge_in.after_chunks, barge_in.after_ms) {
+                (Some(0), None) => return Err("`barge_in.after_chunks` must be at least 1".into()),
+                (None, Some(ms)) if ms > turn_timeout_ms => {
+                    return Err("`barge_in.after_ms` is past `turn_timeout_ms`".to_owned());
+                }
+                (Some(_), None) | (None, Some(_)) => {}
+                _ => return Err("`barge_in`: set `after_chunks` or `after_ms`".to_owned()),
+            }
+        } else if self.expect.budget.chunks_after_barge_in.is_some() {
+            return Err("`chunks_after_barge_in` needs a `barge_in` in the turn".to_owned());
+        }
+        self.expect.validate()
+    }
+}
+
+impl Expect {
+    fn validate(&self) -> Result<(), String> {
+        for tool in &self.tools {
+            tool.validate()
+                .map_err(|message| format!("tool `{}`: {message}", tool.name))?;
+        }
+        for pattern in &self.reply.regex {
+            matcher::compile(pattern).map_err(|message| format!("reply.regex: {message}"))?;
+        }
+        if self.transfer == Some(false) && self.transfer_to.is_some() {
+            return Err("`transfer = false` with a `transfer_to`".to_owned());
+        }
+        Ok(())
+    }
+}
+
+impl ToolExpect {
+    fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() {
+            return Err("`name` is empty".to_owned());
+        }
+        let counts =
+            usize::from(self.count.is_some()) + usize::from(self.once) + usize::from(self.never);
+        if counts > 1 {
+            return Err("set at most one of `count`, `once` and `never`".to_owned());
+        }
+        for (key, arg) in &self.args {
+            arg.validate()
+                .map_err(|message| format!("args.{key}: {message}"))?;
+        }
+        Ok(())
+    }
+}
+
+impl ArgMatcher {
+    fn validate(&self) -> Result<(), String> {
+        if self == &Self::default() {
+            return Err(
+                "an empty matcher; give `equals`, `subset`, `regex`, `min` or `max`".into(),
+            );
+        }
+        if let Some(pattern) = &self.regex {
+            matcher::compile(pattern)?;
+        }
+        if let (Some(min), Some(max)) = (self.min, self.max)
+            && min > max
+        {
+            return Err(format!("`min` {min} is above `max` {max}"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,142 @@
+//! The example crews' eval suites (`examples/evals/`), run offline against the crews the
+//! examples serve, built here on their scripted models.
+
+mod common;
+
+use std::{path::Path, time::Duration};
+
+use crewline_eval::{CheckCategory, RunOptions, ScenarioFile, run_scenario};
+use std::sync::Arc;
+
+use crewline::{SessionSetup, llm::LlmClient};
+use crewline_examples::{bank_support as bank, model::ModelChoice, voice_agent};
+use crewline_server::CrewServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voice_agent_suite_passes_against_the_example_crew() {
+    // What `cargo run --example voice_agent` serves without OPENAI_API_KEY: the scripted
+    // model at 20 ms a chunk, the weather service at 300 ms a lookup.
+    let model = voice_agent::model(ModelChoice::Scripted, None, Duration::from_millis(20))
+        .expect("the scripted model");
+    let crew = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)
+        .expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    let has_budgets = scenarios
+        .iter()
+        .any(|s| s.turns.iter().any(|t| !t.expect.budget.is_empty()));
+    assert!(has_budgets, "the suite sets latency budgets");
+    assert_eq!(scenarios.len(), 3);
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for scenario in &scenarios {
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        // Latency budgets are measured and reported, not asserted here: speed lives in the
+        // benchmarks, and a loaded test machine is not a phone line.
+        let failed: Vec<_> = report
+            .checks
+            .iter()
+            .filter(|c| !c.passed && c.category != CheckCategory::Latency)
+            .collect();
+        assert!(failed.is_empty(), "{}: {failed:#?}", scenario.name);
+        assert_eq!(report.runs, 3);
+        // Every check was judged on every run (none skipped).
+        assert!(report.checks.iter().all(|c| c.over_runs || c.runs == 3));
+        assert!(
+            report.turns.iter().all(|t| t.runs == 3),
+            "{:#?}",
+            report.turns
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bank_suite_passes_and_money_moves_once_per_yes() {
+    // What `cargo run --example bank_support` serves offline: the scripted model over the
+    // demo books (booking without the example's 300 ms processing time).
+    let books = bank::Bank::demo();
+    let llm: Arc<dyn LlmClient> = Arc::new(bank::scripted_bank_model());
+    let shared = bank::BankShared::in_memory(books.clone());
+    let url = common::serve(CrewServer::new(move |setup: SessionSetup| {
+        let crew = bank::bank_crew(&setup, llm.clone(), &shared);
+        async move { crew }
+    }))
+    .await;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/bank_support.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for scenario in &scenarios {
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+    }
+    // Three runs said yes once each: $50 moved three times, never more.
+    assert_eq!(books.balance("alice"), Some(10_000 + 3 * 5_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weather_crew_whose_model_looks_up_the_wrong_city_fails_the_suite_saying_so() {
+    use crewline::{
+        llm::{Reply, ScriptedLlm},
+        types::Message,
+    };
+    // A broken variant of the example: whatever is asked, its model looks up Lyon.
+    let broken = ScriptedLlm::from_fn(|request| match request.messages.last() {
+        Some(Message::Tool { .. }) => Reply::text("Sorry, I found nothing."),
+        _ => Reply::tool_call("get_weather", serde_json::json!({"location": "Lyon"})),
+    });
+    let crew =
+        voice_agent::WeatherCrew::new(Arc::new(broken), Duration::ZERO).expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    let options = RunOptions {
+        crew_url: Some(url),
+        runs: Some(1),
+        ..RunOptions::default()
+    };
+    let two_cities = &scenarios[1];
+    let report = tokio::time::timeout(Duration::from_secs(60), run_scenario(two_cities, &options))
+        .await
+        .expect("the scenario ran within its bound");
+
+    assert!(!report.passed);
+    let paris = common::check(
+        &report,
+        "turn 1: get_weather(location ~ /(?i)^paris/) called once",
+    );
+    assert_eq!(
+        paris.failures[0].message,
+        "expected exactly one call of get_weather(location ~ /(?i)^paris/); 0 matched, came: \
+         get_weather {\"location\":\"Lyon\"} (failed: No weather data for Lyon; ask the caller \
+         for a larger city nearby.)"
+    );
+    let reply = common::check(&report, r#"turn 1: reply contains "18""#);
+    assert!(
+        reply.failures[0]
+            .message
+            .starts_with(r#"expected the reply to contain "18"; came: "#),
+        "{reply:#?}"
+    );
+}

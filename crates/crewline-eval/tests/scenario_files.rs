@@ -1,0 +1,193 @@
+//! Reading scenario files: what a mistake in one says, the bounds, the committed JSON
+//! Schema, and the example suites.
+
+use std::path::Path;
+
+use crewline_eval::{EvalError, Scenario, ScenarioFile, scenario::MAX_FILE_BYTES};
+
+fn invalid(toml: &str) -> String {
+    match Scenario::from_toml(toml) {
+        Ok(scenario) => panic!("accepted: {scenario:#?}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+const CREW: &str = "crew.url = \"ws://127.0.0.1:8080/ws\"\n";
+
+#[test]
+fn a_typo_in_a_key_is_an_error_not_a_skipped_expectation() {
+    let error = invalid(&format!(
+        "name = \"x\"\n{CREW}[[turns]]\nsay = \"hi\"\nexpect.reply.contain = [\"hello\"]\n"
+    ));
+    assert!(error.contains("unknown field `contain`"), "{error}");
+    assert!(error.contains("line 5"), "{error}");
+}
+
+#[test]
+fn impossible_settings_are_refused_naming_the_field() {
+    let turn = "[[turns]]\nsay = \"hi\"\n";
+    let cases = [
+        (
+            format!("name = \"x\"\nruns = 0\n{CREW}{turn}"),
+            "`runs` is 0; it must be 1 to 200",
+        ),
+        (
+            format!("name = \"x\"\npass_threshold = 1.5\n{CREW}{turn}"),
+            "`pass_threshold` is 1.5",
+        ),
+        (format!("name = \"x\"\n{CREW}"), "missing field `turns`"),
+        (
+            format!("name = \"x\"\n{CREW}turns = []\n"),
+            "0 turns; a scenario has 1 to 64",
+        ),
+        (
+            format!("name = \"x\"\ncrew = {{ url = \"http://x\" }}\n{turn}"),
+            "is not a ws:// or wss:// address",
+        ),
+        (
+            format!("name = \"x\"\ncrew = {{ url = \"ws://x\", command = [\"crew\"] }}\n{turn}"),
+            "set `url` or `command`, not both",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}[[turns]]\nhang_up = true\n{turn}"),
+            "turn 1: a hang-up must be the last turn",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}barge_in = {{ after_chunks = 1, after_ms = 5 }}\n"),
+            "turn 1: `barge_in`: set `after_chunks` or `after_ms`",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}{turn}expect.tools = [{{ name = \"t\", once = true, never = true }}]\n"
+            ),
+            "turn 1: tool `t`: set at most one of `count`, `once` and `never`",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}{turn}expect.tools = [{{ name = \"t\", args.a = {{ regex = \"(\" }} }}]\n"
+            ),
+            "turn 1: tool `t`: args.a: bad regex \"(\"",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}[expect]\nreply.regex = [\"a{{1000}}{{1000}}\"]\n"),
+            "[expect]: reply.regex: bad regex",
+        ),
+    ];
+    for (toml, expected) in cases {
+        let error = invalid(&toml);
+        assert!(
+            error.contains(expected),
+            "{expected:?} not in {error:?} for\n{toml}"
+        );
+    }
+}
+
+#[test]
+fn a_suite_shares_its_crew_with_scenarios_that_name_none() {
+    let suite = ScenarioFile::from_toml(
+        r#"
+        crew.url = "ws://127.0.0.1:8080/ws"
+
+        [[scenarios]]
+        name = "greeting"
+        turns = [{ say = "hi" }]
+
+        [[scenarios]]
+        name = "elsewhere"
+        crew.url = "ws://127.0.0.1:9090/ws"
+        turns = [{ say = "hi" }]
+        "#,
+    )
+    .unwrap();
+    let urls: Vec<_> = suite
+        .iter()
+        .map(|s| s.crew.as_ref().and_then(|c| c.url.as_deref()))
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            Some("ws://127.0.0.1:8080/ws"),
+            Some("ws://127.0.0.1:9090/ws")
+        ]
+    );
+    let error =
+        ScenarioFile::from_toml("[[scenarios]]\nname = \"x\"\nturns = [{ say = \"hi\" }]\n")
+            .unwrap_err()
+            .to_string();
+    assert!(error.contains("scenario 1 (\"x\"): no `crew`"), "{error}");
+}
+
+#[test]
+fn a_file_over_the_size_bound_is_not_read() {
+    let dir = std::env::temp_dir().join(format!("crewline-eval-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("huge.toml");
+    let filler = "# padding\n".repeat(MAX_FILE_BYTES as usize / 10 + 1);
+    std::fs::write(&path, format!("name = \"x\"\n{filler}")).unwrap();
+    let error = Scenario::load(&path).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(matches!(error, EvalError::TooLarge { .. }), "{error}");
+    assert!(error.to_string().contains("huge.toml"), "{error}");
+}
+
+/// The repository's root.
+fn root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+#[test]
+fn the_committed_json_schema_is_the_one_the_types_generate() {
+    let path = root().join("docs/eval-scenario.schema.json");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = format!(
+        "{}\n",
+        serde_json::to_string_pretty(&ScenarioFile::json_schema()).unwrap()
+    );
+    assert!(
+        committed == generated,
+        "{} is stale: regenerate it with `cargo run -p crewline-cli -- eval --schema > docs/eval-scenario.schema.json`",
+        path.display()
+    );
+}
+
+#[test]
+fn the_schema_documents_every_field_a_scenario_has() {
+    let schema = ScenarioFile::json_schema();
+    let expect = &schema["$defs"]["Expect"]["properties"];
+    for field in [
+        "tools",
+        "tool_order",
+        "reply",
+        "budget",
+        "end_call",
+        "transfer",
+        "handoff",
+    ] {
+        assert!(
+            expect[field]["description"]
+                .as_str()
+                .is_some_and(|d| !d.is_empty()),
+            "Expect.{field} has no description: {expect:#}"
+        );
+    }
+    let scenario = &schema["$defs"]["Scenario"];
+    assert_eq!(
+        scenario["additionalProperties"], false,
+        "unknown keys are refused"
+    );
+    assert!(scenario["properties"]["turns"]["description"].is_string());
+}
+
+#[test]
+fn the_example_suites_are_valid_scenarios() {
+    let dir = root().join("examples/evals");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            ScenarioFile::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            read += 1;
+        }
+    }
+    assert!(read > 0, "no suite in {}", dir.display());
+}
