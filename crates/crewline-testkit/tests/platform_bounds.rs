@@ -1,13 +1,14 @@
 //! What a crew (or anything at the URL the platform client is pointed at, as `crewline chat`
-//! is) can make the client hold: one message of at most `MAX_MESSAGE_BYTES`, and at most
-//! `INBOUND_BYTES` of frames the caller has not taken yet.
+//! is) can make the client hold: one message of at most `MAX_MESSAGE_BYTES`, at most
+//! `INBOUND_BYTES` of frames the caller has not taken yet, `MAX_TURN_BYTES` in one turn's
+//! summary and `INBOUND_BYTES` of frames kept between turns.
 
 use std::time::Duration;
 
 use crewline::protocol::{self, Event, EventBody};
 use crewline_testkit::platform::{
-    CrewFrame, INBOUND_BYTES, MAX_MESSAGE_BYTES, PlatformClient, PlatformConfig, PlatformError,
-    Timeouts,
+    CrewFrame, INBOUND_BYTES, MAX_MESSAGE_BYTES, MAX_TURN_BYTES, PlatformClient, PlatformConfig,
+    PlatformError, Timeouts,
 };
 use futures::{SinkExt, StreamExt};
 use tokio::{net::TcpListener, sync::mpsc};
@@ -117,4 +118,86 @@ async fn frames_nobody_takes_hold_at_most_the_inbound_budget_and_none_is_lost() 
             frame.frame.wire_type()
         );
     }
+}
+
+fn event(body: EventBody) -> Vec<u8> {
+    protocol::encode(&Event::now(body))
+}
+
+/// A chunk of about `bytes` bytes.
+fn chunk(bytes: usize) -> Vec<u8> {
+    event(EventBody::ResponseChunk {
+        text: "a".repeat(bytes),
+    })
+}
+
+#[tokio::test]
+async fn a_crew_that_streams_without_end_fails_the_turn_at_its_byte_cap() {
+    // A start, then 8 MiB more than a turn may gather, in 1 MiB chunks, and never an end.
+    let mut messages = vec![event(EventBody::ResponseStart { request_id: None })];
+    messages.extend((0..(MAX_TURN_BYTES >> 20) + 8).map(|_| chunk(1 << 20)));
+    let (sent, _) = mpsc::unbounded_channel();
+    let url = crew(messages, sent).await;
+    let mut config = config(url);
+    // Without the cap the turn would wait for its end until this, holding every chunk.
+    config.timeouts.frame = Duration::from_secs(30);
+    let mut client = PlatformClient::connect(config)
+        .await
+        .expect("the handshake");
+
+    let Err(error) = client.user_turn("hello").expect("sent").finish().await else {
+        panic!("an endless turn was taken whole");
+    };
+
+    assert!(
+        matches!(error, PlatformError::TurnTooLarge { limit } if limit == MAX_TURN_BYTES),
+        "expected the turn abandoned at its cap, got {error}"
+    );
+}
+
+#[tokio::test]
+async fn frames_between_turns_that_nobody_asks_for_are_kept_up_to_the_inbound_budget() {
+    // A whole turn, then 80 agent.speak frames of 1 MiB while the caller listens for leaks
+    // after its interrupt and then only takes turns (never `recv_idle`).
+    let count = 80;
+    let mut messages = vec![
+        event(EventBody::ResponseStart { request_id: None }),
+        chunk(8),
+        event(EventBody::ResponseEnd),
+    ];
+    messages.extend((0..count).map(|_| speak(1 << 20)));
+    let (sent, mut progress) = mpsc::unbounded_channel();
+    let url = crew(messages, sent).await;
+    let mut config = config(url);
+    config.timeouts.leak_window = Duration::from_secs(5);
+    let mut client = PlatformClient::connect(config)
+        .await
+        .expect("the handshake");
+
+    let summary = client
+        .user_turn("hello")
+        .expect("sent")
+        .interrupt()
+        .await
+        .expect("the turn");
+    assert!(summary.ended);
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_secs(2), progress.recv()).await {}
+
+    let dropped = client.stats().dropped_out_of_turn;
+    let mut kept = 0;
+    let mut kept_bytes = 0;
+    while let Some(frame) = client
+        .recv_idle(Duration::from_millis(500))
+        .await
+        .expect("a frame")
+    {
+        kept += 1;
+        kept_bytes += frame.bytes;
+    }
+    assert!(dropped > 0, "all {count} frames were kept between turns");
+    assert_eq!(kept + dropped, count, "every frame is kept or counted");
+    assert!(
+        kept_bytes <= INBOUND_BYTES + MAX_MESSAGE_BYTES,
+        "{kept_bytes} bytes kept between turns"
+    );
 }

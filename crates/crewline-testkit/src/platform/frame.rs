@@ -61,6 +61,8 @@ pub struct ReceivedFrame {
     pub at: Instant,
     /// The frame.
     pub frame: CrewFrame,
+    /// Its size on the wire, in bytes.
+    pub bytes: usize,
 }
 
 /// A tool event from `agent.log` (`tool_call_start`, `tool_call_end`, `tool_call_error`).

@@ -53,7 +53,7 @@ use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 pub use frame::{CrewFrame, ReceivedFrame, ToolLog};
 pub(crate) use in_process::{SetupFn, shared as shared_setup};
 pub(crate) use socket::open_socket;
-pub use socket::{INBOUND_BYTES, MAX_MESSAGE_BYTES};
+pub use socket::{INBOUND_BYTES, MAX_MESSAGE_BYTES, MAX_TURN_BYTES};
 use socket::{read_frames, write_frames};
 pub use turn::{InterruptReport, ToolActivity, ToolOutcome, Turn, TurnFrame, TurnSummary};
 
@@ -198,6 +198,12 @@ pub enum PlatformError {
     /// The crew already ended or transferred the call; it will not answer further turns.
     #[error("the crew has ended or transferred the call")]
     HandedOff,
+    /// The crew sent more than [`MAX_TURN_BYTES`] in one turn.
+    #[error("the crew sent more than {limit} bytes in one turn; the turn was abandoned")]
+    TurnTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// A frame the raw socket did not expect (a text frame where events are binary, bytes
     /// that are not JSON).
     #[error("expected {expected}, got {got}")]
@@ -223,9 +229,9 @@ fn close_detail(code: Option<u16>, reason: &str) -> String {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Inbound {
-    /// A decoded frame, when it arrived, and its share of the reader's byte budget (given
-    /// back when the item is dropped: once the client has taken it).
-    Frame(Instant, Event, Option<OwnedSemaphorePermit>),
+    /// A decoded frame, when it arrived, its size on the wire, and its share of the reader's
+    /// byte budget (given back when the item is dropped: once the client has taken it).
+    Frame(Instant, Event, usize, Option<OwnedSemaphorePermit>),
     /// A frame that is not a protocol event.
     Undecodable(String),
     /// The socket ended.
@@ -254,6 +260,9 @@ pub struct ClientStats {
     pub undecodable: usize,
     /// Chunks that arrived outside any turn (after an `end`, before the next `start`).
     pub stray_chunks: usize,
+    /// Frames outside a turn dropped, oldest first, because more than [`INBOUND_BYTES`] of
+    /// them waited for a [`PlatformClient::recv_idle`] that never came.
+    pub dropped_out_of_turn: usize,
 }
 
 /// How a call was handed off by the crew.
@@ -315,6 +324,8 @@ pub struct PlatformClient {
     messages: Vec<Value>,
     /// Crew frames that arrived outside a turn, for [`PlatformClient::recv_idle`].
     out_of_turn: VecDeque<ReceivedFrame>,
+    /// The wire bytes of `out_of_turn`, kept under [`INBOUND_BYTES`].
+    out_of_turn_bytes: usize,
     /// A turn was started and has not seen its `end` yet.
     turn_open: bool,
     handoff: Option<Handoff>,
@@ -389,6 +400,7 @@ impl PlatformClient {
             timeouts: config.timeouts,
             messages: Vec::new(),
             out_of_turn: VecDeque::new(),
+            out_of_turn_bytes: 0,
             turn_open: false,
             handoff: None,
             closed: None,
@@ -413,7 +425,7 @@ impl PlatformClient {
                         after: self.timeouts.ready,
                     })?;
             match item {
-                Inbound::Frame(_, event, _) => match event.body {
+                Inbound::Frame(_, event, _, _) => match event.body {
                     EventBody::AgentReady => return Ok(()),
                     EventBody::AgentError(error) => {
                         return Err(PlatformError::Rejected {
@@ -502,6 +514,7 @@ impl PlatformClient {
         wait: Duration,
     ) -> Result<Option<ReceivedFrame>, PlatformError> {
         if let Some(frame) = self.out_of_turn.pop_front() {
+            self.out_of_turn_bytes -= frame.bytes;
             return Ok(Some(frame));
         }
         let deadline = Instant::now() + wait;
@@ -595,7 +608,7 @@ impl PlatformClient {
     /// skipped, a close is an error, hand-offs are remembered.
     fn accept(&mut self, item: Inbound) -> Result<Accepted, PlatformError> {
         match item {
-            Inbound::Frame(at, event, _) => {
+            Inbound::Frame(at, event, bytes, _) => {
                 let interrupt = matches!(event.body, EventBody::Interrupt);
                 match CrewFrame::from_body(event.body) {
                     None => {
@@ -611,7 +624,7 @@ impl PlatformClient {
                             }
                             _ => {}
                         }
-                        Ok(Accepted::Frame(ReceivedFrame { at, frame }))
+                        Ok(Accepted::Frame(ReceivedFrame { at, frame, bytes }))
                     }
                 }
             }
@@ -627,6 +640,21 @@ impl PlatformClient {
         }
     }
 
+    /// Keeps a frame that came outside a turn for [`PlatformClient::recv_idle`]. A caller that
+    /// only takes turns never asks for them: past [`INBOUND_BYTES`] the oldest are dropped
+    /// (and counted), so a long call's log events between turns cannot grow without end.
+    fn keep_out_of_turn(&mut self, frame: ReceivedFrame) {
+        self.out_of_turn_bytes += frame.bytes;
+        self.out_of_turn.push_back(frame);
+        while self.out_of_turn_bytes > INBOUND_BYTES {
+            let Some(oldest) = self.out_of_turn.pop_front() else {
+                break;
+            };
+            self.out_of_turn_bytes -= oldest.bytes;
+            self.stats.dropped_out_of_turn += 1;
+        }
+    }
+
     /// Drops what an abandoned turn left in the buffer, without waiting.
     fn discard_buffered(&mut self) {
         while let Ok(item) = self.inbound.try_recv() {
@@ -635,7 +663,7 @@ impl PlatformClient {
                     frame: CrewFrame::Chunk { .. },
                     ..
                 })) => self.stats.stray_chunks += 1,
-                Ok(Accepted::Frame(frame)) => self.out_of_turn.push_back(frame),
+                Ok(Accepted::Frame(frame)) => self.keep_out_of_turn(frame),
                 Ok(_) => {}
                 // Remembered in `closed`; the next send reports it.
                 Err(_) => break,

@@ -30,6 +30,11 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// while nobody reads (between turns) cannot fill memory with the 4,096 frames the queue holds.
 pub const INBOUND_BYTES: usize = 64 << 20;
 
+/// The bytes of crew frames one turn may gather: 64 MiB. A [`TurnSummary`](super::TurnSummary)
+/// keeps every frame of its turn, so a crew that streams without end (within the turn's
+/// timeout) fails the turn with [`PlatformError::TurnTooLarge`] instead of growing it.
+pub const MAX_TURN_BYTES: usize = 64 << 20;
+
 /// The longest one frame may take to write; a crew that stops reading cannot hold the writer
 /// (and its socket) forever.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -147,7 +152,7 @@ pub(super) async fn read_frames(
 
 /// `item` (a frame of `len` bytes) once the budget has room for it, holding its share.
 async fn held(mut item: Inbound, len: usize, budget: &Arc<Semaphore>) -> Inbound {
-    if let Inbound::Frame(_, _, share) = &mut item {
+    if let Inbound::Frame(_, _, _, share) = &mut item {
         // `len` is at most the budget, far below u32::MAX; the semaphore is never closed.
         let permits = u32::try_from(len).unwrap_or(u32::MAX);
         *share = Arc::clone(budget).acquire_many_owned(permits).await.ok();
@@ -159,7 +164,7 @@ async fn held(mut item: Inbound, len: usize, budget: &Arc<Semaphore>) -> Inbound
 pub(crate) fn decode(bytes: &[u8]) -> Inbound {
     let at = Instant::now();
     match protocol::decode(bytes) {
-        Ok(event) => Inbound::Frame(at, event, None),
+        Ok(event) => Inbound::Frame(at, event, bytes.len(), None),
         Err(error) => Inbound::Undecodable(error.to_string()),
     }
 }

@@ -6,7 +6,10 @@ use crewline::protocol::AgentError;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::{Accepted, CrewFrame, Handoff, PlatformClient, PlatformError, ReceivedFrame, ToolLog};
+use super::{
+    Accepted, CrewFrame, Handoff, MAX_TURN_BYTES, PlatformClient, PlatformError, ReceivedFrame,
+    ToolLog,
+};
 
 /// How long a request interrupted before its `start` may stay unanswered before the turn is
 /// taken as dropped: a crew drops queued work on interrupt, so no `start` or `end` may come.
@@ -162,6 +165,8 @@ pub struct Turn<'c> {
     summary: TurnSummary,
     interrupt_at: Option<Instant>,
     last_chunk_at: Option<Instant>,
+    /// The wire bytes of the frames this turn took, kept under [`MAX_TURN_BYTES`].
+    bytes: usize,
 }
 
 impl<'c> Turn<'c> {
@@ -177,6 +182,7 @@ impl<'c> Turn<'c> {
             },
             interrupt_at: None,
             last_chunk_at: None,
+            bytes: 0,
         }
     }
 
@@ -290,7 +296,8 @@ impl<'c> Turn<'c> {
 
     /// Adds a received frame to the summary; `None` when it does not belong to this turn.
     fn record(&mut self, received: ReceivedFrame) -> Result<Option<TurnFrame>, PlatformError> {
-        let ReceivedFrame { at, frame } = received;
+        let ReceivedFrame { at, frame, bytes } = received;
+        self.take_bytes(bytes)?;
         let elapsed = at.saturating_duration_since(self.sent_at);
         let summary = &mut self.summary;
         if !summary.started {
@@ -392,6 +399,17 @@ impl<'c> Turn<'c> {
         Ok(Some(frame))
     }
 
+    /// Counts a frame's bytes against the turn's cap.
+    fn take_bytes(&mut self, bytes: usize) -> Result<(), PlatformError> {
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.bytes > MAX_TURN_BYTES {
+            return Err(PlatformError::TurnTooLarge {
+                limit: MAX_TURN_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     fn note_interrupt_echo(&mut self) {
         if let (Some(report), Some(sent)) = (self.summary.interrupt.as_mut(), self.interrupt_at) {
             report.time_to_echo.get_or_insert_with(|| sent.elapsed());
@@ -408,8 +426,13 @@ impl<'c> Turn<'c> {
                 Ok(Accepted::Frame(ReceivedFrame {
                     at,
                     frame: CrewFrame::Chunk { text },
+                    bytes,
                 })) => {
                     self.client.stats.stray_chunks += 1;
+                    if self.take_bytes(bytes).is_err() {
+                        // Counted, not kept: the crew is flooding after its end.
+                        continue;
+                    }
                     if let (Some(report), Some(sent)) =
                         (self.summary.interrupt.as_mut(), self.interrupt_at)
                     {
@@ -417,7 +440,7 @@ impl<'c> Turn<'c> {
                         report.time_to_last_chunk = Some(at.saturating_duration_since(sent));
                     }
                 }
-                Ok(Accepted::Frame(frame)) => self.client.out_of_turn.push_back(frame),
+                Ok(Accepted::Frame(frame)) => self.client.keep_out_of_turn(frame),
                 Ok(Accepted::Echo { interrupt: true }) => self.note_interrupt_echo(),
                 Ok(_) => {}
                 Err(_) => break,
