@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns the JSON reports of benches/load/run.sh into the Markdown tables of BENCHMARKS.md.
+"""Turns the JSON reports of benches/load/run.sh into the Markdown tables of BENCHMARKS.md and benches/history/diary.md.
 
 Usage: python3 benches/load/summarize.py [--pair A B] benches/load/results/<run>
 
