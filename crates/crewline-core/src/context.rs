@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use crate::{Message, Role};
 
 /// How much of a conversation a [`Context`] keeps: past either bound, the oldest turns go.
@@ -45,7 +47,9 @@ impl ContextLimits {
 /// without its call; the newest turn always stays, even when it alone is over a bound.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Context {
-    messages: Vec<Message>,
+    /// Shared with the model requests made from it (copied only when one is still alive at
+    /// the next change), so a request does not copy the whole conversation every turn.
+    messages: Arc<Vec<Message>>,
     limits: ContextLimits,
     /// The bytes of `messages`, as [`ContextLimits::max_bytes`] counts them.
     bytes: usize,
@@ -98,15 +102,16 @@ impl Context {
     /// Appends one message.
     pub fn add(&mut self, message: Message) {
         self.bytes += size_of(&message);
-        self.messages.push(message);
+        Arc::make_mut(&mut self.messages).push(message);
         self.trim();
     }
 
     /// Appends several messages in order.
     pub fn add_many(&mut self, messages: impl IntoIterator<Item = Message>) {
+        let list = Arc::make_mut(&mut self.messages);
         for message in messages {
             self.bytes += size_of(&message);
-            self.messages.push(message);
+            list.push(message);
         }
         self.trim();
     }
@@ -116,22 +121,27 @@ impl Context {
     /// System messages in `messages` are dropped: the agent's prompt is not the platform's to
     /// change.
     pub fn replace(&mut self, messages: impl IntoIterator<Item = Message>) {
-        self.messages.retain(|m| m.role() == Role::System);
-        self.messages
-            .extend(messages.into_iter().filter(|m| m.role() != Role::System));
+        let list = Arc::make_mut(&mut self.messages);
+        list.retain(|m| m.role() == Role::System);
+        list.extend(messages.into_iter().filter(|m| m.role() != Role::System));
         self.recount();
         self.trim();
     }
 
     /// Drops every message but the system prompts.
     pub fn clear_turns(&mut self) {
-        self.messages.retain(|m| m.role() == Role::System);
+        Arc::make_mut(&mut self.messages).retain(|m| m.role() == Role::System);
         self.recount();
     }
 
     /// The messages in order.
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// The messages as a shared list, cheap to clone: what a model request carries.
+    pub fn shared_messages(&self) -> Arc<Vec<Message>> {
+        Arc::clone(&self.messages)
     }
 
     /// The number of messages.
@@ -199,7 +209,7 @@ impl Context {
             next = end;
         }
         let mut index = 0;
-        self.messages.retain(|_| {
+        Arc::make_mut(&mut self.messages).retain(|_| {
             index += 1;
             !drop[index - 1]
         });
@@ -210,7 +220,7 @@ impl Context {
 impl From<Vec<Message>> for Context {
     fn from(messages: Vec<Message>) -> Self {
         let mut context = Self {
-            messages,
+            messages: Arc::new(messages),
             limits: ContextLimits::default(),
             bytes: 0,
         };
@@ -263,6 +273,28 @@ mod tests {
                 _ => true,
             }
         })
+    }
+
+    #[test]
+    fn a_shared_list_is_the_conversation_when_it_was_taken_whatever_comes_after() {
+        let mut context = Context::from(vec![Message::system("You are Ava."), Message::user("Hi")]);
+        let request = context.shared_messages();
+        assert!(
+            Arc::ptr_eq(&request, &context.shared_messages()),
+            "shared, not copied"
+        );
+
+        context.add(Message::assistant("Hello!"));
+        context.replace([Message::user("Bye")]);
+
+        assert_eq!(
+            *request,
+            [Message::system("You are Ava."), Message::user("Hi")]
+        );
+        assert_eq!(
+            context.messages(),
+            [Message::system("You are Ava."), Message::user("Bye")]
+        );
     }
 
     fn small(max_messages: usize, max_bytes: usize) -> Context {

@@ -43,8 +43,9 @@ use serde_json::{Map, Value};
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {
-    /// The conversation so far.
-    pub messages: Vec<Message>,
+    /// The conversation so far, shared with the context it was made from (a crew's request
+    /// does not copy the conversation; [`Arc::make_mut`] gives a private copy to change).
+    pub messages: Arc<Vec<Message>>,
     /// The tools the model may call (shared: the same list goes with every round's request).
     pub tools: Arc<[ToolDefinition]>,
     /// Whether (and which) tools the model may call; `None` leaves it to the server.
@@ -54,10 +55,10 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    /// A request for `messages` with no tools.
-    pub fn new(messages: Vec<Message>) -> Self {
+    /// A request for `messages` (a `Vec` or a context's shared list) with no tools.
+    pub fn new(messages: impl Into<Arc<Vec<Message>>>) -> Self {
         Self {
-            messages,
+            messages: messages.into(),
             ..Self::default()
         }
     }

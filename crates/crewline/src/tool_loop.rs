@@ -369,7 +369,7 @@ impl ToolLoop {
             let mut spoken = false;
             loop {
                 let forced_final = tool_rounds >= self.config.max_tool_rounds;
-                let mut request = ChatRequest::new(state.context.messages().to_vec())
+                let mut request = ChatRequest::new(state.context.shared_messages())
                     .with_options(self.config.options.clone());
                 if !self.definitions.is_empty() {
                     request.tools = self.definitions.clone();

@@ -60,7 +60,7 @@ fn model(seen: Arc<Mutex<Vec<Vec<Message>>>>) -> Arc<ScriptedLlm> {
     Arc::new(ScriptedLlm::from_fn(move |request: &ChatRequest| {
         seen.lock()
             .expect("not poisoned")
-            .push(request.messages.clone());
+            .push(request.messages.to_vec());
         match request.messages.last() {
             Some(Message::Tool { content, .. }) => Reply::text(format!("Tool said: {content}")),
             Some(Message::User { content }) if content == "weather" => {

@@ -397,7 +397,7 @@ impl TryFrom<CreateChatCompletionRequest> for ChatRequest {
             ..RequestOptions::default()
         };
         Ok(ChatRequest {
-            messages,
+            messages: messages.into(),
             tools,
             tool_choice,
             options,

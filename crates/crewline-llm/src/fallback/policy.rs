@@ -1,6 +1,6 @@
 //! Which failures move a turn to the next provider, and what happens once text was spoken.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use crewline_core::Message;
 
@@ -42,10 +42,11 @@ const CONTINUE_INSTRUCTION: &str = "Your previous answer was cut off after the w
 /// The request that asks the next provider to go on after `spoken`.
 pub(super) fn continuation(request: &ChatRequest, spoken: &str) -> ChatRequest {
     let mut request = request.clone();
-    request.messages.push(Message::assistant(spoken));
+    let messages = Arc::make_mut(&mut request.messages);
+    messages.push(Message::assistant(spoken));
     // A user message, not a system one: many chat templates (Mistral's, Llama's) refuse a
     // system message after the first, and want user and assistant to alternate.
-    request.messages.push(Message::user(CONTINUE_INSTRUCTION));
+    messages.push(Message::user(CONTINUE_INSTRUCTION));
     request
 }
 
