@@ -112,7 +112,14 @@ pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord
             // A hang-up: the last turn (checked on load).
             break;
         };
-        match play(&mut client, say, turn).await {
+        // A model fault travels in the caller's words: a crewline mock model fails every
+        // request whose last user message holds its marker, so concurrent runs sharing one
+        // crew and one model each fault their own turn, and nothing else.
+        let said = match turn.fault.as_ref().and_then(|fault| fault.marker()) {
+            Some(marker) => format!("{say} {marker}"),
+            None => say.to_owned(),
+        };
+        match play(&mut client, &said, turn).await {
             Ok(turn) => record.turns.push(turn),
             Err(error) => {
                 record.stopped = Some((Some(index), error.to_string()));

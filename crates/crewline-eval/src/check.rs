@@ -46,6 +46,7 @@ enum Kind {
     Transfer(bool),
     TransferTo(String),
     Handoff(bool),
+    AgentError(bool),
 }
 
 /// One expectation of a scenario.
@@ -83,6 +84,7 @@ impl Check {
             Kind::EndCall(_) | Kind::Transfer(_) | Kind::TransferTo(_) | Kind::Handoff(_) => {
                 CheckCategory::Handoff
             }
+            Kind::AgentError(_) => CheckCategory::Error,
         }
     }
 
@@ -250,6 +252,9 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>) {
     if let Some(yes) = expect.handoff {
         add(Kind::Handoff(yes));
     }
+    if let Some(yes) = expect.agent_error {
+        add(Kind::AgentError(yes));
+    }
 }
 
 /// The expectation in words.
@@ -275,6 +280,8 @@ fn describe(kind: &Kind) -> String {
         Kind::TransferTo(number) => format!("the crew transfers the call once to {number}"),
         Kind::Handoff(true) => "the crew hands the call off".to_owned(),
         Kind::Handoff(false) => "the call stays with the crew".to_owned(),
+        Kind::AgentError(true) => "the crew reports an error (agent.error)".to_owned(),
+        Kind::AgentError(false) => "the crew reports no error".to_owned(),
     }
 }
 
@@ -368,6 +375,7 @@ impl Kind {
         let tools: Vec<&ToolCallRecord> = turns.iter().flat_map(|t| &t.tools).collect();
         let end_calls: usize = turns.iter().map(|t| t.end_calls).sum();
         let transfers: Vec<&String> = turns.iter().flat_map(|t| &t.transfers).collect();
+        let errors: Vec<&String> = turns.iter().flat_map(|t| &t.errors).collect();
         match self {
             Self::Tool(expect) => judge_tool(expect, &tools),
             Self::ToolOrder(order) => judge_order(order, &tools),
@@ -395,6 +403,24 @@ impl Kind {
                 if *yes { "a hand-off" } else { "no hand-off" },
                 transfers.len()
             )),
+            Self::AgentError(true) if errors.is_empty() => {
+                let said: Vec<&str> = turns.iter().map(|t| t.text.as_str()).collect();
+                Err(format!(
+                    "expected an agent.error; none came (the crew said: {})",
+                    quote(&said.join(" "))
+                ))
+            }
+            Self::AgentError(false) if !errors.is_empty() => {
+                let errors: Vec<String> = errors
+                    .iter()
+                    .map(|e| e.chars().take(QUOTED_ERROR_CHARS).collect())
+                    .collect();
+                Err(format!(
+                    "expected no agent.error; came {}: {}",
+                    errors.len(),
+                    errors.join("; ")
+                ))
+            }
             _ => Ok(()),
         }
     }

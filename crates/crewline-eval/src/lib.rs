@@ -172,11 +172,13 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Scenario
 /// (and keeps its state between them, as it does between runs).
 pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<ScenarioReport> {
     let mut reports = Vec::with_capacity(scenarios.len());
-    // The crew of the previous scenario, and the spec it was reached by.
-    let mut current: Option<(Option<&scenario::CrewSpec>, crew::RunningCrew)> = None;
+    // The crew of the previous scenario, the spec it was reached by, and whether the runner
+    // serves its model (a scenario of the same crew on its own model needs a new crew).
+    type Reached<'s> = (Option<&'s scenario::CrewSpec>, bool);
+    let mut current: Option<(Reached<'_>, crew::RunningCrew)> = None;
     for scenario in scenarios {
         let started = Instant::now();
-        let spec = scenario.crew.as_ref();
+        let spec = (scenario.crew.as_ref(), scenario.model.is_some());
         let reuse = current
             .as_ref()
             .is_some_and(|(reached, _)| *reached == spec);
@@ -184,7 +186,13 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
             if let Some((_, crew)) = current.take() {
                 crew.stop().await;
             }
-            match crew::RunningCrew::start(spec, options.crew_url.as_deref()).await {
+            match crew::RunningCrew::start(
+                spec.0,
+                options.crew_url.as_deref(),
+                scenario.model.as_ref(),
+            )
+            .await
+            {
                 Ok(crew) => current = Some((spec, crew)),
                 Err(error) => {
                     let message = error_chain(&error);
@@ -200,6 +208,17 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
             }
         }
         if let Some((_, crew)) = &current {
+            if let Some(model) = &scenario.model
+                && let Err(error) = crew.load_model(model)
+            {
+                reports.push(ScenarioReport::failed(
+                    scenario.name.clone(),
+                    runs_of(scenario, options),
+                    scenario.pass_threshold,
+                    error_chain(&error),
+                ));
+                continue;
+            }
             reports.push(run_against(scenario, crew, options, started).await);
         }
     }

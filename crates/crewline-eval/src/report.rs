@@ -53,6 +53,8 @@ pub enum CheckCategory {
     Latency,
     /// `end_call`, transfers, hand-offs.
     Handoff,
+    /// Errors the crew reported (`agent.error`).
+    Error,
 }
 
 /// One expectation's result over the runs.

@@ -11,6 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crewline_testkit::mock_llm::{Fault, Script};
+
 use crate::{EvalError, matcher};
 
 /// The largest scenario file read, in bytes.
@@ -39,6 +41,12 @@ pub struct Scenario {
     /// the suite's `crew` when the scenario sets none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crew: Option<CrewSpec>,
+    /// The crew's model, served by the runner: a crewline mock model (OpenAI-compatible)
+    /// playing this script, which the crew started from `crew.command` is pointed at
+    /// (`OPENAI_BASE_URL`, `OPENAI_API_KEY` and `{model_url}`). Needed for a turn's
+    /// `fault.model`. In a suite, the suite's `model` if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
     /// How many times the call is placed (concurrently); models are not deterministic.
     /// 1 to 200, default 1; `crewline eval --runs N` overrides it.
     #[serde(default = "default_runs")]
@@ -73,6 +81,9 @@ pub struct Suite {
     /// The crew every scenario without a `crew` of its own calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crew: Option<CrewSpec>,
+    /// The model every scenario without a `model` of its own runs its crew on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
     /// The scenarios, run one after the other (1 to 64).
     #[schemars(length(min = 1, max = 64))]
     pub scenarios: Vec<Scenario>,
@@ -136,6 +147,49 @@ fn default_ready_timeout_ms() -> u64 {
     60_000
 }
 
+/// The crew's model when the runner serves it: a crewline mock model playing a script.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// The script's rules, in the format of `crewline mock-llm`'s scripts: each
+    /// `{ when = { last_user_contains = "...", last_role = "tool" }, reply = { content_chunks = [...], tool_calls = [{ id = "call_1", name = "...", arguments_chunks = ['{"a": 1}'] }] } }`;
+    /// the first rule whose `when` holds answers a request (no `when`: always), none: `OK.`
+    /// (at most 256 rules).
+    #[schemars(length(max = 256))]
+    pub replies: Vec<Value>,
+}
+
+/// The most rules in a `[model]` script.
+pub const MAX_MODEL_RULES: usize = 256;
+
+impl ModelSpec {
+    /// The mock model's script.
+    pub fn script(&self) -> Result<Script, String> {
+        if self.replies.len() > MAX_MODEL_RULES {
+            return Err(format!(
+                "[model]: {} rules; a script has at most {MAX_MODEL_RULES}",
+                self.replies.len()
+            ));
+        }
+        Script::from_json(&serde_json::json!({ "replies": self.replies }))
+            .map_err(|error| format!("[model]: {error}"))
+    }
+}
+
+/// Faults forced on one turn, to see the crew cope.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnFault {
+    /// The crew's model fails every request of this turn this way: `down` (the connection
+    /// reset), `503`, `500`, `429:SECS` (any status, with a `Retry-After`), `stall:MS` (no
+    /// byte for MS ms), `slow:MS` (a pause before every streamed piece), `cut` (the stream
+    /// broken half-way), `cut:role` (before any text), `cut:text` / `cut:text:N` (after N
+    /// pieces of text were spoken), `cut:tool` (inside a tool call). Needs the crew to run on
+    /// a crewline mock model: the scenario's `[model]`, or one the author serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
 /// One caller turn: words said (and perhaps cut short by a barge-in), or a hang-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -144,12 +198,15 @@ pub struct CallerTurn {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub say: Option<String>,
     /// The caller hangs up instead of speaking: the call is closed. Only as the last turn,
-    /// and without `say`, `barge_in` or `expect`.
+    /// and without `say`, `barge_in`, `fault` or `expect`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hang_up: bool,
     /// The caller talks over the reply: the platform sends `system.control.interrupt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub barge_in: Option<BargeIn>,
+    /// Faults forced on this turn (the model erroring, stalling or cut off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<TurnFault>,
     /// What must hold in this turn.
     #[serde(default)]
     pub expect: Expect,
@@ -201,6 +258,10 @@ pub struct Expect {
     /// with the crew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<bool>,
+    /// `true`: the crew reports an error (`agent.error`), e.g. after a model fault; `false`:
+    /// it sends none. Over the call: in some turn / in no turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_error: Option<bool>,
 }
 
 impl Expect {
@@ -349,6 +410,9 @@ impl ScenarioFile {
                 if scenario.crew.is_none() {
                     scenario.crew.clone_from(&suite.crew);
                 }
+                if scenario.model.is_none() {
+                    scenario.model.clone_from(&suite.model);
+                }
                 scenario.validate().map_err(|message| {
                     invalid(format!(
                         "scenario {} ({:?}): {message}",
@@ -449,6 +513,9 @@ impl Scenario {
             Some(crew) => crew.validate()?,
             None => return Err("no `crew`: set `crew.url` or `crew.command`".to_owned()),
         }
+        if let Some(model) = &self.model {
+            model.script()?;
+        }
         if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
             return Err(format!(
                 "{} turns; a scenario has 1 to {MAX_TURNS}",
@@ -491,8 +558,12 @@ impl CrewSpec {
 impl CallerTurn {
     fn validate(&self, is_last: bool, turn_timeout_ms: u64) -> Result<(), String> {
         if self.hang_up {
-            if self.say.is_some() || self.barge_in.is_some() || !self.expect.is_empty() {
-                return Err("a hang-up has no `say`, `barge_in` or `expect`".to_owned());
+            if self.say.is_some()
+                || self.barge_in.is_some()
+                || self.fault.is_some()
+                || !self.expect.is_empty()
+            {
+                return Err("a hang-up has no `say`, `barge_in`, `fault` or `expect`".to_owned());
             }
             if !is_last {
                 return Err("a hang-up must be the last turn".to_owned());
@@ -514,6 +585,9 @@ impl CallerTurn {
         } else if self.expect.budget.chunks_after_barge_in.is_some() {
             return Err("`chunks_after_barge_in` needs a `barge_in` in the turn".to_owned());
         }
+        if let Some(fault) = &self.fault {
+            fault.validate()?;
+        }
         self.expect.validate()
     }
 }
@@ -531,6 +605,27 @@ impl Expect {
             return Err("`transfer = false` with a `transfer_to`".to_owned());
         }
         Ok(())
+    }
+}
+
+impl TurnFault {
+    fn validate(&self) -> Result<(), String> {
+        match &self.model {
+            None => Err("`fault`: set `model` (how the model fails)".to_owned()),
+            Some(name) if name.contains(']') || Fault::parse(name).is_none() => Err(format!(
+                "`fault.model` {name:?} is not a fault: give down, 503, 429:SECS, stall:MS, \
+                 slow:MS, cut, cut:N, cut:role, cut:text, cut:text:N or cut:tool"
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The marker that makes a crewline mock model fail a request whose last user message
+    /// holds it.
+    pub(crate) fn marker(&self) -> Option<String> {
+        self.model
+            .as_ref()
+            .map(|name| format!("[[mock:{}]]", name.trim()))
     }
 }
 

@@ -140,3 +140,53 @@ async fn a_weather_crew_whose_model_looks_up_the_wrong_city_fails_the_suite_sayi
         "{reply:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voice_agent_fault_suite_passes_on_the_model_it_scripts() {
+    use crewline_testkit::mock_llm::MockLlm;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent_faults.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    assert!(
+        scenarios
+            .iter()
+            .all(|s| s.turns.iter().any(|t| t.fault.is_some()))
+    );
+    // What the runner does for the suite's command crew, in process: the mock model plays
+    // the suite's [model] script and the example's crew talks to it through crewline's
+    // OpenAI client, as `cargo run --example voice_agent` does with OPENAI_BASE_URL set.
+    let script = scenarios[0]
+        .model
+        .as_ref()
+        .expect("the suite's [model]")
+        .script()
+        .expect("a valid script");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = MockLlm::new(script)
+        .serve(listener)
+        .expect("serve the mock");
+    let client = model
+        .client_builder()
+        .model("mock")
+        .build()
+        .expect("a client");
+    let crew = voice_agent::WeatherCrew::new(Arc::new(client), Duration::from_millis(5))
+        .expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for mut scenario in scenarios {
+        scenario.model = None;
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(&scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+    }
+}

@@ -53,6 +53,18 @@ fn impossible_settings_are_refused_naming_the_field() {
             "turn 1: a hang-up must be the last turn",
         ),
         (
+            format!("name = \"x\"\n{CREW}{turn}fault.model = \"404:soon\"\n"),
+            "turn 1: `fault.model` \"404:soon\" is not a fault",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}fault = {{}}\n"),
+            "turn 1: `fault`: set `model`",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}model.replies = [3]\n{turn}"),
+            "[model]: invalid mock LLM script: replies[0]: a rule must be an object",
+        ),
+        (
             format!("name = \"x\"\n{CREW}{turn}barge_in = {{ after_chunks = 1, after_ms = 5 }}\n"),
             "turn 1: `barge_in`: set `after_chunks` or `after_ms`",
         ),
