@@ -25,6 +25,8 @@ pub(crate) struct CallRecord {
     /// Why the call stopped before its last turn: the turn (0-based; `None`: the handshake)
     /// and what went wrong.
     pub(crate) stopped: Option<(Option<usize>, String)>,
+    /// The judges' verdicts on this run, by judge check (its `id`), once asked.
+    pub(crate) verdicts: std::collections::BTreeMap<usize, Result<crate::judge::Verdict, String>>,
 }
 
 /// What one turn brought.

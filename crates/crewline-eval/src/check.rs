@@ -47,6 +47,12 @@ enum Kind {
     TransferTo(String),
     Handoff(bool),
     AgentError(bool),
+    /// An LLM judge's rubric; `id` keys its verdicts in a run's record.
+    Judge {
+        id: usize,
+        rubric: String,
+        min_score: f64,
+    },
 }
 
 /// One expectation of a scenario.
@@ -85,6 +91,25 @@ impl Check {
                 CheckCategory::Handoff
             }
             Kind::AgentError(_) => CheckCategory::Error,
+            Kind::Judge { .. } => CheckCategory::Judge,
+        }
+    }
+
+    /// The judge's question when the check is a judge's: its id, its rubric, and the turn it
+    /// grades (`None`: the whole call).
+    pub(crate) fn judge_question(&self) -> Option<(usize, &str, Option<usize>)> {
+        match (&self.kind, self.scope) {
+            (Kind::Judge { id, rubric, .. }, Scope::Turn(turn)) => Some((*id, rubric, Some(turn))),
+            (Kind::Judge { id, rubric, .. }, Scope::Call) => Some((*id, rubric, None)),
+            _ => None,
+        }
+    }
+
+    /// Whether the run reached what the check looks at (else it fails without a look).
+    pub(crate) fn reached(&self, call: &CallRecord) -> bool {
+        match self.scope {
+            Scope::Turn(turn) => call.not_reached(Some(turn)).is_none(),
+            Scope::Call => call.not_reached(None).is_none(),
         }
     }
 
@@ -119,6 +144,17 @@ impl Check {
                 call.turns.iter().enumerate().collect()
             }
         };
+        if let Kind::Judge { id, min_score, .. } = &self.kind {
+            return match call.verdicts.get(id) {
+                Some(Ok(verdict)) if verdict.score + f64::EPSILON >= *min_score => Ok(()),
+                Some(Ok(verdict)) => Err(format!(
+                    "expected a judge's score of at least {min_score}; it scored {}: {}",
+                    verdict.score, verdict.reason
+                )),
+                Some(Err(why)) => Err(why.clone()),
+                None => Err("the judge was not asked".to_owned()),
+            };
+        }
         if self.kind.per_turn() {
             for (index, turn) in turns {
                 self.kind
@@ -193,17 +229,18 @@ pub(crate) fn p95(mut times: Vec<Duration>) -> Option<Duration> {
 /// call's.
 pub(crate) fn checks(scenario: &Scenario) -> Vec<Check> {
     let mut checks = vec![Check::new(Scope::Call, Kind::Completes)];
+    let mut judges = 0;
     for (index, turn) in scenario.turns.iter().enumerate() {
         if turn.barge_in.is_some() {
             checks.push(Check::new(Scope::Turn(index), Kind::BargeInReached));
         }
-        expect_checks(Scope::Turn(index), &turn.expect, &mut checks);
+        expect_checks(Scope::Turn(index), &turn.expect, &mut checks, &mut judges);
     }
-    expect_checks(Scope::Call, &scenario.expect, &mut checks);
+    expect_checks(Scope::Call, &scenario.expect, &mut checks, &mut judges);
     checks
 }
 
-fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>) {
+fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>, judges: &mut usize) {
     let mut add = |kind| checks.push(Check::new(scope, kind));
     for tool in &expect.tools {
         add(Kind::Tool(tool.clone()));
@@ -255,6 +292,14 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>) {
     if let Some(yes) = expect.agent_error {
         add(Kind::AgentError(yes));
     }
+    for judge in &expect.judge {
+        add(Kind::Judge {
+            id: *judges,
+            rubric: judge.rubric.clone(),
+            min_score: judge.min_score,
+        });
+        *judges += 1;
+    }
 }
 
 /// The expectation in words.
@@ -282,6 +327,15 @@ fn describe(kind: &Kind) -> String {
         Kind::Handoff(false) => "the call stays with the crew".to_owned(),
         Kind::AgentError(true) => "the crew reports an error (agent.error)".to_owned(),
         Kind::AgentError(false) => "the crew reports no error".to_owned(),
+        Kind::Judge {
+            rubric, min_score, ..
+        } => {
+            let mut short: String = rubric.chars().take(80).collect();
+            if short.len() < rubric.len() {
+                short.push('…');
+            }
+            format!("judge scores at least {min_score}: {short}")
+        }
     }
 }
 
@@ -606,7 +660,7 @@ mod tests {
                 turn_time: Some(Duration::from_millis(end)),
                 ..TurnRecord::default()
             }],
-            stopped: None,
+            ..CallRecord::default()
         }
     }
 

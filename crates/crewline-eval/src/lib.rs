@@ -33,6 +33,7 @@
 mod call;
 mod check;
 pub mod crew;
+pub mod judge;
 mod matcher;
 pub mod report;
 pub mod scenario;
@@ -243,18 +244,83 @@ async fn run_against(
     options: &RunOptions,
     started: Instant,
 ) -> ScenarioReport {
-    let calls: Vec<call::CallRecord> = futures::stream::iter(0..runs_of(scenario, options))
+    let mut calls: Vec<call::CallRecord> = futures::stream::iter(0..runs_of(scenario, options))
         .map(|_| call::place(scenario, crew))
         .buffer_unordered(options.concurrency.max(1))
         .collect()
         .await;
+    let checks = check::checks(scenario);
+    ask_judges(scenario, &checks, &mut calls, options.concurrency).await;
     ScenarioReport::judge(
         scenario.name.clone(),
         scenario.pass_threshold,
-        &check::checks(scenario),
+        &checks,
         &calls,
         started.elapsed(),
     )
+}
+
+/// Asks the scenario's judge about every run that reached what a judge check grades, and
+/// keeps the verdicts (or why there is none) in the runs' records.
+async fn ask_judges(
+    scenario: &Scenario,
+    checks: &[check::Check],
+    calls: &mut [call::CallRecord],
+    concurrency: usize,
+) {
+    let questions: Vec<(usize, &str, Option<usize>, &check::Check)> = checks
+        .iter()
+        .filter_map(|check| {
+            check
+                .judge_question()
+                .map(|(id, rubric, turn)| (id, rubric, turn, check))
+        })
+        .collect();
+    let Some(spec) = &scenario.judge else {
+        return;
+    };
+    if questions.is_empty() {
+        return;
+    }
+    let judge = match judge::Judge::new(spec) {
+        Ok(judge) => judge,
+        Err(why) => {
+            for call in calls.iter_mut() {
+                for (id, ..) in &questions {
+                    call.verdicts.insert(*id, Err(why.clone()));
+                }
+            }
+            return;
+        }
+    };
+    let says: Vec<Option<&str>> = scenario.turns.iter().map(|t| t.say.as_deref()).collect();
+    let mut asks = Vec::new();
+    for (run, call) in calls.iter().enumerate() {
+        for (id, rubric, turn, check) in &questions {
+            if !check.reached(call) {
+                continue;
+            }
+            let conversation = judge::transcript(&says, call, *turn);
+            let part = match turn {
+                Some(turn) => format!("the agent's reply in turn {}", turn + 1),
+                None => "the whole call".to_owned(),
+            };
+            asks.push((run, *id, rubric.to_string(), conversation, part));
+        }
+    }
+    let verdicts: Vec<(usize, usize, Result<judge::Verdict, String>)> = futures::stream::iter(asks)
+        .map(|(run, id, rubric, conversation, part)| {
+            let judge = judge.clone();
+            async move { (run, id, judge.ask(&rubric, &conversation, &part).await) }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    for (run, id, verdict) in verdicts {
+        if let Some(call) = calls.get_mut(run) {
+            call.verdicts.insert(id, verdict);
+        }
+    }
 }
 
 /// Reads the scenario or suite at `path` and runs its scenarios ([`run_scenarios`]); each

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::{
     call::CallRecord,
     check::{Check, p95},
+    judge::JudgeVerdict,
 };
 
 /// The most failing runs kept per check (with their messages) in a report.
@@ -55,6 +56,8 @@ pub enum CheckCategory {
     Handoff,
     /// Errors the crew reported (`agent.error`).
     Error,
+    /// An LLM judge's score against a rubric.
+    Judge,
 }
 
 /// One expectation's result over the runs.
@@ -76,6 +79,10 @@ pub struct CheckReport {
     pub passed: bool,
     /// The first failing runs (at most [`MAX_FAILURES_KEPT`]): what was expected, what came.
     pub failures: Vec<RunFailure>,
+    /// A judge check's verdicts, run by run: the score and the judge's reason (passing runs
+    /// too), or why there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<JudgeVerdict>,
 }
 
 /// One run in which a check did not hold.
@@ -186,7 +193,29 @@ impl CheckReport {
         } else {
             runs > 0 && pass_rate + f64::EPSILON >= threshold
         };
+        let verdicts = match check.judge_question() {
+            Some((id, ..)) => calls
+                .iter()
+                .zip(1..)
+                .filter_map(|(call, run)| {
+                    call.verdicts.get(&id).map(|verdict| match verdict {
+                        Ok(verdict) => JudgeVerdict {
+                            run,
+                            score: Some(verdict.score),
+                            reason: verdict.reason.clone(),
+                        },
+                        Err(why) => JudgeVerdict {
+                            run,
+                            score: None,
+                            reason: why.clone(),
+                        },
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         Self {
+            verdicts,
             name: check.name.clone(),
             category: check.category(),
             over_runs: check.over_runs(),
@@ -334,11 +363,24 @@ pub fn write_junit(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
         }
         for check in &report.checks {
             let name = xml(&check.name);
-            if check.passed {
+            if check.passed && check.verdicts.is_empty() {
                 writeln!(out, r#"    <testcase classname="{suite}" name="{name}"/>"#)?;
                 continue;
             }
             writeln!(out, r#"    <testcase classname="{suite}" name="{name}">"#)?;
+            if !check.verdicts.is_empty() {
+                // The judge's reasons, passing runs too: why it thought so is the point.
+                let verdicts: Vec<String> = check.verdicts.iter().map(verdict_line).collect();
+                writeln!(
+                    out,
+                    "      <system-out>{}</system-out>",
+                    xml(&verdicts.join("\n"))
+                )?;
+            }
+            if check.passed {
+                writeln!(out, "    </testcase>")?;
+                continue;
+            }
             let message = format!(
                 "held in {}/{} runs (needs {:.0}%)",
                 check.passed_runs,
@@ -364,6 +406,14 @@ pub fn write_junit(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
         writeln!(out, "  </testsuite>")?;
     }
     writeln!(out, "</testsuites>")
+}
+
+/// A judge's verdict on one run, in words.
+fn verdict_line(verdict: &JudgeVerdict) -> String {
+    match verdict.score {
+        Some(score) => format!("run {}: scored {score}: {}", verdict.run, verdict.reason),
+        None => format!("run {}: no verdict: {}", verdict.run, verdict.reason),
+    }
 }
 
 /// Text escaped for XML content and attributes; characters XML 1.0 cannot hold at all

@@ -47,6 +47,10 @@ pub struct Scenario {
     /// `fault.model`. In a suite, the suite's `model` if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSpec>,
+    /// The judging model `expect.judge` asks: any OpenAI-compatible provider. In a suite,
+    /// the suite's `judge` if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<JudgeSpec>,
     /// How many times the call is placed (concurrently); models are not deterministic.
     /// 1 to 200, default 1; `crewline eval --runs N` overrides it.
     #[serde(default = "default_runs")]
@@ -84,6 +88,9 @@ pub struct Suite {
     /// The model every scenario without a `model` of its own runs its crew on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSpec>,
+    /// The judge of every scenario without a `judge` of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<JudgeSpec>,
     /// The scenarios, run one after the other (1 to 64).
     #[schemars(length(min = 1, max = 64))]
     pub scenarios: Vec<Scenario>,
@@ -97,7 +104,7 @@ pub enum ScenarioFile {
     /// One scenario.
     One(Box<Scenario>),
     /// A suite: several scenarios, sharing a crew.
-    Suite(Suite),
+    Suite(Box<Suite>),
 }
 
 fn default_runs() -> u32 {
@@ -174,6 +181,45 @@ impl ModelSpec {
         Script::from_json(&serde_json::json!({ "replies": self.replies }))
             .map_err(|error| format!("[model]: {error}"))
     }
+}
+
+/// The judging model: any OpenAI-compatible provider (OpenAI, Groq, a local Ollama...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSpec {
+    /// The provider's OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The model, e.g. `gpt-4o-mini`.
+    pub model: String,
+    /// The environment variable holding the provider's API key, e.g. `OPENAI_API_KEY` (the
+    /// key itself never goes in the file). Unset: no key (a local provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// How long the judge may take to start answering, in ms (default 60000, at most 600000).
+    #[serde(default = "default_judge_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_judge_timeout_ms() -> u64 {
+    60_000
+}
+
+/// A rubric the judge scores the conversation against, in each run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeExpect {
+    /// What a good answer does, in plain words (e.g. "gives the temperature of both cities
+    /// and invents no forecast"). In a turn, the judge grades that turn's reply (reading the
+    /// call up to it); over the call, the whole call.
+    pub rubric: String,
+    /// The lowest score that passes, from 0 to 1 (the judge scores 0 to 1; default 0.7).
+    #[serde(default = "default_min_score")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_score: f64,
+}
+
+fn default_min_score() -> f64 {
+    0.7
 }
 
 /// Faults forced on one turn, to see the crew cope.
@@ -262,6 +308,10 @@ pub struct Expect {
     /// it sends none. Over the call: in some turn / in no turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_error: Option<bool>,
+    /// Rubrics an LLM judge (the scenario's `judge`) scores the reply (in a turn) or the
+    /// whole call (over the call) against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judge: Vec<JudgeExpect>,
 }
 
 impl Expect {
@@ -413,6 +463,9 @@ impl ScenarioFile {
                 if scenario.model.is_none() {
                     scenario.model.clone_from(&suite.model);
                 }
+                if scenario.judge.is_none() {
+                    scenario.judge.clone_from(&suite.judge);
+                }
                 scenario.validate().map_err(|message| {
                     invalid(format!(
                         "scenario {} ({:?}): {message}",
@@ -516,6 +569,16 @@ impl Scenario {
         if let Some(model) = &self.model {
             model.script()?;
         }
+        if let Some(judge) = &self.judge {
+            judge.validate()?;
+        }
+        let judged = !self.expect.judge.is_empty()
+            || self.turns.iter().any(|turn| !turn.expect.judge.is_empty());
+        if judged && self.judge.is_none() {
+            return Err(
+                "`expect.judge` needs a `[judge]` (base_url, model, api_key_env)".to_owned(),
+            );
+        }
         if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
             return Err(format!(
                 "{} turns; a scenario has 1 to {MAX_TURNS}",
@@ -603,6 +666,37 @@ impl Expect {
         }
         if self.transfer == Some(false) && self.transfer_to.is_some() {
             return Err("`transfer = false` with a `transfer_to`".to_owned());
+        }
+        for judge in &self.judge {
+            if judge.rubric.trim().is_empty() {
+                return Err("judge: `rubric` is empty".to_owned());
+            }
+            if !(0.0..=1.0).contains(&judge.min_score) {
+                return Err(format!(
+                    "judge: `min_score` is {}; it must be from 0 to 1",
+                    judge.min_score
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl JudgeSpec {
+    fn validate(&self) -> Result<(), String> {
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return Err(format!(
+                "[judge]: `base_url` {:?} is not an http:// or https:// address",
+                self.base_url
+            ));
+        }
+        if self.model.trim().is_empty() {
+            return Err("[judge]: `model` is empty".to_owned());
+        }
+        if !(1..=MAX_TURN_TIMEOUT_MS).contains(&self.timeout_ms) {
+            return Err(format!(
+                "[judge]: `timeout_ms` must be 1 to {MAX_TURN_TIMEOUT_MS}"
+            ));
         }
         Ok(())
     }

@@ -57,6 +57,22 @@ fn impossible_settings_are_refused_naming_the_field() {
             "turn 1: `fault.model` \"404:soon\" is not a fault",
         ),
         (
+            format!("name = \"x\"\n{CREW}{turn}expect.judge = [{{ rubric = \"polite\" }}]\n"),
+            "`expect.judge` needs a `[judge]`",
+        ),
+        (
+            format!(
+                "name = \"x\"\njudge = {{ base_url = \"ftp://x\", model = \"m\" }}\n{CREW}{turn}"
+            ),
+            "[judge]: `base_url` \"ftp://x\" is not an http:// or https:// address",
+        ),
+        (
+            format!(
+                "name = \"x\"\njudge = {{ base_url = \"http://x\", model = \"m\" }}\n{CREW}{turn}expect.judge = [{{ rubric = \"polite\", min_score = 2 }}]\n"
+            ),
+            "turn 1: judge: `min_score` is 2; it must be from 0 to 1",
+        ),
+        (
             format!("name = \"x\"\n{CREW}{turn}fault = {{}}\n"),
             "turn 1: `fault`: set `model`",
         ),
