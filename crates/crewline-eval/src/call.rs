@@ -48,6 +48,8 @@ pub(crate) struct TurnRecord {
     pub(crate) barge_in: Option<BargeInRecord>,
     /// The messages of the `agent.error`s the crew sent in the turn.
     pub(crate) errors: Vec<String>,
+    /// The turn was the caller's silence: the text is what the crew said meanwhile.
+    pub(crate) silence: bool,
 }
 
 /// One tool call, as the crew logged it.
@@ -109,7 +111,21 @@ pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord
             return record;
         }
     };
+    let last = scenario.turns.len().saturating_sub(1);
     for (index, turn) in scenario.turns.iter().enumerate() {
+        if let Some(ms) = turn.silence_ms {
+            let (heard, closed) = listen(&mut client, Duration::from_millis(ms)).await;
+            record.turns.push(heard);
+            if let Some(error) = closed {
+                // The crew closed the call during the silence (a hang-up after an idle
+                // prompt, say): fine as the last turn, a stop before any other.
+                if index < last {
+                    record.stopped = Some((Some(index + 1), error.to_string()));
+                }
+                break;
+            }
+            continue;
+        }
         let Some(say) = turn.say.as_deref() else {
             // A hang-up: the last turn (checked on load).
             break;
@@ -149,6 +165,67 @@ async fn play(
     };
     let summary = live.finish().await?;
     Ok(TurnRecord::from_summary(summary, barge_in))
+}
+
+/// Listens for `silence` while the caller says nothing: what the crew says and does meanwhile
+/// (stray chunks, `agent.speak`, tool calls, hand-offs, errors), and the error that ended the
+/// call early, if one did.
+async fn listen(
+    client: &mut PlatformClient,
+    silence: Duration,
+) -> (TurnRecord, Option<PlatformError>) {
+    let mut heard = TurnRecord {
+        silence: true,
+        ..TurnRecord::default()
+    };
+    let deadline = tokio::time::Instant::now() + silence;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return (heard, None);
+        }
+        let frame = match client.recv_idle(left).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return (heard, None),
+            Err(error) => return (heard, Some(error)),
+        };
+        match frame.frame {
+            CrewFrame::Chunk { text } | CrewFrame::Speak { text } => {
+                if !heard.text.is_empty() && !text.starts_with(' ') {
+                    heard.text.push(' ');
+                }
+                heard.text.push_str(&text);
+            }
+            CrewFrame::ToolStart(log) => heard.tools.push(ToolCallRecord {
+                name: log.name,
+                arguments: log.arguments,
+                outcome: None,
+            }),
+            CrewFrame::ToolEnd(log) | CrewFrame::ToolError(log) => {
+                let outcome = match log.error {
+                    Some(error) => Err(error),
+                    None => Ok(()),
+                };
+                match heard
+                    .tools
+                    .iter_mut()
+                    .rev()
+                    .find(|t| t.name == log.name && t.outcome.is_none())
+                {
+                    Some(call) => call.outcome = Some(outcome),
+                    None => heard.tools.push(ToolCallRecord {
+                        name: log.name,
+                        arguments: log.arguments,
+                        outcome: Some(outcome),
+                    }),
+                }
+            }
+            CrewFrame::EndCall => heard.end_calls += 1,
+            CrewFrame::Transfer(transfer) => heard.transfers.push(transfer.transfer_call_number),
+            CrewFrame::Error(error) => heard.errors.push(error.message),
+            _ => {}
+        }
+    }
 }
 
 /// Reads the turn until the barge-in point and sends the interrupt there, unless the reply
@@ -232,6 +309,7 @@ impl TurnRecord {
             barge_in,
             errors: summary.errors.into_iter().map(|e| e.message).collect(),
             text: summary.text,
+            silence: false,
         }
     }
 }

@@ -47,6 +47,7 @@ enum Kind {
     TransferTo(String),
     Handoff(bool),
     AgentError(bool),
+    Silent(bool),
     /// An LLM judge's rubric; `id` keys its verdicts in a run's record.
     Judge {
         id: usize,
@@ -92,6 +93,7 @@ impl Check {
             }
             Kind::AgentError(_) => CheckCategory::Error,
             Kind::Judge { .. } => CheckCategory::Judge,
+            Kind::Silent(_) => CheckCategory::Reply,
         }
     }
 
@@ -157,6 +159,14 @@ impl Check {
         }
         if self.kind.per_turn() {
             for (index, turn) in turns {
+                // What every reply must do is about replies: a silence has none, except
+                // when the check is about saying nothing.
+                if self.scope == Scope::Call
+                    && turn.silence
+                    && !matches!(self.kind, Kind::Silent(_))
+                {
+                    continue;
+                }
                 self.kind
                     .judge_turn(turn)
                     .map_err(|message| match self.scope {
@@ -174,7 +184,14 @@ impl Check {
     pub(crate) fn judge_over(&self, calls: &[CallRecord]) -> Result<(), String> {
         let turns = match self.scope {
             Scope::Turn(turn) => vec![turn],
-            Scope::Call => (0..calls.iter().map(|c| c.turns.len()).max().unwrap_or(0)).collect(),
+            // A silence has no reply to time.
+            Scope::Call => (0..calls.iter().map(|c| c.turns.len()).max().unwrap_or(0))
+                .filter(|&turn| {
+                    !calls
+                        .iter()
+                        .any(|c| c.turns.get(turn).is_some_and(|t| t.silence))
+                })
+                .collect(),
         };
         for turn in turns {
             let (what, budget, times): (&str, u64, Vec<Duration>) = match self.kind {
@@ -292,6 +309,9 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>, judges:
     if let Some(yes) = expect.agent_error {
         add(Kind::AgentError(yes));
     }
+    if let Some(yes) = expect.silent {
+        add(Kind::Silent(yes));
+    }
     for judge in &expect.judge {
         add(Kind::Judge {
             id: *judges,
@@ -327,6 +347,8 @@ fn describe(kind: &Kind) -> String {
         Kind::Handoff(false) => "the call stays with the crew".to_owned(),
         Kind::AgentError(true) => "the crew reports an error (agent.error)".to_owned(),
         Kind::AgentError(false) => "the crew reports no error".to_owned(),
+        Kind::Silent(true) => "the crew says nothing".to_owned(),
+        Kind::Silent(false) => "the crew says something".to_owned(),
         Kind::Judge {
             rubric, min_score, ..
         } => {
@@ -362,6 +384,7 @@ impl Kind {
                 | Self::FirstChunk(_)
                 | Self::TurnTime(_)
                 | Self::ChunksAfterBargeIn(_)
+                | Self::Silent(_)
         )
     }
 
@@ -410,6 +433,12 @@ impl Kind {
                 } else {
                     Ok(())
                 }
+            }
+            Self::Silent(true) if !turn.text.trim().is_empty() => {
+                Err(format!("expected the crew to say nothing; {}", came()))
+            }
+            Self::Silent(false) if turn.text.trim().is_empty() => {
+                Err(format!("expected the crew to say something; {}", came()))
             }
             Self::FirstChunk(budget) => within("the first chunk", *budget, turn.first_chunk),
             Self::TurnTime(budget) => within("the turn's end", *budget, turn.turn_time),

@@ -1,6 +1,6 @@
 //! The scenario file: which crew to call, what the caller says, and what must hold.
 //!
-//! A scenario is TOML, read into [`Scenario`]; every field is documented here and in the
+//! A scenario is TOML or YAML (the same keys), read into [`Scenario`]; every field is documented here and in the
 //! JSON Schema generated from these types (`crewline eval --schema`,
 //! `docs/eval-scenario.schema.json`). Unknown keys are errors, so a typo is not a silently
 //! skipped expectation.
@@ -243,6 +243,11 @@ pub struct CallerTurn {
     /// What the caller says (the transcript the platform sends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub say: Option<String>,
+    /// The caller says nothing for this many ms (1 to 600000): the platform sends nothing,
+    /// and what the crew does meanwhile (an idle prompt, a hang-up, nothing) is this turn's.
+    /// Without `say`, `barge_in`, `fault` or budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence_ms: Option<u64>,
     /// The caller hangs up instead of speaking: the call is closed. Only as the last turn,
     /// and without `say`, `barge_in`, `fault` or `expect`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -308,6 +313,10 @@ pub struct Expect {
     /// it sends none. Over the call: in some turn / in no turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_error: Option<bool>,
+    /// `true`: the crew says nothing in the turn (no chunk, no `agent.speak`), e.g. while
+    /// the caller is silent; `false`: it says something (e.g. an idle prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent: Option<bool>,
     /// Rubrics an LLM judge (the scenario's `judge`) scores the reply (in a turn) or the
     /// whole call (over the call) against.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -430,22 +439,76 @@ impl Budget {
     }
 }
 
+/// How a scenario file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Format {
+    /// TOML (`.toml`, and any other extension).
+    Toml,
+    /// YAML (`.yaml` or `.yml`).
+    Yaml,
+}
+
+impl Format {
+    /// The format a file's extension names: `.yaml` and `.yml` are YAML, anything else TOML.
+    pub fn of_path(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(ext) if ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml") => {
+                Self::Yaml
+            }
+            _ => Self::Toml,
+        }
+    }
+
+    /// Reads `text` as `T`; the error says where.
+    fn decode<T: serde::de::DeserializeOwned>(self, text: &str) -> Result<T, EvalError> {
+        match self {
+            Self::Toml => toml::from_str(text).map_err(parse_error),
+            Self::Yaml => serde_norway::from_str(text).map_err(|error| EvalError::Parse {
+                path: Default::default(),
+                message: error.to_string(),
+            }),
+        }
+    }
+
+    /// Whether `text` holds a suite (a top-level `scenarios`) rather than one scenario.
+    fn is_suite(self, text: &str) -> Result<bool, EvalError> {
+        Ok(match self {
+            Self::Toml => self.decode::<toml::Table>(text)?.contains_key("scenarios"),
+            Self::Yaml => self
+                .decode::<serde_norway::Value>(text)?
+                .get("scenarios")
+                .is_some(),
+        })
+    }
+}
+
 impl ScenarioFile {
-    /// Reads and checks a scenario or suite file (at most [`MAX_FILE_BYTES`]): its
-    /// scenarios, in order, each with its crew filled in.
+    /// Reads and checks a scenario or suite file (at most [`MAX_FILE_BYTES`]), TOML or YAML
+    /// by its extension ([`Format::of_path`]): its scenarios, in order, each with its crew
+    /// (and model and judge) filled in.
     pub fn load(path: &Path) -> Result<Vec<Scenario>, EvalError> {
         let text = read_bounded(path)?;
-        Self::from_toml(&text).map_err(|error| error.in_file(path))
+        Self::parse(&text, Format::of_path(path)).map_err(|error| error.in_file(path))
     }
 
     /// Parses and checks a scenario or suite from TOML text.
     pub fn from_toml(text: &str) -> Result<Vec<Scenario>, EvalError> {
+        Self::parse(text, Format::Toml)
+    }
+
+    /// Parses and checks a scenario or suite from YAML text (the same keys as TOML).
+    pub fn from_yaml(text: &str) -> Result<Vec<Scenario>, EvalError> {
+        Self::parse(text, Format::Yaml)
+    }
+
+    /// Parses and checks a scenario or suite written in `format`.
+    pub fn parse(text: &str, format: Format) -> Result<Vec<Scenario>, EvalError> {
         check_size(text)?;
-        let table: toml::Table = toml::from_str(text).map_err(parse_error)?;
-        if !table.contains_key("scenarios") {
-            return Scenario::from_toml(text).map(|scenario| vec![scenario]);
+        if !format.is_suite(text)? {
+            return Scenario::parse(text, format).map(|scenario| vec![scenario]);
         }
-        let suite: Suite = toml::from_str(text).map_err(parse_error)?;
+        let suite: Suite = format.decode(text)?;
         if suite.scenarios.is_empty() || suite.scenarios.len() > MAX_SCENARIOS {
             return Err(invalid(format!(
                 "{} scenarios; a suite has 1 to {MAX_SCENARIOS}",
@@ -524,17 +587,27 @@ fn invalid(message: String) -> EvalError {
 }
 
 impl Scenario {
-    /// Reads and checks a file holding one scenario (at most [`MAX_FILE_BYTES`]); see
-    /// [`ScenarioFile::load`] for suites.
+    /// Reads and checks a file holding one scenario (at most [`MAX_FILE_BYTES`]), TOML or
+    /// YAML by its extension; see [`ScenarioFile::load`] for suites.
     pub fn load(path: &Path) -> Result<Self, EvalError> {
         let text = read_bounded(path)?;
-        Self::from_toml(&text).map_err(|error| error.in_file(path))
+        Self::parse(&text, Format::of_path(path)).map_err(|error| error.in_file(path))
     }
 
     /// Parses and checks a scenario from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, EvalError> {
+        Self::parse(text, Format::Toml)
+    }
+
+    /// Parses and checks a scenario from YAML text (the same keys as TOML).
+    pub fn from_yaml(text: &str) -> Result<Self, EvalError> {
+        Self::parse(text, Format::Yaml)
+    }
+
+    /// Parses and checks a scenario written in `format`.
+    pub fn parse(text: &str, format: Format) -> Result<Self, EvalError> {
         check_size(text)?;
-        let scenario: Self = toml::from_str(text).map_err(parse_error)?;
+        let scenario: Self = format.decode(text)?;
         scenario.validate().map_err(invalid)?;
         Ok(scenario)
     }
@@ -620,6 +693,21 @@ impl CrewSpec {
 
 impl CallerTurn {
     fn validate(&self, is_last: bool, turn_timeout_ms: u64) -> Result<(), String> {
+        if let Some(ms) = self.silence_ms {
+            if self.say.is_some() || self.hang_up || self.barge_in.is_some() || self.fault.is_some()
+            {
+                return Err("a silence has no `say`, `hang_up`, `barge_in` or `fault`".to_owned());
+            }
+            if !(1..=MAX_TURN_TIMEOUT_MS).contains(&ms) {
+                return Err(format!(
+                    "`silence_ms` is {ms}; it must be 1 to {MAX_TURN_TIMEOUT_MS}"
+                ));
+            }
+            if !self.expect.budget.is_empty() {
+                return Err("a silence has no reply to time: no `budget`".to_owned());
+            }
+            return self.expect.validate();
+        }
         if self.hang_up {
             if self.say.is_some()
                 || self.barge_in.is_some()
@@ -634,7 +722,9 @@ impl CallerTurn {
             return Ok(());
         }
         if self.say.as_deref().is_none_or(|say| say.trim().is_empty()) {
-            return Err("set `say` (what the caller says) or `hang_up = true`".to_owned());
+            return Err(
+                "set `say` (what the caller says), `silence_ms` or `hang_up = true`".to_owned(),
+            );
         }
         if let Some(barge_in) = &self.barge_in {
             match (barge_in.after_chunks, barge_in.after_ms) {

@@ -190,3 +190,31 @@ async fn the_voice_agent_fault_suite_passes_on_the_model_it_scripts() {
         assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_control_yaml_suite_passes_against_the_example_crew() {
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/call_control.yaml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    assert!(
+        scenarios
+            .iter()
+            .any(|s| s.turns.iter().any(|t| t.silence_ms.is_some())),
+        "the suite has a silence"
+    );
+    let url = common::support_crew().await;
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for scenario in &scenarios {
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+        assert_eq!(report.runs, 3);
+    }
+}

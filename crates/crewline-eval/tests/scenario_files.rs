@@ -73,6 +73,20 @@ fn impossible_settings_are_refused_naming_the_field() {
             "turn 1: judge: `min_score` is 2; it must be from 0 to 1",
         ),
         (
+            format!("name = \"x\"\n{CREW}{turn}silence_ms = 500\n"),
+            "turn 1: a silence has no `say`, `hang_up`, `barge_in` or `fault`",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}[[turns]]\nsilence_ms = 500\nexpect.budget.turn_ms = 9\n"
+            ),
+            "turn 1: a silence has no reply to time: no `budget`",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}[[turns]]\nsilence_ms = 0\n"),
+            "turn 1: `silence_ms` is 0; it must be 1 to 600000",
+        ),
+        (
             format!("name = \"x\"\n{CREW}{turn}fault = {{}}\n"),
             "turn 1: `fault`: set `model`",
         ),
@@ -212,10 +226,91 @@ fn the_example_suites_are_valid_scenarios() {
     let mut read = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        if path
+            .extension()
+            .is_some_and(|e| e == "toml" || e == "yaml" || e == "yml")
+        {
             ScenarioFile::load(&path).unwrap_or_else(|e| panic!("{e}"));
             read += 1;
         }
     }
     assert!(read > 0, "no suite in {}", dir.display());
+}
+
+#[test]
+fn a_yaml_file_reads_as_the_same_scenario_as_its_toml() {
+    let toml = ScenarioFile::from_toml(
+        r#"
+        crew.url = "ws://127.0.0.1:8080/ws"
+        [[scenarios]]
+        name = "two cities"
+        runs = 3
+        variables = { name = "Ada" }
+        [[scenarios.turns]]
+        say = "Weather in Paris and Tokyo?"
+        expect.reply = { contains = ["18"], max_sentences = 3 }
+        expect.tools = [{ name = "get_weather", args.location = { regex = "(?i)^paris" }, once = true }]
+        [[scenarios.turns]]
+        hang_up = true
+        [scenarios.expect]
+        tools = [{ name = "get_weather", count = 2, args_subset = { units = "metric" } }]
+        "#,
+    )
+    .unwrap();
+    let yaml = ScenarioFile::from_yaml(
+        r#"
+crew:
+  url: ws://127.0.0.1:8080/ws
+scenarios:
+  - name: two cities
+    runs: 3
+    variables: { name: Ada }
+    turns:
+      - say: Weather in Paris and Tokyo?
+        expect:
+          reply: { contains: ["18"], max_sentences: 3 }
+          tools:
+            - name: get_weather
+              args: { location: { regex: "(?i)^paris" } }
+              once: true
+      - hang_up: true
+    expect:
+      tools: [{ name: get_weather, count: 2, args_subset: { units: metric } }]
+"#,
+    )
+    .unwrap();
+    assert_eq!(yaml, toml);
+}
+
+#[test]
+fn a_yaml_typo_is_an_error_naming_the_line_and_the_file() {
+    let dir = std::env::temp_dir().join(format!("crewline-eval-yaml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("typo.yml");
+    std::fs::write(
+        &path,
+        "name: x\ncrew: { url: \"ws://127.0.0.1:1/ws\" }\nturns:\n  - say: hi\n    expect: { reply: { contain: [hello] } }\n",
+    )
+    .unwrap();
+    let error = Scenario::load(&path).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(error.contains("typo.yml"), "{error}");
+    assert!(error.contains("unknown field `contain`"), "{error}");
+    assert!(error.contains("line 5"), "{error}");
+}
+
+#[test]
+fn a_yaml_alias_bomb_is_refused_not_expanded() {
+    // Each level doubles nine times over: expanded, this would be 9^9 strings.
+    let mut yaml = String::from("a: &a [\"lol\"]\n");
+    let names = ["b", "c", "d", "e", "f", "g", "h", "i"];
+    let mut previous = "a";
+    for name in names {
+        let refs = vec![format!("*{previous}"); 9].join(", ");
+        yaml.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        previous = name;
+    }
+    yaml.push_str("name: x\ncrew: { url: \"ws://127.0.0.1:1/ws\" }\nturns: [{ say: hi }]\nvariables: { bomb: *i }\n");
+    let error = ScenarioFile::from_yaml(&yaml).unwrap_err().to_string();
+    assert!(error.contains("repetition limit exceeded"), "{error}");
 }
