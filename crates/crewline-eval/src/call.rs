@@ -10,8 +10,9 @@ use crewline_testkit::platform::{
 use serde_json::Value;
 
 use crate::{
+    caller::{Next, SimulatedCaller},
     crew::RunningCrew,
-    scenario::{BargeIn, CallerTurn, Scenario},
+    scenario::{BargeIn, Scenario},
 };
 
 /// How long the handshake (connect, `system.init`, `agent.ready`) may take.
@@ -25,6 +26,8 @@ pub(crate) struct CallRecord {
     /// Why the call stopped before its last turn: the turn (0-based; `None`: the handshake)
     /// and what went wrong.
     pub(crate) stopped: Option<(Option<usize>, String)>,
+    /// What a simulated caller said, turn by turn (empty with scripted `turns`).
+    pub(crate) said: Vec<String>,
     /// The judges' verdicts on this run, by judge check (its `id`), once asked.
     pub(crate) verdicts: std::collections::BTreeMap<usize, Result<crate::judge::Verdict, String>>,
 }
@@ -90,8 +93,12 @@ impl CallRecord {
     }
 }
 
-/// Places one call to `crew` and plays the scenario's turns.
-pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord {
+/// Places one call to `crew` and plays the scenario's turns, or has `caller` play the caller.
+pub(crate) async fn place(
+    scenario: &Scenario,
+    crew: &RunningCrew,
+    caller: Option<&SimulatedCaller>,
+) -> CallRecord {
     let mut config = PlatformConfig::new(crew.url.clone());
     config.token.clone_from(&crew.token);
     config.initial_variables.clone_from(&scenario.variables);
@@ -111,6 +118,13 @@ pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord
             return record;
         }
     };
+    if let (Some(caller), Some(spec)) = (caller, &scenario.caller) {
+        simulate(&mut client, caller, spec, &mut record).await;
+        if let Err(error) = client.close().await {
+            tracing::debug!(%error, "closing the call");
+        }
+        return record;
+    }
     let last = scenario.turns.len().saturating_sub(1);
     for (index, turn) in scenario.turns.iter().enumerate() {
         if let Some(ms) = turn.silence_ms {
@@ -137,7 +151,7 @@ pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord
             Some(marker) => format!("{say} {marker}"),
             None => say.to_owned(),
         };
-        match play(&mut client, &said, turn).await {
+        match play(&mut client, &said, turn.barge_in.as_ref()).await {
             Ok(turn) => record.turns.push(turn),
             Err(error) => {
                 record.stopped = Some((Some(index), error.to_string()));
@@ -152,14 +166,56 @@ pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord
     record
 }
 
+/// Has `caller` play the caller until it is done, the crew hands the call off, or
+/// `max_turns`.
+async fn simulate(
+    client: &mut PlatformClient,
+    caller: &SimulatedCaller,
+    spec: &crate::scenario::CallerSpec,
+    record: &mut CallRecord,
+) {
+    let mut history: Vec<(String, String)> = Vec::new();
+    for index in 0..spec.max_turns as usize {
+        let next = match (&spec.opening, index) {
+            (Some(opening), 0) => Ok(Next::Say(opening.clone())),
+            _ => caller.next(&history).await,
+        };
+        let (say, done) = match next {
+            Ok(Next::Say(say)) => (say, false),
+            Ok(Next::End(say)) if say.is_empty() => return,
+            Ok(Next::End(say)) => (say, true),
+            Err(why) => {
+                record.stopped = Some((Some(index), why));
+                return;
+            }
+        };
+        match play(client, &say, None).await {
+            Ok(turn) => {
+                let handed_off = turn.end_calls > 0 || !turn.transfers.is_empty();
+                history.push((say.clone(), turn.text.clone()));
+                record.said.push(say);
+                record.turns.push(turn);
+                if done || handed_off {
+                    return;
+                }
+            }
+            Err(error) => {
+                record.said.push(say);
+                record.stopped = Some((Some(index), error.to_string()));
+                return;
+            }
+        }
+    }
+}
+
 /// Plays one caller turn: says it, barges in if the turn says so, reads it to its end.
 async fn play(
     client: &mut PlatformClient,
     say: &str,
-    turn: &CallerTurn,
+    barge_in: Option<&BargeIn>,
 ) -> Result<TurnRecord, PlatformError> {
     let mut live = client.user_turn(say)?;
-    let barge_in = match &turn.barge_in {
+    let barge_in = match barge_in {
         Some(barge_in) => Some(barge_in_on(&mut live, barge_in).await?),
         None => None,
     };

@@ -53,6 +53,8 @@ enum Kind {
         id: usize,
         rubric: String,
         min_score: f64,
+        /// Holds when the score is below `min_score` (a goal that must not be met).
+        below: bool,
     },
 }
 
@@ -146,12 +148,22 @@ impl Check {
                 call.turns.iter().enumerate().collect()
             }
         };
-        if let Kind::Judge { id, min_score, .. } = &self.kind {
+        if let Kind::Judge {
+            id,
+            min_score,
+            below,
+            ..
+        } = &self.kind
+        {
             return match call.verdicts.get(id) {
-                Some(Ok(verdict)) if verdict.score + f64::EPSILON >= *min_score => Ok(()),
+                Some(Ok(verdict)) if (verdict.score + f64::EPSILON >= *min_score) != *below => {
+                    Ok(())
+                }
                 Some(Ok(verdict)) => Err(format!(
-                    "expected a judge's score of at least {min_score}; it scored {}: {}",
-                    verdict.score, verdict.reason
+                    "expected a judge's score {} {min_score}; it scored {}: {}",
+                    if *below { "below" } else { "of at least" },
+                    verdict.score,
+                    verdict.reason
                 )),
                 Some(Err(why)) => Err(why.clone()),
                 None => Err("the judge was not asked".to_owned()),
@@ -254,6 +266,7 @@ pub(crate) fn checks(scenario: &Scenario) -> Vec<Check> {
         expect_checks(Scope::Turn(index), &turn.expect, &mut checks, &mut judges);
     }
     expect_checks(Scope::Call, &scenario.expect, &mut checks, &mut judges);
+    checks.extend(goal_check(scenario, judges));
     checks
 }
 
@@ -317,9 +330,28 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>, judges:
             id: *judges,
             rubric: judge.rubric.clone(),
             min_score: judge.min_score,
+            below: false,
         });
         *judges += 1;
     }
+}
+
+/// The judge check of a simulated caller's goal, when the scenario asks for one.
+fn goal_check(scenario: &Scenario, judges: usize) -> Option<Check> {
+    let (caller, met) = (scenario.caller.as_ref()?, scenario.expect.goal_met?);
+    Some(Check::new(
+        Scope::Call,
+        Kind::Judge {
+            id: judges,
+            rubric: format!(
+                "The caller's goal was reached in this call: {} (score 1: fully reached; 0: \
+                 not at all)",
+                caller.goal.trim()
+            ),
+            min_score: caller.goal_min_score,
+            below: !met,
+        },
+    ))
 }
 
 /// The expectation in words.
@@ -350,15 +382,24 @@ fn describe(kind: &Kind) -> String {
         Kind::Silent(true) => "the crew says nothing".to_owned(),
         Kind::Silent(false) => "the crew says something".to_owned(),
         Kind::Judge {
+            rubric,
+            min_score,
+            below: true,
+            ..
+        } => format!("judge scores below {min_score}: {}", short(rubric)),
+        Kind::Judge {
             rubric, min_score, ..
-        } => {
-            let mut short: String = rubric.chars().take(80).collect();
-            if short.len() < rubric.len() {
-                short.push('…');
-            }
-            format!("judge scores at least {min_score}: {short}")
-        }
+        } => format!("judge scores at least {min_score}: {}", short(rubric)),
     }
+}
+
+/// A rubric cut for a check's name.
+fn short(rubric: &str) -> String {
+    let mut short: String = rubric.chars().take(80).collect();
+    if short.len() < rubric.len() {
+        short.push('…');
+    }
+    short
 }
 
 fn describe_count(tool: &ToolExpect) -> String {

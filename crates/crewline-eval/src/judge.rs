@@ -10,7 +10,7 @@ use crewline::{
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{call::CallRecord, matcher, scenario::JudgeSpec};
+use crate::{call::CallRecord, matcher, scenario::ProviderSpec};
 
 /// The most bytes of a judge's answer read: a verdict is a score and a sentence or two.
 pub const MAX_JUDGE_ANSWER_BYTES: usize = 16 * 1024;
@@ -63,28 +63,9 @@ impl std::fmt::Debug for Judge {
 
 impl Judge {
     /// The judge `spec` names; its key is read from the variable `api_key_env` names.
-    pub(crate) fn new(spec: &JudgeSpec) -> Result<Self, String> {
-        let key = match &spec.api_key_env {
-            Some(name) => std::env::var(name)
-                .map_err(|_| format!("the judge's key variable {name} is not set"))?,
-            // A local provider (Ollama, vLLM) takes any key.
-            None => "no-key".to_owned(),
-        };
-        let limits = AnswerLimits {
-            max_answer_bytes: MAX_JUDGE_ANSWER_BYTES,
-            ..AnswerLimits::default()
-        };
-        let client = OpenAiClient::builder()
-            .model(spec.model.clone())
-            .base_url(spec.base_url.clone())
-            .api_key(key)
-            .read_env(false)
-            .answer_limits(limits)
-            .first_byte_timeout(Duration::from_millis(spec.timeout_ms))
-            .build()
-            .map_err(|error| format!("the judge's client: {}", crate::error_chain(&error)))?;
+    pub(crate) fn new(spec: &ProviderSpec) -> Result<Self, String> {
         Ok(Self {
-            client: Arc::new(client),
+            client: client(spec, "judge")?,
         })
     }
 
@@ -113,6 +94,32 @@ impl Judge {
         })?;
         parse_verdict(&answer.content)
     }
+}
+
+/// A client of the provider `spec` names, its answers capped at [`MAX_JUDGE_ANSWER_BYTES`];
+/// `who` (`judge`, `simulated caller`) names it in errors. The key is read from the variable
+/// `api_key_env` names, never from the file.
+pub(crate) fn client(spec: &ProviderSpec, who: &str) -> Result<Arc<dyn LlmClient>, String> {
+    let key = match &spec.api_key_env {
+        Some(name) => std::env::var(name)
+            .map_err(|_| format!("the {who}'s key variable {name} is not set"))?,
+        // A local provider (Ollama, vLLM) takes any key.
+        None => "no-key".to_owned(),
+    };
+    let limits = AnswerLimits {
+        max_answer_bytes: MAX_JUDGE_ANSWER_BYTES,
+        ..AnswerLimits::default()
+    };
+    let client = OpenAiClient::builder()
+        .model(spec.model.clone())
+        .base_url(spec.base_url.clone())
+        .api_key(key)
+        .read_env(false)
+        .answer_limits(limits)
+        .first_byte_timeout(Duration::from_millis(spec.timeout_ms))
+        .build()
+        .map_err(|error| format!("the {who}'s client: {}", crate::error_chain(&error)))?;
+    Ok(Arc::new(client))
 }
 
 /// Reads a verdict from a judge's answer: a JSON object with a `score` from 0 to 1 and a

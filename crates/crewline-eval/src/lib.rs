@@ -33,6 +33,7 @@
 //! The guide is [`guide`] (`docs/evals.md`).
 
 mod call;
+pub mod caller;
 mod check;
 pub mod crew;
 pub mod judge;
@@ -47,7 +48,10 @@ use std::{
 
 use futures::StreamExt;
 
-pub use report::{CheckCategory, CheckReport, RunFailure, ScenarioReport, TurnLatency};
+pub use report::{
+    CheckCategory, CheckReport, Conversation, ConversationTurn, RunFailure, ScenarioReport,
+    TurnLatency,
+};
 pub use scenario::{Scenario, ScenarioFile};
 
 /// The guide, `docs/evals.md`: writing a scenario, running it, CI use, what is not built yet.
@@ -246,11 +250,24 @@ async fn run_against(
     options: &RunOptions,
     started: Instant,
 ) -> ScenarioReport {
-    let mut calls: Vec<call::CallRecord> = futures::stream::iter(0..runs_of(scenario, options))
-        .map(|_| call::place(scenario, crew))
-        .buffer_unordered(options.concurrency.max(1))
-        .collect()
-        .await;
+    let caller = scenario.caller.as_ref().map(caller::SimulatedCaller::new);
+    let mut calls: Vec<call::CallRecord> = match &caller {
+        // Without its model there is no caller: every run stops before it starts.
+        Some(Err(why)) => (0..runs_of(scenario, options))
+            .map(|_| call::CallRecord {
+                stopped: Some((None, why.clone())),
+                ..call::CallRecord::default()
+            })
+            .collect(),
+        _ => {
+            let caller = caller.as_ref().and_then(|c| c.as_ref().ok());
+            futures::stream::iter(0..runs_of(scenario, options))
+                .map(|_| call::place(scenario, crew, caller))
+                .buffer_unordered(options.concurrency.max(1))
+                .collect()
+                .await
+        }
+    };
     let checks = check::checks(scenario);
     ask_judges(scenario, &checks, &mut calls, options.concurrency).await;
     ScenarioReport::judge(
@@ -295,9 +312,15 @@ async fn ask_judges(
             return;
         }
     };
-    let says: Vec<Option<&str>> = scenario.turns.iter().map(|t| t.say.as_deref()).collect();
+    let scripted: Vec<Option<&str>> = scenario.turns.iter().map(|t| t.say.as_deref()).collect();
     let mut asks = Vec::new();
     for (run, call) in calls.iter().enumerate() {
+        // A simulated caller's words are the run's own.
+        let says: Vec<Option<&str>> = if scenario.caller.is_some() {
+            call.said.iter().map(|s| Some(s.as_str())).collect()
+        } else {
+            scripted.clone()
+        };
         for (id, rubric, turn, check) in &questions {
             if !check.reached(call) {
                 continue;

@@ -35,6 +35,31 @@ pub struct ScenarioReport {
     pub turns: Vec<TurnLatency>,
     /// The wall time of the whole scenario, in ms.
     pub duration_ms: u64,
+    /// With a simulated caller: what was said in the first runs (at most
+    /// [`MAX_FAILURES_KEPT`]), each line cut to [`MAX_LINE_CHARS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conversations: Vec<Conversation>,
+}
+
+/// The most characters of one line of a kept conversation.
+pub const MAX_LINE_CHARS: usize = 500;
+
+/// What a simulated caller and the crew said in one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conversation {
+    /// The run, counted from 1.
+    pub run: u32,
+    /// Turn by turn.
+    pub turns: Vec<ConversationTurn>,
+}
+
+/// One turn of a kept conversation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConversationTurn {
+    /// What the simulated caller said.
+    pub caller: String,
+    /// What the crew said back.
+    pub crew: String,
 }
 
 /// What an expectation is about.
@@ -124,6 +149,7 @@ impl ScenarioReport {
             checks: Vec::new(),
             turns: Vec::new(),
             duration_ms: 0,
+            conversations: Vec::new(),
         }
     }
 
@@ -150,6 +176,7 @@ impl ScenarioReport {
             checks,
             turns: latencies(calls),
             duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            conversations: conversations(calls),
         }
     }
 
@@ -226,6 +253,39 @@ impl CheckReport {
             failures: failures.into_iter().take(MAX_FAILURES_KEPT).collect(),
         }
     }
+}
+
+/// The simulated callers' conversations of the first runs.
+fn conversations(calls: &[CallRecord]) -> Vec<Conversation> {
+    let cut = |text: &str| {
+        let mut kept: String = text.chars().take(MAX_LINE_CHARS).collect();
+        if kept.len() < text.len() {
+            kept.push('…');
+        }
+        kept
+    };
+    calls
+        .iter()
+        .zip(1..)
+        .filter(|(call, _)| !call.said.is_empty())
+        .take(MAX_FAILURES_KEPT)
+        .map(|(call, run)| Conversation {
+            run,
+            turns: call
+                .said
+                .iter()
+                .enumerate()
+                .map(|(turn, said)| ConversationTurn {
+                    caller: cut(said),
+                    crew: call
+                        .turns
+                        .get(turn)
+                        .map(|t| cut(&t.text))
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 fn latencies(calls: &[CallRecord]) -> Vec<TurnLatency> {
@@ -316,6 +376,13 @@ pub fn write_table(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
                 }
             }
         }
+        // A simulated call is read before it is judged: the first run's words.
+        if let Some(conversation) = report.conversations.first() {
+            writeln!(out, "  run {}, as it went:", conversation.run)?;
+            for line in conversation_lines(conversation) {
+                writeln!(out, "      {line}")?;
+            }
+        }
     }
     Ok(())
 }
@@ -403,9 +470,37 @@ pub fn write_junit(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
             )?;
             writeln!(out, "    </testcase>")?;
         }
+        if !report.conversations.is_empty() {
+            let lines: Vec<String> = report
+                .conversations
+                .iter()
+                .flat_map(|c| {
+                    std::iter::once(format!("run {}:", c.run)).chain(conversation_lines(c))
+                })
+                .collect();
+            writeln!(
+                out,
+                "    <system-out>{}</system-out>",
+                xml(&lines.join("\n"))
+            )?;
+        }
         writeln!(out, "  </testsuite>")?;
     }
     writeln!(out, "</testsuites>")
+}
+
+/// A kept conversation, a line per thing said.
+fn conversation_lines(conversation: &Conversation) -> Vec<String> {
+    conversation
+        .turns
+        .iter()
+        .flat_map(|turn| {
+            [
+                format!("caller: {}", turn.caller),
+                format!("crew:   {}", turn.crew),
+            ]
+        })
+        .collect()
 }
 
 /// A judge's verdict on one run, in words.

@@ -50,7 +50,7 @@ pub struct Scenario {
     /// The judging model `expect.judge` asks: any OpenAI-compatible provider. In a suite,
     /// the suite's `judge` if unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub judge: Option<JudgeSpec>,
+    pub judge: Option<ProviderSpec>,
     /// How many times the call is placed (concurrently); models are not deterministic.
     /// 1 to 200, default 1; `crewline eval --runs N` overrides it.
     #[serde(default = "default_runs")]
@@ -69,9 +69,15 @@ pub struct Scenario {
     /// 30000, at most 600000); a turn that takes longer fails its run.
     #[serde(default = "default_turn_timeout_ms")]
     pub turn_timeout_ms: u64,
-    /// The caller's turns, in order (1 to 64).
-    #[schemars(length(min = 1, max = 64))]
+    /// The caller's turns, in order (1 to 64); none with a simulated `caller`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub turns: Vec<CallerTurn>,
+    /// A simulated caller instead of `turns`: a model plays the caller from a persona and a
+    /// goal, turn by turn, until it says its goal is reached, the crew ends or transfers the
+    /// call, or `max_turns`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<CallerSpec>,
     /// What must hold over the whole call. Tool and hand-off expectations here count over
     /// all turns; `reply` and `budget` here apply to every turn.
     #[serde(default)]
@@ -90,7 +96,7 @@ pub struct Suite {
     pub model: Option<ModelSpec>,
     /// The judge of every scenario without a `judge` of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub judge: Option<JudgeSpec>,
+    pub judge: Option<ProviderSpec>,
     /// The scenarios, run one after the other (1 to 64).
     #[schemars(length(min = 1, max = 64))]
     pub scenarios: Vec<Scenario>,
@@ -183,10 +189,11 @@ impl ModelSpec {
     }
 }
 
-/// The judging model: any OpenAI-compatible provider (OpenAI, Groq, a local Ollama...).
+/// A model of any OpenAI-compatible provider (OpenAI, Groq, a local Ollama...): the judge
+/// (`[judge]`), or the simulated caller's (`[caller.llm]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct JudgeSpec {
+pub struct ProviderSpec {
     /// The provider's OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
     /// The model, e.g. `gpt-4o-mini`.
@@ -195,7 +202,7 @@ pub struct JudgeSpec {
     /// key itself never goes in the file). Unset: no key (a local provider).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
-    /// How long the judge may take to start answering, in ms (default 60000, at most 600000).
+    /// How long the model may take to start answering, in ms (default 60000, at most 600000).
     #[serde(default = "default_judge_timeout_ms")]
     pub timeout_ms: u64,
 }
@@ -220,6 +227,33 @@ pub struct JudgeExpect {
 
 fn default_min_score() -> f64 {
     0.7
+}
+
+/// A simulated caller: a model playing the caller from a persona and a goal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallerSpec {
+    /// Who the caller is and how they talk (e.g. "Ada, 70, polite, gives her details only
+    /// when asked").
+    pub persona: String,
+    /// What the caller wants from the call (e.g. "move $50 to Alice, once"); `expect.goal_met`
+    /// has the judge decide whether it was reached.
+    pub goal: String,
+    /// The caller's first words (default: the caller's model opens the call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening: Option<String>,
+    /// The most caller turns (1 to 64, default 10).
+    #[serde(default = "default_caller_turns")]
+    pub max_turns: u32,
+    /// The lowest judge's score that counts the goal as met (0 to 1, default 0.7).
+    #[serde(default = "default_min_score")]
+    pub goal_min_score: f64,
+    /// The model playing the caller: any OpenAI-compatible provider.
+    pub llm: ProviderSpec,
+}
+
+fn default_caller_turns() -> u32 {
+    10
 }
 
 /// Faults forced on one turn, to see the crew cope.
@@ -317,6 +351,11 @@ pub struct Expect {
     /// the caller is silent; `false`: it says something (e.g. an idle prompt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silent: Option<bool>,
+    /// Over the call, with a simulated `caller`: `true`: the judge (the scenario's `judge`)
+    /// decides that the caller's goal was reached (a score of at least
+    /// `caller.goal_min_score`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_met: Option<bool>,
     /// Rubrics an LLM judge (the scenario's `judge`) scores the reply (in a turn) or the
     /// whole call (over the call) against.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -643,7 +682,7 @@ impl Scenario {
             model.script()?;
         }
         if let Some(judge) = &self.judge {
-            judge.validate()?;
+            judge.validate("[judge]")?;
         }
         let judged = !self.expect.judge.is_empty()
             || self.turns.iter().any(|turn| !turn.expect.judge.is_empty());
@@ -652,13 +691,29 @@ impl Scenario {
                 "`expect.judge` needs a `[judge]` (base_url, model, api_key_env)".to_owned(),
             );
         }
-        if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
+        if let Some(caller) = &self.caller {
+            if !self.turns.is_empty() {
+                return Err("set `turns` or a simulated `caller`, not both".to_owned());
+            }
+            caller.validate()?;
+        } else if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
             return Err(format!(
-                "{} turns; a scenario has 1 to {MAX_TURNS}",
+                "{} turns; a scenario has 1 to {MAX_TURNS} (or a simulated `caller`)",
                 self.turns.len()
             ));
         }
-        let last = self.turns.len() - 1;
+        if self.turns.iter().any(|t| t.expect.goal_met.is_some()) {
+            return Err("`goal_met` is over the call: put it in [expect]".to_owned());
+        }
+        if self.expect.goal_met.is_some() {
+            if self.caller.is_none() {
+                return Err("`expect.goal_met` needs a simulated `caller`".to_owned());
+            }
+            if self.judge.is_none() {
+                return Err("`expect.goal_met` needs a `[judge]` to decide it".to_owned());
+            }
+        }
+        let last = self.turns.len().saturating_sub(1);
         for (index, turn) in self.turns.iter().enumerate() {
             turn.validate(index == last, self.turn_timeout_ms)
                 .map_err(|message| format!("turn {}: {message}", index + 1))?;
@@ -772,23 +827,42 @@ impl Expect {
     }
 }
 
-impl JudgeSpec {
-    fn validate(&self) -> Result<(), String> {
+impl ProviderSpec {
+    /// Checks the provider, named `table` in the message (`[judge]`, `[caller.llm]`).
+    fn validate(&self, table: &str) -> Result<(), String> {
         if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
             return Err(format!(
-                "[judge]: `base_url` {:?} is not an http:// or https:// address",
+                "{table}: `base_url` {:?} is not an http:// or https:// address",
                 self.base_url
             ));
         }
         if self.model.trim().is_empty() {
-            return Err("[judge]: `model` is empty".to_owned());
+            return Err(format!("{table}: `model` is empty"));
         }
         if !(1..=MAX_TURN_TIMEOUT_MS).contains(&self.timeout_ms) {
             return Err(format!(
-                "[judge]: `timeout_ms` must be 1 to {MAX_TURN_TIMEOUT_MS}"
+                "{table}: `timeout_ms` must be 1 to {MAX_TURN_TIMEOUT_MS}"
             ));
         }
         Ok(())
+    }
+}
+
+impl CallerSpec {
+    fn validate(&self) -> Result<(), String> {
+        if self.persona.trim().is_empty() || self.goal.trim().is_empty() {
+            return Err("[caller]: `persona` and `goal` must not be empty".to_owned());
+        }
+        if !(1..=MAX_TURNS as u32).contains(&self.max_turns) {
+            return Err(format!(
+                "[caller]: `max_turns` is {}; it must be 1 to {MAX_TURNS}",
+                self.max_turns
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.goal_min_score) {
+            return Err("[caller]: `goal_min_score` must be from 0 to 1".to_owned());
+        }
+        self.llm.validate("[caller.llm]")
     }
 }
 

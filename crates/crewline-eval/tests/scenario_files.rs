@@ -35,10 +35,13 @@ fn impossible_settings_are_refused_naming_the_field() {
             format!("name = \"x\"\npass_threshold = 1.5\n{CREW}{turn}"),
             "`pass_threshold` is 1.5",
         ),
-        (format!("name = \"x\"\n{CREW}"), "missing field `turns`"),
+        (
+            format!("name = \"x\"\n{CREW}"),
+            "0 turns; a scenario has 1 to 64 (or a simulated `caller`)",
+        ),
         (
             format!("name = \"x\"\n{CREW}turns = []\n"),
-            "0 turns; a scenario has 1 to 64",
+            "0 turns; a scenario has 1 to 64 (or a simulated `caller`)",
         ),
         (
             format!("name = \"x\"\ncrew = {{ url = \"http://x\" }}\n{turn}"),
@@ -73,13 +76,39 @@ fn impossible_settings_are_refused_naming_the_field() {
             "turn 1: judge: `min_score` is 2; it must be from 0 to 1",
         ),
         (
+            format!(
+                "name = \"x\"\n{CREW}{turn}[caller]\npersona = \"p\"\ngoal = \"g\"\nllm = {{ base_url = \"http://x\", model = \"m\" }}\n"
+            ),
+            "set `turns` or a simulated `caller`, not both",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}[caller]\npersona = \"p\"\ngoal = \"g\"\nmax_turns = 0\nllm = {{ base_url = \"http://x\", model = \"m\" }}\n"
+            ),
+            "[caller]: `max_turns` is 0; it must be 1 to 64",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}[caller]\npersona = \"p\"\ngoal = \"g\"\nllm = {{ base_url = \"x\", model = \"m\" }}\n"
+            ),
+            "[caller.llm]: `base_url` \"x\" is not an http:// or https:// address",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}[caller]\npersona = \"p\"\ngoal = \"g\"\nllm = {{ base_url = \"http://x\", model = \"m\" }}\n[expect]\ngoal_met = true\n"
+            ),
+            "`expect.goal_met` needs a `[judge]` to decide it",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}[expect]\ngoal_met = true\n"),
+            "`expect.goal_met` needs a simulated `caller`",
+        ),
+        (
             format!("name = \"x\"\n{CREW}{turn}silence_ms = 500\n"),
             "turn 1: a silence has no `say`, `hang_up`, `barge_in` or `fault`",
         ),
         (
-            format!(
-                "name = \"x\"\n{CREW}[[turns]]\nsilence_ms = 500\nexpect.budget.turn_ms = 9\n"
-            ),
+            format!("name = \"x\"\n{CREW}[[turns]]\nsilence_ms = 500\nexpect.budget.turn_ms = 9\n"),
             "turn 1: a silence has no reply to time: no `budget`",
         ),
         (
