@@ -268,6 +268,30 @@ pub struct TurnFault {
     /// a crewline mock model: the scenario's `[model]`, or one the author serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Which of the turn's model requests fail: `every` (the default), `first` (the turn's
+    /// first request, before any tool ran) or `after_tool` (the answers to tool results: the
+    /// tool ran, then the model failed).
+    #[serde(default, skip_serializing_if = "FaultOn::is_every")]
+    pub on: FaultOn,
+}
+
+/// Which of a turn's model requests a fault fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultOn {
+    /// Every request of the turn.
+    #[default]
+    Every,
+    /// The turn's first request (before any tool result).
+    First,
+    /// The requests answering a tool result.
+    AfterTool,
+}
+
+impl FaultOn {
+    fn is_every(&self) -> bool {
+        *self == Self::Every
+    }
 }
 
 /// One caller turn: words said (and perhaps cut short by a barge-in), or a hang-up.
@@ -870,10 +894,14 @@ impl TurnFault {
     fn validate(&self) -> Result<(), String> {
         match &self.model {
             None => Err("`fault`: set `model` (how the model fails)".to_owned()),
-            Some(name) if name.contains(']') || Fault::parse(name).is_none() => Err(format!(
-                "`fault.model` {name:?} is not a fault: give down, 503, 429:SECS, stall:MS, \
-                 slow:MS, cut, cut:N, cut:role, cut:text, cut:text:N or cut:tool"
-            )),
+            Some(name)
+                if name.contains(']') || name.contains('@') || Fault::parse(name).is_none() =>
+            {
+                Err(format!(
+                    "`fault.model` {name:?} is not a fault: give down, 503, 429:SECS, stall:MS, \
+                     slow:MS, cut, cut:N, cut:role, cut:text, cut:text:N or cut:tool"
+                ))
+            }
             Some(_) => Ok(()),
         }
     }
