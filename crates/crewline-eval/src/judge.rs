@@ -168,7 +168,11 @@ pub(crate) fn transcript(says: &[Option<&str>], call: &CallRecord, upto: Option<
     let mut text = String::new();
     let last = upto.map_or(call.turns.len(), |turn| (turn + 1).min(call.turns.len()));
     for (index, turn) in call.turns.iter().take(last).enumerate() {
-        let say = says.get(index).copied().flatten().unwrap_or("");
+        let say = match says.get(index).copied().flatten() {
+            Some(say) => say,
+            None if turn.silence => "(says nothing for a while)",
+            None => "",
+        };
         text.push_str(&format!("Turn {}\nCaller: {say}\n", index + 1));
         for tool in &turn.tools {
             let outcome = match &tool.outcome {
@@ -234,6 +238,46 @@ mod tests {
             assert!(error.contains(why), "{answer}: {error}");
             assert!(error.contains("it said"), "{error}");
         }
+    }
+
+    #[test]
+    fn the_transcript_shows_words_tools_errors_silences_and_hand_offs() {
+        use crate::call::{ToolCallRecord, TurnRecord};
+        let call = CallRecord {
+            turns: vec![
+                TurnRecord {
+                    text: "It is 18 degrees.".to_owned(),
+                    tools: vec![ToolCallRecord {
+                        name: "get_weather".to_owned(),
+                        arguments: serde_json::json!({"location": "Paris"}),
+                        outcome: Some(Ok(())),
+                    }],
+                    ..TurnRecord::default()
+                },
+                TurnRecord {
+                    silence: true,
+                    ..TurnRecord::default()
+                },
+                TurnRecord {
+                    text: "Goodbye!".to_owned(),
+                    errors: vec!["model down".to_owned()],
+                    end_calls: 1,
+                    ..TurnRecord::default()
+                },
+            ],
+            ..CallRecord::default()
+        };
+        let says = [Some("Weather in Paris?"), None, Some("Bye")];
+        assert_eq!(
+            transcript(&says, &call, None),
+            "Turn 1\nCaller: Weather in Paris?\n\
+             (the agent called the tool get_weather with {\"location\":\"Paris\"}: done)\n\
+             Agent: It is 18 degrees.\n\
+             Turn 2\nCaller: (says nothing for a while)\nAgent: \n\
+             Turn 3\nCaller: Bye\nAgent: Goodbye!\n\
+             (the agent reported an error: model down)\n(the agent ended the call)\n"
+        );
+        assert!(transcript(&says, &call, Some(0)).ends_with("Agent: It is 18 degrees.\n"));
     }
 
     #[test]
