@@ -37,6 +37,7 @@ enum Kind {
     NotContains(String),
     Regex(String),
     MaxSentences(u32),
+    Language(String),
     FirstChunk(u64),
     TurnTime(u64),
     P95FirstChunk(u64),
@@ -83,9 +84,11 @@ impl Check {
             Kind::Completes => CheckCategory::Call,
             Kind::BargeInReached | Kind::ChunksAfterBargeIn(_) => CheckCategory::BargeIn,
             Kind::Tool(_) | Kind::ToolOrder(_) => CheckCategory::Tool,
-            Kind::Contains(_) | Kind::NotContains(_) | Kind::Regex(_) | Kind::MaxSentences(_) => {
-                CheckCategory::Reply
-            }
+            Kind::Contains(_)
+            | Kind::NotContains(_)
+            | Kind::Regex(_)
+            | Kind::MaxSentences(_)
+            | Kind::Language(_) => CheckCategory::Reply,
             Kind::FirstChunk(_)
             | Kind::TurnTime(_)
             | Kind::P95FirstChunk(_)
@@ -283,6 +286,7 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>, judges:
         not_contains,
         regex,
         max_sentences,
+        language,
     } = &expect.reply;
     contains.iter().for_each(|s| add(Kind::Contains(s.clone())));
     not_contains
@@ -291,6 +295,9 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>, judges:
     regex.iter().for_each(|s| add(Kind::Regex(s.clone())));
     if let Some(n) = max_sentences {
         add(Kind::MaxSentences(*n));
+    }
+    if let Some(name) = language {
+        add(Kind::Language(name.clone()));
     }
     let Budget {
         first_chunk_ms,
@@ -365,6 +372,7 @@ fn describe(kind: &Kind) -> String {
         Kind::NotContains(text) => format!("reply does not contain {text:?}"),
         Kind::Regex(pattern) => format!("reply matches /{pattern}/"),
         Kind::MaxSentences(n) => format!("reply has at most {n} sentences"),
+        Kind::Language(name) => format!("reply is in {name}"),
         Kind::FirstChunk(ms) => format!("first chunk within {ms} ms"),
         Kind::TurnTime(ms) => format!("turn ends within {ms} ms"),
         Kind::P95FirstChunk(ms) => format!("p95 first chunk within {ms} ms"),
@@ -422,6 +430,7 @@ impl Kind {
                 | Self::NotContains(_)
                 | Self::Regex(_)
                 | Self::MaxSentences(_)
+                | Self::Language(_)
                 | Self::FirstChunk(_)
                 | Self::TurnTime(_)
                 | Self::ChunksAfterBargeIn(_)
@@ -481,6 +490,8 @@ impl Kind {
             Self::Silent(false) if turn.text.trim().is_empty() => {
                 Err(format!("expected the crew to say something; {}", came()))
             }
+            Self::Language(name) => judge_language(name, &turn.text)
+                .map_err(|why| format!("expected a reply in {name}; {why}: {}", quote(&turn.text))),
             Self::FirstChunk(budget) => within("the first chunk", *budget, turn.first_chunk),
             Self::TurnTime(budget) => within("the turn's end", *budget, turn.turn_time),
             Self::ChunksAfterBargeIn(max) => match turn.barge_in {
@@ -640,6 +651,23 @@ fn quote(text: &str) -> String {
     format!("{quoted:?}")
 }
 
+/// Whether `text` reads as the language `name` names; `Err` says what it reads as.
+fn judge_language(name: &str, text: &str) -> Result<(), String> {
+    let expected = crate::scenario::language(name)?;
+    if text.trim().is_empty() {
+        return Err("there are no words to tell".to_owned());
+    }
+    match whatlang::detect(text) {
+        Some(info) if info.lang() == expected => Ok(()),
+        Some(info) => Err(format!(
+            "it reads as {} (confidence {:.2})",
+            info.lang().eng_name(),
+            info.confidence()
+        )),
+        None => Err("its language could not be told".to_owned()),
+    }
+}
+
 /// How many sentences a text-to-speech front-end would make of `text`.
 fn sentences(text: &str) -> usize {
     let mut aggregator = SentenceAggregator::with_min_chars(1);
@@ -762,6 +790,36 @@ mod tests {
             tight.judge_over(&calls).unwrap_err(),
             "turn 1: expected a p95 turn time within 118 ms; came 119 ms over 20 runs"
         );
+    }
+
+    #[test]
+    fn a_reply_s_language_is_told_from_its_words() {
+        let french = "Il fait dix-huit degrés à Paris aujourd'hui, avec un grand soleil.";
+        assert!(judge_language("fra", french).is_ok());
+        assert!(judge_language("French", french).is_ok());
+        let error = judge_language("deu", french).unwrap_err();
+        assert!(
+            error.starts_with("it reads as French (confidence "),
+            "{error}"
+        );
+        assert_eq!(
+            judge_language("eng", " ").unwrap_err(),
+            "there are no words to tell"
+        );
+        let check = Check::new(Scope::Turn(0), Kind::Language("eng".to_owned()));
+        let call = CallRecord {
+            turns: vec![TurnRecord {
+                text: french.to_owned(),
+                ..TurnRecord::default()
+            }],
+            ..CallRecord::default()
+        };
+        let message = check.judge(&call).unwrap_err();
+        assert!(
+            message.starts_with("expected a reply in eng; it reads as French"),
+            "{message}"
+        );
+        assert!(message.ends_with("avec un grand soleil.\""), "{message}");
     }
 
     #[test]

@@ -462,6 +462,28 @@ pub struct ReplyExpect {
     /// as a text-to-speech front-end would).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sentences: Option<u32>,
+    /// The reply is in this language: its ISO 639-3 code (`fra`, `eng`, `deu`, `spa`) or its
+    /// English name (`French`), as detected from its words (reliable from a sentence or so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+}
+
+/// The language a `reply.language` names: an ISO 639-3 code or an English name.
+pub(crate) fn language(name: &str) -> Result<whatlang::Lang, String> {
+    let name = name.trim();
+    whatlang::Lang::from_code(name.to_lowercase())
+        .or_else(|| {
+            whatlang::Lang::all()
+                .iter()
+                .copied()
+                .find(|lang| lang.eng_name().eq_ignore_ascii_case(name))
+        })
+        .ok_or_else(|| {
+            format!(
+                "`reply.language` {name:?} is not a language: give an ISO 639-3 code (fra, eng, \
+                 deu...) or an English name (French)"
+            )
+        })
 }
 
 impl ReplyExpect {
@@ -832,6 +854,9 @@ impl Expect {
         }
         for pattern in &self.reply.regex {
             matcher::compile(pattern).map_err(|message| format!("reply.regex: {message}"))?;
+        }
+        if let Some(name) = &self.reply.language {
+            language(name)?;
         }
         if self.transfer == Some(false) && self.transfer_to.is_some() {
             return Err("`transfer = false` with a `transfer_to`".to_owned());

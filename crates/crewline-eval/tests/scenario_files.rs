@@ -104,6 +104,10 @@ fn impossible_settings_are_refused_naming_the_field() {
             "`expect.goal_met` needs a simulated `caller`",
         ),
         (
+            format!("name = \"x\"\n{CREW}{turn}expect.reply.language = \"Klingon\"\n"),
+            "turn 1: `reply.language` \"Klingon\" is not a language",
+        ),
+        (
             format!("name = \"x\"\n{CREW}{turn}silence_ms = 500\n"),
             "turn 1: a silence has no `say`, `hang_up`, `barge_in` or `fault`",
         ),
