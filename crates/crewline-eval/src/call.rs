@@ -307,7 +307,11 @@ async fn barge_in_on(
             None => live.next().await?,
         };
         match frame {
-            Some(frame) => chunks += usize::from(matches!(frame.frame, CrewFrame::Chunk { .. })),
+            Some(frame) => match frame.frame {
+                CrewFrame::Chunk { .. } => chunks += 1,
+                CrewFrame::ToolStart(_) if barge_in.on_tool_start => break,
+                _ => {}
+            },
             None => {
                 return Ok(BargeInRecord {
                     reached: false,

@@ -321,7 +321,7 @@ pub struct CallerTurn {
     pub expect: Expect,
 }
 
-/// When the caller barges in: set exactly one of the two. If the reply ends before that
+/// When the caller barges in: set exactly one of the three. If the reply ends before that
 /// point, the turn's `barge-in reached` check fails.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -332,6 +332,10 @@ pub struct BargeIn {
     /// This many ms after the turn's request was sent (at most `turn_timeout_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_ms: Option<u64>,
+    /// `true`: as soon as the crew starts a tool call (its `agent.log` `tool_call_start`):
+    /// the caller talks over a lookup or a transfer in flight.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_tool_start: bool,
 }
 
 /// What must hold, in one turn (`[turns.expect]`) or over the call (`[expect]`). Every
@@ -828,13 +832,24 @@ impl CallerTurn {
             );
         }
         if let Some(barge_in) = &self.barge_in {
-            match (barge_in.after_chunks, barge_in.after_ms) {
-                (Some(0), None) => return Err("`barge_in.after_chunks` must be at least 1".into()),
-                (None, Some(ms)) if ms > turn_timeout_ms => {
+            match (
+                barge_in.after_chunks,
+                barge_in.after_ms,
+                barge_in.on_tool_start,
+            ) {
+                (Some(0), None, false) => {
+                    return Err("`barge_in.after_chunks` must be at least 1".into());
+                }
+                (None, Some(ms), false) if ms > turn_timeout_ms => {
                     return Err("`barge_in.after_ms` is past `turn_timeout_ms`".to_owned());
                 }
-                (Some(_), None) | (None, Some(_)) => {}
-                _ => return Err("`barge_in`: set `after_chunks` or `after_ms`".to_owned()),
+                (Some(_), None, false) | (None, Some(_), false) | (None, None, true) => {}
+                _ => {
+                    return Err(
+                        "`barge_in`: set one of `after_chunks`, `after_ms` and `on_tool_start`"
+                            .to_owned(),
+                    );
+                }
             }
         } else if self.expect.budget.chunks_after_barge_in.is_some() {
             return Err("`chunks_after_barge_in` needs a `barge_in` in the turn".to_owned());

@@ -129,7 +129,7 @@ fn impossible_settings_are_refused_naming_the_field() {
         ),
         (
             format!("name = \"x\"\n{CREW}{turn}barge_in = {{ after_chunks = 1, after_ms = 5 }}\n"),
-            "turn 1: `barge_in`: set `after_chunks` or `after_ms`",
+            "turn 1: `barge_in`: set one of `after_chunks`, `after_ms` and `on_tool_start`",
         ),
         (
             format!(
