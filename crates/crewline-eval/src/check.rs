@@ -174,12 +174,9 @@ impl Check {
         }
         if self.kind.per_turn() {
             for (index, turn) in turns {
-                // What every reply must do is about replies: a silence has none, except
-                // when the check is about saying nothing.
-                if self.scope == Scope::Call
-                    && turn.silence
-                    && !matches!(self.kind, Kind::Silent(_))
-                {
+                // What every reply must have, a silence lacks; what no reply may say, the
+                // crew must not say during a silence either.
+                if self.scope == Scope::Call && turn.silence && self.kind.needs_a_reply(turn) {
                     continue;
                 }
                 self.kind
@@ -436,6 +433,16 @@ impl Kind {
                 | Self::ChunksAfterBargeIn(_)
                 | Self::Silent(_)
         )
+    }
+
+    /// Whether the check is about a reply the turn must have (skipped on a silence, over
+    /// the call), rather than about what must not be said.
+    fn needs_a_reply(&self, turn: &TurnRecord) -> bool {
+        match self {
+            Self::NotContains(_) | Self::MaxSentences(_) | Self::Silent(_) => false,
+            Self::Language(_) => turn.text.trim().is_empty(),
+            _ => true,
+        }
     }
 
     fn judge_turn(&self, turn: &TurnRecord) -> Result<(), String> {

@@ -91,3 +91,42 @@ async fn an_idle_prompt_during_a_silence_is_heard_and_a_silent_expectation_fails
         r#"expected the crew to say nothing; came: "Are you still there?""#
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_no_reply_may_say_the_crew_may_not_say_during_a_silence_either() {
+    let llm = Arc::new(voice_agent::scripted_weather_model(Duration::from_millis(
+        1,
+    )));
+    let crew = voice_agent::WeatherCrew::new(llm, Duration::from_millis(5)).expect("tools");
+    let url = serve(CrewServer::new(move |setup: SessionSetup| {
+        let call = setup.call().clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = call.speak("Hello? Hello?? HELLO???").await;
+        });
+        let crew = crew.build(&setup);
+        async move { crew }
+    }))
+    .await;
+    let scenario = r#"
+        name = "an impatient idle prompt"
+        crew.url = "ws://replaced.invalid/ws"
+
+        [[turns]]
+        silence_ms = 3000
+
+        [[turns]]
+        say = "Hi there!"
+
+        [expect]
+        reply.not_contains = ["HELLO???"]
+        reply.contains = ["weather"]       # every reply; the silence has none and is skipped
+    "#;
+    let report = run(scenario, &url).await;
+    assert!(!report.passed);
+    assert_eq!(
+        check(&report, r#"every turn: reply does not contain "HELLO???""#).failures[0].message,
+        r#"turn 1: expected the reply not to contain "HELLO???"; came: "Hello? Hello?? HELLO???""#
+    );
+    assert!(check(&report, r#"every turn: reply contains "weather""#).passed);
+}
