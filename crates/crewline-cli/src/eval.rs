@@ -17,7 +17,7 @@ use crewline_eval::{
 /// `crewline eval`'s command line.
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
-    /// Scenario or suite files (TOML); see docs/evals.md.
+    /// Scenario or suite files (TOML, or YAML when named .yaml or .yml); see docs/evals.md.
     #[arg(value_name = "FILE", required_unless_present = "schema")]
     pub files: Vec<PathBuf>,
     /// Print the JSON Schema of scenario files (for editors) and exit.

@@ -185,3 +185,45 @@ fn a_suite_starts_its_crew_once_for_all_its_scenarios() {
     assert_eq!(std::fs::read_to_string(&starts).unwrap(), "start\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_scenario_s_model_is_served_by_the_runner_and_its_faults_reach_the_crew() {
+    let dir = scratch("model");
+    let suite = dir.join("faults.toml");
+    // The demo crew without --scripted reads OPENAI_BASE_URL and OPENAI_API_KEY: the runner
+    // sets them to the mock model it serves for the suite's [model].
+    let crew = format!(
+        "[crew]\ncommand = [{:?}, \"demo\", \"--serve\", \"--port\", \"{{port}}\"]\nready_timeout_ms = 20000\n",
+        env!("CARGO_BIN_EXE_crewline")
+    );
+    let scenarios = r#"
+[[model.replies]]
+when = { last_role = "tool" }
+reply = { content_chunks = ["Mock says ", "it is 18 degrees."] }
+
+[[model.replies]]
+when = { last_user_contains = "weather" }
+reply = { tool_calls = [{ id = "call_1", name = "get_weather", arguments_chunks = ['{"location": "Paris"}'] }] }
+
+[[scenarios]]
+name = "the model fails, then recovers"
+runs = 2
+[[scenarios.turns]]
+say = "What's the weather in Paris?"
+fault.model = "500"
+expect.agent_error = true
+expect.tools = [{ name = "get_weather", never = true }]
+[[scenarios.turns]]
+say = "And the weather in Paris now?"
+expect.reply.contains = ["Mock says"]
+expect.tools = [{ name = "get_weather", once = true }]
+"#;
+    std::fs::write(&suite, format!("{crew}{scenarios}")).unwrap();
+
+    let (code, stdout, stderr) = eval(&[suite.to_str().unwrap()]);
+
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let row = stdout.lines().nth(1).unwrap();
+    assert!(row.contains(" 5/5 ") && row.ends_with("pass"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,8 +10,9 @@ use crewline_testkit::platform::{
 use serde_json::Value;
 
 use crate::{
+    caller::{Next, SimulatedCaller},
     crew::RunningCrew,
-    scenario::{BargeIn, CallerTurn, Scenario},
+    scenario::{BargeIn, Scenario},
 };
 
 /// How long the handshake (connect, `system.init`, `agent.ready`) may take.
@@ -25,6 +26,10 @@ pub(crate) struct CallRecord {
     /// Why the call stopped before its last turn: the turn (0-based; `None`: the handshake)
     /// and what went wrong.
     pub(crate) stopped: Option<(Option<usize>, String)>,
+    /// What a simulated caller said, turn by turn (empty with scripted `turns`).
+    pub(crate) said: Vec<String>,
+    /// The judges' verdicts on this run, by judge check (its `id`), once asked.
+    pub(crate) verdicts: std::collections::BTreeMap<usize, Result<crate::judge::Verdict, String>>,
 }
 
 /// What one turn brought.
@@ -46,6 +51,8 @@ pub(crate) struct TurnRecord {
     pub(crate) barge_in: Option<BargeInRecord>,
     /// The messages of the `agent.error`s the crew sent in the turn.
     pub(crate) errors: Vec<String>,
+    /// The turn was the caller's silence: the text is what the crew said meanwhile.
+    pub(crate) silence: bool,
 }
 
 /// One tool call, as the crew logged it.
@@ -86,8 +93,12 @@ impl CallRecord {
     }
 }
 
-/// Places one call to `crew` and plays the scenario's turns.
-pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord {
+/// Places one call to `crew` and plays the scenario's turns, or has `caller` play the caller.
+pub(crate) async fn place(
+    scenario: &Scenario,
+    crew: &RunningCrew,
+    caller: Option<&SimulatedCaller>,
+) -> CallRecord {
     let mut config = PlatformConfig::new(crew.url.clone());
     config.token.clone_from(&crew.token);
     config.initial_variables.clone_from(&scenario.variables);
@@ -107,12 +118,40 @@ pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord
             return record;
         }
     };
+    if let (Some(caller), Some(spec)) = (caller, &scenario.caller) {
+        simulate(&mut client, caller, spec, &mut record).await;
+        if let Err(error) = client.close().await {
+            tracing::debug!(%error, "closing the call");
+        }
+        return record;
+    }
+    let last = scenario.turns.len().saturating_sub(1);
     for (index, turn) in scenario.turns.iter().enumerate() {
+        if let Some(ms) = turn.silence_ms {
+            let (heard, closed) = listen(&mut client, Duration::from_millis(ms)).await;
+            record.turns.push(heard);
+            if let Some(error) = closed {
+                // The crew closed the call during the silence (a hang-up after an idle
+                // prompt, say): fine as the last turn, a stop before any other.
+                if index < last {
+                    record.stopped = Some((Some(index + 1), error.to_string()));
+                }
+                break;
+            }
+            continue;
+        }
         let Some(say) = turn.say.as_deref() else {
             // A hang-up: the last turn (checked on load).
             break;
         };
-        match play(&mut client, say, turn).await {
+        // A model fault travels in the caller's words: a crewline mock model fails every
+        // request whose last user message holds its marker, so concurrent runs sharing one
+        // crew and one model each fault their own turn, and nothing else.
+        let said = match turn.fault.as_ref().and_then(|fault| fault.marker()) {
+            Some(marker) => format!("{say} {marker}"),
+            None => say.to_owned(),
+        };
+        match play(&mut client, &said, turn.barge_in.as_ref()).await {
             Ok(turn) => record.turns.push(turn),
             Err(error) => {
                 record.stopped = Some((Some(index), error.to_string()));
@@ -127,19 +166,122 @@ pub(crate) async fn place(scenario: &Scenario, crew: &RunningCrew) -> CallRecord
     record
 }
 
+/// Has `caller` play the caller until it is done, the crew hands the call off, or
+/// `max_turns`.
+async fn simulate(
+    client: &mut PlatformClient,
+    caller: &SimulatedCaller,
+    spec: &crate::scenario::CallerSpec,
+    record: &mut CallRecord,
+) {
+    let mut history: Vec<(String, String)> = Vec::new();
+    for index in 0..spec.max_turns as usize {
+        let next = match (&spec.opening, index) {
+            (Some(opening), 0) => Ok(Next::Say(opening.clone())),
+            _ => caller.next(&history).await,
+        };
+        let (say, done) = match next {
+            Ok(Next::Say(say)) => (say, false),
+            Ok(Next::End(say)) if say.is_empty() => return,
+            Ok(Next::End(say)) => (say, true),
+            Err(why) => {
+                record.stopped = Some((Some(index), why));
+                return;
+            }
+        };
+        match play(client, &say, None).await {
+            Ok(turn) => {
+                let handed_off = turn.end_calls > 0 || !turn.transfers.is_empty();
+                history.push((say.clone(), turn.text.clone()));
+                record.said.push(say);
+                record.turns.push(turn);
+                if done || handed_off {
+                    return;
+                }
+            }
+            Err(error) => {
+                record.said.push(say);
+                record.stopped = Some((Some(index), error.to_string()));
+                return;
+            }
+        }
+    }
+}
+
 /// Plays one caller turn: says it, barges in if the turn says so, reads it to its end.
 async fn play(
     client: &mut PlatformClient,
     say: &str,
-    turn: &CallerTurn,
+    barge_in: Option<&BargeIn>,
 ) -> Result<TurnRecord, PlatformError> {
     let mut live = client.user_turn(say)?;
-    let barge_in = match &turn.barge_in {
+    let barge_in = match barge_in {
         Some(barge_in) => Some(barge_in_on(&mut live, barge_in).await?),
         None => None,
     };
     let summary = live.finish().await?;
     Ok(TurnRecord::from_summary(summary, barge_in))
+}
+
+/// Listens for `silence` while the caller says nothing: what the crew says and does meanwhile
+/// (stray chunks, `agent.speak`, tool calls, hand-offs, errors), and the error that ended the
+/// call early, if one did.
+async fn listen(
+    client: &mut PlatformClient,
+    silence: Duration,
+) -> (TurnRecord, Option<PlatformError>) {
+    let mut heard = TurnRecord {
+        silence: true,
+        ..TurnRecord::default()
+    };
+    let deadline = tokio::time::Instant::now() + silence;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return (heard, None);
+        }
+        let frame = match client.recv_idle(left).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return (heard, None),
+            Err(error) => return (heard, Some(error)),
+        };
+        match frame.frame {
+            CrewFrame::Chunk { text } | CrewFrame::Speak { text } => {
+                if !heard.text.is_empty() && !text.starts_with(' ') {
+                    heard.text.push(' ');
+                }
+                heard.text.push_str(&text);
+            }
+            CrewFrame::ToolStart(log) => heard.tools.push(ToolCallRecord {
+                name: log.name,
+                arguments: log.arguments,
+                outcome: None,
+            }),
+            CrewFrame::ToolEnd(log) | CrewFrame::ToolError(log) => {
+                let outcome = match log.error {
+                    Some(error) => Err(error),
+                    None => Ok(()),
+                };
+                match heard
+                    .tools
+                    .iter_mut()
+                    .rev()
+                    .find(|t| t.name == log.name && t.outcome.is_none())
+                {
+                    Some(call) => call.outcome = Some(outcome),
+                    None => heard.tools.push(ToolCallRecord {
+                        name: log.name,
+                        arguments: log.arguments,
+                        outcome: Some(outcome),
+                    }),
+                }
+            }
+            CrewFrame::EndCall => heard.end_calls += 1,
+            CrewFrame::Transfer(transfer) => heard.transfers.push(transfer.transfer_call_number),
+            CrewFrame::Error(error) => heard.errors.push(error.message),
+            _ => {}
+        }
+    }
 }
 
 /// Reads the turn until the barge-in point and sends the interrupt there, unless the reply
@@ -165,7 +307,11 @@ async fn barge_in_on(
             None => live.next().await?,
         };
         match frame {
-            Some(frame) => chunks += usize::from(matches!(frame.frame, CrewFrame::Chunk { .. })),
+            Some(frame) => match frame.frame {
+                CrewFrame::Chunk { .. } => chunks += 1,
+                CrewFrame::ToolStart(_) if barge_in.on_tool_start => break,
+                _ => {}
+            },
             None => {
                 return Ok(BargeInRecord {
                     reached: false,
@@ -223,6 +369,7 @@ impl TurnRecord {
             barge_in,
             errors: summary.errors.into_iter().map(|e| e.message).collect(),
             text: summary.text,
+            silence: false,
         }
     }
 }

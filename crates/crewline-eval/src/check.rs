@@ -37,6 +37,7 @@ enum Kind {
     NotContains(String),
     Regex(String),
     MaxSentences(u32),
+    Language(String),
     FirstChunk(u64),
     TurnTime(u64),
     P95FirstChunk(u64),
@@ -46,6 +47,16 @@ enum Kind {
     Transfer(bool),
     TransferTo(String),
     Handoff(bool),
+    AgentError(bool),
+    Silent(bool),
+    /// An LLM judge's rubric; `id` keys its verdicts in a run's record.
+    Judge {
+        id: usize,
+        rubric: String,
+        min_score: f64,
+        /// Holds when the score is below `min_score` (a goal that must not be met).
+        below: bool,
+    },
 }
 
 /// One expectation of a scenario.
@@ -73,9 +84,11 @@ impl Check {
             Kind::Completes => CheckCategory::Call,
             Kind::BargeInReached | Kind::ChunksAfterBargeIn(_) => CheckCategory::BargeIn,
             Kind::Tool(_) | Kind::ToolOrder(_) => CheckCategory::Tool,
-            Kind::Contains(_) | Kind::NotContains(_) | Kind::Regex(_) | Kind::MaxSentences(_) => {
-                CheckCategory::Reply
-            }
+            Kind::Contains(_)
+            | Kind::NotContains(_)
+            | Kind::Regex(_)
+            | Kind::MaxSentences(_)
+            | Kind::Language(_) => CheckCategory::Reply,
             Kind::FirstChunk(_)
             | Kind::TurnTime(_)
             | Kind::P95FirstChunk(_)
@@ -83,6 +96,27 @@ impl Check {
             Kind::EndCall(_) | Kind::Transfer(_) | Kind::TransferTo(_) | Kind::Handoff(_) => {
                 CheckCategory::Handoff
             }
+            Kind::AgentError(_) => CheckCategory::Error,
+            Kind::Judge { .. } => CheckCategory::Judge,
+            Kind::Silent(_) => CheckCategory::Reply,
+        }
+    }
+
+    /// The judge's question when the check is a judge's: its id, its rubric, and the turn it
+    /// grades (`None`: the whole call).
+    pub(crate) fn judge_question(&self) -> Option<(usize, &str, Option<usize>)> {
+        match (&self.kind, self.scope) {
+            (Kind::Judge { id, rubric, .. }, Scope::Turn(turn)) => Some((*id, rubric, Some(turn))),
+            (Kind::Judge { id, rubric, .. }, Scope::Call) => Some((*id, rubric, None)),
+            _ => None,
+        }
+    }
+
+    /// Whether the run reached what the check looks at (else it fails without a look).
+    pub(crate) fn reached(&self, call: &CallRecord) -> bool {
+        match self.scope {
+            Scope::Turn(turn) => call.not_reached(Some(turn)).is_none(),
+            Scope::Call => call.not_reached(None).is_none(),
         }
     }
 
@@ -117,8 +151,34 @@ impl Check {
                 call.turns.iter().enumerate().collect()
             }
         };
+        if let Kind::Judge {
+            id,
+            min_score,
+            below,
+            ..
+        } = &self.kind
+        {
+            return match call.verdicts.get(id) {
+                Some(Ok(verdict)) if (verdict.score + f64::EPSILON >= *min_score) != *below => {
+                    Ok(())
+                }
+                Some(Ok(verdict)) => Err(format!(
+                    "expected a judge's score {} {min_score}; it scored {}: {}",
+                    if *below { "below" } else { "of at least" },
+                    verdict.score,
+                    verdict.reason
+                )),
+                Some(Err(why)) => Err(why.clone()),
+                None => Err("the judge was not asked".to_owned()),
+            };
+        }
         if self.kind.per_turn() {
             for (index, turn) in turns {
+                // What every reply must have, a silence lacks; what no reply may say, the
+                // crew must not say during a silence either.
+                if self.scope == Scope::Call && turn.silence && self.kind.needs_a_reply(turn) {
+                    continue;
+                }
                 self.kind
                     .judge_turn(turn)
                     .map_err(|message| match self.scope {
@@ -136,7 +196,14 @@ impl Check {
     pub(crate) fn judge_over(&self, calls: &[CallRecord]) -> Result<(), String> {
         let turns = match self.scope {
             Scope::Turn(turn) => vec![turn],
-            Scope::Call => (0..calls.iter().map(|c| c.turns.len()).max().unwrap_or(0)).collect(),
+            // A silence has no reply to time.
+            Scope::Call => (0..calls.iter().map(|c| c.turns.len()).max().unwrap_or(0))
+                .filter(|&turn| {
+                    !calls
+                        .iter()
+                        .any(|c| c.turns.get(turn).is_some_and(|t| t.silence))
+                })
+                .collect(),
         };
         for turn in turns {
             let (what, budget, times): (&str, u64, Vec<Duration>) = match self.kind {
@@ -191,17 +258,19 @@ pub(crate) fn p95(mut times: Vec<Duration>) -> Option<Duration> {
 /// call's.
 pub(crate) fn checks(scenario: &Scenario) -> Vec<Check> {
     let mut checks = vec![Check::new(Scope::Call, Kind::Completes)];
+    let mut judges = 0;
     for (index, turn) in scenario.turns.iter().enumerate() {
         if turn.barge_in.is_some() {
             checks.push(Check::new(Scope::Turn(index), Kind::BargeInReached));
         }
-        expect_checks(Scope::Turn(index), &turn.expect, &mut checks);
+        expect_checks(Scope::Turn(index), &turn.expect, &mut checks, &mut judges);
     }
-    expect_checks(Scope::Call, &scenario.expect, &mut checks);
+    expect_checks(Scope::Call, &scenario.expect, &mut checks, &mut judges);
+    checks.extend(goal_check(scenario, judges));
     checks
 }
 
-fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>) {
+fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>, judges: &mut usize) {
     let mut add = |kind| checks.push(Check::new(scope, kind));
     for tool in &expect.tools {
         add(Kind::Tool(tool.clone()));
@@ -214,6 +283,7 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>) {
         not_contains,
         regex,
         max_sentences,
+        language,
     } = &expect.reply;
     contains.iter().for_each(|s| add(Kind::Contains(s.clone())));
     not_contains
@@ -222,6 +292,9 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>) {
     regex.iter().for_each(|s| add(Kind::Regex(s.clone())));
     if let Some(n) = max_sentences {
         add(Kind::MaxSentences(*n));
+    }
+    if let Some(name) = language {
+        add(Kind::Language(name.clone()));
     }
     let Budget {
         first_chunk_ms,
@@ -250,6 +323,39 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>) {
     if let Some(yes) = expect.handoff {
         add(Kind::Handoff(yes));
     }
+    if let Some(yes) = expect.agent_error {
+        add(Kind::AgentError(yes));
+    }
+    if let Some(yes) = expect.silent {
+        add(Kind::Silent(yes));
+    }
+    for judge in &expect.judge {
+        add(Kind::Judge {
+            id: *judges,
+            rubric: judge.rubric.clone(),
+            min_score: judge.min_score,
+            below: false,
+        });
+        *judges += 1;
+    }
+}
+
+/// The judge check of a simulated caller's goal, when the scenario asks for one.
+fn goal_check(scenario: &Scenario, judges: usize) -> Option<Check> {
+    let (caller, met) = (scenario.caller.as_ref()?, scenario.expect.goal_met?);
+    Some(Check::new(
+        Scope::Call,
+        Kind::Judge {
+            id: judges,
+            rubric: format!(
+                "The caller's goal was reached in this call: {} (score 1: fully reached; 0: \
+                 not at all)",
+                caller.goal.trim()
+            ),
+            min_score: caller.goal_min_score,
+            below: !met,
+        },
+    ))
 }
 
 /// The expectation in words.
@@ -263,6 +369,7 @@ fn describe(kind: &Kind) -> String {
         Kind::NotContains(text) => format!("reply does not contain {text:?}"),
         Kind::Regex(pattern) => format!("reply matches /{pattern}/"),
         Kind::MaxSentences(n) => format!("reply has at most {n} sentences"),
+        Kind::Language(name) => format!("reply is in {name}"),
         Kind::FirstChunk(ms) => format!("first chunk within {ms} ms"),
         Kind::TurnTime(ms) => format!("turn ends within {ms} ms"),
         Kind::P95FirstChunk(ms) => format!("p95 first chunk within {ms} ms"),
@@ -275,7 +382,29 @@ fn describe(kind: &Kind) -> String {
         Kind::TransferTo(number) => format!("the crew transfers the call once to {number}"),
         Kind::Handoff(true) => "the crew hands the call off".to_owned(),
         Kind::Handoff(false) => "the call stays with the crew".to_owned(),
+        Kind::AgentError(true) => "the crew reports an error (agent.error)".to_owned(),
+        Kind::AgentError(false) => "the crew reports no error".to_owned(),
+        Kind::Silent(true) => "the crew says nothing".to_owned(),
+        Kind::Silent(false) => "the crew says something".to_owned(),
+        Kind::Judge {
+            rubric,
+            min_score,
+            below: true,
+            ..
+        } => format!("judge scores below {min_score}: {}", short(rubric)),
+        Kind::Judge {
+            rubric, min_score, ..
+        } => format!("judge scores at least {min_score}: {}", short(rubric)),
     }
+}
+
+/// A rubric cut for a check's name.
+fn short(rubric: &str) -> String {
+    let mut short: String = rubric.chars().take(80).collect();
+    if short.len() < rubric.len() {
+        short.push('…');
+    }
+    short
 }
 
 fn describe_count(tool: &ToolExpect) -> String {
@@ -298,10 +427,22 @@ impl Kind {
                 | Self::NotContains(_)
                 | Self::Regex(_)
                 | Self::MaxSentences(_)
+                | Self::Language(_)
                 | Self::FirstChunk(_)
                 | Self::TurnTime(_)
                 | Self::ChunksAfterBargeIn(_)
+                | Self::Silent(_)
         )
+    }
+
+    /// Whether the check is about a reply the turn must have (skipped on a silence, over
+    /// the call), rather than about what must not be said.
+    fn needs_a_reply(&self, turn: &TurnRecord) -> bool {
+        match self {
+            Self::NotContains(_) | Self::MaxSentences(_) | Self::Silent(_) => false,
+            Self::Language(_) => turn.text.trim().is_empty(),
+            _ => true,
+        }
     }
 
     fn judge_turn(&self, turn: &TurnRecord) -> Result<(), String> {
@@ -350,6 +491,14 @@ impl Kind {
                     Ok(())
                 }
             }
+            Self::Silent(true) if !turn.text.trim().is_empty() => {
+                Err(format!("expected the crew to say nothing; {}", came()))
+            }
+            Self::Silent(false) if turn.text.trim().is_empty() => {
+                Err(format!("expected the crew to say something; {}", came()))
+            }
+            Self::Language(name) => judge_language(name, &turn.text)
+                .map_err(|why| format!("expected a reply in {name}; {why}: {}", quote(&turn.text))),
             Self::FirstChunk(budget) => within("the first chunk", *budget, turn.first_chunk),
             Self::TurnTime(budget) => within("the turn's end", *budget, turn.turn_time),
             Self::ChunksAfterBargeIn(max) => match turn.barge_in {
@@ -368,6 +517,7 @@ impl Kind {
         let tools: Vec<&ToolCallRecord> = turns.iter().flat_map(|t| &t.tools).collect();
         let end_calls: usize = turns.iter().map(|t| t.end_calls).sum();
         let transfers: Vec<&String> = turns.iter().flat_map(|t| &t.transfers).collect();
+        let errors: Vec<&String> = turns.iter().flat_map(|t| &t.errors).collect();
         match self {
             Self::Tool(expect) => judge_tool(expect, &tools),
             Self::ToolOrder(order) => judge_order(order, &tools),
@@ -395,6 +545,24 @@ impl Kind {
                 if *yes { "a hand-off" } else { "no hand-off" },
                 transfers.len()
             )),
+            Self::AgentError(true) if errors.is_empty() => {
+                let said: Vec<&str> = turns.iter().map(|t| t.text.as_str()).collect();
+                Err(format!(
+                    "expected an agent.error; none came (the crew said: {})",
+                    quote(&said.join(" "))
+                ))
+            }
+            Self::AgentError(false) if !errors.is_empty() => {
+                let errors: Vec<String> = errors
+                    .iter()
+                    .map(|e| e.chars().take(QUOTED_ERROR_CHARS).collect())
+                    .collect();
+                Err(format!(
+                    "expected no agent.error; came {}: {}",
+                    errors.len(),
+                    errors.join("; ")
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -490,6 +658,23 @@ fn quote(text: &str) -> String {
     format!("{quoted:?}")
 }
 
+/// Whether `text` reads as the language `name` names; `Err` says what it reads as.
+fn judge_language(name: &str, text: &str) -> Result<(), String> {
+    let expected = crate::scenario::language(name)?;
+    if text.trim().is_empty() {
+        return Err("there are no words to tell".to_owned());
+    }
+    match whatlang::detect(text) {
+        Some(info) if info.lang() == expected => Ok(()),
+        Some(info) => Err(format!(
+            "it reads as {} (confidence {:.2})",
+            info.lang().eng_name(),
+            info.confidence()
+        )),
+        None => Err("its language could not be told".to_owned()),
+    }
+}
+
 /// How many sentences a text-to-speech front-end would make of `text`.
 fn sentences(text: &str) -> usize {
     let mut aggregator = SentenceAggregator::with_min_chars(1);
@@ -580,7 +765,7 @@ mod tests {
                 turn_time: Some(Duration::from_millis(end)),
                 ..TurnRecord::default()
             }],
-            stopped: None,
+            ..CallRecord::default()
         }
     }
 
@@ -612,6 +797,36 @@ mod tests {
             tight.judge_over(&calls).unwrap_err(),
             "turn 1: expected a p95 turn time within 118 ms; came 119 ms over 20 runs"
         );
+    }
+
+    #[test]
+    fn a_reply_s_language_is_told_from_its_words() {
+        let french = "Il fait dix-huit degrés à Paris aujourd'hui, avec un grand soleil.";
+        assert!(judge_language("fra", french).is_ok());
+        assert!(judge_language("French", french).is_ok());
+        let error = judge_language("deu", french).unwrap_err();
+        assert!(
+            error.starts_with("it reads as French (confidence "),
+            "{error}"
+        );
+        assert_eq!(
+            judge_language("eng", " ").unwrap_err(),
+            "there are no words to tell"
+        );
+        let check = Check::new(Scope::Turn(0), Kind::Language("eng".to_owned()));
+        let call = CallRecord {
+            turns: vec![TurnRecord {
+                text: french.to_owned(),
+                ..TurnRecord::default()
+            }],
+            ..CallRecord::default()
+        };
+        let message = check.judge(&call).unwrap_err();
+        assert!(
+            message.starts_with("expected a reply in eng; it reads as French"),
+            "{message}"
+        );
+        assert!(message.ends_with("avec un grand soleil.\""), "{message}");
     }
 
     #[test]

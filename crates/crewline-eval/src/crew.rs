@@ -7,14 +7,20 @@ use std::{
     time::Duration,
 };
 
-use crewline_testkit::platform::http;
+use crewline_testkit::{
+    mock_llm::{MockLlm, RunningMockLlm},
+    platform::http,
+};
 use tokio::{
     io::AsyncReadExt,
     process::{Child, Command},
     time::Instant,
 };
 
-use crate::scenario::CrewSpec;
+use crate::scenario::{CrewSpec, ModelSpec};
+
+/// The API key the crew is given for the runner's mock model (which takes any key).
+pub const MOCK_MODEL_KEY: &str = "crewline-eval-mock-model";
 
 /// How much of a started crew's stderr is kept, from its end, for the error when it fails.
 const STDERR_TAIL_BYTES: usize = 4096;
@@ -62,6 +68,18 @@ pub enum CrewError {
     /// The variable named by `token_env` is not set.
     #[error("the crew's token variable {0} is not set")]
     MissingToken(String),
+    /// The scenario has a `[model]` but the crew is reached by URL: the runner cannot point
+    /// a running crew at the model it serves.
+    #[error(
+        "the scenario's [model] needs a crew the runner starts (`crew.command`), not a URL: a running crew cannot be pointed at the runner's model"
+    )]
+    ModelNeedsCommand,
+    /// The `[model]` script is not a valid mock script.
+    #[error("{0}")]
+    ModelScript(String),
+    /// The runner's mock model could not be served.
+    #[error("could not serve the mock model")]
+    ServeModel(#[source] std::io::Error),
 }
 
 fn tail(stderr: &str) -> String {
@@ -79,6 +97,8 @@ pub struct RunningCrew {
     /// The bearer token, from `token_env`.
     pub(crate) token: Option<String>,
     process: Option<Child>,
+    /// The mock model the runner serves the crew, when the scenario has a `[model]`.
+    model: Option<RunningMockLlm>,
 }
 
 impl std::fmt::Debug for RunningCrew {
@@ -87,6 +107,7 @@ impl std::fmt::Debug for RunningCrew {
             .field("url", &self.url)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("process", &self.process.as_ref().and_then(Child::id))
+            .field("model", &self.model.as_ref().map(RunningMockLlm::base_url))
             .finish()
     }
 }
@@ -97,11 +118,30 @@ impl RunningCrew {
         &self.url
     }
 
+    /// The mock model's base URL (`http://127.0.0.1:PORT/v1`) when the runner serves one.
+    pub fn model_url(&self) -> Option<String> {
+        self.model.as_ref().map(RunningMockLlm::base_url)
+    }
+
+    /// Loads `model`'s script into the mock model the crew runs on (a scenario of a suite
+    /// sharing the crew has its own script); clears the model's request log.
+    pub(crate) fn load_model(&self, model: &ModelSpec) -> Result<(), CrewError> {
+        let script = model.script().map_err(CrewError::ModelScript)?;
+        if let Some(running) = &self.model {
+            running.mock().load(script);
+        }
+        Ok(())
+    }
+
     /// The crew `spec` names: `url_override` (e.g. `crewline eval --url`) or its `url` as
-    /// is, else its `command` started and waited for.
+    /// is, else its `command` started and waited for. With `model`, the runner first serves
+    /// a mock model playing its script on 127.0.0.1 and starts the command pointed at it:
+    /// `OPENAI_BASE_URL` and `OPENAI_API_KEY` in its environment, `{model_url}` in its
+    /// arguments.
     pub async fn start(
         spec: Option<&CrewSpec>,
         url_override: Option<&str>,
+        model: Option<&ModelSpec>,
     ) -> Result<Self, CrewError> {
         let token = match spec.and_then(|spec| spec.token_env.as_ref()) {
             Some(name) => {
@@ -110,12 +150,31 @@ impl RunningCrew {
             None => None,
         };
         if let Some(url) = url_override.or(spec.and_then(|spec| spec.url.as_deref())) {
+            if model.is_some() {
+                return Err(CrewError::ModelNeedsCommand);
+            }
             return Ok(Self {
                 url: url.to_owned(),
                 token,
                 process: None,
+                model: None,
             });
         }
+        let model = match model {
+            Some(model) => {
+                let script = model.script().map_err(CrewError::ModelScript)?;
+                let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                    .await
+                    .map_err(CrewError::ServeModel)?;
+                Some(
+                    MockLlm::new(script)
+                        .serve(listener)
+                        .map_err(CrewError::ServeModel)?,
+                )
+            }
+            None => None,
+        };
+        let model_url = model.as_ref().map(RunningMockLlm::base_url);
         let spec = spec.ok_or(CrewError::NoCrew)?;
         let command = spec.command.as_deref().unwrap_or_default();
         let (program, args) = command.split_first().ok_or_else(|| CrewError::Spawn {
@@ -126,9 +185,23 @@ impl RunningCrew {
         let port_text = port.to_string();
         let args: Vec<String> = args
             .iter()
-            .map(|a| a.replace("{port}", &port_text))
+            .map(|a| {
+                let a = a.replace("{port}", &port_text);
+                match &model_url {
+                    Some(url) => a.replace("{model_url}", url),
+                    None => a,
+                }
+            })
             .collect();
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        if let Some(url) = &model_url {
+            // What the example crews and `crewline demo` read to pick an OpenAI-compatible
+            // model: they then run on the runner's mock, not their scripted model.
+            command
+                .env("OPENAI_BASE_URL", url)
+                .env("OPENAI_API_KEY", MOCK_MODEL_KEY);
+        }
+        let mut child = command
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -151,6 +224,7 @@ impl RunningCrew {
             url: format!("ws://{addr}{}", spec.path),
             token,
             process: Some(child),
+            model,
         })
     }
 

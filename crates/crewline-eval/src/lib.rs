@@ -1,7 +1,9 @@
 //! Evals for crewline crews: know that a crew still behaves before a caller finds out.
 //!
-//! A [`Scenario`] (a TOML file, or one of a suite's: [`ScenarioFile`]) names a crew, the caller's turns and what must hold: tool
-//! calls and their arguments, what the replies say, latency budgets, barge-ins, hand-offs.
+//! A [`Scenario`] (a TOML or YAML file, or one of a suite's: [`ScenarioFile`]) names a crew,
+//! the caller's turns (words, barge-ins, silences, hang-ups, faults of the crew's model) and
+//! what must hold: tool calls and their arguments, what the replies say, latency budgets,
+//! barge-ins, hand-offs, errors, an LLM judge's score against a rubric.
 //! [`run_scenario`] places the call `runs` times, concurrently, over the real protocol with
 //! the testkit's platform client, and judges every expectation in every run: a
 //! [`ScenarioReport`] with a pass rate per expectation, passing when each reaches the
@@ -31,8 +33,10 @@
 //! The guide is [`guide`] (`docs/evals.md`).
 
 mod call;
+pub mod caller;
 mod check;
 pub mod crew;
+pub mod judge;
 mod matcher;
 pub mod report;
 pub mod scenario;
@@ -44,7 +48,10 @@ use std::{
 
 use futures::StreamExt;
 
-pub use report::{CheckCategory, CheckReport, RunFailure, ScenarioReport, TurnLatency};
+pub use report::{
+    CheckCategory, CheckReport, Conversation, ConversationTurn, RunFailure, ScenarioReport,
+    TurnLatency,
+};
 pub use scenario::{Scenario, ScenarioFile};
 
 /// The guide, `docs/evals.md`: writing a scenario, running it, CI use, what is not built yet.
@@ -79,7 +86,7 @@ pub enum EvalError {
         /// Its size.
         bytes: u64,
     },
-    /// The file is not a scenario: bad TOML, a missing field or an unknown one.
+    /// The file is not a scenario: bad TOML or YAML, a missing field or an unknown one.
     #[error("{} is not a valid scenario: {message}", shown(path))]
     Parse {
         /// The file.
@@ -172,11 +179,13 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Scenario
 /// (and keeps its state between them, as it does between runs).
 pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<ScenarioReport> {
     let mut reports = Vec::with_capacity(scenarios.len());
-    // The crew of the previous scenario, and the spec it was reached by.
-    let mut current: Option<(Option<&scenario::CrewSpec>, crew::RunningCrew)> = None;
+    // The crew of the previous scenario, the spec it was reached by, and whether the runner
+    // serves its model (a scenario of the same crew on its own model needs a new crew).
+    type Reached<'s> = (Option<&'s scenario::CrewSpec>, bool);
+    let mut current: Option<(Reached<'_>, crew::RunningCrew)> = None;
     for scenario in scenarios {
         let started = Instant::now();
-        let spec = scenario.crew.as_ref();
+        let spec = (scenario.crew.as_ref(), scenario.model.is_some());
         let reuse = current
             .as_ref()
             .is_some_and(|(reached, _)| *reached == spec);
@@ -184,7 +193,13 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
             if let Some((_, crew)) = current.take() {
                 crew.stop().await;
             }
-            match crew::RunningCrew::start(spec, options.crew_url.as_deref()).await {
+            match crew::RunningCrew::start(
+                spec.0,
+                options.crew_url.as_deref(),
+                scenario.model.as_ref(),
+            )
+            .await
+            {
                 Ok(crew) => current = Some((spec, crew)),
                 Err(error) => {
                     let message = error_chain(&error);
@@ -200,6 +215,17 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
             }
         }
         if let Some((_, crew)) = &current {
+            if let Some(model) = &scenario.model
+                && let Err(error) = crew.load_model(model)
+            {
+                reports.push(ScenarioReport::failed(
+                    scenario.name.clone(),
+                    runs_of(scenario, options),
+                    scenario.pass_threshold,
+                    error_chain(&error),
+                ));
+                continue;
+            }
             reports.push(run_against(scenario, crew, options, started).await);
         }
     }
@@ -224,18 +250,102 @@ async fn run_against(
     options: &RunOptions,
     started: Instant,
 ) -> ScenarioReport {
-    let calls: Vec<call::CallRecord> = futures::stream::iter(0..runs_of(scenario, options))
-        .map(|_| call::place(scenario, crew))
-        .buffer_unordered(options.concurrency.max(1))
-        .collect()
-        .await;
+    let caller = scenario.caller.as_ref().map(caller::SimulatedCaller::new);
+    let mut calls: Vec<call::CallRecord> = match &caller {
+        // Without its model there is no caller: every run stops before it starts.
+        Some(Err(why)) => (0..runs_of(scenario, options))
+            .map(|_| call::CallRecord {
+                stopped: Some((None, why.clone())),
+                ..call::CallRecord::default()
+            })
+            .collect(),
+        _ => {
+            let caller = caller.as_ref().and_then(|c| c.as_ref().ok());
+            futures::stream::iter(0..runs_of(scenario, options))
+                .map(|_| call::place(scenario, crew, caller))
+                .buffer_unordered(options.concurrency.max(1))
+                .collect()
+                .await
+        }
+    };
+    let checks = check::checks(scenario);
+    ask_judges(scenario, &checks, &mut calls, options.concurrency).await;
     ScenarioReport::judge(
         scenario.name.clone(),
         scenario.pass_threshold,
-        &check::checks(scenario),
+        &checks,
         &calls,
         started.elapsed(),
     )
+}
+
+/// Asks the scenario's judge about every run that reached what a judge check grades, and
+/// keeps the verdicts (or why there is none) in the runs' records.
+async fn ask_judges(
+    scenario: &Scenario,
+    checks: &[check::Check],
+    calls: &mut [call::CallRecord],
+    concurrency: usize,
+) {
+    let questions: Vec<(usize, &str, Option<usize>, &check::Check)> = checks
+        .iter()
+        .filter_map(|check| {
+            check
+                .judge_question()
+                .map(|(id, rubric, turn)| (id, rubric, turn, check))
+        })
+        .collect();
+    let Some(spec) = &scenario.judge else {
+        return;
+    };
+    if questions.is_empty() {
+        return;
+    }
+    let judge = match judge::Judge::new(spec) {
+        Ok(judge) => judge,
+        Err(why) => {
+            for call in calls.iter_mut() {
+                for (id, ..) in &questions {
+                    call.verdicts.insert(*id, Err(why.clone()));
+                }
+            }
+            return;
+        }
+    };
+    let scripted: Vec<Option<&str>> = scenario.turns.iter().map(|t| t.say.as_deref()).collect();
+    let mut asks = Vec::new();
+    for (run, call) in calls.iter().enumerate() {
+        // A simulated caller's words are the run's own.
+        let says: Vec<Option<&str>> = if scenario.caller.is_some() {
+            call.said.iter().map(|s| Some(s.as_str())).collect()
+        } else {
+            scripted.clone()
+        };
+        for (id, rubric, turn, check) in &questions {
+            if !check.reached(call) {
+                continue;
+            }
+            let conversation = judge::transcript(&says, call, *turn);
+            let part = match turn {
+                Some(turn) => format!("the agent's reply in turn {}", turn + 1),
+                None => "the whole call".to_owned(),
+            };
+            asks.push((run, *id, rubric.to_string(), conversation, part));
+        }
+    }
+    let verdicts: Vec<(usize, usize, Result<judge::Verdict, String>)> = futures::stream::iter(asks)
+        .map(|(run, id, rubric, conversation, part)| {
+            let judge = judge.clone();
+            async move { (run, id, judge.ask(&rubric, &conversation, &part).await) }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    for (run, id, verdict) in verdicts {
+        if let Some(call) = calls.get_mut(run) {
+            call.verdicts.insert(id, verdict);
+        }
+    }
 }
 
 /// Reads the scenario or suite at `path` and runs its scenarios ([`run_scenarios`]); each

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::{
     call::CallRecord,
     check::{Check, p95},
+    judge::JudgeVerdict,
 };
 
 /// The most failing runs kept per check (with their messages) in a report.
@@ -34,6 +35,31 @@ pub struct ScenarioReport {
     pub turns: Vec<TurnLatency>,
     /// The wall time of the whole scenario, in ms.
     pub duration_ms: u64,
+    /// With a simulated caller: what was said in the first runs (at most
+    /// [`MAX_FAILURES_KEPT`]), each line cut to [`MAX_LINE_CHARS`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conversations: Vec<Conversation>,
+}
+
+/// The most characters of one line of a kept conversation.
+pub const MAX_LINE_CHARS: usize = 500;
+
+/// What a simulated caller and the crew said in one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Conversation {
+    /// The run, counted from 1.
+    pub run: u32,
+    /// Turn by turn.
+    pub turns: Vec<ConversationTurn>,
+}
+
+/// One turn of a kept conversation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConversationTurn {
+    /// What the simulated caller said.
+    pub caller: String,
+    /// What the crew said back.
+    pub crew: String,
 }
 
 /// What an expectation is about.
@@ -53,6 +79,10 @@ pub enum CheckCategory {
     Latency,
     /// `end_call`, transfers, hand-offs.
     Handoff,
+    /// Errors the crew reported (`agent.error`).
+    Error,
+    /// An LLM judge's score against a rubric.
+    Judge,
 }
 
 /// One expectation's result over the runs.
@@ -74,6 +104,10 @@ pub struct CheckReport {
     pub passed: bool,
     /// The first failing runs (at most [`MAX_FAILURES_KEPT`]): what was expected, what came.
     pub failures: Vec<RunFailure>,
+    /// A judge check's verdicts, run by run: the score and the judge's reason (passing runs
+    /// too), or why there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<JudgeVerdict>,
 }
 
 /// One run in which a check did not hold.
@@ -115,6 +149,7 @@ impl ScenarioReport {
             checks: Vec::new(),
             turns: Vec::new(),
             duration_ms: 0,
+            conversations: Vec::new(),
         }
     }
 
@@ -141,6 +176,7 @@ impl ScenarioReport {
             checks,
             turns: latencies(calls),
             duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            conversations: conversations(calls),
         }
     }
 
@@ -184,7 +220,29 @@ impl CheckReport {
         } else {
             runs > 0 && pass_rate + f64::EPSILON >= threshold
         };
+        let verdicts = match check.judge_question() {
+            Some((id, ..)) => calls
+                .iter()
+                .zip(1..)
+                .filter_map(|(call, run)| {
+                    call.verdicts.get(&id).map(|verdict| match verdict {
+                        Ok(verdict) => JudgeVerdict {
+                            run,
+                            score: Some(verdict.score),
+                            reason: verdict.reason.clone(),
+                        },
+                        Err(why) => JudgeVerdict {
+                            run,
+                            score: None,
+                            reason: why.clone(),
+                        },
+                    })
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         Self {
+            verdicts,
             name: check.name.clone(),
             category: check.category(),
             over_runs: check.over_runs(),
@@ -195,6 +253,39 @@ impl CheckReport {
             failures: failures.into_iter().take(MAX_FAILURES_KEPT).collect(),
         }
     }
+}
+
+/// The simulated callers' conversations of the first runs.
+fn conversations(calls: &[CallRecord]) -> Vec<Conversation> {
+    let cut = |text: &str| {
+        let mut kept: String = text.chars().take(MAX_LINE_CHARS).collect();
+        if kept.len() < text.len() {
+            kept.push('…');
+        }
+        kept
+    };
+    calls
+        .iter()
+        .zip(1..)
+        .filter(|(call, _)| !call.said.is_empty())
+        .take(MAX_FAILURES_KEPT)
+        .map(|(call, run)| Conversation {
+            run,
+            turns: call
+                .said
+                .iter()
+                .enumerate()
+                .map(|(turn, said)| ConversationTurn {
+                    caller: cut(said),
+                    crew: call
+                        .turns
+                        .get(turn)
+                        .map(|t| cut(&t.text))
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 fn latencies(calls: &[CallRecord]) -> Vec<TurnLatency> {
@@ -285,6 +376,13 @@ pub fn write_table(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
                 }
             }
         }
+        // A simulated call is read before it is judged: the first run's words.
+        if let Some(conversation) = report.conversations.first() {
+            writeln!(out, "  run {}, as it went:", conversation.run)?;
+            for line in conversation_lines(conversation) {
+                writeln!(out, "      {line}")?;
+            }
+        }
     }
     Ok(())
 }
@@ -332,11 +430,24 @@ pub fn write_junit(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
         }
         for check in &report.checks {
             let name = xml(&check.name);
-            if check.passed {
+            if check.passed && check.verdicts.is_empty() {
                 writeln!(out, r#"    <testcase classname="{suite}" name="{name}"/>"#)?;
                 continue;
             }
             writeln!(out, r#"    <testcase classname="{suite}" name="{name}">"#)?;
+            if !check.verdicts.is_empty() {
+                // The judge's reasons, passing runs too: why it thought so is the point.
+                let verdicts: Vec<String> = check.verdicts.iter().map(verdict_line).collect();
+                writeln!(
+                    out,
+                    "      <system-out>{}</system-out>",
+                    xml(&verdicts.join("\n"))
+                )?;
+            }
+            if check.passed {
+                writeln!(out, "    </testcase>")?;
+                continue;
+            }
             let message = format!(
                 "held in {}/{} runs (needs {:.0}%)",
                 check.passed_runs,
@@ -359,9 +470,45 @@ pub fn write_junit(reports: &[ScenarioReport], mut out: impl io::Write) -> io::R
             )?;
             writeln!(out, "    </testcase>")?;
         }
+        if !report.conversations.is_empty() {
+            let lines: Vec<String> = report
+                .conversations
+                .iter()
+                .flat_map(|c| {
+                    std::iter::once(format!("run {}:", c.run)).chain(conversation_lines(c))
+                })
+                .collect();
+            writeln!(
+                out,
+                "    <system-out>{}</system-out>",
+                xml(&lines.join("\n"))
+            )?;
+        }
         writeln!(out, "  </testsuite>")?;
     }
     writeln!(out, "</testsuites>")
+}
+
+/// A kept conversation, a line per thing said.
+fn conversation_lines(conversation: &Conversation) -> Vec<String> {
+    conversation
+        .turns
+        .iter()
+        .flat_map(|turn| {
+            [
+                format!("caller: {}", turn.caller),
+                format!("crew:   {}", turn.crew),
+            ]
+        })
+        .collect()
+}
+
+/// A judge's verdict on one run, in words.
+fn verdict_line(verdict: &JudgeVerdict) -> String {
+    match verdict.score {
+        Some(score) => format!("run {}: scored {score}: {}", verdict.run, verdict.reason),
+        None => format!("run {}: no verdict: {}", verdict.run, verdict.reason),
+    }
 }
 
 /// Text escaped for XML content and attributes; characters XML 1.0 cannot hold at all

@@ -1,6 +1,6 @@
 //! The scenario file: which crew to call, what the caller says, and what must hold.
 //!
-//! A scenario is TOML, read into [`Scenario`]; every field is documented here and in the
+//! A scenario is TOML or YAML (the same keys), read into [`Scenario`]; every field is documented here and in the
 //! JSON Schema generated from these types (`crewline eval --schema`,
 //! `docs/eval-scenario.schema.json`). Unknown keys are errors, so a typo is not a silently
 //! skipped expectation.
@@ -10,6 +10,8 @@ use std::{collections::BTreeMap, path::Path};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+use crewline_testkit::mock_llm::{Fault, Script};
 
 use crate::{EvalError, matcher};
 
@@ -39,6 +41,16 @@ pub struct Scenario {
     /// the suite's `crew` when the scenario sets none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crew: Option<CrewSpec>,
+    /// The crew's model, served by the runner: a crewline mock model (OpenAI-compatible)
+    /// playing this script, which the crew started from `crew.command` is pointed at
+    /// (`OPENAI_BASE_URL`, `OPENAI_API_KEY` and `{model_url}`). Needed for a turn's
+    /// `fault.model`. In a suite, the suite's `model` if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
+    /// The judging model `expect.judge` asks: any OpenAI-compatible provider. In a suite,
+    /// the suite's `judge` if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<ProviderSpec>,
     /// How many times the call is placed (concurrently); models are not deterministic.
     /// 1 to 200, default 1; `crewline eval --runs N` overrides it.
     #[serde(default = "default_runs")]
@@ -57,9 +69,15 @@ pub struct Scenario {
     /// 30000, at most 600000); a turn that takes longer fails its run.
     #[serde(default = "default_turn_timeout_ms")]
     pub turn_timeout_ms: u64,
-    /// The caller's turns, in order (1 to 64).
-    #[schemars(length(min = 1, max = 64))]
+    /// The caller's turns, in order (1 to 64); none with a simulated `caller`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub turns: Vec<CallerTurn>,
+    /// A simulated caller instead of `turns`: a model plays the caller from a persona and a
+    /// goal, turn by turn, until it says its goal is reached, the crew ends or transfers the
+    /// call, or `max_turns`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<CallerSpec>,
     /// What must hold over the whole call. Tool and hand-off expectations here count over
     /// all turns; `reply` and `budget` here apply to every turn.
     #[serde(default)]
@@ -73,6 +91,12 @@ pub struct Suite {
     /// The crew every scenario without a `crew` of its own calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crew: Option<CrewSpec>,
+    /// The model every scenario without a `model` of its own runs its crew on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
+    /// The judge of every scenario without a `judge` of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<ProviderSpec>,
     /// The scenarios, run one after the other (1 to 64).
     #[schemars(length(min = 1, max = 64))]
     pub scenarios: Vec<Scenario>,
@@ -86,7 +110,7 @@ pub enum ScenarioFile {
     /// One scenario.
     One(Box<Scenario>),
     /// A suite: several scenarios, sharing a crew.
-    Suite(Suite),
+    Suite(Box<Suite>),
 }
 
 fn default_runs() -> u32 {
@@ -136,6 +160,140 @@ fn default_ready_timeout_ms() -> u64 {
     60_000
 }
 
+/// The crew's model when the runner serves it: a crewline mock model playing a script.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// The script's rules, in the format of `crewline mock-llm`'s scripts: each
+    /// `{ when = { last_user_contains = "...", last_role = "tool" }, reply = { content_chunks = [...], tool_calls = [{ id = "call_1", name = "...", arguments_chunks = ['{"a": 1}'] }] } }`;
+    /// the first rule whose `when` holds answers a request (no `when`: always), none: `OK.`
+    /// (at most 256 rules).
+    #[schemars(length(max = 256))]
+    pub replies: Vec<Value>,
+}
+
+/// The most rules in a `[model]` script.
+pub const MAX_MODEL_RULES: usize = 256;
+
+impl ModelSpec {
+    /// The mock model's script.
+    pub fn script(&self) -> Result<Script, String> {
+        if self.replies.len() > MAX_MODEL_RULES {
+            return Err(format!(
+                "[model]: {} rules; a script has at most {MAX_MODEL_RULES}",
+                self.replies.len()
+            ));
+        }
+        Script::from_json(&serde_json::json!({ "replies": self.replies }))
+            .map_err(|error| format!("[model]: {error}"))
+    }
+}
+
+/// A model of any OpenAI-compatible provider (OpenAI, Groq, a local Ollama...): the judge
+/// (`[judge]`), or the simulated caller's (`[caller.llm]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSpec {
+    /// The provider's OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The model, e.g. `gpt-4o-mini`.
+    pub model: String,
+    /// The environment variable holding the provider's API key, e.g. `OPENAI_API_KEY` (the
+    /// key itself never goes in the file). Unset: no key (a local provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// How long the model may take to start answering, in ms (default 60000, at most 600000).
+    #[serde(default = "default_judge_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_judge_timeout_ms() -> u64 {
+    60_000
+}
+
+/// A rubric the judge scores the conversation against, in each run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeExpect {
+    /// What a good answer does, in plain words (e.g. "gives the temperature of both cities
+    /// and invents no forecast"). In a turn, the judge grades that turn's reply (reading the
+    /// call up to it); over the call, the whole call.
+    pub rubric: String,
+    /// The lowest score that passes, from 0 to 1 (the judge scores 0 to 1; default 0.7).
+    #[serde(default = "default_min_score")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_score: f64,
+}
+
+fn default_min_score() -> f64 {
+    0.7
+}
+
+/// A simulated caller: a model playing the caller from a persona and a goal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallerSpec {
+    /// Who the caller is and how they talk (e.g. "Ada, 70, polite, gives her details only
+    /// when asked").
+    pub persona: String,
+    /// What the caller wants from the call (e.g. "move $50 to Alice, once"); `expect.goal_met`
+    /// has the judge decide whether it was reached.
+    pub goal: String,
+    /// The caller's first words (default: the caller's model opens the call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening: Option<String>,
+    /// The most caller turns (1 to 64, default 10).
+    #[serde(default = "default_caller_turns")]
+    pub max_turns: u32,
+    /// The lowest judge's score that counts the goal as met (0 to 1, default 0.7).
+    #[serde(default = "default_min_score")]
+    pub goal_min_score: f64,
+    /// The model playing the caller: any OpenAI-compatible provider.
+    pub llm: ProviderSpec,
+}
+
+fn default_caller_turns() -> u32 {
+    10
+}
+
+/// Faults forced on one turn, to see the crew cope.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnFault {
+    /// The crew's model fails every request of this turn this way: `down` (the connection
+    /// reset), `503`, `500`, `429:SECS` (any status, with a `Retry-After`), `stall:MS` (no
+    /// byte for MS ms), `slow:MS` (a pause before every streamed piece), `cut` (the stream
+    /// broken half-way), `cut:role` (before any text), `cut:text` / `cut:text:N` (after N
+    /// pieces of text were spoken), `cut:tool` (inside a tool call). Needs the crew to run on
+    /// a crewline mock model: the scenario's `[model]`, or one the author serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Which of the turn's model requests fail: `every` (the default), `first` (the turn's
+    /// first request, before any tool ran) or `after_tool` (the answers to tool results: the
+    /// tool ran, then the model failed).
+    #[serde(default, skip_serializing_if = "FaultOn::is_every")]
+    pub on: FaultOn,
+}
+
+/// Which of a turn's model requests a fault fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultOn {
+    /// Every request of the turn.
+    #[default]
+    Every,
+    /// The turn's first request (before any tool result).
+    First,
+    /// The requests answering a tool result.
+    AfterTool,
+}
+
+impl FaultOn {
+    fn is_every(&self) -> bool {
+        *self == Self::Every
+    }
+}
+
 /// One caller turn: words said (and perhaps cut short by a barge-in), or a hang-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -143,19 +301,27 @@ pub struct CallerTurn {
     /// What the caller says (the transcript the platform sends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub say: Option<String>,
+    /// The caller says nothing for this many ms (1 to 600000): the platform sends nothing,
+    /// and what the crew does meanwhile (an idle prompt, a hang-up, nothing) is this turn's.
+    /// Without `say`, `barge_in`, `fault` or budgets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence_ms: Option<u64>,
     /// The caller hangs up instead of speaking: the call is closed. Only as the last turn,
-    /// and without `say`, `barge_in` or `expect`.
+    /// and without `say`, `barge_in`, `fault` or `expect`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hang_up: bool,
     /// The caller talks over the reply: the platform sends `system.control.interrupt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub barge_in: Option<BargeIn>,
+    /// Faults forced on this turn (the model erroring, stalling or cut off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<TurnFault>,
     /// What must hold in this turn.
     #[serde(default)]
     pub expect: Expect,
 }
 
-/// When the caller barges in: set exactly one of the two. If the reply ends before that
+/// When the caller barges in: set exactly one of the three. If the reply ends before that
 /// point, the turn's `barge-in reached` check fails.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -166,6 +332,10 @@ pub struct BargeIn {
     /// This many ms after the turn's request was sent (at most `turn_timeout_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_ms: Option<u64>,
+    /// `true`: as soon as the crew starts a tool call (its `agent.log` `tool_call_start`):
+    /// the caller talks over a lookup or a transfer in flight.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_tool_start: bool,
 }
 
 /// What must hold, in one turn (`[turns.expect]`) or over the call (`[expect]`). Every
@@ -201,6 +371,23 @@ pub struct Expect {
     /// with the crew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<bool>,
+    /// `true`: the crew reports an error (`agent.error`), e.g. after a model fault; `false`:
+    /// it sends none. Over the call: in some turn / in no turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_error: Option<bool>,
+    /// `true`: the crew says nothing in the turn (no chunk, no `agent.speak`), e.g. while
+    /// the caller is silent; `false`: it says something (e.g. an idle prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent: Option<bool>,
+    /// Over the call, with a simulated `caller`: `true`: the judge (the scenario's `judge`)
+    /// decides that the caller's goal was reached (a score of at least
+    /// `caller.goal_min_score`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_met: Option<bool>,
+    /// Rubrics an LLM judge (the scenario's `judge`) scores the reply (in a turn) or the
+    /// whole call (over the call) against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judge: Vec<JudgeExpect>,
 }
 
 impl Expect {
@@ -279,6 +466,28 @@ pub struct ReplyExpect {
     /// as a text-to-speech front-end would).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sentences: Option<u32>,
+    /// The reply is in this language: its ISO 639-3 code (`fra`, `eng`, `deu`, `spa`) or its
+    /// English name (`French`), as detected from its words (reliable from a sentence or so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+}
+
+/// The language a `reply.language` names: an ISO 639-3 code or an English name.
+pub(crate) fn language(name: &str) -> Result<whatlang::Lang, String> {
+    let name = name.trim();
+    whatlang::Lang::from_code(name.to_lowercase())
+        .or_else(|| {
+            whatlang::Lang::all()
+                .iter()
+                .copied()
+                .find(|lang| lang.eng_name().eq_ignore_ascii_case(name))
+        })
+        .ok_or_else(|| {
+            format!(
+                "`reply.language` {name:?} is not a language: give an ISO 639-3 code (fra, eng, \
+                 deu...) or an English name (French)"
+            )
+        })
 }
 
 impl ReplyExpect {
@@ -319,22 +528,76 @@ impl Budget {
     }
 }
 
+/// How a scenario file is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Format {
+    /// TOML (`.toml`, and any other extension).
+    Toml,
+    /// YAML (`.yaml` or `.yml`).
+    Yaml,
+}
+
+impl Format {
+    /// The format a file's extension names: `.yaml` and `.yml` are YAML, anything else TOML.
+    pub fn of_path(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(ext) if ext.eq_ignore_ascii_case("yaml") || ext.eq_ignore_ascii_case("yml") => {
+                Self::Yaml
+            }
+            _ => Self::Toml,
+        }
+    }
+
+    /// Reads `text` as `T`; the error says where.
+    fn decode<T: serde::de::DeserializeOwned>(self, text: &str) -> Result<T, EvalError> {
+        match self {
+            Self::Toml => toml::from_str(text).map_err(parse_error),
+            Self::Yaml => serde_norway::from_str(text).map_err(|error| EvalError::Parse {
+                path: Default::default(),
+                message: error.to_string(),
+            }),
+        }
+    }
+
+    /// Whether `text` holds a suite (a top-level `scenarios`) rather than one scenario.
+    fn is_suite(self, text: &str) -> Result<bool, EvalError> {
+        Ok(match self {
+            Self::Toml => self.decode::<toml::Table>(text)?.contains_key("scenarios"),
+            Self::Yaml => self
+                .decode::<serde_norway::Value>(text)?
+                .get("scenarios")
+                .is_some(),
+        })
+    }
+}
+
 impl ScenarioFile {
-    /// Reads and checks a scenario or suite file (at most [`MAX_FILE_BYTES`]): its
-    /// scenarios, in order, each with its crew filled in.
+    /// Reads and checks a scenario or suite file (at most [`MAX_FILE_BYTES`]), TOML or YAML
+    /// by its extension ([`Format::of_path`]): its scenarios, in order, each with its crew
+    /// (and model and judge) filled in.
     pub fn load(path: &Path) -> Result<Vec<Scenario>, EvalError> {
         let text = read_bounded(path)?;
-        Self::from_toml(&text).map_err(|error| error.in_file(path))
+        Self::parse(&text, Format::of_path(path)).map_err(|error| error.in_file(path))
     }
 
     /// Parses and checks a scenario or suite from TOML text.
     pub fn from_toml(text: &str) -> Result<Vec<Scenario>, EvalError> {
+        Self::parse(text, Format::Toml)
+    }
+
+    /// Parses and checks a scenario or suite from YAML text (the same keys as TOML).
+    pub fn from_yaml(text: &str) -> Result<Vec<Scenario>, EvalError> {
+        Self::parse(text, Format::Yaml)
+    }
+
+    /// Parses and checks a scenario or suite written in `format`.
+    pub fn parse(text: &str, format: Format) -> Result<Vec<Scenario>, EvalError> {
         check_size(text)?;
-        let table: toml::Table = toml::from_str(text).map_err(parse_error)?;
-        if !table.contains_key("scenarios") {
-            return Scenario::from_toml(text).map(|scenario| vec![scenario]);
+        if !format.is_suite(text)? {
+            return Scenario::parse(text, format).map(|scenario| vec![scenario]);
         }
-        let suite: Suite = toml::from_str(text).map_err(parse_error)?;
+        let suite: Suite = format.decode(text)?;
         if suite.scenarios.is_empty() || suite.scenarios.len() > MAX_SCENARIOS {
             return Err(invalid(format!(
                 "{} scenarios; a suite has 1 to {MAX_SCENARIOS}",
@@ -348,6 +611,12 @@ impl ScenarioFile {
             .map(|(index, mut scenario)| {
                 if scenario.crew.is_none() {
                     scenario.crew.clone_from(&suite.crew);
+                }
+                if scenario.model.is_none() {
+                    scenario.model.clone_from(&suite.model);
+                }
+                if scenario.judge.is_none() {
+                    scenario.judge.clone_from(&suite.judge);
                 }
                 scenario.validate().map_err(|message| {
                     invalid(format!(
@@ -407,17 +676,27 @@ fn invalid(message: String) -> EvalError {
 }
 
 impl Scenario {
-    /// Reads and checks a file holding one scenario (at most [`MAX_FILE_BYTES`]); see
-    /// [`ScenarioFile::load`] for suites.
+    /// Reads and checks a file holding one scenario (at most [`MAX_FILE_BYTES`]), TOML or
+    /// YAML by its extension; see [`ScenarioFile::load`] for suites.
     pub fn load(path: &Path) -> Result<Self, EvalError> {
         let text = read_bounded(path)?;
-        Self::from_toml(&text).map_err(|error| error.in_file(path))
+        Self::parse(&text, Format::of_path(path)).map_err(|error| error.in_file(path))
     }
 
     /// Parses and checks a scenario from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, EvalError> {
+        Self::parse(text, Format::Toml)
+    }
+
+    /// Parses and checks a scenario from YAML text (the same keys as TOML).
+    pub fn from_yaml(text: &str) -> Result<Self, EvalError> {
+        Self::parse(text, Format::Yaml)
+    }
+
+    /// Parses and checks a scenario written in `format`.
+    pub fn parse(text: &str, format: Format) -> Result<Self, EvalError> {
         check_size(text)?;
-        let scenario: Self = toml::from_str(text).map_err(parse_error)?;
+        let scenario: Self = format.decode(text)?;
         scenario.validate().map_err(invalid)?;
         Ok(scenario)
     }
@@ -449,13 +728,42 @@ impl Scenario {
             Some(crew) => crew.validate()?,
             None => return Err("no `crew`: set `crew.url` or `crew.command`".to_owned()),
         }
-        if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
+        if let Some(model) = &self.model {
+            model.script()?;
+        }
+        if let Some(judge) = &self.judge {
+            judge.validate("[judge]")?;
+        }
+        let judged = !self.expect.judge.is_empty()
+            || self.turns.iter().any(|turn| !turn.expect.judge.is_empty());
+        if judged && self.judge.is_none() {
+            return Err(
+                "`expect.judge` needs a `[judge]` (base_url, model, api_key_env)".to_owned(),
+            );
+        }
+        if let Some(caller) = &self.caller {
+            if !self.turns.is_empty() {
+                return Err("set `turns` or a simulated `caller`, not both".to_owned());
+            }
+            caller.validate()?;
+        } else if self.turns.is_empty() || self.turns.len() > MAX_TURNS {
             return Err(format!(
-                "{} turns; a scenario has 1 to {MAX_TURNS}",
+                "{} turns; a scenario has 1 to {MAX_TURNS} (or a simulated `caller`)",
                 self.turns.len()
             ));
         }
-        let last = self.turns.len() - 1;
+        if self.turns.iter().any(|t| t.expect.goal_met.is_some()) {
+            return Err("`goal_met` is over the call: put it in [expect]".to_owned());
+        }
+        if self.expect.goal_met.is_some() {
+            if self.caller.is_none() {
+                return Err("`expect.goal_met` needs a simulated `caller`".to_owned());
+            }
+            if self.judge.is_none() {
+                return Err("`expect.goal_met` needs a `[judge]` to decide it".to_owned());
+            }
+        }
+        let last = self.turns.len().saturating_sub(1);
         for (index, turn) in self.turns.iter().enumerate() {
             turn.validate(index == last, self.turn_timeout_ms)
                 .map_err(|message| format!("turn {}: {message}", index + 1))?;
@@ -490,9 +798,28 @@ impl CrewSpec {
 
 impl CallerTurn {
     fn validate(&self, is_last: bool, turn_timeout_ms: u64) -> Result<(), String> {
+        if let Some(ms) = self.silence_ms {
+            if self.say.is_some() || self.hang_up || self.barge_in.is_some() || self.fault.is_some()
+            {
+                return Err("a silence has no `say`, `hang_up`, `barge_in` or `fault`".to_owned());
+            }
+            if !(1..=MAX_TURN_TIMEOUT_MS).contains(&ms) {
+                return Err(format!(
+                    "`silence_ms` is {ms}; it must be 1 to {MAX_TURN_TIMEOUT_MS}"
+                ));
+            }
+            if !self.expect.budget.is_empty() {
+                return Err("a silence has no reply to time: no `budget`".to_owned());
+            }
+            return self.expect.validate();
+        }
         if self.hang_up {
-            if self.say.is_some() || self.barge_in.is_some() || !self.expect.is_empty() {
-                return Err("a hang-up has no `say`, `barge_in` or `expect`".to_owned());
+            if self.say.is_some()
+                || self.barge_in.is_some()
+                || self.fault.is_some()
+                || !self.expect.is_empty()
+            {
+                return Err("a hang-up has no `say`, `barge_in`, `fault` or `expect`".to_owned());
             }
             if !is_last {
                 return Err("a hang-up must be the last turn".to_owned());
@@ -500,19 +827,35 @@ impl CallerTurn {
             return Ok(());
         }
         if self.say.as_deref().is_none_or(|say| say.trim().is_empty()) {
-            return Err("set `say` (what the caller says) or `hang_up = true`".to_owned());
+            return Err(
+                "set `say` (what the caller says), `silence_ms` or `hang_up = true`".to_owned(),
+            );
         }
         if let Some(barge_in) = &self.barge_in {
-            match (barge_in.after_chunks, barge_in.after_ms) {
-                (Some(0), None) => return Err("`barge_in.after_chunks` must be at least 1".into()),
-                (None, Some(ms)) if ms > turn_timeout_ms => {
+            match (
+                barge_in.after_chunks,
+                barge_in.after_ms,
+                barge_in.on_tool_start,
+            ) {
+                (Some(0), None, false) => {
+                    return Err("`barge_in.after_chunks` must be at least 1".into());
+                }
+                (None, Some(ms), false) if ms > turn_timeout_ms => {
                     return Err("`barge_in.after_ms` is past `turn_timeout_ms`".to_owned());
                 }
-                (Some(_), None) | (None, Some(_)) => {}
-                _ => return Err("`barge_in`: set `after_chunks` or `after_ms`".to_owned()),
+                (Some(_), None, false) | (None, Some(_), false) | (None, None, true) => {}
+                _ => {
+                    return Err(
+                        "`barge_in`: set one of `after_chunks`, `after_ms` and `on_tool_start`"
+                            .to_owned(),
+                    );
+                }
             }
         } else if self.expect.budget.chunks_after_barge_in.is_some() {
             return Err("`chunks_after_barge_in` needs a `barge_in` in the turn".to_owned());
+        }
+        if let Some(fault) = &self.fault {
+            fault.validate()?;
         }
         self.expect.validate()
     }
@@ -527,10 +870,88 @@ impl Expect {
         for pattern in &self.reply.regex {
             matcher::compile(pattern).map_err(|message| format!("reply.regex: {message}"))?;
         }
+        if let Some(name) = &self.reply.language {
+            language(name)?;
+        }
         if self.transfer == Some(false) && self.transfer_to.is_some() {
             return Err("`transfer = false` with a `transfer_to`".to_owned());
         }
+        for judge in &self.judge {
+            if judge.rubric.trim().is_empty() {
+                return Err("judge: `rubric` is empty".to_owned());
+            }
+            if !(0.0..=1.0).contains(&judge.min_score) {
+                return Err(format!(
+                    "judge: `min_score` is {}; it must be from 0 to 1",
+                    judge.min_score
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+impl ProviderSpec {
+    /// Checks the provider, named `table` in the message (`[judge]`, `[caller.llm]`).
+    fn validate(&self, table: &str) -> Result<(), String> {
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return Err(format!(
+                "{table}: `base_url` {:?} is not an http:// or https:// address",
+                self.base_url
+            ));
+        }
+        if self.model.trim().is_empty() {
+            return Err(format!("{table}: `model` is empty"));
+        }
+        if !(1..=MAX_TURN_TIMEOUT_MS).contains(&self.timeout_ms) {
+            return Err(format!(
+                "{table}: `timeout_ms` must be 1 to {MAX_TURN_TIMEOUT_MS}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CallerSpec {
+    fn validate(&self) -> Result<(), String> {
+        if self.persona.trim().is_empty() || self.goal.trim().is_empty() {
+            return Err("[caller]: `persona` and `goal` must not be empty".to_owned());
+        }
+        if !(1..=MAX_TURNS as u32).contains(&self.max_turns) {
+            return Err(format!(
+                "[caller]: `max_turns` is {}; it must be 1 to {MAX_TURNS}",
+                self.max_turns
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.goal_min_score) {
+            return Err("[caller]: `goal_min_score` must be from 0 to 1".to_owned());
+        }
+        self.llm.validate("[caller.llm]")
+    }
+}
+
+impl TurnFault {
+    fn validate(&self) -> Result<(), String> {
+        match &self.model {
+            None => Err("`fault`: set `model` (how the model fails)".to_owned()),
+            Some(name)
+                if name.contains(']') || name.contains('@') || Fault::parse(name).is_none() =>
+            {
+                Err(format!(
+                    "`fault.model` {name:?} is not a fault: give down, 503, 429:SECS, stall:MS, \
+                     slow:MS, cut, cut:N, cut:role, cut:text, cut:text:N or cut:tool"
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The marker that makes a crewline mock model fail a request whose last user message
+    /// holds it.
+    pub(crate) fn marker(&self) -> Option<String> {
+        self.model
+            .as_ref()
+            .map(|name| format!("[[mock:{}]]", name.trim()))
     }
 }
 

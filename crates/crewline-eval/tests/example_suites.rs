@@ -140,3 +140,145 @@ async fn a_weather_crew_whose_model_looks_up_the_wrong_city_fails_the_suite_sayi
         "{reply:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voice_agent_fault_suite_passes_on_the_model_it_scripts() {
+    use crewline_testkit::mock_llm::MockLlm;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent_faults.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    assert!(
+        scenarios
+            .iter()
+            .all(|s| s.turns.iter().any(|t| t.fault.is_some()))
+    );
+    // What the runner does for the suite's command crew, in process: the mock model plays
+    // the suite's [model] script and the example's crew talks to it through crewline's
+    // OpenAI client, as `cargo run --example voice_agent` does with OPENAI_BASE_URL set.
+    let script = scenarios[0]
+        .model
+        .as_ref()
+        .expect("the suite's [model]")
+        .script()
+        .expect("a valid script");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = MockLlm::new(script)
+        .serve(listener)
+        .expect("serve the mock");
+    let client = model
+        .client_builder()
+        .model("mock")
+        .build()
+        .expect("a client");
+    let crew = voice_agent::WeatherCrew::new(Arc::new(client), Duration::from_millis(5))
+        .expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for mut scenario in scenarios {
+        scenario.model = None;
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(&scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_call_control_yaml_suite_passes_against_the_example_crew() {
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/call_control.yaml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    assert!(
+        scenarios
+            .iter()
+            .any(|s| s.turns.iter().any(|t| t.silence_ms.is_some())),
+        "the suite has a silence"
+    );
+    let url = common::support_crew().await;
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for scenario in &scenarios {
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+        assert_eq!(report.runs, 3);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bank_fault_suite_moves_money_once_when_the_answer_after_it_breaks() {
+    use crewline_testkit::mock_llm::MockLlm;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/bank_support_faults.toml"
+    ));
+    let scenarios = ScenarioFile::load(path).expect("the suite reads");
+    // The suite's [model] served here, and the example's bank crew on crewline's OpenAI
+    // client pointed at it (what `cargo run --example bank_support` does with
+    // OPENAI_BASE_URL set), over the demo books.
+    let script = scenarios[0]
+        .model
+        .as_ref()
+        .expect("the suite's [model]")
+        .script()
+        .expect("a valid script");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = MockLlm::new(script)
+        .serve(listener)
+        .expect("serve the mock");
+    let client = model
+        .client_builder()
+        .model("mock")
+        .build()
+        .expect("a client");
+    let llm: Arc<dyn LlmClient> = Arc::new(client);
+    let books = bank::Bank::demo();
+    let shared = bank::BankShared::in_memory(books.clone());
+    let url = common::serve(CrewServer::new(move |setup: SessionSetup| {
+        let crew = bank::bank_crew(&setup, llm.clone(), &shared);
+        async move { crew }
+    }))
+    .await;
+    let options = RunOptions {
+        crew_url: Some(url),
+        ..RunOptions::default()
+    };
+    for mut scenario in scenarios {
+        scenario.model = None;
+        let report =
+            tokio::time::timeout(Duration::from_secs(60), run_scenario(&scenario, &options))
+                .await
+                .expect("the scenario ran within its bound");
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+    }
+    // Three runs, one yes that moved money each: $50 three times, never more.
+    assert_eq!(books.balance("alice"), Some(10_000 + 3 * 5_000));
+    // The fault hit the read-back after each run's transfer, and nothing else.
+    let outcomes: Vec<String> = model
+        .mock()
+        .requests()
+        .into_iter()
+        .map(|r| r.outcome)
+        .collect();
+    let cut = outcomes
+        .iter()
+        .filter(|o| o.starts_with("cut_by_script"))
+        .count();
+    assert_eq!(cut, 3, "{outcomes:?}");
+}

@@ -35,10 +35,13 @@ fn impossible_settings_are_refused_naming_the_field() {
             format!("name = \"x\"\npass_threshold = 1.5\n{CREW}{turn}"),
             "`pass_threshold` is 1.5",
         ),
-        (format!("name = \"x\"\n{CREW}"), "missing field `turns`"),
+        (
+            format!("name = \"x\"\n{CREW}"),
+            "0 turns; a scenario has 1 to 64 (or a simulated `caller`)",
+        ),
         (
             format!("name = \"x\"\n{CREW}turns = []\n"),
-            "0 turns; a scenario has 1 to 64",
+            "0 turns; a scenario has 1 to 64 (or a simulated `caller`)",
         ),
         (
             format!("name = \"x\"\ncrew = {{ url = \"http://x\" }}\n{turn}"),
@@ -53,8 +56,80 @@ fn impossible_settings_are_refused_naming_the_field() {
             "turn 1: a hang-up must be the last turn",
         ),
         (
+            format!("name = \"x\"\n{CREW}{turn}fault.model = \"404:soon\"\n"),
+            "turn 1: `fault.model` \"404:soon\" is not a fault",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}expect.judge = [{{ rubric = \"polite\" }}]\n"),
+            "`expect.judge` needs a `[judge]`",
+        ),
+        (
+            format!(
+                "name = \"x\"\njudge = {{ base_url = \"ftp://x\", model = \"m\" }}\n{CREW}{turn}"
+            ),
+            "[judge]: `base_url` \"ftp://x\" is not an http:// or https:// address",
+        ),
+        (
+            format!(
+                "name = \"x\"\njudge = {{ base_url = \"http://x\", model = \"m\" }}\n{CREW}{turn}expect.judge = [{{ rubric = \"polite\", min_score = 2 }}]\n"
+            ),
+            "turn 1: judge: `min_score` is 2; it must be from 0 to 1",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}{turn}[caller]\npersona = \"p\"\ngoal = \"g\"\nllm = {{ base_url = \"http://x\", model = \"m\" }}\n"
+            ),
+            "set `turns` or a simulated `caller`, not both",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}[caller]\npersona = \"p\"\ngoal = \"g\"\nmax_turns = 0\nllm = {{ base_url = \"http://x\", model = \"m\" }}\n"
+            ),
+            "[caller]: `max_turns` is 0; it must be 1 to 64",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}[caller]\npersona = \"p\"\ngoal = \"g\"\nllm = {{ base_url = \"x\", model = \"m\" }}\n"
+            ),
+            "[caller.llm]: `base_url` \"x\" is not an http:// or https:// address",
+        ),
+        (
+            format!(
+                "name = \"x\"\n{CREW}[caller]\npersona = \"p\"\ngoal = \"g\"\nllm = {{ base_url = \"http://x\", model = \"m\" }}\n[expect]\ngoal_met = true\n"
+            ),
+            "`expect.goal_met` needs a `[judge]` to decide it",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}[expect]\ngoal_met = true\n"),
+            "`expect.goal_met` needs a simulated `caller`",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}expect.reply.language = \"Klingon\"\n"),
+            "turn 1: `reply.language` \"Klingon\" is not a language",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}silence_ms = 500\n"),
+            "turn 1: a silence has no `say`, `hang_up`, `barge_in` or `fault`",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}[[turns]]\nsilence_ms = 500\nexpect.budget.turn_ms = 9\n"),
+            "turn 1: a silence has no reply to time: no `budget`",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}[[turns]]\nsilence_ms = 0\n"),
+            "turn 1: `silence_ms` is 0; it must be 1 to 600000",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}{turn}fault = {{}}\n"),
+            "turn 1: `fault`: set `model`",
+        ),
+        (
+            format!("name = \"x\"\n{CREW}model.replies = [3]\n{turn}"),
+            "[model]: invalid mock LLM script: replies[0]: a rule must be an object",
+        ),
+        (
             format!("name = \"x\"\n{CREW}{turn}barge_in = {{ after_chunks = 1, after_ms = 5 }}\n"),
-            "turn 1: `barge_in`: set `after_chunks` or `after_ms`",
+            "turn 1: `barge_in`: set one of `after_chunks`, `after_ms` and `on_tool_start`",
         ),
         (
             format!(
@@ -184,10 +259,91 @@ fn the_example_suites_are_valid_scenarios() {
     let mut read = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        if path
+            .extension()
+            .is_some_and(|e| e == "toml" || e == "yaml" || e == "yml")
+        {
             ScenarioFile::load(&path).unwrap_or_else(|e| panic!("{e}"));
             read += 1;
         }
     }
     assert!(read > 0, "no suite in {}", dir.display());
+}
+
+#[test]
+fn a_yaml_file_reads_as_the_same_scenario_as_its_toml() {
+    let toml = ScenarioFile::from_toml(
+        r#"
+        crew.url = "ws://127.0.0.1:8080/ws"
+        [[scenarios]]
+        name = "two cities"
+        runs = 3
+        variables = { name = "Ada" }
+        [[scenarios.turns]]
+        say = "Weather in Paris and Tokyo?"
+        expect.reply = { contains = ["18"], max_sentences = 3 }
+        expect.tools = [{ name = "get_weather", args.location = { regex = "(?i)^paris" }, once = true }]
+        [[scenarios.turns]]
+        hang_up = true
+        [scenarios.expect]
+        tools = [{ name = "get_weather", count = 2, args_subset = { units = "metric" } }]
+        "#,
+    )
+    .unwrap();
+    let yaml = ScenarioFile::from_yaml(
+        r#"
+crew:
+  url: ws://127.0.0.1:8080/ws
+scenarios:
+  - name: two cities
+    runs: 3
+    variables: { name: Ada }
+    turns:
+      - say: Weather in Paris and Tokyo?
+        expect:
+          reply: { contains: ["18"], max_sentences: 3 }
+          tools:
+            - name: get_weather
+              args: { location: { regex: "(?i)^paris" } }
+              once: true
+      - hang_up: true
+    expect:
+      tools: [{ name: get_weather, count: 2, args_subset: { units: metric } }]
+"#,
+    )
+    .unwrap();
+    assert_eq!(yaml, toml);
+}
+
+#[test]
+fn a_yaml_typo_is_an_error_naming_the_line_and_the_file() {
+    let dir = std::env::temp_dir().join(format!("crewline-eval-yaml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("typo.yml");
+    std::fs::write(
+        &path,
+        "name: x\ncrew: { url: \"ws://127.0.0.1:1/ws\" }\nturns:\n  - say: hi\n    expect: { reply: { contain: [hello] } }\n",
+    )
+    .unwrap();
+    let error = Scenario::load(&path).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(error.contains("typo.yml"), "{error}");
+    assert!(error.contains("unknown field `contain`"), "{error}");
+    assert!(error.contains("line 5"), "{error}");
+}
+
+#[test]
+fn a_yaml_alias_bomb_is_refused_not_expanded() {
+    // Each level doubles nine times over: expanded, this would be 9^9 strings.
+    let mut yaml = String::from("a: &a [\"lol\"]\n");
+    let names = ["b", "c", "d", "e", "f", "g", "h", "i"];
+    let mut previous = "a";
+    for name in names {
+        let refs = vec![format!("*{previous}"); 9].join(", ");
+        yaml.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        previous = name;
+    }
+    yaml.push_str("name: x\ncrew: { url: \"ws://127.0.0.1:1/ws\" }\nturns: [{ say: hi }]\nvariables: { bomb: *i }\n");
+    let error = ScenarioFile::from_yaml(&yaml).unwrap_err().to_string();
+    assert!(error.contains("repetition limit exceeded"), "{error}");
 }

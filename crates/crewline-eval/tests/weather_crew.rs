@@ -190,6 +190,44 @@ async fn a_barge_in_during_the_slow_lookup_leaves_no_chunk_after_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_barge_in_the_moment_a_tool_starts_silences_the_crew_and_the_call_goes_on() {
+    // A lookup far slower than the test: the caller talks over it as soon as it starts.
+    let url = weather_crew(Duration::from_millis(1), Duration::from_secs(60)).await;
+    let scenario = r#"
+        name = "barge in as the lookup starts"
+        runs = 2
+        crew.url = "ws://replaced.invalid/ws"
+
+        [[turns]]
+        say = "What's the weather in London?"
+        barge_in = { on_tool_start = true }
+        expect.budget.chunks_after_barge_in = 0
+        expect.reply.not_contains = ["rainy"]
+        expect.tools = [{ name = "get_weather", args.location = { equals = "London" }, once = true }]
+
+        [[turns]]
+        say = "Never mind, bye!"
+        expect.reply.contains = ["lovely day"]
+    "#;
+    let report = run(scenario, &url).await;
+
+    assert!(report.passed, "{:#?}", report.checks);
+    assert!(check(&report, "turn 1: the barge-in point is reached").passed);
+
+    // A greeting calls no tool: the barge-in point is never reached, and the check says so.
+    let no_tool = scenario.replace("What's the weather in London?", "Hi there!");
+    let report = run(&no_tool, &url).await;
+    let reached = check(&report, "turn 1: the barge-in point is reached");
+    assert!(!reached.passed);
+    assert!(
+        reached.failures[0]
+            .message
+            .starts_with("expected to barge in during the reply; it ended first"),
+        "{reached:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_that_ends_before_the_barge_in_point_fails_that_check() {
     let url = weather_crew(Duration::from_millis(1), Duration::from_millis(20)).await;
     let scenario = r#"

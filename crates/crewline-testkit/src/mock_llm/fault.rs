@@ -1,5 +1,6 @@
 //! Faults, whatever the script says: chosen per request by the `x-mock-fault` header or by a
-//! `[[mock:FAULT]]` marker in the last user message (so a fault can be triggered through a
+//! `[[mock:FAULT]]` marker in the last user message (`[[mock:FAULT@after_tool]]`: only the
+//! answers to a tool result; `@first`: only the others) (so a fault can be triggered through a
 //! crew, which builds the request itself), or for every request of one server
 //! ([`MockLlm::set_fault`](super::MockLlm::set_fault), a timed
 //! [`FaultSchedule`](super::FaultSchedule)). A request's own fault wins over its server's.
@@ -113,13 +114,17 @@ impl Fault {
     }
 
     /// The fault a request asks for: the header first, else a marker in the last user message.
+    ///
+    /// A marker may name which of the turn's requests it fails, after an `@`:
+    /// `[[mock:cut:text@after_tool]]` only the requests answering a tool result (the last
+    /// message is a tool's), `[[mock:503@first]]` only the others (the turn's first request,
+    /// before any tool ran); without one, every request whose last user message holds it.
     pub fn of_request(headers: &HeaderMap, body: &Value) -> Option<Self> {
         if let Some(value) = headers.get(FAULT_HEADER).and_then(|v| v.to_str().ok()) {
             return Self::parse(value);
         }
-        let content = body
-            .get("messages")?
-            .as_array()?
+        let messages = body.get("messages")?.as_array()?;
+        let content = messages
             .iter()
             .rev()
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?
@@ -127,7 +132,23 @@ impl Fault {
             .as_str()?;
         let start = content.find("[[mock:")? + "[[mock:".len();
         let len = content[start..].find("]]")?;
-        Self::parse(&content[start..start + len])
+        let marker = &content[start..start + len];
+        let (name, on) = match marker.split_once('@') {
+            Some((name, on)) => (name, Some(on.trim())),
+            None => (marker, None),
+        };
+        let after_tool = messages
+            .last()
+            .and_then(|m| m.get("role"))
+            .and_then(Value::as_str)
+            == Some("tool");
+        match on {
+            None => {}
+            Some("after_tool") if after_tool => {}
+            Some("first") if !after_tool => {}
+            Some(_) => return None,
+        }
+        Self::parse(name)
     }
 
     /// `reply` with this fault applied; `events` is how many SSE events the reply streams.
@@ -301,6 +322,39 @@ mod tests {
         assert_eq!(Fault::of_request(&headers, &body), Some(Fault::Status(429)));
         let plain = json!({"messages": [{"role": "user", "content": "hello"}]});
         assert_eq!(Fault::of_request(&HeaderMap::new(), &plain), None);
+    }
+
+    #[test]
+    fn a_marker_can_fail_only_the_answer_after_a_tool_or_only_the_first_request() {
+        let asked = |marker: &str| json!({"messages": [{"role": "user", "content": format!("yes {marker}")}]});
+        let answered = |marker: &str| {
+            json!({"messages": [
+                {"role": "user", "content": format!("yes {marker}")},
+                {"role": "assistant", "content": null, "tool_calls": []},
+                {"role": "tool", "content": "{}", "tool_call_id": "call_1"},
+            ]})
+        };
+        let none = HeaderMap::new();
+        let after = "[[mock:cut:text@after_tool]]";
+        assert_eq!(Fault::of_request(&none, &asked(after)), None);
+        assert_eq!(
+            Fault::of_request(&none, &answered(after)),
+            Some(Fault::CutAt(CutPoint::Text(1)))
+        );
+        let first = "[[mock:503@first]]";
+        assert_eq!(
+            Fault::of_request(&none, &asked(first)),
+            Some(Fault::Status(503))
+        );
+        assert_eq!(Fault::of_request(&none, &answered(first)), None);
+        assert_eq!(
+            Fault::of_request(&none, &asked("[[mock:503@sometimes]]")),
+            None
+        );
+        assert_eq!(
+            Fault::of_request(&none, &answered("[[mock:503]]")),
+            Some(Fault::Status(503))
+        );
     }
 
     #[test]
