@@ -78,8 +78,8 @@ mod router_resume {
 
     use crewline::{MemoryCallStore, SessionSetup, llm::LlmClient};
     use crewline_examples::collections_router as collections;
+    use crewline_load::{LoadConfig, LoadReport, Reconnect, Scenario, run};
     use crewline_server::CrewServer;
-    use crewline_testkit::load::{LoadConfig, LoadReport, Reconnect, Scenario, run};
     use tokio::{
         io::{AsyncReadExt, AsyncWriteExt},
         net::{TcpListener, TcpStream},

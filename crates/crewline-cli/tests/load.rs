@@ -16,8 +16,8 @@ use crewline::{
     types::Message,
 };
 use crewline_examples::voice_agent::WeatherCrew;
+use crewline_load::{LoadConfig, Scenario, TurnOutcome, TurnRecord, run};
 use crewline_server::{CrewServer, ServerError};
-use crewline_testkit::load::{LoadConfig, Scenario, TurnOutcome, TurnRecord, run};
 use tokio::net::TcpListener;
 
 fn config(url: &str, sessions: usize, turns: usize, scenario: Scenario) -> LoadConfig {

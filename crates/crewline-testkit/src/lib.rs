@@ -7,7 +7,7 @@
 //!   per request, with fault modes (HTTP errors, stalls, cut streams) for client tests.
 //! - [`platform`]: a platform client ([`PlatformClient`]) that plays the voice platform's part
 //!   against a crew over a real WebSocket, or in process.
-//! - [`load`]: the load generator behind `crewline load`.
+//! - the load generator behind `crewline load` is a crate of its own, `crewline-load`.
 //! - [`bank`]: a fake bank over HTTP that counts transfers by idempotency key ([`bank::FakeBank`]).
 //! - [`haproxy`]: a real HAProxy in front of test servers, for what a load balancer sees.
 //! - [`CapturedLogs`]: the process's log lines in memory, for tests that bound what is logged.
@@ -20,7 +20,6 @@
 pub mod bank;
 pub mod conversation;
 pub mod haproxy;
-pub mod load;
 pub mod logs;
 pub mod mock_llm;
 pub mod platform;

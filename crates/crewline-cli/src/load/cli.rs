@@ -3,7 +3,7 @@
 use std::{io::Write, path::PathBuf, time::Duration};
 
 use clap::{Args, ValueEnum};
-use crewline_testkit::load::{LoadConfig, Reconnect, Scenario};
+use crewline_load::{LoadConfig, Reconnect, Scenario};
 
 /// `--scenario`: what each simulated caller says (the testkit's [`Scenario`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -148,7 +148,7 @@ pub async fn run(
     args: LoadArgs,
     mut out: impl Write,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let report = crewline_testkit::load::run(args.config()).await?;
+    let report = crewline_load::run(args.config()).await?;
     let json = serde_json::to_string_pretty(&report)?;
     match args.json.as_deref() {
         Some(path) if path.as_os_str() == "-" => writeln!(out, "{json}")?,

@@ -1,5 +1,5 @@
 //! `crewline load`: argument parsing over the testkit's load generator
-//! ([`crewline_testkit::load`]).
+//! ([`crewline_load`]).
 
 mod cli;
 

@@ -52,7 +52,7 @@ use tokio_tungstenite::tungstenite::{self, Message as WsMessage};
 
 pub use frame::{CrewFrame, ReceivedFrame, ToolLog};
 pub(crate) use in_process::{SetupFn, shared as shared_setup};
-pub(crate) use socket::open_socket;
+pub use socket::open_socket;
 pub use socket::{INBOUND_BYTES, MAX_MESSAGE_BYTES, MAX_TURN_BYTES};
 use socket::{read_frames, write_frames};
 pub use turn::{InterruptReport, ToolActivity, ToolOutcome, Turn, TurnFrame, TurnSummary};

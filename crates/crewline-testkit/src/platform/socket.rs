@@ -41,7 +41,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens the TCP connection (with Nagle off, so back-to-back small frames are not held up
 /// waiting for an ACK, which would skew the latencies) and upgrades it.
-pub(crate) async fn open_socket(
+pub async fn open_socket(
     config: &PlatformConfig,
 ) -> Result<WebSocketStream<TcpStream>, PlatformError> {
     let invalid = |reason: &str| PlatformError::InvalidUrl {

@@ -12,7 +12,7 @@ use std::{
 };
 
 use crewline::protocol::{self, Event, EventBody};
-use crewline_testkit::load::{LoadConfig, Reconnect, run};
+use crewline_load::{LoadConfig, Reconnect, run};
 use futures::{SinkExt, StreamExt};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;

@@ -16,9 +16,9 @@
 //! `bank_support` crew with transfers of amounts unique in the run (`deploy/test/chaos.sh`).
 //!
 //! ```no_run
-//! use crewline_testkit::load::{LoadConfig, Scenario, run};
+//! use crewline_load::{LoadConfig, Scenario, run};
 //!
-//! # async fn go() -> Result<(), crewline_testkit::load::LoadError> {
+//! # async fn go() -> Result<(), crewline_load::LoadError> {
 //! let mut config = LoadConfig::new("ws://127.0.0.1:8080/ws");
 //! config.sessions = 100;
 //! config.turns = 5;

@@ -1,6 +1,6 @@
 //! One simulated call: a lean platform client on a single task.
 //!
-//! [`crate::platform::PlatformClient`] decodes every frame into typed events and runs a reader
+//! [`crewline_testkit::platform::PlatformClient`] decodes every frame into typed events and runs a reader
 //! and a writer task per connection; at 10,000 calls that client would cost more CPU than the
 //! crew under test. This one owns its socket on one task, reads only the `type` (and the few
 //! fields it counts) of each frame, and stamps frames as it reads them.
@@ -23,7 +23,7 @@ use super::{
     stats::{InterruptSample, TurnSample},
     turn_log::{TurnOutcome, TurnRecord},
 };
-use crate::platform::{PlatformConfig, open_socket};
+use crewline_testkit::platform::{PlatformConfig, open_socket};
 
 type Socket = WebSocketStream<TcpStream>;
 
