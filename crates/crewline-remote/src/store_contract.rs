@@ -10,6 +10,9 @@
 //! The expression is evaluated once per test and gives `Option<impl Backend>`; `None` skips the
 //! test (a backend that is not installed here), as the backend decides.
 //!
+//! One file on purpose: it is one list of behaviours that every store must pass alike, read top
+//! to bottom as the contract; split by theme, a new store's author would have to find them all.
+//!
 //! [`store_contract_tests!`]: crate::store_contract_tests
 
 use std::{future::Future, time::Duration};
