@@ -41,6 +41,7 @@ mod claims;
 mod connection;
 mod error;
 mod ledger;
+mod primary;
 mod scripts;
 mod wakeups;
 

@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use crate::connection::Primary;
+use crate::primary::Primary;
 use futures::StreamExt;
 use tokio::sync::watch;
 
