@@ -40,6 +40,7 @@ pub mod judge;
 mod matcher;
 pub mod report;
 pub mod scenario;
+mod testing;
 
 use std::{
     path::{Path, PathBuf},
@@ -53,6 +54,7 @@ pub use report::{
     TurnLatency,
 };
 pub use scenario::{Scenario, ScenarioFile};
+pub use testing::{CheckOptions, CrewTarget, SuiteFailure, check_file, check_file_with};
 
 /// The guide, `docs/evals.md`: writing a scenario, running it, CI use, what is not built yet.
 #[doc = include_str!("../../../docs/evals.md")]

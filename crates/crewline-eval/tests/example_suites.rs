@@ -5,7 +5,10 @@ mod common;
 
 use std::{path::Path, time::Duration};
 
-use crewline_eval::{CheckCategory, RunOptions, ScenarioFile, run_scenario};
+use crewline_eval::{
+    CheckCategory, CheckOptions, CrewTarget, RunOptions, ScenarioFile, SuiteFailure, check_file,
+    check_file_with, run_scenario,
+};
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient};
@@ -192,7 +195,8 @@ async fn the_voice_agent_fault_suite_passes_on_the_model_it_scripts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_call_control_yaml_suite_passes_against_the_example_crew() {
+async fn the_call_control_yaml_suite_passes_against_the_example_crew() -> Result<(), SuiteFailure> {
+    // What a crew author writes: one test per suite file, the crew served on 127.0.0.1:0.
     let path = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/evals/call_control.yaml"
@@ -205,18 +209,66 @@ async fn the_call_control_yaml_suite_passes_against_the_example_crew() {
         "the suite has a silence"
     );
     let url = common::support_crew().await;
-    let options = RunOptions {
-        crew_url: Some(url),
-        ..RunOptions::default()
+    let reports = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file(path, CrewTarget::Url(url)),
+    )
+    .await
+    .expect("the suite ran within its bound")?;
+    assert_eq!(reports.len(), scenarios.len());
+    assert!(reports.iter().all(|r| r.passed && r.runs == 3));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_file_fails_a_broken_crew_with_the_readable_summary() {
+    use crewline::{
+        llm::{Reply, ScriptedLlm},
+        types::Message,
     };
-    for scenario in &scenarios {
-        let report =
-            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
-                .await
-                .expect("the scenario ran within its bound");
-        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
-        assert_eq!(report.runs, 3);
-    }
+    // The weather crew's broken variant: whatever is asked, its model looks up Lyon.
+    let broken = ScriptedLlm::from_fn(|request| match request.messages.last() {
+        Some(Message::Tool { .. }) => Reply::text("Sorry, I found nothing."),
+        _ => Reply::tool_call("get_weather", serde_json::json!({"location": "Lyon"})),
+    });
+    let crew =
+        voice_agent::WeatherCrew::new(Arc::new(broken), Duration::ZERO).expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent.toml"
+    ));
+    let options = CheckOptions::default().runs(1).latency_reported_only();
+    let failure = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file_with(path, CrewTarget::Url(url), &options),
+    )
+    .await
+    .expect("the suite ran within its bound")
+    .expect_err("a crew that looks up Lyon fails the suite");
+    let text = format!("{failure:?}");
+    assert!(text.contains("voice_agent.toml: "), "{text}");
+    assert!(text.contains(" scenarios failed"), "{text}");
+    assert!(text.contains("FAIL "), "{text}");
+    assert!(
+        text.contains("expected exactly one call of get_weather(location ~ /(?i)^paris/)"),
+        "{text}"
+    );
+    assert!(text.contains(r#"get_weather {"location":"Lyon"}"#), "{text}");
+    assert_eq!(failure.to_string(), text);
+    assert!(failure.error.is_none());
+}
+
+#[tokio::test]
+async fn check_file_names_a_file_that_is_not_a_suite() {
+    let failure = check_file("no/such/suite.toml", CrewTarget::FromFile)
+        .await
+        .expect_err("no such file");
+    assert!(failure.error.is_some());
+    assert!(
+        failure.text().starts_with("no/such/suite.toml: could not read"),
+        "{failure}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
