@@ -10,19 +10,29 @@ use std::{
 
 use clap::builder::TypedValueParser as _;
 use crewline_eval::{
-    DEFAULT_CONCURRENCY, EvalError, RunOptions, Scenario, ScenarioFile, ScenarioReport, report,
-    run_scenarios,
+    DEFAULT_CONCURRENCY, EvalError, RunOptions, Scenario, ScenarioFile, ScenarioReport,
+    replay::{ReplayError, scenario_from_recording, scenario_text},
+    report, run_scenarios,
+    scenario::Format,
 };
 
 /// `crewline eval`'s command line.
 #[derive(Debug, clap::Args)]
 pub struct EvalArgs {
     /// Scenario or suite files (TOML, or YAML when named .yaml or .yml); see docs/evals.md.
-    #[arg(value_name = "FILE", required_unless_present = "schema")]
+    #[arg(value_name = "FILE", required_unless_present_any = ["schema", "from_recording"])]
     pub files: Vec<PathBuf>,
     /// Print the JSON Schema of scenario files (for editors) and exit.
     #[arg(long, conflicts_with_all = ["files", "json", "junit"])]
     pub schema: bool,
+    /// Turn a recorded call (the playground's JSONL) into a regression scenario, written to
+    /// `--out` or printed, and exit; `--url` becomes its `crew.url`.
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with_all = ["files", "json", "junit", "schema", "runs"])]
+    pub from_recording: Option<PathBuf>,
+    /// With `--from-recording`: write the scenario here (`.yaml`/`.yml` as YAML, otherwise
+    /// TOML) instead of printing it as TOML.
+    #[arg(long, value_name = "PATH", requires = "from_recording")]
+    pub out: Option<PathBuf>,
     /// Place N calls per scenario instead of the file's `runs`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crewline_eval::scenario::MAX_RUNS)))]
     pub runs: Option<u32>,
@@ -56,6 +66,9 @@ pub enum EvalCliError {
         #[source]
         source: io::Error,
     },
+    /// A recording could not be turned into a scenario.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
     /// Writing the summary failed.
     #[error("could not write the summary")]
     Io(#[source] io::Error),
@@ -75,6 +88,9 @@ pub async fn run_cli(args: EvalArgs, mut out: impl Write) -> Result<(), EvalCliE
         let schema = serde_json::to_string_pretty(&ScenarioFile::json_schema())
             .map_err(|e| EvalCliError::Io(e.into()))?;
         return writeln!(out, "{schema}").map_err(EvalCliError::Io);
+    }
+    if let Some(recording) = &args.from_recording {
+        return replay(recording, args.out.as_deref(), args.url.as_deref(), out);
     }
     // Every file is read first: a typo in the last one fails before any call is placed.
     let mut files: Vec<(&Path, Vec<Scenario>)> = Vec::with_capacity(args.files.len());
@@ -110,6 +126,41 @@ pub async fn run_cli(args: EvalArgs, mut out: impl Write) -> Result<(), EvalCliE
         });
     }
     Ok(())
+}
+
+/// `--from-recording`: the recording as a scenario, written to `out_path` or printed.
+fn replay(
+    recording: &Path,
+    out_path: Option<&Path>,
+    url: Option<&str>,
+    mut out: impl Write,
+) -> Result<(), EvalCliError> {
+    let mut scenario = scenario_from_recording(recording)?;
+    if let Some(url) = url
+        && let Some(crew) = scenario.crew.as_mut()
+    {
+        crew.url = Some(url.to_owned());
+    }
+    let source = recording
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let format = out_path.map_or(Format::Toml, Format::of_path);
+    let text = scenario_text(&scenario, format, &source)?;
+    match out_path {
+        Some(path) => {
+            write_file(path, |file| file.write_all(text.as_bytes()))?;
+            writeln!(
+                out,
+                "wrote {}: {} turns replayed from {}",
+                path.display(),
+                scenario.turns.len(),
+                recording.display()
+            )
+            .map_err(EvalCliError::Io)
+        }
+        None => out.write_all(text.as_bytes()).map_err(EvalCliError::Io),
+    }
 }
 
 fn write_file(

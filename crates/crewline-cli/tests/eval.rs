@@ -227,3 +227,62 @@ expect.tools = [{ name = "get_weather", once = true }]
     assert!(row.contains(" 5/5 ") && row.ends_with("pass"), "{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A call to the weather crew recorded as the playground's "Download the call" writes it
+/// (a greeting, then Paris looked up).
+const RECORDING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/weather-call.jsonl");
+
+#[test]
+fn a_recording_becomes_a_scenario_file_that_the_demo_crew_passes() {
+    let dir = scratch("replay");
+    let scenario = dir.join("replayed.toml");
+    let (code, stdout, stderr) = eval(&[
+        "--from-recording",
+        RECORDING,
+        "--out",
+        scenario.to_str().unwrap(),
+        "--url",
+        "ws://127.0.0.1:9/ws",
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("wrote "), "{stdout}");
+    assert!(stdout.contains(": 2 turns replayed from "), "{stdout}");
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    assert!(text.starts_with("# A regression scenario replayed from the recorded call weather-call.jsonl"), "{text}");
+    assert!(text.contains("url = \"ws://127.0.0.1:9/ws\""), "{text}");
+    assert!(text.contains("say = \"What's the weather in Paris?\""), "{text}");
+    assert!(text.contains("name = \"get_weather\""), "{text}");
+    assert!(text.contains("location = \"Paris\""), "{text}");
+
+    // Pointed at the demo crew (the same scripted weather crew), it passes.
+    let crew_table = text.find("[crew]").unwrap();
+    let after = crew_table + text[crew_table..].find("\n\n").unwrap();
+    let runnable = format!("{}{}{}", &text[..crew_table], demo_crew(), &text[after..]);
+    std::fs::write(&scenario, runnable).unwrap();
+    let (code, stdout, stderr) = eval(&[scenario.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+
+    // Printed without --out, as TOML.
+    let (code, stdout, _) = eval(&["--from-recording", RECORDING]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("[[turns]]"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_malformed_recording_fails_naming_the_line() {
+    let dir = scratch("replay-bad");
+    let bad = dir.join("bad.jsonl");
+    let mut text = std::fs::read_to_string(RECORDING).unwrap();
+    text.push_str("{\"t\": 1, \"dir\": \"in\"\n");
+    let line = text.lines().count();
+    std::fs::write(&bad, text).unwrap();
+    let (code, stdout, stderr) = eval(&["--from-recording", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("bad.jsonl, line {line}: not a recorded frame")),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

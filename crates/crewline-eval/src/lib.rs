@@ -38,6 +38,7 @@ mod check;
 pub mod crew;
 pub mod judge;
 mod matcher;
+pub mod replay;
 pub mod report;
 pub mod scenario;
 mod testing;
