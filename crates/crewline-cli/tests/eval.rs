@@ -57,6 +57,7 @@ fn a_failing_scenario_fails_the_command_and_every_report_says_why() {
     let suite = dir.join("suite.toml");
     std::fs::write(&suite, format!("{}{GREETING}{WRONG_CITY}", demo_crew())).unwrap();
     let (json, junit) = (dir.join("out.json"), dir.join("out.xml"));
+    let html = dir.join("out.html");
 
     let (code, stdout, stderr) = eval(&[
         suite.to_str().unwrap(),
@@ -64,6 +65,8 @@ fn a_failing_scenario_fails_the_command_and_every_report_says_why() {
         json.to_str().unwrap(),
         "--junit",
         junit.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
     ]);
 
     assert_eq!(code, Some(1), "{stdout}\n{stderr}");
@@ -99,6 +102,13 @@ fn a_failing_scenario_fails_the_command_and_every_report_says_why() {
             .unwrap()
             .contains("came: get_weather")
     );
+
+    // Not a terminal: no progress line in the log.
+    assert!(!stderr.contains("calls"), "{stderr}");
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert!(html.contains("1 of 2 scenarios passed"), "{html}");
+    assert!(html.contains("<a href=\"#s1\">the wrong city</a>"), "{html}");
 
     let junit = std::fs::read_to_string(&junit).unwrap();
     assert!(

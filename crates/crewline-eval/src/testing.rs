@@ -133,6 +133,7 @@ pub async fn check_file_with(
             CrewTarget::Url(url) => Some(url),
         },
         concurrency: options.concurrency.max(1),
+        progress: None,
     };
     let scenarios = match ScenarioFile::load(path) {
         Ok(scenarios) => scenarios,
