@@ -11,13 +11,14 @@ use std::{
 use std::{io::IsTerminal, sync::Mutex, time::Duration};
 
 use clap::builder::TypedValueParser as _;
-use indicatif::{ProgressBar, ProgressStyle};
 use crewline_eval::{
-    DEFAULT_CONCURRENCY, EvalError, Progress, ProgressHook, RunOptions, Scenario, ScenarioFile, ScenarioReport,
+    DEFAULT_CONCURRENCY, EvalError, Progress, ProgressHook, RunOptions, Scenario, ScenarioFile,
+    ScenarioReport,
     replay::{ReplayError, scenario_from_recording, scenario_text},
     report, run_scenarios,
     scenario::Format,
 };
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// `crewline eval`'s command line.
 #[derive(Debug, clap::Args)]

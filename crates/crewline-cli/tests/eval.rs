@@ -108,7 +108,10 @@ fn a_failing_scenario_fails_the_command_and_every_report_says_why() {
     let html = std::fs::read_to_string(&html).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
     assert!(html.contains("1 of 2 scenarios passed"), "{html}");
-    assert!(html.contains("<a href=\"#s1\">the wrong city</a>"), "{html}");
+    assert!(
+        html.contains("<a href=\"#s1\">the wrong city</a>"),
+        "{html}"
+    );
 
     let junit = std::fs::read_to_string(&junit).unwrap();
     assert!(
@@ -258,9 +261,17 @@ fn a_recording_becomes_a_scenario_file_that_the_demo_crew_passes() {
     assert!(stdout.starts_with("wrote "), "{stdout}");
     assert!(stdout.contains(": 2 turns replayed from "), "{stdout}");
     let text = std::fs::read_to_string(&scenario).unwrap();
-    assert!(text.starts_with("# A regression scenario replayed from the recorded call weather-call.jsonl"), "{text}");
+    assert!(
+        text.starts_with(
+            "# A regression scenario replayed from the recorded call weather-call.jsonl"
+        ),
+        "{text}"
+    );
     assert!(text.contains("url = \"ws://127.0.0.1:9/ws\""), "{text}");
-    assert!(text.contains("say = \"What's the weather in Paris?\""), "{text}");
+    assert!(
+        text.contains("say = \"What's the weather in Paris?\""),
+        "{text}"
+    );
     assert!(text.contains("name = \"get_weather\""), "{text}");
     assert!(text.contains("location = \"Paris\""), "{text}");
 

@@ -101,7 +101,9 @@ fn slowest(turns: &[TurnLatency], pick: fn(&TurnLatency) -> Option<f64>) -> Stri
     turns
         .iter()
         .filter_map(pick)
-        .fold(None, |max: Option<f64>, v| Some(max.map_or(v, |m| m.max(v))))
+        .fold(None, |max: Option<f64>, v| {
+            Some(max.map_or(v, |m| m.max(v)))
+        })
         .map_or_else(|| "–".to_owned(), |v| format!("{v:.0} ms"))
 }
 
@@ -249,8 +251,7 @@ fn tool_bars(events: &[TimelineEvent]) -> Vec<ToolBar<'_>> {
                 };
                 // The first open call of that name: the crew logs ends in any order.
                 if let Some(bar) = bars.iter_mut().find(|bar| {
-                    bar.end.is_none()
-                        && bar.label.split(' ').next().is_some_and(|n| n == name)
+                    bar.end.is_none() && bar.label.split(' ').next().is_some_and(|n| n == name)
                 }) {
                     bar.end = Some(event.at_ms);
                     bar.failed = event.kind == EventKind::ToolError;

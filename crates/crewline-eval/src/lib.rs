@@ -35,8 +35,8 @@
 mod call;
 pub mod caller;
 mod check;
-mod html;
 pub mod crew;
+mod html;
 pub mod judge;
 mod matcher;
 pub mod replay;

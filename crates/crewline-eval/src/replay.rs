@@ -192,10 +192,17 @@ pub fn scenario_from_jsonl(text: &str, name: &str) -> Result<Scenario, ReplayErr
                 EventBody::LlmRequest(request) => {
                     let say = said.take().or_else(|| {
                         // A platform that sends only the conversation: its last user message.
-                        request.messages.as_ref()?.values().ok()?.iter().rev().find_map(|m| {
-                            (m.get("role")?.as_str()? == "user")
-                                .then(|| m.get("content")?.as_str().map(str::to_owned))?
-                        })
+                        request
+                            .messages
+                            .as_ref()?
+                            .values()
+                            .ok()?
+                            .iter()
+                            .rev()
+                            .find_map(|m| {
+                                (m.get("role")?.as_str()? == "user")
+                                    .then(|| m.get("content")?.as_str().map(str::to_owned))?
+                            })
                     });
                     turns.push(RecordedTurn {
                         say: say.unwrap_or_default(),
@@ -222,7 +229,8 @@ pub fn scenario_from_jsonl(text: &str, name: &str) -> Result<Scenario, ReplayErr
                         turn.chunks = turn.chunks.saturating_add(1);
                     }
                     Some(CrewFrame::ToolStart(log)) => {
-                        turn.tools.push((log.call_id, log.name, log.arguments, None));
+                        turn.tools
+                            .push((log.call_id, log.name, log.arguments, None));
                     }
                     Some(CrewFrame::ToolEnd(log)) => finish_tool(turn, log, true),
                     Some(CrewFrame::ToolError(log)) => finish_tool(turn, log, false),
@@ -292,7 +300,11 @@ fn finish_tool(turn: &mut RecordedTurn, log: crewline_testkit::platform::ToolLog
 
 /// `scenario` as a scenario file's text in `format`, with a header comment saying where it
 /// came from.
-pub fn scenario_text(scenario: &Scenario, format: Format, source: &str) -> Result<String, ReplayError> {
+pub fn scenario_text(
+    scenario: &Scenario,
+    format: Format,
+    source: &str,
+) -> Result<String, ReplayError> {
     let (name, body) = match format {
         Format::Yaml => (
             "YAML",
@@ -407,12 +419,16 @@ fn distinctive_words(reply: &str) -> Vec<String> {
         if word.is_empty() {
             continue;
         }
-        let longer = |best: Option<&str>| best.is_none_or(|b| word.chars().count() > b.chars().count());
+        let longer =
+            |best: Option<&str>| best.is_none_or(|b| word.chars().count() > b.chars().count());
         if word.chars().any(|c| c.is_ascii_digit()) {
             if longer(with_digit) {
                 with_digit = Some(word);
             }
-        } else if !starts && word.chars().next().is_some_and(char::is_uppercase) && word.chars().count() > 1 {
+        } else if !starts
+            && word.chars().next().is_some_and(char::is_uppercase)
+            && word.chars().count() > 1
+        {
             if longer(name) {
                 name = Some(word);
             }
@@ -443,7 +459,10 @@ mod tests {
             ["18°C", "Paris"]
         );
         // No number, no name: the longest word.
-        assert_eq!(distinctive_words("Hello! How can I help you today?"), ["Hello"]);
+        assert_eq!(
+            distinctive_words("Hello! How can I help you today?"),
+            ["Hello"]
+        );
         assert!(distinctive_words("").is_empty());
     }
 }

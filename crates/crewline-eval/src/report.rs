@@ -120,9 +120,10 @@ impl TimelineEvent {
             .filter_map(|frame| {
                 let (kind, text) = match &frame.frame {
                     CrewFrame::Chunk { text } => (EventKind::Chunk, text.clone()),
-                    CrewFrame::ToolStart(log) => {
-                        (EventKind::ToolStart, format!("{} {}", log.name, log.arguments))
-                    }
+                    CrewFrame::ToolStart(log) => (
+                        EventKind::ToolStart,
+                        format!("{} {}", log.name, log.arguments),
+                    ),
                     CrewFrame::ToolEnd(log) => (EventKind::ToolEnd, log.name.clone()),
                     CrewFrame::ToolError(log) => (
                         EventKind::ToolError,
@@ -130,9 +131,7 @@ impl TimelineEvent {
                     ),
                     CrewFrame::Speak { text } => (EventKind::Speak, text.clone()),
                     CrewFrame::EndCall => (EventKind::EndCall, String::new()),
-                    CrewFrame::Transfer(t) => {
-                        (EventKind::Transfer, t.transfer_call_number.clone())
-                    }
+                    CrewFrame::Transfer(t) => (EventKind::Transfer, t.transfer_call_number.clone()),
                     CrewFrame::Error(e) => (EventKind::Error, e.message.clone()),
                     CrewFrame::End => (EventKind::End, String::new()),
                     _ => return None,

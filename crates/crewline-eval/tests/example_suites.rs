@@ -254,7 +254,10 @@ async fn check_file_fails_a_broken_crew_with_the_readable_summary() {
         text.contains("expected exactly one call of get_weather(location ~ /(?i)^paris/)"),
         "{text}"
     );
-    assert!(text.contains(r#"get_weather {"location":"Lyon"}"#), "{text}");
+    assert!(
+        text.contains(r#"get_weather {"location":"Lyon"}"#),
+        "{text}"
+    );
     assert_eq!(failure.to_string(), text);
     assert!(failure.error.is_none());
 }
@@ -266,7 +269,9 @@ async fn check_file_names_a_file_that_is_not_a_suite() {
         .expect_err("no such file");
     assert!(failure.error.is_some());
     assert!(
-        failure.text().starts_with("no/such/suite.toml: could not read"),
+        failure
+            .text()
+            .starts_with("no/such/suite.toml: could not read"),
         "{failure}"
     );
 }

@@ -29,8 +29,8 @@ async fn hostile_crew() -> String {
         }
         _ => Reply::tool_call("get_weather", serde_json::json!({"location": "Paris"})),
     });
-    let crew = voice_agent::WeatherCrew::new(Arc::new(llm), Duration::ZERO)
-        .expect("the weather tools");
+    let crew =
+        voice_agent::WeatherCrew::new(Arc::new(llm), Duration::ZERO).expect("the weather tools");
     common::serve(CrewServer::new(crew.agent().clone())).await
 }
 
@@ -105,8 +105,14 @@ async fn the_report_shows_what_the_crew_said_as_text_and_draws_the_turns() {
 
     // Nothing the crew or the file said became markup.
     assert!(!html.contains("<script"), "a script tag in the report");
-    assert!(!tags.iter().any(|t| t == "b"), "the scenario's <b> became markup");
-    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
+    assert!(
+        !tags.iter().any(|t| t == "b"),
+        "the scenario's <b> became markup"
+    );
+    assert!(
+        html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{html}"
+    );
     assert!(html.contains("&lt;img src=x onerror=alert(2)&gt; &quot;quoted&quot; &amp; done"));
     assert!(html.contains("a &lt;b&gt;bold&lt;/b&gt; scenario"));
 
@@ -123,7 +129,10 @@ async fn the_report_shows_what_the_crew_said_as_text_and_draws_the_turns() {
 
     // The summary table, each expectation with its pass rate and failures.
     assert!(html.contains("<table id=\"scenarios\">"));
-    assert!(html.contains(r#"expected the reply to contain "sunny""#.replace('"', "&quot;").as_str()), "{html}");
+    assert!(
+        html.contains(r#"expected the reply to contain "sunny""#.replace('"', "&quot;").as_str()),
+        "{html}"
+    );
     assert!(html.contains("0/2"), "the failed check held in 0 of 2 runs");
     assert!(html.contains("2/2"), "the tool check held in both runs");
 
@@ -132,7 +141,10 @@ async fn the_report_shows_what_the_crew_said_as_text_and_draws_the_turns() {
     assert!(html.contains("class=\"bar speak\""));
     assert!(html.contains("get_weather {&quot;location&quot;:&quot;Paris&quot;}"));
     assert!(html.contains("class=\"tick\""));
-    assert!(html.contains("class=\"mark barge\""), "the barge-in is marked");
+    assert!(
+        html.contains("class=\"mark barge\""),
+        "the barge-in is marked"
+    );
 }
 
 /// Debian's `/usr/bin/NAME`, else the first on `PATH`.

@@ -11,8 +11,8 @@ use std::{
 use crewline_eval::{
     RunOptions, Scenario, ScenarioFile,
     replay::{MAX_RECORDING_BYTES, ReplayError, scenario_from_recording, scenario_text},
-    scenario::Format,
     run_scenario,
+    scenario::Format,
 };
 use crewline_examples::voice_agent;
 use crewline_server::CrewServer;
@@ -120,7 +120,10 @@ async fn a_recorded_call_replays_as_a_scenario_that_passes_and_catches_a_broken_
     let scenario = scenario_from_recording(&path).expect("the recording replays");
     assert_eq!(scenario.name, "replay of paris-call");
     let says: Vec<_> = scenario.turns.iter().map(|t| t.say.as_deref()).collect();
-    assert_eq!(says, [Some("Hi there!"), Some("What's the weather in Paris?")]);
+    assert_eq!(
+        says,
+        [Some("Hi there!"), Some("What's the weather in Paris?")]
+    );
     assert!(scenario.turns[0].expect.tools.is_empty());
     let lookup = &scenario.turns[1].expect.tools;
     assert_eq!(lookup.len(), 1, "{lookup:#?}");
@@ -160,8 +163,8 @@ async fn a_recorded_call_replays_as_a_scenario_that_passes_and_catches_a_broken_
         Some(Message::Tool { .. }) => Reply::text("Sorry, I found nothing."),
         _ => Reply::tool_call("get_weather", serde_json::json!({"location": "Lyon"})),
     });
-    let broken = voice_agent::WeatherCrew::new(Arc::new(broken), Duration::ZERO)
-        .expect("the weather tools");
+    let broken =
+        voice_agent::WeatherCrew::new(Arc::new(broken), Duration::ZERO).expect("the weather tools");
     let broken = common::serve(CrewServer::new(broken.agent().clone())).await;
     let report = run(&scenario, broken).await;
     assert!(!report.passed);
@@ -171,7 +174,9 @@ async fn a_recorded_call_replays_as_a_scenario_that_passes_and_catches_a_broken_
         .find(|c| !c.passed && c.name.contains("get_weather"))
         .expect("the lookup check failed");
     assert!(
-        failure.failures[0].message.contains(r#"get_weather {"location":"Lyon"}"#),
+        failure.failures[0]
+            .message
+            .contains(r#"get_weather {"location":"Lyon"}"#),
         "{failure:#?}"
     );
 }
@@ -186,16 +191,23 @@ fn a_malformed_line_is_named() {
     )
     .expect("the file");
     let error = scenario_from_recording(&path).expect_err("line 3 is not JSON");
-    assert!(matches!(error, ReplayError::Line { line: 3, .. }), "{error:?}");
-    assert!(error.to_string().contains("bad.jsonl, line 3: not a recorded frame"), "{error}");
+    assert!(
+        matches!(error, ReplayError::Line { line: 3, .. }),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("bad.jsonl, line 3: not a recorded frame"),
+        "{error}"
+    );
 
-    std::fs::write(
-        &path,
-        "{\"t\": 0, \"dir\": \"sideways\", \"frame\": {}}\n",
-    )
-    .expect("the file");
+    std::fs::write(&path, "{\"t\": 0, \"dir\": \"sideways\", \"frame\": {}}\n").expect("the file");
     let error = scenario_from_recording(&path).expect_err("no such direction");
-    assert!(matches!(error, ReplayError::Line { line: 1, .. }), "{error:?}");
+    assert!(
+        matches!(error, ReplayError::Line { line: 1, .. }),
+        "{error:?}"
+    );
 }
 
 #[test]
@@ -212,5 +224,8 @@ fn a_recording_without_turns_or_too_large_is_refused() {
     file.set_len(MAX_RECORDING_BYTES + 1).expect("the size");
     let error = scenario_from_recording(&huge).expect_err("too large");
     assert!(matches!(error, ReplayError::TooLarge { .. }), "{error:?}");
-    assert!(error.to_string().contains("is over 16777216 bytes"), "{error}");
+    assert!(
+        error.to_string().contains("is over 16777216 bytes"),
+        "{error}"
+    );
 }
