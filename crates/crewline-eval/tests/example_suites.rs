@@ -339,3 +339,63 @@ async fn the_bank_fault_suite_moves_money_once_when_the_answer_after_it_breaks()
         .count();
     assert_eq!(cut, 3, "{outcomes:?}");
 }
+
+/// The collections_router example's crew on `llm`, served on 127.0.0.1:0.
+async fn collections_crew(llm: Arc<dyn LlmClient>) -> String {
+    use crewline_examples::collections_router;
+    common::serve(CrewServer::new(move |setup: SessionSetup| {
+        let crew = collections_router::collections_crew(&setup, llm.clone());
+        async move { crew }
+    }))
+    .await
+}
+
+const COLLECTIONS_SUITE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/evals/collections_router.toml"
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collections_suite_passes_against_the_example_crew() -> Result<(), SuiteFailure> {
+    let llm: Arc<dyn LlmClient> =
+        Arc::new(crewline_examples::collections_router::scripted_collections_model());
+    let url = collections_crew(llm).await;
+    let reports = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file(COLLECTIONS_SUITE, CrewTarget::Url(url)),
+    )
+    .await
+    .expect("the suite ran within its bound")?;
+    assert_eq!(reports.len(), 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collections_crew_that_hands_every_caller_off_fails_its_suite() {
+    use crewline::llm::{Reply, ScriptedLlm};
+    // The broken variant: whatever is said, its model transfers the call to a person.
+    let broken: Arc<dyn LlmClient> = Arc::new(ScriptedLlm::from_fn(|_| {
+        Reply::tool_call(
+            "transfer_to_human",
+            serde_json::json!({"reason": "anything"}),
+        )
+    }));
+    let url = collections_crew(broken).await;
+    let failure = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file_with(
+            COLLECTIONS_SUITE,
+            CrewTarget::Url(url),
+            &CheckOptions::default().runs(1),
+        ),
+    )
+    .await
+    .expect("the suite ran within its bound")
+    .expect_err("a crew that transfers everyone fails");
+    let text = failure.text();
+    assert!(text.contains("2 of 3 scenarios failed"), "{text}");
+    assert!(
+        text.contains("find_account(account_id = \"12345\")"),
+        "{text}"
+    );
+}
