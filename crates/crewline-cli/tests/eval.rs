@@ -57,6 +57,7 @@ fn a_failing_scenario_fails_the_command_and_every_report_says_why() {
     let suite = dir.join("suite.toml");
     std::fs::write(&suite, format!("{}{GREETING}{WRONG_CITY}", demo_crew())).unwrap();
     let (json, junit) = (dir.join("out.json"), dir.join("out.xml"));
+    let html = dir.join("out.html");
 
     let (code, stdout, stderr) = eval(&[
         suite.to_str().unwrap(),
@@ -64,6 +65,8 @@ fn a_failing_scenario_fails_the_command_and_every_report_says_why() {
         json.to_str().unwrap(),
         "--junit",
         junit.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
     ]);
 
     assert_eq!(code, Some(1), "{stdout}\n{stderr}");
@@ -98,6 +101,16 @@ fn a_failing_scenario_fails_the_command_and_every_report_says_why() {
             .as_str()
             .unwrap()
             .contains("came: get_weather")
+    );
+
+    // Not a terminal: no progress line in the log.
+    assert!(!stderr.contains("calls"), "{stderr}");
+    let html = std::fs::read_to_string(&html).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert!(html.contains("1 of 2 scenarios passed"), "{html}");
+    assert!(
+        html.contains("<a href=\"#s1\">the wrong city</a>"),
+        "{html}"
     );
 
     let junit = std::fs::read_to_string(&junit).unwrap();
@@ -225,5 +238,72 @@ expect.tools = [{ name = "get_weather", once = true }]
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let row = stdout.lines().nth(1).unwrap();
     assert!(row.contains(" 5/5 ") && row.ends_with("pass"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A call to the weather crew recorded as the playground's "Download the call" writes it
+/// (a greeting, then Paris looked up).
+const RECORDING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/weather-call.jsonl");
+
+#[test]
+fn a_recording_becomes_a_scenario_file_that_the_demo_crew_passes() {
+    let dir = scratch("replay");
+    let scenario = dir.join("replayed.toml");
+    let (code, stdout, stderr) = eval(&[
+        "--from-recording",
+        RECORDING,
+        "--out",
+        scenario.to_str().unwrap(),
+        "--url",
+        "ws://127.0.0.1:9/ws",
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("wrote "), "{stdout}");
+    assert!(stdout.contains(": 2 turns replayed from "), "{stdout}");
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    assert!(
+        text.starts_with(
+            "# A regression scenario replayed from the recorded call weather-call.jsonl"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("url = \"ws://127.0.0.1:9/ws\""), "{text}");
+    assert!(
+        text.contains("say = \"What's the weather in Paris?\""),
+        "{text}"
+    );
+    assert!(text.contains("name = \"get_weather\""), "{text}");
+    assert!(text.contains("location = \"Paris\""), "{text}");
+
+    // Pointed at the demo crew (the same scripted weather crew), it passes.
+    let crew_table = text.find("[crew]").unwrap();
+    let after = crew_table + text[crew_table..].find("\n\n").unwrap();
+    let runnable = format!("{}{}{}", &text[..crew_table], demo_crew(), &text[after..]);
+    std::fs::write(&scenario, runnable).unwrap();
+    let (code, stdout, stderr) = eval(&[scenario.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+
+    // Printed without --out, as TOML.
+    let (code, stdout, _) = eval(&["--from-recording", RECORDING]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("[[turns]]"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_malformed_recording_fails_naming_the_line() {
+    let dir = scratch("replay-bad");
+    let bad = dir.join("bad.jsonl");
+    let mut text = std::fs::read_to_string(RECORDING).unwrap();
+    text.push_str("{\"t\": 1, \"dir\": \"in\"\n");
+    let line = text.lines().count();
+    std::fs::write(&bad, text).unwrap();
+    let (code, stdout, stderr) = eval(&["--from-recording", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("bad.jsonl, line {line}: not a recorded frame")),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

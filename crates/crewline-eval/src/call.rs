@@ -53,6 +53,10 @@ pub(crate) struct TurnRecord {
     pub(crate) errors: Vec<String>,
     /// The turn was the caller's silence: the text is what the crew said meanwhile.
     pub(crate) silence: bool,
+    /// What the caller said (empty for a silence).
+    pub(crate) said: String,
+    /// What happened when, for the HTML report (at most [`crate::report::MAX_TIMELINE_EVENTS`]).
+    pub(crate) timeline: Vec<crate::report::TimelineEvent>,
 }
 
 /// One tool call, as the crew logged it.
@@ -342,6 +346,7 @@ impl TurnRecord {
                 _ => {}
             }
         }
+        let timeline = crate::report::TimelineEvent::of_turn(&summary);
         let barge_in = barge_in.map(|mut record| {
             if let Some(report) = &summary.interrupt {
                 record.chunks_after = report.chunks_after_interrupt + report.leaked_chunks.len();
@@ -368,8 +373,10 @@ impl TurnRecord {
             transfers,
             barge_in,
             errors: summary.errors.into_iter().map(|e| e.message).collect(),
+            said: summary.user_text,
             text: summary.text,
             silence: false,
+            timeline,
         }
     }
 }

@@ -36,10 +36,13 @@ mod call;
 pub mod caller;
 mod check;
 pub mod crew;
+mod html;
 pub mod judge;
 mod matcher;
+pub mod replay;
 pub mod report;
 pub mod scenario;
+mod testing;
 
 use std::{
     path::{Path, PathBuf},
@@ -53,6 +56,7 @@ pub use report::{
     TurnLatency,
 };
 pub use scenario::{Scenario, ScenarioFile};
+pub use testing::{CheckOptions, CrewTarget, SuiteFailure, check_file, check_file_with};
 
 /// The guide, `docs/evals.md`: writing a scenario, running it, CI use, what is not built yet.
 #[doc = include_str!("../../../docs/evals.md")]
@@ -143,6 +147,8 @@ pub struct RunOptions {
     pub crew_url: Option<String>,
     /// How many calls run at once (at least 1).
     pub concurrency: usize,
+    /// Told as scenarios start, as their runs finish and as they end (a progress line).
+    pub progress: Option<ProgressHook>,
 }
 
 impl Default for RunOptions {
@@ -151,7 +157,59 @@ impl Default for RunOptions {
             runs: None,
             crew_url: None,
             concurrency: DEFAULT_CONCURRENCY,
+            progress: None,
         }
+    }
+}
+
+/// What a suite's run reports as it goes.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Progress {
+    /// A scenario starts: `runs` calls will be placed.
+    Started {
+        /// The scenario's name.
+        scenario: String,
+        /// How many calls.
+        runs: u32,
+    },
+    /// One more of its calls is done.
+    RunDone {
+        /// The scenario's name.
+        scenario: String,
+        /// How many are done.
+        done: u32,
+        /// Of how many.
+        runs: u32,
+    },
+    /// The scenario is judged.
+    Finished {
+        /// The scenario's name.
+        scenario: String,
+        /// Whether it passed.
+        passed: bool,
+    },
+}
+
+/// A function told of a run's [`Progress`] (it is called from the runner's tasks: keep it
+/// quick).
+#[derive(Clone)]
+pub struct ProgressHook(std::sync::Arc<dyn Fn(&Progress) + Send + Sync>);
+
+impl ProgressHook {
+    /// A hook calling `tell`.
+    pub fn new(tell: impl Fn(&Progress) + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(tell))
+    }
+
+    fn tell(&self, progress: Progress) {
+        (self.0)(&progress);
+    }
+}
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
     }
 }
 
@@ -185,6 +243,13 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
     let mut current: Option<(Reached<'_>, crew::RunningCrew)> = None;
     for scenario in scenarios {
         let started = Instant::now();
+        if let Some(hook) = &options.progress {
+            hook.tell(Progress::Started {
+                scenario: scenario.name.clone(),
+                runs: runs_of(scenario, options),
+            });
+        }
+        let before = reports.len();
         let spec = (scenario.crew.as_ref(), scenario.model.is_some());
         let reuse = current
             .as_ref()
@@ -210,6 +275,7 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
                         scenario.pass_threshold,
                         message,
                     ));
+                    finished(options, &reports, before);
                     continue;
                 }
             }
@@ -224,15 +290,27 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
                     scenario.pass_threshold,
                     error_chain(&error),
                 ));
+                finished(options, &reports, before);
                 continue;
             }
             reports.push(run_against(scenario, crew, options, started).await);
+            finished(options, &reports, before);
         }
     }
     if let Some((_, crew)) = current {
         crew.stop().await;
     }
     reports
+}
+
+/// Tells the progress hook that the scenario whose report follows `before` is done.
+fn finished(options: &RunOptions, reports: &[ScenarioReport], before: usize) {
+    if let (Some(hook), Some(report)) = (&options.progress, reports.get(before)) {
+        hook.tell(Progress::Finished {
+            scenario: report.name.clone(),
+            passed: report.passed,
+        });
+    }
 }
 
 /// How many calls `scenario` places under `options`.
@@ -261,9 +339,21 @@ async fn run_against(
             .collect(),
         _ => {
             let caller = caller.as_ref().and_then(|c| c.as_ref().ok());
-            futures::stream::iter(0..runs_of(scenario, options))
+            let runs = runs_of(scenario, options);
+            futures::stream::iter(0..runs)
                 .map(|_| call::place(scenario, crew, caller))
                 .buffer_unordered(options.concurrency.max(1))
+                .zip(futures::stream::iter(1..))
+                .map(|(record, done)| {
+                    if let Some(hook) = &options.progress {
+                        hook.tell(Progress::RunDone {
+                            scenario: scenario.name.clone(),
+                            done,
+                            runs,
+                        });
+                    }
+                    record
+                })
                 .collect()
                 .await
         }

@@ -1,9 +1,11 @@
-//! What a scenario's runs add up to, and the three ways it is written out: a terminal table,
-//! JSON, and JUnit XML for CI.
+//! What a scenario's runs add up to, and the ways it is written out: a terminal table, JSON,
+//! JUnit XML for CI, and a self-contained HTML page with each turn's timeline.
 
 use std::{io, time::Duration};
 
 use serde::Serialize;
+
+pub use crate::html::write_html;
 
 use crate::{
     call::CallRecord,
@@ -39,6 +41,157 @@ pub struct ScenarioReport {
     /// [`MAX_FAILURES_KEPT`]), each line cut to [`MAX_LINE_CHARS`].
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conversations: Vec<Conversation>,
+    /// One run's turns as they went (the first failing run, else run 1): what the HTML
+    /// report draws.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TurnTimeline>,
+    /// The run `timeline` shows, counted from 1 (0 when none was placed).
+    pub timeline_run: u32,
+}
+
+/// The most events kept of one turn's timeline (the rest are counted, not kept).
+pub const MAX_TIMELINE_EVENTS: usize = 200;
+
+/// The most characters of one timeline event's text.
+pub const MAX_EVENT_CHARS: usize = 200;
+
+/// One turn of a run, as it went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnTimeline {
+    /// The turn, counted from 1.
+    pub turn: usize,
+    /// What the caller said (cut to [`MAX_LINE_CHARS`]; empty for a silence).
+    pub said: String,
+    /// The reply (cut to [`MAX_LINE_CHARS`]).
+    pub reply: String,
+    /// From the request to the first chunk, in ms.
+    pub first_chunk_ms: Option<f64>,
+    /// From the request to `end`, in ms.
+    pub turn_ms: Option<f64>,
+    /// What the crew sent and when (at most [`MAX_TIMELINE_EVENTS`]).
+    pub events: Vec<TimelineEvent>,
+}
+
+/// What a timeline event is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A chunk of the reply.
+    Chunk,
+    /// A tool call started (`text`: its name and arguments).
+    ToolStart,
+    /// A tool call ended (`text`: its name).
+    ToolEnd,
+    /// A tool call failed (`text`: its name and why).
+    ToolError,
+    /// The caller barged in.
+    BargeIn,
+    /// `agent.speak`.
+    Speak,
+    /// `agent.end_call`.
+    EndCall,
+    /// `agent.transfer_call` (`text`: the number).
+    Transfer,
+    /// `agent.error`.
+    Error,
+    /// The turn's `end`.
+    End,
+}
+
+/// One thing that happened in a turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelineEvent {
+    /// From the turn's request, in ms.
+    pub at_ms: f64,
+    /// What it is.
+    pub kind: EventKind,
+    /// Its text, cut to [`MAX_EVENT_CHARS`] (peer-controlled: escape it when showing it).
+    pub text: String,
+}
+
+impl TimelineEvent {
+    /// The events of a finished turn, in time order.
+    pub(crate) fn of_turn(summary: &crewline_testkit::platform::TurnSummary) -> Vec<Self> {
+        use crewline_testkit::platform::CrewFrame;
+        let mut events: Vec<Self> = summary
+            .frames
+            .iter()
+            .filter_map(|frame| {
+                let (kind, text) = match &frame.frame {
+                    CrewFrame::Chunk { text } => (EventKind::Chunk, text.clone()),
+                    CrewFrame::ToolStart(log) => (
+                        EventKind::ToolStart,
+                        format!("{} {}", log.name, log.arguments),
+                    ),
+                    CrewFrame::ToolEnd(log) => (EventKind::ToolEnd, log.name.clone()),
+                    CrewFrame::ToolError(log) => (
+                        EventKind::ToolError,
+                        format!("{}: {}", log.name, log.error.as_deref().unwrap_or("failed")),
+                    ),
+                    CrewFrame::Speak { text } => (EventKind::Speak, text.clone()),
+                    CrewFrame::EndCall => (EventKind::EndCall, String::new()),
+                    CrewFrame::Transfer(t) => (EventKind::Transfer, t.transfer_call_number.clone()),
+                    CrewFrame::Error(e) => (EventKind::Error, e.message.clone()),
+                    CrewFrame::End => (EventKind::End, String::new()),
+                    _ => return None,
+                };
+                Some(Self {
+                    at_ms: ms(frame.elapsed),
+                    kind,
+                    text: cut(&text, MAX_EVENT_CHARS),
+                })
+            })
+            .collect();
+        if let Some(interrupt) = &summary.interrupt {
+            events.push(Self {
+                at_ms: ms(interrupt.sent_after),
+                kind: EventKind::BargeIn,
+                text: String::new(),
+            });
+            events.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
+        }
+        events.truncate(MAX_TIMELINE_EVENTS);
+        events
+    }
+}
+
+/// `text`, at most `chars` characters, with `…` where it was cut.
+fn cut(text: &str, chars: usize) -> String {
+    let mut kept: String = text.chars().take(chars).collect();
+    if kept.len() < text.len() {
+        kept.push('…');
+    }
+    kept
+}
+
+/// The run the HTML report draws: the first that failed a check, else the first.
+fn timeline(checks: &[CheckReport], calls: &[CallRecord]) -> (u32, Vec<TurnTimeline>) {
+    let failing = checks
+        .iter()
+        .flat_map(|c| c.failures.iter().map(|f| f.run))
+        .filter(|&run| run > 0)
+        .min()
+        .map(|run| run as usize - 1)
+        .filter(|&index| index < calls.len());
+    let Some(index) = failing.or((!calls.is_empty()).then_some(0)) else {
+        return (0, Vec::new());
+    };
+    let call = &calls[index];
+    let turns = call
+        .turns
+        .iter()
+        .enumerate()
+        .map(|(turn, record)| TurnTimeline {
+            turn: turn + 1,
+            said: cut(&record.said, MAX_LINE_CHARS),
+            reply: cut(&record.text, MAX_LINE_CHARS),
+            first_chunk_ms: record.first_chunk.map(ms),
+            turn_ms: record.turn_time.map(ms),
+            events: record.timeline.clone(),
+        })
+        .collect();
+    (u32::try_from(index + 1).unwrap_or(u32::MAX), turns)
 }
 
 /// The most characters of one line of a kept conversation.
@@ -150,6 +303,8 @@ impl ScenarioReport {
             turns: Vec::new(),
             duration_ms: 0,
             conversations: Vec::new(),
+            timeline: Vec::new(),
+            timeline_run: 0,
         }
     }
 
@@ -166,6 +321,7 @@ impl ScenarioReport {
             .iter()
             .map(|check| CheckReport::judge(check, calls, pass_threshold))
             .collect();
+        let (timeline_run, timeline) = timeline(&checks, calls);
         Self {
             name,
             file: None,
@@ -177,6 +333,8 @@ impl ScenarioReport {
             turns: latencies(calls),
             duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
             conversations: conversations(calls),
+            timeline,
+            timeline_run,
         }
     }
 

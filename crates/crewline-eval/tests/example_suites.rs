@@ -5,7 +5,10 @@ mod common;
 
 use std::{path::Path, time::Duration};
 
-use crewline_eval::{CheckCategory, RunOptions, ScenarioFile, run_scenario};
+use crewline_eval::{
+    CheckCategory, CheckOptions, CrewTarget, RunOptions, ScenarioFile, SuiteFailure, check_file,
+    check_file_with, run_scenario,
+};
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient};
@@ -192,7 +195,8 @@ async fn the_voice_agent_fault_suite_passes_on_the_model_it_scripts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_call_control_yaml_suite_passes_against_the_example_crew() {
+async fn the_call_control_yaml_suite_passes_against_the_example_crew() -> Result<(), SuiteFailure> {
+    // What a crew author writes: one test per suite file, the crew served on 127.0.0.1:0.
     let path = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/evals/call_control.yaml"
@@ -205,18 +209,71 @@ async fn the_call_control_yaml_suite_passes_against_the_example_crew() {
         "the suite has a silence"
     );
     let url = common::support_crew().await;
-    let options = RunOptions {
-        crew_url: Some(url),
-        ..RunOptions::default()
+    let reports = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file(path, CrewTarget::Url(url)),
+    )
+    .await
+    .expect("the suite ran within its bound")?;
+    assert_eq!(reports.len(), scenarios.len());
+    assert!(reports.iter().all(|r| r.passed && r.runs == 3));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_file_fails_a_broken_crew_with_the_readable_summary() {
+    use crewline::{
+        llm::{Reply, ScriptedLlm},
+        types::Message,
     };
-    for scenario in &scenarios {
-        let report =
-            tokio::time::timeout(Duration::from_secs(60), run_scenario(scenario, &options))
-                .await
-                .expect("the scenario ran within its bound");
-        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
-        assert_eq!(report.runs, 3);
-    }
+    // The weather crew's broken variant: whatever is asked, its model looks up Lyon.
+    let broken = ScriptedLlm::from_fn(|request| match request.messages.last() {
+        Some(Message::Tool { .. }) => Reply::text("Sorry, I found nothing."),
+        _ => Reply::tool_call("get_weather", serde_json::json!({"location": "Lyon"})),
+    });
+    let crew =
+        voice_agent::WeatherCrew::new(Arc::new(broken), Duration::ZERO).expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent.toml"
+    ));
+    let options = CheckOptions::default().runs(1).latency_reported_only();
+    let failure = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file_with(path, CrewTarget::Url(url), &options),
+    )
+    .await
+    .expect("the suite ran within its bound")
+    .expect_err("a crew that looks up Lyon fails the suite");
+    let text = format!("{failure:?}");
+    assert!(text.contains("voice_agent.toml: "), "{text}");
+    assert!(text.contains(" scenarios failed"), "{text}");
+    assert!(text.contains("FAIL "), "{text}");
+    assert!(
+        text.contains("expected exactly one call of get_weather(location ~ /(?i)^paris/)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"get_weather {"location":"Lyon"}"#),
+        "{text}"
+    );
+    assert_eq!(failure.to_string(), text);
+    assert!(failure.error.is_none());
+}
+
+#[tokio::test]
+async fn check_file_names_a_file_that_is_not_a_suite() {
+    let failure = check_file("no/such/suite.toml", CrewTarget::FromFile)
+        .await
+        .expect_err("no such file");
+    assert!(failure.error.is_some());
+    assert!(
+        failure
+            .text()
+            .starts_with("no/such/suite.toml: could not read"),
+        "{failure}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,4 +338,64 @@ async fn the_bank_fault_suite_moves_money_once_when_the_answer_after_it_breaks()
         .filter(|o| o.starts_with("cut_by_script"))
         .count();
     assert_eq!(cut, 3, "{outcomes:?}");
+}
+
+/// The collections_router example's crew on `llm`, served on 127.0.0.1:0.
+async fn collections_crew(llm: Arc<dyn LlmClient>) -> String {
+    use crewline_examples::collections_router;
+    common::serve(CrewServer::new(move |setup: SessionSetup| {
+        let crew = collections_router::collections_crew(&setup, llm.clone());
+        async move { crew }
+    }))
+    .await
+}
+
+const COLLECTIONS_SUITE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/evals/collections_router.toml"
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collections_suite_passes_against_the_example_crew() -> Result<(), SuiteFailure> {
+    let llm: Arc<dyn LlmClient> =
+        Arc::new(crewline_examples::collections_router::scripted_collections_model());
+    let url = collections_crew(llm).await;
+    let reports = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file(COLLECTIONS_SUITE, CrewTarget::Url(url)),
+    )
+    .await
+    .expect("the suite ran within its bound")?;
+    assert_eq!(reports.len(), 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collections_crew_that_hands_every_caller_off_fails_its_suite() {
+    use crewline::llm::{Reply, ScriptedLlm};
+    // The broken variant: whatever is said, its model transfers the call to a person.
+    let broken: Arc<dyn LlmClient> = Arc::new(ScriptedLlm::from_fn(|_| {
+        Reply::tool_call(
+            "transfer_to_human",
+            serde_json::json!({"reason": "anything"}),
+        )
+    }));
+    let url = collections_crew(broken).await;
+    let failure = tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file_with(
+            COLLECTIONS_SUITE,
+            CrewTarget::Url(url),
+            &CheckOptions::default().runs(1),
+        ),
+    )
+    .await
+    .expect("the suite ran within its bound")
+    .expect_err("a crew that transfers everyone fails");
+    let text = failure.text();
+    assert!(text.contains("2 of 3 scenarios failed"), "{text}");
+    assert!(
+        text.contains("find_account(account_id = \"12345\")"),
+        "{text}"
+    );
 }
