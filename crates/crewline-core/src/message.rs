@@ -264,7 +264,9 @@ mod tests {
 
     #[test]
     fn reads_every_role_leniently_and_refuses_what_no_role_can_be() {
-        let read = |value: serde_json::Value| Message::from_json(value).map_err(|e| crate::error_chain(&e));
+        let read = |value: serde_json::Value| {
+            Message::from_json(value).map_err(|e| crate::error_chain(&e))
+        };
         assert_eq!(
             read(json!({"content": "hi", "name": "x", "role": "user", "extra": {"a": [1]}})),
             Ok(Message::user("hi"))
