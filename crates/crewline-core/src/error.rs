@@ -151,6 +151,17 @@ impl ErrorDetail {
         }
     }
 
+    /// A message caused by a boxed error (a tool's detail); the message should say its words.
+    pub fn caused_by_boxed(
+        message: impl Into<String>,
+        source: Box<dyn StdError + Send + Sync>,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            source: Some(Arc::from(source)),
+        }
+    }
+
     /// `source` as the detail, its words being its whole chain (see [`error_chain`]).
     pub fn from_error(source: impl StdError + Send + Sync + 'static) -> Self {
         Self::caused_by(error_chain(&source), source)
@@ -210,6 +221,16 @@ impl From<&str> for ErrorDetail {
         Self::new(message)
     }
 }
+
+/// Two details are equal when their words are (the causes are not comparable): a stored
+/// outcome read back equals the one written.
+impl PartialEq for ErrorDetail {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for ErrorDetail {}
 
 impl std::ops::Deref for ErrorDetail {
     type Target = str;

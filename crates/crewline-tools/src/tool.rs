@@ -319,6 +319,11 @@ impl ToolError {
         &self.message
     }
 
+    /// The model's message and the operator's detail, taken apart.
+    pub(crate) fn into_parts(self) -> (String, Option<Box<dyn std::error::Error + Send + Sync>>) {
+        (self.message, self.detail)
+    }
+
     /// The operator's detail, if any.
     pub fn detail(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         self.detail.as_deref()
