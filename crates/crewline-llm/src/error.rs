@@ -18,7 +18,11 @@ pub enum LlmError {
     #[error("no API key: set OPENAI_API_KEY or pass one with OpenAiClient::builder().api_key(..)")]
     MissingApiKey,
     /// The client's settings are unusable.
-    #[error("invalid LLM client configuration")]
+    ///
+    /// The detail's words say which setting and why: they are this layer's own, so they are
+    /// part of its `Display` (the chain printer does not repeat them); its source is what
+    /// refused the setting (serde's error, the URL parser's), for code that inspects it.
+    #[error("invalid LLM client configuration: {0}")]
     Config(#[source] ErrorDetail),
     /// The server could not be reached.
     #[error("could not reach the LLM server")]

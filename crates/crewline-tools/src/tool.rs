@@ -356,7 +356,9 @@ impl fmt::Display for ToolError {
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
     fn from(error: E) -> Self {
         Self {
-            message: error.to_string(),
+            // The whole chain, each layer once: errors keep their causes out of `Display`,
+            // and the model should read as much as it did when they did not.
+            message: crewline_core::error_chain(&error),
             detail: Some(Box::new(error)),
             invalid_arguments: false,
             outcome_unknown: false,
