@@ -117,7 +117,7 @@ impl Refusal {
             _ => ("setup_failed", "crew setup failed"),
         };
         Self {
-            message: error.to_string(),
+            message: crewline::types::error_chain(error),
             reason,
             code: ERROR,
             close_reason,
