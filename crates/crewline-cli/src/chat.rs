@@ -108,7 +108,7 @@ pub enum ChatError {
     #[error(transparent)]
     Platform(#[from] PlatformError),
     /// Writing the output failed.
-    #[error("could not write the output: {0}")]
+    #[error("could not write the output")]
     Io(#[from] io::Error),
     /// `--voice` could not be set up.
     #[error(transparent)]
@@ -518,7 +518,7 @@ pub async fn run_cli(args: ChatArgs, mut out: impl Write) -> Result<ChatOutcome,
     };
     tracing::debug!(?outcome, stats = ?client.stats(), "chat ended");
     if let Err(error) = client.close().await {
-        tracing::debug!(%error, "closing the call");
+        tracing::debug!(error = %crewline::types::ErrorChain(&error), "closing the call");
     }
     Ok(outcome)
 }

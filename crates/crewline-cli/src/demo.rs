@@ -233,13 +233,13 @@ pub struct DemoReport {
 #[non_exhaustive]
 pub enum DemoError {
     /// The model could not be set up.
-    #[error("could not set up the model: {0}")]
+    #[error("could not set up the model")]
     Llm(#[from] LlmError),
     /// The crew's tools could not be registered.
-    #[error("could not register the crew's tools: {0}")]
+    #[error("could not register the crew's tools")]
     Agent(#[from] AgentError),
     /// The crew's address could not be bound.
-    #[error("could not listen on {addr}: {source}")]
+    #[error("could not listen on {addr}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
@@ -260,7 +260,7 @@ pub enum DemoError {
     #[error(transparent)]
     Platform(#[from] PlatformError),
     /// Writing the output failed.
-    #[error("could not write the output: {0}")]
+    #[error("could not write the output")]
     Io(#[from] io::Error),
 }
 
@@ -298,8 +298,12 @@ pub async fn run_demo<W: Write>(config: DemoConfig, out: W) -> Result<DemoReport
     if !serving.is_finished() {
         match tokio::time::timeout(SERVER_STOP_TIMEOUT, &mut serving).await {
             Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(error))) => tracing::warn!(%error, "the crew server stopped with an error"),
-            Ok(Err(error)) => tracing::warn!(%error, "the crew server task failed"),
+            Ok(Ok(Err(error))) => {
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "the crew server stopped with an error")
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "the crew server task failed")
+            }
             Err(_) => {
                 tracing::warn!("the crew server did not stop in time; stopping it hard");
                 serving.abort();

@@ -88,24 +88,12 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            let _ = writeln!(std::io::stderr(), "crewline: {}", chain(&*error));
+            let _ = writeln!(
+                std::io::stderr(),
+                "crewline: {}",
+                crewline::types::ErrorChain(&*error)
+            );
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes, `: `-separated (a typed error keeps its cause as its source).
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // Errors that already print their cause (`{0}` in the message) are not repeated.
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

@@ -35,7 +35,7 @@ pub enum PlaygroundCliError {
     #[error("the crew URL must start with ws:// or wss://, got `{0}`")]
     InvalidUrl(String),
     /// Writing the output failed.
-    #[error("could not write the output: {0}")]
+    #[error("could not write the output")]
     Io(#[from] io::Error),
 }
 

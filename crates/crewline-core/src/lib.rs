@@ -26,7 +26,7 @@ mod tool_call;
 
 pub use context::{Context, ContextLimits};
 pub use definition::{OpenAiTool, ToolDefinition};
-pub use error::{CoreError, ToolErrorKind, error_chain};
+pub use error::{CoreError, ErrorChain, ErrorDetail, ToolErrorKind, error_chain};
 pub use excerpt::{Excerpt, LOG_EXCERPT_BYTES, MAX_ID_BYTES, excerpt, id_excerpt, prefix};
 pub use json_len::{json_len, json_len_within};
 pub use message::{Message, Role};

@@ -264,7 +264,9 @@ mod tests {
 
     #[test]
     fn reads_every_role_leniently_and_refuses_what_no_role_can_be() {
-        let read = |value: serde_json::Value| Message::from_json(value).map_err(|e| e.to_string());
+        let read = |value: serde_json::Value| {
+            Message::from_json(value).map_err(|e| crate::error_chain(&e))
+        };
         assert_eq!(
             read(json!({"content": "hi", "name": "x", "role": "user", "extra": {"a": [1]}})),
             Ok(Message::user("hi"))
@@ -334,6 +336,6 @@ mod tests {
     #[test]
     fn unknown_role_is_a_clear_error() {
         let err = Message::from_json(json!({"role": "narrator", "content": "x"})).unwrap_err();
-        assert!(err.to_string().contains("narrator"), "{err}");
+        assert!(crate::error_chain(&err).contains("narrator"), "{err}");
     }
 }

@@ -165,7 +165,7 @@ pub(crate) async fn place(
     }
     // The crew may already have closed after a hand-off; either way the call is over.
     if let Err(error) = client.close().await {
-        tracing::debug!(%error, "closing the call");
+        tracing::debug!(error = %crewline_core::ErrorChain(&error), "closing the call");
     }
     record
 }

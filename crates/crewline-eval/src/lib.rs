@@ -449,14 +449,4 @@ pub async fn run_file(path: &Path, options: &RunOptions) -> Result<Vec<ScenarioR
     Ok(reports)
 }
 
-/// An error and its causes, `: `-separated.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+use crewline_core::error_chain;

@@ -341,7 +341,7 @@ pub fn init_logs(default_filter: &str) -> Logs {
         .with(telemetry.as_ref().map(crewline_otel::Telemetry::layer))
         .init();
     if let Some(error) = refused {
-        tracing::error!(%error, "OpenTelemetry tracing is off");
+        tracing::error!(error = %crewline::types::ErrorChain(&error), "OpenTelemetry tracing is off");
     } else if telemetry.is_some() {
         tracing::info!("OpenTelemetry tracing on: one trace per turn over OTLP");
     }

@@ -548,7 +548,7 @@ impl OutputAgent for BankAgent {
                     Err(error) => {
                         // Nothing is decided: the transfer stays parked, and runs only after
                         // a yes the approver can take.
-                        tracing::warn!(%error, "the parked transfers could not be read");
+                        tracing::warn!(error = %crewline::types::ErrorChain(&error), "the parked transfers could not be read");
                         Vec::new()
                     }
                 }
@@ -598,7 +598,7 @@ impl OutputAgent for BankAgent {
                 if let Err(error) = self.approvals.decide(&request.id, decision).await {
                     // Only this agent decides; the request may have expired. Without a
                     // decision the executor answers pending again and nothing is transferred.
-                    tracing::warn!(%error, "a parked transfer had no approval slot");
+                    tracing::warn!(error = %crewline::types::ErrorChain(&error), "a parked transfer had no approval slot");
                 }
                 let call = ToolCall::new(
                     request.call_id.clone(),
@@ -628,7 +628,7 @@ impl OutputAgent for BankAgent {
                         yield Ok(TurnEvent::ToolFinished(run));
                     }
                     // The executor catches tool panics; this is the runtime shutting down.
-                    Err(error) => tracing::warn!(%error, "a settled call did not finish"),
+                    Err(error) => tracing::warn!(error = %crewline::types::ErrorChain(&error), "a settled call did not finish"),
                 }
             }
             if decided_any && self.keeps_record() {
@@ -679,7 +679,7 @@ impl OutputAgent for BankAgent {
                     }
                     // Not known what was asked: the next answer decides nothing, and the
                     // caller is asked again.
-                    Err(error) => tracing::warn!(%error, "the questions asked could not be read"),
+                    Err(error) => tracing::warn!(error = %crewline::types::ErrorChain(&error), "the questions asked could not be read"),
                 }
             }
             if completed {

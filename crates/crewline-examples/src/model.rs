@@ -188,7 +188,7 @@ impl Fallbacks {
             (self.api_key_envs.len(), "--fallback-api-key-env"),
         ] {
             if count > self.base_urls.len() {
-                return Err(LlmError::Config(format!(
+                return Err(LlmError::config(format!(
                     "{count} {flag} for {} --fallback-base-url: each names the provider at the \
                      same position",
                     self.base_urls.len()
@@ -196,20 +196,20 @@ impl Fallbacks {
             }
         }
         if let Some(name) = self.api_key_envs.iter().find(|name| name.trim().is_empty()) {
-            return Err(LlmError::Config(format!(
+            return Err(LlmError::config(format!(
                 "--fallback-api-key-env {name:?}: a variable's name, not empty"
             )));
         }
         if self.base_urls.is_empty() {
             if self.hedge.is_some() {
-                return Err(LlmError::Config(
+                return Err(LlmError::config(
                     "--hedge-after-ms and --hedge need a --fallback-base-url: there is no other \
                      provider to ask"
                         .to_owned(),
                 ));
             }
             if self.after_text.is_some() {
-                return Err(LlmError::Config(
+                return Err(LlmError::config(
                     "--after-text needs a --fallback-base-url: there is no other provider"
                         .to_owned(),
                 ));
@@ -253,7 +253,7 @@ pub fn with_fallbacks(
         return Ok(chosen);
     }
     if chosen.scripted {
-        return Err(LlmError::Config(
+        return Err(LlmError::config(
             "--fallback-base-url, --hedge-after-ms and --after-text need a real model: set \
              OPENAI_API_KEY (and leave out --scripted)"
                 .to_owned(),
@@ -350,7 +350,7 @@ pub fn chain(
 fn key_from(variable: &str) -> Result<String, LlmError> {
     match std::env::var(variable) {
         Ok(key) if !key.trim().is_empty() => Ok(key),
-        _ => Err(LlmError::Config(format!(
+        _ => Err(LlmError::config(format!(
             "--fallback-api-key-env {variable}: {variable} is not set (or empty)"
         ))),
     }

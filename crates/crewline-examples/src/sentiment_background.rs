@@ -175,7 +175,7 @@ impl OutputAgent for EscalatingAgent {
                 .transfer_call(HUMAN_DESK, options, Some(HoldMusic::RelaxingSound))
                 .await
             {
-                tracing::warn!(%error, "the escalation could not be sent");
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "the escalation could not be sent");
             }
         })
     }

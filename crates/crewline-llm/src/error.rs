@@ -1,9 +1,16 @@
-use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
+use std::{error::Error as StdError, time::Duration};
+
+pub use crewline_core::ErrorDetail;
 
 /// Why a chat completion failed.
 ///
-/// A failure that came from below (the network, a decoder, another client's own error) keeps
-/// it: walk [`std::error::Error::source`] from the error to reach it.
+/// Each variant's `Display` says only what failed at this layer; what came from below (the
+/// network, a decoder, another client's own error) is its [`source`](std::error::Error::source),
+/// an [`ErrorDetail`] whose words (scrubbed of the API key) say the cause. Print the whole of it
+/// with [`crewline_core::error_chain`].
+///
+/// `Clone` because a fallback model and a shared stream hand one failure to several waiters:
+/// the causes are kept behind an `Arc` in [`ErrorDetail`] for that reason.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlmError {
@@ -11,10 +18,14 @@ pub enum LlmError {
     #[error("no API key: set OPENAI_API_KEY or pass one with OpenAiClient::builder().api_key(..)")]
     MissingApiKey,
     /// The client's settings are unusable.
+    ///
+    /// The detail's words say which setting and why: they are this layer's own, so they are
+    /// part of its `Display` (the chain printer does not repeat them); its source is what
+    /// refused the setting (serde's error, the URL parser's), for code that inspects it.
     #[error("invalid LLM client configuration: {0}")]
-    Config(String),
+    Config(#[source] ErrorDetail),
     /// The server could not be reached.
-    #[error("could not reach the LLM server: {0}")]
+    #[error("could not reach the LLM server")]
     Connect(#[source] ErrorDetail),
     /// The server answered with an error.
     #[error("the LLM server answered {}: {message}", status.map_or_else(|| "an error".to_owned(), |s| format!("HTTP {s}")))]
@@ -31,10 +42,10 @@ pub enum LlmError {
     #[error("the LLM server did not answer within {0:?}")]
     Timeout(Duration),
     /// The stream broke off before the model finished.
-    #[error("the LLM stream broke off mid-way: {0}")]
+    #[error("the LLM stream broke off mid-way")]
     StreamCut(#[source] ErrorDetail),
     /// The server's answer could not be read.
-    #[error("could not read the LLM server's answer: {0}")]
+    #[error("could not read the LLM server's answer")]
     InvalidResponse(#[source] ErrorDetail),
     /// Part of the server's answer was larger than the client's limit (see
     /// [`OpenAiClientBuilder::max_event_bytes`](crate::OpenAiClientBuilder::max_event_bytes)
@@ -57,7 +68,8 @@ pub enum LlmError {
         limit: usize,
     },
     /// Another client's own failure (a custom model, the scripted one), in its words: see
-    /// [`LlmError::other`].
+    /// [`LlmError::other`]. Its words are the whole error (there is no layer of ours to
+    /// add), so the printer does not repeat them.
     #[error("{0}")]
     Other(#[source] ErrorDetail),
 }
@@ -72,94 +84,27 @@ impl LlmError {
         }
     }
 
-    /// A client's own failure, keeping `error` as its cause (its message is the error's).
+    /// A client's own failure, keeping `error` as its cause (its message is the error's
+    /// chain).
     pub fn other(error: impl StdError + Send + Sync + 'static) -> Self {
-        Self::Other(ErrorDetail::caused_by(error.to_string(), error))
-    }
-}
-
-/// What went wrong, in words, and the error that caused it when there was one (reachable
-/// through [`std::error::Error::source`]).
-///
-/// The message already holds the cause's words, so logging the [`LlmError`] alone says it
-/// all; the cause is kept for code that inspects it (`downcast_ref::<std::io::Error>()`).
-#[derive(Clone)]
-pub struct ErrorDetail {
-    message: String,
-    source: Option<Arc<dyn StdError + Send + Sync>>,
-}
-
-impl ErrorDetail {
-    /// A message with no cause.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            source: None,
-        }
+        Self::Other(ErrorDetail::from_error(error))
     }
 
-    /// A message caused by `source`.
-    pub fn caused_by(
+    /// The client's settings are unusable, for the reason `message` says.
+    pub fn config(message: impl Into<String>) -> Self {
+        Self::Config(ErrorDetail::new(message))
+    }
+
+    /// The client's settings are unusable: `message` says which, `source` why.
+    pub fn config_caused_by(
         message: impl Into<String>,
         source: impl StdError + Send + Sync + 'static,
     ) -> Self {
-        Self {
-            message: message.into(),
-            source: Some(Arc::new(source)),
-        }
-    }
-
-    /// The message.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The same cause with its message changed (to scrub a secret out of it).
-    pub(crate) fn map_message(self, map: impl FnOnce(String) -> String) -> Self {
-        Self {
-            message: map(self.message),
-            source: self.source,
-        }
-    }
-}
-
-impl fmt::Debug for ErrorDetail {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The message's own `Debug`, as the variants held a bare string before, with the cause
-        // only when there is one.
-        match &self.source {
-            None => fmt::Debug::fmt(&self.message, f),
-            Some(source) => f
-                .debug_struct("ErrorDetail")
-                .field("message", &self.message)
-                .field("source", source)
-                .finish(),
-        }
-    }
-}
-
-impl fmt::Display for ErrorDetail {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl StdError for ErrorDetail {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|source| source as &(dyn StdError + 'static))
-    }
-}
-
-impl From<String> for ErrorDetail {
-    fn from(message: String) -> Self {
-        Self::new(message)
-    }
-}
-
-impl From<&str> for ErrorDetail {
-    fn from(message: &str) -> Self {
-        Self::new(message)
+        let message = format!(
+            "{}: {}",
+            message.into(),
+            crewline_core::error_chain(&source)
+        );
+        Self::Config(ErrorDetail::caused_by(message, source))
     }
 }

@@ -523,7 +523,7 @@ fn assemble_calls(calls: &[(String, Value)], turn: usize) -> Vec<ToolCall> {
     let mut assembler = ToolCallAssembler::with_limits(AnswerLimits::unbounded());
     for chunk in chunks {
         if let Err(error) = assembler.push_all(chunk) {
-            tracing::warn!(%error, "a scripted answer could not be assembled");
+            tracing::warn!(error = %crewline_core::ErrorChain(&error), "a scripted answer could not be assembled");
         }
     }
     assembler.finish()

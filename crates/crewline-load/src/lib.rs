@@ -189,7 +189,7 @@ pub enum LoadError {
     #[error("invalid load settings: {0}")]
     Invalid(String),
     /// The server process named by `pid` cannot be read.
-    #[error("cannot read the server process {pid}: {source}")]
+    #[error("cannot read the server process {pid}")]
     Process {
         /// The pid.
         pid: u32,
@@ -198,7 +198,7 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// The turn log cannot be created or written.
-    #[error("cannot write the turn log {}: {source}", path.display())]
+    #[error("cannot write the turn log {}", path.display())]
     TurnLog {
         /// The file.
         path: PathBuf,
@@ -480,7 +480,7 @@ pub fn raise_fd_limit() -> u64 {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
         Err(error) => {
-            tracing::warn!(%error, "could not raise the open-file limit");
+            tracing::warn!(error = %crewline::types::ErrorChain(&error), "could not raise the open-file limit");
             rlimit::Resource::NOFILE
                 .get()
                 .map_or(0, |(soft, _hard)| soft)

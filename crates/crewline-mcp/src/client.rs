@@ -339,7 +339,7 @@ impl McpClient {
         if let Ok(connection) = Arc::try_unwrap(self.connection)
             && let Err(error) = connection.service.cancel().await
         {
-            tracing::warn!(%error, "the MCP session did not close cleanly");
+            tracing::warn!(error = %crewline_core::ErrorChain(&error), "the MCP session did not close cleanly");
         }
     }
 }

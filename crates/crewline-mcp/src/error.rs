@@ -95,3 +95,27 @@ pub enum Refusal {
         limit: usize,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_mcp_error_says_its_layer_and_the_chain_each_cause_once() {
+        let error = McpError::Refused(Refusal::TooManyTools { limit: 3 });
+        assert_eq!(
+            error.to_string(),
+            "the MCP client refused the server's answer"
+        );
+        assert_eq!(
+            crewline_core::error_chain(&error),
+            "the MCP client refused the server's answer: the MCP server lists more than 3 \
+             tools, the most this client takes"
+        );
+        let io = McpError::from(std::io::Error::other("broken pipe"));
+        assert_eq!(
+            crewline_core::error_chain(&io),
+            "MCP transport I/O failed: broken pipe"
+        );
+    }
+}

@@ -494,7 +494,7 @@ impl McpServer {
     fn auth(&self) -> Option<Auth> {
         let shared = &self.shared;
         if let Some(error) = &shared.auth_error {
-            tracing::error!(%error, "invalid MCP credential: every request is refused");
+            tracing::error!(error = %crewline_core::ErrorChain(error), "invalid MCP credential: every request is refused");
             return Some(Auth::required([]));
         }
         (!shared.credentials.is_empty()).then(|| Auth::required(shared.credentials.clone()))
@@ -628,7 +628,7 @@ fn output_schema(tool: &str, schema: Value) -> Option<(JsonObject, jsonschema::V
     let validator = match jsonschema::validator_for(&schema) {
         Ok(validator) => validator,
         Err(error) => {
-            tracing::warn!(tool, %error, "the result schema does not compile; no outputSchema");
+            tracing::warn!(tool, error = %crewline_core::ErrorChain(&error), "the result schema does not compile; no outputSchema");
             return None;
         }
     };

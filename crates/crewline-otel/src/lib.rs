@@ -69,7 +69,7 @@ pub enum TelemetryError {
     )]
     UnsupportedProtocol(String),
     /// The exporter could not be built (an invalid endpoint or header).
-    #[error("the OTLP exporter could not be built: {0}")]
+    #[error("the OTLP exporter could not be built")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 

@@ -81,7 +81,7 @@ const JSON: &str = "application/json";
 #[non_exhaustive]
 pub enum PlaygroundError {
     /// The port could not be bound.
-    #[error("could not listen on {addr}: {source}")]
+    #[error("could not listen on {addr}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,
@@ -96,7 +96,7 @@ pub enum PlaygroundError {
     )]
     NotLoopback(SocketAddr),
     /// Serving failed.
-    #[error("the playground server failed: {0}")]
+    #[error("the playground server failed")]
     Serve(#[source] std::io::Error),
 }
 

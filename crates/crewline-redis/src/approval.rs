@@ -143,7 +143,7 @@ impl Stored {
 /// Why a step of `request` failed: Redis, or a reply this approver cannot read.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
-    #[error("Redis {what}: {0}", what = connection::failure(.0))]
+    #[error("Redis {what}", what = connection::failure(.0))]
     Redis(#[from] redis::RedisError),
     #[error("Redis sent a reply the approver cannot read: {0}")]
     Unreadable(String),
@@ -451,7 +451,7 @@ impl Drop for Release {
         );
         runtime.spawn(async move {
             if let Err(error) = approval.take(&id, &token, Step::Leave).await {
-                tracing::debug!(approval_id = %id, %error, "could not release a parked call");
+                tracing::debug!(approval_id = %id, error = %crewline::types::ErrorChain(&error), "could not release a parked call");
             }
         });
     }

@@ -240,7 +240,7 @@ impl RedisConnection {
         let client = match self.inner.primary.client().await {
             Ok(client) => client,
             Err(error) => {
-                tracing::warn!(redis = %self.inner.target, %error, "Sentinel named no primary yet");
+                tracing::warn!(redis = %self.inner.target, error = %crewline::types::ErrorChain(&error), "Sentinel named no primary yet");
                 return None;
             }
         };
@@ -267,7 +267,7 @@ impl RedisConnection {
                 Some(commands)
             }
             Err(error) => {
-                tracing::warn!(redis = %self.inner.target, primary = %addr, %error, "the new primary did not answer");
+                tracing::warn!(redis = %self.inner.target, primary = %addr, error = %crewline::types::ErrorChain(&error), "the new primary did not answer");
                 None
             }
         }

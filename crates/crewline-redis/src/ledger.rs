@@ -279,7 +279,7 @@ async fn read_entries(
             match LedgerEntry::from_json(entry.as_bytes()) {
                 Ok(entry) => entries.push(entry),
                 Err(error) => {
-                    tracing::warn!(stream = key, id, %error, "skipping an unreadable ledger entry");
+                    tracing::warn!(stream = key, id, error = %crewline::types::ErrorChain(&error), "skipping an unreadable ledger entry");
                 }
             }
         }

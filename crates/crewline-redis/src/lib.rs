@@ -447,7 +447,7 @@ impl RedisStore {
         if let Some(Some(refusal)) = values.get(5) {
             // A task always finishes: an output over a budget is left out, with a warning.
             let error = self.refusal(refusal, id);
-            tracing::warn!(task_id = id, %error, "task finished without its output");
+            tracing::warn!(task_id = id, error = %crewline::types::ErrorChain(&error), "task finished without its output");
         }
         self.snapshot(id, values.get(..5).unwrap_or_default())
             .map(Some)
@@ -587,7 +587,7 @@ impl TaskStore for RedisStore {
                 let (store, id, event) = (self.clone(), id.to_owned(), event.id.clone());
                 tokio::spawn(async move {
                     if let Err(error) = store.withdraw(&id, &event).await {
-                        tracing::debug!(task_id = %id, event_id = %event, %error, "could not withdraw a call whose emit failed");
+                        tracing::debug!(task_id = %id, event_id = %event, error = %crewline::types::ErrorChain(&error), "could not withdraw a call whose emit failed");
                     }
                 });
                 return Err(error);
@@ -689,7 +689,7 @@ impl TaskStore for RedisStore {
         let (store, id, event) = (self.clone(), id.to_owned(), event.to_owned());
         runtime.spawn(async move {
             if let Err(error) = store.abandon_now(&id, &event).await {
-                tracing::warn!(task_id = %id, event_id = %event, %error, "could not abandon a tool call");
+                tracing::warn!(task_id = %id, event_id = %event, error = %crewline::types::ErrorChain(&error), "could not abandon a tool call");
             }
         });
     }

@@ -156,7 +156,7 @@ pub(crate) async fn route(
             match subscribe(&primary, &channel, connect_timeout).await {
                 Ok(pubsub) => break pubsub,
                 Err(error) => {
-                    tracing::debug!(redis = %target, %error, "subscribing for wake-ups failed");
+                    tracing::debug!(redis = %target, error = %crewline::types::ErrorChain(&error), "subscribing for wake-ups failed");
                     pause = (pause * 2).min(RETRY_MAX);
                 }
             }
@@ -183,7 +183,7 @@ async fn listen(pubsub: redis::aio::PubSub, waiters: &Weak<Waiters>) -> bool {
                 let Some(waiters) = waiters.upgrade() else { return false };
                 match message.get_payload::<String>() {
                     Ok(id) => waiters.wake(&id),
-                    Err(error) => tracing::debug!(%error, "a wake-up without a task id"),
+                    Err(error) => tracing::debug!(error = %crewline::types::ErrorChain(&error), "a wake-up without a task id"),
                 }
             }
             _ = keepalive.tick() => {

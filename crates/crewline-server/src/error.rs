@@ -8,11 +8,15 @@ use crewline::GraphError;
 pub use crewline::BoxError;
 
 /// Why the server could not run.
+///
+/// Each variant's `Display` says only its own layer; the cause is its
+/// [`source`](std::error::Error::source). Print the whole with
+/// [`error_chain`](crewline::types::error_chain).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
     /// The address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -21,7 +25,7 @@ pub enum ServerError {
         source: io::Error,
     },
     /// An authentication setting is invalid (an empty token, say).
-    #[error("invalid `{setting}`: {source}")]
+    #[error("invalid `{setting}`")]
     Auth {
         /// The setting (`auth_token`).
         setting: &'static str,
@@ -41,11 +45,11 @@ pub enum ServerError {
         addr: String,
     },
     /// Serving failed.
-    #[error("the server failed: {0}")]
+    #[error("the server failed")]
     Io(#[from] io::Error),
     /// The server task panicked or was cancelled.
-    #[error("the server task ended abnormally: {0}")]
-    Task(String),
+    #[error("the server task ended abnormally")]
+    Task(#[source] tokio::task::JoinError),
 }
 
 /// Why a crew's setup code produced no usable crew (for a call or the startup dry run).
@@ -53,7 +57,7 @@ pub enum ServerError {
 #[non_exhaustive]
 pub enum SetupError {
     /// The setup code returned an error.
-    #[error("crew setup failed: {0}")]
+    #[error("crew setup failed")]
     Failed(#[source] BoxError),
     /// The setup code panicked.
     #[error("crew setup panicked: {0}")]
@@ -62,6 +66,39 @@ pub enum SetupError {
     #[error("crew setup did not finish within {0:?}")]
     TimedOut(Duration),
     /// The crew's graph is invalid.
-    #[error("invalid crew: {0}")]
+    #[error("invalid crew")]
     InvalidGraph(#[from] GraphError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewline::types::error_chain;
+
+    #[test]
+    fn errors_say_their_layer_and_the_chain_says_each_cause_once() {
+        let error = ServerError::Bind {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            source: io::Error::new(io::ErrorKind::AddrInUse, "address in use"),
+        };
+        assert_eq!(error.to_string(), "cannot listen on 127.0.0.1:8080");
+        assert_eq!(
+            error_chain(&error),
+            "cannot listen on 127.0.0.1:8080: address in use"
+        );
+        let setup = SetupError::Failed("OPENAI_API_KEY is not set".into());
+        assert_eq!(
+            error_chain(&setup),
+            "crew setup failed: OPENAI_API_KEY is not set"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicked_server_task_keeps_its_join_error() {
+        let joined = tokio::spawn(async { panic!("boom") }).await;
+        let error = ServerError::Task(joined.expect_err("the task panicked"));
+        let cause = std::error::Error::source(&error).expect("a cause");
+        assert!(cause.is::<tokio::task::JoinError>(), "{cause:?}");
+        assert_eq!(error_chain(&error).matches("ended abnormally").count(), 1);
+    }
 }

@@ -245,7 +245,7 @@ async fn websocket(
         .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_write_buffer_size(MAX_WRITE_BUFFER_BYTES)
         .on_failed_upgrade(move |error| {
-            on_failure_span.in_scope(|| tracing::debug!(%error, "WebSocket upgrade failed"));
+            on_failure_span.in_scope(|| tracing::debug!(error = %crewline::types::ErrorChain(&error), "WebSocket upgrade failed"));
         })
         .on_upgrade(move |socket| {
             // From here on the connection's reads count against the server's budget of

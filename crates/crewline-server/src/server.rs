@@ -489,7 +489,7 @@ impl CrewServer {
     /// [`router`](Self::router), which cannot report it); none admits everyone.
     fn auth_layer(&self, service: &Service) -> Auth {
         let auth = if let Some((setting, error)) = &self.auth.error {
-            tracing::error!(setting, %error, "invalid credential: every request is refused");
+            tracing::error!(setting, error = %crewline::types::ErrorChain(error), "invalid credential: every request is refused");
             Auth::required([])
         } else if self.auth.credentials.is_empty() {
             Auth::unauthenticated()
@@ -573,7 +573,9 @@ impl CrewServer {
         service.start_dry_run();
         match listener.local_addr() {
             Ok(addr) => tracing::info!(%addr, "crew server listening"),
-            Err(error) => tracing::warn!(%error, "crew server listening on an unknown address"),
+            Err(error) => {
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "crew server listening on an unknown address")
+            }
         }
         let app = self.app(Arc::clone(&service), listener.local_addr().ok());
         let stop_http = CancellationToken::new();

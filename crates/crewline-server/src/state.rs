@@ -287,10 +287,10 @@ impl Service {
                     }
                     Err(error) => error,
                 };
-                tracing::error!(%error, retry_in = ?wait, "dry run of the crew's setup failed: not ready");
+                tracing::error!(error = %crewline::types::ErrorChain(&error), retry_in = ?wait, "dry run of the crew's setup failed: not ready");
                 service
                     .state
-                    .set_readiness(Readiness::Failed(error.to_string()));
+                    .set_readiness(Readiness::Failed(crewline::types::error_chain(&error)));
                 if service.state.is_draining() {
                     return;
                 }

@@ -60,7 +60,7 @@ pub enum SpeechError {
         program: String,
     },
     /// The program could not be started or talked to.
-    #[error("could not run `{program}`: {source}")]
+    #[error("could not run `{program}`")]
     Io {
         /// The program.
         program: String,
@@ -79,7 +79,7 @@ pub enum SpeechError {
         stderr: String,
     },
     /// The audio is not a WAV file `hound` can read.
-    #[error("invalid WAV audio: {source}")]
+    #[error("invalid WAV audio")]
     Wav {
         /// The decoder's error.
         #[source]
@@ -108,7 +108,7 @@ pub enum SpeechError {
         found: AudioFormat,
     },
     /// Writing a WAV file failed.
-    #[error("could not write {}: {source}", path.display())]
+    #[error("could not write {}", path.display())]
     WriteWav {
         /// The file.
         path: PathBuf,

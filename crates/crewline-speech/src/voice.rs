@@ -179,7 +179,7 @@ pub struct VoiceRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum VoiceError {
     /// The folder for the replies' WAV files could not be created.
-    #[error("could not create {}: {source}", path.display())]
+    #[error("could not create {}", path.display())]
     OutDir {
         /// The folder asked for.
         path: PathBuf,

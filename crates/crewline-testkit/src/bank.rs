@@ -179,7 +179,7 @@ impl FakeBank {
                 .with_graceful_shutdown(shutdown)
                 .await
             {
-                tracing::warn!(%error, "the fake bank stopped");
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "the fake bank stopped");
             }
         });
         Ok(RunningBank {
@@ -429,7 +429,7 @@ async fn transfer(
             match booking.await {
                 Ok(receipt) => Json(receipt).into_response(),
                 Err(error) => {
-                    tracing::warn!(%error, "a booking task failed");
+                    tracing::warn!(error = %crewline::types::ErrorChain(&error), "a booking task failed");
                     StatusCode::INTERNAL_SERVER_ERROR.into_response()
                 }
             }

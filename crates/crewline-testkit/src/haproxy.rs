@@ -20,7 +20,7 @@ pub const REQUIRE_VARIABLE: &str = "CREWLINE_REQUIRE_HAPROXY";
 #[non_exhaustive]
 pub enum BalancerError {
     /// The configuration or its directory could not be written, or HAProxy not started.
-    #[error("HAProxy could not be started: {0}")]
+    #[error("HAProxy could not be started")]
     Io(#[from] std::io::Error),
     /// HAProxy started but never listened.
     #[error("HAProxy did not listen on 127.0.0.1:{0}")]

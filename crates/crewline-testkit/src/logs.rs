@@ -57,7 +57,7 @@ impl CapturedLogs {
                 .with_writer(move || Capture(logs))
                 .try_init();
             if let Err(error) = installed {
-                tracing::warn!(%error, "another subscriber is installed: no logs are captured");
+                tracing::warn!(error = %crewline::types::ErrorChain(&*error), "another subscriber is installed: no logs are captured");
             }
             logs
         })

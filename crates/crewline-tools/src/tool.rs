@@ -319,6 +319,11 @@ impl ToolError {
         &self.message
     }
 
+    /// The model's message and the operator's detail, taken apart.
+    pub(crate) fn into_parts(self) -> (String, Option<Box<dyn std::error::Error + Send + Sync>>) {
+        (self.message, self.detail)
+    }
+
     /// The operator's detail, if any.
     pub fn detail(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         self.detail.as_deref()
@@ -351,7 +356,9 @@ impl fmt::Display for ToolError {
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for ToolError {
     fn from(error: E) -> Self {
         Self {
-            message: error.to_string(),
+            // The whole chain, each layer once: errors keep their causes out of `Display`,
+            // and the model should read as much as it did when they did not.
+            message: crewline_core::error_chain(&error),
             detail: Some(Box::new(error)),
             invalid_arguments: false,
             outcome_unknown: false,

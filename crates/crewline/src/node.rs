@@ -272,14 +272,20 @@ impl<E: StdError + Send + Sync + 'static> From<E> for NodeError {
         let full = std::any::type_name::<E>();
         let class = full.rsplit("::").next().unwrap_or(full).to_owned();
         let mut traceback = format!("{class}: {error}");
-        let mut source = error.source();
-        while let Some(cause) = source {
+        let mut layer: &(dyn StdError + 'static) = &error;
+        while let Some(cause) = layer.source() {
+            // An `ErrorDetail`'s words already say its causes (scrubbed of secrets, bounded):
+            // the raw causes below it are for code, not for the platform.
+            if layer.is::<crewline_core::ErrorDetail>() {
+                break;
+            }
             traceback.push_str(&format!("\ncaused by: {cause}"));
-            source = cause.source();
+            layer = cause;
         }
         Self {
             class,
-            message: error.to_string(),
+            // Each layer once: errors keep their causes out of their own `Display`.
+            message: crewline_core::error_chain(&error),
             traceback,
         }
     }

@@ -256,7 +256,7 @@ impl OutputRunner {
         let parsed = match messages.parse::<Message>() {
             Ok(parsed) => parsed,
             Err(error) => {
-                tracing::warn!(%error, "unreadable conversation in system.llm.request ignored");
+                tracing::warn!(error = %crewline_core::ErrorChain(&error), "unreadable conversation in system.llm.request ignored");
                 return;
             }
         };
@@ -264,7 +264,7 @@ impl OutputRunner {
             .filter_map(|message| {
                 message
                     .map_err(|error| {
-                        tracing::warn!(%error, "unreadable message in system.llm.request skipped")
+                        tracing::warn!(error = %crewline_core::ErrorChain(&error), "unreadable message in system.llm.request skipped")
                     })
                     .ok()
             })

@@ -593,7 +593,7 @@ struct ErrorExcerpt<'a>(&'a LlmError);
 
 impl std::fmt::Display for ErrorExcerpt<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = self.0.to_string();
+        let text = crewline_core::error_chain(self.0);
         if text.len() <= MAX_LOGGED_ERROR_BYTES {
             return f.write_str(&text);
         }

@@ -56,13 +56,13 @@ pub enum ConversionError {
     FunctionMessage,
     /// The crewline request could not be written as async-openai's (no model, a temperature
     /// that is no number, an extra option of the wrong type).
-    #[error("the request cannot be written as async-openai's: {0}")]
+    #[error("the request cannot be written as async-openai's")]
     Request(#[source] LlmError),
     /// An extra option async-openai's request has no field for (it would be dropped).
     #[error("the extra option {0:?} has no field in async-openai's request")]
     UnknownOption(String),
     /// The request's JSON did not fit async-openai's types.
-    #[error("the request does not fit async-openai's types: {0}")]
+    #[error("the request does not fit async-openai's types")]
     Json(#[from] serde_json::Error),
 }
 

@@ -122,7 +122,7 @@ fn common(error: OpenAIError, timeout: Duration) -> LlmError {
             let message = bounded(format!("stream failed: {}", chain(&error)));
             LlmError::StreamCut(ErrorDetail::caused_by(message, error))
         }
-        OpenAIError::InvalidArgument(message) => LlmError::Config(bounded(message)),
+        OpenAIError::InvalidArgument(message) => LlmError::config(bounded(message)),
         // An error answer `KeepRetryAfter` read, with the server's pause.
         OpenAIError::Boxed(error) => match error.downcast::<RetryAfterAnswer>() {
             Ok(answer) => LlmError::Api {

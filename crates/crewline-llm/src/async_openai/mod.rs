@@ -283,10 +283,10 @@ impl<C: Config> AsyncOpenAiClient<C> {
         let built = write_body(&self.defaults, request, stream, stream_options_allowed)?;
         // The body is JSON we just wrote: this check never fails, and costs one scan per turn.
         let raw = String::from_utf8(built.bytes.into())
-            .map_err(|e| LlmError::Config(format!("the request body is not UTF-8: {e}")))
+            .map_err(|e| LlmError::config_caused_by("the request body is not UTF-8", e))
             .and_then(|text| {
                 RawValue::from_string(text)
-                    .map_err(|e| LlmError::Config(format!("the request body is not JSON: {e}")))
+                    .map_err(|e| LlmError::config_caused_by("the request body is not JSON", e))
             })?;
         Ok(Body {
             raw,
@@ -350,7 +350,7 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
             if !self.stream_options_refused.swap(true, Ordering::Relaxed) {
                 span.in_scope(|| {
                     tracing::warn!(
-                        %error,
+                        error = %crewline_core::ErrorChain(error),
                         "the server refuses stream_options: retrying without it, and leaving it out from now on (no token usage from this server's streams)"
                     );
                 });
@@ -365,7 +365,7 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
         let events = match opened {
             Err(error) => {
                 let error = explain_refusal(error, token_field);
-                span.in_scope(|| tracing::warn!(%error, "request failed before the first byte"));
+                span.in_scope(|| tracing::warn!(error = %crewline_core::ErrorChain(&error), "request failed before the first byte"));
                 return Err(error);
             }
             Ok(events) => events,
@@ -418,7 +418,9 @@ impl<C: Config + 'static> LlmClient for AsyncOpenAiClient<C> {
         }
         .map_err(|e| explain_refusal(scrubber.error(e), token_field));
         if let Err(error) = &result {
-            span.in_scope(|| tracing::warn!(%error, "chat request failed"));
+            span.in_scope(
+                || tracing::warn!(error = %crewline_core::ErrorChain(error), "chat request failed"),
+            );
         }
         result
     }

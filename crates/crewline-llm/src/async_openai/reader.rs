@@ -64,7 +64,7 @@ impl Reader {
 
     /// Ends the answer with `error` and lets the connection go at once.
     fn stop(&mut self, error: LlmError) {
-        tracing::warn!(%error, "the stream failed");
+        tracing::warn!(error = %crewline_core::ErrorChain(&error), "the stream failed");
         self.events = None;
         self.pending.push_back(Err(error));
     }

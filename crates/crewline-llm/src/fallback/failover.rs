@@ -541,7 +541,7 @@ impl Turn {
                 return false;
             }
         }
-        tracing::warn!(provider = %provider.name, error = %error, "LLM provider failed");
+        tracing::warn!(provider = %provider.name, error = %crewline_core::ErrorChain(&error), "LLM provider failed");
         self.last_error = Some(error);
         self.last_failed = Some(index);
         true
@@ -550,7 +550,7 @@ impl Turn {
     /// No provider is left (or the budget is spent): the turn ends with the last failure.
     fn give_up(&mut self) {
         let error = self.last_error.take().unwrap_or_else(|| {
-            LlmError::Config("no LLM provider could take the request".to_owned())
+            LlmError::config("no LLM provider could take the request".to_owned())
         });
         self.out.push_back(Err(error));
         self.done = true;
@@ -644,7 +644,7 @@ impl Turn {
         if live.finished {
             // The answer was whole (its finish reason came): a failure after it (a lost
             // usage chunk) costs the caller nothing.
-            tracing::debug!(error = %error, "LLM stream failed after its end; answer kept");
+            tracing::debug!(error = %crewline_core::ErrorChain(&error), "LLM stream failed after its end; answer kept");
             self.done = true;
             return;
         }

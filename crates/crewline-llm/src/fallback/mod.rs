@@ -357,7 +357,7 @@ impl FallbackBuilder {
     /// The client; an error when no provider was added.
     pub fn build(self) -> Result<FallbackLlm, LlmError> {
         if self.providers.is_empty() {
-            return Err(LlmError::Config(
+            return Err(LlmError::config(
                 "a FallbackLlm needs at least one provider".to_owned(),
             ));
         }

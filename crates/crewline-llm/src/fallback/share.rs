@@ -39,7 +39,7 @@ pub(super) fn publish(store: &Arc<dyn SharedBreakers>, provider: &str, cool_down
     let provider = provider.to_owned();
     tokio::spawn(async move {
         if let Err(error) = store.opened(&provider, cool_down).await {
-            tracing::warn!(%provider, %error, "could not share an opened LLM circuit");
+            tracing::warn!(%provider, error = %crewline_core::ErrorChain(&*error), "could not share an opened LLM circuit");
         }
     });
 }
@@ -58,7 +58,7 @@ pub(super) async fn follow(inner: Weak<Inner>, store: Arc<dyn SharedBreakers>) {
         let open = match store.open_for(&names).await {
             Ok(open) => open,
             Err(error) => {
-                tracing::debug!(%error, "could not read the shared LLM circuits");
+                tracing::debug!(error = %crewline_core::ErrorChain(&*error), "could not read the shared LLM circuits");
                 continue;
             }
         };

@@ -62,7 +62,7 @@ pub(crate) fn build_body(
     let body = Body::new(defaults, request, stream, stream_options_allowed)?;
     let bytes = serde_json::to_vec(&body)
         .map(Bytes::from)
-        .map_err(|e| LlmError::Config(format!("the request cannot be written as JSON: {e}")))?;
+        .map_err(|e| LlmError::config_caused_by("the request cannot be written as JSON", e))?;
     Ok(Built {
         bytes,
         token_field: body.max_tokens.map(|_| body.token_field),
@@ -147,7 +147,7 @@ impl<'a> Body<'a> {
             .as_deref()
             .or(defaults.model.as_deref())
             .filter(|m| !m.trim().is_empty())
-            .ok_or_else(|| LlmError::Config("the request has no model".to_owned()))?;
+            .ok_or_else(|| LlmError::config("the request has no model".to_owned()))?;
         let has_tools = !request.tools.is_empty();
         let tool_choice = if has_tools {
             request.tool_choice.as_ref()
@@ -322,7 +322,7 @@ fn temperature_number(temperature: f32) -> Result<f64, LlmError> {
         .ok()
         .filter(|t| t.is_finite())
         .ok_or_else(|| {
-            LlmError::Config(format!(
+            LlmError::config(format!(
                 "temperature must be a finite number, got {temperature}"
             ))
         })

@@ -353,7 +353,7 @@ impl OpenAiClientBuilder {
             .or_else(|| azure.as_ref().map(|a| a.deployment.clone()))
             .filter(|m| !m.trim().is_empty())
             .ok_or_else(|| {
-                LlmError::Config("no model: call OpenAiClientBuilder::model(..)".to_owned())
+                LlmError::config("no model: call OpenAiClientBuilder::model(..)".to_owned())
             })?;
         let api_key = self
             .api_key
@@ -384,11 +384,11 @@ impl OpenAiClientBuilder {
             ("idle_timeout", self.idle_timeout),
         ] {
             if value.is_zero() {
-                return Err(LlmError::Config(format!("{name} must be more than zero")));
+                return Err(LlmError::config(format!("{name} must be more than zero")));
             }
         }
         if self.max_event_bytes == 0 {
-            return Err(LlmError::Config(
+            return Err(LlmError::config(
                 "max_event_bytes must be more than zero".to_owned(),
             ));
         }
@@ -399,7 +399,7 @@ impl OpenAiClientBuilder {
             None => (AUTHORIZATION, format!("Bearer {key}")),
         };
         let mut authorization = HeaderValue::from_str(&value).map_err(|_| {
-            LlmError::Config(
+            LlmError::config(
                 "the API key has characters that cannot go in an HTTP header".to_owned(),
             )
         })?;
@@ -463,14 +463,15 @@ impl Azure {
     /// The deployment's chat-completions URL under the resource's `endpoint`.
     fn url(&self, endpoint: &str) -> Result<String, LlmError> {
         if self.deployment.trim().is_empty() || self.api_version.trim().is_empty() {
-            return Err(LlmError::Config(
+            return Err(LlmError::config(
                 "Azure OpenAI needs a deployment and an api-version".to_owned(),
             ));
         }
-        let mut url = url::Url::parse(endpoint)
-            .map_err(|e| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}: {e}")))?;
+        let mut url = url::Url::parse(endpoint).map_err(|e| {
+            LlmError::config_caused_by(format!("invalid Azure endpoint {endpoint:?}"), e)
+        })?;
         url.path_segments_mut()
-            .map_err(|()| LlmError::Config(format!("invalid Azure endpoint {endpoint:?}")))?
+            .map_err(|()| LlmError::config(format!("invalid Azure endpoint {endpoint:?}")))?
             .pop_if_empty()
             .extend([
                 "openai",
@@ -498,9 +499,9 @@ fn env_var(allowed: bool, name: &str) -> Option<String> {
 fn check_base_url(base_url: &str) -> Result<String, LlmError> {
     let trimmed = base_url.trim().trim_end_matches('/');
     let url = url::Url::parse(trimmed)
-        .map_err(|e| LlmError::Config(format!("invalid base URL {trimmed:?}: {e}")))?;
+        .map_err(|e| LlmError::config_caused_by(format!("invalid base URL {trimmed:?}"), e))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(LlmError::Config(format!(
+        return Err(LlmError::config(format!(
             "invalid base URL {trimmed:?}: the scheme must be http or https"
         )));
     }

@@ -329,11 +329,11 @@ impl Transport {
         max_retries: usize,
     ) -> Result<Self, LlmError> {
         let url = url::Url::parse(url)
-            .map_err(|e| LlmError::Config(format!("invalid URL {url:?}: {e}")))?;
+            .map_err(|e| LlmError::config_caused_by(format!("invalid URL {url:?}"), e))?;
         let uri = hyper::Uri::try_from(url.as_str())
-            .map_err(|e| LlmError::Config(format!("invalid URL {:?}: {e}", url.as_str())))?;
+            .map_err(|e| LlmError::config(format!("invalid URL {:?}: {e}", url.as_str())))?;
         let clients = Clients::new(settings).map_err(|e| {
-            LlmError::Config(format!("could not set up the HTTP client: {}", chain(&e)))
+            LlmError::config(format!("could not set up the HTTP client: {}", chain(&e)))
         })?;
         let host = match (url.host_str(), url.port_or_known_default()) {
             (Some(host), Some(port)) => format!("{host}:{port}"),

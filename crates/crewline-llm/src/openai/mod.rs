@@ -237,7 +237,7 @@ impl OpenAiClient {
                 let error = self
                     .api_key
                     .scrub_error(self.transport.request_error(error));
-                tracing::warn!(%error, "request failed before the first byte");
+                tracing::warn!(error = %crewline_core::ErrorChain(&error), "request failed before the first byte");
                 Err(error)
             }
             Ok(Ok(response)) => {
@@ -303,7 +303,7 @@ impl LlmClient for OpenAiClient {
             if !self.stream_options_refused.swap(true, Ordering::Relaxed) {
                 span.in_scope(|| {
                     tracing::warn!(
-                        %error,
+                        error = %crewline_core::ErrorChain(error),
                         "the server refuses stream_options: retrying without it, and leaving it out from now on (no token usage from this server's streams)"
                     );
                 });
@@ -346,7 +346,9 @@ impl LlmClient for OpenAiClient {
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "answer received"
             ),
-            Err(error) => tracing::warn!(%error, "chat request failed"),
+            Err(error) => {
+                tracing::warn!(error = %crewline_core::ErrorChain(error), "chat request failed")
+            }
         });
         result
     }

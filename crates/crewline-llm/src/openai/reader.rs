@@ -119,7 +119,7 @@ impl<B> Reader<B> {
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, "the stream failed");
+                tracing::warn!(error = %crewline_core::ErrorChain(&error), "the stream failed");
                 self.stop(Err(error));
             }
         }
@@ -190,7 +190,7 @@ where
                             limit: self.max_event_bytes,
                         },
                     };
-                    tracing::warn!(%error, "the stream failed");
+                    tracing::warn!(error = %crewline_core::ErrorChain(&error), "the stream failed");
                     self.stop(Err(error));
                     continue;
                 }
@@ -203,7 +203,7 @@ where
                 Poll::Ready(Some(Ok(bytes))) => self.sse.push(&bytes),
                 Poll::Ready(Some(Err(error))) => {
                     let error = http::stream_error(error);
-                    tracing::warn!(%error, "the stream failed");
+                    tracing::warn!(error = %crewline_core::ErrorChain(&error), "the stream failed");
                     self.stop(Err(error));
                 }
                 Poll::Ready(None) => {

@@ -36,19 +36,10 @@ pub(crate) use self::count::Counters;
 pub use self::tls::TlsRoots;
 pub(crate) use self::tls::client_config;
 
-/// An error's message with its causes, each once: hyper, hyper-util and reqwest keep the
-/// causes out of their own `Display` ("client error (Connect)" alone says nothing about a
-/// refused connection), and some repeat a cause's words in their own. Both clients' one copy.
+/// An error's message with its causes, each once (crewline's one printer,
+/// [`crewline_core::error_chain`]): hyper, hyper-util and reqwest keep the causes out of
+/// their own `Display` ("client error (Connect)" alone says nothing about a refused
+/// connection), so the words an [`ErrorDetail`](crate::ErrorDetail) keeps are the chain.
 pub(crate) fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.contains(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    message
+    crewline_core::error_chain(error)
 }

@@ -52,14 +52,27 @@ mod tests {
             LlmError::StreamCut(ErrorDetail::new(said.clone())),
             LlmError::InvalidResponse(ErrorDetail::new(said)),
         ] {
-            let scrubbed = scrub_error(key, error);
-            assert!(!scrubbed.to_string().contains("sk-secret"), "{scrubbed}");
-            assert!(scrubbed.to_string().contains("<redacted>"), "{scrubbed}");
+            // What a log line or the platform's `agent.error` shows: the chain.
+            let scrubbed = crewline_core::error_chain(&scrub_error(key, error));
+            assert!(!scrubbed.contains("sk-secret"), "{scrubbed}");
+            assert!(scrubbed.contains("<redacted>"), "{scrubbed}");
         }
-        let short = scrub_error("ab", LlmError::Config("ab ab".to_owned()));
+        let short = scrub_error("ab", LlmError::config("ab ab".to_owned()));
         assert_eq!(
-            short.to_string(),
-            LlmError::Config("ab ab".to_owned()).to_string()
+            crewline_core::error_chain(&short),
+            crewline_core::error_chain(&LlmError::config("ab ab".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_scrubbed_cause_is_printed_once_and_never_raw() {
+        let key = "sk-secret-123456";
+        let raw = std::io::Error::other(format!("refused {key}"));
+        let error = LlmError::Connect(ErrorDetail::caused_by(format!("refused {key}"), raw));
+        assert_eq!(error.to_string(), "could not reach the LLM server");
+        assert_eq!(
+            crewline_core::error_chain(&scrub_error(key, error)),
+            "could not reach the LLM server: refused <redacted>"
         );
     }
 }

@@ -58,13 +58,13 @@ impl TlsRoots {
             return Ok(self);
         };
         let pem = std::fs::read(&path).map_err(|e| {
-            LlmError::Config(format!(
+            LlmError::config(format!(
                 "SSL_CERT_FILE {:?} could not be read: {e}",
                 path.to_string_lossy()
             ))
         })?;
         let added = parse_pem(&pem).map_err(|e| {
-            LlmError::Config(format!("SSL_CERT_FILE {:?}: {e}", path.to_string_lossy()))
+            LlmError::config(format!("SSL_CERT_FILE {:?}: {e}", path.to_string_lossy()))
         })?;
         self.certs.extend(added);
         Ok(self)
@@ -78,12 +78,12 @@ impl TlsRoots {
     pub fn reqwest_client(&self) -> Result<reqwest::Client, LlmError> {
         let roots = self.clone().with_env(|name| std::env::var_os(name))?;
         let mut tls = client_config(&roots)
-            .map_err(|e| LlmError::Config(format!("could not set up TLS: {e}")))?;
+            .map_err(|e| LlmError::config_caused_by("could not set up TLS", e))?;
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .build()
-            .map_err(|e| LlmError::Config(format!("could not set up the HTTP client: {e}")))
+            .map_err(|e| LlmError::config_caused_by("could not set up the HTTP client", e))
     }
 
     /// The certificates.
@@ -96,9 +96,9 @@ impl TlsRoots {
 fn parse_pem(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, LlmError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| LlmError::Config(format!("a root certificate's PEM is unreadable: {e}")))?;
+        .map_err(|e| LlmError::config_caused_by("a root certificate's PEM is unreadable", e))?;
     if certs.is_empty() {
-        return Err(LlmError::Config(
+        return Err(LlmError::config(
             "no certificate in the PEM given as a root".to_owned(),
         ));
     }

@@ -296,7 +296,7 @@ fn differences(outcome: &Outcome, expected: &Value) -> Vec<String> {
             if error_kind(error) != want["kind"].as_str().unwrap_or_default() {
                 wrong.push(format!("error {error:?}, expected kind {}", want["kind"]));
             }
-            let message = error.to_string();
+            let message = crewline_core::error_chain(error);
             if let Some(part) = want["message_contains"].as_str()
                 && !message.contains(part)
             {

@@ -143,7 +143,7 @@ where
                 let send = self.inner.send(JsonRpcMessage::Error(refusal(Some(id))));
                 tokio::spawn(async move {
                     if let Err(error) = send.await {
-                        tracing::debug!(%error, "the refusal could not be sent");
+                        tracing::debug!(error = %crewline_core::ErrorChain(&error), "the refusal could not be sent");
                     }
                 });
             }

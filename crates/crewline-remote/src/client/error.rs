@@ -10,7 +10,7 @@ pub enum ClientError {
     #[error("invalid task client configuration: {0}")]
     Config(String),
     /// The request did not get an answer (connection refused, reset, timed out).
-    #[error("could not reach the task API: {0}")]
+    #[error("could not reach the task API")]
     Network(#[source] reqwest::Error),
     /// The API answered with an error status.
     #[error("the task API answered {status}: {detail}")]
@@ -40,7 +40,7 @@ pub enum ClientError {
         limit: usize,
     },
     /// A success response did not have the expected shape.
-    #[error("the task API sent a body that is not the expected {what}: {source}")]
+    #[error("the task API sent a body that is not the expected {what}")]
     Decode {
         /// What was expected.
         what: &'static str,

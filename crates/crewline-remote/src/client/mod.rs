@@ -282,7 +282,7 @@ impl TaskClient {
                     match client.answer(&task_id, &event.id, &answer).await {
                         Ok(()) => true,
                         Err(error) => {
-                            tracing::warn!(%error, event_id = %event.id, "tool answer refused");
+                            tracing::warn!(error = %crewline_core::ErrorChain(&error), event_id = %event.id, "tool answer refused");
                             false
                         }
                     }
@@ -390,7 +390,7 @@ where
         .retry(backoff.schedule())
         .when(ClientError::is_retryable)
         .notify(|error, delay| {
-            tracing::warn!(%error, attempt = attempts, ?delay, "{what} failed; retrying");
+            tracing::warn!(error = %crewline_core::ErrorChain(error), attempt = attempts, ?delay, "{what} failed; retrying");
             attempts += 1;
         })
         .await;
@@ -409,7 +409,7 @@ impl TaskOutcome {
             Ok(true) => self.calls_answered += 1,
             Ok(false) => self.answers_rejected += 1,
             Err(error) => {
-                tracing::error!(%error, "a tool call task failed");
+                tracing::error!(error = %crewline_core::ErrorChain(&error), "a tool call task failed");
                 self.answers_rejected += 1;
             }
         }

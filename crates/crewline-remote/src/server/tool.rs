@@ -153,10 +153,10 @@ impl Lease {
                     Ok(()) => {}
                     // The store may come back before the lease lapses.
                     Err(error @ (StoreError::Backend(_) | StoreError::Unreachable(_))) => {
-                        tracing::warn!(%error, task_id, "task lease not renewed");
+                        tracing::warn!(error = %crewline_core::ErrorChain(&error), task_id, "task lease not renewed");
                     }
                     Err(error) => {
-                        tracing::warn!(%error, task_id, "task lost: another call attached it");
+                        tracing::warn!(error = %crewline_core::ErrorChain(&error), task_id, "task lost: another call attached it");
                         lost.store(true, Ordering::SeqCst);
                         return;
                     }
@@ -199,10 +199,10 @@ impl Drop for Lease {
                         }
                         // The store itself failed: the task is released when its lease lapses.
                         Err(error @ (StoreError::Backend(_) | StoreError::Unreachable(_))) => {
-                            tracing::warn!(%error, task_id, "task not finished at call end");
+                            tracing::warn!(error = %crewline_core::ErrorChain(&error), task_id, "task not finished at call end");
                         }
                         Err(error) => {
-                            tracing::debug!(%error, task_id, "task not finished at call end");
+                            tracing::debug!(error = %crewline_core::ErrorChain(&error), task_id, "task not finished at call end");
                         }
                     }
                 });

@@ -134,7 +134,12 @@ impl Failure {
             SetupError::TimedOut(_) => (HandshakeFailure::SetupTimeout, "crew setup timed out"),
             SetupError::InvalidGraph(_) => (HandshakeFailure::InvalidGraph, "invalid crew"),
         };
-        Self::new(reason, error.to_string(), close_code::ERROR, close_reason)
+        Self::new(
+            reason,
+            crewline::types::error_chain(&error),
+            close_code::ERROR,
+            close_reason,
+        )
     }
 }
 

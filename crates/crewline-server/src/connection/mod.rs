@@ -239,11 +239,11 @@ impl Connection {
             crew = self.service.run_setup(move || for_user) => crew,
         };
         let crew = crew.map_err(|error| {
-            tracing::error!(%error, "the crew's setup failed");
+            tracing::error!(error = %crewline::types::ErrorChain(&error), "the crew's setup failed");
             Failure::setup(error)
         })?;
         Session::start(crew, setup).await.map_err(|error| {
-            tracing::error!(%error, "the crew's graph is invalid");
+            tracing::error!(error = %crewline::types::ErrorChain(&error), "the crew's graph is invalid");
             Failure::setup(SetupError::InvalidGraph(error))
         })
     }
@@ -539,7 +539,9 @@ impl Connection {
                     Err(error @ (DispatchError::Full(_) | DispatchError::OverBudget { .. })) => {
                         self.send_error(error.to_string(), "inbox_full", Severity::Warning);
                     }
-                    Err(error) => tracing::debug!(%error, "event not delivered"),
+                    Err(error) => {
+                        tracing::debug!(error = %crewline::types::ErrorChain(&error), "event not delivered")
+                    }
                 },
                 Err(error) => {
                     let kind = error.kind();

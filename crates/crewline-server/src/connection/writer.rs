@@ -70,7 +70,7 @@ where
     match outcome {
         Some(Ok(())) => Ok(()),
         Some(Err(error)) => {
-            tracing::debug!(%error, "socket write failed");
+            tracing::debug!(error = %crewline::types::ErrorChain(&error), "socket write failed");
             Err(WriterEnd::Failed)
         }
         None => Err(WriterEnd::TimedOut),

@@ -95,7 +95,7 @@ pub(super) fn serve_on_workers(
                             })
                         });
                     if let Err(error) = &served {
-                        tracing::error!(%error, "a worker runtime stopped serving; stopping the others");
+                        tracing::error!(error = %crewline::types::ErrorChain(error), "a worker runtime stopped serving; stopping the others");
                         stop.cancel();
                     }
                     served
@@ -129,7 +129,7 @@ pub(super) fn join_result(
 ) -> Result<(), ServerError> {
     match result {
         Ok(served) => served.map_err(ServerError::Io),
-        Err(error) => Err(ServerError::Task(error.to_string())),
+        Err(error) => Err(ServerError::Task(error)),
     }
 }
 
@@ -187,7 +187,7 @@ pub(super) async fn drain(service: &Service) {
 pub async fn shutdown_signal() {
     let ctrl_c = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            tracing::warn!(error = %crewline::types::ErrorChain(&error), "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
     };
@@ -198,7 +198,7 @@ pub async fn shutdown_signal() {
                 signal.recv().await;
             }
             Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "cannot listen for SIGTERM");
                 std::future::pending::<()>().await;
             }
         }

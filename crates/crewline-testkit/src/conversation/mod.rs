@@ -61,7 +61,7 @@ use crate::platform::{CrewFrame, PlatformClient, PlatformConfig, PlatformError, 
 #[non_exhaustive]
 pub enum TestkitError {
     /// The test server could not bind 127.0.0.1.
-    #[error("could not serve the crew on 127.0.0.1: {0}")]
+    #[error("could not serve the crew on 127.0.0.1")]
     Bind(#[source] std::io::Error),
     /// The platform client failed: connecting, the handshake, or a turn (a timeout, a closed
     /// connection).
@@ -189,7 +189,7 @@ impl TestCrew {
         let handle = server.handle();
         let task = tokio::spawn(async move {
             if let Err(error) = server.serve(listener).await {
-                tracing::warn!(%error, "the test crew's server stopped");
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "the test crew's server stopped");
             }
         });
         Ok(Self {

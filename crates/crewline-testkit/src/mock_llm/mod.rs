@@ -886,7 +886,7 @@ impl axum::serve::Listener for MockListener {
             if self.shared.faults().accept() {
                 // A reset (RST), not a polite close: what a client meets at a crashed server.
                 if let Err(error) = tcp.set_zero_linger() {
-                    tracing::debug!(%error, "could not set SO_LINGER");
+                    tracing::debug!(error = %crewline::types::ErrorChain(&error), "could not set SO_LINGER");
                 }
                 drop(tcp);
                 continue;
@@ -895,7 +895,7 @@ impl axum::serve::Listener for MockListener {
                 // Without TCP_NODELAY, each small SSE event after the first waits for the
                 // client's delayed ACK (about 40 ms on Linux): streamed answers would crawl.
                 if let Err(error) = tcp.set_nodelay(true) {
-                    tracing::debug!(%error, "could not set TCP_NODELAY");
+                    tracing::debug!(error = %crewline::types::ErrorChain(&error), "could not set TCP_NODELAY");
                 }
                 return (MockIo::new(tcp, Arc::clone(&self.shared.connections)), addr);
             };

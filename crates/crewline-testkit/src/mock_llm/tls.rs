@@ -33,7 +33,7 @@ const READY_QUEUE: usize = 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// A PEM file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file.
         path: PathBuf,
@@ -49,7 +49,7 @@ pub enum TlsError {
         detail: String,
     },
     /// rustls refused the certificate and key (e.g. a key that does not match).
-    #[error("the certificate and key were refused: {0}")]
+    #[error("the certificate and key were refused")]
     Rustls(#[from] rustls::Error),
 }
 
@@ -156,7 +156,7 @@ async fn accept_loop(
         if shared.faults().accept() {
             // A reset before the handshake: a provider that is down.
             if let Err(error) = tcp.set_zero_linger() {
-                tracing::debug!(%error, "could not set SO_LINGER");
+                tracing::debug!(error = %crewline::types::ErrorChain(&error), "could not set SO_LINGER");
             }
             drop(tcp);
             continue;
@@ -164,7 +164,7 @@ async fn accept_loop(
         // Without TCP_NODELAY, each small SSE event after the first waits for the client's
         // delayed ACK (about 40 ms on Linux).
         if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "could not set TCP_NODELAY");
+            tracing::debug!(error = %crewline::types::ErrorChain(&error), "could not set TCP_NODELAY");
         }
         let (acceptor, done, counters) = (
             acceptor.clone(),
@@ -177,7 +177,7 @@ async fn accept_loop(
                 Ok(Ok(tls)) => tls,
                 Ok(Err(error)) => {
                     counters.tls_failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%error, %addr, "TLS handshake failed");
+                    tracing::debug!(error = %crewline::types::ErrorChain(&error), %addr, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {

@@ -117,7 +117,7 @@ impl Refusal {
             _ => ("setup_failed", "crew setup failed"),
         };
         Self {
-            message: error.to_string(),
+            message: crewline::types::error_chain(error),
             reason,
             code: ERROR,
             close_reason,
@@ -219,9 +219,13 @@ async fn dispatch(
                         return false;
                     }
                 }
-                Err(error) => tracing::debug!(%error, "event not delivered"),
+                Err(error) => {
+                    tracing::debug!(error = %crewline::types::ErrorChain(&error), "event not delivered")
+                }
             },
-            Err(error) => tracing::warn!(%error, "dropped an undecodable frame from the client"),
+            Err(error) => {
+                tracing::warn!(error = %crewline::types::ErrorChain(&error), "dropped an undecodable frame from the client")
+            }
         }
     }
     false

@@ -159,7 +159,7 @@ pub enum PlatformError {
         reason: String,
     },
     /// The TCP connection or the WebSocket upgrade failed.
-    #[error("could not connect to {url}: {source}")]
+    #[error("could not connect to {url}")]
     Connect {
         /// The URL.
         url: String,

@@ -129,7 +129,7 @@ pub(super) async fn read_frames(
             // tungstenite answers pings itself.
             Some(Ok(_)) => continue,
             Some(Err(error)) => {
-                tracing::debug!(%error, "WebSocket read failed");
+                tracing::debug!(error = %crewline::types::ErrorChain(&error), "WebSocket read failed");
                 break Inbound::Closed {
                     code: None,
                     reason: error.to_string(),
@@ -179,7 +179,7 @@ pub(super) async fn write_frames(
         match tokio::time::timeout(WRITE_TIMEOUT, sink.send(message)).await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
-                tracing::debug!(%error, "WebSocket write failed");
+                tracing::debug!(error = %crewline::types::ErrorChain(&error), "WebSocket write failed");
                 return;
             }
             Err(_) => {

@@ -165,7 +165,7 @@ impl ClaimOutcome {
             Self::Failed(error) => json!({ "error": {
                 "kind": error.kind,
                 "message": error.message,
-                "detail": error.detail,
+                "detail": error.detail.as_deref(),
             }}),
             Self::TooLarge { bytes } => json!({ "too_large": bytes }),
         }
@@ -192,7 +192,7 @@ impl ClaimOutcome {
             detail: error
                 .get("detail")
                 .and_then(Value::as_str)
-                .map(str::to_owned),
+                .map(crewline_core::ErrorDetail::new),
         }))
     }
 }

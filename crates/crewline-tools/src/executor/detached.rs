@@ -56,7 +56,7 @@ impl Recorder {
     fn write(self, outcome: Result<Value, ToolCallError>) {
         let (sink, record) = self.ran_on(outcome);
         if let Err(error) = sink.record(&record) {
-            tracing::error!(%error, "the tool ledger could not be written");
+            tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
         }
     }
 

@@ -1,11 +1,15 @@
 //! Why one call failed: the kind and message the model reads, and the operator's detail.
 
-use crewline_core::error_chain;
-use crewline_core::{ToolErrorKind, ToolFailure};
+use crewline_core::{ErrorDetail, ToolErrorKind, ToolFailure, error_chain};
 
 use crate::ToolError;
 
 /// Why one call failed: its kind, the message the model reads, and the operator's detail.
+///
+/// Its `Display` is the kind and the model's message; the operator's detail is its
+/// [`source`](std::error::Error::source), printed by [`error_chain`]. `Clone` and `PartialEq`
+/// because a stored outcome is handed to every caller of the same key and compared in tests:
+/// the detail keeps its cause behind an `Arc` and compares by its words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ToolCallError {
@@ -13,8 +17,10 @@ pub struct ToolCallError {
     pub kind: ToolErrorKind,
     /// The message written for the model.
     pub message: String,
-    /// The full chain for the operator (logs, ledger); never shown to the model.
-    pub detail: Option<String>,
+    /// The full chain for the operator (logs, ledger), with the error that caused it when
+    /// there is one; never shown to the model.
+    #[source]
+    pub detail: Option<ErrorDetail>,
 }
 
 impl ToolCallError {
@@ -29,7 +35,7 @@ impl ToolCallError {
 
     /// Attaches the operator's detail.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
-        self.detail = Some(detail.into());
+        self.detail = Some(ErrorDetail::new(detail));
         self
     }
 }
@@ -43,10 +49,12 @@ impl From<ToolError> for ToolCallError {
         } else {
             ToolErrorKind::ToolError
         };
+        let (message, detail) = error.into_parts();
         Self {
             kind,
-            message: error.message().to_owned(),
-            detail: error.detail().map(|detail| error_chain(detail)),
+            message,
+            detail: detail
+                .map(|detail| ErrorDetail::caused_by_boxed(error_chain(&*detail), detail)),
         }
     }
 }
@@ -73,6 +81,11 @@ mod tests {
         assert_eq!(error.kind, ToolErrorKind::ToolError);
         assert_eq!(error.message, "weather is down");
         assert_eq!(error.detail.as_deref(), Some("503"));
+        // The cause is kept, not only its words; printed once, after the model's message.
+        let cause = std::error::Error::source(&error).and_then(std::error::Error::source);
+        assert!(cause.is_some_and(|cause| cause.is::<std::io::Error>()));
+        assert_eq!(error.to_string(), "ToolError: weather is down");
+        assert_eq!(error_chain(&error), "ToolError: weather is down: 503");
         let invalid = ToolCallError::from(ToolError::invalid_arguments("bad date"));
         assert_eq!(invalid.kind, ToolErrorKind::ToolArgsInvalid);
         let unknown = ToolCallError::from(ToolError::outcome_unknown("may have run"));

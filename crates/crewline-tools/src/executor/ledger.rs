@@ -161,7 +161,7 @@ pub fn pending(entries: impl IntoIterator<Item = LedgerEntry>) -> Vec<LedgerInte
 #[non_exhaustive]
 pub enum LedgerError {
     /// The file could not be opened, written or read.
-    #[error("ledger I/O failed on {path}: {source}")]
+    #[error("ledger I/O failed on {path}")]
     Io {
         /// The ledger file.
         path: PathBuf,
@@ -169,7 +169,7 @@ pub enum LedgerError {
         source: io::Error,
     },
     /// A record could not be encoded.
-    #[error("ledger record could not be encoded: {0}")]
+    #[error("ledger record could not be encoded")]
     Encode(#[from] serde_json::Error),
     /// The sink keeps no intents (a [`LedgerSink`] that only implements `record`).
     #[error("this ledger sink does not record intents")]
@@ -725,7 +725,7 @@ impl Writer {
                 Job::Line(line) => {
                     if let Err(error) = self.write(&line) {
                         self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(%error, "the tool ledger could not be written");
+                        tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
                     }
                 }
                 Job::Flush(done) => {
@@ -735,7 +735,7 @@ impl Writer {
                     let written = self.write(&line).and_then(|()| self.sync_intent());
                     if let Err(error) = &written {
                         self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(%error, "an intent could not be written to the tool ledger");
+                        tracing::error!(error = %crewline_core::ErrorChain(error), "an intent could not be written to the tool ledger");
                     }
                     // The caller may have stopped waiting (its call was dropped).
                     let _ = done.send(written);
@@ -744,7 +744,7 @@ impl Writer {
                     let written = self.write(&line);
                     if let Err(error) = &written {
                         self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(%error, "the tool ledger could not be written");
+                        tracing::error!(error = %crewline_core::ErrorChain(error), "the tool ledger could not be written");
                     }
                     let _ = done.send(written);
                 }
@@ -905,7 +905,7 @@ fn read_file(path: &Path, records: &mut Vec<LedgerEntry>) -> Result<(), LedgerEr
             Err(error) => tracing::warn!(
                 path = %path.display(),
                 line = number + 1,
-                %error,
+                error = %crewline_core::ErrorChain(&error),
                 "skipping a torn ledger line"
             ),
         }

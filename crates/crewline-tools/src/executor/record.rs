@@ -77,7 +77,7 @@ impl Drop for LedgerGuard<'_> {
         );
         tracing::info!(tool = %self.call.name, "a call was dropped before it finished");
         if let Err(error) = ledger.record(&record) {
-            tracing::error!(%error, "the tool ledger could not be written");
+            tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
         }
     }
 }
@@ -98,7 +98,7 @@ pub(super) fn record(
             Outcome::Error,
             Some(error.kind),
             Some(error.message.clone()),
-            error.detail.clone(),
+            error.detail.as_deref().map(str::to_owned),
         ),
     };
     // Only the tool's end settles its intent: a caller that stopped waiting (`StillRunning`)
@@ -132,7 +132,7 @@ pub(super) fn record(
 pub(super) async fn write_record(ledger: &Arc<dyn LedgerSink>, record: LedgerRecord) {
     if record.intent_id.is_none() {
         if let Err(error) = ledger.record(&record) {
-            tracing::error!(%error, "the tool ledger could not be written");
+            tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
         }
         return;
     }
@@ -145,7 +145,7 @@ pub(super) async fn write_record(ledger: &Arc<dyn LedgerSink>, record: LedgerRec
     match tokio::time::timeout(OUTCOME_TIMEOUT, settling).await {
         Ok(Ok(())) => unsettled.record = None,
         Ok(Err(error)) => {
-            tracing::warn!(%error, "the outcome could not be stored at once: it is queued");
+            tracing::warn!(error = %crewline_core::ErrorChain(&error), "the outcome could not be stored at once: it is queued");
         }
         Err(_) => {
             tracing::warn!(timeout = ?OUTCOME_TIMEOUT, "the outcome was not stored in time: it is queued");
@@ -164,7 +164,7 @@ impl Drop for Unsettled<'_> {
         if let Some(record) = self.record.take()
             && let Err(error) = self.ledger.record(&record)
         {
-            tracing::error!(%error, "the tool ledger could not be written");
+            tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
         }
     }
 }
@@ -222,18 +222,19 @@ impl Executor {
                 return Ok(());
             }
             Err(error) if ledger.require_intent() => {
-                tracing::error!(%error, "the intent could not be recorded: the tool was not run");
+                tracing::error!(error = %crewline_core::ErrorChain(&error), "the intent could not be recorded: the tool was not run");
                 return Err(ToolCallError::new(
                     ToolErrorKind::ToolError,
                     "the tool was not run because it could not be recorded; nothing happened, \
                      you may try again in a moment",
                 )
                 .with_detail(format!(
-                    "the ledger could not store the intent (require_intent): {error}"
+                    "the ledger could not store the intent (require_intent): {}",
+                    crewline_core::ErrorChain(&error)
                 )));
             }
             Err(error) => {
-                tracing::error!(%error, "the intent could not be recorded; the tool runs anyway");
+                tracing::error!(error = %crewline_core::ErrorChain(&error), "the intent could not be recorded; the tool runs anyway");
             }
         }
         if let Some(recorder) = recorder {

@@ -53,7 +53,7 @@ impl Executor {
             .claim(key, ClaimRequest::Join, self.claim_terms())
             .await
             .map_err(|error| {
-                tracing::error!(%error, "the claim store is unreachable; the call is refused");
+                tracing::error!(error = %crewline_core::ErrorChain(&error), "the claim store is unreachable; the call is refused");
                 inflight::unclaimable(&error)
             })?;
         Ok(match found {
@@ -82,7 +82,7 @@ impl Executor {
             .claim(key, request, self.claim_terms())
             .await
             .map_err(|error| {
-                tracing::error!(%error, "the claim store is unreachable; the call is refused");
+                tracing::error!(error = %crewline_core::ErrorChain(&error), "the claim store is unreachable; the call is refused");
                 inflight::unclaimable(&error)
             })?;
         Ok(match found {
@@ -112,7 +112,7 @@ impl Executor {
             .await
         {
             // The lease lapses instead: a retry reads an unknown outcome, never a second run.
-            tracing::warn!(%error, "an unrun call's claim could not be released");
+            tracing::warn!(error = %crewline_core::ErrorChain(&error), "an unrun call's claim could not be released");
         }
     }
 
@@ -148,7 +148,7 @@ impl Executor {
                     "another call holds this call's claim now; its outcome was not kept"
                 ),
                 Err(error) => tracing::error!(
-                    %error,
+                    error = %crewline_core::ErrorChain(&error),
                     "the outcome of a non-cancellable call could not be written: its caller \
                      has it, a retry elsewhere reads OutcomeUnknown once the lease lapses"
                 ),
@@ -173,7 +173,7 @@ impl Executor {
                 match self.claims.wait(key, until, self.claim_terms()).await {
                     Ok(claim) => claim,
                     Err(error) => {
-                        tracing::warn!(%error, "the claim store failed while waiting");
+                        tracing::warn!(error = %crewline_core::ErrorChain(&error), "the claim store failed while waiting");
                         return Err(inflight::still_running());
                     }
                 }
@@ -211,7 +211,7 @@ impl Executor {
         let terms = self.claim_terms();
         runtime.spawn(async move {
             if let Err(error) = store.claim(&key, ClaimRequest::Join, terms).await {
-                tracing::warn!(%error, "an outcome could not be marked received");
+                tracing::warn!(error = %crewline_core::ErrorChain(&error), "an outcome could not be marked received");
             }
         });
     }
@@ -278,7 +278,9 @@ async fn renew(store: &dyn ClaimStore, key: &ClaimKey, token: &ClaimToken, terms
                 );
                 return;
             }
-            Err(error) => tracing::warn!(%error, "a claim could not be renewed; retrying"),
+            Err(error) => {
+                tracing::warn!(error = %crewline_core::ErrorChain(&error), "a claim could not be renewed; retrying")
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 #[non_exhaustive]
 pub enum RunSyncError {
     /// No runtime could be built.
-    #[error("could not start a runtime for the tool call: {0}")]
+    #[error("could not start a runtime for the tool call")]
     Runtime(#[from] std::io::Error),
     /// The future panicked.
     #[error("the tool call panicked")]

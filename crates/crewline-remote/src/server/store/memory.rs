@@ -371,7 +371,7 @@ impl MemoryStore {
                     match usage.reserve(&limits, entry, size) {
                         Ok(()) => entry.snapshot.output = Some(output.clone()),
                         Err(error) => {
-                            tracing::warn!(task_id = id, %error, "task finished without its output");
+                            tracing::warn!(task_id = id, error = %crewline_core::ErrorChain(&error), "task finished without its output");
                         }
                     }
                 }
