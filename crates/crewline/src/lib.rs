@@ -52,6 +52,7 @@
 mod agent;
 mod call;
 mod crew;
+mod inbox;
 mod loop_agent;
 mod node;
 mod observer;

@@ -2,7 +2,7 @@
 
 use std::sync::{
     Arc,
-    atomic::{AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicU64, Ordering},
 };
 
 use tokio::task::JoinHandle;
@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use crate::{
     CallControl, Crew, GraphError, NodeHandle, NodeSpec, NoopObserver, Observer,
     call::Attached,
-    runner::{LineInterrupt, NodeIo, run_background, run_output},
+    inbox::{InboxBudget, InboxReceiver, LineInterrupt, NodeIo, Queued},
+    runner::{run_background, run_output},
     session_store::{CallStore, Checkpoint, run_checkpointer},
 };
 
@@ -226,73 +227,6 @@ pub struct Session {
     budget: Arc<InboxBudget>,
 }
 
-/// The bytes of platform events waiting in a call's root inboxes, and their limit.
-pub(crate) struct InboxBudget {
-    queued: AtomicUsize,
-    limit: usize,
-}
-
-impl InboxBudget {
-    /// Counts `bytes` more as queued, unless that goes past the limit (an event reaching
-    /// empty inboxes is always taken); `Err` holds what is queued.
-    fn take(&self, bytes: usize) -> Result<(), usize> {
-        self.queued
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued == 0 || queued.saturating_add(bytes) <= self.limit)
-                    .then(|| queued.saturating_add(bytes))
-            })
-            .map(|_| ())
-    }
-
-    fn release(&self, bytes: usize) {
-        self.queued.fetch_sub(bytes, Ordering::AcqRel);
-    }
-}
-
-/// A platform event in a root's inbox, with the bytes it counts for.
-pub(crate) struct Queued {
-    event: Box<Event>,
-    bytes: usize,
-}
-
-/// Where a node takes its events from: the platform's (counted against the call's byte
-/// budget, for a root) or its parents'.
-pub(crate) enum InboxReceiver {
-    /// A root's inbox, fed by [`Session::dispatch`].
-    Root {
-        receiver: mpsc::Receiver<Queued>,
-        budget: Arc<InboxBudget>,
-    },
-    /// The inbox of a node with parents, fed by them.
-    Inner(mpsc::Receiver<Box<Event>>),
-}
-
-impl InboxReceiver {
-    /// The next event; `None` once the inbox is closed and empty. Cancel safe.
-    pub(crate) async fn recv(&mut self) -> Option<Box<Event>> {
-        match self {
-            Self::Root { receiver, budget } => {
-                let queued = receiver.recv().await?;
-                budget.release(queued.bytes);
-                Some(queued.event)
-            }
-            Self::Inner(receiver) => receiver.recv().await,
-        }
-    }
-
-    /// The next event if one is waiting.
-    pub(crate) fn try_recv(&mut self) -> Option<Box<Event>> {
-        match self {
-            Self::Root { receiver, budget } => {
-                let queued = receiver.try_recv().ok()?;
-                budget.release(queued.bytes);
-                Some(queued.event)
-            }
-            Self::Inner(receiver) => receiver.try_recv().ok(),
-        }
-    }
-}
-
 /// Where one root node takes platform events in.
 struct Inbox {
     node: Arc<str>,
@@ -314,6 +248,98 @@ struct InterruptLine {
 /// How many interrupts may wait on a node's interrupt line; more are redundant.
 const INTERRUPT_LINE_CAPACITY: usize = 4;
 
+/// The channels between a call's nodes, built before any node starts.
+struct Wiring<'c> {
+    /// Each node's children, by position in the crew.
+    children: &'c [Vec<usize>],
+    /// Where the platform feeds each root: a root has no parents, so its inbox carries each
+    /// event's size for the call's byte budget.
+    root_senders: Vec<Option<mpsc::Sender<Queued>>>,
+    /// Where parents feed each other node.
+    inbox_senders: Vec<Option<mpsc::Sender<Box<Event>>>>,
+    receivers: Vec<Option<InboxReceiver>>,
+}
+
+impl<'c> Wiring<'c> {
+    /// An inbox of `capacity` events for each node of a crew with `children`.
+    fn new(children: &'c [Vec<usize>], capacity: usize, budget: &Arc<InboxBudget>) -> Self {
+        let count = children.len();
+        let mut has_parent = vec![false; count];
+        for child in children.iter().flatten() {
+            if let Some(flag) = has_parent.get_mut(*child) {
+                *flag = true;
+            }
+        }
+        let mut wiring = Self {
+            children,
+            root_senders: Vec::with_capacity(count),
+            inbox_senders: Vec::with_capacity(count),
+            receivers: Vec::with_capacity(count),
+        };
+        for has_parent in has_parent {
+            let receiver = if has_parent {
+                let (sender, receiver) = mpsc::channel(capacity);
+                wiring.root_senders.push(None);
+                wiring.inbox_senders.push(Some(sender));
+                InboxReceiver::Inner(receiver)
+            } else {
+                let (sender, receiver) = mpsc::channel(capacity);
+                wiring.root_senders.push(Some(sender));
+                wiring.inbox_senders.push(None);
+                InboxReceiver::Root {
+                    receiver,
+                    budget: Arc::clone(budget),
+                }
+            };
+            wiring.receivers.push(Some(receiver));
+        }
+        wiring
+    }
+
+    /// The inbox of the node at `index`, and where the platform feeds it if it is a root.
+    fn take(&mut self, index: usize) -> (Option<InboxReceiver>, Option<mpsc::Sender<Queued>>) {
+        (
+            self.receivers.get_mut(index).and_then(Option::take),
+            self.root_senders.get_mut(index).and_then(Option::take),
+        )
+    }
+
+    /// Where the node at `index` sends: its children's inboxes, or the platform for a leaf.
+    fn outputs(
+        &self,
+        index: usize,
+        platform: &mpsc::Sender<Box<Event>>,
+    ) -> Arc<[mpsc::Sender<Box<Event>>]> {
+        match self.children.get(index) {
+            Some(children) if !children.is_empty() => children
+                .iter()
+                .filter_map(|&child| self.inbox_senders.get(child).cloned().flatten())
+                .collect(),
+            _ => Arc::from(vec![platform.clone()]),
+        }
+    }
+}
+
+/// Sends `agent.ready`, and a hand-off sent before a reconnect again: it may not have reached
+/// the platform, and the crew stays silent as it would have.
+async fn announce_ready(setup: &SessionSetup) {
+    if setup
+        .outbound
+        .send(Box::new(Event::now(EventBody::AgentReady)))
+        .await
+        .is_err()
+    {
+        tracing::debug!("the platform left before agent.ready");
+    }
+    if let Some(handoff) = setup.call.resumed().and_then(|c| c.handoff.clone()) {
+        tracing::info!("resumed a call that was handed off: the hand-off is sent again");
+        let _ = setup
+            .outbound
+            .send(Box::new(Event::now(handoff.into_body())))
+            .await;
+    }
+}
+
 impl Session {
     /// Checks and starts `crew`: sends `agent.ready`, then starts the nodes.
     ///
@@ -321,133 +347,91 @@ impl Session {
     /// start can never precede it.
     pub async fn start(crew: Crew, setup: SessionSetup) -> Result<Session, GraphError> {
         let children = crew.topology()?;
-        let capacity = crew.inbox_capacity;
-        let platform_interruptible = setup
-            .init()
-            .output_agent_settings
-            .as_ref()
-            .is_none_or(|settings| settings.interruptible);
-
-        let count = crew.nodes.len();
-        let mut has_parent = vec![false; count];
-        for child in children.iter().flatten() {
-            has_parent[*child] = true;
-        }
-        let budget = Arc::new(InboxBudget {
-            queued: AtomicUsize::new(0),
-            limit: setup.inbox_bytes,
-        });
-        // A root has no parents, so only the platform feeds it: its inbox carries each event's
-        // size for the budget. The others are fed by their parents' handles.
-        let mut root_senders: Vec<Option<mpsc::Sender<Queued>>> = vec![None; count];
-        let mut inbox_senders: Vec<Option<mpsc::Sender<Box<Event>>>> = vec![None; count];
-        let inbox_receivers: Vec<InboxReceiver> = (0..count)
-            .map(|index| {
-                if has_parent[index] {
-                    let (sender, receiver) = mpsc::channel(capacity);
-                    inbox_senders[index] = Some(sender);
-                    InboxReceiver::Inner(receiver)
-                } else {
-                    let (sender, receiver) = mpsc::channel(capacity);
-                    root_senders[index] = Some(sender);
-                    InboxReceiver::Root {
-                        receiver,
-                        budget: Arc::clone(&budget),
-                    }
-                }
-            })
-            .collect();
-
+        let budget = Arc::new(InboxBudget::new(setup.inbox_bytes));
+        // Every inbox exists before any node starts: a node's outputs are its children's.
+        let mut wiring = Wiring::new(&children, crew.inbox_capacity, &budget);
         // The platform learns the crew is ready before any node can speak.
-        if setup
-            .outbound
-            .send(Box::new(Event::now(EventBody::AgentReady)))
-            .await
-            .is_err()
-        {
-            tracing::debug!("the platform left before agent.ready");
+        announce_ready(&setup).await;
+        let mut session = Session {
+            checkpointer: None,
+            call: setup.call.clone(),
+            roots: Vec::new(),
+            interrupts: Vec::new(),
+            tasks: Vec::with_capacity(crew.nodes.len()),
+            observer: setup.observer.clone(),
+            budget,
+        };
+        for (index, spec) in crew.nodes.into_iter().enumerate() {
+            session.start_node(index, spec, &mut wiring, &setup);
         }
-        // A hand-off sent before the reconnect may not have reached the platform: it is sent
-        // again, and the crew stays silent as it would have.
-        if let Some(handoff) = setup.call.resumed().and_then(|c| c.handoff.clone()) {
-            tracing::info!("resumed a call that was handed off: the hand-off is sent again");
-            let _ = setup
-                .outbound
-                .send(Box::new(Event::now(handoff.into_body())))
-                .await;
-        }
-
-        let mut roots = Vec::new();
-        let mut interrupts = Vec::new();
-        let mut tasks = Vec::with_capacity(count);
-        for (index, (spec, inbox)) in crew.nodes.into_iter().zip(inbox_receivers).enumerate() {
-            let name: Arc<str> = Arc::from(spec.name());
-            let outputs: Arc<[mpsc::Sender<Box<Event>>]> = if children[index].is_empty() {
-                Arc::from(vec![setup.outbound.clone()])
-            } else {
-                // Every child has a parent, so it has an inner inbox.
-                children[index]
-                    .iter()
-                    .filter_map(|&c| inbox_senders[c].clone())
-                    .collect()
-            };
-            let handle = NodeHandle {
-                name: name.clone(),
-                outputs,
-                call: setup.call.clone(),
-            };
-            let interruptible = matches!(&spec, NodeSpec::Output(node) if node.interruptible)
-                && platform_interruptible;
-            let root = (!has_parent[index]).then_some(roots.len());
-            let interrupt = if interruptible {
-                let (sender, receiver) = mpsc::channel(INTERRUPT_LINE_CAPACITY);
-                interrupts.push(InterruptLine { sender, root });
-                Some(receiver)
-            } else {
-                None
-            };
-            if let Some(sender) = root_senders[index].take() {
-                roots.push(Inbox {
-                    node: name.clone(),
-                    sender,
-                    interruptible,
-                    delivered: AtomicU64::new(0),
-                });
-            }
-            let io = NodeIo {
-                handle,
-                inbox,
-                interrupt,
-                observer: setup.observer.clone(),
-            };
-            let span = tracing::debug_span!("node", node = %name);
-            let task = match spec {
-                NodeSpec::Output(node) => {
-                    tokio::spawn(tracing::Instrument::instrument(run_output(node, io), span))
-                }
-                NodeSpec::Background(node) => tokio::spawn(tracing::Instrument::instrument(
-                    run_background(node, io),
-                    span,
-                )),
-            };
-            tasks.push(task);
-        }
-        let checkpointer = setup.call.is_checkpointed().then(|| {
+        session.checkpointer = setup.call.is_checkpointed().then(|| {
             let span = tracing::debug_span!("checkpointer");
             tokio::spawn(tracing::Instrument::instrument(
                 run_checkpointer(setup.call.clone()),
                 span,
             ))
         });
-        Ok(Session {
-            checkpointer,
-            call: setup.call.clone(),
-            roots,
-            interrupts,
-            tasks,
-            observer: setup.observer,
-            budget,
-        })
+        Ok(session)
+    }
+
+    /// Starts the node at `index` of the crew as a task on its inbox, its outputs and, when
+    /// it can be interrupted, its interrupt line.
+    fn start_node(
+        &mut self,
+        index: usize,
+        spec: NodeSpec,
+        wiring: &mut Wiring<'_>,
+        setup: &SessionSetup,
+    ) {
+        let name: Arc<str> = Arc::from(spec.name());
+        let (inbox, root_sender) = wiring.take(index);
+        let Some(inbox) = inbox else {
+            // Every node gets its inbox when the wiring is built; none is taken twice.
+            tracing::error!(node = %name, "node without an inbox not started");
+            return;
+        };
+        let platform_interruptible = setup
+            .init()
+            .output_agent_settings
+            .as_ref()
+            .is_none_or(|settings| settings.interruptible);
+        let interruptible =
+            matches!(&spec, NodeSpec::Output(node) if node.interruptible) && platform_interruptible;
+        let interrupt = interruptible.then(|| {
+            let (sender, receiver) = mpsc::channel(INTERRUPT_LINE_CAPACITY);
+            let root = root_sender.is_some().then_some(self.roots.len());
+            self.interrupts.push(InterruptLine { sender, root });
+            receiver
+        });
+        if let Some(sender) = root_sender {
+            self.roots.push(Inbox {
+                node: name.clone(),
+                sender,
+                interruptible,
+                delivered: AtomicU64::new(0),
+            });
+        }
+        let io = NodeIo {
+            handle: NodeHandle {
+                name: name.clone(),
+                outputs: wiring.outputs(index, &setup.outbound),
+                call: setup.call.clone(),
+            },
+            inbox,
+            interrupt,
+            observer: setup.observer.clone(),
+        };
+        let span = tracing::debug_span!("node", node = %name);
+        let task = match spec {
+            NodeSpec::Output(node) => {
+                tokio::spawn(tracing::Instrument::instrument(run_output(node, io), span))
+            }
+            NodeSpec::Background(node) => tokio::spawn(tracing::Instrument::instrument(
+                run_background(node, io),
+                span,
+            )),
+        };
+        self.tasks.push(task);
     }
 
     /// Delivers one event from the platform; interrupts overtake queued work. Never blocks.

@@ -1,0 +1,345 @@
+//! One LLM request answered: the conversation prepared, `agent.response.start`, the turn's
+//! chunks and tool logs relayed until it ends or the caller barges in, `agent.response.end`.
+
+use std::{collections::HashMap, panic::AssertUnwindSafe, sync::Arc, time::Instant};
+
+use crewline_core::{Message, Role};
+use crewline_protocol::{
+    EventBody, LlmRequest, Messages, Severity, ToolCallEnd, ToolCallError, ToolCallStart,
+};
+use crewline_tools::ToolRun;
+use futures::{FutureExt, StreamExt};
+use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use super::{OutputRunner, emit_unless_interrupted, error_event, next_interrupt};
+use crate::{
+    NodeError, NodeHandle, Observer, TurnError, TurnEvent, TurnOutcome, TurnReport,
+    inbox::LineInterrupt,
+};
+
+impl OutputRunner {
+    /// Takes the platform's authoritative conversation, keeping the agent's system prompts.
+    fn sync_context(&mut self, messages: &Messages) {
+        // Each message is read straight from the request's text: no tree of JSON values.
+        let parsed = match messages.parse::<Message>() {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                tracing::warn!(error = %crewline_core::ErrorChain(&error), "unreadable conversation in system.llm.request ignored");
+                return;
+            }
+        };
+        let incoming: Vec<Message> = parsed
+            .filter_map(|message| {
+                message
+                    .map_err(|error| {
+                        tracing::warn!(error = %crewline_core::ErrorChain(&error), "unreadable message in system.llm.request skipped")
+                    })
+                    .ok()
+            })
+            .collect();
+        if !incoming.iter().any(|m| m.role() != Role::System) {
+            return;
+        }
+        let context = self.node.agent.context();
+        let has_prompt = context.messages().iter().any(|m| m.role() == Role::System);
+        if !has_prompt {
+            // An agent without a prompt of its own takes the platform's.
+            context.add_many(
+                incoming
+                    .iter()
+                    .filter(|m| m.role() == Role::System)
+                    .cloned(),
+            );
+        }
+        context.replace(incoming);
+    }
+
+    /// Answers one LLM request: `start`, chunks and tool logs, `end`. Returns `false` when an
+    /// interrupt stopped it (the interrupt has then been processed too).
+    pub(super) async fn answer(&mut self, request: &LlmRequest) -> bool {
+        let received = Instant::now();
+        self.prepare_context(request);
+        let turn_id = self.begin_turn().await;
+        let span = turn_span(&self.io.handle, &turn_id);
+        let ending = self
+            .relay_turn(&turn_id, received)
+            .instrument(span.clone())
+            .await;
+        let outcome = self.end_turn(&turn_id, &ending).await;
+        span.record("outcome", outcome.as_str());
+        if let Some(provider) = ending.report.as_ref().and_then(TurnReport::provider) {
+            span.record("provider", provider);
+        }
+        match ending.interrupt {
+            Some(event) => {
+                self.interrupted(event).await;
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// The conversation the model reads: the platform's, and the outcomes the caller has not
+    /// heard yet.
+    fn prepare_context(&mut self, request: &LlmRequest) {
+        if let Some(messages) = &request.messages {
+            self.sync_context(messages);
+        }
+        // Outcomes the caller has not heard (a reconnect after a dropped socket or a crash):
+        // the model hears them before this turn. An assistant note, not a system one: the next
+        // request's conversation replaces it, so it never outlives the outcomes it tells.
+        if let Some(note) = self.io.handle.call().untold_note() {
+            let context = self.node.agent.context();
+            if context.last().and_then(Message::text) != Some(note.as_str()) {
+                context.add(Message::assistant(note));
+            }
+        }
+    }
+
+    /// Opens the turn: its id, `agent.response.start`, the call's generation begun.
+    async fn begin_turn(&mut self) -> String {
+        let turn_id = uuid::Uuid::new_v4().simple().to_string();
+        self.io.observer.turn_started();
+        self.io
+            .handle
+            .emit(EventBody::ResponseStart {
+                request_id: Some(turn_id.clone()),
+            })
+            .await;
+        self.io.handle.call().begin_generation(&turn_id);
+        turn_id
+    }
+
+    /// Streams the agent's turn to the platform until it ends, fails or is interrupted.
+    /// Returning drops the turn, which cancels the model request and any running tools.
+    async fn relay_turn(&mut self, turn_id: &str, received: Instant) -> TurnEnding {
+        let handle = self.io.handle.clone();
+        let mut relay = Relay::new(turn_id, received, self.io.observer.clone());
+        let mut turn = self.node.agent.generate_response();
+        let failure = loop {
+            let next = AssertUnwindSafe(turn.next()).catch_unwind();
+            let item = tokio::select! {
+                biased;
+                Some(event) = next_interrupt(&mut self.io.interrupt) => {
+                    return relay.end(Some(event), None);
+                }
+                item = next => item,
+            };
+            let body = match item {
+                Ok(Some(Ok(event))) => match relay.body(event) {
+                    Some(body) => body,
+                    None => continue,
+                },
+                Ok(Some(Err(error))) => break Some(turn_error(error)),
+                Ok(None) => break None,
+                Err(payload) => {
+                    break Some(NodeError::panic(
+                        crewline_core::panic_message(payload.as_ref()).to_owned(),
+                    ));
+                }
+            };
+            if let Some(event) =
+                emit_unless_interrupted(&handle, &mut self.io.interrupt, body).await
+            {
+                return relay.end(Some(event), None);
+            }
+        };
+        relay.end(None, failure)
+    }
+
+    /// Closes the turn: the hand-off or the failure, the provider, `agent.response.end`, the
+    /// call's turn boundary and the observer.
+    async fn end_turn(&mut self, turn_id: &str, ending: &TurnEnding) -> TurnOutcome {
+        let handle = &self.io.handle;
+        let completed = ending.interrupt.is_none() && ending.failure.is_none();
+        if let Some(handoff) = handle.call().finish_generation(completed) {
+            handle.emit(handoff.into_body()).await;
+        }
+        if let Some(error) = &ending.failure {
+            self.io.observer.node_error(handle.name(), Severity::Fatal);
+            tracing::warn!(%error, "generation failed");
+            handle
+                .send(error_event(
+                    handle.name(),
+                    "generate_response",
+                    error,
+                    Severity::Fatal,
+                ))
+                .await;
+        }
+        // Which provider answered, when a fallback client says so (a crew on one model sends
+        // nothing more than the reference); never after a barge-in, whose turn is over.
+        if ending.interrupt.is_none()
+            && let Some(provider) = ending.report.as_ref().and_then(TurnReport::provider)
+        {
+            handle.emit(provider_log(turn_id, provider)).await;
+        }
+        handle.emit(EventBody::ResponseEnd).await;
+        // The turn boundary: after its end is sent, never on the chunks' path.
+        handle.call().turn_finished(completed);
+        let outcome = match (&ending.interrupt, &ending.failure) {
+            (Some(_), _) => TurnOutcome::Interrupted,
+            (None, Some(_)) => TurnOutcome::Failed,
+            (None, None) => TurnOutcome::Completed,
+        };
+        self.io
+            .observer
+            .turn_finished(outcome, ending.report.as_ref());
+        outcome
+    }
+}
+
+/// How a turn ended: interrupted, failed, or done with its report.
+struct TurnEnding {
+    interrupt: Option<LineInterrupt>,
+    failure: Option<NodeError>,
+    report: Option<TurnReport>,
+}
+
+/// Turns a turn's events into the platform's events: chunks, tool logs.
+struct Relay<'t> {
+    turn_id: &'t str,
+    received: Instant,
+    first_chunk: bool,
+    observer: Arc<dyn Observer>,
+    /// Each running call's arguments as its start log showed them, for its end log.
+    tool_arguments: HashMap<String, Value>,
+    report: Option<TurnReport>,
+}
+
+impl<'t> Relay<'t> {
+    fn new(turn_id: &'t str, received: Instant, observer: Arc<dyn Observer>) -> Self {
+        Self {
+            turn_id,
+            received,
+            first_chunk: true,
+            observer,
+            tool_arguments: HashMap::new(),
+            report: None,
+        }
+    }
+
+    /// What the platform gets for `event`, if anything.
+    fn body(&mut self, event: TurnEvent) -> Option<EventBody> {
+        match event {
+            TurnEvent::Text(text) => {
+                if self.first_chunk {
+                    self.first_chunk = false;
+                    self.observer.first_chunk(self.received.elapsed());
+                }
+                Some(EventBody::ResponseChunk { text })
+            }
+            TurnEvent::ToolStarted { call, arguments } => {
+                let log = ToolCallStart {
+                    turn_id: self.turn_id,
+                    tool_call_id: &call.id,
+                    function_name: &call.name,
+                    arguments: arguments.clone(),
+                }
+                .into_body();
+                self.tool_arguments.insert(call.id, arguments);
+                Some(log)
+            }
+            TurnEvent::ToolFinished(run) => {
+                self.observer
+                    .tool_finished(&run.result.name, run.latency, run.result.error_kind());
+                let arguments = self
+                    .tool_arguments
+                    .remove(&run.result.tool_call_id)
+                    .unwrap_or_else(|| Value::Object(Map::new()));
+                Some(tool_finished(self.turn_id, run, arguments))
+            }
+            TurnEvent::Done(report) => {
+                self.report = Some(report);
+                None
+            }
+        }
+    }
+
+    fn end(self, interrupt: Option<LineInterrupt>, failure: Option<NodeError>) -> TurnEnding {
+        TurnEnding {
+            interrupt,
+            failure,
+            report: self.report,
+        }
+    }
+}
+
+/// The root span of one turn's trace (`debug`: built only when a layer such as crewline-otel's
+/// wants it): a turn is found by the platform's call id and its own request id, and follows
+/// from the node's span, whose parent is the call's session.
+fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
+    // Field values are only evaluated when the span is enabled: with tracing off, a turn
+    // neither looks up nor cuts the call id.
+    let span = tracing::debug_span!(
+        parent: None,
+        "crewline.turn",
+        request_id = %turn_id,
+        // The platform's id, bounded as the server's logs bound it: it goes into every span.
+        call_id = call_id_of(handle).as_deref(),
+        node = %handle.name(),
+        outcome = tracing::field::Empty,
+        // Which model provider answered (from a fallback client), at the turn's end.
+        provider = tracing::field::Empty,
+    );
+    span.follows_from(tracing::Span::current());
+    span
+}
+
+/// The platform's call id, cut to [`crewline_core::MAX_ID_BYTES`].
+fn call_id_of(handle: &NodeHandle) -> Option<std::borrow::Cow<'_, str>> {
+    let caller = handle.call().init().session_context.caller.as_ref()?;
+    caller.call_id.as_deref().map(crewline_core::id_excerpt)
+}
+
+/// The `agent.log` entry (`llm_provider`) that names the provider which answered a turn.
+fn provider_log(turn_id: &str, provider: &str) -> EventBody {
+    let mut payload = Map::new();
+    payload.insert("turn_id".to_owned(), Value::String(turn_id.to_owned()));
+    payload.insert("provider".to_owned(), Value::String(provider.to_owned()));
+    EventBody::Log {
+        name: "llm_provider".to_owned(),
+        payload,
+    }
+}
+
+/// The most bytes of a failed turn's message (and traceback) that reach a log line or the
+/// platform's `agent.error`: the model server writes the message, and any real one is short.
+const MAX_TURN_ERROR_BYTES: usize = 2_048;
+
+fn turn_error(error: TurnError) -> NodeError {
+    match error {
+        TurnError::Llm(error) => NodeError::from(error).bounded(MAX_TURN_ERROR_BYTES),
+    }
+}
+
+/// The end (or error) log of a call; `arguments` as logged at its start, like the reference.
+///
+/// The result is still the tool's value (or the failure's kind and message): nothing is
+/// parsed back from the model's text.
+fn tool_finished(turn_id: &str, run: ToolRun, arguments: Value) -> EventBody {
+    let latency_ms = u64::try_from(run.latency.as_millis()).unwrap_or(u64::MAX);
+    let result = run.result;
+    match result.outcome {
+        Ok(response) => ToolCallEnd {
+            turn_id,
+            tool_call_id: &result.tool_call_id,
+            function_name: &result.name,
+            arguments,
+            response,
+            latency_ms,
+        }
+        .into_body(),
+        Err(failure) => ToolCallError {
+            turn_id,
+            tool_call_id: &result.tool_call_id,
+            function_name: &result.name,
+            arguments,
+            error: &failure.message,
+            error_kind: failure.kind,
+            latency_ms,
+        }
+        .into_body(),
+    }
+}
