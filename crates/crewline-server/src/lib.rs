@@ -62,9 +62,11 @@ struct LoadTestingDoctests;
 
 #[cfg(feature = "clap")]
 mod args;
+mod call_logs;
 mod connection;
 mod error;
 mod http;
+mod limits;
 mod metrics;
 mod origin;
 mod server;

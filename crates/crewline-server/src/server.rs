@@ -15,8 +15,8 @@ use crate::{
 mod limits;
 mod serve;
 
-pub(crate) use limits::Limits;
-pub use limits::{
+pub(crate) use crate::limits::Limits;
+pub use crate::limits::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_PENDING_BYTES,
     DEFAULT_MAX_SESSIONS, DEFAULT_PING_INTERVAL, DEFAULT_WRITE_TIMEOUT,
 };

@@ -17,7 +17,7 @@ use crewline_http::MessageBudget;
 use futures::FutureExt;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 
-use crate::{BoxError, Metrics, SetupError, server::Limits};
+use crate::{BoxError, Metrics, SetupError, limits::Limits};
 
 /// The wait before the dry run is tried again after its first failure; it doubles after
 /// each further failure.
@@ -159,7 +159,7 @@ pub(crate) struct State {
     /// with the `max_pending_bytes` of the first `serve` or `router`.
     message_budget: OnceLock<Arc<MessageBudget>>,
     /// Rate limits for the WARN lines a caller can cause on every call.
-    pub(crate) call_logs: crate::connection::CallLogs,
+    pub(crate) call_logs: crate::call_logs::CallLogs,
     /// The live calls by key.
     pub(crate) live_calls: LiveCalls,
 }
@@ -177,7 +177,7 @@ impl State {
             admitted: AtomicUsize::new(0),
             next_session: AtomicU64::new(1),
             message_budget: OnceLock::new(),
-            call_logs: crate::connection::CallLogs::default(),
+            call_logs: crate::call_logs::CallLogs::default(),
             live_calls: LiveCalls::default(),
         }
     }

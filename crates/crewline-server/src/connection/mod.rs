@@ -13,17 +13,17 @@
 //! The bytes of a message not yet whole count against the server's budget of unfinished
 //! messages ([`crewline_http::MessageBudget`]); the call whose read would overdraw it is closed
 //! with 1013. The WARN lines a caller can cause on every call are written at most once per
-//! [`logs::CALL_LOG_INTERVAL`] for all calls, with their count.
+//! [`crate::call_logs::CALL_LOG_INTERVAL`] for all calls, with their count.
 
 use crewline::types::error_chain;
 use std::{sync::Arc, time::Duration};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use crewline::{
-    DispatchError, Observer, Session, SessionSetup,
+    Observer, Session, SessionSetup,
     protocol::{AgentError, Event, EventBody, Severity, SystemInit},
 };
-use crewline_http::{ArmedReads, OverBudget};
+use crewline_http::ArmedReads;
 use futures::{StreamExt, stream::SplitStream};
 use serde_json::{Map, Value};
 use tokio::{
@@ -34,18 +34,19 @@ use tokio::{
 use tracing::Instrument;
 
 mod end;
-mod logs;
+mod frames;
 mod writer;
 
-pub(crate) use self::{logs::CallLogs, writer::MAX_OUTBOUND_FRAME_BYTES};
+pub(crate) use self::writer::MAX_OUTBOUND_FRAME_BYTES;
 
 use self::{
-    end::{End, Failure, too_big_message},
+    end::{End, Failure},
+    frames::{ControlFrames, ReadFailure, budget_message, flood_message, read_failure},
     writer::{Writer, WriterEnd},
 };
 use crate::{
     SetupError,
-    metrics::{ErrorKind, FrameDrop, HandshakeFailure},
+    metrics::{FrameDrop, HandshakeFailure},
     state::{LiveEntry, Service},
 };
 
@@ -143,41 +144,6 @@ struct Connection {
     reads: Option<ArmedReads>,
     /// This connection's entry among the process's live calls (a call with a key).
     live: Option<LiveEntry>,
-}
-
-/// Why a read of the socket failed.
-enum ReadFailure {
-    /// A frame or message over the size limit: its size and the limit.
-    TooBig(usize, usize),
-    /// The read would have overdrawn the server's budget of unfinished messages.
-    OverBudget(OverBudget),
-    /// The connection broke.
-    Socket,
-}
-
-/// Counts a platform's control frames per one-second window.
-struct ControlFrames {
-    window: Instant,
-    count: u32,
-}
-
-impl ControlFrames {
-    fn new() -> Self {
-        Self {
-            window: Instant::now(),
-            count: 0,
-        }
-    }
-
-    /// Counts one control frame read at `now`; true once past the cap in its window.
-    fn flooded(&mut self, now: Instant) -> bool {
-        if now.saturating_duration_since(self.window) >= Duration::from_secs(1) {
-            self.window = now;
-            self.count = 0;
-        }
-        self.count = self.count.saturating_add(1);
-        self.count > MAX_CONTROL_FRAMES_PER_SECOND
-    }
 }
 
 impl Connection {
@@ -412,243 +378,6 @@ impl Connection {
         }
     }
 
-    /// Reads and dispatches frames until the call ends, then stops everything.
-    async fn run_session(&mut self, session: Session) -> End {
-        let metrics = Arc::clone(&self.service.state.metrics);
-        let close_calls = self.service.state.close_calls.clone();
-        let idle_timeout = self.service.config.limits.idle_timeout;
-        let mut control = ControlFrames::new();
-        // One clock read per frame; the timer is moved only when it fires early.
-        let mut last_inbound = Instant::now();
-        let idle = tokio::time::sleep_until(last_inbound + idle_timeout);
-        tokio::pin!(idle);
-        let superseded = self
-            .live
-            .as_ref()
-            .map(|entry| entry.live.superseded.clone());
-        let call = session.call().clone();
-        let end = loop {
-            let next = tokio::select! {
-                biased;
-                () = close_calls.cancelled() => break End::ShuttingDown,
-                () = wait_cancelled(superseded.as_ref()) => break End::Superseded,
-                () = call.superseded() => break End::Superseded,
-                ended = &mut self.writer, if !self.writer_done => {
-                    self.writer_done = true;
-                    if let Ok(WriterEnd::TimedOut) = ended {
-                        metrics.error(ErrorKind::WriteTimeout);
-                        let timeout = self.service.config.limits.write_timeout;
-                        match self.service.state.call_logs.due(|l| &l.write_timeout) {
-                            Some(calls) => tracing::warn!(
-                                calls,
-                                ?timeout,
-                                "a socket write timed out: the platform stopped reading; ending the call"
-                            ),
-                            None => tracing::debug!(?timeout, "a socket write timed out"),
-                        }
-                        break End::WriteTimeout;
-                    }
-                    metrics.error(ErrorKind::Socket);
-                    break End::SocketError;
-                }
-                () = &mut idle => {
-                    let deadline = last_inbound + idle_timeout;
-                    if deadline > Instant::now() {
-                        idle.as_mut().reset(deadline);
-                        continue;
-                    }
-                    metrics.error(ErrorKind::IdleTimeout);
-                    match self.service.state.call_logs.due(|l| &l.idle) {
-                        Some(calls) => tracing::warn!(
-                            calls,
-                            timeout = ?idle_timeout,
-                            "no frame or pong from the platform in time: closing a half-open call"
-                        ),
-                        None => tracing::debug!(timeout = ?idle_timeout, "idle timeout"),
-                    }
-                    break End::Idle;
-                }
-                next = self.stream.next() => next,
-            };
-            last_inbound = Instant::now();
-            let message = match next {
-                None => break End::PeerClosed,
-                Some(Err(error)) => match read_failure(error) {
-                    ReadFailure::TooBig(size, max) => {
-                        metrics.frame_dropped(FrameDrop::TooBig);
-                        match self.service.state.call_logs.due(|l| &l.too_big) {
-                            Some(calls) => tracing::warn!(
-                                calls,
-                                size,
-                                max,
-                                "frame too large: closing the call"
-                            ),
-                            None => tracing::debug!(size, max, "frame too large: closing the call"),
-                        }
-                        Box::pin(session.shutdown()).await;
-                        self.send_error(too_big_message(size, max), "too_big", Severity::Fatal);
-                        Box::pin(self.close(close_code::SIZE, "frame too large")).await;
-                        return End::TooBig;
-                    }
-                    ReadFailure::OverBudget(over) => {
-                        self.over_budget(over);
-                        Box::pin(session.shutdown()).await;
-                        self.send_error(budget_message(over), "message_budget", Severity::Fatal);
-                        // Not waiting for the platform's close: the socket is not read any more
-                        // (its stream ended with the refused read).
-                        Box::pin(self.send_close(BUDGET_CLOSE.0, BUDGET_CLOSE.1)).await;
-                        return End::MessageBudget;
-                    }
-                    ReadFailure::Socket => {
-                        metrics.error(ErrorKind::Socket);
-                        break End::SocketError;
-                    }
-                },
-                Some(Ok(message)) => message,
-            };
-            let bytes: &[u8] = match &message {
-                Message::Binary(bytes) => {
-                    self.message_done();
-                    bytes
-                }
-                Message::Text(text) => {
-                    self.message_done();
-                    text.as_str().as_bytes()
-                }
-                Message::Close(frame) => {
-                    tracing::debug!(code = frame.as_ref().map(|f| f.code), "the platform closed");
-                    break End::PeerClosed;
-                }
-                // Pongs are answered by the WebSocket layer as pings are read.
-                Message::Ping(_) | Message::Pong(_) => {
-                    if self.control_frame(&message, &mut control, last_inbound) {
-                        Box::pin(session.shutdown()).await;
-                        self.send_error(flood_message(), "control_flood", Severity::Fatal);
-                        // Not waiting for the platform's close: that would read its flood on.
-                        Box::pin(self.send_close(FLOOD_CLOSE.0, FLOOD_CLOSE.1)).await;
-                        return End::ControlFlood;
-                    }
-                    continue;
-                }
-            };
-            match crewline::protocol::decode(bytes) {
-                Ok(event) => match session.dispatch_frame(event, bytes.len()) {
-                    Ok(()) => {}
-                    // The session counts and logs what it drops; the platform is told, since
-                    // the event is lost.
-                    Err(error @ (DispatchError::Full(_) | DispatchError::OverBudget { .. })) => {
-                        self.send_error(error.to_string(), "inbox_full", Severity::Warning);
-                    }
-                    Err(error) => {
-                        tracing::debug!(error = %crewline::types::ErrorChain(&error), "event not delivered")
-                    }
-                },
-                Err(error) => {
-                    let kind = error.kind();
-                    metrics.frame_dropped(FrameDrop::from(kind));
-                    let kind = kind.as_str();
-                    let error = truncate(&error.to_string(), 200).into_owned();
-                    match self.service.state.call_logs.due(|l| &l.bad_frame) {
-                        Some(frames) => tracing::warn!(
-                            frames,
-                            kind,
-                            bytes = bytes.len(),
-                            %error,
-                            "dropped an inbound frame"
-                        ),
-                        None => {
-                            tracing::debug!(kind, bytes = bytes.len(), %error, "dropped an inbound frame");
-                        }
-                    }
-                }
-            }
-        };
-        // The way out runs once per call: on the heap, its state does not stay in every
-        // connected call's task.
-        Box::pin(async {
-            session.shutdown().await;
-            if let Some(entry) = &self.live {
-                entry.live.ended.cancel();
-            }
-            match end {
-                End::ShuttingDown => self.close(SHUTDOWN_CLOSE.0, SHUTDOWN_CLOSE.1).await,
-                End::Superseded => {
-                    self.send_error(
-                        "a newer connection for this call took it over; this one is closed"
-                            .to_owned(),
-                        "superseded",
-                        Severity::Fatal,
-                    );
-                    self.send_close(SUPERSEDED_CLOSE.0, SUPERSEDED_CLOSE.1)
-                        .await;
-                }
-                End::Idle => self.close(IDLE_CLOSE.0, IDLE_CLOSE.1).await,
-                _ => self.abandon().await,
-            }
-        })
-        .await;
-        end
-    }
-
-    /// Counts a ping or pong read at `now` and has the writer flush a ping's pong; true (the
-    /// flood counted and logged) when the platform is past the cap.
-    fn control_frame(&self, message: &Message, control: &mut ControlFrames, now: Instant) -> bool {
-        match message {
-            Message::Ping(payload) => {
-                self.pongs_due.notify_one();
-                self.control_frame_done(payload.len());
-            }
-            Message::Pong(payload) => self.control_frame_done(payload.len()),
-            _ => {}
-        }
-        if !control.flooded(now) {
-            return false;
-        }
-        self.service.state.metrics.error(ErrorKind::ControlFlood);
-        let max_per_second = MAX_CONTROL_FRAMES_PER_SECOND;
-        match self.service.state.call_logs.due(|l| &l.control_flood) {
-            Some(calls) => tracing::warn!(
-                calls,
-                max_per_second,
-                "the platform floods pings or pongs: closing the call"
-            ),
-            None => tracing::debug!(max_per_second, "control frame flood: closing the call"),
-        }
-        true
-    }
-
-    /// A whole data message arrived: its bytes are no longer pending.
-    fn message_done(&self) {
-        if let Some(reads) = &self.reads {
-            reads.message_done();
-        }
-    }
-
-    /// A ping or pong of `payload` bytes arrived: its frame is no longer pending.
-    fn control_frame_done(&self, payload: usize) {
-        if let Some(reads) = &self.reads {
-            reads.control_frame_done(payload);
-        }
-    }
-
-    /// Counts and logs a read refused by the server's budget of unfinished messages.
-    fn over_budget(&self, over: OverBudget) {
-        self.service.state.metrics.error(ErrorKind::MessageBudget);
-        match self.service.state.call_logs.due(|l| &l.message_budget) {
-            Some(calls) => tracing::warn!(
-                calls,
-                pending = over.pending,
-                max_pending_bytes = over.cap,
-                "the calls' unfinished messages are over the server's budget: closing the call \
-                 whose read went over"
-            ),
-            None => tracing::debug!(
-                pending = over.pending,
-                "over the budget of unfinished messages"
-            ),
-        }
-    }
-
     /// Queues an `agent.error` for the platform.
     fn send_error(&self, message: String, reason: &str, severity: Severity) {
         let mut payload = Map::new();
@@ -735,46 +464,6 @@ impl Connection {
         }
         self.writer_done = true;
     }
-}
-
-/// Waits until `token` is cancelled (forever without one).
-async fn wait_cancelled(token: Option<&tokio_util::sync::CancellationToken>) {
-    match token {
-        Some(token) => token.cancelled().await,
-        None => std::future::pending().await,
-    }
-}
-
-fn flood_message() -> String {
-    format!(
-        "more than {MAX_CONTROL_FRAMES_PER_SECOND} pings or pongs in one second: \
-         this server closes such calls"
-    )
-}
-
-/// Why a read failed: an oversized frame or message, the budget of unfinished messages, or
-/// the connection.
-fn read_failure(error: axum::Error) -> ReadFailure {
-    use tungstenite::error::{CapacityError, Error};
-    match error.into_inner().downcast::<Error>() {
-        Ok(error) => match *error {
-            Error::Capacity(CapacityError::MessageTooLong { size, max_size }) => {
-                ReadFailure::TooBig(size, max_size)
-            }
-            Error::Io(ref io) => OverBudget::in_io_error(io)
-                .map_or(ReadFailure::Socket, |over| ReadFailure::OverBudget(*over)),
-            _ => ReadFailure::Socket,
-        },
-        Err(_) => ReadFailure::Socket,
-    }
-}
-
-fn budget_message(over: OverBudget) -> String {
-    format!(
-        "this server holds too many unfinished messages ({} bytes of this call's would pass \
-         its budget of {} bytes); try again later",
-        over.pending, over.cap
-    )
 }
 
 /// At most `max` bytes of `text`, cut at a char boundary, with `…` when cut.

@@ -6,7 +6,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::limits;
 use crate::{
     ServerError,
     state::{Config, Service},
@@ -25,7 +24,7 @@ impl HttpSettings {
         Self(
             crewline_http::HttpSettings::default()
                 .header_read_timeout(config.limits.header_read_timeout)
-                .shutdown_grace(limits::HTTP_SHUTDOWN_GRACE)
+                .shutdown_grace(crate::limits::HTTP_SHUTDOWN_GRACE)
                 .max_connections(
                     config
                         .limits
