@@ -84,7 +84,7 @@ pub fn scripted_support_model() -> ScriptedLlm {
 /// The crew for one call: the support agent with tools bound to this call's controls.
 pub fn support_crew(setup: &SessionSetup, llm: Arc<dyn LlmClient>) -> Result<Crew, AgentError> {
     // The tools act on this call, so they are made per call from its controls.
-    let agent = Agent::builder_shared(llm)
+    let agent = Agent::builder(llm)
         .name("support")
         .prompt(
             "You are a support agent. End the call when the caller says goodbye; \

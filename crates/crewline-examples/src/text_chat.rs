@@ -119,7 +119,7 @@ pub fn chat_crew(setup: &SessionSetup, llm: Arc<dyn LlmClient>) -> Result<Crew, 
         return Err(ChatCrewError::NotChat(name));
     }
     // No filler: in a chat it would stay in the transcript, and the widget shows typing.
-    let agent = Agent::builder_shared(llm)
+    let agent = Agent::builder(llm)
         .name("chat-assistant")
         .prompt(PROMPT)
         .tools(OrderDesk)

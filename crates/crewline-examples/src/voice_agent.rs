@@ -93,7 +93,7 @@ pub struct WeatherCrew {
 impl WeatherCrew {
     /// A crew answering with `llm`, its weather service taking `service_delay` per call.
     pub fn new(llm: Arc<dyn LlmClient>, service_delay: Duration) -> Result<Self, AgentError> {
-        let agent = Agent::builder_shared(llm)
+        let agent = Agent::builder(llm)
             .name("weather-agent")
             .prompt_with(prompt)
             .tools(WeatherService {

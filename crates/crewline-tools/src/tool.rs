@@ -227,6 +227,14 @@ pub trait ToolProvider: Send + Sync + 'static {
     fn tools(agent: &Arc<Self>) -> Vec<Arc<dyn Tool>>;
 }
 
+/// A provider the caller also holds: its tools share the caller's instance (state such as a
+/// connection pool or a fake bank's books), not a copy.
+impl<P: ToolProvider> ToolProvider for Arc<P> {
+    fn tools(agent: &Arc<Self>) -> Vec<Arc<dyn Tool>> {
+        P::tools(agent.as_ref())
+    }
+}
+
 /// A tool's own failure.
 ///
 /// `message` is what the model reads, so write it for the model ("No flights on that date;

@@ -1,12 +1,14 @@
 //! [`Agent`]: a model, a prompt and tools, built once and served as every call's output node.
 
+pub use crate::loop_agent::{CallEndHook, LoopAgent};
+
 use std::{fmt, sync::Arc};
 
 use crewline_core::{Context, ContextLimits, ToolCall};
 use crewline_llm::{AnswerLimits, LlmClient, RequestOptions, TextToolCallFormat, TextToolCalls};
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
-use crate::{CallEndHook, Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+use crate::{Crew, OutputNode, SessionSetup, ToolLoop};
 
 /// The node name of an agent that was not given one.
 pub const DEFAULT_AGENT_NAME: &str = "agent";
@@ -74,16 +76,21 @@ impl fmt::Debug for Agent {
 
 impl Agent {
     /// Starts an agent answering with `model` (an [`OpenAiClient`], a [`ScriptedLlm`], any
-    /// [`LlmClient`]).
+    /// [`LlmClient`]); a model shared with other agents is passed as an `Arc` of it.
     ///
     /// [`OpenAiClient`]: crewline_llm::OpenAiClient
     /// [`ScriptedLlm`]: crewline_llm::ScriptedLlm
     pub fn builder(model: impl LlmClient + 'static) -> AgentBuilder {
-        Self::builder_shared(Arc::new(model))
+        Self::with_model(Arc::new(model))
     }
 
     /// Starts an agent answering with a model shared with other agents.
+    #[deprecated(since = "0.2.0", note = "use `builder(Arc::clone(&model))`")]
     pub fn builder_shared(model: Arc<dyn LlmClient>) -> AgentBuilder {
+        Self::with_model(model)
+    }
+
+    fn with_model(model: Arc<dyn LlmClient>) -> AgentBuilder {
         AgentBuilder {
             model,
             name: Arc::from(DEFAULT_AGENT_NAME),
@@ -235,19 +242,21 @@ impl AgentBuilder {
         self
     }
 
-    /// Adds every `#[function_tool]` method of `provider` (a `#[tools]` impl).
-    pub fn tools<P: ToolProvider>(self, provider: P) -> Self {
-        self.tools_shared(&Arc::new(provider))
-    }
-
-    /// Adds every `#[function_tool]` method of a provider the crew also holds.
-    pub fn tools_shared<P: ToolProvider>(mut self, provider: &Arc<P>) -> Self {
+    /// Adds every `#[function_tool]` method of `provider` (a `#[tools]` impl, or an `Arc` of
+    /// one the crew also holds: its tools then share that instance).
+    pub fn tools<P: ToolProvider>(mut self, provider: P) -> Self {
         if let Ok(registry) = &mut self.registry
-            && let Err(error) = registry.discover(provider)
+            && let Err(error) = registry.discover(&Arc::new(provider))
         {
             self.registry = Err(error);
         }
         self
+    }
+
+    /// Adds every `#[function_tool]` method of a provider the crew also holds.
+    #[deprecated(since = "0.2.0", note = "use `tools(Arc::clone(&provider))`")]
+    pub fn tools_shared<P: ToolProvider>(self, provider: &Arc<P>) -> Self {
+        self.tools(Arc::clone(provider))
     }
 
     /// Adds one tool.

@@ -1,8 +1,10 @@
 //! A crew: the graph of nodes that serves one call.
 
-use std::collections::{HashMap, HashSet};
+pub use crate::node::{
+    BackgroundAgent, BackgroundNode, NodeError, NodeHandle, NodeSpec, OutputAgent, OutputNode,
+};
 
-use crate::NodeSpec;
+use std::collections::{HashMap, HashSet};
 
 /// How many events may wait in a node's inbox by default.
 pub const DEFAULT_INBOX_CAPACITY: usize = 256;

@@ -49,47 +49,71 @@
 //! # Ok(()) }
 //! ```
 
-mod agent;
-mod call;
-mod crew;
+pub mod agent;
+pub mod call;
+pub mod crew;
 mod inbox;
 mod loop_agent;
 mod node;
 mod observer;
 pub mod router;
 mod runner;
-mod session;
+pub mod session;
 pub mod session_store;
 mod setup;
 mod tool_loop;
 
-pub use agent::{Agent, AgentBuilder, AgentError, DEFAULT_AGENT_NAME};
-/// Implements [`OutputAgent`] and [`BackgroundAgent`], whose methods are async.
-pub use async_trait::async_trait;
-pub use call::{
-    CallControl, CallControlError, CheckpointError, Handoff, MAX_CREW_CHECKPOINT_BYTES,
-};
-pub use crew::{Crew, DEFAULT_INBOX_CAPACITY, GraphError};
+/// One turn of an agent: the tool loop, its events and what it cost.
+pub mod turn {
+    pub use crate::tool_loop::{
+        MAX_CALLS_PER_ANSWER, MAX_CALLS_PER_TURN, MAX_TOOL_ROUNDS, RoundReport, ToolLoop,
+        ToolLoopConfig, TurnError, TurnEvent, TurnReport, TurnStream,
+    };
+}
+
 /// The vocabulary every crewline crate shares (messages, tool calls, contexts): `crewline-core`,
 /// re-exported as `types` so it does not shadow the standard library's `core`.
 pub use crewline_core as types;
+/// Model clients: OpenAI-compatible, scripted, with fallback.
 pub use crewline_llm as llm;
-pub use crewline_macros::{function_tool, tools};
+/// The platform's wire protocol.
 pub use crewline_protocol as protocol;
+/// Tools, their registry and the executor that runs them.
 pub use crewline_tools as tool;
-pub use loop_agent::{CallEndHook, LoopAgent};
-pub use node::{
-    BackgroundAgent, BackgroundNode, NodeError, NodeHandle, NodeSpec, OutputAgent, OutputNode,
+
+pub use agent::Agent;
+/// Implements [`OutputAgent`](crew::OutputAgent) and [`BackgroundAgent`](crew::BackgroundAgent),
+/// whose methods are async.
+pub use async_trait::async_trait;
+pub use call::CallControl;
+pub use crew::Crew;
+pub use session::{Session, SessionSetup};
+pub use turn::{MAX_TOOL_ROUNDS, ToolLoop, TurnEvent};
+
+// The names the root held before its modules (0.x): kept so code written against them
+// compiles, hidden so that each thing has one place in the docs. See CHANGELOG.md.
+#[doc(hidden)]
+pub use crate::{
+    agent::{AgentBuilder, AgentError, DEFAULT_AGENT_NAME},
+    call::{CallControlError, CheckpointError, Handoff, MAX_CREW_CHECKPOINT_BYTES},
+    crew::{
+        BackgroundAgent, BackgroundNode, DEFAULT_INBOX_CAPACITY, GraphError, NodeError, NodeHandle,
+        NodeSpec, OutputAgent, OutputNode,
+    },
+    loop_agent::{CallEndHook, LoopAgent},
+    router::{DeterministicRouter, RouterBuilder, RouterError, RouterState, SubAgent},
+    session::{
+        BoxError, CrewSetup, DEFAULT_INBOX_BYTES, DispatchError, NoopObserver, Observer,
+        TurnOutcome, setup_marker,
+    },
+    session_store::{CallStore, CallStoreError, Checkpoint, Fenced, MemoryCallStore},
+    turn::{
+        MAX_CALLS_PER_ANSWER, MAX_CALLS_PER_TURN, RoundReport, ToolLoopConfig, TurnError,
+        TurnReport, TurnStream,
+    },
 };
-pub use observer::{NoopObserver, Observer, TurnOutcome};
-pub use router::{DeterministicRouter, RouterBuilder, RouterError, RouterState, SubAgent};
-pub use session::{DEFAULT_INBOX_BYTES, DispatchError, Session, SessionSetup};
-pub use session_store::{CallStore, CallStoreError, Checkpoint, Fenced, MemoryCallStore};
-pub use setup::{BoxError, CrewSetup, marker as setup_marker};
-pub use tool_loop::{
-    MAX_CALLS_PER_ANSWER, MAX_CALLS_PER_TURN, MAX_TOOL_ROUNDS, RoundReport, ToolLoop,
-    ToolLoopConfig, TurnError, TurnEvent, TurnReport, TurnStream,
-};
+#[doc(hidden)]
+pub use crewline_macros::{function_tool, tools};
 
 #[doc(hidden)]
 pub use crewline_tools::__private;
@@ -98,10 +122,11 @@ pub use crewline_tools::__private;
 /// nodes, the models. Everything else is imported from its module.
 pub mod prelude {
     pub use crate::{
-        Agent, BackgroundAgent, BackgroundNode, Crew, OutputNode, SessionSetup, async_trait,
-        function_tool, tools,
+        Agent, Crew, SessionSetup, async_trait,
+        crew::{BackgroundAgent, BackgroundNode, OutputNode},
     };
     pub use crewline_core::ToolCall;
     pub use crewline_llm::{LlmClient, OpenAiClient};
+    pub use crewline_macros::{function_tool, tools};
     pub use crewline_tools::{IdempotencyKey, ToolError};
 }

@@ -1,5 +1,10 @@
 //! A running call: the crew's nodes as tasks, wired root → nodes → platform.
 
+pub use crate::{
+    observer::{NoopObserver, Observer, TurnOutcome},
+    setup::{BoxError, CrewSetup, marker as setup_marker},
+};
+
 use std::sync::{
     Arc,
     atomic::{AtomicU64, Ordering},
@@ -12,7 +17,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::{
-    CallControl, Crew, GraphError, NodeHandle, NodeSpec, NoopObserver, Observer,
+    CallControl, Crew, GraphError, NodeHandle, NodeSpec,
     call::Attached,
     inbox::{InboxBudget, InboxReceiver, LineInterrupt, NodeIo, Queued},
     runner::{run_background, run_output},

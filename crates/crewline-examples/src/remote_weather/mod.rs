@@ -96,7 +96,7 @@ impl RemoteWeatherCrew {
         setup: &SessionSetup,
     ) -> Result<Crew, Box<dyn std::error::Error + Send + Sync>> {
         let mut registry = ToolRegistry::new();
-        let mut builder = Agent::builder_shared(Arc::clone(&self.llm))
+        let mut builder = Agent::builder(Arc::clone(&self.llm))
             .name("weather-agent")
             .prompt(PROMPT);
         // Attached for the platform's call id: a reconnect of the same call (to this replica
