@@ -106,6 +106,9 @@ pub(crate) async fn place(
     let mut config = PlatformConfig::new(crew.url.clone());
     config.token.clone_from(&crew.token);
     config.initial_variables.clone_from(&scenario.variables);
+    if let Some(kind) = scenario.conversation_type {
+        config.conversation_type = kind.into();
+    }
     let turn_timeout = Duration::from_millis(scenario.turn_timeout_ms);
     config.timeouts = Timeouts {
         connect: HANDSHAKE_TIMEOUT,
