@@ -277,6 +277,8 @@ pub enum CheckCategory {
     BargeIn,
     /// Tool calls, their arguments, counts and order.
     Tool,
+    /// The crew's own `agent.log` events.
+    Log,
     /// What the replies say.
     Reply,
     /// Latency budgets: measured times, which vary with the machine.

@@ -451,6 +451,10 @@ pub struct Expect {
     /// `tool_call_start`/`tool_call_end`/`tool_call_error` events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolExpect>,
+    /// The crew's own `agent.log` events (any name but the tool calls'), e.g. a background
+    /// node's verdict on the timeline: by name, with matchers on their fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<LogExpect>,
     /// Tool names that must be called in this order (others may come between; the first
     /// call of each name counts).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -498,6 +502,43 @@ impl Expect {
     /// Whether nothing is expected.
     pub fn is_empty(&self) -> bool {
         self == &Self::default()
+    }
+}
+
+/// An `agent.log` expectation: by default, at least one event named `name` whose fields
+/// match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogExpect {
+    /// The event's name (`agent.log`'s `name`, e.g. `sentiment`).
+    pub name: String,
+    /// Matchers on its fields: the key is a field's name, or a JSON Pointer into the
+    /// fields when it starts with `/`. All must match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, ArgMatcher>,
+    /// Exactly this many matching events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Exactly one matching event.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub once: bool,
+    /// No matching event at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never: bool,
+}
+
+impl LogExpect {
+    /// The same matching as a tool call's, on the event's fields.
+    pub(crate) fn as_tool(&self) -> ToolExpect {
+        ToolExpect {
+            name: self.name.clone(),
+            args: self.fields.clone(),
+            args_subset: None,
+            succeeded: None,
+            count: self.count,
+            once: self.once,
+            never: self.never,
+        }
     }
 }
 
@@ -1026,6 +1067,15 @@ impl Expect {
         for tool in &self.tools {
             tool.validate()
                 .map_err(|message| format!("tool `{}`: {message}", tool.name))?;
+        }
+        for log in &self.logs {
+            log.as_tool().validate().map_err(|message| {
+                format!(
+                    "log `{}`: {}",
+                    log.name,
+                    message.replace("args.", "fields.")
+                )
+            })?;
         }
         for pattern in &self.reply.regex {
             matcher::compile(pattern).map_err(|message| format!("reply.regex: {message}"))?;

@@ -511,7 +511,14 @@ async fn the_sentiment_suite_passes_and_a_crew_without_the_observer_fails_it() {
     .await
     .expect_err("a crew that never escalates fails");
     let text = failure.text();
-    assert!(text.contains("1 of 3 scenarios failed"), "{text}");
+    // Without the observer nothing is on the timeline either: every scenario misses it.
+    assert!(text.contains("3 of 3 scenarios failed"), "{text}");
+    assert!(
+        text.contains(
+            "expected exactly one agent.log sentiment(frustrated_turns = 1, label = \"negative\"); 0 matched"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("FAIL two frustrated turns in a row: an apology, then one transfer"),
         "{text}"
