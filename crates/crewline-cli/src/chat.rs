@@ -475,7 +475,7 @@ fn parse_conversation_type(text: &str) -> Result<ConversationType, String> {
     })
 }
 
-fn parse_var(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_var(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.trim().is_empty() => {
             Ok((key.trim().to_owned(), value.to_owned()))

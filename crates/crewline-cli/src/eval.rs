@@ -43,6 +43,10 @@ pub struct EvalArgs {
     /// Call the crew at this WebSocket URL instead of the files' `crew`.
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
+    /// A call variable, `key=value` (repeatable), set in every scenario over its file's
+    /// `variables` (e.g. `--var task_id=task_...`).
+    #[arg(long = "var", value_name = "KEY=VALUE", value_parser = crate::chat::parse_var)]
+    pub vars: Vec<(String, String)>,
     /// How many calls of one scenario run at once.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..=256).map(usize::from))]
     pub concurrency: usize,
@@ -111,6 +115,12 @@ pub async fn run_cli(args: EvalArgs, mut out: impl Write) -> Result<(), EvalCliE
         concurrency: args.concurrency,
         // A progress line is for a person watching: not in a CI log or a file.
         progress: io::stderr().is_terminal().then(progress_line),
+        crew_factory: None,
+        variables: args
+            .vars
+            .iter()
+            .map(|(key, value)| (key.clone(), serde_json::Value::String(value.clone())))
+            .collect(),
     };
     let mut reports: Vec<ScenarioReport> = Vec::new();
     for (path, scenarios) in &files {

@@ -307,3 +307,13 @@ fn a_malformed_recording_fails_naming_the_line() {
     assert!(stdout.is_empty(), "{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_call_variable_must_be_key_equals_value() {
+    let (code, _, stderr) = eval(&["suite.toml", "--var", "task_id"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("expected key=value, got `task_id`"),
+        "{stderr}"
+    );
+}

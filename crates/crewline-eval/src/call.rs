@@ -15,6 +15,18 @@ use crate::{
     scenario::{BargeIn, Scenario},
 };
 
+/// The most `agent.log` events kept of one turn (a crew may log without end).
+pub(crate) const MAX_LOGS_PER_TURN: usize = 256;
+
+/// An `agent.log` event as a record the tool matchers read.
+fn log_record(name: String, fields: serde_json::Map<String, Value>) -> ToolCallRecord {
+    ToolCallRecord {
+        name,
+        arguments: Value::Object(fields),
+        outcome: Some(Ok(())),
+    }
+}
+
 /// How long the handshake (connect, `system.init`, `agent.ready`) may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,6 +55,9 @@ pub(crate) struct TurnRecord {
     pub(crate) turn_time: Option<Duration>,
     /// The tool calls, in the order they were logged.
     pub(crate) tools: Vec<ToolCallRecord>,
+    /// The crew's other `agent.log` events (name and fields, as a call's name and
+    /// arguments; at most [`MAX_LOGS_PER_TURN`]).
+    pub(crate) logs: Vec<ToolCallRecord>,
     /// How many `agent.end_call` came.
     pub(crate) end_calls: usize,
     /// The numbers of the `agent.transfer_call`s that came.
@@ -106,6 +121,9 @@ pub(crate) async fn place(
     let mut config = PlatformConfig::new(crew.url.clone());
     config.token.clone_from(&crew.token);
     config.initial_variables.clone_from(&scenario.variables);
+    if let Some(kind) = scenario.conversation_type {
+        config.conversation_type = kind.into();
+    }
     let turn_timeout = Duration::from_millis(scenario.turn_timeout_ms);
     config.timeouts = Timeouts {
         connect: HANDSHAKE_TIMEOUT,
@@ -280,6 +298,9 @@ async fn listen(
                     }),
                 }
             }
+            CrewFrame::Log { name, payload } if heard.logs.len() < MAX_LOGS_PER_TURN => {
+                heard.logs.push(log_record(name, payload));
+            }
             CrewFrame::EndCall => heard.end_calls += 1,
             CrewFrame::Transfer(transfer) => heard.transfers.push(transfer.transfer_call_number),
             CrewFrame::Error(error) => heard.errors.push(error.message),
@@ -368,6 +389,12 @@ impl TurnRecord {
                     name: tool.name,
                     arguments: tool.arguments,
                 })
+                .collect(),
+            logs: summary
+                .logs
+                .into_iter()
+                .take(MAX_LOGS_PER_TURN)
+                .map(|(name, fields)| log_record(name, fields))
                 .collect(),
             end_calls,
             transfers,

@@ -33,6 +33,8 @@ enum Kind {
     BargeInReached,
     Tool(ToolExpect),
     ToolOrder(Vec<String>),
+    /// An `agent.log` expectation, matched as a tool call on the event's fields.
+    Log(ToolExpect),
     Contains(String),
     NotContains(String),
     Regex(String),
@@ -84,6 +86,7 @@ impl Check {
             Kind::Completes => CheckCategory::Call,
             Kind::BargeInReached | Kind::ChunksAfterBargeIn(_) => CheckCategory::BargeIn,
             Kind::Tool(_) | Kind::ToolOrder(_) => CheckCategory::Tool,
+            Kind::Log(_) => CheckCategory::Log,
             Kind::Contains(_)
             | Kind::NotContains(_)
             | Kind::Regex(_)
@@ -275,6 +278,9 @@ fn expect_checks(scope: Scope, expect: &Expect, checks: &mut Vec<Check>, judges:
     for tool in &expect.tools {
         add(Kind::Tool(tool.clone()));
     }
+    for log in &expect.logs {
+        add(Kind::Log(log.as_tool()));
+    }
     if !expect.tool_order.is_empty() {
         add(Kind::ToolOrder(expect.tool_order.clone()));
     }
@@ -365,6 +371,11 @@ fn describe(kind: &Kind) -> String {
         Kind::BargeInReached => "the barge-in point is reached".to_owned(),
         Kind::Tool(tool) => format!("{} {}", tool.describe_call(), describe_count(tool)),
         Kind::ToolOrder(order) => format!("tools in order {}", order.join(" → ")),
+        Kind::Log(log) => format!(
+            "agent.log {} {}",
+            log.describe_call(),
+            describe_count(log).replace("called", "logged")
+        ),
         Kind::Contains(text) => format!("reply contains {text:?}"),
         Kind::NotContains(text) => format!("reply does not contain {text:?}"),
         Kind::Regex(pattern) => format!("reply matches /{pattern}/"),
@@ -515,12 +526,14 @@ impl Kind {
     fn judge_calls<'a>(&self, turns: impl Iterator<Item = &'a TurnRecord>) -> Result<(), String> {
         let turns: Vec<&TurnRecord> = turns.collect();
         let tools: Vec<&ToolCallRecord> = turns.iter().flat_map(|t| &t.tools).collect();
+        let logs: Vec<&ToolCallRecord> = turns.iter().flat_map(|t| &t.logs).collect();
         let end_calls: usize = turns.iter().map(|t| t.end_calls).sum();
         let transfers: Vec<&String> = turns.iter().flat_map(|t| &t.transfers).collect();
         let errors: Vec<&String> = turns.iter().flat_map(|t| &t.errors).collect();
         match self {
             Self::Tool(expect) => judge_tool(expect, &tools),
             Self::ToolOrder(order) => judge_order(order, &tools),
+            Self::Log(expect) => judge_log(expect, &logs),
             Self::EndCall(yes) if *yes != (end_calls > 0) => Err(format!(
                 "expected {}agent.end_call; came {end_calls}",
                 if *yes { "" } else { "no " }
@@ -586,6 +599,31 @@ fn judge_tool(expect: &ToolExpect, tools: &[&ToolCallRecord]) -> Result<(), Stri
         "expected {wanted} of {}; {matching} matched, came: {}",
         expect.describe_call(),
         list_calls(tools)
+    ))
+}
+
+fn judge_log(expect: &ToolExpect, logs: &[&ToolCallRecord]) -> Result<(), String> {
+    let matching = logs.iter().filter(|log| expect.matches_call(log)).count();
+    let (holds, wanted) = match (expect.count, expect.once, expect.never) {
+        (_, _, true) => (matching == 0, "no agent.log".to_owned()),
+        (_, true, _) => (matching == 1, "exactly one agent.log".to_owned()),
+        (Some(n), _, _) => (matching == n as usize, format!("exactly {n} agent.logs")),
+        _ => (matching > 0, "an agent.log".to_owned()),
+    };
+    if holds {
+        return Ok(());
+    }
+    let came = if logs.is_empty() {
+        "no agent.log".to_owned()
+    } else {
+        logs.iter()
+            .map(|log| format!("{} {}", log.name, matcher::arguments_value(&log.arguments)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Err(format!(
+        "expected {wanted} {}; {matching} matched, came: {came}",
+        expect.describe_call()
     ))
 }
 

@@ -80,6 +80,61 @@ pub enum CrewError {
     /// The runner's mock model could not be served.
     #[error("could not serve the mock model")]
     ServeModel(#[source] std::io::Error),
+    /// The crew a test serves ([`CrewFactory`]) could not be made.
+    #[error("the test's crew could not be served: {0}")]
+    Factory(String),
+}
+
+/// What a [`CrewFactory`] returns: the crew's WebSocket URL, or why it could not serve one.
+pub type ServedCrew = std::pin::Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
+
+/// A crew a test serves itself, on the runner's model: told that model's base URL
+/// (`http://127.0.0.1:PORT/v1`; `None` when the scenario has no `[model]`), it serves the
+/// crew pointed at it and returns the crew's WebSocket URL. What a `crew.command` with
+/// `{model_url}` is to `crewline eval`, in process, for `cargo test`.
+#[derive(Clone)]
+pub struct CrewFactory(Arc<dyn Fn(Option<String>) -> ServedCrew + Send + Sync>);
+
+impl CrewFactory {
+    /// A factory calling `serve` each time the runner needs the crew (once per scenario
+    /// group sharing a crew, as a started command is).
+    pub fn new<F, Fut>(serve: F) -> Self
+    where
+        F: Fn(Option<String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, String>> + Send + 'static,
+    {
+        Self(Arc::new(move |model_url| Box::pin(serve(model_url))))
+    }
+}
+
+impl std::fmt::Debug for CrewFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CrewFactory")
+    }
+}
+
+impl PartialEq for CrewFactory {
+    /// The same factory (not two that happen to serve the same crew).
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for CrewFactory {}
+
+/// Serves `model`'s script on 127.0.0.1 (port 0), when there is one.
+async fn serve_model(model: Option<&ModelSpec>) -> Result<Option<RunningMockLlm>, CrewError> {
+    let Some(model) = model else {
+        return Ok(None);
+    };
+    let script = model.script().map_err(CrewError::ModelScript)?;
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .map_err(CrewError::ServeModel)?;
+    MockLlm::new(script)
+        .serve(listener)
+        .map(Some)
+        .map_err(CrewError::ServeModel)
 }
 
 fn tail(stderr: &str) -> String {
@@ -138,10 +193,13 @@ impl RunningCrew {
     /// a mock model playing its script on 127.0.0.1 and starts the command pointed at it:
     /// `OPENAI_BASE_URL` and `OPENAI_API_KEY` in its environment, `{model_url}` in its
     /// arguments.
+    ///
+    /// A `factory` (a crew a test serves) wins over both: it is given the mock model's URL.
     pub async fn start(
         spec: Option<&CrewSpec>,
         url_override: Option<&str>,
         model: Option<&ModelSpec>,
+        factory: Option<&CrewFactory>,
     ) -> Result<Self, CrewError> {
         let token = match spec.and_then(|spec| spec.token_env.as_ref()) {
             Some(name) => {
@@ -149,6 +207,18 @@ impl RunningCrew {
             }
             None => None,
         };
+        if let Some(factory) = factory {
+            let model = serve_model(model).await?;
+            let url = (factory.0)(model.as_ref().map(RunningMockLlm::base_url))
+                .await
+                .map_err(CrewError::Factory)?;
+            return Ok(Self {
+                url,
+                token,
+                process: None,
+                model,
+            });
+        }
         if let Some(url) = url_override.or(spec.and_then(|spec| spec.url.as_deref())) {
             if model.is_some() {
                 return Err(CrewError::ModelNeedsCommand);
@@ -160,20 +230,7 @@ impl RunningCrew {
                 model: None,
             });
         }
-        let model = match model {
-            Some(model) => {
-                let script = model.script().map_err(CrewError::ModelScript)?;
-                let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                    .await
-                    .map_err(CrewError::ServeModel)?;
-                Some(
-                    MockLlm::new(script)
-                        .serve(listener)
-                        .map_err(CrewError::ServeModel)?,
-                )
-            }
-            None => None,
-        };
+        let model = serve_model(model).await?;
         let model_url = model.as_ref().map(RunningMockLlm::base_url);
         let spec = spec.ok_or(CrewError::NoCrew)?;
         let command = spec.command.as_deref().unwrap_or_default();

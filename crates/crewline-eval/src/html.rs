@@ -1,6 +1,6 @@
 //! The HTML report: one self-contained page (inline CSS, no script, nothing loaded from
-//! elsewhere) with every scenario, each expectation's pass rate and failures, and one run's
-//! turns drawn as timelines.
+//! elsewhere) with every scenario, each expectation's pass rate and failures, and every
+//! run's turns drawn as timelines (one `<details>` per run).
 //!
 //! Everything a crew or a model said is peer-controlled text: it is escaped wherever it is
 //! written, and the page's Content-Security-Policy forbids scripts and any fetch, so even a
@@ -68,6 +68,8 @@ ul.failures li { white-space: pre-wrap; word-break: break-word; }
 .mark.barge { color: var(--bad); }
 .scale { font-size: 12px; color: var(--muted); }
 details { margin: .25rem 0; }
+details.run { border: 1px solid var(--line); border-radius: .3rem; padding: .25rem .75rem; margin: .5rem 0; }
+details.run > summary { cursor: pointer; font-weight: 600; }
 details ol { margin: .25rem 0; padding-left: 1.5rem; font-size: 13px; }
 details li { white-space: pre-wrap; word-break: break-word; }
 "#;
@@ -159,16 +161,52 @@ fn scenario_section(page: &mut String, index: usize, report: &ScenarioReport) {
         }
         page.push_str("</tbody>\n</table>\n");
     }
-    if !report.timeline.is_empty() {
+    if !report.run_timelines.is_empty() {
+        let kept = report.run_timelines.len();
         let _ = writeln!(
             page,
-            "<h3>Run {}, turn by turn</h3>\n<p class=\"scale muted\">light: waiting for the first \
-             chunk · dark: speaking · ticks: chunks · amber: tool calls (red: failed) · ▼ barge-in · \
-             ✆ hand-off</p>",
-            report.timeline_run
+            "<h3>Every run, turn by turn</h3>\n<p class=\"scale muted\">{} · light: waiting for \
+             the first chunk · dark: speaking · ticks: chunks · amber: tool calls (red: failed) · \
+             ▼ barge-in · ✆ hand-off</p>",
+            if u32::try_from(kept).is_ok_and(|kept| kept < report.runs) {
+                format!(
+                    "{kept} of {} runs kept, the failing ones first",
+                    report.runs
+                )
+            } else {
+                format!("{kept} runs")
+            }
         );
-        for turn in &report.timeline {
-            turn_timeline(page, turn);
+        for run in &report.run_timelines {
+            // The run the failures point to first is open; the others are a click away.
+            let _ = writeln!(
+                page,
+                "<details class=\"run\" id=\"s{index}r{}\"{}>\n<summary>Run {} <span class=\"{}\">{}</span></summary>",
+                run.run,
+                if run.run == report.timeline_run {
+                    " open"
+                } else {
+                    ""
+                },
+                run.run,
+                if run.failed_checks == 0 {
+                    "pass"
+                } else {
+                    "fail"
+                },
+                match run.failed_checks {
+                    0 => "every check held".to_owned(),
+                    1 => "1 check failed".to_owned(),
+                    n => format!("{n} checks failed"),
+                },
+            );
+            for turn in &run.turns {
+                turn_timeline(page, turn);
+            }
+            if run.turns.is_empty() {
+                page.push_str("<p class=\"muted\">no turn was reached</p>\n");
+            }
+            page.push_str("</details>\n");
         }
     }
     for conversation in &report.conversations {

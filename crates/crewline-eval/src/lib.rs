@@ -51,6 +51,7 @@ use std::{
 
 use futures::StreamExt;
 
+pub use crew::CrewFactory;
 pub use report::{
     CheckCategory, CheckReport, Conversation, ConversationTurn, RunFailure, ScenarioReport,
     TurnLatency,
@@ -149,6 +150,12 @@ pub struct RunOptions {
     pub concurrency: usize,
     /// Told as scenarios start, as their runs finish and as they end (a progress line).
     pub progress: Option<ProgressHook>,
+    /// A crew the caller serves itself on the runner's model, instead of the file's `crew`
+    /// and `crew_url` (a test's crew: [`CrewTarget::Serve`]).
+    pub crew_factory: Option<crew::CrewFactory>,
+    /// Call variables set in every scenario, over the file's `variables` (e.g. a
+    /// `task_id` only known when the suite runs).
+    pub variables: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for RunOptions {
@@ -158,6 +165,8 @@ impl Default for RunOptions {
             crew_url: None,
             concurrency: DEFAULT_CONCURRENCY,
             progress: None,
+            crew_factory: None,
+            variables: serde_json::Map::new(),
         }
     }
 }
@@ -262,6 +271,7 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
                 spec.0,
                 options.crew_url.as_deref(),
                 scenario.model.as_ref(),
+                options.crew_factory.as_ref(),
             )
             .await
             {
@@ -293,6 +303,15 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
                 finished(options, &reports, before);
                 continue;
             }
+            let with_variables;
+            let scenario = if options.variables.is_empty() {
+                scenario
+            } else {
+                let mut merged = scenario.clone();
+                merged.variables.extend(options.variables.clone());
+                with_variables = merged;
+                &with_variables
+            };
             reports.push(run_against(scenario, crew, options, started).await);
             finished(options, &reports, before);
         }

@@ -13,7 +13,9 @@ use crewline_testkit::platform::CrewFrame;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::scenario::{BargeIn, CallerTurn, Expect, Format, Scenario, ToolExpect};
+use crate::scenario::{
+    BargeIn, CallerTurn, ConversationKind, Expect, Format, Scenario, ToolExpect,
+};
 
 /// The largest recording read, in bytes (16 MiB: hours of text turns).
 pub const MAX_RECORDING_BYTES: u64 = 16 * 1024 * 1024;
@@ -163,6 +165,7 @@ pub fn scenario_from_jsonl(text: &str, name: &str) -> Result<Scenario, ReplayErr
     let mut turns: Vec<RecordedTurn> = Vec::new();
     let mut said: Option<String> = None;
     let mut variables = Map::new();
+    let mut conversation_type = None;
     for (index, raw) in text.lines().enumerate() {
         let number = index + 1;
         let bad = |message: String| ReplayError::Line {
@@ -185,7 +188,11 @@ pub fn scenario_from_jsonl(text: &str, name: &str) -> Result<Scenario, ReplayErr
             .map_err(|e| bad(format!("the frame is not a crewline event: {e}")))?;
         match line.dir {
             Direction::Out => match event.body {
-                EventBody::SystemInit(init) => variables = init.session_context.initial_variables,
+                EventBody::SystemInit(init) => {
+                    conversation_type =
+                        ConversationKind::recorded(init.session_context.conversation_type);
+                    variables = init.session_context.initial_variables;
+                }
                 EventBody::TranscriptUpdate(update) if update.role == TranscriptRole::User => {
                     said = Some(update.content);
                 }
@@ -275,6 +282,7 @@ pub fn scenario_from_jsonl(text: &str, name: &str) -> Result<Scenario, ReplayErr
         runs: 1,
         pass_threshold: 1.0,
         variables,
+        conversation_type,
         turn_timeout_ms: 30_000,
         turns: turns.into_iter().map(caller_turn).collect(),
         caller: None,

@@ -47,6 +47,25 @@ pub struct ScenarioReport {
     pub timeline: Vec<TurnTimeline>,
     /// The run `timeline` shows, counted from 1 (0 when none was placed).
     pub timeline_run: u32,
+    /// Every run's turns as they went, in run order: the HTML report draws each. At most
+    /// [`MAX_TIMELINE_RUNS`] are kept, the failing runs first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub run_timelines: Vec<RunTimeline>,
+}
+
+/// The most runs whose timelines a report keeps (a turn keeps at most
+/// [`MAX_TIMELINE_EVENTS`] events of [`MAX_EVENT_CHARS`] characters each).
+pub const MAX_TIMELINE_RUNS: usize = 20;
+
+/// One run's turns, as they went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunTimeline {
+    /// The run, counted from 1.
+    pub run: u32,
+    /// How many of the scenario's per-run checks failed in this run.
+    pub failed_checks: usize,
+    /// Its turns, in order (the turns it reached).
+    pub turns: Vec<TurnTimeline>,
 }
 
 /// The most events kept of one turn's timeline (the rest are counted, not kept).
@@ -177,9 +196,15 @@ fn timeline(checks: &[CheckReport], calls: &[CallRecord]) -> (u32, Vec<TurnTimel
     let Some(index) = failing.or((!calls.is_empty()).then_some(0)) else {
         return (0, Vec::new());
     };
-    let call = &calls[index];
-    let turns = call
-        .turns
+    (
+        u32::try_from(index + 1).unwrap_or(u32::MAX),
+        turn_timelines(&calls[index]),
+    )
+}
+
+/// A call's turns, for the report.
+fn turn_timelines(call: &CallRecord) -> Vec<TurnTimeline> {
+    call.turns
         .iter()
         .enumerate()
         .map(|(turn, record)| TurnTimeline {
@@ -190,8 +215,34 @@ fn timeline(checks: &[CheckReport], calls: &[CallRecord]) -> (u32, Vec<TurnTimel
             turn_ms: record.turn_time.map(ms),
             events: record.timeline.clone(),
         })
+        .collect()
+}
+
+/// Every run's timeline, in run order: at most [`MAX_TIMELINE_RUNS`], failing runs first.
+fn run_timelines(checks: &[Check], calls: &[CallRecord]) -> Vec<RunTimeline> {
+    let mut picked: Vec<(usize, usize)> = calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| {
+            let failed = checks
+                .iter()
+                .filter(|check| !check.over_runs() && check.judge(call).is_err())
+                .count();
+            (index, failed)
+        })
         .collect();
-    (u32::try_from(index + 1).unwrap_or(u32::MAX), turns)
+    // Failing runs first, then in run order; drawn in run order.
+    picked.sort_by_key(|&(index, failed)| (failed == 0, index));
+    picked.truncate(MAX_TIMELINE_RUNS);
+    picked.sort_by_key(|&(index, _)| index);
+    picked
+        .into_iter()
+        .map(|(index, failed)| RunTimeline {
+            run: u32::try_from(index + 1).unwrap_or(u32::MAX),
+            failed_checks: failed,
+            turns: turn_timelines(&calls[index]),
+        })
+        .collect()
 }
 
 /// The most characters of one line of a kept conversation.
@@ -226,6 +277,8 @@ pub enum CheckCategory {
     BargeIn,
     /// Tool calls, their arguments, counts and order.
     Tool,
+    /// The crew's own `agent.log` events.
+    Log,
     /// What the replies say.
     Reply,
     /// Latency budgets: measured times, which vary with the machine.
@@ -305,6 +358,7 @@ impl ScenarioReport {
             conversations: Vec::new(),
             timeline: Vec::new(),
             timeline_run: 0,
+            run_timelines: Vec::new(),
         }
     }
 
@@ -317,6 +371,7 @@ impl ScenarioReport {
         elapsed: Duration,
     ) -> Self {
         let runs = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+        let run_timelines = run_timelines(checks, calls);
         let checks: Vec<CheckReport> = checks
             .iter()
             .map(|check| CheckReport::judge(check, calls, pass_threshold))
@@ -335,6 +390,7 @@ impl ScenarioReport {
             conversations: conversations(calls),
             timeline,
             timeline_run,
+            run_timelines,
         }
     }
 

@@ -65,6 +65,11 @@ pub struct Scenario {
     /// from, e.g. `name = "Ada"`).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub variables: Map<String, Value>,
+    /// The conversation's type, sent in `system.init`: `webcall` (the default),
+    /// `telephonyInbound`, `telephonyOutbound`, `chat` (a text chat) or `supervisor_agent`.
+    /// A crew may answer each differently, or serve only one (a chat crew refuses a call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_type: Option<ConversationKind>,
     /// The longest a turn may take, from the request to the crew's `end`, in ms (default
     /// 30000, at most 600000); a turn that takes longer fails its run.
     #[serde(default = "default_turn_timeout_ms")]
@@ -82,6 +87,52 @@ pub struct Scenario {
     /// all turns; `reply` and `budget` here apply to every turn.
     #[serde(default)]
     pub expect: Expect,
+}
+
+/// The conversation's type a call is placed as (`system.init`'s `conversation_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ConversationKind {
+    /// A call from a web page (the default).
+    #[serde(rename = "webcall")]
+    Webcall,
+    /// An inbound phone call.
+    #[serde(rename = "telephonyInbound")]
+    TelephonyInbound,
+    /// An outbound phone call.
+    #[serde(rename = "telephonyOutbound")]
+    TelephonyOutbound,
+    /// A text chat: the replies are read, not heard.
+    #[serde(rename = "chat")]
+    Chat,
+    /// A supervisor agent.
+    #[serde(rename = "supervisor_agent")]
+    SupervisorAgent,
+}
+
+impl From<ConversationKind> for crewline::protocol::ConversationType {
+    fn from(kind: ConversationKind) -> Self {
+        match kind {
+            ConversationKind::Webcall => Self::Webcall,
+            ConversationKind::TelephonyInbound => Self::TelephonyInbound,
+            ConversationKind::TelephonyOutbound => Self::TelephonyOutbound,
+            ConversationKind::Chat => Self::Chat,
+            ConversationKind::SupervisorAgent => Self::SupervisorAgent,
+        }
+    }
+}
+
+impl ConversationKind {
+    /// The scenario's kind for a recorded call's type (`None` for the default, a webcall).
+    pub(crate) fn recorded(kind: crewline::protocol::ConversationType) -> Option<Self> {
+        use crewline::protocol::ConversationType as Wire;
+        match kind {
+            Wire::Webcall => None,
+            Wire::TelephonyInbound => Some(Self::TelephonyInbound),
+            Wire::TelephonyOutbound => Some(Self::TelephonyOutbound),
+            Wire::Chat => Some(Self::Chat),
+            Wire::SupervisorAgent => Some(Self::SupervisorAgent),
+        }
+    }
 }
 
 /// A suite: several scenarios in one file, sharing a crew unless they name their own.
@@ -167,7 +218,10 @@ pub struct ModelSpec {
     /// The script's rules, in the format of `crewline mock-llm`'s scripts: each
     /// `{ when = { last_user_contains = "...", last_role = "tool" }, reply = { content_chunks = [...], tool_calls = [{ id = "call_1", name = "...", arguments_chunks = ['{"a": 1}'] }] } }`;
     /// the first rule whose `when` holds answers a request (no `when`: always), none: `OK.`
-    /// (at most 256 rules).
+    /// (at most 256 rules). A reply may instead be a recorded provider stream,
+    /// `reply = { recorded_sse = "path/to/case.sse" }` (relative to the scenario file; a
+    /// transcript of crewline-llm's provider corpus, its `#` header dropped; at most 1 MiB),
+    /// streamed byte for byte, one SSE event at a time.
     #[schemars(length(max = 256))]
     pub replies: Vec<Value>,
 }
@@ -175,7 +229,46 @@ pub struct ModelSpec {
 /// The most rules in a `[model]` script.
 pub const MAX_MODEL_RULES: usize = 256;
 
+/// The largest recorded stream a `[model]` reply may name (`recorded_sse`), in bytes.
+pub const MAX_RECORDED_SSE_BYTES: u64 = 1024 * 1024;
+
+/// The most bytes of recorded streams one file reads in all (each scenario's `[model]`
+/// counts, a suite's shared one once per scenario).
+pub const MAX_RECORDED_SSE_TOTAL_BYTES: u64 = 8 * 1024 * 1024;
+
 impl ModelSpec {
+    /// Reads the recorded streams the replies name (`reply.recorded_sse`, a path relative to
+    /// `base`) into the script (`reply.sse_body`), each taken from `budget`.
+    fn read_recorded(&mut self, base: &Path, budget: &mut u64) -> Result<(), String> {
+        for (index, rule) in self.replies.iter_mut().enumerate() {
+            let Some(reply) = rule.get_mut("reply").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let Some(path) = reply.remove("recorded_sse") else {
+                continue;
+            };
+            let at =
+                |message: String| format!("[model] rule {}: `recorded_sse`: {message}", index + 1);
+            let Value::String(path) = path else {
+                return Err(at("must be a path (a string)".to_owned()));
+            };
+            if ["content_chunks", "tool_calls", "sse_body"]
+                .iter()
+                .any(|key| reply.contains_key(*key))
+            {
+                return Err(at(
+                    "is the whole answer: no `content_chunks`, `tool_calls` or `sse_body` with it"
+                        .to_owned(),
+                ));
+            }
+            let full = base.join(&path);
+            let body = read_recorded(&full, budget)
+                .map_err(|message| at(format!("{}: {message}", full.display())))?;
+            reply.insert("sse_body".to_owned(), Value::String(body));
+        }
+        Ok(())
+    }
+
     /// The mock model's script.
     pub fn script(&self) -> Result<Script, String> {
         if self.replies.len() > MAX_MODEL_RULES {
@@ -183,6 +276,17 @@ impl ModelSpec {
                 "[model]: {} rules; a script has at most {MAX_MODEL_RULES}",
                 self.replies.len()
             ));
+        }
+        // Read by `ScenarioFile::load` (or `parse`); one left over was never read.
+        if self
+            .replies
+            .iter()
+            .any(|rule| rule.pointer("/reply/recorded_sse").is_some())
+        {
+            return Err(
+                "[model]: `recorded_sse` was not read: load the scenario with ScenarioFile::load"
+                    .to_owned(),
+            );
         }
         Script::from_json(&serde_json::json!({ "replies": self.replies }))
             .map_err(|error| format!("[model]: {error}"))
@@ -347,6 +451,10 @@ pub struct Expect {
     /// `tool_call_start`/`tool_call_end`/`tool_call_error` events.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolExpect>,
+    /// The crew's own `agent.log` events (any name but the tool calls'), e.g. a background
+    /// node's verdict on the timeline: by name, with matchers on their fields.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<LogExpect>,
     /// Tool names that must be called in this order (others may come between; the first
     /// call of each name counts).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -394,6 +502,43 @@ impl Expect {
     /// Whether nothing is expected.
     pub fn is_empty(&self) -> bool {
         self == &Self::default()
+    }
+}
+
+/// An `agent.log` expectation: by default, at least one event named `name` whose fields
+/// match.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogExpect {
+    /// The event's name (`agent.log`'s `name`, e.g. `sentiment`).
+    pub name: String,
+    /// Matchers on its fields: the key is a field's name, or a JSON Pointer into the
+    /// fields when it starts with `/`. All must match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, ArgMatcher>,
+    /// Exactly this many matching events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Exactly one matching event.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub once: bool,
+    /// No matching event at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub never: bool,
+}
+
+impl LogExpect {
+    /// The same matching as a tool call's, on the event's fields.
+    pub(crate) fn as_tool(&self) -> ToolExpect {
+        ToolExpect {
+            name: self.name.clone(),
+            args: self.fields.clone(),
+            args_subset: None,
+            succeeded: None,
+            count: self.count,
+            once: self.once,
+            never: self.never,
+        }
     }
 }
 
@@ -578,7 +723,8 @@ impl ScenarioFile {
     /// (and model and judge) filled in.
     pub fn load(path: &Path) -> Result<Vec<Scenario>, EvalError> {
         let text = read_bounded(path)?;
-        Self::parse(&text, Format::of_path(path)).map_err(|error| error.in_file(path))
+        Self::parse_in(&text, Format::of_path(path), base_dir(path))
+            .map_err(|error| error.in_file(path))
     }
 
     /// Parses and checks a scenario or suite from TOML text.
@@ -591,12 +737,19 @@ impl ScenarioFile {
         Self::parse(text, Format::Yaml)
     }
 
-    /// Parses and checks a scenario or suite written in `format`.
+    /// Parses and checks a scenario or suite written in `format` (a `recorded_sse` path in a
+    /// `[model]` is read from the working directory).
     pub fn parse(text: &str, format: Format) -> Result<Vec<Scenario>, EvalError> {
+        Self::parse_in(text, format, Path::new("."))
+    }
+
+    /// [`ScenarioFile::parse`], reading `recorded_sse` paths from `base`.
+    fn parse_in(text: &str, format: Format, base: &Path) -> Result<Vec<Scenario>, EvalError> {
         check_size(text)?;
         if !format.is_suite(text)? {
-            return Scenario::parse(text, format).map(|scenario| vec![scenario]);
+            return Scenario::parse_in(text, format, base).map(|scenario| vec![scenario]);
         }
+        let mut recorded_budget = MAX_RECORDED_SSE_TOTAL_BYTES;
         let suite: Suite = format.decode(text)?;
         if suite.scenarios.is_empty() || suite.scenarios.len() > MAX_SCENARIOS {
             return Err(invalid(format!(
@@ -618,13 +771,19 @@ impl ScenarioFile {
                 if scenario.judge.is_none() {
                     scenario.judge.clone_from(&suite.judge);
                 }
-                scenario.validate().map_err(|message| {
-                    invalid(format!(
-                        "scenario {} ({:?}): {message}",
-                        index + 1,
-                        scenario.name
-                    ))
-                })?;
+                let mut recorded = Ok(());
+                if let Some(model) = &mut scenario.model {
+                    recorded = model.read_recorded(base, &mut recorded_budget);
+                }
+                recorded
+                    .and_then(|()| scenario.validate())
+                    .map_err(|message| {
+                        invalid(format!(
+                            "scenario {} ({:?}): {message}",
+                            index + 1,
+                            scenario.name
+                        ))
+                    })?;
                 Ok(scenario)
             })
             .collect()
@@ -634,6 +793,37 @@ impl ScenarioFile {
     pub fn json_schema() -> Value {
         schemars::schema_for!(ScenarioFile).to_value()
     }
+}
+
+/// The folder a file's relative paths are read from.
+fn base_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// Reads the recorded stream at `path` (at most [`MAX_RECORDED_SSE_BYTES`], taken from
+/// `budget`): the body after its `#` header, as the mock model serves it.
+fn read_recorded(path: &Path, budget: &mut u64) -> Result<String, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORDED_SSE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    let size = bytes.len() as u64;
+    if size > MAX_RECORDED_SSE_BYTES {
+        return Err(format!(
+            "larger than {MAX_RECORDED_SSE_BYTES} bytes; a recorded stream is one answer"
+        ));
+    }
+    *budget = budget.checked_sub(size).ok_or_else(|| {
+        format!("the file's recorded streams exceed {MAX_RECORDED_SSE_TOTAL_BYTES} bytes in all")
+    })?;
+    let body =
+        crewline_testkit::mock_llm::sse_transcript_body(&bytes).map_err(|e| e.to_string())?;
+    String::from_utf8(body.to_vec()).map_err(|_| "not UTF-8 text".to_owned())
 }
 
 fn read_bounded(path: &Path) -> Result<String, EvalError> {
@@ -680,7 +870,8 @@ impl Scenario {
     /// YAML by its extension; see [`ScenarioFile::load`] for suites.
     pub fn load(path: &Path) -> Result<Self, EvalError> {
         let text = read_bounded(path)?;
-        Self::parse(&text, Format::of_path(path)).map_err(|error| error.in_file(path))
+        Self::parse_in(&text, Format::of_path(path), base_dir(path))
+            .map_err(|error| error.in_file(path))
     }
 
     /// Parses and checks a scenario from TOML text.
@@ -693,10 +884,20 @@ impl Scenario {
         Self::parse(text, Format::Yaml)
     }
 
-    /// Parses and checks a scenario written in `format`.
+    /// Parses and checks a scenario written in `format` (a `recorded_sse` path in its
+    /// `[model]` is read from the working directory).
     pub fn parse(text: &str, format: Format) -> Result<Self, EvalError> {
+        Self::parse_in(text, format, Path::new("."))
+    }
+
+    /// [`Scenario::parse`], reading `recorded_sse` paths from `base`.
+    fn parse_in(text: &str, format: Format, base: &Path) -> Result<Self, EvalError> {
         check_size(text)?;
-        let scenario: Self = format.decode(text)?;
+        let mut scenario: Self = format.decode(text)?;
+        if let Some(model) = &mut scenario.model {
+            let mut budget = MAX_RECORDED_SSE_TOTAL_BYTES;
+            model.read_recorded(base, &mut budget).map_err(invalid)?;
+        }
         scenario.validate().map_err(invalid)?;
         Ok(scenario)
     }
@@ -866,6 +1067,15 @@ impl Expect {
         for tool in &self.tools {
             tool.validate()
                 .map_err(|message| format!("tool `{}`: {message}", tool.name))?;
+        }
+        for log in &self.logs {
+            log.as_tool().validate().map_err(|message| {
+                format!(
+                    "log `{}`: {}",
+                    log.name,
+                    message.replace("args.", "fields.")
+                )
+            })?;
         }
         for pattern in &self.reply.regex {
             matcher::compile(pattern).map_err(|message| format!("reply.regex: {message}"))?;

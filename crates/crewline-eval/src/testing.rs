@@ -14,6 +14,9 @@ pub enum CrewTarget {
     /// The crew at this WebSocket URL, whatever the file says: typically one the test
     /// serves on `127.0.0.1:0`.
     Url(String),
+    /// A crew the test serves on the runner's model: for a suite with a `[model]`, the
+    /// runner serves that script and the factory serves the crew pointed at it.
+    Serve(crate::crew::CrewFactory),
 }
 
 /// How [`check_file_with`] runs a suite, over what its file says.
@@ -28,6 +31,8 @@ pub struct CheckOptions {
     pub latency_fails: bool,
     /// How many calls of one scenario run at once.
     pub concurrency: usize,
+    /// Call variables set in every scenario, over the file's.
+    pub variables: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for CheckOptions {
@@ -36,6 +41,7 @@ impl Default for CheckOptions {
             runs: None,
             latency_fails: true,
             concurrency: crate::DEFAULT_CONCURRENCY,
+            variables: serde_json::Map::new(),
         }
     }
 }
@@ -45,6 +51,18 @@ impl CheckOptions {
     #[must_use]
     pub fn latency_reported_only(mut self) -> Self {
         self.latency_fails = false;
+        self
+    }
+
+    /// Sets the call variable `name` to `value` in every scenario (e.g. an id the test
+    /// made, which the file cannot know).
+    #[must_use]
+    pub fn variable(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Self {
+        self.variables.insert(name.into(), value.into());
         self
     }
 
@@ -128,12 +146,17 @@ pub async fn check_file_with(
     let path = path.as_ref();
     let run_options = RunOptions {
         runs: options.runs,
-        crew_url: match crew {
-            CrewTarget::FromFile => None,
-            CrewTarget::Url(url) => Some(url),
+        crew_url: match &crew {
+            CrewTarget::Url(url) => Some(url.clone()),
+            CrewTarget::FromFile | CrewTarget::Serve(_) => None,
+        },
+        crew_factory: match crew {
+            CrewTarget::Serve(factory) => Some(factory),
+            CrewTarget::FromFile | CrewTarget::Url(_) => None,
         },
         concurrency: options.concurrency.max(1),
         progress: None,
+        variables: options.variables.clone(),
     };
     let scenarios = match ScenarioFile::load(path) {
         Ok(scenarios) => scenarios,

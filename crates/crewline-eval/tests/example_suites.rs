@@ -399,3 +399,276 @@ async fn a_collections_crew_that_hands_every_caller_off_fails_its_suite() {
         "{text}"
     );
 }
+
+/// The suite file `examples/evals/NAME`.
+fn suite(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/evals")
+        .join(name)
+}
+
+/// Runs the suite `name` against the crew at `url`, bounded so that a hang fails the test;
+/// budgets are reported, not enforced (a loaded test machine is not a phone line).
+async fn check_suite(
+    name: &str,
+    target: CrewTarget,
+    options: CheckOptions,
+) -> Result<Vec<crewline_eval::ScenarioReport>, SuiteFailure> {
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        check_file_with(suite(name), target, &options.latency_reported_only()),
+    )
+    .await
+    .expect("the suite ran within its bound")
+}
+
+/// The text_chat example's crew on `llm`, served on 127.0.0.1:0.
+async fn chat_crew(llm: Arc<dyn LlmClient>) -> String {
+    use crewline_examples::text_chat;
+    common::serve(CrewServer::new(move |setup: SessionSetup| {
+        let crew = text_chat::chat_crew(&setup, llm.clone());
+        async move { crew }
+    }))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_text_chat_suite_passes_against_the_example_crew() -> Result<(), SuiteFailure> {
+    let llm: Arc<dyn LlmClient> = Arc::new(crewline_examples::text_chat::scripted_chat_model());
+    let url = chat_crew(llm).await;
+    let reports = check_suite(
+        "text_chat.toml",
+        CrewTarget::Url(url),
+        CheckOptions::default(),
+    )
+    .await?;
+    assert_eq!(reports.len(), 3);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_crew_that_looks_up_the_wrong_order_fails_its_suite_saying_so() {
+    use crewline::{
+        llm::{Reply, ScriptedLlm},
+        types::Message,
+    };
+    // The broken variant: whatever order is named, its model looks up 1043.
+    let broken: Arc<dyn LlmClient> = Arc::new(ScriptedLlm::from_fn(|request| {
+        match request.messages.last() {
+            Some(Message::Tool { .. }) => Reply::text("**Your order** is on its way."),
+            _ => Reply::tool_call("order_status", serde_json::json!({"order_id": "1043"})),
+        }
+    }));
+    let url = chat_crew(broken).await;
+    let failure = check_suite(
+        "text_chat.toml",
+        CrewTarget::Url(url),
+        CheckOptions::default().runs(1),
+    )
+    .await
+    .expect_err("a crew that looks up the wrong order fails");
+    let text = failure.text();
+    assert!(text.contains("3 of 3 scenarios failed"), "{text}");
+    assert!(
+        text.contains(
+            r#"expected exactly one call of order_status(order_id = "1042") that succeeded; 0 matched, came: order_status {"order_id":"1043"}"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"expected the reply to contain "**Order 1042**"; came: "#),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentiment_suite_passes_and_a_crew_without_the_observer_fails_it() {
+    use crewline_examples::sentiment_background;
+    let llm = sentiment_background::scripted_model(Duration::from_millis(2));
+    let url = common::serve(sentiment_background::server(llm).expect("the weather tools")).await;
+    let reports = check_suite(
+        "sentiment_background.toml",
+        CrewTarget::Url(url),
+        CheckOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_eq!(reports.len(), 3);
+
+    // The broken variant: the same weather agent without its background observer: nothing
+    // escalates, so the frustrated caller is never handed to the desk.
+    let plain = voice_agent::WeatherCrew::new(
+        Arc::new(voice_agent::scripted_weather_model(Duration::ZERO)),
+        Duration::ZERO,
+    )
+    .expect("the weather tools");
+    let url = common::serve(CrewServer::new(plain.agent().clone())).await;
+    let failure = check_suite(
+        "sentiment_background.toml",
+        CrewTarget::Url(url),
+        CheckOptions::default().runs(1),
+    )
+    .await
+    .expect_err("a crew that never escalates fails");
+    let text = failure.text();
+    // Without the observer nothing is on the timeline either: every scenario misses it.
+    assert!(text.contains("3 of 3 scenarios failed"), "{text}");
+    assert!(
+        text.contains(
+            "expected exactly one agent.log sentiment(frustrated_turns = 1, label = \"negative\"); 0 matched"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL two frustrated turns in a row: an apology, then one transfer"),
+        "{text}"
+    );
+    assert!(text.contains("+15550100"), "{text}");
+    assert!(
+        text.contains(r#"expected the reply to contain "sorry this has been frustrating""#),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_remote_weather_suite_passes_with_the_station_answering_from_its_process() {
+    use crewline_examples::remote_weather::{self, station};
+    use crewline_remote::{ClientConfig, TaskApi};
+    // The crew and its task API, as `cargo run --example remote_weather` serves them.
+    let tasks = TaskApi::new();
+    let llm: Arc<dyn LlmClient> = Arc::new(remote_weather::scripted_model(Duration::ZERO));
+    let weather = remote_weather::RemoteWeatherCrew::new(llm, tasks.clone());
+    let server = CrewServer::new(move |setup: SessionSetup| {
+        let weather = weather.clone();
+        async move { weather.build(&setup).await }
+    })
+    .merge(tasks.router());
+    let url = common::serve(server).await;
+    // The station (the example's `--client`), in this process over HTTP: it registers its
+    // get_weather as a task and answers the crew's calls until the call ends.
+    let api = url.replace("ws://", "http://").replace("/ws", "");
+    let (task_tx, task_rx) = tokio::sync::oneshot::channel();
+    let station = tokio::spawn(station::run(ClientConfig::new(api), move |task_id| {
+        let _ = task_tx.send(task_id.to_owned());
+    }));
+    let task_id = task_rx.await.expect("the station registered its task");
+
+    let reports = check_suite(
+        "remote_weather.toml",
+        CrewTarget::Url(url),
+        CheckOptions::default().variable("task_id", task_id),
+    )
+    .await
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_eq!(reports.len(), 1);
+    // The call hung up: the task is done, and the station answered both lookups itself.
+    let outcome = tokio::time::timeout(Duration::from_secs(30), station)
+        .await
+        .expect("the station stopped with the call")
+        .expect("the station's task")
+        .expect("the station's outcome");
+    assert_eq!(outcome.calls_answered, 2, "{outcome:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_weather_agent_suite_passes_and_a_long_winded_model_fails_its_budget() {
+    use crewline::{
+        llm::{Reply, ScriptedLlm},
+        types::Message,
+    };
+    let url = common::weather_crew(Duration::from_millis(2), Duration::from_millis(20)).await;
+    let reports = check_suite(
+        "weather_agent.toml",
+        CrewTarget::Url(url),
+        CheckOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_eq!(reports.len(), 3);
+
+    // The broken variant: the right lookups, read back at length.
+    let broken = ScriptedLlm::from_fn(|request| match request.messages.last() {
+        Some(Message::Tool { .. }) => Reply::text(
+            "In Tokyo it is 24 degrees and sunny. The sky is clear. The wind is light. Take \
+             sunglasses. Enjoy your day!",
+        ),
+        _ => Reply::tool_call("get_weather", serde_json::json!({"location": "Tokyo"})),
+    });
+    let crew =
+        voice_agent::WeatherCrew::new(Arc::new(broken), Duration::ZERO).expect("the weather tools");
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let failure = check_suite(
+        "weather_agent.toml",
+        CrewTarget::Url(url),
+        CheckOptions::default().runs(1),
+    )
+    .await
+    .expect_err("a long-winded crew fails");
+    let text = failure.text();
+    assert!(text.contains("FAIL a short answer stays short"), "{text}");
+    assert!(
+        text.contains(
+            "expected at most 2 sentences; came 5: \"Let me check that for you.In Tokyo it is 24"
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_azure_weather_suite_passes_on_the_runners_model_through_the_azure_client() {
+    // What the suite's command does offline (`--endpoint {model_url}`), in process: the
+    // runner serves the suite's [model]; the crew is the example's, on an Azure client
+    // pointed at it.
+    let factory = crewline_eval::CrewFactory::new(|model_url: Option<String>| async move {
+        let endpoint = model_url.ok_or("the suite has a [model]")?;
+        let model = voice_agent::azure_model(&endpoint, "gpt-4o-mini", "2024-10-21", "offline");
+        let crew = voice_agent::WeatherCrew::new(Arc::new(model), Duration::from_millis(5))
+            .map_err(|e| e.to_string())?;
+        Ok(common::serve(CrewServer::new(crew.agent().clone())).await)
+    });
+    let reports = check_suite(
+        "azure_weather.toml",
+        CrewTarget::Serve(factory),
+        CheckOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_eq!(reports.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_weather_crew_passes_on_thirteen_providers_recorded_streams() {
+    // What `cargo run --example voice_agent` does with OPENAI_BASE_URL set, in process: the
+    // crew's OpenAI client pointed at the runner's model, which plays the recordings.
+    let factory = crewline_eval::CrewFactory::new(|model_url: Option<String>| async move {
+        let base_url = model_url.ok_or("the suite has a [model]")?;
+        let client = crewline::llm::OpenAiClient::builder()
+            .api_key("offline")
+            .base_url(base_url)
+            .read_env(false)
+            .model("recorded")
+            .build()
+            .map_err(|e| e.to_string())?;
+        let crew = voice_agent::WeatherCrew::new(Arc::new(client), Duration::ZERO)
+            .map_err(|e| e.to_string())?;
+        Ok(common::serve(CrewServer::new(crew.agent().clone())).await)
+    });
+    let path = suite("weather_recorded_providers.toml");
+    let scenarios = ScenarioFile::load(&path).expect("the suite reads its recordings");
+    // Every reply of every script is a recording, served byte for byte.
+    assert!(scenarios.iter().all(|s| {
+        s.model.as_ref().is_some_and(|m| {
+            m.replies
+                .iter()
+                .all(|r| r.pointer("/reply/sse_body").is_some())
+        })
+    }));
+    let reports = check_suite(
+        "weather_recorded_providers.toml",
+        CrewTarget::Serve(factory),
+        CheckOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|failure| panic!("{failure}"));
+    assert_eq!(reports.len(), 17);
+}

@@ -145,6 +145,26 @@ async fn the_report_shows_what_the_crew_said_as_text_and_draws_the_turns() {
         html.contains("class=\"mark barge\""),
         "the barge-in is marked"
     );
+
+    // Every run is drawn, each in its own <details>; the first failing one is open.
+    assert_eq!(html.matches("<details class=\"run\"").count(), 2, "{html}");
+    assert!(
+        html.contains("<details class=\"run\" id=\"s0r1\" open>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<details class=\"run\" id=\"s0r2\">"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<summary>Run 2 <span class=\"fail\">"),
+        "{html}"
+    );
+    assert_eq!(
+        html.matches("<div class=\"turn\">").count(),
+        4,
+        "two turns in each of two runs"
+    );
 }
 
 /// Debian's `/usr/bin/NAME`, else the first on `PATH`.
@@ -178,8 +198,20 @@ async fn headless_chromium_renders_the_report_table() {
         .arg(format!("file://{}", page.display()))
         .output()
         .expect("chromium runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let dom = String::from_utf8_lossy(&output.stdout);
     assert!(dom.contains("<table id=\"scenarios\">"), "{dom}");
     assert!(dom.contains("a &lt;b&gt;bold&lt;/b&gt; scenario"), "{dom}");
     assert!(!dom.contains("<script>alert"), "{dom}");
+    // Both runs reached the browser's DOM as folds, the failing one open.
+    assert!(
+        dom.contains("<details class=\"run\" id=\"s0r1\" open=\"\">"),
+        "{dom}"
+    );
+    assert!(dom.contains("<details class=\"run\" id=\"s0r2\">"), "{dom}");
 }

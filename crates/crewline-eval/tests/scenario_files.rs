@@ -347,3 +347,62 @@ fn a_yaml_alias_bomb_is_refused_not_expanded() {
     let error = ScenarioFile::from_yaml(&yaml).unwrap_err().to_string();
     assert!(error.contains("repetition limit exceeded"), "{error}");
 }
+
+#[test]
+fn recorded_streams_are_read_next_to_the_file_bounded_and_named_when_wrong() {
+    let dir = std::env::temp_dir().join(format!("crewline-eval-recorded-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("streams")).expect("a scratch dir");
+    std::fs::write(
+        dir.join("streams/answer.sse"),
+        "# source: a test\n\ndata: {\"choices\":[]}\n\ndata: [DONE]\n\n",
+    )
+    .expect("a recording");
+    let suite = |stream: &str| {
+        format!(
+            "name = \"x\"\ncrew.command = [\"crew\", \"{{port}}\"]\n\
+             [[model.replies]]\nreply = {{ recorded_sse = \"{stream}\" }}\n\
+             [[turns]]\nsay = \"hi\"\n"
+        )
+    };
+    let load = |text: String| {
+        let path = dir.join("suite.toml");
+        std::fs::write(&path, text).expect("the suite");
+        ScenarioFile::load(&path)
+    };
+
+    // Read from the file's folder, its `#` header dropped: the body the mock streams.
+    let scenarios = load(suite("streams/answer.sse")).expect("the suite reads");
+    let model = scenarios[0].model.as_ref().expect("its model");
+    assert_eq!(
+        model.replies[0]["reply"]["sse_body"],
+        "data: {\"choices\":[]}\n\ndata: [DONE]\n\n"
+    );
+    assert!(model.replies[0]["reply"].get("recorded_sse").is_none());
+    model.script().expect("a valid script");
+
+    // A missing file is named.
+    let error = load(suite("streams/missing.sse"))
+        .expect_err("no such recording")
+        .to_string();
+    assert!(error.contains("`recorded_sse`"), "{error}");
+    assert!(error.contains("missing.sse"), "{error}");
+
+    // A recording larger than one answer is refused, read no further than its bound.
+    let big = std::fs::File::create(dir.join("streams/big.sse")).expect("a file");
+    big.set_len(crewline_eval::scenario::MAX_RECORDED_SSE_BYTES + 1)
+        .expect("a sparse file");
+    let error = load(suite("streams/big.sse"))
+        .expect_err("too large")
+        .to_string();
+    assert!(error.contains("larger than"), "{error}");
+
+    // A recording beside scripted content is ambiguous: refused.
+    let error = load(suite("streams/answer.sse").replace(
+        "recorded_sse =",
+        "content_chunks = [\"hi\"], recorded_sse =",
+    ))
+    .expect_err("both")
+    .to_string();
+    assert!(error.contains("is the whole answer"), "{error}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,7 @@
 //! A scriptable, OpenAI-compatible mock LLM: the Rust twin of `reference/mock_llm.py`.
 //!
 //! It serves `POST /v1/chat/completions` (and `/chat/completions`, and Azure's
-//! `/openai/deployments/{name}/chat/completions`): streaming SSE in OpenAI's
+//! `/openai/deployments/{name}/chat/completions`, also under `/v1`): streaming SSE in OpenAI's
 //! exact chunk shape, or a plain `chat.completion` object when the request has no
 //! `"stream": true`. Each request's answer comes from a [`Script`], in the same JSON format as
 //! the Python mock, so the reference recordings' scripts play unchanged: text deltas, tool
@@ -83,7 +83,9 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle, time::Instant};
 use conn::{ConnCounters, ConnHandle, MockIo};
 pub use fault::{CutPoint, FAULT_HEADER, Fault};
 pub use schedule::{FaultSchedule, Phase, ScheduleError};
-pub use script::{Reply, Rule, Script, ScriptError, ScriptedCall, When};
+pub use script::{
+    MAX_SSE_BODY_BYTES, Reply, Rule, Script, ScriptError, ScriptedCall, When, sse_transcript_body,
+};
 pub use tls::{HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MockTls, TlsError};
 
 /// The largest request body accepted (as the Python mock: 64 MiB).
@@ -711,6 +713,12 @@ impl MockLlm {
             // Azure OpenAI's deployment URL, so a crew on an Azure client runs against it too.
             .route(
                 "/openai/deployments/{deployment}/chat/completions",
+                post(chat_completions),
+            )
+            // ...and under `/v1`, for an Azure client given the base URL other clients get
+            // (an eval's `{model_url}`).
+            .route(
+                "/v1/openai/deployments/{deployment}/chat/completions",
                 post(chat_completions),
             )
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -66,6 +66,9 @@ pub(crate) fn sse_frames(
     index: usize,
     include_usage: bool,
 ) -> Vec<Bytes> {
+    if let Some(body) = &reply.sse_body {
+        return recorded_frames(body);
+    }
     let writer = ChunkWriter::new(&completion_id(index), model);
     let chunk =
         |delta: Value, finish: Option<&str>| writer.frame(|out| write_json(out, &delta), finish);
@@ -147,6 +150,35 @@ pub(crate) fn sse_frames(
         })));
     }
     frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    frames
+}
+
+/// A recorded body cut into its SSE events, each with the blank line that ends it (LF or
+/// CRLF, as recorded); bytes after the last blank line are a last piece of their own.
+fn recorded_frames(body: &Bytes) -> Vec<Bytes> {
+    let mut frames = Vec::new();
+    let mut start = 0;
+    let mut at = 0;
+    while at < body.len() {
+        let end = if body[at..].starts_with(b"\r\n\r\n") {
+            Some(at + 4)
+        } else if body[at..].starts_with(b"\n\n") {
+            Some(at + 2)
+        } else {
+            None
+        };
+        match end {
+            Some(end) => {
+                frames.push(body.slice(start..end));
+                start = end;
+                at = end;
+            }
+            None => at += 1,
+        }
+    }
+    if start < body.len() {
+        frames.push(body.slice(start..));
+    }
     frames
 }
 
@@ -433,5 +465,19 @@ mod tests {
         assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
         let text = completion(&Reply::text(["a", "b"]), "m", 0);
         assert_eq!(text["choices"][0]["message"]["content"], "ab");
+    }
+
+    #[test]
+    fn a_recorded_body_is_played_byte_for_byte_one_event_a_frame() {
+        let body = "data: {\"a\":1}\r\n\r\n: keep-alive\n\ndata: é\n\ndata: [DONE]\n\ntrailing";
+        let reply = Reply {
+            sse_body: Some(Bytes::from(body)),
+            ..Reply::text(["ignored"])
+        };
+        let frames = sse_frames(&reply, "m", 0, true);
+        assert_eq!(frames.len(), 5);
+        assert_eq!(&frames[0][..], b"data: {\"a\":1}\r\n\r\n");
+        assert_eq!(&frames[1][..], b": keep-alive\n\n");
+        assert_eq!(frames.concat(), body.as_bytes());
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use axum::body::Bytes;
 use serde_json::{Map, Value, json};
 
 /// Why a script could not be read.
@@ -78,6 +79,44 @@ pub struct Reply {
     pub retry_after_secs: Option<u64>,
     /// Abort the TCP connection after this many SSE events (an incomplete chunked body).
     pub cut_after_chunks: Option<usize>,
+    /// A recorded SSE body (a provider's stream, byte for byte) streamed instead of the
+    /// scripted content: cut into its events, paced and cut like them. Only streamed
+    /// requests play it; a plain request gets an empty completion.
+    pub sse_body: Option<Bytes>,
+}
+
+/// The largest recorded SSE body a script may hold, in bytes.
+pub const MAX_SSE_BODY_BYTES: usize = 1024 * 1024;
+
+/// The body of a recorded stream in the transcript format of crewline-llm's provider corpus
+/// (`tests/providers/<provider>/<case>.sse`): `#` lines naming its sources, one blank line,
+/// then the HTTP body exactly as the provider sent it. A file that does not start with `#`
+/// is all body.
+pub fn sse_transcript_body(transcript: &[u8]) -> Result<&[u8], ScriptError> {
+    if !transcript.starts_with(b"#") {
+        return Ok(transcript);
+    }
+    let mut rest = transcript;
+    loop {
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            return Err(ScriptError(
+                "a recorded stream's `#` header ends with a blank line, and this one never does"
+                    .to_owned(),
+            ));
+        };
+        let line = &rest[..end];
+        rest = &rest[end + 1..];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return Ok(rest);
+        }
+        if !line.starts_with(b"#") {
+            return Err(ScriptError(format!(
+                "a recorded stream's header line does not start with #: {:?}",
+                String::from_utf8_lossy(line)
+            )));
+        }
+    }
 }
 
 impl Script {
@@ -349,7 +388,19 @@ impl Reply {
             Some(Value::String(reason)) => Some(reason.clone()),
             Some(_) => return Err(ScriptError("`finish_reason` must be a string".to_owned())),
         };
+        let sse_body = match object.get("sse_body") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(body)) if body.len() > MAX_SSE_BODY_BYTES => {
+                return Err(ScriptError(format!(
+                    "`sse_body` is {} bytes; at most {MAX_SSE_BODY_BYTES}",
+                    body.len()
+                )));
+            }
+            Some(Value::String(body)) => Some(Bytes::from(body.clone().into_bytes())),
+            Some(_) => return Err(ScriptError("`sse_body` must be a string".to_owned())),
+        };
         Ok(Self {
+            sse_body,
             content_chunks: strings(object, "content_chunks")?,
             tool_calls,
             tool_calls_in_one_chunk: truthy(object.get("tool_calls_in_one_chunk")),
@@ -505,6 +556,27 @@ mod tests {
             assert!(Script::from_json(&bad).is_err(), "{bad}");
         }
         assert_eq!(script(Value::Null), Script::default());
+    }
+
+    #[test]
+    fn a_recorded_stream_is_read_from_its_transcript() {
+        let transcript =
+            b"# source: a provider's docs\r\n# source: another\n\ndata: {}\n\ndata: [DONE]\n\n";
+        assert_eq!(
+            sse_transcript_body(transcript).unwrap(),
+            b"data: {}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(sse_transcript_body(b"data: x\n\n").unwrap(), b"data: x\n\n");
+        assert!(sse_transcript_body(b"# no blank line\ndata: x").is_err());
+        assert!(sse_transcript_body(b"# header\ndata: x\n\n").is_err());
+        let s = script(json!({"replies": [{"reply": {"sse_body": "data: [DONE]\n\n"}}]}));
+        assert_eq!(
+            s.rules[0].reply.sse_body.as_deref(),
+            Some(&b"data: [DONE]\n\n"[..])
+        );
+        let huge = "x".repeat(MAX_SSE_BODY_BYTES + 1);
+        assert!(Script::from_json(&json!({"replies": [{"reply": {"sse_body": huge}}]})).is_err());
+        assert!(Script::from_json(&json!({"replies": [{"reply": {"sse_body": 3}}]})).is_err());
     }
 
     #[test]
