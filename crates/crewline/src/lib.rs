@@ -52,6 +52,7 @@
 mod agent;
 mod call;
 mod crew;
+pub mod eval_faults;
 mod loop_agent;
 mod node;
 mod observer;
