@@ -237,9 +237,14 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Scenario
 /// (and keeps its state between them, as it does between runs).
 pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<ScenarioReport> {
     let mut reports = Vec::with_capacity(scenarios.len());
-    // The crew of the previous scenario, the spec it was reached by, and whether the runner
-    // serves its model (a scenario of the same crew on its own model needs a new crew).
-    type Reached<'s> = (Option<&'s scenario::CrewSpec>, bool);
+    // The crew of the previous scenario, the spec it was reached by, whether the runner
+    // serves its model (a scenario of the same crew on its own model needs a new crew), and
+    // the tool faults it was started with (other faults need a crew started with them).
+    type Reached<'s> = (
+        Option<&'s scenario::CrewSpec>,
+        bool,
+        crewline::eval_faults::ToolFaults,
+    );
     let mut current: Option<(Reached<'_>, crew::RunningCrew)> = None;
     for scenario in scenarios {
         let started = Instant::now();
@@ -250,7 +255,11 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
             });
         }
         let before = reports.len();
-        let spec = (scenario.crew.as_ref(), scenario.model.is_some());
+        let spec = (
+            scenario.crew.as_ref(),
+            scenario.model.is_some(),
+            scenario.tool_faults(),
+        );
         let reuse = current
             .as_ref()
             .is_some_and(|(reached, _)| *reached == spec);
@@ -262,6 +271,7 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
                 spec.0,
                 options.crew_url.as_deref(),
                 scenario.model.as_ref(),
+                &spec.2,
             )
             .await
             {
@@ -407,7 +417,11 @@ async fn ask_judges(
     for (run, call) in calls.iter().enumerate() {
         // A simulated caller's words are the run's own.
         let says: Vec<Option<&str>> = if scenario.caller.is_some() {
-            call.said.iter().map(|s| Some(s.as_str())).collect()
+            // An empty line is a silence: the transcript says so.
+            call.said
+                .iter()
+                .map(|s| (!s.is_empty()).then_some(s.as_str()))
+                .collect()
         } else {
             scripted.clone()
         };
