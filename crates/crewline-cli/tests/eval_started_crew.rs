@@ -2,6 +2,9 @@
 //! `OPENAI_*` variables the demo crew reads; here a mock model stands in for the provider),
 //! and the tool faults of the scenario's turns (`CREWLINE_EVAL_TOOL_FAULTS`).
 
+// Test helpers: a failed setup should panic and fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 
 use crewline_testkit::mock_llm::{MockLlm, Script};

@@ -70,7 +70,10 @@ pub enum TapDirection {
 /// [`PlatformClient::connect_tapped`]. Called on the client's reader and writer tasks: keep
 /// it quick.
 #[derive(Clone)]
-pub struct FrameTap(Arc<dyn Fn(TapDirection, &[u8]) + Send + Sync>);
+pub struct FrameTap(Arc<SeeFrame>);
+
+/// What a [`FrameTap`] calls with each frame.
+type SeeFrame = dyn Fn(TapDirection, &[u8]) + Send + Sync;
 
 impl FrameTap {
     /// A tap calling `see` with each frame.
