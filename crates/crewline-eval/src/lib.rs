@@ -1,9 +1,9 @@
 //! Evals for crewline crews: know that a crew still behaves before a caller finds out.
 //!
 //! A [`Scenario`] (a TOML or YAML file, or one of a suite's: [`ScenarioFile`]) names a crew,
-//! the caller's turns (words, barge-ins, silences, hang-ups, faults of the crew's model) and
-//! what must hold: tool calls and their arguments, what the replies say, latency budgets,
-//! barge-ins, hand-offs, errors, an LLM judge's score against a rubric.
+//! the caller's turns (words, barge-ins, silences, hang-ups, faults of the crew's model and
+//! tools) and what must hold: tool calls and their arguments, what the replies say, latency
+//! budgets, barge-ins, hand-offs, errors, an LLM judge's score against a rubric.
 //! [`run_scenario`] places the call `runs` times, concurrently, over the real protocol with
 //! the testkit's platform client, and judges every expectation in every run: a
 //! [`ScenarioReport`] with a pass rate per expectation, passing when each reaches the
