@@ -148,3 +148,19 @@ fault = { tool = { name = "get_weather", kind = "error" }, model = "503" }
     .expect("a valid scenario");
     assert_eq!(scenario.tool_faults().faults()[0].on_turn, Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_voice_agent_tool_fault_suite_passes_against_the_example_crew() {
+    let path = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/evals/voice_agent_tool_faults.toml"
+    ));
+    let scenarios = crewline_eval::ScenarioFile::load(path).expect("the suite reads");
+    assert!(scenarios.iter().all(|s| !s.tool_faults().is_empty()));
+    // What the runner does for the suite's command crew, in process: the example's crew on
+    // its scripted model, armed with each scenario's faults.
+    for scenario in &scenarios {
+        let report = run_armed(scenario, true).await;
+        assert!(report.passed, "{}: {:#?}", scenario.name, report.checks);
+    }
+}
