@@ -26,7 +26,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crewline_testkit::platform::{
-    CrewFrame, PlatformClient, PlatformConfig, PlatformError, TurnFrame,
+    CrewFrame, FrameTap, PlatformClient, PlatformConfig, PlatformError, TapDirection, TurnFrame,
 };
 
 use crate::render::{TurnPrinter, ms, voice_note, voice_report};
@@ -113,6 +113,171 @@ pub enum ChatError {
     /// `--voice` could not be set up.
     #[error(transparent)]
     Voice(#[from] VoiceError),
+    /// The `--record` file could not be written.
+    #[error("could not write the recording {}", path.display())]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The largest recording `--record` writes, in bytes: what `crewline eval --from-recording`
+/// reads. Frames past it are not recorded (the chat says so at the end).
+pub const MAX_RECORDING_BYTES: u64 = crewline_eval::replay::MAX_RECORDING_BYTES;
+
+/// A call recorded as it goes (`crewline chat --record FILE.jsonl`), in the playground's
+/// format: one frame a line, `{"t": ms since the recording started, "dir": "in"|"out",
+/// "frame": {...}}`, so `crewline eval --from-recording` turns it into a scenario.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    path: PathBuf,
+    state: std::sync::Arc<std::sync::Mutex<RecordingState>>,
+}
+
+#[derive(Debug)]
+struct RecordingState {
+    writer: io::BufWriter<std::fs::File>,
+    started: std::time::Instant,
+    bytes: u64,
+    frames: u64,
+    /// Frames left out because the file reached [`MAX_RECORDING_BYTES`].
+    dropped: u64,
+    /// The first write that failed.
+    error: Option<io::Error>,
+}
+
+/// What a finished recording holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordingSummary {
+    /// Frames written.
+    pub frames: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Frames left out past [`MAX_RECORDING_BYTES`].
+    pub dropped: u64,
+}
+
+impl Recording {
+    /// Creates (or empties) the file at `path`; the clock of its `t` starts now.
+    pub fn create(path: impl Into<PathBuf>) -> Result<Self, ChatError> {
+        let path = path.into();
+        let file = std::fs::File::create(&path).map_err(|source| ChatError::Record {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Self {
+            path,
+            state: std::sync::Arc::new(std::sync::Mutex::new(RecordingState {
+                writer: io::BufWriter::new(file),
+                started: std::time::Instant::now(),
+                bytes: 0,
+                frames: 0,
+                dropped: 0,
+                error: None,
+            })),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The tap that writes each frame of a call to the file (see
+    /// [`PlatformClient::connect_tapped`]).
+    pub fn tap(&self) -> FrameTap {
+        let state = std::sync::Arc::clone(&self.state);
+        FrameTap::new(move |direction, bytes| {
+            let Ok(mut state) = state.lock() else { return };
+            state.write(direction, bytes);
+        })
+    }
+
+    /// Flushes the file; what it holds, or the first write that failed.
+    pub fn finish(self) -> Result<RecordingSummary, ChatError> {
+        let fail = |source| ChatError::Record {
+            path: self.path.clone(),
+            source,
+        };
+        let mut state = self
+            .state
+            .lock()
+            .map_err(|_| fail(io::Error::other("a writer of the recording panicked")))?;
+        if let Some(error) = state.error.take() {
+            return Err(fail(error));
+        }
+        state.writer.flush().map_err(fail)?;
+        Ok(RecordingSummary {
+            frames: state.frames,
+            bytes: state.bytes,
+            dropped: state.dropped,
+        })
+    }
+}
+
+impl RecordingState {
+    fn write(&mut self, direction: TapDirection, bytes: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        // The protocol's frames are JSON; anything else is kept as its text.
+        let frame: Value = serde_json::from_slice(bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+        let t = self.started.elapsed().as_secs_f64() * 1000.0;
+        let line = serde_json::json!({
+            "t": (t * 10.0).round() / 10.0,
+            "dir": match direction {
+                TapDirection::In => "in",
+                TapDirection::Out => "out",
+            },
+            "frame": frame,
+        })
+        .to_string();
+        let len = line.len() as u64 + 1;
+        if self.bytes + len > MAX_RECORDING_BYTES {
+            self.dropped += 1;
+            return;
+        }
+        match writeln!(self.writer, "{line}") {
+            Ok(()) => {
+                self.bytes += len;
+                self.frames += 1;
+            }
+            Err(error) => self.error = Some(error),
+        }
+    }
+}
+
+/// Connects as `config` says; with `recording`, every frame of the call is recorded to it.
+pub async fn connect(
+    config: PlatformConfig,
+    recording: Option<&Recording>,
+) -> Result<PlatformClient, ChatError> {
+    Ok(match recording {
+        Some(recording) => PlatformClient::connect_tapped(config, recording.tap()).await?,
+        None => PlatformClient::connect(config).await?,
+    })
+}
+
+/// The line `chat` ends with when it recorded the call.
+pub fn recorded_note(path: &std::path::Path, summary: &RecordingSummary) -> String {
+    let mut note = format!(
+        "recorded {} frames to {} (crewline eval --from-recording {} turns it into a scenario)",
+        summary.frames,
+        path.display(),
+        path.display()
+    );
+    if summary.dropped > 0 {
+        note.push_str(&format!(
+            "; {} frames past the {} MiB limit were left out",
+            summary.dropped,
+            MAX_RECORDING_BYTES / (1024 * 1024)
+        ));
+    }
+    note
 }
 
 /// Reads `input` line by line on a thread of its own and hands the lines over a channel; the
@@ -425,6 +590,10 @@ pub struct ChatArgs {
     /// With --voice: the espeak-ng voice, e.g. en-us, hi, cmn.
     #[arg(long, value_name = "NAME", requires = "voice")]
     pub espeak_voice: Option<String>,
+    /// Record the call to this file, one frame a line (the playground's JSONL; at most
+    /// 16 MiB): `crewline eval --from-recording FILE` turns it into a scenario.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub record: Option<PathBuf>,
 }
 
 /// Whether typing while a reply streams interrupts it.
@@ -497,7 +666,8 @@ pub async fn run_cli(args: ChatArgs, mut out: impl Write) -> Result<ChatOutcome,
         },
     );
     let started = tokio::time::Instant::now();
-    let mut client = PlatformClient::connect(args.platform_config()).await?;
+    let recording = args.record.as_ref().map(Recording::create).transpose()?;
+    let mut client = connect(args.platform_config(), recording.as_ref()).await?;
     writeln!(out, "{}", banner(&args.url, started.elapsed()))?;
     let lines = spawn_line_reader(std::io::BufReader::new(std::io::stdin()));
     let outcome = if args.voice {
@@ -519,6 +689,11 @@ pub async fn run_cli(args: ChatArgs, mut out: impl Write) -> Result<ChatOutcome,
     tracing::debug!(?outcome, stats = ?client.stats(), "chat ended");
     if let Err(error) = client.close().await {
         tracing::debug!(error = %crewline::types::ErrorChain(&error), "closing the call");
+    }
+    if let Some(recording) = recording {
+        let path = recording.path().to_owned();
+        let summary = recording.finish()?;
+        writeln!(out, "{}", recorded_note(&path, &summary))?;
     }
     Ok(outcome)
 }

@@ -10,7 +10,7 @@ use crewline_testkit::platform::{
 use serde_json::Value;
 
 use crate::{
-    caller::{Next, SimulatedCaller},
+    caller::{self, Next, SimulatedCaller},
     crew::RunningCrew,
     scenario::{BargeIn, Scenario},
 };
@@ -188,6 +188,9 @@ pub(crate) async fn place(
     record
 }
 
+/// What the caller's model reads as its own line after a silence.
+const SILENT_LINE: &str = "(You stayed silent.)";
+
 /// Has `caller` play the caller until it is done, the crew hands the call off, or
 /// `max_turns`.
 async fn simulate(
@@ -202,19 +205,43 @@ async fn simulate(
             (Some(opening), 0) => Ok(Next::Say(opening.clone())),
             _ => caller.next(&history).await,
         };
-        let (say, done) = match next {
-            Ok(Next::Say(say)) => (say, false),
+        let (say, done, barges_in) = match next {
+            Ok(Next::Say(say)) => (say, false, false),
+            Ok(Next::BargeIn(say)) => (say, false, true),
+            Ok(Next::Silence) => {
+                // The same silence as a scripted `silence_ms` turn.
+                let (heard, closed) = listen(client, Duration::from_millis(spec.silence_ms)).await;
+                let handed_off = heard.end_calls > 0 || !heard.transfers.is_empty();
+                history.push((SILENT_LINE.to_owned(), heard.text.clone()));
+                record.said.push(String::new());
+                record.turns.push(heard);
+                // The crew hung up or handed the call off meanwhile: the call is over.
+                if closed.is_some() || handed_off {
+                    return;
+                }
+                continue;
+            }
             Ok(Next::End(say)) if say.is_empty() => return,
-            Ok(Next::End(say)) => (say, true),
+            Ok(Next::End(say)) => (say, true, false),
             Err(why) => {
                 record.stopped = Some((Some(index), why));
                 return;
             }
         };
-        match play(client, &say, None).await {
+        // The same barge-in as a scripted turn's `barge_in.after_chunks`.
+        let barge_in = barges_in.then_some(BargeIn {
+            after_chunks: Some(spec.barge_in_after_chunks),
+            after_ms: None,
+            on_tool_start: false,
+        });
+        match play(client, &say, barge_in.as_ref()).await {
             Ok(turn) => {
                 let handed_off = turn.end_calls > 0 || !turn.transfers.is_empty();
-                history.push((say.clone(), turn.text.clone()));
+                let mut heard = turn.text.clone();
+                if turn.barge_in.is_some_and(|b| b.reached) {
+                    heard = format!("{} {}", heard.trim_end(), caller::INTERRUPTED_NOTE);
+                }
+                history.push((say.clone(), heard));
                 record.said.push(say);
                 record.turns.push(turn);
                 if done || handed_off {

@@ -12,6 +12,13 @@ use crate::{judge, scenario::CallerSpec};
 
 /// What the caller's model writes when the caller is done (goal reached or given up).
 pub const END_MARK: &str = "[END]";
+/// What the caller's model writes to talk over the reply to its words (a barge-in after
+/// `caller.barge_in_after_chunks` chunks).
+pub const BARGE_IN_MARK: &str = "[BARGE_IN]";
+/// What the caller's model writes to say nothing for a while (`caller.silence_ms`).
+pub const SILENCE_MARK: &str = "[SILENCE]";
+/// What the caller's model reads after it barged in: the reply as far as it got, then this.
+pub(crate) const INTERRUPTED_NOTE: &str = "(You interrupted the agent here.)";
 /// The most characters of one simulated caller turn said to the crew.
 pub const MAX_CALLER_CHARS: usize = 1000;
 /// The most tokens the caller's model is asked to answer in.
@@ -22,6 +29,10 @@ const MAX_CALLER_TOKENS: u32 = 200;
 pub(crate) enum Next {
     /// Says this, and goes on.
     Say(String),
+    /// Says this, talks over the reply to it, and goes on.
+    BargeIn(String),
+    /// Says nothing for a while, and goes on.
+    Silence,
     /// Says this (perhaps nothing) and is done.
     End(String),
 }
@@ -48,7 +59,10 @@ impl SimulatedCaller {
              Who you are: {}\nYour goal: {}\n\
              Each message of yours is what you say next on the phone: one or two short spoken \
              sentences, no stage directions, no quotes. When your goal is reached, or the \
-             agent cannot help, say a short goodbye and end your message with {END_MARK}.",
+             agent cannot help, say a short goodbye and end your message with {END_MARK}. \
+             To talk over the agent's answer to your words (as an impatient caller does), end \
+             your message with {BARGE_IN_MARK}. To stay silent for a while (thinking, or away \
+             from the phone), answer only {SILENCE_MARK}.",
             spec.persona.trim(),
             spec.goal.trim()
         );
@@ -86,14 +100,27 @@ impl SimulatedCaller {
     }
 }
 
-/// The caller's next move from its model's answer: the end mark makes it the last.
+/// The caller's next move from its model's answer: the end mark makes it the last, the
+/// silence mark a silence, the barge-in mark a barge-in on the reply (the marks are not said).
 pub(crate) fn read_next(answer: &str) -> Next {
     let ended = answer.contains(END_MARK);
-    let words = answer.replace(END_MARK, " ");
+    let silent = answer.contains(SILENCE_MARK);
+    let barges_in = answer.contains(BARGE_IN_MARK);
+    let words = answer
+        .replace(END_MARK, " ")
+        .replace(SILENCE_MARK, " ")
+        .replace(BARGE_IN_MARK, " ");
     let words = words.split_whitespace().collect::<Vec<_>>().join(" ");
     let words: String = words.chars().take(MAX_CALLER_CHARS).collect();
-    if ended || words.is_empty() {
+    if ended {
         Next::End(words)
+    } else if silent {
+        // Silence wins over words: the caller said it would say nothing.
+        Next::Silence
+    } else if words.is_empty() {
+        Next::End(words)
+    } else if barges_in {
+        Next::BargeIn(words)
     } else {
         Next::Say(words)
     }
@@ -117,5 +144,20 @@ mod tests {
         assert_eq!(read_next("   "), Next::End(String::new()));
         let long = "a".repeat(MAX_CALLER_CHARS * 2);
         assert!(matches!(read_next(&long), Next::Say(w) if w.len() == MAX_CALLER_CHARS));
+    }
+
+    #[test]
+    fn the_barge_in_and_silence_marks_are_moves_not_words() {
+        assert_eq!(
+            read_next("Tell me a story. [BARGE_IN]"),
+            Next::BargeIn("Tell me a story.".to_owned())
+        );
+        assert_eq!(read_next("[SILENCE]"), Next::Silence);
+        assert_eq!(read_next("Hmm... [SILENCE]"), Next::Silence);
+        assert_eq!(read_next("[BARGE_IN]"), Next::End(String::new()));
+        assert_eq!(
+            read_next("Bye [BARGE_IN] [END]"),
+            Next::End("Bye".to_owned())
+        );
     }
 }

@@ -17,6 +17,8 @@ use tokio::{
     time::Instant,
 };
 
+use crewline::eval_faults::{self, ToolFaults};
+
 use crate::scenario::{CrewSpec, ModelSpec};
 
 /// The API key the crew is given for the runner's mock model (which takes any key).
@@ -68,15 +70,18 @@ pub enum CrewError {
     /// The variable named by `token_env` is not set.
     #[error("the crew's token variable {0} is not set")]
     MissingToken(String),
-    /// The scenario has a `[model]` but the crew is reached by URL: the runner cannot point
-    /// a running crew at the model it serves.
+    /// The scenario has a `[model]` (or a `crew.model`) but the crew is reached by URL: the
+    /// runner cannot point a running crew at a model.
     #[error(
-        "the scenario's [model] needs a crew the runner starts (`crew.command`), not a URL: a running crew cannot be pointed at the runner's model"
+        "the scenario's [model] or crew.model needs a crew the runner starts (`crew.command`), not a URL: a running crew cannot be pointed at a model"
     )]
     ModelNeedsCommand,
     /// The `[model]` script is not a valid mock script.
     #[error("{0}")]
     ModelScript(String),
+    /// `crew.model`'s key variable is not set.
+    #[error("{0}")]
+    CrewModel(String),
     /// The runner's mock model could not be served.
     #[error("could not serve the mock model")]
     ServeModel(#[source] std::io::Error),
@@ -195,11 +200,16 @@ impl RunningCrew {
     /// arguments.
     ///
     /// A `factory` (a crew a test serves) wins over both: it is given the mock model's URL.
+    ///
+    /// With `tool_faults`, a started crew gets them in `CREWLINE_EVAL_TOOL_FAULTS` (a crew
+    /// reached by URL must have been started with them); without, the variable is removed
+    /// from its environment, so a runner started with one never passes it on by accident.
     pub async fn start(
         spec: Option<&CrewSpec>,
         url_override: Option<&str>,
         model: Option<&ModelSpec>,
         factory: Option<&CrewFactory>,
+        tool_faults: &ToolFaults,
     ) -> Result<Self, CrewError> {
         let token = match spec.and_then(|spec| spec.token_env.as_ref()) {
             Some(name) => {
@@ -220,8 +230,14 @@ impl RunningCrew {
             });
         }
         if let Some(url) = url_override.or(spec.and_then(|spec| spec.url.as_deref())) {
-            if model.is_some() {
+            if model.is_some() || spec.is_some_and(|spec| spec.model.is_some()) {
                 return Err(CrewError::ModelNeedsCommand);
+            }
+            if !tool_faults.is_empty() {
+                tracing::info!(
+                    %url,
+                    "tool faults need the crew at this URL started with them (CREWLINE_EVAL_TOOL_FAULTS)"
+                );
             }
             return Ok(Self {
                 url: url.to_owned(),
@@ -251,12 +267,24 @@ impl RunningCrew {
             })
             .collect();
         let mut command = Command::new(program);
+        if let Some(live) = &spec.model {
+            // A live provider's model, as the example crews read it (the key from its variable).
+            for (name, value) in live.env().map_err(CrewError::CrewModel)? {
+                command.env(name, value);
+            }
+        }
         if let Some(url) = &model_url {
             // What the example crews and `crewline demo` read to pick an OpenAI-compatible
             // model: they then run on the runner's mock, not their scripted model.
             command
                 .env("OPENAI_BASE_URL", url)
                 .env("OPENAI_API_KEY", MOCK_MODEL_KEY);
+        }
+        if tool_faults.is_empty() {
+            command.env_remove(eval_faults::ENV_VAR);
+        } else {
+            // Armed by the process's starter only: no caller can reach this switch.
+            command.env(eval_faults::ENV_VAR, tool_faults.to_json());
         }
         let mut child = command
             .args(&args)

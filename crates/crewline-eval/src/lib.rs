@@ -1,9 +1,9 @@
 //! Evals for crewline crews: know that a crew still behaves before a caller finds out.
 //!
 //! A [`Scenario`] (a TOML or YAML file, or one of a suite's: [`ScenarioFile`]) names a crew,
-//! the caller's turns (words, barge-ins, silences, hang-ups, faults of the crew's model) and
-//! what must hold: tool calls and their arguments, what the replies say, latency budgets,
-//! barge-ins, hand-offs, errors, an LLM judge's score against a rubric.
+//! the caller's turns (words, barge-ins, silences, hang-ups, faults of the crew's model and
+//! tools) and what must hold: tool calls and their arguments, what the replies say, latency
+//! budgets, barge-ins, hand-offs, errors, an LLM judge's score against a rubric.
 //! [`run_scenario`] places the call `runs` times, concurrently, over the real protocol with
 //! the testkit's platform client, and judges every expectation in every run: a
 //! [`ScenarioReport`] with a pass rate per expectation, passing when each reaches the
@@ -246,9 +246,14 @@ pub async fn run_scenario(scenario: &Scenario, options: &RunOptions) -> Scenario
 /// (and keeps its state between them, as it does between runs).
 pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<ScenarioReport> {
     let mut reports = Vec::with_capacity(scenarios.len());
-    // The crew of the previous scenario, the spec it was reached by, and whether the runner
-    // serves its model (a scenario of the same crew on its own model needs a new crew).
-    type Reached<'s> = (Option<&'s scenario::CrewSpec>, bool);
+    // The crew of the previous scenario, the spec it was reached by, whether the runner
+    // serves its model (a scenario of the same crew on its own model needs a new crew), and
+    // the tool faults it was started with (other faults need a crew started with them).
+    type Reached<'s> = (
+        Option<&'s scenario::CrewSpec>,
+        bool,
+        crewline::eval_faults::ToolFaults,
+    );
     let mut current: Option<(Reached<'_>, crew::RunningCrew)> = None;
     for scenario in scenarios {
         let started = Instant::now();
@@ -259,7 +264,11 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
             });
         }
         let before = reports.len();
-        let spec = (scenario.crew.as_ref(), scenario.model.is_some());
+        let spec = (
+            scenario.crew.as_ref(),
+            scenario.model.is_some(),
+            scenario.tool_faults(),
+        );
         let reuse = current
             .as_ref()
             .is_some_and(|(reached, _)| *reached == spec);
@@ -272,6 +281,7 @@ pub async fn run_scenarios(scenarios: &[Scenario], options: &RunOptions) -> Vec<
                 options.crew_url.as_deref(),
                 scenario.model.as_ref(),
                 options.crew_factory.as_ref(),
+                &spec.2,
             )
             .await
             {
@@ -426,7 +436,11 @@ async fn ask_judges(
     for (run, call) in calls.iter().enumerate() {
         // A simulated caller's words are the run's own.
         let says: Vec<Option<&str>> = if scenario.caller.is_some() {
-            call.said.iter().map(|s| Some(s.as_str())).collect()
+            // An empty line is a silence: the transcript says so.
+            call.said
+                .iter()
+                .map(|s| (!s.is_empty()).then_some(s.as_str()))
+                .collect()
         } else {
             scripted.clone()
         };

@@ -276,6 +276,7 @@ pub fn scenario_from_jsonl(text: &str, name: &str) -> Result<Scenario, ReplayErr
             path: "/ws".to_owned(),
             ready_timeout_ms: 60_000,
             token_env: None,
+            model: None,
         }),
         model: None,
         judge: None,

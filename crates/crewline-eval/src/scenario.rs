@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crewline::eval_faults::{ToolFault, ToolFaultKind, ToolFaults};
 use crewline_testkit::mock_llm::{Fault, Script};
 
 use crate::{EvalError, matcher};
@@ -201,7 +202,80 @@ pub struct CrewSpec {
     /// token itself never goes in the file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_env: Option<String>,
+    /// With `command`: a live provider's model the started crew runs on (see
+    /// [`CrewModelSpec`]); not with a scenario's `[model]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<CrewModelSpec>,
 }
+
+// --- A live model for a started crew (`crew.model`) ------------------------------------------
+
+/// A live provider's model for the crew the runner starts: passed to it as `OPENAI_BASE_URL`,
+/// `OPENAI_MODEL` and `OPENAI_API_KEY`, which the example crews and `crewline demo` read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CrewModelSpec {
+    /// The provider's OpenAI-compatible base URL, e.g. `https://api.groq.com/openai/v1`
+    /// (default: the crew's own, OpenAI's for the examples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The model, e.g. `gpt-4o-mini`.
+    pub model: String,
+    /// The environment variable holding the provider's key, e.g. `GROQ_API_KEY` (the key
+    /// itself never goes in the file); it must be set when the crew starts. Unset: a local
+    /// provider that takes no key (the crew is given a placeholder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+/// The key a started crew is given for a live model whose `api_key_env` is unset (a local
+/// provider that takes none): the example crews use a live model only when a key is set.
+pub const NO_KEY_PLACEHOLDER: &str = "no-key";
+
+impl CrewModelSpec {
+    fn validate(&self) -> Result<(), String> {
+        if let Some(url) = &self.base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(format!(
+                "[crew.model]: `base_url` {url:?} is not an http:// or https:// address"
+            ));
+        }
+        if self.model.trim().is_empty() {
+            return Err("[crew.model]: `model` is empty".to_owned());
+        }
+        if self
+            .api_key_env
+            .as_deref()
+            .is_some_and(|name| name.trim().is_empty())
+        {
+            return Err("[crew.model]: `api_key_env` is empty".to_owned());
+        }
+        Ok(())
+    }
+
+    /// The variables the started crew gets: `OPENAI_BASE_URL` (when given), `OPENAI_MODEL`
+    /// and `OPENAI_API_KEY` (the value of `api_key_env`); an error naming the variable when
+    /// it is not set.
+    pub fn env(&self) -> Result<Vec<(&'static str, String)>, String> {
+        let key = match &self.api_key_env {
+            Some(name) => match std::env::var(name) {
+                Ok(key) if !key.trim().is_empty() => key,
+                _ => return Err(format!("the crew model's key variable {name} is not set")),
+            },
+            None => NO_KEY_PLACEHOLDER.to_owned(),
+        };
+        let mut env = Vec::with_capacity(3);
+        if let Some(url) = &self.base_url {
+            env.push(("OPENAI_BASE_URL", url.clone()));
+        }
+        env.push(("OPENAI_MODEL", self.model.clone()));
+        env.push(("OPENAI_API_KEY", key));
+        Ok(env)
+    }
+}
+
+// --- end of crew.model -----------------------------------------------------------------------
 
 fn default_path() -> String {
     "/ws".to_owned()
@@ -354,6 +428,24 @@ pub struct CallerSpec {
     pub goal_min_score: f64,
     /// The model playing the caller: any OpenAI-compatible provider.
     pub llm: ProviderSpec,
+    // --- Barge-ins and silences of a simulated caller -----------------------------------
+    /// When the caller's model ends a line with `[BARGE_IN]`, it talks over the reply after
+    /// this many chunks (at least 1, default 1), as a turn's `barge_in.after_chunks`.
+    #[serde(default = "default_caller_barge_in_chunks")]
+    pub barge_in_after_chunks: u32,
+    /// When the caller's model answers `[SILENCE]`, it says nothing for this many ms (1 to
+    /// 600000, default 3000), as a `silence_ms` turn: what the crew says meanwhile (an idle
+    /// prompt) is the turn's reply.
+    #[serde(default = "default_caller_silence_ms")]
+    pub silence_ms: u64,
+}
+
+fn default_caller_barge_in_chunks() -> u32 {
+    1
+}
+
+fn default_caller_silence_ms() -> u64 {
+    3000
 }
 
 fn default_caller_turns() -> u32 {
@@ -377,6 +469,10 @@ pub struct TurnFault {
     /// tool ran, then the model failed).
     #[serde(default, skip_serializing_if = "FaultOn::is_every")]
     pub on: FaultOn,
+    /// A tool of the crew fails in this turn (see [`ToolFaultSpec`]): the runner starts the
+    /// crew with the fault armed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolFaultSpec>,
 }
 
 /// Which of a turn's model requests a fault fails.
@@ -397,6 +493,100 @@ impl FaultOn {
         *self == Self::Every
     }
 }
+
+// --- Tool faults (`fault.tool`) -------------------------------------------------------------
+
+/// A tool of the crew going wrong in one turn: every call of `name` in that turn fails.
+///
+/// The crew's tools run in its own process, so the runner arms the fault when it starts the
+/// crew (`crew.command`: the `CREWLINE_EVAL_TOOL_FAULTS` variable, read by crewline's `Agent`);
+/// a crew reached by URL must have been started with the same plan
+/// ([`Scenario::tool_faults`], `Agent::with_tool_faults`). No caller can arm it over the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFaultSpec {
+    /// The tool, e.g. `get_weather`.
+    pub name: String,
+    /// `error`: the tool returns an error without running; `timeout`: it does not finish, and
+    /// the crew's executor stops it at its timeout (the model reads a `Timeout` error).
+    pub kind: ToolFaultKindSpec,
+    /// With `error`: what the tool says (default "The service is unavailable right now.").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// With `timeout`: the tool's timeout for this turn's calls, in ms (1 to 600000; default:
+    /// its own, often 30 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// How a faulted tool goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFaultKindSpec {
+    /// The tool returns an error without running.
+    Error,
+    /// The tool does not finish; its timeout stops it.
+    Timeout,
+}
+
+impl ToolFaultSpec {
+    fn validate(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("`fault.tool.name` is empty".to_owned());
+        }
+        match self.kind {
+            ToolFaultKindSpec::Error if self.timeout_ms.is_some() => {
+                Err("`fault.tool.timeout_ms` is for `kind = \"timeout\"`".to_owned())
+            }
+            ToolFaultKindSpec::Timeout if self.message.is_some() => {
+                Err("`fault.tool.message` is for `kind = \"error\"`".to_owned())
+            }
+            _ => match self.timeout_ms {
+                Some(ms) if !(1..=crewline::eval_faults::MAX_TIMEOUT_MS).contains(&ms) => Err(
+                    format!("`fault.tool.timeout_ms` is {ms}; it must be 1 to 600000"),
+                ),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// The crew's fault for the call's `turn`th request.
+    fn to_fault(&self, turn: u32) -> ToolFault {
+        ToolFault {
+            tool: self.name.clone(),
+            kind: match self.kind {
+                ToolFaultKindSpec::Error => ToolFaultKind::Error,
+                ToolFaultKindSpec::Timeout => ToolFaultKind::Timeout,
+            },
+            on_turn: Some(turn),
+            message: self.message.clone(),
+            timeout_ms: self.timeout_ms,
+        }
+    }
+}
+
+impl Scenario {
+    /// The tool faults its turns' `fault.tool` arm, as the crew's process takes them: each
+    /// on the call's request of its turn (silences and hang-ups send none). Empty when no
+    /// turn has one.
+    pub fn tool_faults(&self) -> ToolFaults {
+        let mut requests = 0;
+        let mut faults = Vec::new();
+        for turn in &self.turns {
+            if turn.say.is_none() {
+                continue;
+            }
+            requests += 1;
+            if let Some(tool) = turn.fault.as_ref().and_then(|fault| fault.tool.as_ref()) {
+                faults.push(tool.to_fault(requests));
+            }
+        }
+        // Checked by `validate`: a scenario has at most 64 turns, each fault is valid.
+        ToolFaults::new(faults).unwrap_or_default()
+    }
+}
+
+// --- end of tool faults ----------------------------------------------------------------------
 
 /// One caller turn: words said (and perhaps cut short by a barge-in), or a hang-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -931,6 +1121,12 @@ impl Scenario {
         }
         if let Some(model) = &self.model {
             model.script()?;
+            if self.crew.as_ref().is_some_and(|crew| crew.model.is_some()) {
+                return Err(
+                    "set `[model]` (the runner's mock model) or `crew.model` (a live one), not both"
+                        .to_owned(),
+                );
+            }
         }
         if let Some(judge) = &self.judge {
             judge.validate("[judge]")?;
@@ -992,7 +1188,11 @@ impl CrewSpec {
             _ if !(1..=MAX_READY_TIMEOUT_MS).contains(&self.ready_timeout_ms) => Err(format!(
                 "[crew]: `ready_timeout_ms` must be 1 to {MAX_READY_TIMEOUT_MS}"
             )),
-            _ => Ok(()),
+            (_, None) if self.model.is_some() => Err(
+                "[crew]: `model` needs `command`: a running crew cannot be pointed at a model"
+                    .to_owned(),
+            ),
+            _ => self.model.as_ref().map_or(Ok(()), CrewModelSpec::validate),
         }
     }
 }
@@ -1136,14 +1336,35 @@ impl CallerSpec {
         if !(0.0..=1.0).contains(&self.goal_min_score) {
             return Err("[caller]: `goal_min_score` must be from 0 to 1".to_owned());
         }
+        if self.barge_in_after_chunks == 0 {
+            return Err("[caller]: `barge_in_after_chunks` must be at least 1".to_owned());
+        }
+        if !(1..=MAX_TURN_TIMEOUT_MS).contains(&self.silence_ms) {
+            return Err(format!(
+                "[caller]: `silence_ms` is {}; it must be 1 to {MAX_TURN_TIMEOUT_MS}",
+                self.silence_ms
+            ));
+        }
         self.llm.validate("[caller.llm]")
     }
 }
 
 impl TurnFault {
     fn validate(&self) -> Result<(), String> {
+        if let Some(tool) = &self.tool {
+            tool.validate()?;
+            if self.model.is_none() {
+                return match self.on {
+                    FaultOn::Every => Ok(()),
+                    _ => Err("`fault.on` is for `fault.model`".to_owned()),
+                };
+            }
+        }
         match &self.model {
-            None => Err("`fault`: set `model` (how the model fails)".to_owned()),
+            None => Err(
+                "`fault`: set `model` (how the model fails) or `tool` (which tool fails)"
+                    .to_owned(),
+            ),
             Some(name)
                 if name.contains(']') || name.contains('@') || Fault::parse(name).is_none() =>
             {

@@ -8,7 +8,10 @@ use crewline_core::{Context, ContextLimits, ToolCall};
 use crewline_llm::{AnswerLimits, LlmClient, RequestOptions, TextToolCallFormat, TextToolCalls};
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
-use crate::{Crew, OutputNode, SessionSetup, ToolLoop};
+use crate::{
+    Crew, OutputNode, SessionSetup, ToolLoop,
+    eval_faults::{CallTurns, ToolFaultError, ToolFaults},
+};
 
 /// The node name of an agent that was not given one.
 pub const DEFAULT_AGENT_NAME: &str = "agent";
@@ -62,6 +65,8 @@ pub struct Agent {
     interruptible: bool,
     tool_loop: ToolLoop,
     on_call_end: Option<CallEndHook>,
+    /// Tool faults for an eval (see [`crate::eval_faults`]); none in production.
+    tool_faults: Option<ToolFaults>,
 }
 
 impl fmt::Debug for Agent {
@@ -121,7 +126,24 @@ impl Agent {
             Prompt::Fixed(prompt) => prompt.to_string(),
             Prompt::PerCall(prompt) => prompt(setup),
         };
-        let mut agent = LoopAgent::new(prompt, self.tool_loop.clone());
+        let mut turns = None;
+        let mut tool_loop = self.tool_loop.clone();
+        if let Some(faults) = self.tool_faults.as_ref().filter(|_| !setup.is_dry_run()) {
+            // Each call counts its own turns: a fault on turn 2 is every call's second turn.
+            let counted = CallTurns::default();
+            match faults.wrap(self.tool_loop.tools(), &counted) {
+                Ok(tools) => {
+                    tool_loop = tool_loop.with_tools(Arc::new(tools));
+                    turns = Some(counted);
+                }
+                // Checked when the faults were set; tools that took them once take them again.
+                Err(error) => tracing::error!(%error, "the call runs without its tool faults"),
+            }
+        }
+        let mut agent = LoopAgent::new(prompt, tool_loop);
+        if let Some(turns) = turns {
+            agent = agent.counting_turns(turns);
+        }
         if let Some(limits) = self.limits {
             agent = agent.context_limits(limits);
         }
@@ -143,6 +165,24 @@ impl Agent {
         let mut crew = Crew::new();
         crew.add_node(self.node(setup));
         crew
+    }
+
+    /// The same agent whose tools go wrong as `faults` say, in every call (an eval's crew:
+    /// see [`crate::eval_faults`]); an empty plan turns faults off.
+    pub fn with_tool_faults(mut self, faults: ToolFaults) -> Result<Self, AgentError> {
+        if faults.is_empty() {
+            self.tool_faults = None;
+            return Ok(self);
+        }
+        // Wrapped once here, so a plan the tools cannot take is refused now, not per call.
+        faults.wrap(self.tool_loop.tools(), &CallTurns::default())?;
+        self.tool_faults = Some(faults);
+        Ok(self)
+    }
+
+    /// The tool faults in effect, if any.
+    pub fn tool_faults(&self) -> Option<&ToolFaults> {
+        self.tool_faults.as_ref()
     }
 
     /// A crew of this agent alone, outside any call (the prompt chosen for a dry run).
@@ -217,6 +257,10 @@ pub enum AgentError {
     /// A tool could not be added (an invalid or repeated name, an unusable schema).
     #[error(transparent)]
     Tools(#[from] RegistryError),
+    /// The tool faults (`CREWLINE_EVAL_TOOL_FAULTS`, or [`Agent::with_tool_faults`]) are not
+    /// a valid plan.
+    #[error("the agent's tool faults")]
+    ToolFaults(#[from] ToolFaultError),
 }
 
 impl AgentBuilder {
@@ -379,13 +423,22 @@ impl AgentBuilder {
             ToolLoop::new(model, Arc::new(registry)),
             |tool_loop, configure| configure(tool_loop),
         );
-        Ok(Agent {
+        let agent = Agent {
             name: self.name,
             prompt: self.prompt,
             limits: self.limits,
             interruptible: self.interruptible,
             tool_loop,
             on_call_end: self.on_call_end,
-        })
+            tool_faults: None,
+        };
+        // Set only by whoever starts the process (`crewline eval` for a crew it starts).
+        match ToolFaults::from_env()? {
+            Some(faults) => {
+                tracing::warn!(faults = %faults.to_json(), "tool faults are on (an eval's crew)");
+                agent.with_tool_faults(faults)
+            }
+            None => Ok(agent),
+        }
     }
 }

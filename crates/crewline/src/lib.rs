@@ -52,6 +52,7 @@
 pub mod agent;
 pub mod call;
 pub mod crew;
+pub mod eval_faults;
 mod inbox;
 mod loop_agent;
 mod node;

@@ -8,7 +8,9 @@ use std::{
 use async_trait::async_trait;
 use crewline_core::{Context, ContextLimits};
 
-use crate::{CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStream};
+use crate::{
+    CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStream, eval_faults::CallTurns,
+};
 
 /// An output agent that answers every LLM request with its [`ToolLoop`] on its conversation:
 /// what most crews' output node is, without writing the [`OutputAgent`] impl by hand.
@@ -38,6 +40,8 @@ pub struct LoopAgent {
     call: Option<CallControl>,
     /// Runs with the final conversation when the agent is dropped (the call has ended).
     on_end: Option<CallEndHook>,
+    /// The call's turns, counted for its tool faults (an eval's crew only).
+    turns: Option<CallTurns>,
 }
 
 /// A hook run once with a call's final conversation; see [`LoopAgent::on_end`].
@@ -64,7 +68,14 @@ impl LoopAgent {
             tool_loop,
             call: None,
             on_end: None,
+            turns: None,
         }
+    }
+
+    /// Counts the call's turns in `turns` (what its tools' faults are timed by).
+    pub(crate) fn counting_turns(mut self, turns: CallTurns) -> Self {
+        self.turns = Some(turns);
+        self
     }
 
     /// Runs `hook` once with the final conversation when the call ends (when the session
@@ -98,6 +109,9 @@ impl OutputAgent for LoopAgent {
     }
 
     fn generate_response(&mut self) -> TurnStream<'_> {
+        if let Some(turns) = &self.turns {
+            turns.next();
+        }
         match &self.call {
             Some(call) => self
                 .tool_loop

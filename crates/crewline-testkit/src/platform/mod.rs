@@ -32,7 +32,7 @@ pub mod raw;
 mod socket;
 mod turn;
 
-use std::{collections::VecDeque, time::Duration};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use crewline::{
     CrewSetup,
@@ -56,6 +56,41 @@ pub use socket::open_socket;
 pub use socket::{INBOUND_BYTES, MAX_MESSAGE_BYTES, MAX_TURN_BYTES};
 use socket::{read_frames, write_frames};
 pub use turn::{InterruptReport, ToolActivity, ToolOutcome, Turn, TurnFrame, TurnSummary};
+
+/// Which way a frame went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapDirection {
+    /// From the crew.
+    In,
+    /// To the crew.
+    Out,
+}
+
+/// Sees every frame a call sends and receives, its bytes as they went over the socket; see
+/// [`PlatformClient::connect_tapped`]. Called on the client's reader and writer tasks: keep
+/// it quick.
+#[derive(Clone)]
+pub struct FrameTap(Arc<SeeFrame>);
+
+/// What a [`FrameTap`] calls with each frame.
+type SeeFrame = dyn Fn(TapDirection, &[u8]) + Send + Sync;
+
+impl FrameTap {
+    /// A tap calling `see` with each frame.
+    pub fn new(see: impl Fn(TapDirection, &[u8]) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(see))
+    }
+
+    fn see(&self, direction: TapDirection, bytes: &[u8]) {
+        (self.0)(direction, bytes);
+    }
+}
+
+impl std::fmt::Debug for FrameTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameTap")
+    }
+}
 
 /// How many received frames may wait for the caller before the reader stops reading.
 const INBOUND_CAPACITY: usize = 4096;
@@ -344,6 +379,13 @@ impl Drop for PlatformClient {
 impl PlatformClient {
     /// Connects, sends `system.init` (and `system.user.joined`), and waits for `agent.ready`.
     pub async fn connect(config: PlatformConfig) -> Result<Self, PlatformError> {
+        Self::connect_with(config, None).await
+    }
+
+    async fn connect_with(
+        config: PlatformConfig,
+        tap: Option<FrameTap>,
+    ) -> Result<Self, PlatformError> {
         let timeouts = config.timeouts;
         let socket = tokio::time::timeout(timeouts.connect, open_socket(&config))
             .await
@@ -355,9 +397,18 @@ impl PlatformClient {
         let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         // Detached: it ends when the queue closes or the socket fails (see `write_frames`).
-        tokio::spawn(write_frames(sink, out_rx));
-        let reader = tokio::spawn(read_frames(stream, in_tx, INBOUND_BYTES));
+        tokio::spawn(write_frames(sink, out_rx, tap.clone()));
+        let reader = tokio::spawn(read_frames(stream, in_tx, INBOUND_BYTES, tap));
         Self::open(config, out_tx, in_rx, reader).await
+    }
+
+    /// [`PlatformClient::connect`], showing `tap` every frame the call sends and receives, as
+    /// it goes over the socket (e.g. to record the call, as `crewline chat --record` does).
+    pub async fn connect_tapped(
+        config: PlatformConfig,
+        tap: FrameTap,
+    ) -> Result<Self, PlatformError> {
+        Self::connect_with(config, Some(tap)).await
     }
 
     /// Starts a call to the crew `setup` builds, in this process: no socket, no port. The

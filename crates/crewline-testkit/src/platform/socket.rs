@@ -18,7 +18,7 @@ use tokio_tungstenite::{
     },
 };
 
-use super::{Inbound, PlatformConfig, PlatformError};
+use super::{FrameTap, Inbound, PlatformConfig, PlatformError, TapDirection};
 
 /// The largest message (or frame) read from a crew: 16 MiB. A crew's largest real frame is an
 /// `agent.log` carrying a tool result (1 MiB at most by default); tungstenite's own limits
@@ -101,6 +101,7 @@ pub(super) async fn read_frames(
     mut stream: futures::stream::SplitStream<WebSocketStream<TcpStream>>,
     inbound: mpsc::Sender<Inbound>,
     budget: usize,
+    tap: Option<FrameTap>,
 ) {
     // A frame larger than the whole budget (only with a budget below MAX_MESSAGE_BYTES) takes
     // all of it rather than waiting forever.
@@ -109,9 +110,15 @@ pub(super) async fn read_frames(
     let closed = loop {
         let item = match stream.next().await {
             Some(Ok(WsMessage::Binary(bytes))) => {
+                if let Some(tap) = &tap {
+                    tap.see(TapDirection::In, &bytes);
+                }
                 held(decode(&bytes), bytes.len().min(room), &budget).await
             }
             Some(Ok(WsMessage::Text(text))) => {
+                if let Some(tap) = &tap {
+                    tap.see(TapDirection::In, text.as_bytes());
+                }
                 held(decode(text.as_bytes()), text.len().min(room), &budget).await
             }
             Some(Ok(WsMessage::Close(frame))) => {
@@ -173,8 +180,16 @@ pub(crate) fn decode(bytes: &[u8]) -> Inbound {
 pub(super) async fn write_frames(
     mut sink: futures::stream::SplitSink<WebSocketStream<TcpStream>, WsMessage>,
     mut outbound: mpsc::UnboundedReceiver<WsMessage>,
+    tap: Option<FrameTap>,
 ) {
     while let Some(message) = outbound.recv().await {
+        if let Some(tap) = &tap {
+            match &message {
+                WsMessage::Binary(bytes) => tap.see(TapDirection::Out, bytes),
+                WsMessage::Text(text) => tap.see(TapDirection::Out, text.as_bytes()),
+                _ => {}
+            }
+        }
         let is_close = matches!(message, WsMessage::Close(_));
         match tokio::time::timeout(WRITE_TIMEOUT, sink.send(message)).await {
             Ok(Ok(())) => {}

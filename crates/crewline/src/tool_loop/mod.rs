@@ -216,6 +216,13 @@ impl ToolLoop {
         self
     }
 
+    /// The same loop calling `tools` instead (its definitions are offered from now on).
+    pub fn with_tools(mut self, tools: Arc<ToolRegistry>) -> Self {
+        self.definitions = tools.definitions_for(Target::Crew).into();
+        self.tools = tools;
+        self
+    }
+
     /// The session the loop's tool calls belong to.
     pub fn scope(&self) -> &SessionScope {
         &self.scope
