@@ -9,64 +9,96 @@
 //! of its work, so its intent stays pending in the ledger). The hand-over is one small
 //! state machine under a mutex, so exactly one side records whatever the order.
 
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::{
+    fmt,
+    sync::{Arc, LazyLock, Mutex, MutexGuard},
+};
 
 use futures::future::BoxFuture;
-use serde_json::Value;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::{
-    ToolCallError, Trace,
-    inflight::Settled,
-    ledger::{LedgerRecord, LedgerSink},
-};
+use crate::executor::{ToolCallError, error::Settled, ledger::record::Recorder};
 
-/// The tracker of every detached (non-cancellable) tool task of the process.
+/// The detached (non-cancellable) tool tasks of the calls one owner serves: a crew server, or
+/// whoever else mints the sessions' scopes ([`SessionScope::with_detached_tasks`](crate::SessionScope::with_detached_tasks)).
 ///
-/// It is closed from the start, so [`TaskTracker::wait`] completes as soon as no such task is
-/// running: a server's drain awaits it (within its deadline) before the runtime is dropped, so
-/// that a transfer is not cut half-way.
-pub fn detached_tasks() -> &'static TaskTracker {
-    static TRACKER: LazyLock<TaskTracker> = LazyLock::new(|| {
+/// Its owner's shutdown waits for them ([`wait`](Self::wait), within its deadline) before the
+/// runtime is dropped, so that a transfer is not cut half-way; the tasks of another owner in
+/// the same process are not its to wait for. Cloning shares the set. It accepts tasks for as
+/// long as it lives: `wait` completes whenever none is running.
+///
+/// # Examples
+///
+/// ```
+/// use crewline_tools::{DetachedTasks, SessionScope};
+///
+/// let tasks = DetachedTasks::new();
+/// // Every call of this session tracks its detached tools in `tasks`.
+/// let scope = SessionScope::new().with_detached_tasks(tasks.clone());
+/// # let _ = scope;
+/// assert!(tasks.is_empty());
+/// ```
+#[derive(Clone)]
+pub struct DetachedTasks(TaskTracker);
+
+impl DetachedTasks {
+    /// An empty set.
+    pub fn new() -> Self {
         let tracker = TaskTracker::new();
+        // Closed from the start: `wait` completes as soon as no task is running, however
+        // many more may come later.
         tracker.close();
-        tracker
-    });
-    &TRACKER
+        Self(tracker)
+    }
+
+    /// Completes once none of the set's tasks is running.
+    pub async fn wait(&self) {
+        self.0.wait().await;
+    }
+
+    /// How many of the set's tasks are running.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none of the set's tasks is running.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
-/// What a detached task needs to write its call's record once its waiter is gone.
-pub(crate) struct Recorder {
-    pub(crate) sink: Arc<dyn LedgerSink>,
-    pub(crate) call: crewline_core::ToolCall,
-    pub(crate) trace: Trace,
-    pub(crate) started: std::time::Instant,
+impl Default for DetachedTasks {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
-impl Recorder {
-    /// The record of a call that finished (or was dropped) after its waiter left.
-    fn ran_on(self, outcome: Result<Value, ToolCallError>) -> (Arc<dyn LedgerSink>, LedgerRecord) {
-        let mut record = super::record(&self.call, &outcome, self.started.elapsed(), self.trace);
-        record.ran_on = true;
-        (self.sink, record)
+impl fmt::Debug for DetachedTasks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DetachedTasks")
+            .field("running", &self.len())
+            .finish()
     }
+}
 
-    /// Writes the record of a call that finished (or was dropped) after its waiter left.
-    fn write(self, outcome: Result<Value, ToolCallError>) {
-        let (sink, record) = self.ran_on(outcome);
-        if let Err(error) = sink.record(&record) {
-            tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
-        }
-    }
+/// The tasks of calls whose session names no owner (scopes minted without
+/// [`with_detached_tasks`](crate::SessionScope::with_detached_tasks)): a registry used on its own,
+/// a test. No server waits for them; [`detached_tasks`] lets their owner do so.
+static UNOWNED: LazyLock<DetachedTasks> = LazyLock::new(DetachedTasks::new);
 
-    /// Stores the record of a call that finished after its waiter left, as the waiter would
-    /// have ([`write_record`](super::record::write_record)): on the tool's task, which a
-    /// shutdown waits for.
-    async fn settle(self, outcome: Result<Value, ToolCallError>) {
-        let (sink, record) = self.ran_on(outcome);
-        super::record::write_record(&sink, record).await;
-    }
+/// The tracker of the detached tasks of calls whose session names no owner.
+///
+/// A crew server tracks its calls' tasks in a [`DetachedTasks`] of its own, which it alone
+/// waits for on shutdown; this is where the rest go (an executor used without a server, whose
+/// caller may wait for them here).
+pub fn detached_tasks() -> &'static TaskTracker {
+    &UNOWNED.0
+}
+
+/// The tasks of calls of a session that names no owner.
+pub(crate) fn unowned() -> &'static DetachedTasks {
+    &UNOWNED
 }
 
 enum State {
@@ -93,11 +125,16 @@ impl Slot {
     }
 }
 
-/// Spawns `tool` as a tracked task of its own; the returned waiter waits for its outcome.
+/// Spawns `tool` as a task of its own, tracked in `tasks`; the returned waiter waits for its
+/// outcome.
 ///
 /// `recorder` (when there is a ledger) is how the task records the outcome if the waiter
 /// leaves first.
-pub(crate) fn spawn(tool: BoxFuture<'static, Settled>, recorder: Option<Recorder>) -> Waiter {
+pub(crate) fn spawn(
+    tasks: &DetachedTasks,
+    tool: BoxFuture<'static, Settled>,
+    recorder: Option<Recorder>,
+) -> Waiter {
     let slot = Arc::new(Slot {
         state: Mutex::new(State::Running),
     });
@@ -105,7 +142,7 @@ pub(crate) fn spawn(tool: BoxFuture<'static, Settled>, recorder: Option<Recorder
         slot: Arc::clone(&slot),
         done: false,
     };
-    detached_tasks().spawn(
+    tasks.0.spawn(
         async move {
             let done = tool.await;
             if let Some((recorder, done)) = task.finish(done) {
