@@ -33,6 +33,7 @@ mod builder;
 pub mod claims;
 mod context;
 mod cut_short;
+mod detached_tasks;
 mod error;
 mod fingerprint;
 mod idempotency;
@@ -63,9 +64,9 @@ pub use self::{
     builder::ExecutorBuilder,
     context::CallContext,
     cut_short::CutShort,
+    detached_tasks::{DetachedTasks, detached_tasks},
     error::ToolCallError,
     idempotency::IdempotencyKey,
-    in_flight::detached::{DetachedTasks, detached_tasks},
     scope::SessionScope,
     sync::{RunSyncError, run_sync},
 };

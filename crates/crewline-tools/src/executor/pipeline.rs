@@ -15,9 +15,9 @@ use super::{
     guardrails::Guard,
     hooks::Hooks,
     in_flight::Join,
-    ledger::record::{LedgerGuard, Trace, record, write_record},
+    ledger::record::{LedgerGuard, record, write_record},
     limits::Admit,
-    stage::{Call, Stage},
+    stage::{Call, Stage, Trace},
     validation::{CallArguments, Validate},
 };
 use crate::catalog::Catalog;

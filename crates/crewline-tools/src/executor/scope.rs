@@ -13,7 +13,7 @@
 
 use std::{cmp::Ordering, fmt, hash, sync::Arc};
 
-use super::in_flight::detached::{self, DetachedTasks};
+use super::detached_tasks::{self, DetachedTasks};
 
 /// An opaque key naming one session; cloning shares it, [`new`](Self::new) mints a fresh one.
 ///
@@ -50,7 +50,9 @@ impl SessionScope {
 
     /// Where this session's calls track the tools they leave running.
     pub(crate) fn detached_tasks(&self) -> &DetachedTasks {
-        self.tasks.as_ref().unwrap_or_else(|| detached::unowned())
+        self.tasks
+            .as_ref()
+            .unwrap_or_else(|| detached_tasks::unowned())
     }
 
     /// The scope of the call the platform names `call_id` (`session_context.caller.call_id`,

@@ -13,7 +13,7 @@ use crewline_core::ToolCall;
 use serde_json::Value;
 
 use super::{
-    CallContext, Executor, error::Settled, ledger::record::Trace, validation::CallArguments,
+    CallContext, Executor, approval::ApprovalRecord, error::Settled, validation::CallArguments,
 };
 use crate::{
     ToolPolicy,
@@ -72,4 +72,17 @@ impl Outcome {
             Self::Stopped(settled) | Self::Ran(settled) => settled,
         }
     }
+}
+
+/// What the stages learnt about one call, for the ledger.
+#[derive(Default)]
+pub(crate) struct Trace {
+    pub(crate) arguments: Option<Value>,
+    pub(crate) approval: Option<ApprovalRecord>,
+    pub(crate) cache_hit: bool,
+    /// While a detached (non-cancellable) tool runs: its task or waiter writes the record if
+    /// the call's future is dropped.
+    pub(crate) detached: bool,
+    /// The intent written before the tool started (tools with effects, with a ledger).
+    pub(crate) intent_id: Option<String>,
 }

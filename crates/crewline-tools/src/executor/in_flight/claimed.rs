@@ -20,9 +20,9 @@ use crate::{
         call::guarded_call,
         claims::{Claim, ClaimKey, ClaimOutcome, ClaimRequest, ClaimStore, ClaimTerms, ClaimToken},
         error::Settled,
-        ledger::record::{Recorder, Trace},
+        ledger::record::Recorder,
         result_size::{oversize, result_size},
-        stage::Call,
+        stage::{Call, Trace},
     },
 };
 

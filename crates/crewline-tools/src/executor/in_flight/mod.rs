@@ -11,7 +11,7 @@
 //! outcome.
 
 mod claimed;
-pub(crate) mod detached;
+mod detached;
 mod stage;
 
 use crewline_core::error_chain;
@@ -25,7 +25,9 @@ use std::{
 };
 
 pub(crate) use self::stage::Join;
-use crate::executor::{ToolCallError, claims::ClaimKey, error::Settled, ledger::record::Recorder};
+use crate::executor::{
+    DetachedTasks, ToolCallError, claims::ClaimKey, error::Settled, ledger::record::Recorder,
+};
 use crewline_core::ToolErrorKind;
 use tokio::{sync::watch, time::Instant};
 
@@ -147,7 +149,7 @@ impl InFlight {
     pub(crate) fn start<F>(
         &self,
         key: ClaimKey,
-        tasks: &detached::DetachedTasks,
+        tasks: &DetachedTasks,
         call: impl FnOnce(Arc<AtomicBool>) -> F,
         recorder: Option<Recorder>,
     ) -> Waiter

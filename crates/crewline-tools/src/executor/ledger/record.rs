@@ -14,22 +14,10 @@ use super::{
     INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, OUTCOME_TIMEOUT, Outcome,
 };
 use crate::executor::{
-    Executor, IdempotencyKey, ToolCallError, approval::ApprovalRecord, cut_short::CutCalls,
-    stage::Call,
+    Executor, IdempotencyKey, ToolCallError,
+    cut_short::CutCalls,
+    stage::{Call, Trace},
 };
-
-/// What the pipeline learnt about one call, for the ledger.
-#[derive(Default)]
-pub(crate) struct Trace {
-    pub(crate) arguments: Option<Value>,
-    pub(crate) approval: Option<ApprovalRecord>,
-    pub(crate) cache_hit: bool,
-    /// While a detached (non-cancellable) tool runs: its task or waiter writes the record if
-    /// the call's future is dropped.
-    pub(crate) detached: bool,
-    /// The intent written before the tool started (tools with effects, with a ledger).
-    pub(crate) intent_id: Option<String>,
-}
 
 /// Writes a `Cancelled` record for a call whose future was dropped before it finished (a
 /// barge-in or a shutdown dropped the turn), so the ledger has every call that started.
