@@ -13,17 +13,15 @@ use std::{
 use serde_json::{Value, json};
 
 use super::{outcome_unknown, still_running, unclaimable};
-use crate::{
-    ToolPolicy,
-    executor::{
-        Executor, IdempotencyKey, ToolCallError,
-        call::guarded_call,
-        claims::{Claim, ClaimKey, ClaimOutcome, ClaimRequest, ClaimStore, ClaimTerms, ClaimToken},
-        error::Settled,
-        ledger::record::Recorder,
-        result_size::{oversize, result_size},
-        stage::{Call, Trace},
-    },
+use crate::ToolPolicy;
+use crate::executor::{
+    Executor, IdempotencyKey, ToolCallError,
+    call::guarded_call,
+    claims::{Claim, ClaimKey, ClaimOutcome, ClaimRequest, ClaimStore, ClaimTerms, ClaimToken},
+    error::Settled,
+    ledger::record::Recorder,
+    result_size::{oversize, result_size},
+    stage::{Call, Trace},
 };
 
 /// What claiming a call's key gave: the run is this caller's, or another call's to read.
