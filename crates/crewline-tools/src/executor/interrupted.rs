@@ -14,8 +14,8 @@ impl Executor {
     /// The result for a call whose caller stopped waiting before it finished (a barge-in
     /// dropped the turn): the real outcome of a non-cancellable call that has finished,
     /// `StillRunning` for one still running, what a cancellable call's tool said being cut
-    /// short means ([`CutShort`]), `Cancelled` for anything else (a cancellable call was
-    /// stopped; a call that had not started never will).
+    /// short means ([`CutShort`](super::CutShort)), `Cancelled` for anything else (a
+    /// cancellable call was stopped; a call that had not started never will).
     ///
     /// Synchronous, for drop guards: output guardrails and after-hooks cannot run here, so
     /// with any of them configured a finished outcome is not handed over but left for the

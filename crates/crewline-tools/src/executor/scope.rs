@@ -42,7 +42,7 @@ impl SessionScope {
     /// passes its own set here and waits for it, and only it, on shutdown.
     ///
     /// Without it, such tasks go to a set no server waits for
-    /// ([`detached_tasks`](super::detached_tasks)).
+    /// ([`detached_tasks()`](super::detached_tasks())).
     pub fn with_detached_tasks(mut self, tasks: DetachedTasks) -> Self {
         self.tasks = Some(tasks);
         self

@@ -1,6 +1,6 @@
 //! The guardrails stage: guardrails on a call's input and on its output.
 //!
-//! Error kind: [`ToolErrorKind::GuardrailBlocked`](crewline_core::ToolErrorKind::GuardrailBlocked);
+//! Error kind: [`ToolErrorKind::GuardrailBlocked`];
 //! the model reads the guardrail's reason, the operator also gets the guardrail's name.
 
 mod stage;
