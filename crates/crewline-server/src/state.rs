@@ -12,7 +12,7 @@ use std::{
     time::Duration,
 };
 
-use crewline::{Crew, SessionSetup};
+use crewline::{Crew, SessionSetup, tool::DetachedTasks};
 use crewline_http::MessageBudget;
 use futures::FutureExt;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
@@ -152,6 +152,9 @@ pub(crate) struct State {
     pub(crate) close_calls: CancellationToken,
     /// Every accepted call, to wait for them at shutdown.
     pub(crate) calls: TaskTracker,
+    /// The non-cancellable tools this server's calls left running, to wait for at shutdown
+    /// (those of another server in the process are its own).
+    pub(crate) detached: DetachedTasks,
     /// Calls admitted under `max_sessions`, from the upgrade request to the call's end.
     admitted: AtomicUsize,
     next_session: AtomicU64,
@@ -174,6 +177,7 @@ impl State {
             shutdown_requested: CancellationToken::new(),
             close_calls: CancellationToken::new(),
             calls: TaskTracker::new(),
+            detached: DetachedTasks::new(),
             admitted: AtomicUsize::new(0),
             next_session: AtomicU64::new(1),
             message_budget: OnceLock::new(),

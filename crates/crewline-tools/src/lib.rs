@@ -27,7 +27,7 @@ pub mod __private;
 pub use catalog::is_valid_tool_name;
 pub use error::RegistryError;
 pub use executor::{
-    CallContext, CutShort, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, Executor,
+    CallContext, CutShort, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, DetachedTasks, Executor,
     ExecutorBuilder, INTERRUPTED_MESSAGE, IdempotencyKey, PANIC_MESSAGE, RunSyncError,
     SessionScope, ToolCallError, ToolRun, run_sync, validation::CallArguments,
 };

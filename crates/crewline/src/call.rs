@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crewline_protocol::{
     Event, EventBody, HoldMusic, SessionContext, SystemInit, TransferCall, TransferOptions,
 };
-use crewline_tools::SessionScope;
+use crewline_tools::{DetachedTasks, SessionScope};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc};
@@ -186,12 +186,15 @@ struct Kept {
 impl CallControl {
     /// Controls for a call that sends its events to `outbound` (the platform), named by the
     /// platform's call id, else by `crew_key`, else by nothing (a fresh scope).
+    ///
+    /// The tools its calls leave running are tracked in `detached` (its server's), if given.
     pub(crate) fn new(
         init: SystemInit,
         outbound: mpsc::Sender<Box<Event>>,
         crew_key: Option<String>,
         store: Option<Attached>,
         resumed: Option<Checkpoint>,
+        detached: Option<DetachedTasks>,
     ) -> Self {
         let key: Option<Arc<str>> = call_key(&init)
             .map(Into::into)
@@ -202,6 +205,10 @@ impl CallControl {
         let scope = key
             .as_deref()
             .map_or_else(SessionScope::new, SessionScope::for_call);
+        let scope = match detached {
+            Some(tasks) => scope.with_detached_tasks(tasks),
+            None => scope,
+        };
         let mut state = State::default();
         if let Some(checkpoint) = &resumed {
             state.handed_off = checkpoint.handoff.is_some();

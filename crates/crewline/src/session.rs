@@ -13,6 +13,7 @@ use std::sync::{
 use tokio::task::JoinHandle;
 
 use crewline_protocol::{Caller, ConversationType, Event, EventBody, SessionContext, SystemInit};
+use crewline_tools::DetachedTasks;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
@@ -42,6 +43,8 @@ pub struct SessionSetup {
     crew_key: Option<String>,
     /// The shared store, the owner token and the checkpoint resumed from.
     store: Option<(Arc<dyn CallStore>, String, Option<Checkpoint>)>,
+    /// Where the call's tools left running are tracked (its server's).
+    detached: Option<DetachedTasks>,
     pub(crate) observer: Arc<dyn Observer>,
     pub(crate) dry_run: bool,
     pub(crate) inbox_bytes: usize,
@@ -51,10 +54,11 @@ impl SessionSetup {
     /// The setup of a call whose handshake was `init`; events for the platform go to `outbound`.
     pub fn new(init: SystemInit, outbound: mpsc::Sender<Box<Event>>) -> Self {
         Self {
-            call: CallControl::new(init, outbound.clone(), None, None, None),
+            call: CallControl::new(init, outbound.clone(), None, None, None, None),
             outbound,
             crew_key: None,
             store: None,
+            detached: None,
             observer: Arc::new(NoopObserver),
             dry_run: false,
             inbox_bytes: DEFAULT_INBOX_BYTES,
@@ -103,6 +107,15 @@ impl SessionSetup {
         self
     }
 
+    /// Tracks the non-cancellable tools this call leaves running (its caller stopped waiting)
+    /// in `tasks`, through the call's [`scope`](CallControl::scope): the server that serves the
+    /// call passes its own set, and waits for it on shutdown.
+    pub fn with_detached_tasks(mut self, tasks: DetachedTasks) -> Self {
+        self.detached = Some(tasks);
+        self.rebuild_call();
+        self
+    }
+
     /// Checkpoints the call to `store` as the owner `token` ([`CallStore::claim`]), resuming
     /// from `resumed` (the checkpoint [`CallStore::load`] found). A call with no key (no
     /// call id, no [`with_call_key`](Self::with_call_key)) cannot be resumed and is not
@@ -144,11 +157,19 @@ impl SessionSetup {
             self.crew_key.clone(),
             attached,
             resumed,
+            self.detached.clone(),
         );
         // A call nothing names cannot be found again: no store.
         self.call = if call.call_key().is_none() && call.is_checkpointed() {
             tracing::debug!("a call without a call id or key is not checkpointed");
-            CallControl::new(call.init().clone(), self.outbound.clone(), None, None, None)
+            CallControl::new(
+                call.init().clone(),
+                self.outbound.clone(),
+                None,
+                None,
+                None,
+                self.detached.clone(),
+            )
         } else {
             call
         };

@@ -550,8 +550,14 @@ mod tests {
         };
         let init = crate::SessionSetup::dry_run().call().init().clone();
         let (outbound, _inbound) = tokio::sync::mpsc::channel(1);
-        let call =
-            crate::CallControl::new(init, outbound, Some("k".to_owned()), Some(attached), None);
+        let call = crate::CallControl::new(
+            init,
+            outbound,
+            Some("k".to_owned()),
+            Some(attached),
+            None,
+            None,
+        );
         let checkpointer = tokio::spawn(run_checkpointer(call.clone()));
         // The call's last move before its replica dies: nothing else happens on the call.
         call.push_outcome("The $50 transfer to Alice completed.")
@@ -614,7 +620,14 @@ mod tests {
         };
         let init = crate::SessionSetup::dry_run().call().init().clone();
         let (outbound, _inbound) = tokio::sync::mpsc::channel(1);
-        crate::CallControl::new(init, outbound, Some("k".to_owned()), Some(attached), None)
+        crate::CallControl::new(
+            init,
+            outbound,
+            Some("k".to_owned()),
+            Some(attached),
+            None,
+            None,
+        )
     }
 
     #[tokio::test(start_paused = true)]

@@ -192,7 +192,8 @@ impl Connection {
             .and_then(|key| key(&init));
         let mut setup = SessionSetup::new(init, self.outbound.clone())
             .with_observer(observer)
-            .with_inbox_bytes(self.service.config.limits.inbox_bytes);
+            .with_inbox_bytes(self.service.config.limits.inbox_bytes)
+            .with_detached_tasks(state.detached.clone());
         if let Some(key) = crew_key {
             setup = setup.with_call_key(key);
         }

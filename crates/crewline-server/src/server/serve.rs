@@ -167,8 +167,9 @@ pub(super) async fn drain(service: &Service) {
         }
     }
     // A non-cancellable tool (a payment) runs on after its call ended: give it what is left
-    // of the drain deadline, so the runtime does not drop it half-way.
-    let detached = crewline::tool::executor::detached_tasks();
+    // of the drain deadline, so the runtime does not drop it half-way. Only this server's:
+    // another server in the process drains its own.
+    let detached = &state.detached;
     if tokio::time::timeout_at(deadline, detached.wait())
         .await
         .is_err()

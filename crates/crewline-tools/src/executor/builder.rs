@@ -9,7 +9,7 @@ use super::{
     claims::{ClaimStore, DEFAULT_CLAIM_LEASE, MemoryClaims},
     guardrails::Guardrail,
     hooks::{AfterHook, BeforeHook},
-    inflight::InFlight,
+    in_flight::InFlight,
     ledger::LedgerSink,
     limits::RunLimits,
     validation::ValidationConfig,

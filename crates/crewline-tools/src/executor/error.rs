@@ -1,6 +1,7 @@
 //! Why one call failed: the kind and message the model reads, and the operator's detail.
 
 use crewline_core::{ErrorDetail, ToolErrorKind, ToolFailure, error_chain};
+use serde_json::Value;
 
 use crate::ToolError;
 
@@ -68,6 +69,9 @@ impl From<ToolCallError> for ToolFailure {
         }
     }
 }
+
+/// A call's outcome as the stages, its waiter and its detached task hand it on.
+pub(crate) type Settled = Result<Value, ToolCallError>;
 
 #[cfg(test)]
 mod tests {

@@ -1,10 +1,12 @@
 //! The executor: one pipeline for every tool call, whoever makes it.
 //!
-//! Each call goes through, in order: [validation], before-[hooks], input [guardrails],
-//! [approval] (for `confirm` tools), run [limits], the result [cache] (for tools with a
-//! `cache_ttl`), the call itself under its timeout and the cancellation tokens of the run and
-//! of the call ([`CallContext::with_call_token`]), output guardrails and after-hooks, and
-//! finally the [ledger].
+//! Each call goes through, in order: [validation], before-[hooks], input [guardrails], a
+//! joined run of the same non-cancellable call, [approval] (for `confirm` tools), run [limits],
+//! the result [cache] (for tools with a `cache_ttl`), the call itself under its timeout and the
+//! cancellation tokens of the run and of the call ([`CallContext::with_call_token`]), output
+//! guardrails and after-hooks; the [ledger] records every call, whichever stage ended it.
+//! Each stage is a folder of the same shape, and their order is written once, with why each
+//! stands where it does, in the executor's `pipeline.rs`.
 //!
 //! What the executor keeps between calls is kept per session ([`SessionScope`], carried on
 //! every [`CallContext`]): cached results, approvals, and non-cancellable calls that run on
@@ -16,27 +18,31 @@
 //! [`ToolResult`] error the model can read (`{"error": {"kind", "message"}}`); the operator gets
 //! the full detail in `tracing` and in the ledger.
 
+// The stages, each a folder of the same shape (see `stage`), in the order `pipeline` runs them.
 pub mod approval;
-mod builder;
 pub mod cache;
+mod call;
+pub mod guardrails;
+pub mod hooks;
+mod in_flight;
+pub mod ledger;
+pub mod limits;
+pub mod validation;
+
+mod builder;
 pub mod claims;
 mod context;
 mod cut_short;
-mod detached;
+mod detached_tasks;
 mod error;
 mod fingerprint;
-pub mod guardrails;
-pub mod hooks;
 mod idempotency;
-mod inflight;
-pub mod ledger;
-pub mod limits;
+mod interrupted;
 mod pipeline;
-mod record;
-mod run_once;
+mod result_size;
 mod scope;
+mod stage;
 mod sync;
-pub mod validation;
 
 use std::{fmt, sync::Arc, time::Duration};
 
@@ -49,17 +55,16 @@ use self::{
     claims::ClaimStore,
     guardrails::Guardrail,
     hooks::{AfterHook, BeforeHook},
-    inflight::InFlight,
+    in_flight::InFlight,
     ledger::LedgerSink,
     limits::{Run, RunLimits},
-    record::{Trace, record},
     validation::ValidationConfig,
 };
 pub use self::{
     builder::ExecutorBuilder,
     context::CallContext,
     cut_short::CutShort,
-    detached::detached_tasks,
+    detached_tasks::{DetachedTasks, detached_tasks},
     error::ToolCallError,
     idempotency::IdempotencyKey,
     scope::SessionScope,

@@ -6,18 +6,53 @@
 //! approvals, and non-cancellable calls still running, so nothing one caller caused or saw is
 //! ever served to another.
 //!
+//! A scope may also name who serves the session ([`SessionScope::with_detached_tasks`]): the
+//! non-cancellable tools its calls leave running are that owner's to wait for on shutdown.
+//!
 //! [`CallContext`]: super::CallContext
 
-use std::{fmt, sync::Arc};
+use std::{cmp::Ordering, fmt, hash, sync::Arc};
+
+use super::detached_tasks::{self, DetachedTasks};
 
 /// An opaque key naming one session; cloning shares it, [`new`](Self::new) mints a fresh one.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionScope(Arc<str>);
+///
+/// Two scopes with one key are one session (equal, hashed and ordered by the key alone),
+/// whoever tracks their tasks.
+#[derive(Clone)]
+pub struct SessionScope {
+    key: Arc<str>,
+    /// Where the session's detached tools are tracked; `None`: its owner named none.
+    tasks: Option<DetachedTasks>,
+}
 
 impl SessionScope {
     /// A fresh scope, unlike every other (random: it cannot be guessed or repeated).
     pub fn new() -> Self {
-        Self(format!("ses_{}", uuid::Uuid::new_v4().simple()).into())
+        Self::keyed(format!("ses_{}", uuid::Uuid::new_v4().simple()).into())
+    }
+
+    /// The scope `key`, tracking nothing of its own yet.
+    fn keyed(key: Arc<str>) -> Self {
+        Self { key, tasks: None }
+    }
+
+    /// The same scope, whose calls track the tools they leave running (non-cancellable tools
+    /// whose caller stopped waiting) in `tasks`: whoever serves the session (a crew server)
+    /// passes its own set here and waits for it, and only it, on shutdown.
+    ///
+    /// Without it, such tasks go to a set no server waits for
+    /// ([`detached_tasks()`](super::detached_tasks())).
+    pub fn with_detached_tasks(mut self, tasks: DetachedTasks) -> Self {
+        self.tasks = Some(tasks);
+        self
+    }
+
+    /// Where this session's calls track the tools they leave running.
+    pub(crate) fn detached_tasks(&self) -> &DetachedTasks {
+        self.tasks
+            .as_ref()
+            .unwrap_or_else(|| detached_tasks::unowned())
     }
 
     /// The scope of the call the platform names `call_id` (`session_context.caller.call_id`,
@@ -25,19 +60,45 @@ impl SessionScope {
     /// call, so what the executor keeps for it (running tools, their outcomes, approvals)
     /// carries over. Only the platform, which holds the crew's token, names calls.
     pub fn for_call(call_id: &str) -> Self {
-        Self(format!("call:{call_id}").into())
+        Self::keyed(format!("call:{call_id}").into())
     }
 
     /// The scope whose key is `key`, as [`as_str`](Self::as_str) gave it: for an approver or a
     /// store that keeps a request's scope outside the process and reads it back. Two scopes
     /// with one key are one session, so pass only keys a scope gave.
     pub fn from_key(key: &str) -> Self {
-        Self(key.into())
+        Self::keyed(key.into())
     }
 
     /// The scope's key, for logs and for approvers that show it.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.key
+    }
+}
+
+impl PartialEq for SessionScope {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for SessionScope {}
+
+impl hash::Hash for SessionScope {
+    fn hash<H: hash::Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+
+impl PartialOrd for SessionScope {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SessionScope {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.key.cmp(&other.key)
     }
 }
 
@@ -50,13 +111,13 @@ impl Default for SessionScope {
 
 impl fmt::Debug for SessionScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("SessionScope").field(&&*self.0).finish()
+        f.debug_tuple("SessionScope").field(&&*self.key).finish()
     }
 }
 
 impl fmt::Display for SessionScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.key)
     }
 }
 

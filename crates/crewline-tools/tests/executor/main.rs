@@ -162,6 +162,7 @@ mod cache;
 mod cancellation;
 mod cut_short;
 mod defaults;
+mod detached_tasks;
 mod hooks;
 mod ledger;
 mod limits;

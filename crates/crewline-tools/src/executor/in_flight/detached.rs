@@ -9,65 +9,12 @@
 //! of its work, so its intent stays pending in the ledger). The hand-over is one small
 //! state machine under a mutex, so exactly one side records whatever the order.
 
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::future::BoxFuture;
-use serde_json::Value;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::{
-    ToolCallError, Trace,
-    inflight::Settled,
-    ledger::{LedgerRecord, LedgerSink},
-};
-
-/// The tracker of every detached (non-cancellable) tool task of the process.
-///
-/// It is closed from the start, so [`TaskTracker::wait`] completes as soon as no such task is
-/// running: a server's drain awaits it (within its deadline) before the runtime is dropped, so
-/// that a transfer is not cut half-way.
-pub fn detached_tasks() -> &'static TaskTracker {
-    static TRACKER: LazyLock<TaskTracker> = LazyLock::new(|| {
-        let tracker = TaskTracker::new();
-        tracker.close();
-        tracker
-    });
-    &TRACKER
-}
-
-/// What a detached task needs to write its call's record once its waiter is gone.
-pub(crate) struct Recorder {
-    pub(crate) sink: Arc<dyn LedgerSink>,
-    pub(crate) call: crewline_core::ToolCall,
-    pub(crate) trace: Trace,
-    pub(crate) started: std::time::Instant,
-}
-
-impl Recorder {
-    /// The record of a call that finished (or was dropped) after its waiter left.
-    fn ran_on(self, outcome: Result<Value, ToolCallError>) -> (Arc<dyn LedgerSink>, LedgerRecord) {
-        let mut record = super::record(&self.call, &outcome, self.started.elapsed(), self.trace);
-        record.ran_on = true;
-        (self.sink, record)
-    }
-
-    /// Writes the record of a call that finished (or was dropped) after its waiter left.
-    fn write(self, outcome: Result<Value, ToolCallError>) {
-        let (sink, record) = self.ran_on(outcome);
-        if let Err(error) = sink.record(&record) {
-            tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
-        }
-    }
-
-    /// Stores the record of a call that finished after its waiter left, as the waiter would
-    /// have ([`write_record`](super::record::write_record)): on the tool's task, which a
-    /// shutdown waits for.
-    async fn settle(self, outcome: Result<Value, ToolCallError>) {
-        let (sink, record) = self.ran_on(outcome);
-        super::record::write_record(&sink, record).await;
-    }
-}
+use crate::executor::{DetachedTasks, ToolCallError, error::Settled, ledger::record::Recorder};
 
 enum State {
     /// The tool runs and its waiter waits.
@@ -93,11 +40,16 @@ impl Slot {
     }
 }
 
-/// Spawns `tool` as a tracked task of its own; the returned waiter waits for its outcome.
+/// Spawns `tool` as a task of its own, tracked in `tasks`; the returned waiter waits for its
+/// outcome.
 ///
 /// `recorder` (when there is a ledger) is how the task records the outcome if the waiter
 /// leaves first.
-pub(crate) fn spawn(tool: BoxFuture<'static, Settled>, recorder: Option<Recorder>) -> Waiter {
+pub(crate) fn spawn(
+    tasks: &DetachedTasks,
+    tool: BoxFuture<'static, Settled>,
+    recorder: Option<Recorder>,
+) -> Waiter {
     let slot = Arc::new(Slot {
         state: Mutex::new(State::Running),
     });
@@ -105,7 +57,7 @@ pub(crate) fn spawn(tool: BoxFuture<'static, Settled>, recorder: Option<Recorder
         slot: Arc::clone(&slot),
         done: false,
     };
-    detached_tasks().spawn(
+    tasks.spawn(
         async move {
             let done = tool.await;
             if let Some((recorder, done)) = task.finish(done) {

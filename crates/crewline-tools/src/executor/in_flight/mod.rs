@@ -1,11 +1,18 @@
-//! The non-cancellable calls this process runs: each runs as a task of its own after it won
-//! its claim ([`claims`](super::claims)), and its caller waits for it here, at most the
+//! The in-flight stage: non-cancellable calls, run once per session. A retry of such a call
+//! joins the run that holds its claim ([`claims`](crate::executor::claims)) or reads its
+//! outcome (`stage.rs`); the call stage runs one that holds nothing as a task of its own once it
+//! won its claim (`claimed.rs`, `detached.rs`), and its caller waits for it here, at most the
 //! tool's timeout (then `StillRunning`; the call runs on).
 //!
 //! Whether an identical call joins, reads an outcome or runs is the claim store's to say
-//! (shared between replicas when configured); this table only serves the synchronous
-//! [`Executor::interrupted`](super::Executor) with what this process knows: a call of its own
-//! still running, or finished with nobody having received its outcome.
+//! (shared between replicas when configured); the table here ([`InFlight`]) only serves the
+//! synchronous [`Executor::interrupted`](crate::executor::Executor) with what this process
+//! knows: a call of its own still running, or finished with nobody having received its
+//! outcome.
+
+mod claimed;
+mod detached;
+mod stage;
 
 use crewline_core::error_chain;
 use std::{
@@ -17,13 +24,12 @@ use std::{
     time::Duration,
 };
 
-use super::{ToolCallError, claims::ClaimKey, detached};
+pub(crate) use self::stage::Join;
+use crate::executor::{
+    DetachedTasks, ToolCallError, claims::ClaimKey, error::Settled, ledger::record::Recorder,
+};
 use crewline_core::ToolErrorKind;
-use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
-
-/// A call's outcome as its waiter reads it.
-pub(crate) type Settled = Result<Value, ToolCallError>;
 
 /// One call's entry: its outcome once it is known, and when it was.
 struct Slot {
@@ -133,7 +139,8 @@ impl InFlight {
         slots.contains_key(key)
     }
 
-    /// Starts the call `call` builds as a task of its own (nothing but its end stops it);
+    /// Starts the call `call` builds as a task of its own, tracked in `tasks` (nothing but its
+    /// end stops it);
     /// the returned waiter waits for it. `call` is given the flag that says whether its
     /// caller still waits.
     ///
@@ -142,8 +149,9 @@ impl InFlight {
     pub(crate) fn start<F>(
         &self,
         key: ClaimKey,
+        tasks: &DetachedTasks,
         call: impl FnOnce(Arc<AtomicBool>) -> F,
-        recorder: Option<detached::Recorder>,
+        recorder: Option<Recorder>,
     ) -> Waiter
     where
         F: Future<Output = Settled> + Send + 'static,
@@ -163,6 +171,7 @@ impl InFlight {
         let table = Arc::clone(&self.slots);
         let finished_key = key.clone();
         let handoff = detached::spawn(
+            tasks,
             Box::pin(async move {
                 let settled = call.await;
                 let mut slots = lock(&table);
@@ -230,7 +239,7 @@ pub(crate) fn outcome_unknown(dedupes_by_key: bool) -> ToolCallError {
 }
 
 /// The error for a non-cancellable call refused because its claim store cannot be reached.
-pub(crate) fn unclaimable(error: &super::claims::ClaimError) -> ToolCallError {
+pub(crate) fn unclaimable(error: &crate::executor::claims::ClaimError) -> ToolCallError {
     ToolCallError::new(
         ToolErrorKind::ToolError,
         "this action cannot be started right now (the service that makes sure it runs only \

@@ -1,8 +1,12 @@
-//! Stages 2 and 8: hooks before and after the call.
+//! The hooks stage: hooks before and after the call.
 //!
 //! A before-hook sees the validated arguments and may rewrite them or answer the call itself;
 //! an after-hook sees (and may rewrite) the outcome. Hooks are trusted code: arguments they
 //! rewrite are not validated again. Hooks add no error kind of their own.
+
+mod stage;
+
+pub(crate) use self::stage::Hooks;
 
 use async_trait::async_trait;
 use crewline_core::ToolCall;

@@ -1,5 +1,5 @@
-//! Stage 9: one record per call, to a pluggable sink; and, before a tool with effects (a
-//! non-cancellable one) starts, the intent to run it.
+//! The ledger, the frame around every stage: one record per call, to a pluggable sink; and,
+//! before a tool with effects (a non-cancellable one) starts, the intent to run it.
 //!
 //! An intent without an outcome is a call an operator must reconcile: the process died (a
 //! crash, `kill -9`, a node lost) after the tool may have started and before its outcome was
@@ -13,6 +13,8 @@
 //! record, so a crash mid-write loses at most that record; its reader skips a torn line.
 //! Rotation is hand-written (a rename chain of a few lines): it must happen between records
 //! only, on the writer thread that owns the file, which a few lines do without a dependency.
+
+pub(crate) mod record;
 
 use std::{
     fs::{File, OpenOptions},

@@ -1,6 +1,10 @@
-//! Stage 1: argument validation against the schema compiled at registration.
+//! The validation stage: argument validation against the schema compiled at registration.
 //!
 //! Error kind: [`ToolErrorKind::ToolArgsInvalid`], with the JSON path of each problem.
+
+mod stage;
+
+pub(crate) use self::stage::Validate;
 
 use crewline_core::ToolErrorKind;
 use serde_json::Value;
@@ -65,6 +69,11 @@ impl CallArguments {
     /// The parsed value, or why the text is not JSON.
     pub fn value(&self) -> Result<&Value, &ToolCallError> {
         self.0.as_ref()
+    }
+
+    /// Takes the arguments out, leaving `null` (nothing is allocated).
+    pub(crate) fn take(&mut self) -> Self {
+        Self(std::mem::replace(&mut self.0, Ok(Value::Null)))
     }
 }
 

@@ -1,9 +1,13 @@
-//! Stage 6: a cache of successful results for tools with a `cache_ttl`.
+//! The cache stage: a cache of successful results for tools with a `cache_ttl`.
 //!
 //! Key: the session the call belongs to (see [`SessionScope`]), the registry, the tool's name
 //! and the canonical JSON of its validated arguments (object keys sorted). A result is served
 //! only to calls of the session that caused it, unless the cache is configured with
 //! [`CacheSharing::PerRegistry`]. Only successful results are cached. No error kind of its own.
+
+mod stage;
+
+pub(crate) use self::stage::Cached;
 
 use std::{
     collections::HashMap,

@@ -1,7 +1,11 @@
-//! Stages 3 and 8: guardrails on a call's input and on its output.
+//! The guardrails stage: guardrails on a call's input and on its output.
 //!
-//! Error kind: [`ToolErrorKind::GuardrailBlocked`](crewline_core::ToolErrorKind::GuardrailBlocked);
+//! Error kind: [`ToolErrorKind::GuardrailBlocked`];
 //! the model reads the guardrail's reason, the operator also gets the guardrail's name.
+
+mod stage;
+
+pub(crate) use self::stage::Guard;
 
 use async_trait::async_trait;
 use crewline_core::{ToolCall, ToolErrorKind};

@@ -1,6 +1,6 @@
 //! Non-cancellable calls through the claim store: claiming before the tool starts, renewing
 //! the lease while it runs, writing the outcome before the claim is released, and what an
-//! identical call reads instead of running (see [`claims`](super::claims)).
+//! identical call reads instead of running (see [`claims`](crate::executor::claims)).
 
 use std::{
     sync::{
@@ -12,15 +12,20 @@ use std::{
 
 use serde_json::{Value, json};
 
-use super::{
-    Executor, IdempotencyKey, ToolCallError,
-    claims::{Claim, ClaimKey, ClaimOutcome, ClaimRequest, ClaimStore, ClaimTerms, ClaimToken},
-    inflight::{self, Settled},
-};
+use super::{outcome_unknown, still_running, unclaimable};
 use crate::ToolPolicy;
+use crate::executor::{
+    Executor, IdempotencyKey, ToolCallError,
+    call::guarded_call,
+    claims::{Claim, ClaimKey, ClaimOutcome, ClaimRequest, ClaimStore, ClaimTerms, ClaimToken},
+    error::Settled,
+    ledger::record::Recorder,
+    result_size::{oversize, result_size},
+    stage::{Call, Trace},
+};
 
 /// What claiming a call's key gave: the run is this caller's, or another call's to read.
-pub(crate) enum Claimed {
+enum Claimed {
     /// This caller runs the tool, under this token and idempotency key.
     Won {
         token: ClaimToken,
@@ -31,6 +36,71 @@ pub(crate) enum Claimed {
 }
 
 impl Executor {
+    /// Runs a non-cancellable call's tool as a task of its own, at most `limit` of which the
+    /// caller waits; what the call stage hands back for such a tool.
+    ///
+    /// A tool that must not be cut off half-way (a payment, a booking): neither a barge-in nor
+    /// the timeout stops it, they only stop the waiting. The call is claimed first
+    /// (set-if-absent with a lease, on every replica sharing the store): a retry that got here
+    /// meanwhile joins this run instead. The tool's task is tracked (its server's shutdown
+    /// waits for it) and writes the ledger record itself if this waiter goes away before the
+    /// outcome (a barge-in, a timeout).
+    pub(crate) async fn run_detached(&self, call: &mut Call<'_>, limit: Duration) -> Settled {
+        // A detached tool's task writes the record itself if this call's waiter goes away.
+        let mut recorder = self.ledger.as_ref().map(|sink| Recorder {
+            sink: Arc::clone(sink),
+            call: call.call.clone(),
+            trace: Trace {
+                arguments: call.trace.arguments.clone(),
+                approval: call.trace.approval,
+                ..Trace::default()
+            },
+            started: call.started,
+        });
+        let started = tokio::time::Instant::now();
+        let key = ClaimKey::new(call.context.scope(), &call.call.name, &call.arguments);
+        let outcome = match self.claim_run(&key, call.policy).await {
+            Err(refused) => Err(refused),
+            Ok(Claimed::Other(claim)) => self.read_claim(claim, &key, call.policy, limit).await,
+            Ok(Claimed::Won {
+                token,
+                idempotency_key,
+            }) => {
+                // The claim is this call's. Its intent is recorded before the tool starts (a
+                // crash from here on leaves it pending in the ledger); one that cannot be
+                // recorded settles the claim as a failure, so a retry may run.
+                if let Err(refused) = self
+                    .write_intent(call, recorder.as_mut(), &idempotency_key)
+                    .await
+                {
+                    self.release_unrun(&key, &token, &refused).await;
+                    // Nothing ran: no tool time is spent.
+                    return Err(refused);
+                }
+                // The tool starts now, under its key.
+                call.trace.detached = true;
+                let tool = guarded_call(call.entry, std::mem::take(&mut call.arguments));
+                let waiter = self.in_flight.start(
+                    key.clone(),
+                    call.context.scope().detached_tasks(),
+                    |waiting| self.claimed_call(tool, key, token, idempotency_key, waiting),
+                    recorder,
+                );
+                let outcome = match waiter.wait(limit).await {
+                    Some(settled) => settled.and_then(|value| self.check_result_size(value)),
+                    None => {
+                        tracing::info!(?limit, "stopped waiting; the tool runs on");
+                        Err(still_running())
+                    }
+                };
+                call.trace.detached = false;
+                outcome
+            }
+        };
+        call.context.run.spend(started.elapsed());
+        outcome
+    }
+
     /// The claim settings of this executor.
     pub(crate) fn claim_terms(&self) -> ClaimTerms {
         ClaimTerms {
@@ -54,7 +124,7 @@ impl Executor {
             .await
             .map_err(|error| {
                 tracing::error!(error = %crewline_core::ErrorChain(&error), "the claim store is unreachable; the call is refused");
-                inflight::unclaimable(&error)
+                unclaimable(&error)
             })?;
         Ok(match found {
             Claim::Absent => None,
@@ -67,7 +137,7 @@ impl Executor {
     }
 
     /// Claims the call `key` for this caller, or finds what holds it.
-    pub(crate) async fn claim_run(
+    async fn claim_run(
         &self,
         key: &ClaimKey,
         policy: ToolPolicy,
@@ -83,7 +153,7 @@ impl Executor {
             .await
             .map_err(|error| {
                 tracing::error!(error = %crewline_core::ErrorChain(&error), "the claim store is unreachable; the call is refused");
-                inflight::unclaimable(&error)
+                unclaimable(&error)
             })?;
         Ok(match found {
             Claim::Won {
@@ -174,7 +244,7 @@ impl Executor {
                     Ok(claim) => claim,
                     Err(error) => {
                         tracing::warn!(error = %crewline_core::ErrorChain(&error), "the claim store failed while waiting");
-                        return Err(inflight::still_running());
+                        return Err(still_running());
                     }
                 }
             }
@@ -189,12 +259,10 @@ impl Executor {
                 tracing::info!(?age, "the same call already succeeded; not run again");
                 Ok(self.already_done(outcome, age))
             }
-            Claim::Unknown { .. } | Claim::Absent => {
-                Err(inflight::outcome_unknown(policy.dedupes_by_key))
-            }
+            Claim::Unknown { .. } | Claim::Absent => Err(outcome_unknown(policy.dedupes_by_key)),
             Claim::Running { .. } | Claim::Won { .. } => {
                 tracing::info!(?limit, "stopped waiting; the tool runs on to completion");
-                Err(inflight::still_running())
+                Err(still_running())
             }
         }
     }
@@ -221,7 +289,7 @@ impl Executor {
         match outcome {
             ClaimOutcome::Ok(value) => self.check_result_size(value),
             ClaimOutcome::Failed(error) => Err(error),
-            ClaimOutcome::TooLarge { bytes } => Err(super::pipeline::oversize(
+            ClaimOutcome::TooLarge { bytes } => Err(oversize(
                 self.max_result_bytes.unwrap_or(bytes.saturating_sub(1)),
                 format!("a result of more than {} bytes", bytes.saturating_sub(1)),
             )),
@@ -253,7 +321,7 @@ impl ClaimOutcome {
     pub(crate) fn of(settled: &Settled, max_bytes: Option<usize>) -> Self {
         match settled {
             Ok(value) => match max_bytes {
-                Some(max) if super::pipeline::result_size(value, max).is_none() => Self::TooLarge {
+                Some(max) if result_size(value, max).is_none() => Self::TooLarge {
                     bytes: max.saturating_add(1),
                 },
                 _ => Self::Ok(value.clone()),

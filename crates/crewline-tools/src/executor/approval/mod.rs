@@ -1,4 +1,4 @@
-//! Stage 4: human (or programmatic) approval of `confirm` tools.
+//! The approval stage: human (or programmatic) approval of `confirm` tools.
 //!
 //! Error kinds: [`ToolErrorKind::ApprovalDenied`] and [`ToolErrorKind::ApprovalPending`].
 //! Arguments edited by the approver are validated again by the executor.
@@ -7,6 +7,10 @@
 //! call id: models and servers repeat those (`call_0` in every turn). A decision is bound to
 //! the request's session, tool and the hash of its validated arguments, and applies only to a
 //! call with all three the same.
+
+mod stage;
+
+pub(crate) use self::stage::Approve;
 
 use std::{
     collections::HashMap,

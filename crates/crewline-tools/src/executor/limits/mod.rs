@@ -1,7 +1,11 @@
-//! Stage 5: limits per run (a turn, or whatever the caller groups calls by).
+//! The limits stage: limits per run (a turn, or whatever the caller groups calls by).
 //!
 //! Error kind: [`ToolErrorKind::RunLimitExceeded`]. A call reserves its slot atomically before
 //! it runs, so the limits hold exactly under concurrency.
+
+mod stage;
+
+pub(crate) use self::stage::Admit;
 
 use std::{
     collections::HashMap,

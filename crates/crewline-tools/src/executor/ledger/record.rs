@@ -1,6 +1,6 @@
-//! Stage 9's input: what the pipeline learnt about one call ([`Trace`]), the ledger record
-//! built from it, the guard that records a call whose future was dropped half-way, and the
-//! intent written before a tool with effects starts.
+//! What the ledger's frame around the stages writes: what the stages learnt about one call
+//! ([`Trace`]), the record built from it, the guard that records a call whose future was
+//! dropped half-way, and the intent written before a tool with effects starts.
 
 use std::{
     sync::Arc,
@@ -11,39 +11,24 @@ use crewline_core::{ToolCall, ToolErrorKind};
 use serde_json::Value;
 
 use super::{
-    CallContext, Executor, IdempotencyKey, ToolCallError,
-    approval::ApprovalRecord,
-    cut_short::CutCalls,
-    detached::Recorder,
-    ledger::{
-        INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, OUTCOME_TIMEOUT,
-        Outcome,
-    },
+    INTENT_TIMEOUT, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, OUTCOME_TIMEOUT, Outcome,
 };
-
-/// What the pipeline learnt about one call, for the ledger.
-#[derive(Default)]
-pub(crate) struct Trace {
-    pub(super) arguments: Option<Value>,
-    pub(super) approval: Option<ApprovalRecord>,
-    pub(super) cache_hit: bool,
-    /// While a detached (non-cancellable) tool runs: its task or waiter writes the record if
-    /// the call's future is dropped.
-    pub(super) detached: bool,
-    /// The intent written before the tool started (tools with effects, with a ledger).
-    pub(super) intent_id: Option<String>,
-}
+use crate::executor::{
+    Executor, IdempotencyKey, ToolCallError,
+    cut_short::CutCalls,
+    stage::{Call, Trace},
+};
 
 /// Writes a `Cancelled` record for a call whose future was dropped before it finished (a
 /// barge-in or a shutdown dropped the turn), so the ledger has every call that started.
-pub(super) struct LedgerGuard<'a> {
-    pub(super) ledger: Option<&'a Arc<dyn LedgerSink>>,
-    pub(super) call: &'a ToolCall,
+pub(crate) struct LedgerGuard<'a> {
+    pub(crate) ledger: Option<&'a Arc<dyn LedgerSink>>,
+    pub(crate) call: &'a ToolCall,
     /// The run's calls cut short, with what their tools said that means.
-    pub(super) cut: &'a CutCalls,
-    pub(super) started: Instant,
-    pub(super) trace: Trace,
-    pub(super) finished: bool,
+    pub(crate) cut: &'a CutCalls,
+    pub(crate) started: Instant,
+    pub(crate) trace: Trace,
+    pub(crate) finished: bool,
 }
 
 impl Drop for LedgerGuard<'_> {
@@ -82,8 +67,8 @@ impl Drop for LedgerGuard<'_> {
     }
 }
 
-/// Stage 9's record of one call.
-pub(super) fn record(
+/// The ledger's record of one call.
+pub(crate) fn record(
     call: &ToolCall,
     outcome: &Result<Value, ToolCallError>,
     latency: Duration,
@@ -129,7 +114,7 @@ pub(super) fn record(
 /// awaited, at most [`OUTCOME_TIMEOUT`], before the call's result returns: a crash once the
 /// result is out cannot leave the call pending. Any other record is queued: calls without
 /// effects never wait for the ledger.
-pub(super) async fn write_record(ledger: &Arc<dyn LedgerSink>, record: LedgerRecord) {
+pub(crate) async fn write_record(ledger: &Arc<dyn LedgerSink>, record: LedgerRecord) {
     if record.intent_id.is_none() {
         if let Err(error) = ledger.record(&record) {
             tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
@@ -183,17 +168,16 @@ impl Executor {
     /// Refuses the call (the tool does not run) when the intent could not be stored within
     /// [`INTENT_TIMEOUT`] and the sink requires intents; a sink that keeps none
     /// ([`LedgerError::IntentsUnsupported`]) runs it as before.
-    pub(super) async fn write_intent(
+    pub(crate) async fn write_intent(
         &self,
-        call: &ToolCall,
-        context: &CallContext,
-        trace: &mut Trace,
+        call: &mut Call<'_>,
         recorder: Option<&mut Recorder>,
         idempotency_key: &IdempotencyKey,
     ) -> Result<(), ToolCallError> {
         let Some(ledger) = &self.ledger else {
             return Ok(());
         };
+        let (context, trace, call) = (call.context, &mut *call.trace, call.call);
         let intent = LedgerIntent {
             intent_id: format!("int_{}", uuid::Uuid::new_v4().simple()),
             idempotency_key: Some(idempotency_key.as_str().to_owned()),
@@ -241,5 +225,47 @@ impl Executor {
             recorder.trace.intent_id.clone_from(&trace.intent_id);
         }
         Ok(())
+    }
+}
+
+/// What a detached task needs to write its call's record once its waiter is gone.
+pub(crate) struct Recorder {
+    pub(crate) sink: Arc<dyn LedgerSink>,
+    pub(crate) call: crewline_core::ToolCall,
+    pub(crate) trace: Trace,
+    pub(crate) started: std::time::Instant,
+}
+
+impl Recorder {
+    /// The record of a call that finished (or was dropped) after its waiter left.
+    fn ran_on(self, outcome: Result<Value, ToolCallError>) -> (Arc<dyn LedgerSink>, LedgerRecord) {
+        let mut record = record(&self.call, &outcome, self.started.elapsed(), self.trace);
+        record.ran_on = true;
+        (self.sink, record)
+    }
+
+    /// Writes the record of a call that finished (or was dropped) after its waiter left.
+    pub(crate) fn write(self, outcome: Result<Value, ToolCallError>) {
+        let (sink, record) = self.ran_on(outcome);
+        if let Err(error) = sink.record(&record) {
+            tracing::error!(error = %crewline_core::ErrorChain(&error), "the tool ledger could not be written");
+        }
+    }
+
+    /// Stores the record of a call that finished after its waiter left, as the waiter would
+    /// have ([`write_record`]): on the tool's task, which a
+    /// shutdown waits for.
+    pub(crate) async fn settle(self, outcome: Result<Value, ToolCallError>) {
+        let (sink, record) = self.ran_on(outcome);
+        write_record(&sink, record).await;
+    }
+}
+
+impl Executor {
+    /// Keeps the arguments for the ledger (only when there is one: it costs a clone).
+    pub(crate) fn keep_arguments(&self, trace: &mut Trace, arguments: &Value) {
+        if self.ledger.is_some() {
+            trace.arguments = Some(arguments.clone());
+        }
     }
 }
