@@ -484,10 +484,11 @@ async fn a_tool_running_on_after_its_caller_stopped_waiting_stays_pending_until_
     });
     slow.policy = slow.policy.timeout(Duration::from_secs(1));
     let tools = registry(ledger.clone(), [slow]);
+    let call_context = context("c1");
     let waited = tools
         .execute_one(
             &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
-            &context("c1"),
+            &call_context,
         )
         .await;
     assert_eq!(
@@ -496,7 +497,7 @@ async fn a_tool_running_on_after_its_caller_stopped_waiting_stays_pending_until_
     );
     assert_eq!(ledger.pending().len(), 1, "running: its intent is pending");
     tokio::time::sleep(Duration::from_secs(10)).await;
-    crewline_tools::executor::detached_tasks().wait().await;
+    call_context.scope().detached_tasks().wait().await;
     let records = ledger.records();
     let ran_on = records
         .iter()
@@ -716,10 +717,11 @@ async fn a_tool_that_ends_after_its_caller_stopped_waiting_stores_its_outcome_on
     });
     slow.policy = slow.policy.timeout(Duration::from_secs(1));
     let tools = registry(ledger.clone(), [slow]);
+    let call_context = context("c1");
     let waited = tools
         .execute_one(
             &ToolCall::new("tc_1", "transfer_money", r#"{"cents": 7}"#),
-            &context("c1"),
+            &call_context,
         )
         .await;
     assert_eq!(
@@ -728,7 +730,7 @@ async fn a_tool_that_ends_after_its_caller_stopped_waiting_stores_its_outcome_on
     );
     tokio::time::sleep(Duration::from_secs(10)).await;
     // The tool's task (which a shutdown waits for) stored the real outcome itself.
-    crewline_tools::executor::detached_tasks().wait().await;
+    call_context.scope().detached_tasks().wait().await;
     assert!(
         ledger.kept.pending().is_empty(),
         "{:?}",

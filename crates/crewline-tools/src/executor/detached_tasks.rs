@@ -1,7 +1,7 @@
 //! Who waits for the tools a session's calls leave running: the [`DetachedTasks`] of whoever
 //! serves the session, carried on its [`SessionScope`](super::SessionScope).
 
-use std::{fmt, future::Future, sync::LazyLock};
+use std::{fmt, future::Future};
 
 use tokio_util::task::TaskTracker;
 
@@ -66,25 +66,6 @@ impl fmt::Debug for DetachedTasks {
             .field("running", &self.len())
             .finish()
     }
-}
-
-/// The tasks of calls whose session names no owner (scopes minted without
-/// [`with_detached_tasks`](crate::SessionScope::with_detached_tasks)): a registry used on its own,
-/// a test. No server waits for them; [`detached_tasks`] lets their owner do so.
-static UNOWNED: LazyLock<DetachedTasks> = LazyLock::new(DetachedTasks::new);
-
-/// The tracker of the detached tasks of calls whose session names no owner.
-///
-/// A crew server tracks its calls' tasks in a [`DetachedTasks`] of its own, which it alone
-/// waits for on shutdown; this is where the rest go (an executor used without a server, whose
-/// caller may wait for them here).
-pub fn detached_tasks() -> &'static TaskTracker {
-    &UNOWNED.0
-}
-
-/// The tasks of calls of a session that names no owner.
-pub(crate) fn unowned() -> &'static DetachedTasks {
-    &UNOWNED
 }
 
 impl DetachedTasks {

@@ -64,7 +64,7 @@ pub use self::{
     builder::ExecutorBuilder,
     context::CallContext,
     cut_short::CutShort,
-    detached_tasks::{DetachedTasks, detached_tasks},
+    detached_tasks::DetachedTasks,
     error::ToolCallError,
     idempotency::IdempotencyKey,
     scope::SessionScope,

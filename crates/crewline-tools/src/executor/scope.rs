@@ -13,7 +13,7 @@
 
 use std::{cmp::Ordering, fmt, hash, sync::Arc};
 
-use super::detached_tasks::{self, DetachedTasks};
+use super::detached_tasks::DetachedTasks;
 
 /// An opaque key naming one session; cloning shares it, [`new`](Self::new) mints a fresh one.
 ///
@@ -23,7 +23,7 @@ use super::detached_tasks::{self, DetachedTasks};
 pub struct SessionScope {
     key: Arc<str>,
     /// Where the session's detached tools are tracked; `None`: its owner named none.
-    tasks: Option<DetachedTasks>,
+    tasks: DetachedTasks,
 }
 
 impl SessionScope {
@@ -34,25 +34,26 @@ impl SessionScope {
 
     /// The scope `key`, tracking nothing of its own yet.
     fn keyed(key: Arc<str>) -> Self {
-        Self { key, tasks: None }
+        Self {
+            key,
+            tasks: DetachedTasks::new(),
+        }
     }
 
     /// The same scope, whose calls track the tools they leave running (non-cancellable tools
     /// whose caller stopped waiting) in `tasks`: whoever serves the session (a crew server)
     /// passes its own set here and waits for it, and only it, on shutdown.
     ///
-    /// Without it, such tasks go to a set no server waits for
-    /// ([`detached_tasks()`](super::detached_tasks())).
+    /// Without it, such tasks go to a set of the scope's own, which no server waits for: its
+    /// user may wait for them there ([`detached_tasks`](Self::detached_tasks)).
     pub fn with_detached_tasks(mut self, tasks: DetachedTasks) -> Self {
-        self.tasks = Some(tasks);
+        self.tasks = tasks;
         self
     }
 
     /// Where this session's calls track the tools they leave running.
-    pub(crate) fn detached_tasks(&self) -> &DetachedTasks {
-        self.tasks
-            .as_ref()
-            .unwrap_or_else(|| detached_tasks::unowned())
+    pub fn detached_tasks(&self) -> &DetachedTasks {
+        &self.tasks
     }
 
     /// The scope of the call the platform names `call_id` (`session_context.caller.call_id`,

@@ -112,7 +112,7 @@ async fn detached_tools_are_tracked_until_they_end() {
         _ = run_one(&registry, &the_call, &context) => panic!("finished early"),
         () = started.notified() => {}
     }
-    let tracker = crewline_tools::executor::detached_tasks();
+    let tracker = context.scope().detached_tasks();
     assert!(!tracker.is_empty(), "the running payment is not tracked");
     release.notify_one();
     within(tracker.wait()).await;
