@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use crewline_speech::sentence::SentenceAggregator;
+use serde::Serialize;
 
 use crate::{
-    call::{CallRecord, ToolCallRecord, TurnRecord},
     matcher,
-    report::CheckCategory,
+    record::{CallRecord, ToolCallRecord, TurnRecord},
     scenario::{Budget, Expect, ReplyExpect, Scenario, ToolExpect},
 };
 
@@ -873,4 +873,29 @@ mod tests {
         assert_eq!(sentences("It costs $1,200.50 in the U.S. today"), 1);
         assert_eq!(sentences(""), 0);
     }
+}
+
+/// What an expectation is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CheckCategory {
+    /// The call ran every turn.
+    Call,
+    /// A barge-in: placed where the turn says, and the crew silent after it.
+    BargeIn,
+    /// Tool calls, their arguments, counts and order.
+    Tool,
+    /// The crew's own `agent.log` events.
+    Log,
+    /// What the replies say.
+    Reply,
+    /// Latency budgets: measured times, which vary with the machine.
+    Latency,
+    /// `end_call`, transfers, hand-offs.
+    Handoff,
+    /// Errors the crew reported (`agent.error`).
+    Error,
+    /// An LLM judge's score against a rubric.
+    Judge,
 }

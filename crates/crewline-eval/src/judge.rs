@@ -10,7 +10,7 @@ use crewline::{
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::{call::CallRecord, matcher, scenario::ProviderSpec};
+use crate::{matcher, record::CallRecord, scenario::ProviderSpec};
 
 /// The most bytes of a judge's answer read: a verdict is a score and a sentence or two.
 pub const MAX_JUDGE_ANSWER_BYTES: usize = 16 * 1024;
@@ -29,14 +29,7 @@ a rubric. Read the conversation and decide how well the part to grade meets the 
 Answer with only a JSON object, no other text: {\"score\": a number from 0 (does not meet the \
 rubric at all) to 1 (fully meets it), \"reason\": \"one or two sentences saying why\"}.";
 
-/// One judge's verdict on one run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Verdict {
-    /// The score, 0 to 1.
-    pub score: f64,
-    /// Why, in the judge's words (cut to [`MAX_REASON_CHARS`]).
-    pub reason: String,
-}
+pub use crate::record::Verdict;
 
 /// A judge's verdict on one run of a check, as the report keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -242,7 +235,7 @@ mod tests {
 
     #[test]
     fn the_transcript_shows_words_tools_errors_silences_and_hand_offs() {
-        use crate::call::{ToolCallRecord, TurnRecord};
+        use crate::record::{ToolCallRecord, TurnRecord};
         let call = CallRecord {
             turns: vec![
                 TurnRecord {

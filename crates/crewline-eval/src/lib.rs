@@ -39,10 +39,13 @@ pub mod crew;
 mod html;
 pub mod judge;
 mod matcher;
+mod pattern;
+mod record;
 pub mod replay;
 pub mod report;
 pub mod scenario;
 mod testing;
+mod timeline;
 
 use std::{
     path::{Path, PathBuf},
@@ -358,12 +361,12 @@ async fn run_against(
     started: Instant,
 ) -> ScenarioReport {
     let caller = scenario.caller.as_ref().map(caller::SimulatedCaller::new);
-    let mut calls: Vec<call::CallRecord> = match &caller {
+    let mut calls: Vec<record::CallRecord> = match &caller {
         // Without its model there is no caller: every run stops before it starts.
         Some(Err(why)) => (0..runs_of(scenario, options))
-            .map(|_| call::CallRecord {
+            .map(|_| record::CallRecord {
                 stopped: Some((None, why.clone())),
-                ..call::CallRecord::default()
+                ..record::CallRecord::default()
             })
             .collect(),
         _ => {
@@ -403,7 +406,7 @@ async fn run_against(
 async fn ask_judges(
     scenario: &Scenario,
     checks: &[check::Check],
-    calls: &mut [call::CallRecord],
+    calls: &mut [record::CallRecord],
     concurrency: usize,
 ) {
     let questions: Vec<(usize, &str, Option<usize>, &check::Check)> = checks

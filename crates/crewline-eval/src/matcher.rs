@@ -1,25 +1,12 @@
 //! Matching JSON values (tool arguments) and text (replies) against a scenario's matchers.
 
-use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 
+pub(crate) use crate::pattern::compile;
 use crate::{
-    call::ToolCallRecord,
+    record::ToolCallRecord,
     scenario::{ArgMatcher, ToolExpect},
 };
-
-/// The most memory a compiled pattern may take: a scenario file is input, and a pattern can
-/// be written to blow up when compiled.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
-
-/// Compiles a scenario's pattern, bounded; the error says what is wrong with it.
-pub(crate) fn compile(pattern: &str) -> Result<Regex, String> {
-    RegexBuilder::new(pattern)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|error| format!("bad regex {pattern:?}: {error}"))
-}
 
 /// Whether `actual` equals `expected`, numbers compared by value (`3` equals `3.0`).
 pub(crate) fn json_equal(expected: &Value, actual: &Value) -> bool {

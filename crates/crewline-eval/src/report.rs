@@ -5,12 +5,17 @@ use std::{io, time::Duration};
 
 use serde::Serialize;
 
-pub use crate::html::write_html;
+pub use crate::{
+    check::CheckCategory,
+    html::write_html,
+    timeline::{EventKind, MAX_EVENT_CHARS, MAX_TIMELINE_EVENTS, TimelineEvent},
+};
 
 use crate::{
-    call::CallRecord,
     check::{Check, p95},
     judge::JudgeVerdict,
+    record::CallRecord,
+    timeline::{cut, ms},
 };
 
 /// The most failing runs kept per check (with their messages) in a report.
@@ -68,12 +73,6 @@ pub struct RunTimeline {
     pub turns: Vec<TurnTimeline>,
 }
 
-/// The most events kept of one turn's timeline (the rest are counted, not kept).
-pub const MAX_TIMELINE_EVENTS: usize = 200;
-
-/// The most characters of one timeline event's text.
-pub const MAX_EVENT_CHARS: usize = 200;
-
 /// One turn of a run, as it went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TurnTimeline {
@@ -89,99 +88,6 @@ pub struct TurnTimeline {
     pub turn_ms: Option<f64>,
     /// What the crew sent and when (at most [`MAX_TIMELINE_EVENTS`]).
     pub events: Vec<TimelineEvent>,
-}
-
-/// What a timeline event is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum EventKind {
-    /// A chunk of the reply.
-    Chunk,
-    /// A tool call started (`text`: its name and arguments).
-    ToolStart,
-    /// A tool call ended (`text`: its name).
-    ToolEnd,
-    /// A tool call failed (`text`: its name and why).
-    ToolError,
-    /// The caller barged in.
-    BargeIn,
-    /// `agent.speak`.
-    Speak,
-    /// `agent.end_call`.
-    EndCall,
-    /// `agent.transfer_call` (`text`: the number).
-    Transfer,
-    /// `agent.error`.
-    Error,
-    /// The turn's `end`.
-    End,
-}
-
-/// One thing that happened in a turn.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TimelineEvent {
-    /// From the turn's request, in ms.
-    pub at_ms: f64,
-    /// What it is.
-    pub kind: EventKind,
-    /// Its text, cut to [`MAX_EVENT_CHARS`] (peer-controlled: escape it when showing it).
-    pub text: String,
-}
-
-impl TimelineEvent {
-    /// The events of a finished turn, in time order.
-    pub(crate) fn of_turn(summary: &crewline_testkit::platform::TurnSummary) -> Vec<Self> {
-        use crewline_testkit::platform::CrewFrame;
-        let mut events: Vec<Self> = summary
-            .frames
-            .iter()
-            .filter_map(|frame| {
-                let (kind, text) = match &frame.frame {
-                    CrewFrame::Chunk { text } => (EventKind::Chunk, text.clone()),
-                    CrewFrame::ToolStart(log) => (
-                        EventKind::ToolStart,
-                        format!("{} {}", log.name, log.arguments),
-                    ),
-                    CrewFrame::ToolEnd(log) => (EventKind::ToolEnd, log.name.clone()),
-                    CrewFrame::ToolError(log) => (
-                        EventKind::ToolError,
-                        format!("{}: {}", log.name, log.error.as_deref().unwrap_or("failed")),
-                    ),
-                    CrewFrame::Speak { text } => (EventKind::Speak, text.clone()),
-                    CrewFrame::EndCall => (EventKind::EndCall, String::new()),
-                    CrewFrame::Transfer(t) => (EventKind::Transfer, t.transfer_call_number.clone()),
-                    CrewFrame::Error(e) => (EventKind::Error, e.message.clone()),
-                    CrewFrame::End => (EventKind::End, String::new()),
-                    _ => return None,
-                };
-                Some(Self {
-                    at_ms: ms(frame.elapsed),
-                    kind,
-                    text: cut(&text, MAX_EVENT_CHARS),
-                })
-            })
-            .collect();
-        if let Some(interrupt) = &summary.interrupt {
-            events.push(Self {
-                at_ms: ms(interrupt.sent_after),
-                kind: EventKind::BargeIn,
-                text: String::new(),
-            });
-            events.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
-        }
-        events.truncate(MAX_TIMELINE_EVENTS);
-        events
-    }
-}
-
-/// `text`, at most `chars` characters, with `…` where it was cut.
-fn cut(text: &str, chars: usize) -> String {
-    let mut kept: String = text.chars().take(chars).collect();
-    if kept.len() < text.len() {
-        kept.push('…');
-    }
-    kept
 }
 
 /// The run the HTML report draws: the first that failed a check, else the first.
@@ -264,31 +170,6 @@ pub struct ConversationTurn {
     pub caller: String,
     /// What the crew said back.
     pub crew: String,
-}
-
-/// What an expectation is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum CheckCategory {
-    /// The call ran every turn.
-    Call,
-    /// A barge-in: placed where the turn says, and the crew silent after it.
-    BargeIn,
-    /// Tool calls, their arguments, counts and order.
-    Tool,
-    /// The crew's own `agent.log` events.
-    Log,
-    /// What the replies say.
-    Reply,
-    /// Latency budgets: measured times, which vary with the machine.
-    Latency,
-    /// `end_call`, transfers, hand-offs.
-    Handoff,
-    /// Errors the crew reported (`agent.error`).
-    Error,
-    /// An LLM judge's score against a rubric.
-    Judge,
 }
 
 /// One expectation's result over the runs.
@@ -524,10 +405,6 @@ fn latencies(calls: &[CallRecord]) -> Vec<TurnLatency> {
 fn p50(mut times: Vec<Duration>) -> Option<Duration> {
     times.sort_unstable();
     times.get(times.len().checked_sub(1)? / 2).copied()
-}
-
-fn ms(duration: Duration) -> f64 {
-    (duration.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// Writes the terminal summary: one row per scenario, then each failing check with the

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crewline::eval_faults::{ToolFault, ToolFaultKind, ToolFaults};
 use crewline_testkit::mock_llm::{Fault, Script};
 
-use crate::{EvalError, matcher};
+use crate::{EvalError, pattern as matcher};
 
 /// The largest scenario file read, in bytes.
 pub const MAX_FILE_BYTES: u64 = 256 * 1024;
