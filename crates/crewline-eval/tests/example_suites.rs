@@ -146,7 +146,6 @@ async fn a_weather_crew_whose_model_looks_up_the_wrong_city_fails_the_suite_sayi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_voice_agent_fault_suite_passes_on_the_model_it_scripts() {
-    use crewline_testkit::mock_llm::MockLlm;
     let path = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/evals/voice_agent_faults.toml"
@@ -160,23 +159,7 @@ async fn the_voice_agent_fault_suite_passes_on_the_model_it_scripts() {
     // What the runner does for the suite's command crew, in process: the mock model plays
     // the suite's [model] script and the example's crew talks to it through crewline's
     // OpenAI client, as `cargo run --example voice_agent` does with OPENAI_BASE_URL set.
-    let script = scenarios[0]
-        .model
-        .as_ref()
-        .expect("the suite's [model]")
-        .script()
-        .expect("a valid script");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = MockLlm::new(script)
-        .serve(listener)
-        .expect("serve the mock");
-    let client = model
-        .client_builder()
-        .model("mock")
-        .build()
-        .expect("a client");
+    let (_model, client) = suite_model(&scenarios[0]).await;
     let crew = voice_agent::WeatherCrew::new(Arc::new(client), Duration::from_millis(5))
         .expect("the weather tools");
     let url = common::serve(CrewServer::new(crew.agent().clone())).await;
@@ -278,7 +261,6 @@ async fn check_file_names_a_file_that_is_not_a_suite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bank_fault_suite_moves_money_once_when_the_answer_after_it_breaks() {
-    use crewline_testkit::mock_llm::MockLlm;
     let path = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/evals/bank_support_faults.toml"
@@ -287,23 +269,7 @@ async fn the_bank_fault_suite_moves_money_once_when_the_answer_after_it_breaks()
     // The suite's [model] served here, and the example's bank crew on crewline's OpenAI
     // client pointed at it (what `cargo run --example bank_support` does with
     // OPENAI_BASE_URL set), over the demo books.
-    let script = scenarios[0]
-        .model
-        .as_ref()
-        .expect("the suite's [model]")
-        .script()
-        .expect("a valid script");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let model = MockLlm::new(script)
-        .serve(listener)
-        .expect("serve the mock");
-    let client = model
-        .client_builder()
-        .model("mock")
-        .build()
-        .expect("a client");
+    let (model, client) = suite_model(&scenarios[0]).await;
     let llm: Arc<dyn LlmClient> = Arc::new(client);
     let books = bank::Bank::demo();
     let shared = bank::BankShared::in_memory(books.clone());
@@ -671,4 +637,32 @@ async fn the_weather_crew_passes_on_thirteen_providers_recorded_streams() {
     .await
     .unwrap_or_else(|failure| panic!("{failure}"));
     assert_eq!(reports.len(), 17);
+}
+
+/// What the runner serves for a suite's `[model]`, in process: the mock model playing the
+/// scenario's script, and crewline's OpenAI client pointed at it (keep the first alive).
+async fn suite_model(
+    scenario: &crewline_eval::Scenario,
+) -> (
+    crewline_testkit::mock_llm::RunningMockLlm,
+    crewline::llm::OpenAiClient,
+) {
+    let script = scenario
+        .model
+        .as_ref()
+        .expect("the suite's [model]")
+        .script()
+        .expect("a valid script");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let model = crewline_testkit::mock_llm::MockLlm::new(script)
+        .serve(listener)
+        .expect("serve the mock");
+    let client = model
+        .client_builder()
+        .model("mock")
+        .build()
+        .expect("a client");
+    (model, client)
 }
