@@ -185,7 +185,9 @@ async fn a_provider_that_never_answers_is_cut_at_the_first_byte_timeout_on_both_
         let llm = FallbackLlm::builder()
             .provider("stalled", client(kind, &stalled.base_url()))
             .provider("backup", client(kind, &backup.base_url()))
-            .first_byte_timeout(Duration::from_millis(300))
+            // The limit is the backup's too: long enough for its first byte on a loaded
+            // two-core CI machine (300 ms was not).
+            .first_byte_timeout(Duration::from_secs(2))
             .build()
             .unwrap();
         let answer = collect(llm.stream_chat(ask()).await.unwrap())
