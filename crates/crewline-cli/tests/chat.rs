@@ -54,6 +54,7 @@ async fn scripted_lines_run_one_turn_each_and_print_replies_tools_and_timings() 
             barge_in: false,
             echo_input: true,
             prompt: false,
+            ..ChatOptions::default()
         };
         let outcome = run_chat(&mut client, lines, &mut out, options).await.unwrap();
         let out = String::from_utf8(out).unwrap();
@@ -90,6 +91,7 @@ async fn typing_while_a_reply_streams_barges_in_and_becomes_the_next_turn() {
             barge_in: true,
             echo_input: false,
             prompt: false,
+            ..ChatOptions::default()
         };
         let chat =
             tokio::spawn(async move { run_chat(&mut client, lines, Tap(out_tx), options).await });
