@@ -194,6 +194,47 @@ async fn the_binary_chats_over_piped_stdin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_reads_the_token_from_crewline_auth_token_as_demo_does() {
+    let server = common::start_with(Duration::from_millis(1), |s| s.auth_token("s3cret")).await;
+    let (ok, stdout, stderr) = common::run_binary_with_env(
+        &["chat", "--url", &server.url],
+        "Hi there!\n",
+        &[("CREWLINE_AUTH_TOKEN", "s3cret")],
+    )
+    .await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("agent> Hi!"), "{stdout}");
+    // Without it the crew refuses the call.
+    let (ok, _, _) = run_binary(&["chat", "--url", &server.url], "Hi there!\n").await;
+    assert!(!ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_top_level_help_names_every_command() {
+    let (ok, stdout, stderr) = run_binary(&["--help"], "").await;
+    assert!(ok, "{stderr}");
+    for command in [
+        "chat",
+        "demo",
+        "mock-llm",
+        "load",
+        "playground",
+        "ledger",
+        "fake-bank",
+        "eval",
+    ] {
+        assert!(
+            stdout.contains(&format!("  {command}")),
+            "{command}: {stdout}"
+        );
+    }
+    let about = stdout.lines().next().unwrap_or_default();
+    for word in ["demo", "mock"] {
+        assert!(about.contains(word), "{about}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_reports_a_bad_conversation_type_and_an_unreachable_crew() {
     let (ok, _, stderr) = run_binary(&["chat", "--type", "fax"], "").await;
     assert!(!ok);
