@@ -334,7 +334,14 @@ async fn with_espeak_the_binary_writes_a_spoken_wav_per_reply() {
             !required,
             "CREWLINE_REQUIRE_ESPEAK=1 but espeak-ng is not installed"
         );
-        eprintln!("espeak-ng is not installed; skipping");
+        // Past the test harness's capture, so that every run shows what it skipped.
+        {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: espeak-ng is not installed; skipping"
+            );
+        }
         return;
     }
     let server = start(Duration::from_millis(5)).await;

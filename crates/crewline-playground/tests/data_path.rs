@@ -42,7 +42,14 @@ fn run_page(jsonl: &str, download_cap: Option<usize>) -> Option<Value> {
                 std::env::var_os("CREWLINE_REQUIRE_NODE").is_none(),
                 "node could not be started ({error}), and CREWLINE_REQUIRE_NODE requires it"
             );
-            eprintln!("note: skipped: node could not be started ({error})");
+            // Past the test harness's capture, so that every run shows what it skipped.
+            {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: node could not be started ({error})"
+                );
+            }
             return None;
         }
     };
