@@ -89,7 +89,7 @@ mod tests {
         let args = PlaygroundArgs {
             url: "http://127.0.0.1:8080/ws".to_owned(),
             token: None,
-            port: 0,
+            playground_port: 0,
         };
         let error = run_cli(args, Vec::new()).await.expect_err("refused");
         assert!(

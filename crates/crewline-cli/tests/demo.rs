@@ -106,7 +106,7 @@ fn demo_args(args: &[&str]) -> crewline_cli::demo::DemoArgs {
         demo: crewline_cli::demo::DemoArgs,
     }
     Cli::try_parse_from(std::iter::once("demo").chain(args.iter().copied()))
-        .unwrap()
+        .expect("the test's flags parse")
         .demo
 }
 
@@ -116,7 +116,10 @@ struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for Shared {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
+        self.0
+            .lock()
+            .expect("no writer panicked")
+            .extend_from_slice(bytes);
         Ok(bytes.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -126,7 +129,7 @@ impl std::io::Write for Shared {
 
 impl Shared {
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        String::from_utf8_lossy(&self.0.lock().expect("no writer panicked")).into_owned()
     }
 }
 

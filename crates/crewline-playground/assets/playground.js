@@ -1248,7 +1248,7 @@
     for (const id of ["say", "send", "interrupt", "mic"]) $(id).disabled = !enabled;
     // Only a sent turn barges in (Enter or Send), not typing itself.
     $("say").placeholder = enabled
-      ? "Type a turn and press Enter (sending one while the agent talks barges in)"
+      ? "Type a turn, press Enter (sending while the agent talks barges in)"
       : "Press Connect first, then type a turn here";
     if (enabled) $("say").focus();
   }
