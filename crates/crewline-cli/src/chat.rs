@@ -53,6 +53,10 @@ pub struct ChatOptions {
     pub echo_input: bool,
     /// Show a `you> ` prompt while waiting for the next line (a person at a terminal).
     pub prompt: bool,
+    /// Turn stdin's terminal echo off while a reply streams, and show a line typed then as
+    /// `you> …` of its own once sent (not inside the agent's line); `crewline chat` at a
+    /// terminal.
+    pub hide_typing_during_reply: bool,
 }
 
 impl Default for ChatOptions {
@@ -61,6 +65,7 @@ impl Default for ChatOptions {
             barge_in: true,
             echo_input: false,
             prompt: false,
+            hide_typing_during_reply: false,
         }
     }
 }
@@ -74,6 +79,8 @@ impl ChatOptions {
             barge_in: barge_in.unwrap_or(interactive),
             echo_input: !interactive,
             prompt: interactive,
+            // Only `run_cli` touches the real terminal.
+            hide_typing_during_reply: false,
         }
     }
 }
@@ -458,6 +465,11 @@ async fn chat_loop<W: Write>(
             .as_deref_mut()
             .map(|voice| voice.start_reply(turn.sent_at()));
         let mut quit_after = false;
+        // Dropped when the reply and its speech are over: echo is back for the prompt.
+        let hidden = options
+            .hide_typing_during_reply
+            .then(|| crate::echo::EchoOff::new(std::io::stdin()))
+            .filter(crate::echo::EchoOff::is_active);
         loop {
             tokio::select! {
                 // Frames first: a reply that is already here is shown before reacting to input.
@@ -474,6 +486,9 @@ async fn chat_loop<W: Write>(
                 line = lines.recv(), if !input_ended && !turn.is_interrupted() => match line {
                     None => input_ended = true,
                     Some(line) => {
+                        if hidden.is_some() {
+                            printer.line(&format!("you> {line}"))?;
+                        }
                         let busy = while_busy(line, options, &mut queued);
                         if matches!(busy, WhileBusy::Interrupt | WhileBusy::InterruptAndQuit) {
                             turn.send_interrupt()?;
@@ -501,6 +516,9 @@ async fn chat_loop<W: Write>(
                     line = lines.recv(), if !input_ended => match line {
                         None => input_ended = true,
                         Some(line) => {
+                            if hidden.is_some() {
+                                printer.line(&format!("you> {line}"))?;
+                            }
                             let busy = while_busy(line, options, &mut queued);
                             if matches!(busy, WhileBusy::Interrupt | WhileBusy::InterruptAndQuit)
                                 && speech.is_speaking()
@@ -516,6 +534,7 @@ async fn chat_loop<W: Write>(
             printer.line(&voice_report(&report))?;
             voice.record(report);
         }
+        drop(hidden);
         if client.handoff().is_some() {
             printer.line("(the agent has ended the call)")?;
             outcome.end = ChatEnd::HandedOff;
@@ -556,8 +575,9 @@ pub struct ChatArgs {
     /// The crew's WebSocket address.
     #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
     pub url: String,
-    /// Shared secret, sent as `Authorization: Bearer <token>`.
-    #[arg(long)]
+    /// Shared secret, sent as `Authorization: Bearer <token>` (default: `CREWLINE_AUTH_TOKEN`,
+    /// as the crew server and `demo` read it).
+    #[arg(long, env = crewline_server::TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
     /// The conversation type announced in `system.init`.
     #[arg(long = "type", default_value = "webcall", value_parser = parse_conversation_type)]
@@ -657,7 +677,10 @@ pub(crate) fn parse_var(text: &str) -> Result<(String, String), String> {
 /// terminal) until `/quit`, end of input or a hand-off, writing to `out`.
 pub async fn run_cli(args: ChatArgs, mut out: impl Write) -> Result<ChatOutcome, ChatError> {
     let interactive = std::io::stdin().is_terminal();
-    let options = ChatOptions::for_input(
+    if interactive {
+        crate::echo::restore_on_ctrl_c();
+    }
+    let mut options = ChatOptions::for_input(
         interactive,
         match args.barge_in {
             BargeIn::Auto => None,
@@ -665,6 +688,7 @@ pub async fn run_cli(args: ChatArgs, mut out: impl Write) -> Result<ChatOutcome,
             BargeIn::Off => Some(false),
         },
     );
+    options.hide_typing_during_reply = interactive;
     let started = tokio::time::Instant::now();
     let recording = args.record.as_ref().map(Recording::create).transpose()?;
     let mut client = connect(args.platform_config(), recording.as_ref()).await?;

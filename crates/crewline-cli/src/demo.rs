@@ -88,15 +88,23 @@ pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoErro
         return Ok(());
     }
     let (crew, description) = demo_crew(&config)?;
+    // Bound before anything is printed: the line names the port really listened on (`--port
+    // 0` picks one), and a port already taken fails without a "serving" line first.
+    let addr = args.listen.addr(args.port);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| DemoError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| DemoError::Bind { addr, source })?;
     writeln!(
         out,
-        "serving the demo weather crew ({description}) on ws://{}/ws; Ctrl-C stops",
-        args.listen.addr(args.port)
+        "serving the demo weather crew ({description}) on ws://{bound}/ws; Ctrl-C stops"
     )?;
     out.flush()?;
     args.listen
-        .apply(CrewServer::new(crew.agent().clone()), args.port)
-        .run()
+        .apply(CrewServer::new(crew.agent().clone()), bound.port())
+        .serve_with_shutdown(listener, crewline_server::shutdown_signal())
         .await
         .map_err(|error| DemoError::Serve(Box::new(error)))
 }

@@ -11,6 +11,7 @@
 
 pub mod chat;
 pub mod demo;
+pub mod echo;
 pub mod eval;
 pub mod fake_bank;
 pub mod ledger;

@@ -26,7 +26,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "crewline",
     version,
-    about = "Talk to a crewline (or atoms crew) server like the voice platform does."
+    about = "crewline's command line: chat with a crew, run the demo crew, serve a mock model, load-test, eval, and the playground.",
+    long_about = "crewline's command line: chat with a crewline (or atoms) crew as the voice \
+platform does (chat), run or serve the demo weather crew (demo), serve an OpenAI-compatible \
+mock model with faults (mock-llm), load-test a crew (load), run eval scenarios (eval), serve \
+the browser playground (playground), read the tool ledger (ledger) and serve a fake bank for \
+chaos runs (fake-bank).\n\nPorts: --port is always a crew's (or the mock's) port, \
+--playground-port the page's. --token defaults to CREWLINE_AUTH_TOKEN in every command."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -62,6 +68,8 @@ async fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result: Result<(), BoxError> = match cli.command {

@@ -16,12 +16,14 @@ pub struct PlaygroundArgs {
     #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
     pub url: String,
     /// The crew's token: the page sends it as `?token=` (it reads it from /config.json, so it
-    /// is in no page URL).
-    #[arg(long)]
+    /// is in no page URL); default `CREWLINE_AUTH_TOKEN`, as `demo` and `chat`.
+    #[arg(long, env = crewline_server::TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
-    /// The page's port on 127.0.0.1 (0: a free port).
-    #[arg(long, default_value_t = DEFAULT_PORT)]
-    pub port: u16,
+    /// The page's port on 127.0.0.1 (0: a free port). `--port` is always a crew's port and
+    /// `--playground-port` the page's, here as in `demo --playground`; the old `--port` of
+    /// this command is still read (hidden).
+    #[arg(long, alias = "port", default_value_t = DEFAULT_PORT)]
+    pub playground_port: u16,
 }
 
 /// Why the playground command failed.
@@ -54,7 +56,7 @@ pub async fn run_cli(args: PlaygroundArgs, mut out: impl Write) -> Result<(), Pl
     if !(url.starts_with("ws://") || url.starts_with("wss://")) {
         return Err(PlaygroundCliError::InvalidUrl(url));
     }
-    let listener = crewline_playground::listen(args.port).await?;
+    let listener = crewline_playground::listen(args.playground_port).await?;
     let addr = listener.local_addr().map_err(PlaygroundError::Serve)?;
     writeln!(out, "{}", page_line(addr, &url))?;
     out.flush()?;
@@ -87,7 +89,7 @@ mod tests {
         let args = PlaygroundArgs {
             url: "http://127.0.0.1:8080/ws".to_owned(),
             token: None,
-            port: 0,
+            playground_port: 0,
         };
         let error = run_cli(args, Vec::new()).await.expect_err("refused");
         assert!(

@@ -54,6 +54,7 @@ async fn scripted_lines_run_one_turn_each_and_print_replies_tools_and_timings() 
             barge_in: false,
             echo_input: true,
             prompt: false,
+            ..ChatOptions::default()
         };
         let outcome = run_chat(&mut client, lines, &mut out, options).await.unwrap();
         let out = String::from_utf8(out).unwrap();
@@ -90,6 +91,7 @@ async fn typing_while_a_reply_streams_barges_in_and_becomes_the_next_turn() {
             barge_in: true,
             echo_input: false,
             prompt: false,
+            ..ChatOptions::default()
         };
         let chat =
             tokio::spawn(async move { run_chat(&mut client, lines, Tap(out_tx), options).await });
@@ -189,6 +191,47 @@ async fn the_binary_chats_over_piped_stdin() {
         "{stdout}"
     );
     assert_eq!(stdout.matches("first chunk").count(), 2, "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_reads_the_token_from_crewline_auth_token_as_demo_does() {
+    let server = common::start_with(Duration::from_millis(1), |s| s.auth_token("s3cret")).await;
+    let (ok, stdout, stderr) = common::run_binary_with_env(
+        &["chat", "--url", &server.url],
+        "Hi there!\n",
+        &[("CREWLINE_AUTH_TOKEN", "s3cret")],
+    )
+    .await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("agent> Hi!"), "{stdout}");
+    // Without it the crew refuses the call.
+    let (ok, _, _) = run_binary(&["chat", "--url", &server.url], "Hi there!\n").await;
+    assert!(!ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_top_level_help_names_every_command() {
+    let (ok, stdout, stderr) = run_binary(&["--help"], "").await;
+    assert!(ok, "{stderr}");
+    for command in [
+        "chat",
+        "demo",
+        "mock-llm",
+        "load",
+        "playground",
+        "ledger",
+        "fake-bank",
+        "eval",
+    ] {
+        assert!(
+            stdout.contains(&format!("  {command}")),
+            "{command}: {stdout}"
+        );
+    }
+    let about = stdout.lines().next().unwrap_or_default();
+    for word in ["demo", "mock"] {
+        assert!(about.contains(word), "{about}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,6 +37,7 @@ async fn a_recorded_chat_replays_as_a_passing_scenario() {
             barge_in: false,
             echo_input: true,
             prompt: false,
+            ..ChatOptions::default()
         };
         let mut out = Vec::new();
         let outcome = run_chat(&mut client, lines, &mut out, options)

@@ -70,7 +70,7 @@ async fn playground_prints_the_page_and_serves_it_for_the_crew_with_its_token() 
             "ws://127.0.0.1:9/ws",
             "--token",
             "s3cret",
-            "--port",
+            "--playground-port",
             "0",
         ],
         1,
@@ -140,5 +140,17 @@ async fn demo_playground_serves_the_crew_with_the_token_beside_the_page() {
             .is_err(),
         "without the token the crew refuses"
     );
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_old_port_flag_of_playground_still_names_the_pages_port() {
+    let (mut child, lines) = start(
+        &["playground", "--url", "ws://127.0.0.1:9/ws", "--port", "0"],
+        1,
+    )
+    .await;
+    let addr = page_address(&lines[0]);
+    assert!(get(&addr, "/").await.starts_with("HTTP/1.1 200"));
     child.kill().await.unwrap();
 }

@@ -336,6 +336,8 @@ pub fn init_logs(default_filter: &str) -> Logs {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
+                // Colour codes only for a person at a terminal, never into a file or a pipe.
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_filter(filter),
         )
         .with(telemetry.as_ref().map(crewline_otel::Telemetry::layer))

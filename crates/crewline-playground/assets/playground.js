@@ -87,6 +87,9 @@
       ended: false,
       requestId: null,
       text: "",
+      // A tool call paused the reply: the text after it starts a new sentence, apart from
+      // the text before it ("…that for you. In Paris…", not "…you.In Paris…").
+      afterTool: false,
       chunks: 0,
       sentences: [], // {at, text}
       aggregator: new Sentences.SentenceAggregator(Sentences.DEFAULT_MIN_CHARS, MAX_SENTENCE_CHARS),
@@ -182,6 +185,10 @@
           turn.chunksAfterInterrupt += 1;
           break;
         }
+        if (turn.afterTool && text && turn.text && !/\s$/.test(turn.text) && !/^\s/.test(text)) {
+          turn.text += " ";
+        }
+        if (text) turn.afterTool = false;
         turn.text += text;
         turn.chunks += 1;
         if (turn.firstChunkAt === null) turn.firstChunkAt = rel(t);
@@ -277,6 +284,7 @@
       // check that for you."), as crewline-speech's Voice does.
       const rest = turn.aggregator.flush();
       if (rest !== null) addSentence(turn, rest, at);
+      turn.afterTool = true;
     }
     const context = payload.context && typeof payload.context === "object" ? payload.context : {};
     const id = payload.tool_call_id == null ? null : String(payload.tool_call_id);
@@ -700,9 +708,36 @@
 
   // ---------------------------------------------------------------- JSONL
 
-  /** The call as JSONL: one frame a line, `{"t": ms since connect, "dir": "in"|"out", "frame"}`. */
-  function jsonl() {
-    return call.frames.map((f) => JSON.stringify({ t: f.t, dir: f.dir, frame: f.frame })).join("\n") + (call.frames.length ? "\n" : "");
+  /** The largest download, in characters: a long call is cut here, not the tab's memory. */
+  const MAX_DOWNLOAD_CHARS = 32 * 1024 * 1024;
+
+  /**
+   * The call as JSONL: one frame a line, `{"t": ms since connect, "dir": "in"|"out", "frame"}`,
+   * at most `maxChars` (default MAX_DOWNLOAD_CHARS); frames past it are left out, and a last
+   * line `{"omitted": {"frames", "from_t"}}` says how many and from when.
+   */
+  function jsonl(maxChars) {
+    return exportCall(maxChars).text;
+  }
+
+  /** `jsonl`'s text and how many frames it left out. */
+  function exportCall(maxChars) {
+    const cap = typeof maxChars === "number" && maxChars > 0 ? maxChars : MAX_DOWNLOAD_CHARS;
+    const lines = [];
+    let size = 0;
+    let omitted = 0;
+    for (let i = 0; i < call.frames.length; i++) {
+      const f = call.frames[i];
+      const line = JSON.stringify({ t: f.t, dir: f.dir, frame: f.frame }) + "\n";
+      if (size + line.length > cap) {
+        omitted = call.frames.length - i;
+        lines.push(JSON.stringify({ omitted: { frames: omitted, from_t: f.t } }) + "\n");
+        break;
+      }
+      size += line.length;
+      lines.push(line);
+    }
+    return { text: lines.join(""), omitted };
   }
 
   /** Shows a call from its JSONL (as `jsonl` wrote it); returns the number of frames read. */
@@ -720,6 +755,15 @@
         call.errors.push({ t: 0, severity: "warning", message: `line ${i + 1} is not JSON: ${error.message}` });
         return;
       }
+      if (entry && entry.omitted && typeof entry.omitted === "object") {
+        const omitted = entry.omitted;
+        call.errors.push({
+          t: 0,
+          severity: "warning",
+          message: `the download was cut at its size limit: ${omitted.frames} later frames (from ${fmt(omitted.from_t)}) are not in it`,
+        });
+        return;
+      }
       if (!entry || (entry.dir !== "in" && entry.dir !== "out") || typeof entry.t !== "number" || !entry.frame) {
         call.errors.push({ t: 0, severity: "warning", message: `line ${i + 1} is not a frame of a call` });
         return;
@@ -733,7 +777,13 @@
   }
 
   function download() {
-    const blob = new Blob([jsonl()], { type: "application/x-ndjson" });
+    const { text, omitted } = exportCall();
+    if (omitted) {
+      showNote(
+        `The call is larger than the download's limit (${MAX_DOWNLOAD_CHARS / 1024 / 1024} MB): its last ${plural(omitted, "frame")} are left out, as its last line says.`,
+      );
+    }
+    const blob = new Blob([text], { type: "application/x-ndjson" });
     const url = URL.createObjectURL(blob);
     const a = document.createElement("a");
     a.href = url;
@@ -746,6 +796,7 @@
 
   // ---------------------------------------------------------------- figures
 
+  const plural = (count, noun) => `${count} ${noun}${count === 1 ? "" : "s"}`;
   const fmt = (ms) => (ms === null || ms === undefined ? "—" : `${Math.round(ms)} ms`);
 
   function median(values) {
@@ -793,6 +844,7 @@
       handoff: turn.handoff ? turn.handoff.kind : null,
       fatal: turn.fatal,
       provider: turn.provider,
+      reply: turn.text,
     }));
     const ttfc = turns.map((t) => t.timeToFirstChunk).filter((x) => x !== null);
     const ttfs = turns.map((t) => t.timeToFirstSentence).filter((x) => x !== null);
@@ -965,13 +1017,13 @@
         track.appendChild(toolBar);
       }
       if (turn.interruptAt !== null) {
-        const leaked = turn.leakedChunks ? `, ${turn.leakedChunks} after its end (the crew talked on)` : "";
+        const leaked = turn.leakedChunks ? `, ${plural(turn.leakedChunks, "chunk")} after its end (the crew talked on)` : "";
         const afterText = turn.endAt !== null && turn.interruptAt > turn.endAt;
         const text = afterText
           ? `▼ barge-in at ${fmt(turn.interruptAt)}, while the reply's audio still played (its text ended at ${fmt(turn.endAt)})${leaked}`
           : `▼ barge-in at ${fmt(turn.interruptAt)}${
               turn.endAt !== null ? `, end ${fmt(turn.endAt - turn.interruptAt)} after it` : ""
-            }: ${turn.chunksAfterInterrupt} chunks in flight dropped${leaked}`;
+            }: ${plural(turn.chunksAfterInterrupt, "chunk")} in flight dropped${leaked}`;
         track.appendChild(testid(el("div", "marker", text), "barge-in-note"));
       }
       if (turn.handoff) {
@@ -1056,7 +1108,8 @@
     const width = 400;
     const height = 120;
     const left = 44;
-    const bottom = 18;
+    // Room under the axis for the turn numbers, then the caption below them.
+    const bottom = 30;
     const top = 10;
     const right = 10;
     const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "data-testid": "ttfc-svg" });
@@ -1066,7 +1119,7 @@
     const max = Math.max(1, ...points.map((t) => t.timeToFirstChunk));
     chart.appendChild(svg("text", { x: 2, y: top + 8 }, `${Math.round(max)} ms`));
     chart.appendChild(svg("text", { x: 2, y: height - bottom }, "0"));
-    chart.appendChild(svg("text", { x: left, y: height - 3 }, "time to first chunk, by turn"));
+    chart.appendChild(svg("text", { x: left, y: height - 3, class: "caption" }, "time to first chunk (ms), by turn"));
     const n = Math.max(turns.length, 1);
     const x = (index) => left + ((index - 0.5) / n) * (width - left - right);
     const y = (ms) => height - bottom - (ms / max) * (height - bottom - top);
@@ -1085,7 +1138,7 @@
       });
       dot.appendChild(svg("title", {}, `turn ${t.index}: ${Math.round(t.timeToFirstChunk)} ms`));
       chart.appendChild(dot);
-      chart.appendChild(svg("text", { x: x(t.index) - 3, y: height - bottom + 11 }, String(t.index)));
+      chart.appendChild(svg("text", { x: x(t.index) - 3, y: height - bottom + 12 }, String(t.index)));
     }
     box.appendChild(chart);
   }
@@ -1193,6 +1246,10 @@
 
   function setInputs(enabled) {
     for (const id of ["say", "send", "interrupt", "mic"]) $(id).disabled = !enabled;
+    // Only a sent turn barges in (Enter or Send), not typing itself.
+    $("say").placeholder = enabled
+      ? "Type a turn, press Enter (sending while the agent talks barges in)"
+      : "Press Connect first, then type a turn here";
     if (enabled) $("say").focus();
   }
 

@@ -52,7 +52,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// The page's default port (`crewline playground --port`).
+/// The page's default port (`crewline playground --playground-port`).
 pub const DEFAULT_PORT: u16 = 7000;
 
 /// The page itself.

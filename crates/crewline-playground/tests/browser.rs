@@ -65,10 +65,15 @@ fn chromium_available(test: &str) -> Option<(PathBuf, PathBuf)> {
         "{REQUIRE_VARIABLE} is set but {} is not installed",
         missing.join(" and ")
     );
-    eprintln!(
-        "note: {test} skipped: {} not installed (apt-get install chromium chromium-driver)",
-        missing.join(" and ")
-    );
+    // Past the test harness's capture, so that every run shows what it skipped.
+    {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {test}: {} not installed (apt-get install chromium chromium-driver)",
+            missing.join(" and ")
+        );
+    }
     None
 }
 

@@ -20,10 +20,17 @@ fn figures(frames: &[(u64, &str, Value)]) -> Option<Value> {
         .iter()
         .map(|(t, dir, frame)| format!("{}\n", json!({"t": t, "dir": dir, "frame": frame})))
         .collect();
+    run_page(&jsonl, None)
+}
+
+/// The page's output after loading `jsonl`: its figures, or with `download_cap`
+/// `{"figures", "jsonl"}` (the download at that cap); `None` without Node.
+fn run_page(jsonl: &str, download_cap: Option<usize>) -> Option<Value> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let child = Command::new("node")
         .arg(root.join("tests/node/figures.js"))
         .arg(root.join("assets"))
+        .args(download_cap.map(|cap| cap.to_string()))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -35,7 +42,14 @@ fn figures(frames: &[(u64, &str, Value)]) -> Option<Value> {
                 std::env::var_os("CREWLINE_REQUIRE_NODE").is_none(),
                 "node could not be started ({error}), and CREWLINE_REQUIRE_NODE requires it"
             );
-            eprintln!("note: skipped: node could not be started ({error})");
+            // Past the test harness's capture, so that every run shows what it skipped.
+            {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: node could not be started ({error})"
+                );
+            }
             return None;
         }
     };
@@ -120,4 +134,62 @@ fn a_call_on_one_model_names_no_provider() {
     };
     assert_eq!(figures["turns"][0]["provider"], Value::Null, "{figures}");
     assert_eq!(figures["turns"][0]["timeToEnd"], 11, "{figures}");
+}
+
+fn tool_log(name: &str) -> Value {
+    json!({"type": "agent.log", "name": name, "payload": {
+        "tool_call_id": "call_1", "function_name": "get_weather", "latency": 5,
+        "context": {"arguments": {"city": "Paris"}, "response": {"temp": 18}}}})
+}
+
+#[test]
+fn the_text_before_a_tool_call_and_the_answer_after_it_are_apart() {
+    let Some(figures) = figures(&[
+        (0, "out", request("Weather in Paris?")),
+        (10, "in", start("r1")),
+        (20, "in", chunk("Let me check that for you.")),
+        (30, "in", tool_log("tool_call_start")),
+        (40, "in", tool_log("tool_call_end")),
+        (50, "in", chunk("In Paris it is 18 degrees.")),
+        (60, "in", end()),
+    ]) else {
+        return;
+    };
+    assert_eq!(
+        figures["turns"][0]["reply"],
+        "Let me check that for you. In Paris it is 18 degrees."
+    );
+}
+
+#[test]
+fn the_download_is_capped_and_its_last_line_says_what_was_left_out() {
+    let frames: String = (0..50u64)
+        .map(|i| {
+            let frame = if i == 0 {
+                request("Tell me a long story.")
+            } else {
+                chunk("and then the wind turned, ")
+            };
+            format!(
+                "{}\n",
+                json!({"t": i, "dir": if i == 0 { "out" } else { "in" }, "frame": frame})
+            )
+        })
+        .collect();
+    let cap = 2000;
+    let Some(out) = run_page(&frames, Some(cap)) else {
+        return;
+    };
+    let download = out["jsonl"].as_str().expect("the download");
+    let lines: Vec<&str> = download.lines().collect();
+    let last: Value = serde_json::from_str(lines.last().expect("a line")).expect("JSON");
+    let kept = lines.len() - 1;
+    assert_eq!(last["omitted"]["frames"], 50 - kept, "{last}");
+    assert!(download.len() - lines.last().map_or(0, |l| l.len() + 1) <= cap);
+    // Loaded back, the cut is said, not taken for a broken line.
+    let Some(replayed) = run_page(download, None) else {
+        return;
+    };
+    assert_eq!(replayed["call"]["frames"], kept);
+    assert_eq!(replayed["call"]["errors"], 1);
 }

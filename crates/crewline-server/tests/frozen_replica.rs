@@ -95,7 +95,14 @@ async fn active_calls(addr: SocketAddr) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_replicas_calls_are_closed_by_the_balancer() {
     if !Balancer::available() {
-        eprintln!("note: haproxy is not installed; the frozen-replica test is skipped");
+        // Past the test harness's capture, so that every run shows what it skipped.
+        {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: haproxy is not installed; the frozen-replica test is skipped"
+            );
+        }
         return;
     }
     let replicas = [Replica::start(), Replica::start()];

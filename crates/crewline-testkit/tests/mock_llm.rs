@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crewline::{
     llm::{ChatRequest, LlmClient, LlmError, OpenAiClient, StreamItem},
-    types::{Message, ToolCall},
+    types::{Message, ToolCall, ToolDefinition},
 };
 use crewline_testkit::mock_llm::{MockLlm, RunningMockLlm, Script};
 use futures::StreamExt;
@@ -147,6 +147,41 @@ async fn two_tool_calls_whose_headers_share_one_chunk_are_both_assembled() {
         ]
     );
     assert!(texts(&items).is_empty());
+}
+
+#[tokio::test]
+async fn the_tool_script_calls_the_crews_own_tool_with_arguments_from_its_schema() {
+    let mock = MockLlm::new(Script::first_tool(2, Duration::ZERO));
+    let running = mock.spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let llm = client(&running, 0);
+    let city = ToolDefinition::new(
+        "lookup_forecast",
+        "The forecast in a city.",
+        json!({"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "note": {"type": ["string", "null"]}
+        }, "required": ["city", "unit"]}),
+    );
+    let calls = |items: &[Result<StreamItem, LlmError>]| -> Vec<ToolCall> {
+        items
+            .iter()
+            .filter_map(|item| match item {
+                Ok(StreamItem::ToolCalls(calls)) => Some(calls.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    };
+    let items = stream_all(&llm, ask("Weather in Paris?").with_tools(vec![city])).await;
+    let called = calls(&items);
+    assert_eq!(called.len(), 1, "{items:?}");
+    assert_eq!(called[0].name, "lookup_forecast");
+    let arguments: Value = serde_json::from_str(&called[0].arguments).unwrap();
+    assert_eq!(arguments, json!({"city": "Paris", "unit": "celsius"}));
+    // A request that offers no tool gets the old `get_weather` call.
+    let items = stream_all(&llm, ask("Weather in Paris?")).await;
+    assert_eq!(calls(&items)[0].name, "get_weather");
 }
 
 #[tokio::test]

@@ -1035,3 +1035,35 @@ fn the_dedupes_by_key_option_sets_the_policy() {
         ToolPolicy::new().cancellable(false).dedupes_by_key(true)
     );
 }
+
+/// Book a table.
+///
+/// # Arguments
+/// * `guests` - How many people
+/// * `note` - Anything the restaurant should know
+#[function_tool]
+async fn book_table_doc(guests: u8, note: Option<String>) -> String {
+    format!("{guests} {note:?}")
+}
+
+#[test]
+fn the_schema_docs_protocol_shows_is_the_one_the_model_is_sent() {
+    // The macro's own schema leaves an `Option<T>` out of `required`...
+    assert_eq!(required(&BookTableDocTool.parameters()), ["guests"]);
+    // ...and the registry's, the one the model is sent, lists every property, an `Option<T>`
+    // nullable (OpenAI's strict-mode shape, for every tool).
+    let mut registry = ToolRegistry::new();
+    registry.register(BookTableDocTool).unwrap();
+    assert_eq!(
+        registry.definitions()[0].parameters,
+        json!({
+            "type": "object",
+            "properties": {
+                "guests": {"type": "integer", "description": "How many people", "minimum": 0, "maximum": 255},
+                "note": {"type": ["string", "null"], "description": "Anything the restaurant should know"}
+            },
+            "required": ["guests", "note"],
+            "additionalProperties": false
+        })
+    );
+}

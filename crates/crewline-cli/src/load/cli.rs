@@ -41,8 +41,9 @@ pub struct LoadArgs {
     /// The crew's WebSocket address.
     #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
     pub url: String,
-    /// Shared secret, sent as `Authorization: Bearer <token>`.
-    #[arg(long)]
+    /// Shared secret, sent as `Authorization: Bearer <token>` (default: `CREWLINE_AUTH_TOKEN`,
+    /// as the crew server and `demo` read it).
+    #[arg(long, env = crewline_server::TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
     /// Concurrent sessions (calls).
     #[arg(long, default_value_t = 10)]

@@ -69,7 +69,8 @@ pub struct MockLlmArgs {
     /// Without --script: the pause before each chunk, in ms.
     #[arg(long, default_value_t = 0)]
     pub chunk_delay_ms: u64,
-    /// Without --script: the first request of a turn calls `get_weather`, the next answers.
+    /// Without --script: the first request of a turn calls the first tool the crew offers
+    /// (arguments from its JSON schema; `get_weather` for Paris without tools), the next answers.
     #[arg(long)]
     pub tool: bool,
     /// Keep at most this many requests in the log (`GET /_mock/requests`); 0 keeps all.
@@ -113,7 +114,7 @@ impl MockLlmArgs {
         }
         let delay = Duration::from_millis(self.chunk_delay_ms);
         Ok(if self.tool {
-            Script::weather_tool(self.chunks, delay)
+            Script::first_tool(self.chunks, delay)
         } else {
             Script::text(self.chunks, delay)
         })
@@ -246,6 +247,23 @@ mod tests {
         .unwrap();
         let error = start(&args).await.unwrap_err().to_string();
         assert!(error.contains("/nonexistent/cert.pem"), "{error}");
+    }
+
+    #[test]
+    fn the_tool_script_calls_the_requests_own_tool() {
+        let script = parse(&["--tool"]).unwrap().script().unwrap();
+        let body = serde_json::json!({
+            "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                "type": "object", "properties": {"city": {"type": "string"}},
+                "required": ["city"]}}}]
+        });
+        let reply = script.pick(0, &body).for_request(&body).unwrap();
+        assert_eq!(reply.tool_calls[0].name, "get_weather");
+        assert_eq!(
+            reply.tool_calls[0].arguments_chunks,
+            [r#"{"city":"Paris"}"#]
+        );
     }
 
     #[test]

@@ -68,10 +68,22 @@ pub async fn bounded<T>(test: impl Future<Output = T>) -> T {
 /// Runs the `crewline` binary with `args`, feeding `stdin` and closing it, under
 /// [`TEST_TIMEOUT`] (the child is killed if it outlives it); returns (success, stdout, stderr).
 pub async fn run_binary(args: &[&str], stdin: &str) -> (bool, String, String) {
+    run_binary_with_env(args, stdin, &[]).await
+}
+
+/// [`run_binary`] with these environment variables set (and no `OPENAI_API_KEY` or
+/// `CREWLINE_AUTH_TOKEN` from the test's own environment).
+pub async fn run_binary_with_env(
+    args: &[&str],
+    stdin: &str,
+    env: &[(&str, &str)],
+) -> (bool, String, String) {
     use tokio::io::AsyncWriteExt;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_crewline"))
         .args(args)
         .env_remove("OPENAI_API_KEY")
+        .env_remove("CREWLINE_AUTH_TOKEN")
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -1,7 +1,8 @@
 // Runs the page's script (sentence.js, playground.js) in Node with a stand-in DOM, loads the
 // JSONL call on stdin the way the page's "load a call" does, lets the page render it (a
 // render that throws fails the run), and prints the page's figures() as JSON.
-// Usage: node figures.js ASSETS_DIR < call.jsonl
+// Usage: node figures.js ASSETS_DIR [DOWNLOAD_CAP] < call.jsonl
+// With DOWNLOAD_CAP (characters) it prints {"figures", "jsonl"}: the download at that cap too.
 "use strict";
 const fs = require("fs");
 const vm = require("vm");
@@ -27,4 +28,8 @@ for (const file of ["sentence.js", "playground.js"]) {
 const page = context.window.crewlinePlayground;
 page.loadJsonl(fs.readFileSync(0, "utf8"), "test");
 // After the render the load scheduled.
-setTimeout(() => process.stdout.write(JSON.stringify(page.figures())), 5);
+const cap = process.argv[3] ? Number(process.argv[3]) : null;
+setTimeout(() => {
+  const figures = page.figures();
+  process.stdout.write(JSON.stringify(cap ? { figures, jsonl: page.jsonl(cap) } : figures));
+}, 5);

@@ -13,7 +13,14 @@ pub(crate) async fn espeak_available() -> bool {
                 !required,
                 "CREWLINE_REQUIRE_ESPEAK=1 but espeak-ng cannot run: {error}"
             );
-            eprintln!("espeak-ng not available ({error}); skipping");
+            // Past the test harness's capture, so that every run shows what it skipped.
+            {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: espeak-ng not available ({error}); skipping"
+                );
+            }
             false
         }
     }

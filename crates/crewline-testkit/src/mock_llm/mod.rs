@@ -58,6 +58,7 @@ mod fault;
 pub mod raw;
 mod reply;
 mod schedule;
+mod schema_args;
 mod script;
 mod tls;
 
@@ -83,6 +84,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle, time::Instant};
 use conn::{ConnCounters, ConnHandle, MockIo};
 pub use fault::{CutPoint, FAULT_HEADER, Fault};
 pub use schedule::{FaultSchedule, Phase, ScheduleError};
+pub use schema_args::{arguments_for_schema, first_tool_call};
 pub use script::{
     MAX_SSE_BODY_BYTES, Reply, Rule, Script, ScriptError, ScriptedCall, When, sse_transcript_body,
 };
@@ -820,6 +822,7 @@ impl MockLlm {
         state.next_index += 1;
         let script = Arc::clone(&state.script);
         let rule = script.pick_rule(index, &body);
+        let own_reply = script.reply(rule).for_request(&body);
         let model = script
             .model
             .clone()
@@ -852,6 +855,7 @@ impl MockLlm {
             index,
             script,
             rule,
+            own_reply,
             model,
             recorder,
         }
@@ -921,6 +925,8 @@ struct Picked {
     index: usize,
     script: Arc<Script>,
     rule: Option<usize>,
+    /// The rule's reply made for this request (`call_first_tool`), when it differs.
+    own_reply: Option<Reply>,
     model: String,
     recorder: Recorder,
 }
@@ -1095,6 +1101,7 @@ async fn chat_completions(
         index,
         script,
         rule,
+        own_reply,
         model,
         recorder,
     } = mock.record(&method, uri.path(), &headers, body);
@@ -1116,13 +1123,13 @@ async fn chat_completions(
             }))),
         };
     }
+    let scripted = own_reply.as_ref().unwrap_or_else(|| script.reply(rule));
     let reply = match fault {
         Some(fault) => {
-            let scripted = script.reply(rule);
             let events = reply::sse_frames(scripted, &model, index, include_usage).len();
             fault.apply(scripted, events)
         }
-        None => std::borrow::Cow::Borrowed(script.reply(rule)),
+        None => std::borrow::Cow::Borrowed(scripted),
     };
     let reply = reply.as_ref();
     let guard = PendingGuard(Some(recorder));

@@ -63,6 +63,9 @@ pub struct Reply {
     pub tool_calls: Vec<ScriptedCall>,
     /// Put every call header in one delta (instead of one delta per call).
     pub tool_calls_in_one_chunk: bool,
+    /// Call the first tool of the request instead of `tool_calls`, with arguments made from
+    /// its JSON schema; `tool_calls` are sent only to a request that offers no tool.
+    pub call_first_tool: bool,
     /// The finish reason (default `tool_calls` with calls, else `stop`).
     pub finish_reason: Option<String>,
     /// A pause before every SSE event.
@@ -191,6 +194,19 @@ impl Script {
         }
     }
 
+    /// A script for any crew: the first request of a turn calls the first tool the request
+    /// offers, with arguments made from the tool's JSON schema (`get_weather` for Paris when
+    /// it offers none); the request after the tool result answers with `chunks` text deltas.
+    pub fn first_tool(chunks: usize, chunk_delay: Duration) -> Self {
+        let mut script = Self::weather_tool(chunks, chunk_delay);
+        for rule in &mut script.rules {
+            if !rule.reply.tool_calls.is_empty() {
+                rule.reply.call_first_tool = true;
+            }
+        }
+        script
+    }
+
     /// The reply for the request numbered `index` whose JSON body is `body`.
     pub fn pick(&self, index: usize, body: &Value) -> &Reply {
         self.reply(self.pick_rule(index, body))
@@ -281,6 +297,23 @@ impl When {
 }
 
 impl Reply {
+    /// This reply as sent to a request with `body`: with `call_first_tool`, one call to the
+    /// request's first tool (`None`: the reply is sent as it is).
+    pub fn for_request(&self, body: &Value) -> Option<Self> {
+        if !self.call_first_tool {
+            return None;
+        }
+        let (name, arguments) = super::schema_args::first_tool_call(body)?;
+        Some(Self {
+            tool_calls: vec![ScriptedCall {
+                id: format!("call_mock_{name}"),
+                name,
+                arguments_chunks: vec![arguments.to_string()],
+            }],
+            ..self.clone()
+        })
+    }
+
     /// A text reply of these deltas.
     pub fn text<I, S>(chunks: I) -> Self
     where
@@ -404,6 +437,7 @@ impl Reply {
             content_chunks: strings(object, "content_chunks")?,
             tool_calls,
             tool_calls_in_one_chunk: truthy(object.get("tool_calls_in_one_chunk")),
+            call_first_tool: truthy(object.get("call_first_tool")),
             finish_reason,
             chunk_delay: millis(object, "chunk_delay_ms")?,
             first_byte_delay: millis(object, "first_byte_delay_ms")?,
