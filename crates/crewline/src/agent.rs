@@ -313,10 +313,19 @@ impl AgentBuilder {
         self
     }
 
-    /// Uses `registry` (its tools, its executor and limits); tools added before are dropped,
-    /// tools added after join it.
-    pub fn registry(mut self, registry: ToolRegistry) -> Self {
-        self.registry = Ok(registry);
+    /// Uses `registry` (its tools, its executor and limits); the tools added before and after
+    /// join it, under the same rule as [`tools`](Self::tools): a name used twice is reported
+    /// by `build`.
+    pub fn registry(mut self, mut registry: ToolRegistry) -> Self {
+        self.registry = match self.registry {
+            Ok(before) => before
+                .names()
+                .into_iter()
+                .filter_map(|name| before.get(name))
+                .try_for_each(|tool| registry.register_arc(Arc::clone(tool)).map(drop))
+                .map(|()| registry),
+            Err(error) => Err(error),
+        };
         self
     }
 
