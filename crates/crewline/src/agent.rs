@@ -9,7 +9,8 @@ use crewline_llm::{AnswerLimits, LlmClient, RequestOptions, TextToolCallFormat, 
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
 use crate::{
-    Crew, OutputNode, SessionSetup, ToolLoop,
+    Crew, SessionSetup, ToolLoop,
+    crew::OutputNode,
     eval_faults::{CallTurns, ToolFaultError, ToolFaults},
 };
 
@@ -55,7 +56,7 @@ enum Prompt {
 ///     .build()?;
 /// assert_eq!(agent.tool_loop().tools().names(), ["get_weather"]);
 /// assert_eq!(agent.crew().node_names(), ["agent"]);
-/// # Ok::<(), crewline::AgentError>(())
+/// # Ok::<(), crewline::agent::AgentError>(())
 /// ```
 #[derive(Clone)]
 pub struct Agent {
@@ -200,7 +201,7 @@ type Configure = Box<dyn FnOnce(ToolLoop) -> ToolLoop + Send>;
 ///
 /// ```
 /// use crewline::prelude::*;
-/// use crewline::{AgentError, llm::ScriptedLlm, tool::RegistryError};
+/// use crewline::{agent::AgentError, llm::ScriptedLlm, tool::RegistryError};
 ///
 /// struct Desk;
 ///
@@ -358,7 +359,7 @@ impl AgentBuilder {
     }
 
     /// The bounds of one model answer (default [`AnswerLimits::default`]: 1 MiB, 128 tool
-    /// calls, 256 KiB a call; see [`ToolLoopConfig::answer_limits`](crate::ToolLoopConfig)).
+    /// calls, 256 KiB a call; see [`ToolLoopConfig::answer_limits`](crate::turn::ToolLoopConfig)).
     /// An answer past one ends the turn with an `agent.error`, and nothing of it is kept;
     /// the call goes on. The model client holds limits of its own while it reads
     /// ([`OpenAiClientBuilder::answer_limits`](crewline_llm::OpenAiClientBuilder::answer_limits)).
@@ -384,7 +385,7 @@ impl AgentBuilder {
     /// let agent = Agent::builder(ScriptedLlm::new([]))
     ///     .detect_text_tool_calls([TextToolCallFormat::Hermes, TextToolCallFormat::BareJson])
     ///     .build()?;
-    /// # Ok::<(), crewline::AgentError>(())
+    /// # Ok::<(), crewline::agent::AgentError>(())
     /// ```
     pub fn detect_text_tool_calls(
         mut self,

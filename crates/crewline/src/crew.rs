@@ -23,7 +23,7 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 256;
 ///
 /// ```
 /// use crewline::prelude::*;
-/// use crewline::{GraphError, NodeError, NodeHandle, llm::ScriptedLlm, protocol::Event};
+/// use crewline::{crew::{GraphError, NodeError, NodeHandle}, llm::ScriptedLlm, protocol::Event};
 ///
 /// struct Sentiment;
 ///
@@ -45,7 +45,7 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 256;
 ///
 /// crew.add_edge("voice", "sentiment");
 /// assert!(matches!(crew.validate(), Err(GraphError::Cycle(_))));
-/// # Ok::<(), crewline::AgentError>(())
+/// # Ok::<(), crewline::agent::AgentError>(())
 /// ```
 pub struct Crew {
     pub(crate) nodes: Vec<NodeSpec>,
@@ -209,7 +209,7 @@ fn find_cycle(children: &[Vec<usize>]) -> Option<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BackgroundAgent, BackgroundNode, NodeError, NodeHandle};
+    use crate::crew::{BackgroundAgent, BackgroundNode, NodeError, NodeHandle};
     use crewline_protocol::Event;
 
     struct Quiet;

@@ -18,8 +18,9 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::{
-    CallControl, Crew, GraphError, NodeHandle, NodeSpec,
+    CallControl, Crew,
     call::Attached,
+    crew::{GraphError, NodeHandle, NodeSpec},
     inbox::{InboxBudget, InboxReceiver, LineInterrupt, NodeIo, Queued},
     runner::{run_background, run_output},
     session_store::{CallStore, Checkpoint, run_checkpointer},

@@ -4,7 +4,7 @@
 use std::{pin::Pin, time::Duration};
 
 use axum::extract::ws::{Message, close_code};
-use crewline::{CallControl, DispatchError, Session, protocol::Severity};
+use crewline::{CallControl, Session, protocol::Severity, session::DispatchError};
 use crewline_http::OverBudget;
 use futures::StreamExt;
 use tokio::time::{Instant, Sleep};

@@ -12,8 +12,9 @@
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use crewline::{
-    Crew, CrewSetup, DispatchError, Session, SessionSetup,
+    Crew, Session, SessionSetup,
     protocol::{self, AgentError, Event, EventBody, Severity, SystemInit},
+    session::{CrewSetup, DispatchError},
 };
 use crewline_server::{BoxError, SetupError};
 use futures::{FutureExt, future::BoxFuture};
