@@ -360,7 +360,8 @@ impl Connection {
                     ))
                 }
                 Err(error) => {
-                    let error = truncate(&error.to_string(), MAX_ERROR_TEXT).into_owned();
+                    let error = truncate(&crewline::types::error_chain(&error), MAX_ERROR_TEXT)
+                        .into_owned();
                     match self.service.state.call_logs.due(|l| &l.bad_init) {
                         Some(calls) => {
                             tracing::warn!(calls, %error, "the first frame is not a valid system.init")

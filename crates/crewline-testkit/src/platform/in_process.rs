@@ -153,7 +153,10 @@ async fn handshake(
             close_reason: "expected system.init first",
         })),
         Err(error) => Err(Some(Refusal {
-            message: format!("expected system.init as the first frame: {error}"),
+            message: format!(
+                "expected system.init as the first frame: {}",
+                crewline::types::ErrorChain(&error)
+            ),
             reason: "bad_frame",
             code: POLICY,
             close_reason: "invalid handshake",
