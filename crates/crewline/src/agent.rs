@@ -27,8 +27,10 @@ enum Prompt {
 /// A voice agent: the model, the prompt and the tools, built once and shared by every call.
 ///
 /// Each call gets its own conversation and its own tool-call scope; the model, the tools and
-/// their executor are shared. An `Agent` is a crew setup of its own (`CrewServer::new(agent)`),
-/// or the output node of a larger crew ([`Agent::node`]).
+/// their executor are shared. An `Agent` is a crew setup of its own (`CrewServer::new(agent)`);
+/// in a setup of your own, [`Agent::crew_for`] is the call's crew of the agent alone and
+/// [`Agent::node`] its output node in a larger crew ([`Agent::loop_agent`] the agent inside
+/// that node, to wrap in an output agent of your own).
 ///
 /// # Examples
 ///
@@ -55,7 +57,7 @@ enum Prompt {
 ///     .max_tool_rounds(2)
 ///     .build()?;
 /// assert_eq!(agent.tool_loop().tools().names(), ["get_weather"]);
-/// assert_eq!(agent.crew().node_names(), ["agent"]);
+/// assert_eq!(agent.crew_for(&SessionSetup::dry_run()).node_names(), ["agent"]);
 /// # Ok::<(), crewline::agent::AgentError>(())
 /// ```
 #[derive(Clone)]
@@ -187,6 +189,10 @@ impl Agent {
     }
 
     /// A crew of this agent alone, outside any call (the prompt chosen for a dry run).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `crew_for(&SessionSetup::dry_run())`, or serve the agent itself"
+    )]
     pub fn crew(&self) -> Crew {
         self.crew_for(&SessionSetup::dry_run())
     }
