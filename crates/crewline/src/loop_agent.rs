@@ -24,7 +24,14 @@ use crate::{
 ///
 /// ```
 /// use std::sync::Arc;
-/// use crewline::{agent::LoopAgent, crew::OutputAgent, ToolLoop, llm::{Reply, ScriptedLlm}, prelude::*, tool::ToolRegistry};
+/// use crewline::{
+///     ToolLoop,
+///     agent::LoopAgent,
+///     crew::OutputAgent,
+///     llm::{Reply, ScriptedLlm},
+///     prelude::*,
+///     tool::ToolRegistry,
+/// };
 ///
 /// let model = Arc::new(ScriptedLlm::new([Reply::text("Hello!")]));
 /// let tool_loop = ToolLoop::new(model, Arc::new(ToolRegistry::new()));

@@ -90,7 +90,12 @@ struct Routes {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use crewline::{Crew, router::{DeterministicRouter, SubAgent}, crew::OutputNode, llm::ScriptedLlm};
+/// use crewline::{
+///     Crew,
+///     crew::OutputNode,
+///     llm::ScriptedLlm,
+///     router::{DeterministicRouter, SubAgent},
+/// };
 ///
 /// let router = DeterministicRouter::builder("intake", Arc::new(ScriptedLlm::new([])))
 ///     .sub_agent(SubAgent::new("intake", "Find the caller's account."))
