@@ -335,11 +335,7 @@ fn every_error_kind_is_reported() {
             DecodeError::NotJson("".into()),
             "not_json",
         ),
-        (
-            b"".to_vec(),
-            DecodeError::NotJson("".into()),
-            "not_json",
-        ),
+        (b"".to_vec(), DecodeError::NotJson("".into()), "not_json"),
         (
             br#"{"type":"agent.ready"} trailing"#.to_vec(),
             DecodeError::NotJson("".into()),
