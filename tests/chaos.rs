@@ -83,7 +83,7 @@ fn chaos_resumes_every_router_call_in_the_sub_agent_it_was_in() {
 mod router_resume {
     use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-    use crewline::{MemoryCallStore, SessionSetup, llm::LlmClient};
+    use crewline::{SessionSetup, llm::LlmClient, session_store::MemoryCallStore};
     use crewline_examples::collections_router as collections;
     use crewline_load::{LoadConfig, LoadReport, Reconnect, Scenario, run};
     use crewline_server::CrewServer;

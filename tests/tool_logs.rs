@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use crewline::{LoopAgent, ToolLoop, llm::ChatRequest, tool::ToolRegistry, types::Message};
+use crewline::{ToolLoop, agent::LoopAgent, llm::ChatRequest, tool::ToolRegistry, types::Message};
 use std::{sync::Arc, time::Duration};
 
 use crewline::{prelude::*, tool::RegistryError};

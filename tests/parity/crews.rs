@@ -6,12 +6,14 @@
 use std::{fmt, sync::Arc};
 
 use crewline::{
-    BackgroundAgent, BackgroundNode, CallControl, Crew, CrewSetup, MAX_TOOL_ROUNDS, NodeError,
-    NodeHandle, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
+    CallControl, Crew, MAX_TOOL_ROUNDS, SessionSetup, ToolLoop,
+    crew::{BackgroundAgent, BackgroundNode, NodeError, NodeHandle, OutputAgent, OutputNode},
     llm::{LlmClient, OpenAiClient},
+    prelude::tools,
     protocol::{Event, EventBody, TransferOptions, TransferType},
+    session::CrewSetup,
     tool::{ToolError, ToolRegistry},
-    tools,
+    turn::TurnStream,
     types::Context,
 };
 use serde_json::{Value, json};

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use crewline::{AgentError, llm::LlmError};
+use crewline::{agent::AgentError, llm::LlmError};
 use crewline_examples::{
     args::DEFAULT_PORT,
     model::ModelChoice,

@@ -9,7 +9,7 @@ use syn::{
     spanned::Spanned,
 };
 
-/// Whether an attribute is `#[function_tool]` (under any path, such as `crewline::function_tool`).
+/// Whether an attribute is `#[function_tool]` (under any path, such as `crewline::prelude::function_tool`).
 pub(crate) fn is_function_tool(attr: &Attribute) -> bool {
     last_segment_is(attr.path(), "function_tool")
 }

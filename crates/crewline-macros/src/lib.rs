@@ -28,7 +28,7 @@ use proc_macro::TokenStream;
 /// # Examples
 ///
 /// ```
-/// use crewline::function_tool;
+/// use crewline::prelude::function_tool;
 /// use crewline::tool::{ExecuteOptions, Tool, ToolError, ToolRegistry};
 /// use crewline::types::ToolCall;
 /// use serde::{Deserialize, Serialize};
@@ -121,7 +121,7 @@ pub fn function_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// use crewline::tool::{ExecuteOptions, ToolError, ToolRegistry};
 /// use crewline::types::ToolCall;
-/// use crewline::{function_tool, tools};
+/// use crewline::prelude::{function_tool, tools};
 ///
 /// struct WeatherAgent {
 ///     forecasts: HashMap<String, String>,

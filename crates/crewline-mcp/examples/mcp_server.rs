@@ -22,7 +22,7 @@
 use std::{io::Write, sync::Arc};
 
 use crewline::{
-    function_tool,
+    prelude::function_tool,
     tool::{Executor, ToolError, ToolRegistry, executor::ledger::JsonlLedger},
 };
 use crewline_mcp::{McpServer, SchemaFlavour};

@@ -44,7 +44,7 @@ use crate::{McpError, Refusal};
 /// use crewline::types::{ToolCall, ToolErrorKind};
 /// use crewline_mcp::{McpClient, McpServer};
 ///
-/// # use crewline::{function_tool, tool::ToolError};
+/// # use crewline::{prelude::function_tool, tool::ToolError};
 /// /// The weather in a city.
 /// ///
 /// /// # Arguments

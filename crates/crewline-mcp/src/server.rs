@@ -135,7 +135,7 @@ const RETRY_AFTER_SECONDS: &str = "5";
 /// use crewline::types::{ToolCall, ToolErrorKind};
 /// use crewline_mcp::{McpClient, McpServer};
 ///
-/// # use crewline::{function_tool, tool::ToolError};
+/// # use crewline::{prelude::function_tool, tool::ToolError};
 /// /// The weather in a city.
 /// ///
 /// /// # Arguments

@@ -6,9 +6,11 @@ mod common;
 use std::sync::Arc;
 
 use crewline::{
-    Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
+    Crew, SessionSetup, ToolLoop,
+    crew::{OutputAgent, OutputNode},
     llm::{Reply, ScriptedLlm},
     tool::{ExecuteOptions, ToolRegistry, executor::ledger::MemoryLedger},
+    turn::TurnStream,
     types::Context,
 };
 use crewline_mcp::{McpClient, McpServer};

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use crewline::{function_tool, tool::ToolRegistry, tool::executor::ledger::MemoryLedger};
+use crewline::{prelude::function_tool, tool::ToolRegistry, tool::executor::ledger::MemoryLedger};
 use crewline_mcp::{
     McpError, McpServer, SchemaFlavour,
     flavour::{OUTPUT_TYPE_META_KEY, smolagents_input, smolagents_inputs, smolagents_output_type},

@@ -6,7 +6,7 @@ mod common;
 
 use async_trait::async_trait;
 use crewline::{
-    function_tool,
+    prelude::function_tool,
     tool::{Exports, Tool, ToolError, ToolRegistry},
     types::ToolErrorKind,
 };

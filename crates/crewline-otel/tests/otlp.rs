@@ -9,7 +9,11 @@ use std::{
 };
 
 use axum::{Router, body::Bytes, extract::State, routing::post};
-use crewline::{SessionSetup, function_tool, prelude::Agent, protocol::Caller};
+use crewline::{
+    SessionSetup,
+    prelude::{Agent, function_tool},
+    protocol::Caller,
+};
 use crewline_otel::{OtlpProtocol, Telemetry};
 use crewline_server::CrewServer;
 use crewline_testkit::{

@@ -4,6 +4,7 @@ use serde::de::DeserializeOwned;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::collections::BTreeMap;
 
+use crewline_core::ErrorDetail;
 use serde_json::{Map, Value, value::RawValue};
 
 use crate::{
@@ -40,9 +41,10 @@ pub enum DecodeError {
     /// The frame is not UTF-8.
     #[error("frame is not valid UTF-8")]
     NotUtf8,
-    /// The frame is not JSON (serde's message says where).
-    #[error("frame is not JSON: {0}")]
-    NotJson(String),
+    /// The frame is not JSON; the cause is serde's error (its words say where), kept as a
+    /// detail so that a decode error stays `Clone` and comparable.
+    #[error("frame is not JSON")]
+    NotJson(#[source] ErrorDetail),
     /// The frame is JSON but not an object.
     #[error("frame is not a JSON object")]
     NotAnObject,
@@ -170,13 +172,13 @@ pub fn decode_str(text: &str) -> Result<Event, DecodeError> {
 /// Why `text`, which is not a JSON object, is no event: not JSON at all, or another value.
 fn not_an_event(text: &str, error: serde_json::Error) -> DecodeError {
     match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(_)) => DecodeError::NotJson(error.to_string()),
+        Ok(Value::Object(_)) => DecodeError::NotJson(ErrorDetail::from_error(error)),
         Ok(_) => DecodeError::NotAnObject,
         // Unreachable after the scan, but a recursion error must never read as "not JSON".
         Err(error) if error.to_string().starts_with("recursion limit exceeded") => {
             DecodeError::TooDeep
         }
-        Err(error) => DecodeError::NotJson(error.to_string()),
+        Err(error) => DecodeError::NotJson(ErrorDetail::from_error(error)),
     }
 }
 

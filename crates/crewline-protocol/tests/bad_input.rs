@@ -175,6 +175,24 @@ fn field_of(path: &[PathStep]) -> String {
 }
 
 #[test]
+fn a_frame_that_is_not_json_keeps_serdes_error_as_its_cause() {
+    let error = decode(br#"{"type": "system.user.joined""#).unwrap_err();
+    assert!(matches!(error, DecodeError::NotJson(_)), "{error:?}");
+    // The layer says itself; serde's words (where the frame broke) are the cause's.
+    assert_eq!(error.to_string(), "frame is not JSON");
+    let cause = std::error::Error::source(&error).expect("the cause is kept");
+    assert!(cause.to_string().contains("EOF"), "{cause}");
+    let serde = cause
+        .source()
+        .and_then(|c| c.downcast_ref::<serde_json::Error>());
+    assert!(serde.is_some_and(|e| e.is_eof()), "{cause:?}");
+    assert_eq!(
+        crewline_core::error_chain(&error),
+        format!("frame is not JSON: {cause}")
+    );
+}
+
+#[test]
 fn every_valid_frame_decodes() {
     for frame in valid_frames() {
         let event = decode_str(&frame.to_string()).unwrap_or_else(|e| panic!("{frame}: {e}"));

@@ -4,6 +4,7 @@
 use std::{fmt, time::Duration};
 
 use async_trait::async_trait;
+use crewline::types::ErrorDetail;
 use crewline_tools::{
     SessionScope,
     executor::approval::{
@@ -145,8 +146,16 @@ impl Stored {
 enum Failure {
     #[error("Redis {what}", what = connection::failure(.0))]
     Redis(#[from] redis::RedisError),
-    #[error("Redis sent a reply the approver cannot read: {0}")]
-    Unreadable(String),
+    /// A value that is not the JSON the approver wrote (or one it could not write).
+    #[error("Redis sent a reply the approver cannot read ({what})")]
+    Unreadable {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A reply the scripts never send: an unknown outcome, a missing value.
+    #[error("Redis sent a reply the approver cannot read ({0})")]
+    Unexpected(String),
 }
 
 /// What a caller does with its parked call ([`RedisApproval::take`]).
@@ -219,7 +228,7 @@ impl RedisApproval {
         let reply = self
             .eval(&scripts::APPROVAL_PENDING, "", &[])
             .await
-            .map_err(|failure| self.unavailable(&failure))?;
+            .map_err(|failure| self.unavailable(failure))?;
         reply
             .iter()
             .skip(1)
@@ -228,7 +237,10 @@ impl RedisApproval {
                 serde_json::from_str::<Stored>(json)
                     .map(Stored::into_request)
                     .map_err(|error| {
-                        self.unavailable(&Failure::Unreadable(format!("a parked call: {error}")))
+                        self.unavailable(Failure::Unreadable {
+                            what: "a parked call",
+                            source: error,
+                        })
                     })
             })
             .collect()
@@ -238,19 +250,22 @@ impl RedisApproval {
     /// or keeps the decision for when the same call is made again.
     pub async fn decide(&self, id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
         let json = serde_json::to_string(&decision).map_err(|error| {
-            self.unavailable(&Failure::Unreadable(format!("a decision: {error}")))
+            self.unavailable(Failure::Unreadable {
+                what: "a decision",
+                source: error,
+            })
         })?;
         let reply = self
             .eval(&scripts::APPROVAL_DECIDE, id, &[&json])
             .await
-            .map_err(|failure| self.unavailable(&failure))?;
+            .map_err(|failure| self.unavailable(failure))?;
         match code(&reply) {
             "ok" => {
                 self.connection.wake(&wake_key(id));
                 Ok(())
             }
             "unknown_call" => Err(ApprovalError::UnknownCall(id.to_owned())),
-            other => Err(self.unavailable(&Failure::Unreadable(format!("outcome `{other}`")))),
+            other => Err(self.unavailable(Failure::Unexpected(format!("outcome `{other}`")))),
         }
     }
 
@@ -270,15 +285,19 @@ impl RedisApproval {
     }
 
     /// The error for a failure, naming Redis and the cause.
-    fn unavailable(&self, failure: &Failure) -> ApprovalError {
-        ApprovalError::Unavailable(format!(
+    fn unavailable(&self, failure: Failure) -> ApprovalError {
+        let words = format!(
             "the approval store (Redis at {}) {}",
             self.connection.target(),
-            match failure {
+            match &failure {
                 Failure::Redis(error) => format!("{}: {error}", connection::failure(error)),
-                Failure::Unreadable(what) => format!("sent a reply it cannot read: {what}"),
+                Failure::Unreadable { what, source } => {
+                    format!("sent a reply it cannot read: {what}: {source}")
+                }
+                Failure::Unexpected(what) => format!("sent a reply it cannot read: {what}"),
             }
-        ))
+        );
+        ApprovalError::Unavailable(ErrorDetail::caused_by(words, failure))
     }
 
     /// Parks `request` (or collects its decision), and waits for the decision if the caller
@@ -288,8 +307,11 @@ impl RedisApproval {
         let binding =
             serde_json::json!([request.scope.as_str(), request.tool, request.arguments_hash])
                 .to_string();
-        let json = serde_json::to_string(&Stored::of(request))
-            .map_err(|error| Failure::Unreadable(format!("a request: {error}")))?;
+        let json =
+            serde_json::to_string(&Stored::of(request)).map_err(|source| Failure::Unreadable {
+                what: "a request",
+                source,
+            })?;
         if json.len() > self.max_request_bytes {
             tracing::warn!(
                 approval_id = %request.id,
@@ -340,7 +362,7 @@ impl RedisApproval {
                     reason: FULL.to_owned(),
                 }));
             }
-            other => return Err(Failure::Unreadable(format!("outcome `{other}`"))),
+            other => return Err(Failure::Unexpected(format!("outcome `{other}`"))),
         };
         if !waits {
             return Ok(ApprovalOutcome::Pending);
@@ -401,7 +423,7 @@ impl RedisApproval {
             "decided" => Ok(Taken::Decided(decision(&reply)?)),
             "pending" => Ok(Taken::Pending),
             "gone" => Ok(Taken::Gone),
-            other => Err(Failure::Unreadable(format!("outcome `{other}`"))),
+            other => Err(Failure::Unexpected(format!("outcome `{other}`"))),
         }
     }
 }
@@ -417,7 +439,7 @@ impl ApprovalPort for RedisApproval {
                     redis = %self.connection.target(),
                     approval_id = %request.id,
                     tool = %request.tool,
-                    error = %failure,
+                    error = %crewline::types::ErrorChain(&failure),
                     "approvals are unavailable; the call is not run"
                 );
                 ApprovalOutcome::Decided(ApprovalDecision::Deny {
@@ -475,11 +497,13 @@ fn value(reply: &Reply) -> Result<&str, Failure> {
     reply
         .get(1)
         .and_then(|value| value.as_deref())
-        .ok_or_else(|| Failure::Unreadable("a reply without its value".to_owned()))
+        .ok_or_else(|| Failure::Unexpected("a reply without its value".to_owned()))
 }
 
 /// The decision a `decided` reply holds.
 fn decision(reply: &Reply) -> Result<ApprovalDecision, Failure> {
-    serde_json::from_str(value(reply)?)
-        .map_err(|error| Failure::Unreadable(format!("a decision: {error}")))
+    serde_json::from_str(value(reply)?).map_err(|source| Failure::Unreadable {
+        what: "a decision",
+        source,
+    })
 }

@@ -10,6 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crewline::types::ErrorDetail;
 use crewline_tools::executor::ledger::{
     LedgerEntry, LedgerError, LedgerIntent, LedgerRecord, LedgerSink, pending,
 };
@@ -293,7 +294,7 @@ async fn read_entries(
 
 impl Shared {
     /// Appends one entry, within the write timeout.
-    async fn append(&self, kind: &str, json: &str) -> Result<(), String> {
+    async fn append(&self, kind: &str, json: &str) -> Result<(), ErrorDetail> {
         let mut invocation = self.script.prepare_invoke();
         invocation
             .key(&self.key)
@@ -307,18 +308,21 @@ impl Shared {
         .await;
         let failed = match written {
             Ok(Ok(_)) => return Ok(()),
-            Ok(Err(error)) => format!(
-                "Redis at {} {}: {error}",
-                self.connection.target(),
-                connection::failure(&error)
+            Ok(Err(error)) => ErrorDetail::caused_by(
+                format!(
+                    "Redis at {} {}: {error}",
+                    self.connection.target(),
+                    connection::failure(&error)
+                ),
+                error,
             ),
-            Err(_) => format!(
+            Err(_) => ErrorDetail::new(format!(
                 "Redis at {} did not answer within {:?}",
                 self.connection.target(),
                 self.options.write_timeout
-            ),
+            )),
         };
-        self.failed(&failed);
+        self.failed(failed.message());
         Err(failed)
     }
 

@@ -48,6 +48,7 @@ mod wakeups;
 use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
+use crewline::types::ErrorDetail;
 use crewline_remote::{
     Polled, StoreError, StoreLimits, TaskSnapshot, TaskStore, Withdrawn, json_len,
     wire::{CustomTool, TOOL_CALL, TaskEvent, TaskStatus, ToolAnswer},
@@ -279,30 +280,41 @@ impl RedisStore {
             .connection
             .invoke(&invocation)
             .await
-            .map_err(|error| self.backend(&error))
+            .map_err(|error| self.backend(error))
     }
 
     /// The error for a Redis failure, naming Redis and the cause: [`StoreError::Unreachable`]
     /// when the command was certainly never sent (the connection was refused), else
     /// [`StoreError::Backend`] (it may have run, its reply lost).
-    fn backend(&self, error: &redis::RedisError) -> StoreError {
+    fn backend(&self, error: redis::RedisError) -> StoreError {
         let message = format!(
             "the task store (Redis at {}) {}: {error}",
             self.shared.connection.target(),
-            connection::failure(error)
+            connection::failure(&error)
         );
         if error.is_connection_refusal() {
-            StoreError::Unreachable(message)
+            StoreError::Unreachable(ErrorDetail::caused_by(message, error))
         } else {
-            StoreError::Backend(message)
+            StoreError::Backend(ErrorDetail::caused_by(message, error))
         }
     }
 
     /// The error for a reply this store cannot read.
     fn unreadable(&self, what: &str) -> StoreError {
-        StoreError::Backend(format!(
+        StoreError::Backend(ErrorDetail::new(format!(
             "the task store (Redis at {}) sent a reply it cannot read: {what}",
             self.shared.connection.target()
+        )))
+    }
+
+    /// The error for a stored value (`what`) that is not the JSON this store wrote.
+    fn unreadable_json(&self, what: &str, error: serde_json::Error) -> StoreError {
+        StoreError::Backend(ErrorDetail::caused_by(
+            format!(
+                "the task store (Redis at {}) sent a reply it cannot read: {what}: {error}",
+                self.shared.connection.target()
+            ),
+            error,
         ))
     }
 
@@ -366,7 +378,7 @@ impl RedisStore {
             text(index)
                 .map(|text| {
                     serde_json::from_str(text)
-                        .map_err(|error| self.unreadable(&format!("the task's {what}: {error}")))
+                        .map_err(|error| self.unreadable_json(&format!("the task's {what}"), error))
                 })
                 .transpose()
         };
@@ -377,7 +389,7 @@ impl RedisStore {
         };
         let custom_tools: Vec<CustomTool> = match json(3, "tools")? {
             Some(tools) => serde_json::from_value(tools)
-                .map_err(|error| self.unreadable(&format!("the task's tools: {error}")))?,
+                .map_err(|error| self.unreadable_json("the task's tools", error))?,
             None => Vec::new(),
         };
         Ok(TaskSnapshot {
@@ -410,8 +422,8 @@ impl RedisStore {
         let (Some(Some(json)), Some(Some(timestamp))) = (pair.first(), pair.get(1)) else {
             return Err(self.unreadable("an event without its JSON or its timestamp"));
         };
-        let mut event: TaskEvent = serde_json::from_str(json)
-            .map_err(|error| self.unreadable(&format!("an event: {error}")))?;
+        let mut event: TaskEvent =
+            serde_json::from_str(json).map_err(|error| self.unreadable_json("an event", error))?;
         event.timestamp = Some(
             parse_timestamp(timestamp)
                 .ok_or_else(|| self.unreadable(&format!("the timestamp `{timestamp}`")))?,
@@ -574,8 +586,12 @@ impl TaskStore for RedisStore {
             timestamp: None,
         };
         let size = json_len(&event).to_string();
-        let json = serde_json::to_string(&event)
-            .map_err(|error| StoreError::Backend(format!("a tool call's input: {error}")))?;
+        let json = serde_json::to_string(&event).map_err(|error| {
+            StoreError::Backend(ErrorDetail::caused_by(
+                format!("a tool call's input: {error}"),
+                error,
+            ))
+        })?;
         let reply = match self
             .eval(&scripts::EMIT, id, &[tool, &event.id, &json, &size])
             .await
@@ -630,8 +646,12 @@ impl TaskStore for RedisStore {
 
     async fn answer(&self, id: &str, event: &str, answer: ToolAnswer) -> Result<(), StoreError> {
         let size = json_len(&answer).to_string();
-        let json = serde_json::to_string(&answer)
-            .map_err(|error| StoreError::Backend(format!("a tool answer: {error}")))?;
+        let json = serde_json::to_string(&answer).map_err(|error| {
+            StoreError::Backend(ErrorDetail::caused_by(
+                format!("a tool answer: {error}"),
+                error,
+            ))
+        })?;
         let reply = self
             .eval(&scripts::ANSWER, id, &[event, &json, &size])
             .await?;
@@ -654,7 +674,7 @@ impl TaskStore for RedisStore {
                 return Err(self.unreadable("an answer without its JSON"));
             };
             return serde_json::from_str(json)
-                .map_err(|error| self.unreadable(&format!("an answer: {error}")));
+                .map_err(|error| self.unreadable_json("an answer", error));
         }
     }
 
@@ -671,7 +691,7 @@ impl TaskStore for RedisStore {
                 };
                 serde_json::from_str(json)
                     .map(Withdrawn::Answered)
-                    .map_err(|error| self.unreadable(&format!("an answer: {error}")))
+                    .map_err(|error| self.unreadable_json("an answer", error))
             }
             other => Err(self.unreadable(&format!("a withdrawal `{other:?}`"))),
         }

@@ -438,6 +438,13 @@ async fn while_redis_is_down_no_confirm_call_runs_and_approvals_work_again_once_
         server.url()
     );
     assert!(message.starts_with(&expected), "{message}");
+    // The error says its own layer; the store's words and the Redis error are its causes.
+    let unavailable = ApprovalError::Unavailable(message.clone());
+    assert_eq!(unavailable.to_string(), "approvals are unavailable");
+    let redis = std::error::Error::source(&message)
+        .and_then(std::error::Error::source)
+        .and_then(|cause| cause.downcast_ref::<redis::RedisError>());
+    assert!(redis.is_some(), "{message:?}");
     let deciding = within(
         Duration::from_secs(15),
         "a decision",

@@ -16,8 +16,11 @@ use std::{
 
 use common::RedisServer;
 use crewline::{
-    CallStore, Checkpoint, Crew, DeterministicRouter, Fenced, OutputNode, SessionSetup, SubAgent,
+    Crew, SessionSetup,
+    crew::OutputNode,
     llm::{ChatRequest, Reply, ScriptedLlm},
+    router::{DeterministicRouter, SubAgent},
+    session_store::{CallStore, Checkpoint, Fenced},
     types::Message,
 };
 use crewline_redis::{RedisCheckpoints, RedisConfig};

@@ -56,6 +56,14 @@ async fn losing_redis_fails_operations_clearly_and_its_return_restores_them() {
         store.create("a", None, tool_t()),
     )
     .await;
+    if let Err(error) = &refused {
+        // The layer says itself; the Redis error is its cause.
+        assert_eq!(error.to_string(), "the task store failed");
+        let redis = std::error::Error::source(error)
+            .and_then(std::error::Error::source)
+            .and_then(|cause| cause.downcast_ref::<redis::RedisError>());
+        assert!(redis.is_some(), "{error:?}");
+    }
     let Err(StoreError::Backend(message)) = refused else {
         panic!("not a backend error: {refused:?}");
     };

@@ -34,7 +34,7 @@ struct Flaky {
 }
 
 fn backend() -> StoreError {
-    StoreError::Backend("Redis timed out".to_owned())
+    StoreError::Backend("Redis timed out".into())
 }
 
 #[async_trait]
@@ -219,7 +219,7 @@ async fn a_store_refusal_at_creation_is_not_called() {
     let result = run(&registry).await;
     assert_eq!(result.error_kind(), Some(ToolErrorKind::ToolError));
     assert!(said_not_called(&result), "{}", message(&result));
-    *store.emit_error.lock().expect("lock") = Some(StoreError::Unreachable("refused".to_owned()));
+    *store.emit_error.lock().expect("lock") = Some(StoreError::Unreachable("refused".into()));
     let result = run(&registry).await;
     assert!(said_not_called(&result), "{}", message(&result));
 }
@@ -467,4 +467,30 @@ async fn a_barge_in_a_shared_store_cannot_check_at_once_is_unknown_and_withdrawn
     tokio::time::sleep(Duration::from_millis(10)).await;
     let polled = store.poll(&task, 0, Duration::ZERO).await.expect("poll");
     assert!(polled.events.is_empty(), "{:?}", polled.events);
+}
+
+#[test]
+fn a_store_failure_says_its_own_layer_and_keeps_the_cause() {
+    let reset = std::io::Error::other("connection reset by peer");
+    let error = StoreError::Backend(crewline_core::ErrorDetail::caused_by(
+        "the task store (Redis at 127.0.0.1:6379) failed: connection reset by peer",
+        reset,
+    ));
+    assert_eq!(error.to_string(), "the task store failed");
+    let cause = std::error::Error::source(&error).expect("the cause is kept");
+    assert!(
+        cause.to_string().contains("Redis at 127.0.0.1:6379"),
+        "{cause}"
+    );
+    assert!(
+        cause
+            .source()
+            .is_some_and(|io| io.downcast_ref::<std::io::Error>().is_some()),
+        "{cause:?}"
+    );
+    assert_eq!(
+        crewline_core::error_chain(&error),
+        "the task store failed: the task store (Redis at 127.0.0.1:6379) failed: connection \
+         reset by peer"
+    );
 }

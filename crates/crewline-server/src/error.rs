@@ -2,10 +2,10 @@
 
 use std::{io, net::SocketAddr, time::Duration};
 
-use crewline::GraphError;
+use crewline::crew::GraphError;
 
 /// Any error from a crew's setup code.
-pub use crewline::BoxError;
+pub use crewline::session::BoxError;
 
 /// Why the server could not run.
 ///

@@ -54,7 +54,7 @@ impl Default for Limits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
-            inbox_bytes: crewline::DEFAULT_INBOX_BYTES,
+            inbox_bytes: crewline::session::DEFAULT_INBOX_BYTES,
             max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
         }
     }

@@ -2,7 +2,7 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
-use crewline::{CrewSetup, SessionSetup};
+use crewline::{SessionSetup, session::CrewSetup};
 use crewline_auth::{Auth, Credential, CredentialError};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +60,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```
 /// use std::sync::Arc;
 ///
-/// use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// use crewline::{Crew, agent::LoopAgent, crew::OutputNode, SessionSetup, ToolLoop};
 /// use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
 /// use crewline_server::CrewServer;
 /// # use crewline_testkit::{PlatformClient, PlatformConfig};
@@ -159,7 +159,7 @@ impl CrewServer {
     /// store (`crewline_redis::RedisCheckpoints` for several replicas); the store also fences
     /// the older connection of a call taken over elsewhere. Without one, a reconnect to this
     /// process still closes the older connection and shares its run-once state.
-    pub fn call_store(mut self, store: impl crewline::CallStore) -> Self {
+    pub fn call_store(mut self, store: impl crewline::session_store::CallStore) -> Self {
         self.config.call_store = Some(Arc::new(store));
         self
     }
@@ -184,7 +184,7 @@ impl CrewServer {
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+    /// # use crewline::{Crew, agent::LoopAgent, crew::OutputNode, SessionSetup, ToolLoop};
     /// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
     /// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
     /// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);
@@ -252,7 +252,7 @@ impl CrewServer {
     ///
     /// ```
     /// # use std::sync::Arc;
-    /// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+    /// # use crewline::{Crew, agent::LoopAgent, crew::OutputNode, SessionSetup, ToolLoop};
     /// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
     /// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
     /// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);
@@ -613,7 +613,7 @@ impl CrewServer {
 ///
 /// ```
 /// # use std::sync::Arc;
-/// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// # use crewline::{Crew, agent::LoopAgent, crew::OutputNode, SessionSetup, ToolLoop};
 /// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
 /// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
 /// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);

@@ -49,7 +49,7 @@ pub(crate) struct Config {
     pub(crate) origins: crate::origin::Origins,
     /// Where calls checkpoint and who owns each (shared by replicas): `None`, calls resume
     /// nothing after a reconnect (run-once still follows the call id within this process).
-    pub(crate) call_store: Option<Arc<dyn crewline::CallStore>>,
+    pub(crate) call_store: Option<Arc<dyn crewline::session_store::CallStore>>,
     /// The key naming a call whose handshake has no call id.
     pub(crate) call_key: Option<Arc<CallKeyFn>>,
 }

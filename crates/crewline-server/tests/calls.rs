@@ -352,7 +352,7 @@ async fn fifty_concurrent_calls_each_get_their_own_answers() {
         server
             .handle
             .metrics()
-            .turns(crewline::TurnOutcome::Completed),
+            .turns(crewline::session::TurnOutcome::Completed),
         150
     );
 }

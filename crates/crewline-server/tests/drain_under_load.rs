@@ -8,7 +8,11 @@ use std::{sync::Arc, time::Duration};
 
 use common::*;
 use crewline::{
-    Crew, OutputAgent, OutputNode, SessionSetup, TurnEvent, TurnOutcome, TurnStream, types::Context,
+    Crew, SessionSetup, TurnEvent,
+    crew::{OutputAgent, OutputNode},
+    session::TurnOutcome,
+    turn::TurnStream,
+    types::Context,
 };
 use crewline_server::{CrewServer, HandshakeFailure};
 use futures::{StreamExt, stream};

@@ -16,8 +16,8 @@ use std::{
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, TurnOutcome, function_tool,
-    llm::OpenAiClient, tool::ToolRegistry,
+    Crew, SessionSetup, ToolLoop, agent::LoopAgent, crew::OutputNode, llm::OpenAiClient,
+    prelude::function_tool, session::TurnOutcome, tool::ToolRegistry,
 };
 use crewline_server::CrewServer;
 use fake_llm::{FLOOD_LIMIT, FakeLlm, PARTIAL, echo_answer, spawn_healthy_calls};

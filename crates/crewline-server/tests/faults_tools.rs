@@ -13,8 +13,12 @@ use std::{sync::Arc, time::Duration};
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, TurnOutcome, function_tool,
+    Crew, SessionSetup, ToolLoop,
+    agent::LoopAgent,
+    crew::OutputNode,
     llm::OpenAiClient,
+    prelude::function_tool,
+    session::TurnOutcome,
     tool::{DEFAULT_MAX_RESULT_BYTES, ToolError, ToolRegistry},
 };
 use crewline_server::CrewServer;

@@ -132,7 +132,7 @@ async fn connect_disconnect_cycles_leave_no_session_task_or_memory_behind() {
     // Every connection counts, also those that hung up before the handshake.
     assert_eq!(metrics.sessions_total(), (WARM_UP + cycles) as u64);
     assert_eq!(
-        metrics.turns(crewline::TurnOutcome::Completed),
+        metrics.turns(crewline::session::TurnOutcome::Completed),
         ((WARM_UP + cycles) / 4) as u64
     );
 

@@ -17,7 +17,10 @@ use std::{
 use axum::{body::Body, routing::get};
 use common::*;
 use crewline::{
-    Crew, OutputAgent, OutputNode, SessionSetup, TurnEvent, TurnStream, types::Context,
+    Crew, SessionSetup, TurnEvent,
+    crew::{OutputAgent, OutputNode},
+    turn::TurnStream,
+    types::Context,
 };
 use crewline_server::{CrewServer, ErrorKind, HandshakeFailure};
 use futures::stream;

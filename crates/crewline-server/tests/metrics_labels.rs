@@ -11,7 +11,9 @@ use std::sync::{
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop,
+    Crew, SessionSetup, ToolLoop,
+    agent::LoopAgent,
+    crew::OutputNode,
     llm::{Reply, ScriptedLlm},
     tool::ToolRegistry,
 };

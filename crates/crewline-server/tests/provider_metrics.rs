@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop,
+    Crew, SessionSetup, ToolLoop,
+    agent::LoopAgent,
+    crew::OutputNode,
     llm::{ChatRequest, FallbackLlm, LlmClient, LlmError, LlmStream, Reply, ScriptedLlm},
     tool::ToolRegistry,
 };

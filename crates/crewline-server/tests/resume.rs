@@ -17,9 +17,12 @@ use std::{
 use common::{Client, TestServer, WAIT, spoken};
 use crewline::async_trait;
 use crewline::{
-    Crew, DeterministicRouter, LoopAgent, MemoryCallStore, OutputNode, SessionSetup, SubAgent,
-    ToolLoop,
+    Crew, SessionSetup, ToolLoop,
+    agent::LoopAgent,
+    crew::OutputNode,
     llm::{ChatRequest, Reply, ScriptedLlm},
+    router::{DeterministicRouter, SubAgent},
+    session_store::MemoryCallStore,
     tool::{Executor, Tool, ToolError, ToolPolicy, ToolRegistry},
     types::Message,
 };
@@ -321,8 +324,8 @@ struct FailingOver {
 }
 
 #[async_trait]
-impl crewline::CallStore for FailingOver {
-    async fn claim(&self, call: &str) -> Result<String, crewline::CallStoreError> {
+impl crewline::session_store::CallStore for FailingOver {
+    async fn claim(&self, call: &str) -> Result<String, crewline::session_store::CallStoreError> {
         let failing = self
             .failures
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
@@ -330,13 +333,16 @@ impl crewline::CallStore for FailingOver {
             })
             .is_ok();
         if failing {
-            return Err(crewline::CallStoreError::Backend(
+            return Err(crewline::session_store::CallStoreError::Backend(
                 "the primary is failing over".into(),
             ));
         }
         self.inner.claim(call).await
     }
-    async fn load(&self, call: &str) -> Result<Option<String>, crewline::CallStoreError> {
+    async fn load(
+        &self,
+        call: &str,
+    ) -> Result<Option<String>, crewline::session_store::CallStoreError> {
         self.inner.load(call).await
     }
     async fn save(
@@ -344,17 +350,21 @@ impl crewline::CallStore for FailingOver {
         call: &str,
         token: &str,
         json: &str,
-    ) -> Result<crewline::Fenced, crewline::CallStoreError> {
+    ) -> Result<crewline::session_store::Fenced, crewline::session_store::CallStoreError> {
         self.inner.save(call, token, json).await
     }
     async fn renew(
         &self,
         call: &str,
         token: &str,
-    ) -> Result<crewline::Fenced, crewline::CallStoreError> {
+    ) -> Result<crewline::session_store::Fenced, crewline::session_store::CallStoreError> {
         self.inner.renew(call, token).await
     }
-    async fn release(&self, call: &str, token: &str) -> Result<(), crewline::CallStoreError> {
+    async fn release(
+        &self,
+        call: &str,
+        token: &str,
+    ) -> Result<(), crewline::session_store::CallStoreError> {
         self.inner.release(call, token).await
     }
 }

@@ -16,7 +16,8 @@ use std::{
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, llm::OpenAiClient, tool::ToolRegistry,
+    Crew, SessionSetup, ToolLoop, agent::LoopAgent, crew::OutputNode, llm::OpenAiClient,
+    tool::ToolRegistry,
 };
 use crewline_server::{CrewServer, FrameDrop, HandshakeFailure};
 use crewline_testkit::CapturedLogs;

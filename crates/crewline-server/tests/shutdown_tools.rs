@@ -15,8 +15,11 @@ use std::{
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, function_tool,
+    Crew, SessionSetup, ToolLoop,
+    agent::LoopAgent,
+    crew::OutputNode,
     llm::{Reply, ScriptedLlm},
+    prelude::function_tool,
     tool::{
         Executor, ToolRegistry,
         executor::ledger::{MemoryLedger, Outcome},

@@ -28,9 +28,10 @@ use std::{
 
 use common::*;
 use crewline::{
-    Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, llm::OpenAiClient, tool::ToolRegistry,
+    Crew, SessionSetup, ToolLoop, agent::LoopAgent, crew::OutputNode, llm::OpenAiClient,
+    tool::ToolRegistry,
 };
-use crewline::{function_tool, llm::AsyncOpenAiClient, tool::ToolError};
+use crewline::{llm::AsyncOpenAiClient, prelude::function_tool, tool::ToolError};
 use crewline_mcp::{McpClient, McpServer};
 use crewline_server::CrewServer;
 use fake_llm::{FakeLlm, echo_answer};

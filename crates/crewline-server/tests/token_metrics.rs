@@ -6,7 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop, tool::ToolRegistry};
+use crewline::{
+    Crew, SessionSetup, ToolLoop, agent::LoopAgent, crew::OutputNode, tool::ToolRegistry,
+};
 use crewline_server::CrewServer;
 use crewline_testkit::mock_llm::{
     MockLlm,

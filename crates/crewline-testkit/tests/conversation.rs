@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crewline::{
-    CallControl, LoopAgent, ToolLoop, llm::ChatRequest, tool::ToolRegistry, types::Message,
+    CallControl, ToolLoop, agent::LoopAgent, llm::ChatRequest, tool::ToolRegistry, types::Message,
 };
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 

@@ -6,7 +6,8 @@
 use std::{sync::Arc, time::Duration};
 
 use crewline::{
-    CallControl, LoopAgent, ToolLoop,
+    CallControl, ToolLoop,
+    agent::LoopAgent,
     llm::ChatRequest,
     prelude::*,
     tool::{RegistryError, ToolRegistry},

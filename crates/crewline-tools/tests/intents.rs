@@ -319,7 +319,7 @@ impl LedgerSink for FailingIntents {
             return Box::pin(std::future::pending());
         }
         Box::pin(std::future::ready(Err(LedgerError::IntentNotStored {
-            reason: "the store is down".to_owned(),
+            reason: "the store is down".into(),
         })))
     }
     fn require_intent(&self) -> bool {
@@ -583,7 +583,7 @@ impl LedgerSink for FirstIntentFails {
     fn intent(&self, intent: &LedgerIntent) -> BoxFuture<'static, Result<(), LedgerError>> {
         if !self.failed.swap(true, Ordering::SeqCst) {
             return Box::pin(std::future::ready(Err(LedgerError::IntentNotStored {
-                reason: "the store is down".to_owned(),
+                reason: "the store is down".into(),
             })));
         }
         self.records.intent(intent)
@@ -637,7 +637,7 @@ impl LedgerSink for KilledBeforeTheQueue {
         }
         if self.settle_fails {
             return Box::pin(std::future::ready(Err(LedgerError::OutcomeNotStored {
-                reason: "the store is down".to_owned(),
+                reason: "the store is down".into(),
             })));
         }
         self.kept.settle(record)
@@ -737,4 +737,28 @@ async fn a_tool_that_ends_after_its_caller_stopped_waiting_stores_its_outcome_on
         ledger.kept.records()
     );
     assert!(ledger.kept.records().iter().any(|record| record.ran_on));
+}
+
+#[test]
+fn a_ledger_failure_says_its_own_layer_and_keeps_the_cause() {
+    let reset = std::io::Error::other("connection reset");
+    let error = LedgerError::IntentNotStored {
+        reason: crewline_core::ErrorDetail::caused_by(
+            "Redis at 127.0.0.1:6379 is unreachable: connection reset",
+            reset,
+        ),
+    };
+    assert_eq!(error.to_string(), "the ledger could not store the intent");
+    let cause = std::error::Error::source(&error).expect("the cause is kept");
+    assert!(
+        cause
+            .source()
+            .is_some_and(|io| io.downcast_ref::<std::io::Error>().is_some()),
+        "{cause:?}"
+    );
+    assert_eq!(
+        crewline_core::error_chain(&error),
+        "the ledger could not store the intent: Redis at 127.0.0.1:6379 is unreachable: \
+         connection reset"
+    );
 }

@@ -536,3 +536,26 @@ async fn concurrent_identical_calls_share_one_run() {
     assert_eq!(content(&a), content(&b));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn an_unavailable_approver_says_its_own_layer_and_keeps_the_cause() {
+    let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    let error = ApprovalError::Unavailable(crewline_core::ErrorDetail::caused_by(
+        "the approval store (Redis at 127.0.0.1:6379) is unreachable: refused",
+        refused,
+    ));
+    assert_eq!(error.to_string(), "approvals are unavailable");
+    let cause = std::error::Error::source(&error).expect("the cause is kept");
+    let io = cause
+        .source()
+        .and_then(|io| io.downcast_ref::<std::io::Error>());
+    assert_eq!(
+        io.map(std::io::Error::kind),
+        Some(std::io::ErrorKind::ConnectionRefused)
+    );
+    assert_eq!(
+        crewline_core::error_chain(&error),
+        "approvals are unavailable: the approval store (Redis at 127.0.0.1:6379) is \
+         unreachable: refused"
+    );
+}

@@ -9,7 +9,8 @@ use crewline_llm::{AnswerLimits, LlmClient, RequestOptions, TextToolCallFormat, 
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
 use crate::{
-    Crew, OutputNode, SessionSetup, ToolLoop,
+    Crew, SessionSetup, ToolLoop,
+    crew::OutputNode,
     eval_faults::{CallTurns, ToolFaultError, ToolFaults},
 };
 
@@ -26,8 +27,10 @@ enum Prompt {
 /// A voice agent: the model, the prompt and the tools, built once and shared by every call.
 ///
 /// Each call gets its own conversation and its own tool-call scope; the model, the tools and
-/// their executor are shared. An `Agent` is a crew setup of its own (`CrewServer::new(agent)`),
-/// or the output node of a larger crew ([`Agent::node`]).
+/// their executor are shared. An `Agent` is a crew setup of its own (`CrewServer::new(agent)`);
+/// in a setup of your own, [`Agent::crew_for`] is the call's crew of the agent alone and
+/// [`Agent::node`] its output node in a larger crew ([`Agent::loop_agent`] the agent inside
+/// that node, to wrap in an output agent of your own).
 ///
 /// # Examples
 ///
@@ -54,8 +57,8 @@ enum Prompt {
 ///     .max_tool_rounds(2)
 ///     .build()?;
 /// assert_eq!(agent.tool_loop().tools().names(), ["get_weather"]);
-/// assert_eq!(agent.crew().node_names(), ["agent"]);
-/// # Ok::<(), crewline::AgentError>(())
+/// assert_eq!(agent.crew_for(&SessionSetup::dry_run()).node_names(), ["agent"]);
+/// # Ok::<(), crewline::agent::AgentError>(())
 /// ```
 #[derive(Clone)]
 pub struct Agent {
@@ -186,6 +189,10 @@ impl Agent {
     }
 
     /// A crew of this agent alone, outside any call (the prompt chosen for a dry run).
+    #[deprecated(
+        since = "0.2.0",
+        note = "use `crew_for(&SessionSetup::dry_run())`, or serve the agent itself"
+    )]
     pub fn crew(&self) -> Crew {
         self.crew_for(&SessionSetup::dry_run())
     }
@@ -200,7 +207,7 @@ type Configure = Box<dyn FnOnce(ToolLoop) -> ToolLoop + Send>;
 ///
 /// ```
 /// use crewline::prelude::*;
-/// use crewline::{AgentError, llm::ScriptedLlm, tool::RegistryError};
+/// use crewline::{agent::AgentError, llm::ScriptedLlm, tool::RegistryError};
 ///
 /// struct Desk;
 ///
@@ -313,10 +320,19 @@ impl AgentBuilder {
         self
     }
 
-    /// Uses `registry` (its tools, its executor and limits); tools added before are dropped,
-    /// tools added after join it.
-    pub fn registry(mut self, registry: ToolRegistry) -> Self {
-        self.registry = Ok(registry);
+    /// Uses `registry` (its tools, its executor and limits); the tools added before and after
+    /// join it, under the same rule as [`tools`](Self::tools): a name used twice is reported
+    /// by `build`.
+    pub fn registry(mut self, mut registry: ToolRegistry) -> Self {
+        self.registry = match self.registry {
+            Ok(before) => before
+                .names()
+                .into_iter()
+                .filter_map(|name| before.get(name))
+                .try_for_each(|tool| registry.register_arc(Arc::clone(tool)).map(drop))
+                .map(|()| registry),
+            Err(error) => Err(error),
+        };
         self
     }
 
@@ -349,7 +365,7 @@ impl AgentBuilder {
     }
 
     /// The bounds of one model answer (default [`AnswerLimits::default`]: 1 MiB, 128 tool
-    /// calls, 256 KiB a call; see [`ToolLoopConfig::answer_limits`](crate::ToolLoopConfig)).
+    /// calls, 256 KiB a call; see [`ToolLoopConfig::answer_limits`](crate::turn::ToolLoopConfig)).
     /// An answer past one ends the turn with an `agent.error`, and nothing of it is kept;
     /// the call goes on. The model client holds limits of its own while it reads
     /// ([`OpenAiClientBuilder::answer_limits`](crewline_llm::OpenAiClientBuilder::answer_limits)).
@@ -375,7 +391,7 @@ impl AgentBuilder {
     /// let agent = Agent::builder(ScriptedLlm::new([]))
     ///     .detect_text_tool_calls([TextToolCallFormat::Hermes, TextToolCallFormat::BareJson])
     ///     .build()?;
-    /// # Ok::<(), crewline::AgentError>(())
+    /// # Ok::<(), crewline::agent::AgentError>(())
     /// ```
     pub fn detect_text_tool_calls(
         mut self,

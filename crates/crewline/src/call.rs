@@ -1,4 +1,76 @@
 //! The call's controls: speech out of turn, hanging up, transferring.
+//!
+//! Every node and tool of a call acts on it through its [`CallControl`] (cheap to clone). Tools
+//! that hang up or transfer are made per call, from the controls in the call's
+//! [`SessionSetup`](crate::SessionSetup); a hand-off asked for during an answer is sent once the answer has ended.
+//!
+//! ```
+//! use crewline::prelude::*;
+//! use crewline::{
+//!     CallControl, Session,
+//!     llm::{Reply, ScriptedLlm},
+//!     protocol::{ConversationType, Event, EventBody, LlmRequest, SessionContext, SystemInit},
+//! };
+//! use tokio::sync::mpsc;
+//!
+//! /// The tools of one call: they act on it through its controls.
+//! struct CallTools {
+//!     call: CallControl,
+//! }
+//!
+//! #[tools]
+//! impl CallTools {
+//!     /// End the call when the caller says goodbye.
+//!     #[function_tool]
+//!     async fn end_call(&self) -> Result<&'static str, ToolError> {
+//!         self.call.end_call().await.map_err(ToolError::from)?;
+//!         Ok("The call ends after your goodbye.")
+//!     }
+//! }
+//!
+//! /// The crew of one call: the agent, with tools bound to this call.
+//! fn crew(setup: &SessionSetup) -> Result<Crew, crewline::agent::AgentError> {
+//!     // The goodbye and the tool call in one answer: once a tool ended the call, the turn
+//!     // ends without asking the model again.
+//!     let model = ScriptedLlm::new([
+//!         Reply::tool_call("end_call", serde_json::json!({})).with_text("Goodbye!"),
+//!     ]);
+//!     let call = setup.call().clone();
+//!     let agent = Agent::builder(model).tools(CallTools { call }).build()?;
+//!     Ok(agent.crew_for(setup))
+//! }
+//!
+//! # fn handshake() -> SystemInit {
+//! #     SystemInit {
+//! #         version: "1.0".into(),
+//! #         session_context: SessionContext {
+//! #             initial_variables: Default::default(),
+//! #             conversation_type: ConversationType::Webcall,
+//! #             caller: None,
+//! #         },
+//! #         output_agent_settings: None,
+//! #     }
+//! # }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let (to_platform, mut from_crew) = mpsc::channel(64);
+//! let setup = SessionSetup::new(handshake(), to_platform);
+//! let session = Session::start(crew(&setup)?, setup).await?;
+//! session.dispatch(Event::now(EventBody::LlmRequest(LlmRequest::default())))?;
+//!
+//! // The goodbye is said, then the call ends.
+//! let mut said = String::new();
+//! while let Some(event) = from_crew.recv().await {
+//!     match event.body {
+//!         EventBody::ResponseChunk { text } => said.push_str(&text),
+//!         EventBody::EndCall => break,
+//!         _ => {}
+//!     }
+//! }
+//! assert_eq!(said, "Goodbye!");
+//! session.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 use std::sync::{Arc, Mutex, PoisonError};
 

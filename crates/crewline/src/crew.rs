@@ -1,4 +1,64 @@
 //! A crew: the graph of nodes that serves one call.
+//!
+//! A crew holds one output node, the agent that answers the platform (an agent's
+//! [`node`](crate::Agent::node), or an [`OutputAgent`] of your own), and any background nodes
+//! that watch the call beside it ([`BackgroundAgent`]). An edge `a -> b` makes `b` see the
+//! events `a` forwards; a crew setup builds the crew once per call.
+//!
+//! ```
+//! use crewline::prelude::*;
+//! use crewline::{
+//!     Session,
+//!     crew::{NodeError, NodeHandle},
+//!     llm::ScriptedLlm,
+//!     protocol::{ConversationType, Event, EventBody, SessionContext, SystemInit},
+//! };
+//! use tokio::sync::mpsc;
+//!
+//! /// Watches the call without speaking: tells `seen` each event's type.
+//! struct Watcher {
+//!     seen: mpsc::UnboundedSender<&'static str>,
+//! }
+//!
+//! #[async_trait]
+//! impl BackgroundAgent for Watcher {
+//!     async fn on_event(&mut self, event: &Event, _node: &NodeHandle) -> Result<(), NodeError> {
+//!         let _ = self.seen.send(event.body.type_name());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # fn handshake() -> SystemInit {
+//! #     SystemInit {
+//! #         version: "1.0".into(),
+//! #         session_context: SessionContext {
+//! #             initial_variables: Default::default(),
+//! #             conversation_type: ConversationType::Webcall,
+//! #             caller: None,
+//! #         },
+//! #         output_agent_settings: None,
+//! #     }
+//! # }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let agent = Agent::builder(ScriptedLlm::new([])).name("voice").build()?;
+//! let (seen, mut watched) = mpsc::unbounded_channel();
+//!
+//! // The crew of one call: the watcher, then the agent.
+//! let (to_platform, _from_crew) = mpsc::channel(64);
+//! let setup = SessionSetup::new(handshake(), to_platform);
+//! let mut crew = Crew::new();
+//! crew.add_node(BackgroundNode::new("watcher", Watcher { seen }).forward_events(true))
+//!     .add_node(agent.node(&setup))
+//!     .add_edge("watcher", "voice");
+//! assert_eq!(crew.node_names(), ["watcher", "voice"]);
+//!
+//! let session = Session::start(crew, setup).await?;
+//! session.dispatch(Event::now(EventBody::UserJoined))?;
+//! assert_eq!(watched.recv().await, Some("system.user.joined"));
+//! session.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 pub use crate::node::{
     BackgroundAgent, BackgroundNode, NodeError, NodeHandle, NodeSpec, OutputAgent, OutputNode,
@@ -23,7 +83,7 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 256;
 ///
 /// ```
 /// use crewline::prelude::*;
-/// use crewline::{GraphError, NodeError, NodeHandle, llm::ScriptedLlm, protocol::Event};
+/// use crewline::{crew::{GraphError, NodeError, NodeHandle}, llm::ScriptedLlm, protocol::Event};
 ///
 /// struct Sentiment;
 ///
@@ -45,7 +105,7 @@ pub const DEFAULT_INBOX_CAPACITY: usize = 256;
 ///
 /// crew.add_edge("voice", "sentiment");
 /// assert!(matches!(crew.validate(), Err(GraphError::Cycle(_))));
-/// # Ok::<(), crewline::AgentError>(())
+/// # Ok::<(), crewline::agent::AgentError>(())
 /// ```
 pub struct Crew {
     pub(crate) nodes: Vec<NodeSpec>,
@@ -209,7 +269,7 @@ fn find_cycle(children: &[Vec<usize>]) -> Option<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BackgroundAgent, BackgroundNode, NodeError, NodeHandle};
+    use crate::crew::{BackgroundAgent, BackgroundNode, NodeError, NodeHandle};
     use crewline_protocol::Event;
 
     struct Quiet;

@@ -9,7 +9,7 @@ use std::sync::{
 use crewline_protocol::Event;
 use tokio::sync::mpsc;
 
-use crate::{NodeHandle, Observer};
+use crate::{crew::NodeHandle, session::Observer};
 
 /// A node's connections to the rest of the session.
 pub(crate) struct NodeIo {

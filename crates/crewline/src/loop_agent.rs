@@ -9,7 +9,10 @@ use async_trait::async_trait;
 use crewline_core::{Context, ContextLimits};
 
 use crate::{
-    CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStream, eval_faults::CallTurns,
+    CallControl, ToolLoop,
+    crew::{NodeError, NodeHandle, OutputAgent},
+    eval_faults::CallTurns,
+    turn::TurnStream,
 };
 
 /// An output agent that answers every LLM request with its [`ToolLoop`] on its conversation:
@@ -21,7 +24,14 @@ use crate::{
 ///
 /// ```
 /// use std::sync::Arc;
-/// use crewline::{LoopAgent, OutputAgent, ToolLoop, llm::{Reply, ScriptedLlm}, prelude::*, tool::ToolRegistry};
+/// use crewline::{
+///     ToolLoop,
+///     agent::LoopAgent,
+///     crew::OutputAgent,
+///     llm::{Reply, ScriptedLlm},
+///     prelude::*,
+///     tool::ToolRegistry,
+/// };
 ///
 /// let model = Arc::new(ScriptedLlm::new([Reply::text("Hello!")]));
 /// let tool_loop = ToolLoop::new(model, Arc::new(ToolRegistry::new()));

@@ -8,7 +8,7 @@ use crewline_protocol::{Event, EventBody, SessionContext};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::{CallControl, TurnStream};
+use crate::{CallControl, turn::TurnStream};
 
 /// The agent behind an output node: it holds the conversation and answers LLM requests.
 ///

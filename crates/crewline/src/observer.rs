@@ -5,7 +5,7 @@ use std::time::Duration;
 use crewline_core::ToolErrorKind;
 use crewline_protocol::Severity;
 
-use crate::TurnReport;
+use crate::turn::TurnReport;
 
 /// Receives a session's measurements; the server turns them into Prometheus metrics.
 ///

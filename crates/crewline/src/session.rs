@@ -1,4 +1,54 @@
 //! A running call: the crew's nodes as tasks, wired root → nodes → platform.
+//!
+//! A crew server starts one [`Session`] per call from its crew setup ([`CrewSetup`]); a test,
+//! or a transport of your own, starts one directly: the platform's events go in through
+//! [`Session::dispatch`], and what the crew says comes out of the channel the call's
+//! [`SessionSetup`] was given.
+//!
+//! ```
+//! use crewline::prelude::*;
+//! use crewline::{
+//!     Session,
+//!     llm::{Reply, ScriptedLlm},
+//!     protocol::{ConversationType, Event, EventBody, LlmRequest, SessionContext, SystemInit},
+//! };
+//! use tokio::sync::mpsc;
+//!
+//! # fn handshake() -> SystemInit {
+//! #     SystemInit {
+//! #         version: "1.0".into(),
+//! #         session_context: SessionContext {
+//! #             initial_variables: Default::default(),
+//! #             conversation_type: ConversationType::Webcall,
+//! #             caller: None,
+//! #         },
+//! #         output_agent_settings: None,
+//! #     }
+//! # }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = ScriptedLlm::new([Reply::text("Hello, how can I help?")]);
+//! let agent = Agent::builder(model).build()?;
+//!
+//! // One call: its handshake, and where its events for the platform go.
+//! let (to_platform, mut from_crew) = mpsc::channel(64);
+//! let setup = SessionSetup::new(handshake(), to_platform);
+//! let session = Session::start(agent.crew_for(&setup), setup).await?;
+//!
+//! // The platform asks for a turn; the answer comes as chunks between a start and an end.
+//! session.dispatch(Event::now(EventBody::LlmRequest(LlmRequest::default())))?;
+//! let mut said = String::new();
+//! while let Some(event) = from_crew.recv().await {
+//!     match event.body {
+//!         EventBody::ResponseChunk { text } => said.push_str(&text),
+//!         EventBody::ResponseEnd => break,
+//!         _ => {}
+//!     }
+//! }
+//! assert_eq!(said, "Hello, how can I help?");
+//! session.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 pub use crate::{
     observer::{NoopObserver, Observer, TurnOutcome},
@@ -18,8 +68,9 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::{
-    CallControl, Crew, GraphError, NodeHandle, NodeSpec,
+    CallControl, Crew,
     call::Attached,
+    crew::{GraphError, NodeHandle, NodeSpec},
     inbox::{InboxBudget, InboxReceiver, LineInterrupt, NodeIo, Queued},
     runner::{run_background, run_output},
     session_store::{CallStore, Checkpoint, run_checkpointer},

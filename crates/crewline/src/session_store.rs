@@ -23,7 +23,7 @@ use futures::{StreamExt, stream::BoxStream};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::Handoff;
+use crate::call::Handoff;
 
 /// The most bytes of one call's checkpoint (as JSON): far above what a router's state, a few
 /// outcomes and a crew's own keys take, small enough that a store of many calls stays bounded.
@@ -43,7 +43,7 @@ pub const DEFAULT_OWNER_LEASE: Duration = Duration::from_secs(15);
 pub struct RouterCheckpoint {
     /// The id of the sub-agent that answers the next turn.
     pub active: String,
-    /// The router's state ([`RouterState`](crate::RouterState)).
+    /// The router's state ([`RouterState`](crate::router::RouterState)).
     pub state: Map<String, Value>,
 }
 

@@ -21,7 +21,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// # Examples
 ///
 /// ```
-/// use crewline::{Crew, CrewSetup, SessionSetup};
+/// use crewline::{Crew, session::CrewSetup, SessionSetup};
 ///
 /// fn setup(call: SessionSetup) -> Crew {
 ///     let _ = call.initial_variables();

@@ -10,9 +10,10 @@ use std::sync::{
 use async_trait::async_trait;
 use crewline::prelude::*;
 use crewline::{
-    ToolLoop, TurnError, TurnEvent,
+    ToolLoop, TurnEvent,
     llm::{AnswerLimits, LlmError, Reply, ScriptedLlm},
     tool::{Tool, ToolRegistry},
+    turn::TurnError,
     types::{Context, ContextLimits, Message},
 };
 use futures::StreamExt;
@@ -184,7 +185,10 @@ async fn refused_calls_are_neither_echoed_nor_logged_with_their_arguments() {
     let (events, error) = drive(&turn_loop, &mut context).await;
 
     assert!(error.is_none(), "{error:?}");
-    assert_eq!(runs.load(Ordering::SeqCst), crewline::MAX_CALLS_PER_ANSWER);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        crewline::turn::MAX_CALLS_PER_ANSWER
+    );
     let logged: Vec<&Value> = events
         .iter()
         .filter_map(|e| match e {

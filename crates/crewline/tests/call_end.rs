@@ -116,7 +116,6 @@ async fn the_hook_sees_the_whole_conversation_once_when_the_call_ends() {
 async fn a_dry_run_is_not_a_call_and_runs_no_hook() {
     let seen: Seen = Arc::default();
     let agent = agent(&seen);
-    drop(agent.crew());
     drop(agent.crew_for(&SessionSetup::dry_run()));
     // A crew built for a real call and dropped unstarted still ran a call's setup.
     let (setup, _frames) = setup();

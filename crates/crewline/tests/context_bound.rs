@@ -5,9 +5,11 @@
 mod common;
 
 use crewline::{
-    DeterministicRouter, LoopAgent, SubAgent, ToolLoop,
+    ToolLoop,
+    agent::LoopAgent,
     llm::{Reply, ScriptedLlm},
     protocol::EventBody,
+    router::{DeterministicRouter, SubAgent},
     tool::ToolRegistry,
     types::{ContextLimits, Message},
 };

@@ -1067,3 +1067,39 @@ fn the_schema_docs_protocol_shows_is_the_one_the_model_is_sent() {
         })
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// An agent's tools
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_registry_given_to_an_agent_keeps_the_tools_added_before_it() {
+    use crewline::{agent::AgentError, llm::ScriptedLlm, tool::RegistryError};
+
+    let mut registry = ToolRegistry::new().with_max_concurrency(3);
+    registry.register(GreetTool).unwrap();
+    let agent = Agent::builder(ScriptedLlm::new([]))
+        .tool(DoNothingTool)
+        .registry(registry)
+        .tool(ExplodeTool)
+        .build()
+        .unwrap();
+    let tools = agent.tool_loop().tools();
+    let mut names = tools.names();
+    names.sort_unstable();
+    assert_eq!(names, ["do_nothing", "explode", "greet"]);
+    // The registry's own settings are the agent's.
+    assert_eq!(tools.max_concurrency(), 3);
+
+    // A name in both is reported by `build`, as with `tools`.
+    let mut registry = ToolRegistry::new();
+    registry.register(GreetTool).unwrap();
+    let twice = Agent::builder(ScriptedLlm::new([]))
+        .tool(GreetTool)
+        .registry(registry)
+        .build();
+    assert!(
+        matches!(twice, Err(AgentError::Tools(RegistryError::DuplicateName(ref name))) if name == "greet"),
+        "{twice:?}"
+    );
+}

@@ -5,9 +5,11 @@
 mod common;
 
 use crewline::{
-    CallControl, DeterministicRouter, OutputAgent, RouterState, SubAgent, ToolLoop, TurnEvent,
+    CallControl, ToolLoop, TurnEvent,
+    crew::OutputAgent,
     llm::{Reply, ScriptedLlm},
     protocol::{Event, EventBody},
+    router::{DeterministicRouter, RouterState, SubAgent},
     tool::ToolRegistry,
     types::{Context, Message},
 };
@@ -15,11 +17,11 @@ use futures::StreamExt;
 use std::{sync::Arc, time::Duration};
 
 use crewline::{
-    RouterBuilder, RouterError, Session,
+    Session,
     llm::ChatRequest,
     prelude::*,
     protocol::{ConversationType, OutputAgentSettings, SessionContext, SystemInit},
-    router::when,
+    router::{RouterBuilder, RouterError, when},
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;

@@ -4,10 +4,12 @@
 mod common;
 
 use crewline::{
-    CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnStream,
+    CallControl, ToolLoop,
+    crew::{NodeError, NodeHandle, OutputAgent},
     llm::{Reply, ScriptedLlm},
     protocol::{Event, EventBody},
     tool::ToolRegistry,
+    turn::TurnStream,
     types::{Context, Message},
 };
 use std::{
@@ -19,13 +21,15 @@ use std::{
 };
 
 use crewline::{
-    DispatchError, GraphError, Session,
+    Session,
+    crew::GraphError,
     llm::ChatRequest,
     prelude::*,
     protocol::{
         AgentError, ConversationType, LlmRequest, OutputAgentSettings, SessionContext, Severity,
         SystemInit, TranscriptRole, TranscriptUpdate,
     },
+    session::DispatchError,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;

@@ -16,9 +16,10 @@ use std::{
 use async_trait::async_trait;
 use crewline::prelude::*;
 use crewline::{
-    ToolLoop, TurnError, TurnEvent, TurnReport,
+    ToolLoop, TurnEvent,
     llm::{LlmError, StreamItem, ToolChoice, Usage},
     tool::{Tool, ToolRegistry},
+    turn::{TurnError, TurnReport},
     types::{Context, Message, ToolErrorKind, ToolResult},
 };
 use crewline_core::Role;
@@ -938,7 +939,7 @@ async fn an_answer_with_a_hundred_tool_calls_runs_at_most_the_cap_and_the_turn_e
     let (events, error) = drive(&turn_loop, &mut context).await;
 
     assert!(error.is_none(), "{error:?}");
-    let cap = crewline::MAX_CALLS_PER_ANSWER;
+    let cap = crewline::turn::MAX_CALLS_PER_ANSWER;
     assert_eq!(
         runs.load(Ordering::SeqCst),
         cap,
@@ -988,7 +989,7 @@ async fn the_turns_call_cap_holds_by_default_across_answers() {
     let (events, error) = drive(&turn_loop, &mut context).await;
 
     assert!(error.is_none(), "{error:?}");
-    let cap = crewline::MAX_CALLS_PER_TURN;
+    let cap = crewline::turn::MAX_CALLS_PER_TURN;
     assert_eq!(runs.load(Ordering::SeqCst), cap);
     let kinds = kinds_of(&events);
     assert_eq!(kinds.len(), 40);

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use crewline::{
-    function_tool,
+    prelude::function_tool,
     tool::{
         Executor, ToolError, ToolRegistry,
         executor::{

@@ -407,7 +407,7 @@ impl From<StoreError> for ApiError {
         };
         Self {
             status,
-            detail: error.to_string(),
+            detail: crewline_core::error_chain(&error),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use crewline_core::ErrorDetail;
 use serde_json::Value;
 
 use crate::wire::{CustomTool, TaskEvent, TaskStatus, ToolAnswer};
@@ -133,12 +134,14 @@ pub enum StoreError {
     TaskBudget(usize),
     /// The backend failed (for stores other than the in-memory one): the operation may or
     /// may not have taken effect (a reply lost to a timeout after the request went out).
-    #[error("the task store failed: {0}")]
-    Backend(String),
+    /// The cause is a detail (its words name the store and what it met, the typed error
+    /// under it when there is one) so that a store error stays `Clone` and comparable.
+    #[error("the task store failed")]
+    Backend(#[source] ErrorDetail),
     /// The backend could not be reached and the operation certainly changed nothing (it was
     /// never sent).
-    #[error("the task store is unreachable: {0}")]
-    Unreachable(String),
+    #[error("the task store is unreachable")]
+    Unreachable(#[source] ErrorDetail),
 }
 
 /// What withdrawing a tool call found ([`TaskStore::withdraw`]): whether its client can have

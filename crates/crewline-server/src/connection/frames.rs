@@ -4,7 +4,7 @@
 use std::{pin::Pin, time::Duration};
 
 use axum::extract::ws::{Message, close_code};
-use crewline::{CallControl, DispatchError, Session, protocol::Severity};
+use crewline::{CallControl, Session, protocol::Severity, session::DispatchError};
 use crewline_http::OverBudget;
 use futures::StreamExt;
 use tokio::time::{Instant, Sleep};
@@ -219,7 +219,7 @@ impl Connection {
             .metrics
             .frame_dropped(FrameDrop::from(kind));
         let kind = kind.as_str();
-        let error = truncate(&error.to_string(), 200).into_owned();
+        let error = truncate(&crewline::types::error_chain(&error), 200).into_owned();
         match self.service.state.call_logs.due(|l| &l.bad_frame) {
             Some(frames) => tracing::warn!(
                 frames,

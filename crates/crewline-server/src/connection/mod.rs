@@ -20,8 +20,9 @@ use std::{sync::Arc, time::Duration};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use crewline::{
-    Observer, Session, SessionSetup,
+    Session, SessionSetup,
     protocol::{AgentError, Event, EventBody, Severity, SystemInit},
+    session::Observer,
 };
 use crewline_http::ArmedReads;
 use futures::{StreamExt, stream::SplitStream};
@@ -242,7 +243,7 @@ impl Connection {
             let claimed = tokio::time::timeout_at(deadline, async {
                 let token = store.claim(key).await?;
                 let json = store.load(key).await?;
-                Ok::<_, crewline::CallStoreError>((token, json))
+                Ok::<_, crewline::session_store::CallStoreError>((token, json))
             })
             .await;
             match claimed {
@@ -262,7 +263,7 @@ impl Connection {
                 }
             }
         };
-        let resumed = json.and_then(|json| match crewline::Checkpoint::from_json(&json) {
+        let resumed = json.and_then(|json| match crewline::session_store::Checkpoint::from_json(&json) {
             Ok(checkpoint) => Some(checkpoint),
             Err(error) => {
                 tracing::warn!(error = %error_chain(&error), "a stored checkpoint is unreadable: the call starts over");
@@ -359,7 +360,8 @@ impl Connection {
                     ))
                 }
                 Err(error) => {
-                    let error = truncate(&error.to_string(), MAX_ERROR_TEXT).into_owned();
+                    let error = truncate(&crewline::types::error_chain(&error), MAX_ERROR_TEXT)
+                        .into_owned();
                     match self.service.state.call_logs.due(|l| &l.bad_init) {
                         Some(calls) => {
                             tracing::warn!(calls, %error, "the first frame is not a valid system.init")

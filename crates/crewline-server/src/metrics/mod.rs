@@ -21,7 +21,11 @@ use std::{
 };
 
 use crewline::{
-    Observer, TurnOutcome, TurnReport, llm::FallbackLlm, protocol::Severity, types::ToolErrorKind,
+    llm::FallbackLlm,
+    protocol::Severity,
+    session::{Observer, TurnOutcome},
+    turn::TurnReport,
+    types::ToolErrorKind,
 };
 use prometheus_client::{encoding::prometheus_text, registry::Registry};
 
@@ -87,7 +91,7 @@ struct ToolStats {
 ///
 /// ```
 /// # use std::sync::Arc;
-/// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// # use crewline::{Crew, agent::LoopAgent, crew::OutputNode, SessionSetup, ToolLoop};
 /// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
 /// # async fn setup(_session: SessionSetup) -> Result<Crew, std::io::Error> {
 /// #     let llm = ScriptedLlm::new([Reply::text("Hello!")]);
@@ -96,7 +100,7 @@ struct ToolStats {
 /// #     crew.add_node(OutputNode::new("assistant", agent));
 /// #     Ok(crew)
 /// # }
-/// use crewline::TurnOutcome;
+/// use crewline::session::TurnOutcome;
 /// use crewline_server::CrewServer;
 /// # use crewline_testkit::{PlatformClient, PlatformConfig};
 ///

@@ -44,7 +44,7 @@ impl CrewServer {
     }
 
     /// The most bytes of platform events queued for a call's nodes (default
-    /// [`crewline::DEFAULT_INBOX_BYTES`]); an event past it is dropped, counted, and the
+    /// [`crewline::session::DEFAULT_INBOX_BYTES`]); an event past it is dropped, counted, and the
     /// platform gets an `agent.error` saying so.
     pub fn inbox_bytes(mut self, bytes: usize) -> Self {
         self.config.limits.inbox_bytes = bytes;

@@ -11,9 +11,11 @@ use std::{
 };
 
 use crewline::{
-    Crew, OutputAgent, OutputNode, SessionSetup, ToolLoop, TurnStream,
+    Crew, SessionSetup, ToolLoop,
+    crew::{OutputAgent, OutputNode},
     llm::{Reply, ScriptedLlm},
     tool::ToolRegistry,
+    turn::TurnStream,
     types::{Context, Message},
 };
 use crewline_server::{CrewServer, ServerError, ServerHandle};

@@ -19,7 +19,7 @@
 //! ```
 //! use std::sync::Arc;
 //!
-//! use crewline::{LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
+//! use crewline::{agent::LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
 //! use crewline_testkit::{ScriptedLlm, ScriptedReply as Reply};
 //! use crewline_testkit::TestCrew;
 //!
@@ -46,7 +46,7 @@ mod record;
 
 use std::{net::SocketAddr, sync::Arc};
 
-use crewline::CrewSetup;
+use crewline::session::CrewSetup;
 use crewline_server::{CrewServer, ServerHandle};
 use serde_json::Value;
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -154,7 +154,7 @@ impl TestCrew {
     /// ```
     /// use std::sync::Arc;
     ///
-    /// use crewline::{LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
+    /// use crewline::{agent::LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
     /// use crewline_testkit::{ScriptedLlm, ScriptedReply as Reply, TestCrew};
     ///
     /// fn greeter(_setup: &SessionSetup) -> Result<Crew, std::convert::Infallible> {

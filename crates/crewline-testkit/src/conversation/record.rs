@@ -19,7 +19,7 @@ use crate::platform::{CrewFrame, Handoff, ToolActivity, ToolOutcome, TurnFrame, 
 /// ```
 /// use std::sync::Arc;
 ///
-/// use crewline::{LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
+/// use crewline::{agent::LoopAgent, ToolLoop, prelude::*, tool::ToolRegistry};
 /// use crewline_testkit::{ScriptedLlm, ScriptedReply as Reply};
 /// use crewline_testkit::TestCrew;
 /// use serde_json::json;

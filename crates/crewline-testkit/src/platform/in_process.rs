@@ -12,8 +12,9 @@
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use crewline::{
-    Crew, CrewSetup, DispatchError, Session, SessionSetup,
+    Crew, Session, SessionSetup,
     protocol::{self, AgentError, Event, EventBody, Severity, SystemInit},
+    session::{CrewSetup, DispatchError},
 };
 use crewline_server::{BoxError, SetupError};
 use futures::{FutureExt, future::BoxFuture};
@@ -152,7 +153,10 @@ async fn handshake(
             close_reason: "expected system.init first",
         })),
         Err(error) => Err(Some(Refusal {
-            message: format!("expected system.init as the first frame: {error}"),
+            message: format!(
+                "expected system.init as the first frame: {}",
+                crewline::types::ErrorChain(&error)
+            ),
             reason: "bad_frame",
             code: POLICY,
             close_reason: "invalid handshake",

@@ -35,11 +35,11 @@ mod turn;
 use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use crewline::{
-    CrewSetup,
     protocol::{
         self, Caller, ConversationType, Event, EventBody, OutputAgentSettings, SessionContext,
         SystemInit, TranscriptRole, TranscriptUpdate,
     },
+    session::CrewSetup,
 };
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
@@ -317,7 +317,7 @@ pub enum Handoff {
 ///
 /// ```
 /// # use std::sync::Arc;
-/// # use crewline::{Crew, LoopAgent, OutputNode, SessionSetup, ToolLoop};
+/// # use crewline::{Crew, agent::LoopAgent, crew::OutputNode, SessionSetup, ToolLoop};
 /// # use crewline::{llm::{Reply, ScriptedLlm}, tool::ToolRegistry};
 /// # fn setup(_: &SessionSetup) -> Result<Crew, std::io::Error> {
 /// #     let llm = ScriptedLlm::new([Reply::text("Hello! How can I help?")]);

@@ -172,7 +172,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Inbound {
     let at = Instant::now();
     match protocol::decode(bytes) {
         Ok(event) => Inbound::Frame(at, event, bytes.len(), None),
-        Err(error) => Inbound::Undecodable(error.to_string()),
+        Err(error) => Inbound::Undecodable(crewline::types::error_chain(&error)),
     }
 }
 

@@ -8,7 +8,7 @@ use crewline_tools::{RegistryError, SessionScope, ToolRegistry};
 use serde_json::{Map, Value};
 
 use super::{DeterministicRouter, Predicate, RouterError, RouterState, Routes, Stage};
-use crate::{ToolLoop, ToolLoopConfig};
+use crate::{ToolLoop, turn::ToolLoopConfig};
 
 /// One specialist of a [`DeterministicRouter`]: its id, the system prompt used while it is
 /// active, and the tools (by name, from the router's registry) it may call.
@@ -64,7 +64,7 @@ struct Declared {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use crewline::{DeterministicRouter, RouterError, RouterState, SubAgent};
+/// use crewline::router::{DeterministicRouter, RouterError, RouterState, SubAgent};
 /// use crewline::{llm::ScriptedLlm, router::when};
 ///
 /// let llm = Arc::new(ScriptedLlm::new([]));

@@ -13,9 +13,9 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use crewline::{prelude::*, router::when, DeterministicRouter, RouterState, SubAgent, tool::ToolRegistry};
+//! # use crewline::{prelude::*, router::{when, DeterministicRouter, RouterState, SubAgent}, tool::ToolRegistry};
 //! # fn build(llm: Arc<dyn LlmClient>, tools: Arc<ToolRegistry>, state: RouterState)
-//! # -> Result<DeterministicRouter, crewline::RouterError> {
+//! # -> Result<DeterministicRouter, crewline::router::RouterError> {
 //! let router = DeterministicRouter::builder("intake", llm)
 //!     .tools(tools)
 //!     .state(state) // the clone the tools write to
@@ -51,8 +51,10 @@ pub use error::RouterError;
 pub use state::{RouterState, when};
 
 use crate::{
-    CallControl, NodeError, NodeHandle, OutputAgent, ToolLoop, TurnEvent, TurnStream,
+    CallControl, ToolLoop, TurnEvent,
+    crew::{NodeError, NodeHandle, OutputAgent},
     session_store::RouterCheckpoint,
+    turn::TurnStream,
 };
 
 /// The name of the `agent.log` entry for each move between sub-agents.
@@ -80,7 +82,7 @@ struct Routes {
 /// An output agent made of sub-agents with code-defined transitions (see the
 /// [module docs](self)); build it with [`DeterministicRouter::builder`].
 ///
-/// Put it in an [`OutputNode`](crate::OutputNode). It needs the node's handle, which it takes
+/// Put it in an [`OutputNode`](crate::crew::OutputNode). It needs the node's handle, which it takes
 /// in [`OutputAgent::on_start`], to log its transitions; an agent that wraps a router must
 /// forward `on_start` to it.
 ///
@@ -88,7 +90,12 @@ struct Routes {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use crewline::{Crew, DeterministicRouter, OutputNode, SubAgent, llm::ScriptedLlm};
+/// use crewline::{
+///     Crew,
+///     crew::OutputNode,
+///     llm::ScriptedLlm,
+///     router::{DeterministicRouter, SubAgent},
+/// };
 ///
 /// let router = DeterministicRouter::builder("intake", Arc::new(ScriptedLlm::new([])))
 ///     .sub_agent(SubAgent::new("intake", "Find the caller's account."))
@@ -98,7 +105,7 @@ struct Routes {
 /// let mut crew = Crew::new();
 /// crew.add_node(OutputNode::new("collections", router));
 /// assert!(crew.validate().is_ok());
-/// # Ok::<(), crewline::RouterError>(())
+/// # Ok::<(), crewline::router::RouterError>(())
 /// ```
 pub struct DeterministicRouter {
     context: Context,

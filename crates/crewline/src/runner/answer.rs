@@ -14,8 +14,11 @@ use tracing::Instrument;
 
 use super::{OutputRunner, emit_unless_interrupted, error_event, next_interrupt};
 use crate::{
-    NodeError, NodeHandle, Observer, TurnError, TurnEvent, TurnOutcome, TurnReport,
+    TurnEvent,
+    crew::{NodeError, NodeHandle},
     inbox::LineInterrupt,
+    session::{Observer, TurnOutcome},
+    turn::{TurnError, TurnReport},
 };
 
 impl OutputRunner {

@@ -12,7 +12,7 @@ use futures::{FutureExt, future::BoxFuture};
 use tokio::sync::mpsc;
 
 use crate::{
-    BackgroundNode, NodeError, NodeHandle, OutputNode,
+    crew::{BackgroundNode, NodeError, NodeHandle, OutputNode},
     inbox::{LineInterrupt, NodeIo},
 };
 

@@ -208,7 +208,7 @@ impl ToolLoop {
     /// The same loop for the session `scope` (a call's [`CallControl::scope`]): every turn's
     /// tool calls carry it. A new loop has a fresh scope of its own; clones share it, so build
     /// one loop per call (crew factories run per call) or set the call's scope here.
-    /// [`LoopAgent`](crate::LoopAgent) sets it from the call when its node starts.
+    /// [`LoopAgent`](crate::agent::LoopAgent) sets it from the call when its node starts.
     ///
     /// [`CallControl::scope`]: crate::CallControl::scope
     pub fn with_scope(mut self, scope: SessionScope) -> Self {

@@ -19,7 +19,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use crewline_core::ToolErrorKind;
+use crewline_core::{ErrorDetail, ToolErrorKind};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -150,9 +150,10 @@ pub enum ApprovalError {
     #[error("no call `{0}` is waiting for approval")]
     UnknownCall(String),
     /// Where the approver keeps its calls cannot be reached (e.g. Redis is down): nothing was
-    /// decided. The message names the store and the cause.
-    #[error("approvals are unavailable: {0}")]
-    Unavailable(String),
+    /// decided. The cause is a detail naming the store and what it met (the typed error under
+    /// it), so that an approval error stays `Clone` and comparable.
+    #[error("approvals are unavailable")]
+    Unavailable(#[source] ErrorDetail),
 }
 
 /// An approver deciding at once through a closure.

@@ -27,7 +27,7 @@ use std::{
     },
 };
 
-use crewline_core::ToolErrorKind;
+use crewline_core::{ErrorDetail, ToolErrorKind};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -177,16 +177,18 @@ pub enum LedgerError {
     #[error("this ledger sink does not record intents")]
     IntentsUnsupported,
     /// The sink could not store an intent (its store is down, full or too slow).
-    #[error("the ledger could not store the intent: {reason}")]
+    #[error("the ledger could not store the intent")]
     IntentNotStored {
-        /// What went wrong, in the sink's words.
-        reason: String,
+        /// What went wrong: the sink's words, and the error under them when there is one.
+        #[source]
+        reason: ErrorDetail,
     },
     /// The sink could not store an outcome at once ([`LedgerSink::settle`]).
-    #[error("the ledger could not store the outcome: {reason}")]
+    #[error("the ledger could not store the outcome")]
     OutcomeNotStored {
-        /// What went wrong, in the sink's words.
-        reason: String,
+        /// What went wrong: the sink's words, and the error under them when there is one.
+        #[source]
+        reason: ErrorDetail,
     },
 }
 
@@ -644,7 +646,7 @@ impl LedgerSink for JsonlLedger {
         let (done, written) = tokio::sync::oneshot::channel();
         let sent = line.and_then(|line| self.send(Job::Intent(line, done)));
         self.answered(sent, written, |reason| LedgerError::IntentNotStored {
-            reason,
+            reason: reason.into(),
         })
     }
 
@@ -660,7 +662,7 @@ impl LedgerSink for JsonlLedger {
         let (done, written) = tokio::sync::oneshot::channel();
         let sent = line.and_then(|line| self.send(Job::Settle(line, done)));
         self.answered(sent, written, |reason| LedgerError::OutcomeNotStored {
-            reason,
+            reason: reason.into(),
         })
     }
 

@@ -196,7 +196,7 @@ impl Executor {
         let stored = match tokio::time::timeout(INTENT_TIMEOUT, ledger.intent(&intent)).await {
             Ok(stored) => stored,
             Err(_) => Err(LedgerError::IntentNotStored {
-                reason: format!("not stored within {INTENT_TIMEOUT:?}"),
+                reason: format!("not stored within {INTENT_TIMEOUT:?}").into(),
             }),
         };
         match stored {
