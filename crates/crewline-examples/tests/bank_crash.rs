@@ -22,7 +22,8 @@ use std::{
 };
 
 use crewline::{CallStore, Checkpoint, SessionSetup, llm::LlmClient};
-use crewline_examples::{args::with_call_store_from_env, bank_support as bank};
+use crewline_examples::bank_support as bank;
+use crewline_server::call_store_from_env;
 use crewline_redis::{RedisCheckpoints, RedisConfig};
 use crewline_server::CrewServer;
 use crewline_testkit::{
@@ -135,7 +136,7 @@ fn replica_process() {
             async move { crew }
         })
         .allow_unauthenticated();
-        let server = with_call_store_from_env(server)
+        let server = call_store_from_env(server)
             .await
             .expect("the call store");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

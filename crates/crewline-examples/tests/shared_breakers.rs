@@ -22,7 +22,7 @@ use crewline::{
     llm::{ChatRequest, LlmClient, ScriptedLlm, collect, fallback::SharedBreakers},
     types::Message,
 };
-use crewline_examples::args::ModelArgs;
+use crewline_server::ModelArgs;
 use crewline_redis::{RedisBreakers, RedisConfig};
 use crewline_testkit::mock_llm::{
     MockLlm, RunningMockLlm,
@@ -175,7 +175,7 @@ fn replica_process() {
     let Ok(role) = std::env::var(ROLE_VARIABLE) else {
         return;
     };
-    let _logs = crewline_examples::args::init_logs("info");
+    let _logs = crewline_server::init_logs("info");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async move {
         let backup = std::env::var("CREWLINE_TEST_BACKUP_URL").expect("the backup's URL");
