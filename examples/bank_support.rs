@@ -77,22 +77,16 @@ use crewline::{
     turn::{ToolLoop, TurnEvent, TurnStream},
     types::{Context, Message, ToolErrorKind, ToolResult},
 };
-use crewline_server::{BoxError, CrewServer, ModelArgs, ServeArgs};
+use crewline_server::{BoxError, CrewArgs, CrewServer};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// Serves the bank crew on `/ws`.
 #[derive(Debug, clap::Parser)]
 pub struct Args {
-    /// Where to listen, and the token every call must carry.
+    /// crewline-server's shared flags: where to listen, the token, the model.
     #[command(flatten)]
-    pub serve: ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = crewline_server::DEFAULT_PORT)]
-    pub port: u16,
-    /// Which model the crew runs on.
-    #[command(flatten)]
-    pub model: ModelArgs,
+    pub crew: CrewArgs,
 }
 
 #[tokio::main]
@@ -102,7 +96,7 @@ async fn main() -> Result<(), BoxError> {
     let args = <Args as clap::Parser>::parse();
     let _logs = crewline_server::init_logs("info");
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one.
-    let model = args.model.choose(scripted_bank_model).await?;
+    let model = args.crew.model.choose(scripted_bank_model).await?;
     // One set of books for every call (booking takes a moment, as a real core system's
     // does). With CREWLINE_BANK_URL, transfers are booked by that bank over HTTP (e.g.
     // `crewline fake-bank`, which deploy/test/chaos.sh runs): books outside the replicas'
@@ -118,17 +112,11 @@ async fn main() -> Result<(), BoxError> {
     let shared = BankShared::from_env(bank).await?;
     // The crew, one per call: tools bound to the caller's account. The model is shared.
     let llm = Arc::clone(&model.llm);
-    let server = CrewServer::new(move |setup: SessionSetup| {
-        std::future::ready(bank_crew(&setup, Arc::clone(&llm), &shared))
-    });
-    // On --host and --port with the token; with CREWLINE_REDIS_URL each call's checkpoint is
-    // kept in Redis, so a call resumes on any replica.
-    let server = args.serve.apply(server, args.port);
-    model.watch_on(&server);
-    let server = crewline_server::call_store_from_env(server).await?;
-    tracing::info!(port = args.port, "bank crew listening on /ws");
-    server.run().await?;
-    Ok(())
+    let server =
+        CrewServer::new(move |setup: &SessionSetup| bank_crew(setup, Arc::clone(&llm), &shared));
+    // Served on --host and --port with the token until SIGTERM or Ctrl-C; with
+    // CREWLINE_REDIS_URL each call's checkpoint is kept in Redis (it resumes on any replica).
+    args.crew.serve(server, &model).await
 }
 
 /// The agent's instructions.

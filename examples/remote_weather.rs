@@ -47,7 +47,7 @@ use crewline::{
 };
 use crewline_remote::{ClientConfig, TaskApi};
 use crewline_server::{
-    BoxError, CrewServer, ModelArgs, ServeArgs,
+    BoxError, CrewArgs, CrewServer,
     model::{ChosenModel, ModelChoice, choose},
 };
 use serde_json::{Value, json};
@@ -61,15 +61,9 @@ mod voice_agent;
 /// client whose process runs `get_weather`.
 #[derive(Debug, clap::Parser)]
 pub struct Args {
-    /// Where to listen, and the token every call must carry.
+    /// crewline-server's shared flags: where to listen, the token, the model.
     #[command(flatten)]
-    pub serve: ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = crewline_server::DEFAULT_PORT)]
-    pub port: u16,
-    /// Which model the crew runs on.
-    #[command(flatten)]
-    pub model: ModelArgs,
+    pub crew: CrewArgs,
     /// Run the client instead of the server.
     #[arg(long)]
     pub client: bool,
@@ -93,8 +87,8 @@ async fn main() -> Result<(), BoxError> {
     }
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one;
     // behind a fallback over other providers when --fallback-base-url is given.
-    let chosen = model(args.model.choice(), args.model.model.clone(), Duration::from_millis(20))?;
-    let model = args.model.with_fallbacks(chosen).await?;
+    let chosen = model(args.crew.model.choice(), args.crew.model.model.clone(), Duration::from_millis(20))?;
+    let model = args.crew.model.with_fallbacks(chosen).await?;
     // The tasks: in memory, or shared by every replica through Redis (CREWLINE_REDIS_URL).
     let mut tasks = task_api()
         .await
@@ -114,9 +108,9 @@ async fn main() -> Result<(), BoxError> {
         async move { weather.build(&setup).await }
     })
     .merge(tasks.router());
-    let server = args.serve.apply(server, args.port);
+    let server = args.crew.apply(server);
     model.watch_on(&server);
-    tracing::info!(port = args.port, "remote weather crew on /ws, task API on /task");
+    tracing::info!(port = args.crew.port, "remote weather crew on /ws, task API on /task");
     server.run().await?;
     Ok(())
 }

@@ -55,7 +55,7 @@ use crewline::{
     turn::{TurnEvent, TurnStream},
     types::{Context, Message},
 };
-use crewline_server::{BoxError, CrewServer, ModelArgs, ServeArgs};
+use crewline_server::{BoxError, CrewArgs, CrewServer};
 use serde_json::{Map, json};
 
 /// The weather agent this crew puts behind its observer: the `voice_agent` example's crew
@@ -69,15 +69,9 @@ use voice_agent::WeatherCrew;
 /// Serves the sentiment crew (a sentiment observer in front of the weather agent) on `/ws`.
 #[derive(Debug, clap::Parser)]
 pub struct Args {
-    /// Where to listen, and the token every call must carry.
+    /// crewline-server's shared flags: where to listen, the token, the model.
     #[command(flatten)]
-    pub serve: ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = crewline_server::DEFAULT_PORT)]
-    pub port: u16,
-    /// Which model the crew runs on.
-    #[command(flatten)]
-    pub model: ModelArgs,
+    pub crew: CrewArgs,
 }
 
 #[tokio::main]
@@ -88,12 +82,12 @@ async fn main() -> Result<(), BoxError> {
     let _logs = crewline_server::init_logs("info");
     // The weather agent's model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else
     // its scripted one; behind a fallback when --fallback-base-url is given.
-    let chosen = voice_agent::model(args.model.choice(), args.model.model.clone(), Duration::from_millis(20))?;
-    let model = args.model.with_fallbacks(chosen).await?;
+    let chosen = voice_agent::model(args.crew.model.choice(), args.crew.model.model.clone(), Duration::from_millis(20))?;
+    let model = args.crew.model.with_fallbacks(chosen).await?;
     // The crew, one per call: the observer, then the weather agent.
-    let server = args.serve.apply(server(model.llm.clone())?, args.port);
+    let server = args.crew.apply(server(model.llm.clone())?);
     model.watch_on(&server);
-    tracing::info!(port = args.port, "sentiment crew listening on /ws");
+    tracing::info!(port = args.crew.port, "sentiment crew listening on /ws");
     server.run().await?;
     Ok(())
 }

@@ -37,44 +37,31 @@ use crewline::{
     protocol::ConversationType,
     types::Message,
 };
-use crewline_server::{BoxError, CrewServer, ModelArgs, ServeArgs};
+use crewline_server::{BoxError, CrewArgs, CrewServer};
 use serde_json::{Value, json};
 
 /// Serves the web shop's chat crew (conversations of type `chat`) on `/ws`.
 #[derive(Debug, clap::Parser)]
 pub struct Args {
-    /// Where to listen, and the token every call must carry.
+    /// crewline-server's shared flags: where to listen, the token, the model.
     #[command(flatten)]
-    pub serve: ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = crewline_server::DEFAULT_PORT)]
-    pub port: u16,
-    /// Which model the crew runs on.
-    #[command(flatten)]
-    pub model: ModelArgs,
+    pub crew: CrewArgs,
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     // The flags, then the logs: stderr, and each turn traced over OTLP when
     // OTEL_EXPORTER_OTLP_ENDPOINT is set.
-    let args = <Args as clap::Parser>::parse();
+    let Args { crew } = clap::Parser::parse();
     let _logs = crewline_server::init_logs("info");
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one.
-    let model = args.model.choose(scripted_chat_model).await?;
+    let model = crew.model.choose(scripted_chat_model).await?;
     // The crew, one per chat (a voice call is refused here). The model is shared.
     let llm = Arc::clone(&model.llm);
-    let server = CrewServer::new(move |setup: SessionSetup| {
-        std::future::ready(chat_crew(&setup, Arc::clone(&llm)))
-    });
-    // On --host and --port with the token; with CREWLINE_REDIS_URL each call's checkpoint is
-    // kept in Redis, so a call resumes on any replica.
-    let server = args.serve.apply(server, args.port);
-    model.watch_on(&server);
-    let server = crewline_server::call_store_from_env(server).await?;
-    tracing::info!(port = args.port, "chat crew listening on /ws");
-    server.run().await?;
-    Ok(())
+    let server = CrewServer::new(move |setup: &SessionSetup| chat_crew(setup, Arc::clone(&llm)));
+    // Served on --host and --port with the token until SIGTERM or Ctrl-C; with
+    // CREWLINE_REDIS_URL each call's checkpoint is kept in Redis (it resumes on any replica).
+    crew.serve(server, &model).await
 }
 
 /// The assistant's instructions for the chat widget.

@@ -49,7 +49,7 @@ use crewline::{
     types::Message,
 };
 use crewline_server::{
-    BoxError, CrewServer, ModelArgs, ServeArgs,
+    BoxError, CrewArgs, CrewServer,
     model::{ChosenModel, ModelChoice, choose},
 };
 use serde_json::{Value, json};
@@ -64,18 +64,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Serves the weather crew on `/ws`.
 #[derive(Debug, clap::Parser)]
 pub struct Args {
-    /// Where to listen, and the token every call must carry.
+    /// crewline-server's shared flags: where to listen, the token, the model.
     #[command(flatten)]
-    pub serve: ServeArgs,
-    /// The port to listen on.
-    #[arg(long, default_value_t = crewline_server::DEFAULT_PORT)]
-    pub port: u16,
-    /// Which model the crew runs on.
-    #[command(flatten)]
-    pub model: ModelArgs,
-    /// How long the weather service takes to answer, in milliseconds.
-    #[arg(long = "service-delay-ms", value_name = "MS", value_parser = parse_millis, default_value = "300")]
-    pub service_delay: Duration,
+    pub crew: CrewArgs,
+    /// How long the weather service takes to answer, in milliseconds (default 300).
+    #[arg(long = "service-delay-ms", value_name = "MS", value_parser = parse_millis)]
+    pub service_delay: Option<Duration>,
     /// Serve calls on N single-threaded runtimes (default: one per CPU; 0: on one shared,
     /// multi-threaded runtime).
     #[arg(long, value_name = "N", default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
@@ -108,21 +102,19 @@ fn main() -> Result<(), BoxError> {
 async fn serve(args: Args) -> Result<(), BoxError> {
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one;
     // behind a fallback over other providers when --fallback-base-url is given.
-    let chosen = model(args.model.choice(), args.model.model.clone(), Duration::from_millis(20))?;
-    let model = args.model.with_fallbacks(chosen).await?;
+    let chosen = model(args.crew.model.choice(), args.crew.model.model.clone(), Duration::from_millis(20))?;
+    let model = args.crew.model.with_fallbacks(chosen).await?;
     // The crew: the model and the tools are shared by every call; each call gets its own
     // conversation.
-    let weather = WeatherCrew::new(model.llm.clone(), args.service_delay)?;
-    let mut server = args.serve.apply(CrewServer::new(weather.agent().clone()), args.port);
-    model.watch_on(&server);
+    let service_delay = args.service_delay.unwrap_or(WEATHER_SERVICE_DELAY);
+    let weather = WeatherCrew::new(model.llm.clone(), service_delay)?;
+    let mut server = CrewServer::new(weather.agent().clone());
     if args.worker_runtimes > 0 {
         server = server.worker_runtimes(args.worker_runtimes);
     }
-    // With CREWLINE_REDIS_URL, each call's checkpoint lives in Redis: it resumes on any replica.
-    let server = crewline_server::call_store_from_env(server).await?;
-    tracing::info!(port = args.port, worker_runtimes = args.worker_runtimes, "weather crew listening on /ws");
-    server.run().await?;
-    Ok(())
+    // Served on --host and --port with the token until SIGTERM or Ctrl-C; with
+    // CREWLINE_REDIS_URL each call's checkpoint lives in Redis (it resumes on any replica).
+    args.crew.serve(server, &model).await
 }
 
 /// The weather agent's system prompt.
@@ -210,12 +202,16 @@ impl WeatherCrew {
         &self.agent
     }
 
-    /// The tool loop shared by every call (for running a turn outside a crew).
+    /// The tool loop shared by every call (for running a turn outside a crew, as the
+    /// `weather_agent` example does).
+    #[allow(dead_code)]
     pub fn tool_loop(&self) -> &ToolLoop {
         self.agent.tool_loop()
     }
 
-    /// The crew for one call: a single interruptible output node.
+    /// The crew for one call: a single interruptible output node (what `CrewServer::new`
+    /// makes of [`agent`](Self::agent) for each call).
+    #[allow(dead_code)]
     pub fn build(&self, setup: &SessionSetup) -> Crew {
         self.agent.crew_for(setup)
     }

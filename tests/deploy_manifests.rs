@@ -63,9 +63,9 @@ fn the_container_runs_the_crew_on_the_port_every_manifest_names() {
         .map(|a| str_of(a, "an arg"))
         .collect();
     let parsed = crew_args(&args);
-    assert_eq!(parsed.port, DEFAULT_PORT);
+    assert_eq!(parsed.crew.port, DEFAULT_PORT);
     assert!(
-        !parsed.serve.host.is_loopback(),
+        !parsed.crew.serve.host.is_loopback(),
         "a pod must listen beyond loopback"
     );
 

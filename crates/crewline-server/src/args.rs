@@ -9,7 +9,7 @@ use std::{
 use crewline::llm::{AfterText, Hedge, ScriptedLlm};
 
 use crate::{
-    BoxError, CrewServer, shared_breakers_from_env,
+    BoxError, CrewServer, call_store_from_env, shared_breakers_from_env,
     model::{ChosenModel, Fallbacks, ModelChoice, choose},
 };
 
@@ -82,6 +82,59 @@ impl ServeArgs {
             server = server.allow_origin(origin);
         }
         server
+    }
+}
+
+/// `--host`, `--port`, `--token`, `--allow-unauthenticated`, `--allow-origin` and the model
+/// flags: what a binary serving one crew on `/ws` takes, to flatten into its own `clap`
+/// options beside its own flags.
+///
+/// ```
+/// use clap::Parser;
+/// use crewline_server::CrewArgs;
+///
+/// /// Serves my crew on `/ws`.
+/// #[derive(Parser)]
+/// struct Args {
+///     #[command(flatten)]
+///     crew: CrewArgs,
+/// }
+///
+/// let args = Args::parse_from(["my_crew", "--port", "9000", "--scripted"]);
+/// assert_eq!(args.crew.port, 9000);
+/// assert!(args.crew.model.scripted);
+/// ```
+#[derive(Debug, Clone, clap::Args)]
+pub struct CrewArgs {
+    /// Where to listen, and the token every call must carry.
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// The port to listen on.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Which model the crew runs on.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+impl CrewArgs {
+    /// `server` bound to `--host` and `--port`, with the token options applied.
+    pub fn apply(&self, server: CrewServer) -> CrewServer {
+        self.serve.apply(server, self.port)
+    }
+
+    /// Serves `server` as the flags say until SIGTERM or Ctrl-C: bound to `--host` and
+    /// `--port` with the token options ([`apply`](Self::apply)), `model`'s providers on
+    /// `/metrics` when it is a fallback chain ([`ChosenModel::watch_on`]), and each call's
+    /// checkpoint in Redis when `CREWLINE_REDIS_URL` is set ([`call_store_from_env`], so a
+    /// call resumes on any replica). Logs where it listens.
+    pub async fn serve(&self, server: CrewServer, model: &ChosenModel) -> Result<(), BoxError> {
+        let server = self.apply(server);
+        model.watch_on(&server);
+        let server = call_store_from_env(server).await?;
+        tracing::info!(port = self.port, "crew listening on /ws");
+        server.run().await?;
+        Ok(())
     }
 }
 

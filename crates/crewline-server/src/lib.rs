@@ -79,7 +79,10 @@ mod state;
 pub mod model;
 
 #[cfg(feature = "clap")]
-pub use args::{AfterTextPolicy, DEFAULT_P95_HEDGE_FLOOR, DEFAULT_PORT, LlmClientKind, ModelArgs, ServeArgs};
+pub use args::{
+    AfterTextPolicy, CrewArgs, DEFAULT_P95_HEDGE_FLOOR, DEFAULT_PORT, LlmClientKind, ModelArgs,
+    ServeArgs,
+};
 pub use from_env::{REDIS_URL_VARIABLE, call_store_from_env, shared_breakers_from_env};
 #[cfg(feature = "otel")]
 pub use logs::{Logs, init_logs};
