@@ -39,7 +39,7 @@ use crewline_server::{BoxError, CrewServer, ServeArgs};
 /// The weather crew: the `voice_agent` example's (its `main` and flags unused here).
 #[path = "voice_agent.rs"]
 #[allow(dead_code)]
-mod voice_agent;
+pub mod voice_agent;
 
 /// Serves the weather crew on `/ws`, its model an Azure OpenAI deployment.
 #[derive(Debug, clap::Parser)]

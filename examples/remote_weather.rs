@@ -55,7 +55,7 @@ use serde_json::{Value, json};
 /// The `voice_agent` example, for its scripted model's greeting (its crew unused here).
 #[path = "voice_agent.rs"]
 #[allow(dead_code)]
-mod voice_agent;
+pub mod voice_agent;
 
 /// The remote weather crew (`/ws` and the task API on `/task`), or with `--client` the
 /// client whose process runs `get_weather`.

@@ -160,7 +160,7 @@ struct SentimentObserver {
     escalation: Escalation,
 }
 
-#[async_trait::async_trait]
+#[async_trait]
 impl BackgroundAgent for SentimentObserver {
     async fn on_event(&mut self, event: &Event, node: &NodeHandle) -> Result<(), NodeError> {
         let EventBody::TranscriptUpdate(update) = &event.body else {

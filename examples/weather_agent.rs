@@ -39,7 +39,7 @@ use futures::StreamExt;
 /// The weather agent: the `voice_agent` example's crew (its `main` and flags unused here).
 #[path = "voice_agent.rs"]
 #[allow(dead_code)]
-mod voice_agent;
+pub mod voice_agent;
 
 /// Asks the weather agent one question and prints its turn as it streams, tools included.
 #[derive(Debug, clap::Parser)]

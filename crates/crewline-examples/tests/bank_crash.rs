@@ -9,7 +9,6 @@
 //! the crew as `examples/bank_support.rs` does. Without `redis-server` the tests pass with a
 //! note.
 
-#![cfg(feature = "redis")]
 // A test: a failed step should panic and fail it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -6,7 +6,6 @@
 //! Needs `redis-server` (CI has it); without it the test passes with a note, unless
 //! `CREWLINE_REQUIRE_REDIS=1`.
 
-#![cfg(feature = "redis")]
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
