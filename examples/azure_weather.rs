@@ -115,4 +115,3 @@ pub fn azure_model(
     // Azure reads the model from the deployment's URL; the name is only logged and sent.
     AsyncOpenAiClient::new(azure, deployment)
 }
-

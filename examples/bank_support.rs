@@ -869,7 +869,7 @@ impl BankApprovals {
     pub fn port(&self) -> Arc<dyn ApprovalPort> {
         match self {
             Self::Memory(approvals) => Arc::new(approvals.clone()),
-                    Self::Redis(approvals) => Arc::new(approvals.clone()),
+            Self::Redis(approvals) => Arc::new(approvals.clone()),
         }
     }
 
@@ -880,7 +880,7 @@ impl BankApprovals {
     ) -> Result<Vec<ApprovalRequest>, ApprovalError> {
         let pending = match self {
             Self::Memory(approvals) => approvals.pending(),
-                    Self::Redis(approvals) => approvals.pending().await?,
+            Self::Redis(approvals) => approvals.pending().await?,
         };
         Ok(pending
             .into_iter()
@@ -892,7 +892,7 @@ impl BankApprovals {
     pub async fn decide(&self, id: &str, decision: ApprovalDecision) -> Result<(), ApprovalError> {
         match self {
             Self::Memory(approvals) => approvals.decide(id, decision),
-                    Self::Redis(approvals) => approvals.decide(id, decision).await,
+            Self::Redis(approvals) => approvals.decide(id, decision).await,
         }
     }
 }

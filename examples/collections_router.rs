@@ -59,7 +59,8 @@ async fn main() -> Result<(), BoxError> {
     let model = crew.model.choose(scripted_collections_model).await?;
     // The crew, one per call: its own router, state and tools. The model is shared.
     let llm = Arc::clone(&model.llm);
-    let server = CrewServer::new(move |setup: &SessionSetup| collections_crew(setup, Arc::clone(&llm)));
+    let server =
+        CrewServer::new(move |setup: &SessionSetup| collections_crew(setup, Arc::clone(&llm)));
     // Served on --host and --port with the token until SIGTERM or Ctrl-C; with
     // CREWLINE_REDIS_URL each call's checkpoint is kept in Redis (it resumes on any replica).
     crew.serve(server, &model).await

@@ -87,7 +87,11 @@ async fn main() -> Result<(), BoxError> {
     }
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one;
     // behind a fallback over other providers when --fallback-base-url is given.
-    let chosen = model(args.crew.model.choice(), args.crew.model.model.clone(), Duration::from_millis(20))?;
+    let chosen = model(
+        args.crew.model.choice(),
+        args.crew.model.model.clone(),
+        Duration::from_millis(20),
+    )?;
     let model = args.crew.model.with_fallbacks(chosen).await?;
     // The tasks: in memory, or shared by every replica through Redis (CREWLINE_REDIS_URL).
     let mut tasks = task_api()
@@ -110,7 +114,10 @@ async fn main() -> Result<(), BoxError> {
     .merge(tasks.router());
     let server = args.crew.apply(server);
     model.watch_on(&server);
-    tracing::info!(port = args.crew.port, "remote weather crew on /ws, task API on /task");
+    tracing::info!(
+        port = args.crew.port,
+        "remote weather crew on /ws, task API on /task"
+    );
     server.run().await?;
     Ok(())
 }

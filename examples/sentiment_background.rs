@@ -49,8 +49,8 @@ use crewline::{
     crew::{NodeError, NodeHandle, OutputAgent},
     prelude::*,
     protocol::{
-        Event, EventBody, HandoffKind, HandoffOption, HoldMusic, TranscriptRole,
-        TransferOptions, TransferType,
+        Event, EventBody, HandoffKind, HandoffOption, HoldMusic, TranscriptRole, TransferOptions,
+        TransferType,
     },
     turn::{TurnEvent, TurnStream},
     types::{Context, Message},
@@ -82,7 +82,11 @@ async fn main() -> Result<(), BoxError> {
     let _logs = crewline_server::init_logs("info");
     // The weather agent's model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else
     // its scripted one; behind a fallback when --fallback-base-url is given.
-    let chosen = voice_agent::model(args.crew.model.choice(), args.crew.model.model.clone(), Duration::from_millis(20))?;
+    let chosen = voice_agent::model(
+        args.crew.model.choice(),
+        args.crew.model.model.clone(),
+        Duration::from_millis(20),
+    )?;
     let model = args.crew.model.with_fallbacks(chosen).await?;
     // The crew, one per call: the observer, then the weather agent.
     let server = args.crew.apply(server(model.llm.clone())?);

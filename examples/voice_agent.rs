@@ -102,7 +102,11 @@ fn main() -> Result<(), BoxError> {
 async fn serve(args: Args) -> Result<(), BoxError> {
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one;
     // behind a fallback over other providers when --fallback-base-url is given.
-    let chosen = model(args.crew.model.choice(), args.crew.model.model.clone(), Duration::from_millis(20))?;
+    let chosen = model(
+        args.crew.model.choice(),
+        args.crew.model.model.clone(),
+        Duration::from_millis(20),
+    )?;
     let model = args.crew.model.with_fallbacks(chosen).await?;
     // The crew: the model and the tools are shared by every call; each call gets its own
     // conversation.

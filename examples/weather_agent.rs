@@ -61,7 +61,11 @@ async fn main() -> Result<(), BoxError> {
 
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one;
     // behind a fallback over other providers when --fallback-base-url is given.
-    let chosen = voice_agent::model(args.model.choice(), args.model.model.clone(), Duration::from_millis(15))?;
+    let chosen = voice_agent::model(
+        args.model.choice(),
+        args.model.model.clone(),
+        Duration::from_millis(15),
+    )?;
     let model = args.model.with_fallbacks(chosen).await?;
     // The agent, and one turn of its tool loop on a conversation of our own.
     let agent = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)?;

@@ -13,8 +13,8 @@ use std::{sync::Arc, time::Duration};
 
 use crewline::{Crew, SessionSetup, protocol::ConversationType, tool::RegistryError};
 use crewline_examples::{
-    azure_weather, bank_support, call_control, collections_router, sentiment_background,
-    text_chat, voice_agent,
+    azure_weather, bank_support, call_control, collections_router, sentiment_background, text_chat,
+    voice_agent,
 };
 use crewline_testkit::{TestCrew, TestkitError, platform::PlatformError};
 use serde_json::json;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient};
 use crewline_examples::{azure_weather, bank_support as bank, voice_agent};
-use crewline_server::model::ModelChoice;
 use crewline_server::CrewServer;
+use crewline_server::model::ModelChoice;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_voice_agent_suite_passes_against_the_example_crew() {

@@ -22,9 +22,9 @@ use std::{
 
 use crewline::{CallStore, Checkpoint, SessionSetup, llm::LlmClient};
 use crewline_examples::bank_support as bank;
-use crewline_server::call_store_from_env;
 use crewline_redis::{RedisCheckpoints, RedisConfig};
 use crewline_server::CrewServer;
+use crewline_server::call_store_from_env;
 use crewline_testkit::{
     bank::{FakeBank, RunningBank},
     platform::{CrewFrame, PlatformClient, PlatformConfig, TurnSummary},
@@ -135,9 +135,7 @@ fn replica_process() {
             async move { crew }
         })
         .allow_unauthenticated();
-        let server = call_store_from_env(server)
-            .await
-            .expect("the call store");
+        let server = call_store_from_env(server).await.expect("the call store");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         println!("PORT={port}");

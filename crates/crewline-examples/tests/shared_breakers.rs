@@ -21,8 +21,8 @@ use crewline::{
     llm::{ChatRequest, LlmClient, ScriptedLlm, collect, fallback::SharedBreakers},
     types::Message,
 };
-use crewline_server::ModelArgs;
 use crewline_redis::{RedisBreakers, RedisConfig};
+use crewline_server::ModelArgs;
 use crewline_testkit::mock_llm::{
     MockLlm, RunningMockLlm,
     raw::{After, RawReply},

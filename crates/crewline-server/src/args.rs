@@ -9,8 +9,9 @@ use std::{
 use crewline::llm::{AfterText, Hedge, ScriptedLlm};
 
 use crate::{
-    BoxError, CrewServer, call_store_from_env, shared_breakers_from_env,
+    BoxError, CrewServer, call_store_from_env,
     model::{ChosenModel, Fallbacks, ModelChoice, choose},
+    shared_breakers_from_env,
 };
 
 /// The port a crew binary listens on unless `--port` says otherwise.

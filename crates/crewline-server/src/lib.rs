@@ -83,11 +83,11 @@ pub use args::{
     AfterTextPolicy, CrewArgs, DEFAULT_P95_HEDGE_FLOOR, DEFAULT_PORT, LlmClientKind, ModelArgs,
     ServeArgs,
 };
+pub use crewline_auth::{Credential, CredentialError, Principal, TOKEN_ENV};
+pub use error::{BoxError, ServerError, SetupError};
 pub use from_env::{REDIS_URL_VARIABLE, call_store_from_env, shared_breakers_from_env};
 #[cfg(feature = "otel")]
 pub use logs::{Logs, init_logs};
-pub use crewline_auth::{Credential, CredentialError, Principal, TOKEN_ENV};
-pub use error::{BoxError, ServerError, SetupError};
 pub use metrics::{ErrorKind, FrameDrop, HandshakeFailure, METRICS_CONTENT_TYPE, Metrics};
 pub use server::{
     CrewServer, DEFAULT_BIND, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,

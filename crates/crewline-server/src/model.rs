@@ -626,14 +626,28 @@ mod tests {
             ModelChoice::FromEnvHttp2,
             ModelChoice::AsyncOpenAiFromEnv,
         ] {
-            let model = choose_in(&env(false, Some(local)), choice, Some("llama3".into()), scripted)
-                .expect("a local endpoint needs no key");
+            let model = choose_in(
+                &env(false, Some(local)),
+                choice,
+                Some("llama3".into()),
+                scripted,
+            )
+            .expect("a local endpoint needs no key");
             assert!(!model.scripted, "{choice:?}");
-            assert!(model.description.contains("llama3"), "{}", model.description);
+            assert!(
+                model.description.contains("llama3"),
+                "{}",
+                model.description
+            );
         }
         // The default client tells where it asks: the local server, not OpenAI.
-        let model = choose_in(&env(false, Some(local)), ModelChoice::FromEnv, None, scripted)
-            .expect("a local endpoint needs no key");
+        let model = choose_in(
+            &env(false, Some(local)),
+            ModelChoice::FromEnv,
+            None,
+            scripted,
+        )
+        .expect("a local endpoint needs no key");
         assert_eq!(model.base_url.as_deref(), Some(local));
         assert_eq!(model.description, DEFAULT_OPENAI_MODEL);
     }

@@ -111,7 +111,10 @@ async fn base_url_child() {
         .find(|line| line.contains("the crew's model"))
         .unwrap_or_else(|| panic!("no line names the model:\n{said}"));
     assert!(line.contains("INFO"), "{line}");
-    assert!(line.contains("local-model") && line.contains(&url), "{line}");
+    assert!(
+        line.contains("local-model") && line.contains(&url),
+        "{line}"
+    );
     assert_eq!(said.matches("the crew's model").count(), 1, "{said}");
 }
 
