@@ -955,15 +955,9 @@ pub fn scripted_bank_model() -> ScriptedLlm {
             let arguments = arguments_of(request, tool_call_id).unwrap_or(Value::Null);
             return Reply::text(read_back(&result, &arguments));
         }
-        let said = request
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                Message::User { content } => Some(content.to_lowercase()),
-                _ => None,
-            })
-            .unwrap_or_default();
+        let said = ScriptedLlm::last_user_text(request)
+            .unwrap_or_default()
+            .to_lowercase();
         // A yes to the question the conversation shows, with no decided call to read (the
         // crew did not find the transfer parked, e.g. on a replica that never heard of it): a
         // model asks for the transfer again, and the caller hears the question again.

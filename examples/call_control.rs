@@ -105,15 +105,9 @@ pub fn scripted_support_model() -> ScriptedLlm {
         if let Some(Message::Tool { .. }) = request.messages.last() {
             return Reply::text("");
         }
-        let last = request
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                Message::User { content } => Some(content.to_lowercase()),
-                _ => None,
-            })
-            .unwrap_or_default();
+        let last = ScriptedLlm::last_user_text(request)
+            .unwrap_or_default()
+            .to_lowercase();
         if last.contains("bye") {
             Reply::tool_call("end_call", json!({})).with_text("Thanks for calling, goodbye!")
         } else if last.contains("person") || last.contains("human") || last.contains("agent") {

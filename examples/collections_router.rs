@@ -309,15 +309,9 @@ pub fn collections_crew(setup: &SessionSetup, llm: Arc<dyn LlmClient>) -> Result
 
 /// The last thing the caller said, lower-cased.
 fn last_user(request: &ChatRequest) -> String {
-    request
-        .messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            Message::User { content } => Some(content.to_lowercase()),
-            _ => None,
-        })
+    ScriptedLlm::last_user_text(request)
         .unwrap_or_default()
+        .to_lowercase()
 }
 
 /// The first run of at least `min` digits in `text`.

@@ -256,12 +256,7 @@ pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
                             .as_str()
                             .unwrap_or("That lookup failed.")
                             .to_owned(),
-                        None => format!(
-                            "In {} it is {} degrees and {}.",
-                            value["location"].as_str().unwrap_or("that city"),
-                            value["temperature_c"],
-                            value["conditions"].as_str().unwrap_or("unknown")
-                        ),
+                        None => voice_agent::weather_sentence(&value),
                     }
                 })
                 .collect();

@@ -187,15 +187,9 @@ pub fn scripted_chat_model() -> ScriptedLlm {
             let result: Value = serde_json::from_str(content).unwrap_or(Value::Null);
             return Reply::text(render_order(&result));
         }
-        let said = request
-            .messages
-            .iter()
-            .rev()
-            .find_map(|m| match m {
-                Message::User { content } => Some(content.clone()),
-                _ => None,
-            })
-            .unwrap_or_default();
+        let said = ScriptedLlm::last_user_text(request)
+            .unwrap_or_default()
+            .to_owned();
         match order_number(&said) {
             Some(order_id) => Reply::tool_call("order_status", json!({"order_id": order_id})),
             None => Reply::text(

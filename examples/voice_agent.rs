@@ -265,6 +265,17 @@ pub fn off_script(cities: &[&str], more: &[&str]) -> String {
     reply
 }
 
+/// A weather lookup's result (`location`, `temperature_c`, `conditions`) as the scripted
+/// models say it.
+pub fn weather_sentence(result: &Value) -> String {
+    format!(
+        "In {} it is {} degrees and {}.",
+        result["location"].as_str().unwrap_or("that city"),
+        result["temperature_c"],
+        result["conditions"].as_str().unwrap_or("unknown")
+    )
+}
+
 /// The offline stand-in for a model: greets, calls `get_weather` once per city named (all in
 /// one round, so they run in parallel, without a word first, as real models often do: the
 /// crew's filler covers the wait), reads tool results back, tells a long story when asked
@@ -282,12 +293,7 @@ pub fn scripted_weather_model(chunk_delay: Duration) -> ScriptedLlm {
                         .and_then(Value::as_str)
                         .unwrap_or("That lookup failed.")
                         .to_owned(),
-                    None => format!(
-                        "In {} it is {} degrees and {}.",
-                        v["location"].as_str().unwrap_or("that city"),
-                        v["temperature_c"],
-                        v["conditions"].as_str().unwrap_or("unknown")
-                    ),
+                    None => weather_sentence(&v),
                 })
                 .collect();
             Reply::text(answers.join(" "))
