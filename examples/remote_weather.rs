@@ -40,16 +40,13 @@
 use std::{io::Write, sync::Arc, time::Duration};
 
 use crewline::{
-    llm::{ChatRequest, LlmError, Reply, ScriptedLlm},
+    llm::{ChatRequest, Reply, ScriptedLlm},
     prelude::*,
     tool::ToolRegistry,
     types::Message,
 };
 use crewline_remote::{ClientConfig, TaskApi};
-use crewline_server::{
-    BoxError, CrewArgs, CrewServer,
-    model::{ChosenModel, ModelChoice, choose},
-};
+use crewline_server::{BoxError, CrewArgs, CrewServer, model::choose};
 use serde_json::{Value, json};
 
 /// The `voice_agent` example, for its scripted model's greeting (its crew unused here).
@@ -87,10 +84,10 @@ async fn main() -> Result<(), BoxError> {
     }
     // The model: OPENAI_BASE_URL's or OpenAI's (with OPENAI_API_KEY), else the scripted one;
     // behind a fallback over other providers when --fallback-base-url is given.
-    let chosen = model(
+    let chosen = choose(
         args.crew.model.choice(),
         args.crew.model.model.clone(),
-        Duration::from_millis(20),
+        || scripted_model(Duration::from_millis(20)),
     )?;
     let model = args.crew.model.with_fallbacks(chosen).await?;
     // The tasks: in memory, or shared by every replica through Redis (CREWLINE_REDIS_URL).
@@ -277,21 +274,6 @@ pub fn scripted_model(chunk_delay: Duration) -> ScriptedLlm {
         _ => Reply::text("How can I help?"),
     })
     .with_chunk_delay(chunk_delay)
-}
-
-/// The crew's model for `choice`: the real one named `name` (see
-/// [`crewline_server::model::choose`]), or
-/// [`scripted_model`] pausing `chunk_delay` before each streamed piece.
-pub fn model(
-    choice: ModelChoice,
-    name: Option<String>,
-    chunk_delay: Duration,
-) -> Result<ChosenModel, LlmError> {
-    let mut chosen = choose(choice, name, || scripted_model(chunk_delay))?;
-    if chosen.scripted {
-        chosen.description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
-    }
-    Ok(chosen)
 }
 
 /// The client side: a weather station whose `get_weather` runs in the client's process,
