@@ -7,8 +7,8 @@ mod common;
 use std::{collections::BTreeSet, path::Path, time::Duration};
 
 use crewline::{SessionSetup, llm::ScriptedLlm, prelude::Agent};
-use crewline_examples::args::{DEFAULT_PORT, ServeCrewArgs};
-use crewline_server::{CrewServer, DEFAULT_DRAIN_TIMEOUT};
+use crewline_examples::voice_agent::Args as CrewArgs;
+use crewline_server::{CrewServer, DEFAULT_DRAIN_TIMEOUT, DEFAULT_PORT};
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// Room left between the end of the drain and the kubelet's SIGKILL.
@@ -45,17 +45,11 @@ fn container(deployment: &Yaml) -> &Yaml {
     &containers[0]
 }
 
-/// Parses `args` as a crew binary does (the examples' shared flags).
-fn crew_args(args: &[&str]) -> ServeCrewArgs {
-    #[derive(clap::Parser)]
-    struct Crew {
-        #[command(flatten)]
-        crew: ServeCrewArgs,
-    }
+/// Parses `args` as the crew binary does (the voice_agent example's own flags, the image's default crew).
+fn crew_args(args: &[&str]) -> CrewArgs {
     let argv = std::iter::once("crew").chain(args.iter().copied());
-    <Crew as clap::Parser>::try_parse_from(argv)
+    <CrewArgs as clap::Parser>::try_parse_from(argv)
         .unwrap_or_else(|e| panic!("the crew binary refuses {args:?}: {e}"))
-        .crew
 }
 
 #[test]
@@ -69,9 +63,9 @@ fn the_container_runs_the_crew_on_the_port_every_manifest_names() {
         .map(|a| str_of(a, "an arg"))
         .collect();
     let parsed = crew_args(&args);
-    assert_eq!(parsed.port, DEFAULT_PORT);
+    assert_eq!(parsed.crew.port, DEFAULT_PORT);
     assert!(
-        !parsed.listen.host.is_loopback(),
+        !parsed.crew.serve.host.is_loopback(),
         "a pod must listen beyond loopback"
     );
 

@@ -13,7 +13,8 @@ use std::{sync::Arc, time::Duration};
 
 use crewline::{Crew, SessionSetup, protocol::ConversationType, tool::RegistryError};
 use crewline_examples::{
-    bank_support, call_control, collections_router, sentiment_background, text_chat, voice_agent,
+    azure_weather, bank_support, call_control, collections_router, sentiment_background, text_chat,
+    voice_agent,
 };
 use crewline_testkit::{TestCrew, TestkitError, platform::PlatformError};
 use serde_json::json;
@@ -425,7 +426,7 @@ async fn the_weather_crew_on_an_azure_async_openai_client_calls_its_deployment()
             .await
             .unwrap();
         let endpoint = mock.base_url().trim_end_matches("/v1").to_owned();
-        let model = voice_agent::azure_model(&endpoint, "weather-prod", "2024-10-21", "az-key");
+        let model = azure_weather::azure_model(&endpoint, "weather-prod", "2024-10-21", "az-key");
         let weather = voice_agent::WeatherCrew::new(Arc::new(model), Duration::ZERO).unwrap();
         let crew = TestCrew::serve(move |setup: &SessionSetup| weather.build(setup))
             .await

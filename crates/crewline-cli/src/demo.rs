@@ -15,13 +15,9 @@ use std::{
 };
 
 use crewline::{agent::AgentError, llm::LlmError};
-use crewline_examples::{
-    args::DEFAULT_PORT,
-    model::ModelChoice,
-    voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew},
-};
+use crewline_examples::voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew};
 use crewline_playground::{Playground, PlaygroundError};
-use crewline_server::{CrewServer, ServeArgs, ServerError};
+use crewline_server::{CrewServer, DEFAULT_PORT, ServeArgs, ServerError, model::ModelChoice};
 use tokio::net::TcpListener;
 
 use crewline_testkit::platform::{

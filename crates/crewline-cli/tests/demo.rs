@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::bounded;
 use crewline_cli::demo::{DemoConfig, SCRIPT, run_demo};
-use crewline_examples::model::ModelChoice;
+use crewline_server::model::ModelChoice;
 use crewline_testkit::platform::CrewFrame;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

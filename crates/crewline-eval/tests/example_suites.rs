@@ -12,8 +12,9 @@ use crewline_eval::{
 use std::sync::Arc;
 
 use crewline::{SessionSetup, llm::LlmClient};
-use crewline_examples::{bank_support as bank, model::ModelChoice, voice_agent};
+use crewline_examples::{azure_weather, bank_support as bank, voice_agent};
 use crewline_server::CrewServer;
+use crewline_server::model::ModelChoice;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_voice_agent_suite_passes_against_the_example_crew() {
@@ -587,7 +588,7 @@ async fn the_azure_weather_suite_passes_on_the_runners_model_through_the_azure_c
     // pointed at it.
     let factory = crewline_eval::CrewFactory::new(|model_url: Option<String>| async move {
         let endpoint = model_url.ok_or("the suite has a [model]")?;
-        let model = voice_agent::azure_model(&endpoint, "gpt-4o-mini", "2024-10-21", "offline");
+        let model = azure_weather::azure_model(&endpoint, "gpt-4o-mini", "2024-10-21", "offline");
         let crew = voice_agent::WeatherCrew::new(Arc::new(model), Duration::from_millis(5))
             .map_err(|e| e.to_string())?;
         Ok(common::serve(CrewServer::new(crew.agent().clone())).await)

@@ -1,9 +1,8 @@
-//! crewline's example crews as a library: each module is one crew a user would copy, with its
-//! tools, its prompt and the scripted model it runs on offline.
-//!
-//! The `cargo run --example NAME` programs in the repository's `examples/` folder serve these
-//! crews; `crewline demo` runs [`voice_agent`]'s weather crew; the repository's tests drive
-//! every crew through a real server. So what an example shows is what is tested.
+//! crewline's example crews as a library: each module is one of the repository's
+//! `examples/*.rs` files itself (`#[path]`), so what `cargo run --example NAME` serves, what
+//! `crewline demo` runs and what the tests drive is one source. Each file is a whole program a
+//! user copies (its tools, its prompt, its offline scripted model and its `main`); here its
+//! `main` goes unused.
 //!
 //! | module | the crew |
 //! | --- | --- |
@@ -14,14 +13,16 @@
 //! | [`bank_support`] | balances and transfers that run only after the caller's yes |
 //! | [`text_chat`] | a web shop's chat assistant answering in markdown |
 //! | [`remote_weather`] | a crew whose `get_weather` runs in a client's process |
+//! | [`azure_weather`] | the weather crew on a team's own Azure OpenAI client |
 //!
-//! [`model`] picks the model a crew runs on (OpenAI with `OPENAI_API_KEY`, else the crew's
-//! scripted one) and [`args`] holds the command-line pieces every example shares.
+//! The model a crew runs on and the flags every example shares are crewline-server's
+//! ([`crewline_server::model`], [`crewline_server::ModelArgs`]).
 //!
 //! ```
 //! use std::time::Duration;
 //!
-//! use crewline_examples::{model::ModelChoice, voice_agent};
+//! use crewline_examples::voice_agent;
+//! use crewline_server::model::ModelChoice;
 //!
 //! let model = voice_agent::model(ModelChoice::Scripted, None, Duration::ZERO)?;
 //! let crew = voice_agent::WeatherCrew::new(model.llm, voice_agent::WEATHER_SERVICE_DELAY)?;
@@ -29,12 +30,34 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod args;
+// The examples that build on the weather crew (`sentiment_background`, `remote_weather`,
+// `azure_weather`) each include `voice_agent.rs` as a module of their own, as a user's copy
+// does; in this library that is one copy of its code per example, on purpose.
+#![allow(clippy::duplicate_mod)]
+
+// Each example's `main` (and what only it uses) is dead code in this library.
+#[allow(dead_code)]
+#[path = "../../../examples/azure_weather.rs"]
+pub mod azure_weather;
+#[allow(dead_code)]
+#[path = "../../../examples/bank_support.rs"]
 pub mod bank_support;
+#[allow(dead_code)]
+#[path = "../../../examples/call_control.rs"]
 pub mod call_control;
+#[allow(dead_code)]
+#[path = "../../../examples/collections_router.rs"]
 pub mod collections_router;
-pub mod model;
+#[allow(dead_code)]
+#[path = "../../../examples/remote_weather.rs"]
 pub mod remote_weather;
+#[allow(dead_code)]
+#[path = "../../../examples/sentiment_background.rs"]
 pub mod sentiment_background;
+#[allow(dead_code)]
+#[path = "../../../examples/text_chat.rs"]
 pub mod text_chat;
-pub mod voice_agent;
+
+/// The weather crew of the `voice_agent` example, as `sentiment_background` builds on it (one
+/// copy, so the types the tests pass between the two are the same).
+pub use sentiment_background::voice_agent;

@@ -9,7 +9,6 @@
 //! the crew as `examples/bank_support.rs` does. Without `redis-server` the tests pass with a
 //! note.
 
-#![cfg(feature = "redis")]
 // A test: a failed step should panic and fail it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,9 +21,10 @@ use std::{
 };
 
 use crewline::{CallStore, Checkpoint, SessionSetup, llm::LlmClient};
-use crewline_examples::{args::with_call_store_from_env, bank_support as bank};
+use crewline_examples::bank_support as bank;
 use crewline_redis::{RedisCheckpoints, RedisConfig};
 use crewline_server::CrewServer;
+use crewline_server::call_store_from_env;
 use crewline_testkit::{
     bank::{FakeBank, RunningBank},
     platform::{CrewFrame, PlatformClient, PlatformConfig, TurnSummary},
@@ -142,9 +142,7 @@ fn replica_process() {
             async move { crew }
         })
         .allow_unauthenticated();
-        let server = with_call_store_from_env(server)
-            .await
-            .expect("the call store");
+        let server = call_store_from_env(server).await.expect("the call store");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         println!("PORT={port}");

@@ -11,10 +11,8 @@ use crewline::{
     llm::{ChatRequest, LlmClient, StreamItem},
     types::Message,
 };
-use crewline_examples::{
-    model::{ChainSettings, ModelChoice, Provider, chain},
-    voice_agent::WeatherCrew,
-};
+use crewline_examples::voice_agent::WeatherCrew;
+use crewline_server::model::{ChainSettings, ModelChoice, Provider, chain};
 use crewline_testkit::{
     TestCrew,
     mock_llm::{Fault, MockLlm, RunningMockLlm, Script},

@@ -6,7 +6,6 @@
 //! Needs `redis-server` (CI has it); without it the test passes with a note, unless
 //! `CREWLINE_REQUIRE_REDIS=1`.
 
-#![cfg(feature = "redis")]
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,8 +21,8 @@ use crewline::{
     llm::{ChatRequest, LlmClient, ScriptedLlm, collect, fallback::SharedBreakers},
     types::Message,
 };
-use crewline_examples::args::ModelArgs;
 use crewline_redis::{RedisBreakers, RedisConfig};
+use crewline_server::ModelArgs;
 use crewline_testkit::mock_llm::{
     MockLlm, RunningMockLlm,
     raw::{After, RawReply},
@@ -182,7 +181,7 @@ fn replica_process() {
     let Ok(role) = std::env::var(ROLE_VARIABLE) else {
         return;
     };
-    let _logs = crewline_examples::args::init_logs("info");
+    let _logs = crewline_server::init_logs("info");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async move {
         let backup = std::env::var("CREWLINE_TEST_BACKUP_URL").expect("the backup's URL");

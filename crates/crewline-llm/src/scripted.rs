@@ -299,6 +299,27 @@ impl ScriptedLlm {
         results
     }
 
+    /// What the caller said last in `request`: its latest user message (`None` when it has
+    /// none), what a scripted model's function usually answers.
+    ///
+    /// ```
+    /// use crewline_llm::{ChatRequest, ScriptedLlm};
+    /// use crewline_core::Message;
+    ///
+    /// let request = ChatRequest::new(vec![Message::user("Hi"), Message::assistant("Hello!")]);
+    /// assert_eq!(ScriptedLlm::last_user_text(&request), Some("Hi"));
+    /// ```
+    pub fn last_user_text(request: &ChatRequest) -> Option<&str> {
+        request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                Message::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere while holding the lock leaves the log usable; keep serving tests.
         self.shared

@@ -16,12 +16,9 @@ use std::{
     time::Duration,
 };
 
-use crewline_examples::{
-    model::ModelChoice,
-    voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew},
-};
+use crewline_examples::voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew};
 use crewline_playground::Playground;
-use crewline_server::CrewServer;
+use crewline_server::{CrewServer, model::ModelChoice};
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};

@@ -65,17 +65,29 @@ mod args;
 mod call_logs;
 mod connection;
 mod error;
+mod from_env;
 mod http;
 mod limits;
+#[cfg(feature = "otel")]
+mod logs;
 mod metrics;
 mod origin;
 mod server;
 mod state;
 
 #[cfg(feature = "clap")]
-pub use args::ServeArgs;
+pub mod model;
+
+#[cfg(feature = "clap")]
+pub use args::{
+    AfterTextPolicy, CrewArgs, DEFAULT_P95_HEDGE_FLOOR, DEFAULT_PORT, LlmClientKind, ModelArgs,
+    ServeArgs,
+};
 pub use crewline_auth::{Credential, CredentialError, Principal, TOKEN_ENV};
 pub use error::{BoxError, ServerError, SetupError};
+pub use from_env::{REDIS_URL_VARIABLE, call_store_from_env, shared_breakers_from_env};
+#[cfg(feature = "otel")]
+pub use logs::{Logs, init_logs};
 pub use metrics::{ErrorKind, FrameDrop, HandshakeFailure, METRICS_CONTENT_TYPE, Metrics};
 pub use server::{
     CrewServer, DEFAULT_BIND, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT,

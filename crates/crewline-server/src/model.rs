@@ -1,6 +1,7 @@
-//! The model a crew runs on: a real OpenAI-compatible one when `OPENAI_API_KEY` is set, else
-//! the crew's own scripted model, so every example runs offline; with [`Fallbacks`], that
-//! model and other providers behind a [`FallbackLlm`].
+//! The model a crew runs on (feature `clap`): a real OpenAI-compatible one when
+//! `OPENAI_API_KEY` or `OPENAI_BASE_URL` is set, else the crew's own scripted model, so a crew
+//! runs offline; with [`Fallbacks`], that model and other providers behind a [`FallbackLlm`].
+//! [`ModelArgs`](crate::ModelArgs) is the command line that chooses one.
 
 use std::sync::Arc;
 
@@ -28,6 +29,10 @@ pub enum ModelChoice {
     Scripted,
 }
 
+/// The placeholder key sent to an `OPENAI_BASE_URL` when `OPENAI_API_KEY` is unset: a local
+/// server (Ollama, llama.cpp, vLLM) needs no key, and the clients need one to send.
+const NO_KEY: &str = "no-key";
+
 /// The model a crew runs on, and a short description of it for the logs.
 #[derive(Clone)]
 pub struct ChosenModel {
@@ -35,6 +40,8 @@ pub struct ChosenModel {
     pub llm: Arc<dyn LlmClient>,
     /// E.g. `OpenAI gpt-4o-mini` or `scripted model (offline)`.
     pub description: String,
+    /// The URL of the (first) provider it asks, `None` for the scripted model.
+    pub base_url: Option<String>,
     /// Whether it is the crew's scripted model.
     pub scripted: bool,
     /// The fallback client when the model is one, for its per-provider `/metrics`
@@ -46,18 +53,83 @@ impl std::fmt::Debug for ChosenModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChosenModel")
             .field("description", &self.description)
+            .field("base_url", &self.base_url)
             .field("scripted", &self.scripted)
             .finish_non_exhaustive()
     }
 }
 
-/// The model for `choice`: with [`ModelChoice::FromEnv`] (or
-/// [`ModelChoice::AsyncOpenAiFromEnv`]) and `OPENAI_API_KEY` set, OpenAI's `name` (else
-/// `OPENAI_MODEL`, else [`DEFAULT_OPENAI_MODEL`]) on that client; otherwise `scripted()`.
+impl ChosenModel {
+    /// Shows a fallback chain's requests, failovers, hedges and breaker states per provider
+    /// on `server`'s `/metrics` ([`Metrics::watch_providers`](crate::Metrics::watch_providers));
+    /// nothing for a single model.
+    pub fn watch_on(&self, server: &crate::CrewServer) {
+        if let Some(fallback) = &self.fallback {
+            server.handle().metrics().watch_providers(fallback);
+        }
+    }
+
+    /// Logs, at INFO, which model serves the crew and at which URL (never a key): the line
+    /// to read first when a crew answers unlike what was expected.
+    pub fn log(&self) {
+        tracing::info!(
+            model = %self.description,
+            url = self.base_url.as_deref().unwrap_or("offline"),
+            "the crew's model"
+        );
+    }
+}
+
+/// What the environment says about the model: `OPENAI_API_KEY` (whether set),
+/// `OPENAI_BASE_URL` and `OPENAI_MODEL`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelEnv {
+    /// Whether `OPENAI_API_KEY` is set (its value is never kept here).
+    pub has_api_key: bool,
+    /// `OPENAI_BASE_URL`, when set and not empty.
+    pub base_url: Option<String>,
+    /// `OPENAI_MODEL`, when set and not empty.
+    pub model: Option<String>,
+}
+
+impl ModelEnv {
+    /// Reads the three variables.
+    pub fn from_env() -> Self {
+        let read = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        Self {
+            has_api_key: std::env::var_os("OPENAI_API_KEY").is_some_and(|key| !key.is_empty()),
+            base_url: read("OPENAI_BASE_URL"),
+            model: read("OPENAI_MODEL"),
+        }
+    }
+
+    /// Whether a real model is configured: a key (for OpenAI or `OPENAI_BASE_URL`), or an
+    /// `OPENAI_BASE_URL` alone (a local server needs no key).
+    pub fn has_real_model(&self) -> bool {
+        self.has_api_key || self.base_url.is_some()
+    }
+
+    /// The model's name: `name`, else `OPENAI_MODEL`, else [`DEFAULT_OPENAI_MODEL`].
+    pub fn model_name(&self, name: Option<String>) -> String {
+        name.or_else(|| self.model.clone())
+            .unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned())
+    }
+
+    /// The key to give a client when none is in the environment (`None`: the client reads
+    /// `OPENAI_API_KEY` itself).
+    fn placeholder_key(&self) -> Option<&'static str> {
+        (!self.has_api_key).then_some(NO_KEY)
+    }
+}
+
+/// The model for `choice`: with [`ModelChoice::FromEnv`] (or its variants) and
+/// `OPENAI_API_KEY` or `OPENAI_BASE_URL` set, the model `name` (else `OPENAI_MODEL`, else
+/// [`DEFAULT_OPENAI_MODEL`]) at `OPENAI_BASE_URL` (else OpenAI's) on that client; otherwise
+/// `scripted()`.
 ///
 /// ```
 /// use crewline::llm::{Reply, ScriptedLlm};
-/// use crewline_examples::model::{ModelChoice, choose};
+/// use crewline_server::model::{ModelChoice, choose};
 ///
 /// let model = choose(ModelChoice::Scripted, None, || ScriptedLlm::new([Reply::text("Hi!")]))?;
 /// assert!(model.scripted);
@@ -68,47 +140,66 @@ pub fn choose(
     name: Option<String>,
     scripted: impl FnOnce() -> ScriptedLlm,
 ) -> Result<ChosenModel, LlmError> {
-    let from_env = matches!(
-        choice,
-        ModelChoice::FromEnv | ModelChoice::AsyncOpenAiFromEnv | ModelChoice::FromEnvHttp2
-    );
-    if from_env && std::env::var_os("OPENAI_API_KEY").is_some() {
-        let model = name
-            .or_else(|| std::env::var("OPENAI_MODEL").ok())
-            .unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned());
-        if choice == ModelChoice::AsyncOpenAiFromEnv {
-            // `OpenAIConfig::new()` reads OPENAI_API_KEY and OPENAI_BASE_URL, as `from_env` does;
-            // `bounded_client` caps what the provider can make async-openai read (error bodies,
-            // stream lines), which a plain `Client::with_config` does not.
-            let client = AsyncOpenAiClient::bounded_client(
-                async_openai::config::OpenAIConfig::new(),
-                reqwest::Client::new(),
-            );
-            return Ok(ChosenModel {
-                llm: Arc::new(AsyncOpenAiClient::new(client, model.clone())),
-                description: format!("OpenAI {model} (async-openai client)"),
-                scripted: false,
-                fallback: None,
-            });
-        }
-        let client = OpenAiClient::builder()
-            .model(model.clone())
-            .http2(choice == ModelChoice::FromEnvHttp2)
-            .build()?;
-        Ok(ChosenModel {
-            llm: Arc::new(client),
-            description: format!("OpenAI {model}"),
-            scripted: false,
-            fallback: None,
-        })
-    } else {
-        Ok(ChosenModel {
+    choose_in(&ModelEnv::from_env(), choice, name, scripted)
+}
+
+/// [`choose`] with the environment read beforehand (`env`).
+pub fn choose_in(
+    env: &ModelEnv,
+    choice: ModelChoice,
+    name: Option<String>,
+    scripted: impl FnOnce() -> ScriptedLlm,
+) -> Result<ChosenModel, LlmError> {
+    if choice == ModelChoice::Scripted || !env.has_real_model() {
+        return Ok(ChosenModel {
             llm: Arc::new(scripted()),
             description: "scripted model (offline)".to_owned(),
+            base_url: None,
             scripted: true,
             fallback: None,
-        })
+        });
     }
+    let model = env.model_name(name);
+    if choice == ModelChoice::AsyncOpenAiFromEnv {
+        use async_openai::config::{Config, OpenAIConfig};
+
+        // `OpenAIConfig::new()` reads OPENAI_API_KEY and OPENAI_BASE_URL, as `from_env` does;
+        // `bounded_client` caps what the provider can make async-openai read (error bodies,
+        // stream lines), which a plain `Client::with_config` does not.
+        let mut config = OpenAIConfig::new();
+        if let Some(url) = &env.base_url {
+            config = config.with_api_base(url);
+        }
+        if let Some(key) = env.placeholder_key() {
+            config = config.with_api_key(key);
+        }
+        let base_url = config.api_base().to_owned();
+        let client = AsyncOpenAiClient::bounded_client(config, reqwest::Client::new());
+        return Ok(ChosenModel {
+            llm: Arc::new(AsyncOpenAiClient::new(client, model.clone())),
+            description: format!("{model} (async-openai client)"),
+            base_url: Some(base_url),
+            scripted: false,
+            fallback: None,
+        });
+    }
+    let mut builder = OpenAiClient::builder()
+        .model(model.clone())
+        .http2(choice == ModelChoice::FromEnvHttp2);
+    if let Some(url) = &env.base_url {
+        builder = builder.base_url(url.clone());
+    }
+    if let Some(key) = env.placeholder_key() {
+        builder = builder.api_key(key);
+    }
+    let client = builder.build()?;
+    Ok(ChosenModel {
+        description: model,
+        base_url: Some(client.base_url().to_owned()),
+        llm: Arc::new(client),
+        scripted: false,
+        fallback: None,
+    })
 }
 
 /// Other providers behind the main model (`--fallback-base-url`, `--fallback-model`,
@@ -153,7 +244,7 @@ pub struct ChainSettings {
     pub after_text: Option<AfterText>,
     /// Where the replicas share their breakers (`None`: each replica on its own); the
     /// examples use Redis when `CREWLINE_REDIS_URL` is set
-    /// ([`shared_breakers_from_env`](crate::args::shared_breakers_from_env)).
+    /// ([`shared_breakers_from_env`](crate::shared_breakers_from_env)).
     pub shared_breakers: Option<Arc<dyn SharedBreakers>>,
 }
 
@@ -255,20 +346,19 @@ pub fn with_fallbacks(
     if chosen.scripted {
         return Err(LlmError::config(
             "--fallback-base-url, --hedge-after-ms and --after-text need a real model: set \
-             OPENAI_API_KEY (and leave out --scripted)"
+             OPENAI_API_KEY or OPENAI_BASE_URL (and leave out --scripted)"
                 .to_owned(),
         ));
     }
-    let model = name
-        .or_else(|| std::env::var("OPENAI_MODEL").ok())
-        .unwrap_or_else(|| DEFAULT_OPENAI_MODEL.to_owned());
+    let env = ModelEnv::from_env();
+    let model = env.model_name(name);
     let providers = fallbacks.providers(&model)?;
     let settings = ChainSettings {
         hedge: fallbacks.hedge,
         after_text: fallbacks.after_text.clone(),
         shared_breakers: shared,
     };
-    chain(choice, None, &providers, &settings)
+    chain(choice, env.placeholder_key(), &providers, &settings)
 }
 
 /// A [`FallbackLlm`] over `providers` on the client `choice` names, each keyed with its
@@ -282,6 +372,7 @@ pub fn chain(
 ) -> Result<ChosenModel, LlmError> {
     let mut builder = FallbackLlm::builder();
     let mut described = Vec::with_capacity(providers.len());
+    let mut first_url = None;
     for provider in providers {
         let key = match &provider.api_key_env {
             Some(variable) => Some(key_from(variable)?),
@@ -301,6 +392,7 @@ pub fn chain(
             "{} {} at {base_url}",
             provider.name, provider.model
         ));
+        first_url.get_or_insert(base_url);
         builder = builder.provider(provider.name.clone(), client);
     }
     if let Some(hedge) = settings.hedge {
@@ -340,6 +432,7 @@ pub fn chain(
             "fallback over {}{client}{hedge}{after}{shared}",
             described.join(", ")
         ),
+        base_url: first_url,
         scripted: false,
         fallback: Some(fallback),
     })
@@ -511,6 +604,67 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("sk-main"), "{text}");
+    }
+
+    fn env(has_api_key: bool, base_url: Option<&str>) -> ModelEnv {
+        ModelEnv {
+            has_api_key,
+            base_url: base_url.map(str::to_owned),
+            model: None,
+        }
+    }
+
+    fn scripted() -> ScriptedLlm {
+        ScriptedLlm::new([crewline::llm::Reply::text("Hi")])
+    }
+
+    #[test]
+    fn a_base_url_without_a_key_is_that_endpoint_not_the_scripted_model() {
+        let local = "http://127.0.0.1:11434/v1";
+        for choice in [
+            ModelChoice::FromEnv,
+            ModelChoice::FromEnvHttp2,
+            ModelChoice::AsyncOpenAiFromEnv,
+        ] {
+            let model = choose_in(
+                &env(false, Some(local)),
+                choice,
+                Some("llama3".into()),
+                scripted,
+            )
+            .expect("a local endpoint needs no key");
+            assert!(!model.scripted, "{choice:?}");
+            assert!(
+                model.description.contains("llama3"),
+                "{}",
+                model.description
+            );
+        }
+        // The default client tells where it asks: the local server, not OpenAI.
+        let model = choose_in(
+            &env(false, Some(local)),
+            ModelChoice::FromEnv,
+            None,
+            scripted,
+        )
+        .expect("a local endpoint needs no key");
+        assert_eq!(model.base_url.as_deref(), Some(local));
+        assert_eq!(model.description, DEFAULT_OPENAI_MODEL);
+    }
+
+    #[test]
+    fn without_a_key_or_a_url_or_with_scripted_the_crew_runs_offline() {
+        let offline = choose_in(&env(false, None), ModelChoice::FromEnv, None, scripted).unwrap();
+        assert!(offline.scripted);
+        assert_eq!(offline.base_url, None);
+        let scripted_wins = choose_in(
+            &env(true, Some("http://127.0.0.1:9/v1")),
+            ModelChoice::Scripted,
+            None,
+            scripted,
+        )
+        .unwrap();
+        assert!(scripted_wins.scripted);
     }
 
     #[test]
