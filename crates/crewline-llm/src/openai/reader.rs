@@ -84,10 +84,7 @@ impl<B> Reader<B> {
 
     /// Reads the event the parser just returned.
     fn on_event(&mut self, kind: EventKind) {
-        let data = match self.sse.data() {
-            Ok(data) => data,
-            Err(error) => return self.on_sse_error(error),
-        };
+        let data = self.sse.data();
         if data == "[DONE]" {
             self.on_end();
             self.draining = true;
@@ -126,27 +123,6 @@ impl<B> Reader<B> {
                 self.stop(Err(error));
             }
         }
-    }
-
-    /// Ends the answer: the stream cannot be read on.
-    fn on_sse_error(&mut self, error: SseError) {
-        let error = match error {
-            SseError::NotUtf8(cause) => LlmError::StreamCut(ErrorDetail::caused_by(
-                format!("stream failed: {error}"),
-                cause,
-            )),
-            // The limit the caller set (a line may hold a field name beyond it).
-            SseError::LineTooLong(_) => LlmError::TooLarge {
-                what: "a line of the stream",
-                limit: self.max_event_bytes,
-            },
-            SseError::EventTooLarge(_) => LlmError::TooLarge {
-                what: "an event of the stream",
-                limit: self.max_event_bytes,
-            },
-        };
-        tracing::warn!(error = %crewline_core::ErrorChain(&error), "the stream failed");
-        self.stop(Err(error));
     }
 
     /// The server closed the stream (or sent `[DONE]`).
@@ -199,7 +175,23 @@ where
                 }
                 Ok(None) => {}
                 Err(error) => {
-                    self.on_sse_error(error);
+                    let error = match error {
+                        SseError::NotUtf8(cause) => LlmError::StreamCut(ErrorDetail::caused_by(
+                            format!("stream failed: {error}"),
+                            cause,
+                        )),
+                        // The limit the caller set (a line may hold a field name beyond it).
+                        SseError::LineTooLong(_) => LlmError::TooLarge {
+                            what: "a line of the stream",
+                            limit: self.max_event_bytes,
+                        },
+                        SseError::EventTooLarge(_) => LlmError::TooLarge {
+                            what: "an event of the stream",
+                            limit: self.max_event_bytes,
+                        },
+                    };
+                    tracing::warn!(error = %crewline_core::ErrorChain(&error), "the stream failed");
+                    self.stop(Err(error));
                     continue;
                 }
             }
@@ -208,7 +200,7 @@ where
             };
             self.deadlines.arm();
             match body.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(bytes))) => self.sse.push(bytes),
+                Poll::Ready(Some(Ok(bytes))) => self.sse.push(&bytes),
                 Poll::Ready(Some(Err(error))) => {
                     let error = http::stream_error(error);
                     tracing::warn!(error = %crewline_core::ErrorChain(&error), "the stream failed");

@@ -6,13 +6,10 @@
 //! splits events exactly as the `eventsource-stream` crate does (a test checks both agree on
 //! random streams cut at random places). It exists because that crate copies the rest of its
 //! buffer for every line and allocates several strings per event, which showed in profiles
-//! (and it panics on a stream that starts with a BOM). Here an event that arrives whole in
-//! one piece of the body (the usual case: servers write an event at a time) is read in place:
-//! neither its bytes nor its data are copied; only a line cut between two pieces is.
+//! (and it panics on a stream that starts with a BOM): here the bytes are kept in one buffer,
+//! and an event's data stays in a reused string.
 
 use std::fmt;
-
-use bytes::Bytes;
 
 /// The UTF-8 byte order mark a stream may start with.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -54,55 +51,26 @@ impl fmt::Display for SseError {
     }
 }
 
-/// The bytes being read: the body's last piece as it came (shared, not copied), or, when a
-/// line was cut between pieces, its start and the new piece joined in a buffer of our own.
-#[derive(Debug)]
-enum Buffer {
-    Shared(Bytes),
-    Owned(Vec<u8>),
-}
-
-impl Buffer {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Self::Shared(bytes) => bytes,
-            Self::Owned(bytes) => bytes,
-        }
-    }
-}
-
-/// Where the data of the event being read (or last returned) is.
-#[derive(Debug)]
-enum Data {
-    /// No `data` line yet: an event without one is not dispatched.
-    None,
-    /// One `data` line, still in the buffer at these offsets (not copied).
-    InBuffer { start: usize, end: usize },
-    /// Several lines (or one the buffer no longer holds), joined by LF.
-    Owned(Vec<u8>),
-}
-
 /// Splits a byte stream into events; feed it with [`SseParser::push`] and take the events
 /// with [`SseParser::next_event`].
 ///
 /// Memory is bounded: a line longer than `max_line` bytes, or an event whose data is larger
 /// than `max_event`, is an error as soon as it is seen, so the buffer never holds much more
-/// than the limit and one pushed piece. The search for a line end only looks at bytes it has
+/// than the limit and one pushed chunk. The search for a line end only looks at bytes it has
 /// not looked at yet, so a long line arriving in many small pieces costs time linear in its
 /// length.
 #[derive(Debug)]
 pub(crate) struct SseParser {
     /// Received bytes; those before `pos` are consumed.
-    buf: Buffer,
+    buf: Vec<u8>,
     pos: usize,
     /// Bytes from `pos` up to `scanned` hold no line end (the search goes on from here).
     scanned: usize,
     /// Whether the start of the stream was checked for a BOM.
     started: bool,
-    /// The data of the event being read, or of the event last returned.
-    data: Data,
-    /// The data's length as the spec's buffer counts it (each line followed by LF).
-    data_len: usize,
+    /// The data of the event being read (each `data` line followed by LF), or of the event
+    /// last returned.
+    data: String,
     /// The `event` field of the event being read.
     kind: Option<EventKind>,
     /// Whether the event being read has an `error` line (see [`EventKind::Error`]).
@@ -114,21 +82,17 @@ pub(crate) struct SseParser {
     /// Bytes the line-end search has looked at, for the test that checks it is linear.
     #[cfg(test)]
     examined: usize,
-    /// Bytes copied out of the pushed pieces, for the test that whole events are not.
-    #[cfg(test)]
-    copied: usize,
 }
 
 impl SseParser {
     /// A parser at the start of a stream, with a limit on one line and on one event's data.
     pub(crate) fn new(max_line: usize, max_event: usize) -> Self {
         Self {
-            buf: Buffer::Owned(Vec::new()),
+            buf: Vec::new(),
             pos: 0,
             scanned: 0,
             started: false,
-            data: Data::None,
-            data_len: 0,
+            data: String::new(),
             kind: None,
             error_line: false,
             returned: false,
@@ -136,119 +100,44 @@ impl SseParser {
             max_event,
             #[cfg(test)]
             examined: 0,
-            #[cfg(test)]
-            copied: 0,
         }
     }
 
-    /// Adds a piece of the body received from the server.
-    pub(crate) fn push(&mut self, bytes: Bytes) {
-        if self.returned {
-            self.returned = false;
-            self.clear_data();
-        }
-        // The buffer changes: data still pointing into it moves to a string of its own (only
-        // an event whose blank line has not arrived yet).
-        if let Data::InBuffer { start, end } = self.data {
-            let value = self.buf.bytes()[start..end].to_vec();
-            self.count_copy(value.len());
-            self.data = Data::Owned(value);
-        }
-        let rest = self.buf.bytes().len() - self.pos;
-        if rest == 0 {
-            self.buf = Buffer::Shared(bytes);
-        } else {
+    /// Adds bytes received from the server.
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        if self.pos == self.buf.len() {
+            self.buf.clear();
+        } else if self.pos > 0 {
             // Only the unconsumed rest moves: at most one partial line.
-            let mut joined = match std::mem::replace(&mut self.buf, Buffer::Owned(Vec::new())) {
-                Buffer::Owned(mut owned) => {
-                    owned.drain(..self.pos);
-                    owned
-                }
-                Buffer::Shared(shared) => {
-                    self.count_copy(rest);
-                    shared[self.pos..].to_vec()
-                }
-            };
-            self.count_copy(bytes.len());
-            joined.extend_from_slice(&bytes);
-            self.buf = Buffer::Owned(joined);
+            self.buf.drain(..self.pos);
         }
         self.scanned -= self.pos;
         self.pos = 0;
+        self.buf.extend_from_slice(bytes);
     }
 
-    #[cfg(test)]
-    fn count_copy(&mut self, bytes: usize) {
-        self.copied += bytes;
-    }
-
-    #[cfg(not(test))]
-    fn count_copy(&mut self, _bytes: usize) {}
-
-    /// The data of the event last returned by [`SseParser::next_event`], or why it is not
-    /// text. Checked here, once per event, rather than line by line: the line's bytes are
-    /// never copied, so this is the only pass over them before the JSON decoder's.
-    pub(crate) fn data(&self) -> Result<&str, SseError> {
-        let bytes = match &self.data {
-            Data::None => &[][..],
-            Data::InBuffer { start, end } => &self.buf.bytes()[*start..*end],
-            Data::Owned(data) => data,
-        };
-        std::str::from_utf8(bytes).map_err(SseError::NotUtf8)
-    }
-
-    fn clear_data(&mut self) {
-        self.data = Data::None;
-        self.data_len = 0;
+    /// The data of the event last returned by [`SseParser::next_event`].
+    pub(crate) fn data(&self) -> &str {
+        &self.data
     }
 
     /// Fails with `error`, letting the buffered bytes go (the stream is not read on).
     fn fail(&mut self, error: SseError) -> Result<Option<EventKind>, SseError> {
-        self.buf = Buffer::Owned(Vec::new());
-        self.clear_data();
+        self.buf = Vec::new();
+        self.data = String::new();
         self.pos = 0;
         self.scanned = 0;
         Err(error)
-    }
-
-    /// Adds a `data` line's value, found at `start..end` of the buffer.
-    fn add_data(&mut self, start: usize, end: usize) -> Result<(), SseError> {
-        let value_len = end - start;
-        if self.data_len + value_len > self.max_event {
-            return Err(SseError::EventTooLarge(self.max_event));
-        }
-        self.data_len += value_len + 1;
-        let bytes = self.buf.bytes();
-        self.data = match std::mem::replace(&mut self.data, Data::None) {
-            Data::None => Data::InBuffer { start, end },
-            Data::InBuffer {
-                start: first,
-                end: first_end,
-            } => {
-                let mut joined = Vec::with_capacity(first_end - first + 1 + value_len);
-                joined.extend_from_slice(&bytes[first..first_end]);
-                joined.push(b'\n');
-                joined.extend_from_slice(&bytes[start..end]);
-                self.count_copy(joined.len());
-                Data::Owned(joined)
-            }
-            Data::Owned(mut joined) => {
-                joined.push(b'\n');
-                joined.extend_from_slice(&bytes[start..end]);
-                Data::Owned(joined)
-            }
-        };
-        Ok(())
     }
 
     /// The next complete event, if the bytes received so far hold one.
     pub(crate) fn next_event(&mut self) -> Result<Option<EventKind>, SseError> {
         if self.returned {
             self.returned = false;
-            self.clear_data();
+            self.data.clear();
         }
         loop {
-            let rest = &self.buf.bytes()[self.pos..];
+            let rest = &self.buf[self.pos..];
             if !self.started {
                 if rest.len() < BOM.len() && BOM.starts_with(rest) {
                     // Too few bytes yet to tell a BOM from text.
@@ -268,7 +157,7 @@ impl SseParser {
                 self.examined += found.map_or(rest.len() - from, |at| at + 1);
             }
             let Some(end) = found.map(|at| from + at) else {
-                self.scanned = self.buf.bytes().len();
+                self.scanned = self.buf.len();
                 if rest.len() > self.max_line {
                     return self.fail(SseError::LineTooLong(self.max_line));
                 }
@@ -291,10 +180,7 @@ impl SseParser {
             } else {
                 end + 1
             };
-            // Field names and values are compared as bytes; a data value is checked to be
-            // UTF-8 once, when its event is read (see [`SseParser::data`]).
-            let line = &rest[..end];
-            let line_start = self.pos;
+            let line = std::str::from_utf8(&rest[..end]).map_err(SseError::NotUtf8)?;
             if line.is_empty() {
                 self.pos += consumed;
                 self.scanned = self.pos;
@@ -302,35 +188,36 @@ impl SseParser {
                 if std::mem::take(&mut self.error_line) {
                     kind = EventKind::Error;
                 }
-                if matches!(self.data, Data::None) {
+                if self.data.is_empty() {
                     // An event without data is not dispatched.
                     continue;
                 }
+                self.data.pop();
                 self.returned = true;
                 return Ok(Some(kind));
             }
-            if line[0] != b':' {
-                let (name, value_at) = match memchr::memchr(b':', line) {
+            if !line.starts_with(':') {
+                // memchr, not `split_once`: a char searcher per line showed in profiles.
+                let (name, value) = match memchr::memchr(b':', line.as_bytes()) {
                     Some(colon) => {
-                        let after = colon + 1;
-                        let space = usize::from(line.get(after) == Some(&b' '));
-                        (&line[..colon], after + space)
+                        let value = &line[colon + 1..];
+                        (&line[..colon], value.strip_prefix(' ').unwrap_or(value))
                     }
-                    None => (line, line.len()),
+                    None => (line, ""),
                 };
                 match name {
                     // The spec ignores an `error` field; llama.cpp's server writes its
                     // mid-stream errors in one, and the caller must hear the server's message.
-                    b"data" | b"error" => {
-                        self.error_line |= name == b"error";
-                        let (start, end) = (line_start + value_at, line_start + end);
-                        if let Err(error) = self.add_data(start, end) {
-                            return self.fail(error);
+                    "data" | "error" => {
+                        self.error_line |= name == "error";
+                        if self.data.len() + value.len() > self.max_event {
+                            return self.fail(SseError::EventTooLarge(self.max_event));
                         }
+                        self.data.push_str(value);
+                        self.data.push('\n');
                     }
-                    b"event" => {
-                        let keepalive = &line[value_at..] == b"keepalive";
-                        self.kind = Some(if keepalive {
+                    "event" => {
+                        self.kind = Some(if value == "keepalive" {
                             EventKind::Keepalive
                         } else {
                             EventKind::Other
@@ -345,6 +232,7 @@ impl SseParser {
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use eventsource_stream::Eventsource;
@@ -360,9 +248,9 @@ mod tests {
         let mut parser = SseParser::new(MIB, MIB);
         let mut events = Vec::new();
         for part in parts {
-            parser.push(Bytes::copy_from_slice(part));
+            parser.push(part);
             while let Some(kind) = parser.next_event().expect("UTF-8") {
-                events.push((kind == EventKind::Keepalive, parser.data().expect("UTF-8").to_owned()));
+                events.push((kind == EventKind::Keepalive, parser.data().to_owned()));
             }
         }
         events
@@ -420,10 +308,10 @@ mod tests {
     fn an_error_field_is_an_error_event_with_its_value_as_data() {
         let body = "data: {\"a\":1}\n\nerror: {\"message\":\"boom\"}\n\ndata: {}\n\n";
         let mut parser = SseParser::new(MIB, MIB);
-        parser.push(Bytes::copy_from_slice(body.as_bytes()));
+        parser.push(body.as_bytes());
         let mut events = Vec::new();
         while let Some(kind) = parser.next_event().expect("UTF-8") {
-            events.push((kind, parser.data().expect("UTF-8").to_owned()));
+            events.push((kind, parser.data().to_owned()));
         }
         assert_eq!(
             events,
@@ -436,38 +324,10 @@ mod tests {
     }
 
     #[test]
-    fn events_that_arrive_whole_are_read_in_place_and_a_cut_line_is_joined_once() {
-        let mut parser = SseParser::new(MIB, MIB);
-        let mut seen = Vec::new();
-        let mut read = |parser: &mut SseParser, piece: &'static [u8]| {
-            parser.push(Bytes::from_static(piece));
-            while parser.next_event().expect("valid").is_some() {
-                seen.push(parser.data().expect("UTF-8").to_owned());
-            }
-        };
-        read(&mut parser, b"data: {\"a\":1}\n\n");
-        read(&mut parser, b"data: {\"b\":2}\n\ndata: {\"c\":3}\n\n: ping\n\n");
-        assert_eq!(parser.copied, 0, "whole events are not copied");
-        // A line cut between two pieces: its start and the next piece are joined, once.
-        read(&mut parser, b"data: {\"d\"");
-        read(&mut parser, b":4}\n\n");
-        assert_eq!(parser.copied, 10 + 5);
-        // An event's blank line in the next piece: its data moves out of the old piece.
-        read(&mut parser, b"data: {\"e\":5}\n");
-        read(&mut parser, b"\ndata: x\n\n");
-        assert_eq!(parser.copied, 15 + 7);
-        assert_eq!(
-            seen,
-            ["{\"a\":1}", "{\"b\":2}", "{\"c\":3}", "{\"d\":4}", "{\"e\":5}", "x"]
-        );
-    }
-
-    #[test]
     fn a_line_that_is_not_utf8_is_an_error() {
         let mut parser = SseParser::new(MIB, MIB);
-        parser.push(Bytes::from_static(b"data: \xff\xfe\n\n"));
-        assert_eq!(parser.next_event().expect("an event"), Some(EventKind::Other));
-        assert!(matches!(parser.data(), Err(SseError::NotUtf8(_))));
+        parser.push(b"data: \xff\xfe\n\n");
+        assert!(parser.next_event().is_err());
     }
 
     #[test]
@@ -481,10 +341,10 @@ mod tests {
         body.extend_from_slice(b"\n\n");
         let mut events = 0;
         for piece in body.chunks(16) {
-            parser.push(Bytes::copy_from_slice(piece));
+            parser.push(piece);
             while let Some(_kind) = parser.next_event().expect("a valid stream") {
                 events += 1;
-                assert_eq!(parser.data().expect("UTF-8").len(), LINE - "data: ".len());
+                assert_eq!(parser.data().len(), LINE - "data: ".len());
             }
         }
         assert_eq!(events, 1);
@@ -499,11 +359,11 @@ mod tests {
     #[test]
     fn a_line_past_the_limit_is_an_error_before_its_end_arrives() {
         let mut parser = SseParser::new(1000, MIB);
-        parser.push(Bytes::from_static(b"data: {\"a\":1}\n\n"));
+        parser.push(b"data: {\"a\":1}\n\n");
         assert_eq!(parser.next_event().expect("valid"), Some(EventKind::Other));
         let mut pushed = 0;
         let error = loop {
-            parser.push(Bytes::from_static(&[b'x'; 100]));
+            parser.push(&[b'x'; 100]);
             pushed += 100;
             match parser.next_event() {
                 Ok(None) => assert!(pushed <= 1000, "no error after {pushed} bytes"),
@@ -513,7 +373,7 @@ mod tests {
         };
         assert!(matches!(error, SseError::LineTooLong(1000)), "{error:?}");
         assert_eq!(pushed, 1100);
-        assert!(parser.buf.bytes().is_empty(), "the buffer is let go");
+        assert!(parser.buf.capacity() == 0, "the buffer is let go");
 
         // A line that arrives whole, end and all, is held to the same limit; a comment too.
         for line in [&b"data: "[..], b": "] {
@@ -521,7 +381,7 @@ mod tests {
             let mut body = line.to_vec();
             body.resize(1001, b'x');
             body.extend_from_slice(b"\n\n");
-            parser.push(Bytes::from(body));
+            parser.push(&body);
             assert!(matches!(
                 parser.next_event(),
                 Err(SseError::LineTooLong(1000))
@@ -532,7 +392,7 @@ mod tests {
         let mut body = b"data: ".to_vec();
         body.resize(1000, b'x');
         body.extend_from_slice(b"\r\n\r\n");
-        parser.push(Bytes::from(body));
+        parser.push(&body);
         assert_eq!(parser.next_event().expect("valid"), Some(EventKind::Other));
     }
 
@@ -541,12 +401,12 @@ mod tests {
         let mut parser = SseParser::new(MIB, 1000);
         // 10 lines of 99 bytes and their 9 line feeds: 999 bytes of data, within the limit.
         let line = format!("data: {}\n", "y".repeat(99));
-        parser.push(Bytes::from(line.repeat(10)));
-        parser.push(Bytes::from_static(b"\n"));
+        parser.push(line.repeat(10).as_bytes());
+        parser.push(b"\n");
         assert_eq!(parser.next_event().expect("valid"), Some(EventKind::Other));
-        assert_eq!(parser.data().expect("UTF-8").len(), 999);
+        assert_eq!(parser.data().len(), 999);
         // Eleven are not, however they are cut.
-        parser.push(Bytes::from(line.repeat(11)));
+        parser.push(line.repeat(11).as_bytes());
         let error = parser.next_event().expect_err("too large");
         assert!(matches!(error, SseError::EventTooLarge(1000)), "{error:?}");
     }
