@@ -119,8 +119,10 @@ async fn a_barge_in_on_a_remote_call_is_an_unknown_outcome_and_a_call_no_client_
     .await;
     assert_eq!(result.error_kind(), Some(ToolErrorKind::OutcomeUnknown));
     let event = taken.expect("taken");
-    // The withdraw runs behind the barge-in: let its round trip land first.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The withdraw runs behind the barge-in: let its round trip land first (an answer that
+    // comes before it is taken as the call's outcome, by design). 200 ms was not enough on a
+    // loaded two-core machine.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         store
             .answer(&task, &event.id, ToolAnswer::ok(json!("paid")))
