@@ -86,13 +86,7 @@ pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoErro
     let (crew, description) = demo_crew(&config)?;
     // Bound before anything is printed: the line names the port really listened on (`--port
     // 0` picks one), and a port already taken fails without a "serving" line first.
-    let addr = args.listen.addr(args.port);
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| DemoError::Bind { addr, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| DemoError::Bind { addr, source })?;
+    let (listener, bound) = bind_crew(&args).await?;
     writeln!(
         out,
         "serving the demo weather crew ({description}) on ws://{bound}/ws; Ctrl-C stops"
@@ -105,6 +99,18 @@ pub async fn run_cli(args: DemoArgs, mut out: impl Write) -> Result<(), DemoErro
         .map_err(|error| DemoError::Serve(Box::new(error)))
 }
 
+/// The crew's listener on `--host`:`--port`, and the address it really got (`--port 0`).
+async fn bind_crew(args: &DemoArgs) -> Result<(TcpListener, SocketAddr), DemoError> {
+    let addr = args.listen.addr(args.port);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| DemoError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| DemoError::Bind { addr, source })?;
+    Ok((listener, bound))
+}
+
 /// `--playground`: the demo crew on `--host`:`--port` and the playground page for it on
 /// 127.0.0.1:`--playground-port`, until Ctrl-C; writes both addresses to `out`.
 async fn serve_with_playground(
@@ -113,13 +119,7 @@ async fn serve_with_playground(
     mut out: impl Write,
 ) -> Result<(), DemoError> {
     let (crew, description) = demo_crew(config)?;
-    let addr = args.listen.addr(args.port);
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| DemoError::Bind { addr, source })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|source| DemoError::Bind { addr, source })?;
+    let (listener, bound) = bind_crew(args).await?;
     let crew_url = crew_url_for_page(bound);
     let page_listener = crewline_playground::listen(args.playground_port).await?;
     let page_addr = page_listener.local_addr().map_err(PlaygroundError::Serve)?;
