@@ -63,7 +63,8 @@ pub use scenario::{Scenario, ScenarioFile};
 pub use testing::{CheckOptions, CrewTarget, SuiteFailure, check_file, check_file_with};
 
 /// The guide, `docs/evals.md`: writing a scenario, running it, CI use, what is not built yet.
-#[doc = include_str!("../../../docs/evals.md")]
+// A symlink to docs/evals.md inside the crate, so that the packaged crate has it too.
+#[doc = include_str!("guide.md")]
 pub mod guide {}
 
 /// How many calls of one scenario run at once by default.

@@ -31,5 +31,6 @@ pub use mock_llm::{MockLlm, RunningMockLlm, Script};
 pub use platform::{PlatformClient, PlatformConfig, PlatformError};
 
 /// The guide for crew authors, `docs/testing.md`, whose examples are compiled as doctests.
-#[doc = include_str!("../../../docs/testing.md")]
+// A symlink to docs/testing.md inside the crate, so that the packaged crate has it too.
+#[doc = include_str!("guide.md")]
 pub mod guide {}
