@@ -339,7 +339,7 @@ pub fn model(
     chunk_delay: Duration,
 ) -> Result<ChosenModel, LlmError> {
     let mut chosen = choose(choice, name, || scripted_weather_model(chunk_delay))?;
-    if chosen.scripted {
+    if chosen.is_scripted() {
         chosen.description = format!("scripted model, {} ms per chunk", chunk_delay.as_millis());
     }
     Ok(chosen)

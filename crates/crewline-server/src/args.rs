@@ -277,7 +277,7 @@ impl ModelArgs {
     /// }
     /// let args = Args::parse_from(["my_crew", "--scripted"]);
     /// let model = args.model.choose(|| ScriptedLlm::new([Reply::text("Hi!")])).await?;
-    /// assert!(model.scripted);
+    /// assert!(model.is_scripted());
     /// # Ok(()) }
     /// ```
     pub async fn choose(
@@ -314,7 +314,7 @@ impl ModelArgs {
             chosen.log();
             return Ok(chosen);
         }
-        let shared = if chosen.scripted {
+        let shared = if chosen.is_scripted() {
             // Refused below: no need to reach Redis first.
             None
         } else {

@@ -42,8 +42,6 @@ pub struct ChosenModel {
     pub description: String,
     /// The URL of the (first) provider it asks, `None` for the scripted model.
     pub base_url: Option<String>,
-    /// Whether it is the crew's scripted model.
-    pub scripted: bool,
     /// The fallback client when the model is one, for its per-provider `/metrics`
     /// (`Metrics::watch_providers`).
     pub fallback: Option<FallbackLlm>,
@@ -54,12 +52,16 @@ impl std::fmt::Debug for ChosenModel {
         f.debug_struct("ChosenModel")
             .field("description", &self.description)
             .field("base_url", &self.base_url)
-            .field("scripted", &self.scripted)
             .finish_non_exhaustive()
     }
 }
 
 impl ChosenModel {
+    /// Whether it is the crew's offline scripted model (it asks no URL).
+    pub fn is_scripted(&self) -> bool {
+        self.base_url.is_none()
+    }
+
     /// Shows a fallback chain's requests, failovers, hedges and breaker states per provider
     /// on `server`'s `/metrics` ([`Metrics::watch_providers`](crate::Metrics::watch_providers));
     /// nothing for a single model.
@@ -132,7 +134,7 @@ impl ModelEnv {
 /// use crewline_server::model::{ModelChoice, choose};
 ///
 /// let model = choose(ModelChoice::Scripted, None, || ScriptedLlm::new([Reply::text("Hi!")]))?;
-/// assert!(model.scripted);
+/// assert!(model.is_scripted());
 /// # Ok::<(), crewline::llm::LlmError>(())
 /// ```
 pub fn choose(
@@ -155,7 +157,6 @@ pub fn choose_in(
             llm: Arc::new(scripted()),
             description: "scripted model (offline)".to_owned(),
             base_url: None,
-            scripted: true,
             fallback: None,
         });
     }
@@ -179,7 +180,6 @@ pub fn choose_in(
             llm: Arc::new(AsyncOpenAiClient::new(client, model.clone())),
             description: format!("{model} (async-openai client)"),
             base_url: Some(base_url),
-            scripted: false,
             fallback: None,
         });
     }
@@ -197,7 +197,6 @@ pub fn choose_in(
         description: model,
         base_url: Some(client.base_url().to_owned()),
         llm: Arc::new(client),
-        scripted: false,
         fallback: None,
     })
 }
@@ -343,7 +342,7 @@ pub fn with_fallbacks(
     if fallbacks.is_empty() {
         return Ok(chosen);
     }
-    if chosen.scripted {
+    if chosen.is_scripted() {
         return Err(LlmError::config(
             "--fallback-base-url, --hedge-after-ms and --after-text need a real model: set \
              OPENAI_API_KEY or OPENAI_BASE_URL (and leave out --scripted)"
@@ -433,7 +432,6 @@ pub fn chain(
             described.join(", ")
         ),
         base_url: first_url,
-        scripted: false,
         fallback: Some(fallback),
     })
 }
@@ -633,7 +631,7 @@ mod tests {
                 scripted,
             )
             .expect("a local endpoint needs no key");
-            assert!(!model.scripted, "{choice:?}");
+            assert!(!model.is_scripted(), "{choice:?}");
             assert!(
                 model.description.contains("llama3"),
                 "{}",
@@ -655,7 +653,7 @@ mod tests {
     #[test]
     fn without_a_key_or_a_url_or_with_scripted_the_crew_runs_offline() {
         let offline = choose_in(&env(false, None), ModelChoice::FromEnv, None, scripted).unwrap();
-        assert!(offline.scripted);
+        assert!(offline.is_scripted());
         assert_eq!(offline.base_url, None);
         let scripted_wins = choose_in(
             &env(true, Some("http://127.0.0.1:9/v1")),
@@ -664,7 +662,7 @@ mod tests {
             scripted,
         )
         .unwrap();
-        assert!(scripted_wins.scripted);
+        assert!(scripted_wins.is_scripted());
     }
 
     #[test]
@@ -690,6 +688,6 @@ mod tests {
             None,
             scripted,
         );
-        assert!(same.unwrap().scripted);
+        assert!(same.unwrap().is_scripted());
     }
 }

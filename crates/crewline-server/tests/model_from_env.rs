@@ -88,7 +88,7 @@ async fn base_url_child() {
         .choose(|| ScriptedLlm::new([Reply::text("the script")]))
         .await
         .expect("a local endpoint needs no key");
-    assert!(!model.scripted, "{model:?}");
+    assert!(!model.is_scripted(), "{model:?}");
     let url = std::env::var("OPENAI_BASE_URL").expect("set by the parent");
     assert_eq!(model.base_url.as_deref(), Some(url.as_str()));
 
@@ -139,7 +139,7 @@ async fn key_child() {
         .choose(|| ScriptedLlm::new([Reply::text("the script")]))
         .await
         .expect("a key makes OpenAI's model");
-    assert!(!model.scripted);
+    assert!(!model.is_scripted());
     let said = logs.text();
     // Printed, so the parent can check the key is nowhere in it either.
     println!("{said}");
@@ -166,7 +166,7 @@ async fn offline_child() {
         .choose(|| ScriptedLlm::new([Reply::text("the script")]))
         .await
         .expect("the scripted model");
-    assert!(model.scripted);
+    assert!(model.is_scripted());
     let said = logs.text();
     assert!(
         said.contains("the crew's model") && said.contains("scripted model (offline)"),
