@@ -5,7 +5,7 @@
 //! Python SDK, built only from crewline's public API: an `Agent` whose tools `#[tools]` finds.
 //!
 //! The weather service is slow, and silence on a phone line sounds like a dropped call, so
-//! the crew says a filler ([`FILLER`]) the moment the model asks for the weather, before the
+//! the crew says a filler (`FILLER`) the moment the model asks for the weather, before the
 //! lookups start; the model's answer follows when they finish. The filler is the crew's, not
 //! the model's (real models often call tools without a word first), so it is said every time
 //! and exactly once per turn, never on top of words the model already said; and it is part

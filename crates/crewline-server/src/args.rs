@@ -46,7 +46,7 @@ pub struct ServeArgs {
     /// Serve without a token even beyond loopback: for a trusted network only.
     #[arg(long)]
     pub allow_unauthenticated: bool,
-    /// Also let web pages of this origin (e.g. https://console.example.com, `*` for any) open
+    /// Also let web pages of this origin (e.g. `https://console.example.com`, `*` for any) open
     /// calls from a browser; the crew's own origin and pages on this machine always may.
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     pub allow_origins: Vec<String>,

@@ -83,7 +83,7 @@ pub use crewline_protocol as protocol;
 pub use crewline_tools as tool;
 
 pub use agent::Agent;
-/// Implements [`OutputAgent`](crew::OutputAgent) and [`BackgroundAgent`](crew::BackgroundAgent),
+/// Implements [`crew::OutputAgent`] and [`crew::BackgroundAgent`],
 /// whose methods are async.
 pub use async_trait::async_trait;
 pub use call::CallControl;

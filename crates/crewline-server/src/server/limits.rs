@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::CrewServer;
 
 impl CrewServer {
-    /// The most calls served at once (default [`DEFAULT_MAX_SESSIONS`]); a call past it is
+    /// The most calls served at once (default [`DEFAULT_MAX_SESSIONS`](crate::DEFAULT_MAX_SESSIONS)); a call past it is
     /// answered 503 before the WebSocket upgrade. `usize::MAX` sets no limit.
     pub fn max_sessions(mut self, calls: usize) -> Self {
         self.config.limits.max_sessions = calls;
@@ -52,7 +52,7 @@ impl CrewServer {
     }
 
     /// The most bytes of unfinished inbound messages all calls together may hold beyond the
-    /// first 64 KiB of each (default [`DEFAULT_MAX_PENDING_BYTES`], 256 MiB); `usize::MAX`
+    /// first 64 KiB of each (default [`DEFAULT_MAX_PENDING_BYTES`](crate::DEFAULT_MAX_PENDING_BYTES), 256 MiB); `usize::MAX`
     /// sets no cap.
     ///
     /// A message is pending from its first byte read until it is whole. A call whose read
