@@ -212,6 +212,44 @@ async fn no_nudge_comes_while_a_long_reply_streams() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn after_a_barge_in_the_silence_waits_for_the_caller_to_stop_speaking() {
+    let model = ScriptedLlm::from_fn(|_| {
+        Reply::text("one two three four five six seven eight nine ten eleven twelve")
+    })
+    .with_chunk_delay(Duration::from_secs(3));
+    let agent = Agent::builder(model)
+        .idle(IdlePolicy::phone_call())
+        .build()
+        .unwrap();
+    let crew = TestCrew::serve(agent).await.unwrap();
+    let mut client = call(&crew, ConversationType::TelephonyInbound).await;
+
+    // The caller barges in on the second word and talks on.
+    let mut turn = client.user_turn("Tell me a story").unwrap();
+    while let Some(frame) = turn.next().await.unwrap() {
+        if matches!(frame.frame, CrewFrame::Chunk { .. }) {
+            // The platform's barge-in, without a `started_speaking`: the interrupt alone says
+            // the caller speaks.
+            turn.send_interrupt().unwrap();
+            break;
+        }
+    }
+    let summary = turn.finish().await.unwrap();
+    assert!(
+        summary.interrupt.is_some() && summary.speeches.is_empty(),
+        "{summary:?}"
+    );
+    assert_eq!(heard(&mut client, SILENCE * 5).await, Vec::<String>::new());
+
+    // The silence starts when they stop.
+    client.send(EventBody::UserStoppedSpeaking).unwrap();
+    let mut since = Instant::now();
+    let (silence, said) = next_said(&mut client, &mut since).await;
+    assert_silence(silence);
+    assert_eq!(said, nudge(1));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_chat_and_a_crew_without_a_policy_are_never_nudged() {
     let with_policy = TestCrew::serve(agent(Some(IdlePolicy::phone_call())))
         .await

@@ -47,7 +47,9 @@
 //!   a nudge is not added to the agent's conversation: the platform's conversation, which
 //!   holds what its voice said, is the one each request brings.
 //!
-//! The timer is a deadline in the output node's own task: nothing outlives the call.
+//! The timer is a deadline in the output node's own task: nothing outlives the call. An
+//! output node behind other nodes sees the caller's speaking events only if they forward them
+//! ([`BackgroundNode::forward_events`](crate::crew::BackgroundNode::forward_events)).
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -489,8 +491,8 @@ fn wording_request(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_policy_runs_on_calls_not_chats_and_takes_no_silence_under_a_second() {
+    #[tokio::test]
+    async fn a_policy_runs_on_calls_not_chats_and_takes_no_silence_under_a_second() {
         let policy = IdlePolicy::default().silence(Duration::ZERO);
         assert_eq!(policy.silence_before_nudge(), MIN_SILENCE);
         assert!(policy.applies_to(ConversationType::TelephonyInbound));
@@ -499,8 +501,8 @@ mod tests {
         assert!(IdleWatch::new(Arc::new(policy), ConversationType::Chat).is_none());
     }
 
-    #[test]
-    fn generated_words_are_trimmed_bounded_and_replaced_when_empty() {
+    #[tokio::test]
+    async fn generated_words_are_trimmed_bounded_and_replaced_when_empty() {
         let policy = IdlePolicy::phone_call().nudge_generated("Check on the caller.");
         let watch =
             IdleWatch::new(Arc::new(policy), ConversationType::Webcall).expect("on for a web call");

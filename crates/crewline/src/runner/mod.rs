@@ -165,7 +165,8 @@ pub(crate) async fn run_output(mut node: OutputNode, io: NodeIo) {
                     }
                     None => break,
                 },
-                // Last: the caller's events that came with the deadline go first.
+                // Last (the select is biased): a caller's event that came with the deadline is
+                // taken first, so a nudge is never said after the caller started speaking.
                 due = idle_due(&mut runner.idle) => {
                     Box::pin(runner.idle_due(due)).await;
                     continue;
@@ -244,22 +245,10 @@ impl OutputRunner {
         self.after_routing(interrupt.event).await;
     }
 
-    /// The caller's silence is over, or a generated step's words are ready: says the step,
-    /// unless the caller's events came meanwhile (they go first, and decide again).
+    /// The caller's silence is over, or a generated step's words are ready: says the step.
+    /// The node's loop polls the interrupt line and the inbox before the silence, so a
+    /// caller's event that reached the node is always taken first, and decides again.
     async fn idle_due(&mut self, due: IdleDue) {
-        if let Some(interrupt) = self
-            .io
-            .interrupt
-            .as_mut()
-            .and_then(|line| line.try_recv().ok())
-        {
-            return self.interrupted(interrupt).await;
-        }
-        if let Some(event) = self.io.inbox.try_recv() {
-            self.taken += 1;
-            self.kept.push_back(event);
-            return;
-        }
         let Some(idle) = self.idle.as_mut() else {
             return;
         };
