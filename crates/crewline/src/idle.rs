@@ -44,8 +44,9 @@
 //! - Each nudge and the goodbye are preceded by an `agent.log` entry named `idle` (payload
 //!   `{step: "nudge" | "goodbye", nudge, of, silence_ms}`) for the call's timeline.
 //! - Like every `agent.speak` of the crew ([`CallControl::speak`](crate::CallControl::speak)),
-//!   a nudge is not added to the agent's conversation: the platform's conversation, which
-//!   holds what its voice said, is the one each request brings.
+//!   a nudge is not added to the agent's conversation: the conversation each request brings
+//!   is the platform's, the authoritative one (a platform's assistant transcript of it is
+//!   added as any other).
 //!
 //! The timer is a deadline in the output node's own task: nothing outlives the call. An
 //! output node behind other nodes sees the caller's speaking events only if they forward them
@@ -172,7 +173,8 @@ impl IdlePolicy {
         self
     }
 
-    /// Has the model word each nudge, told `instruction`; [`DEFAULT_NUDGE`] if it cannot.
+    /// Has the model word each nudge, told `instruction`; the nudge's text so far (default
+    /// [`DEFAULT_NUDGE`]) is said if it cannot.
     pub fn nudge_generated(mut self, instruction: impl Into<String>) -> Self {
         self.nudge = IdleSpeech::Generated {
             instruction: instruction.into(),
@@ -187,7 +189,8 @@ impl IdlePolicy {
         self
     }
 
-    /// Has the model word the goodbye, told `instruction`; [`DEFAULT_GOODBYE`] if it cannot.
+    /// Has the model word the goodbye, told `instruction`; the goodbye's text so far (default
+    /// [`DEFAULT_GOODBYE`]) is said if it cannot.
     pub fn goodbye_generated(mut self, instruction: impl Into<String>) -> Self {
         self.goodbye = IdleSpeech::Generated {
             instruction: instruction.into(),
@@ -204,9 +207,10 @@ impl IdlePolicy {
     }
 
     /// The model that words generated nudges, with its request options: an
-    /// [`Agent`](crate::Agent) sets its own; an output node of your own needs it.
-    pub fn model(mut self, model: Arc<dyn LlmClient>, options: RequestOptions) -> Self {
-        self.model = Some((model, options));
+    /// [`Agent`](crate::Agent) sets its own; an output node of your own needs it (an `Arc`
+    /// of the model the node's agent shares is a model too).
+    pub fn model(mut self, model: impl LlmClient + 'static, options: RequestOptions) -> Self {
+        self.model = Some((Arc::new(model), options));
         self
     }
 
