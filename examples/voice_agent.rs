@@ -20,6 +20,12 @@
 //! crewline chat --url ws://127.0.0.1:8080/ws                 # talk to it
 //! ```
 //!
+//! A caller who goes quiet is a phone line's other silence: with `--idle` the crew checks in
+//! after 10 s without a word ("Are you still there?", twice), then says goodbye and ends the
+//! call (`IdlePolicy::phone_call`, see [`WeatherCrew::with_idle`]); never in a `chat`, and
+//! never over the caller or a reply. Off by default, as in every crew: the platform may
+//! handle a silent line itself.
+//!
 //! `--service-delay-ms N` sets the pretend weather service's time per call (default 300; the
 //! load benchmarks use 0, like the reference's tool). Calls run on one single-threaded
 //! runtime per CPU (`CrewServer::worker_runtimes`); `--worker-runtimes 0` runs them on one
@@ -43,6 +49,7 @@ use std::{sync::Arc, time::Duration};
 
 use crewline::{
     agent::AgentError,
+    idle::IdlePolicy,
     llm::{ChatRequest, LlmError, Reply, ScriptedLlm},
     prelude::*,
     turn::ToolLoop,
@@ -74,6 +81,10 @@ pub struct Args {
     /// multi-threaded runtime).
     #[arg(long, value_name = "N", default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     pub worker_runtimes: usize,
+    /// Check in on a caller who goes quiet, then say goodbye and end the call
+    /// (`IdlePolicy::phone_call`: 10 s of silence, two nudges).
+    #[arg(long)]
+    pub idle: bool,
 }
 
 fn parse_millis(text: &str) -> Result<Duration, std::num::ParseIntError> {
@@ -111,7 +122,10 @@ async fn serve(args: Args) -> Result<(), BoxError> {
     // The crew: the model and the tools are shared by every call; each call gets its own
     // conversation.
     let service_delay = args.service_delay.unwrap_or(WEATHER_SERVICE_DELAY);
-    let weather = WeatherCrew::new(model.llm.clone(), service_delay)?;
+    let mut weather = WeatherCrew::new(model.llm.clone(), service_delay)?;
+    if args.idle {
+        weather = weather.with_idle(IdlePolicy::phone_call());
+    }
     let mut server = CrewServer::new(weather.agent().clone());
     if args.worker_runtimes > 0 {
         server = server.worker_runtimes(args.worker_runtimes);
@@ -199,6 +213,14 @@ impl WeatherCrew {
             .filler(filler)
             .build()?;
         Ok(Self { agent })
+    }
+
+    /// The same crew checking in on a silent caller as `policy` says: nudges after a
+    /// silence, then a goodbye and `agent.end_call` (the nudges are worded by the crew's
+    /// model when the policy says `nudge_generated`).
+    pub fn with_idle(mut self, policy: IdlePolicy) -> Self {
+        self.agent = self.agent.with_idle(policy);
+        self
     }
 
     /// The agent: what `CrewServer::new` serves.

@@ -12,6 +12,7 @@ use crate::{
     Crew, SessionSetup, ToolLoop,
     crew::OutputNode,
     eval_faults::{CallTurns, ToolFaultError, ToolFaults},
+    idle::IdlePolicy,
 };
 
 /// The node name of an agent that was not given one.
@@ -68,6 +69,8 @@ pub struct Agent {
     interruptible: bool,
     tool_loop: ToolLoop,
     on_call_end: Option<CallEndHook>,
+    /// What every call does when the caller goes silent (none: nothing).
+    idle: Option<Arc<IdlePolicy>>,
     /// Tool faults for an eval (see [`crate::eval_faults`]); none in production.
     tool_faults: Option<ToolFaults>,
 }
@@ -109,6 +112,7 @@ impl Agent {
             configure: Vec::new(),
             text_tool_calls: Vec::new(),
             on_call_end: None,
+            idle: None,
         }
     }
 
@@ -159,8 +163,25 @@ impl Agent {
 
     /// The call's output node (named [`name`](Self::name)), for a crew with other nodes.
     pub fn node(&self, setup: &SessionSetup) -> OutputNode {
-        OutputNode::new(self.name.to_string(), self.loop_agent(setup))
-            .interruptible(self.interruptible)
+        let node = OutputNode::new(self.name.to_string(), self.loop_agent(setup))
+            .interruptible(self.interruptible);
+        match &self.idle {
+            Some(policy) => node.idle_shared(Arc::clone(policy)),
+            None => node,
+        }
+    }
+
+    /// The same agent handling a silent caller as `policy` says (see [`crate::idle`]); its
+    /// generated nudges are worded by this agent's model unless the policy names one.
+    pub fn with_idle(mut self, policy: IdlePolicy) -> Self {
+        let options = &self.tool_loop.config().options;
+        self.idle = Some(Arc::new(policy.or_model(self.tool_loop.llm(), options)));
+        self
+    }
+
+    /// How every call handles a silent caller, if it does.
+    pub fn idle(&self) -> Option<&IdlePolicy> {
+        self.idle.as_deref()
     }
 
     /// A crew of this agent alone, for a call whose handshake was `setup`.
@@ -247,6 +268,7 @@ pub struct AgentBuilder {
     /// The formats of tool calls written as text to read as calls (none: off).
     text_tool_calls: Vec<TextToolCallFormat>,
     on_call_end: Option<CallEndHook>,
+    idle: Option<IdlePolicy>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -418,6 +440,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Nudges a silent caller, then says goodbye and ends the call, as `policy` says
+    /// ([`IdlePolicy::phone_call`] for a live phone call's defaults; see [`crate::idle`]).
+    /// Off by default: a crew speaks unprompted and hangs up only when its author says so.
+    pub fn idle(mut self, policy: IdlePolicy) -> Self {
+        self.idle = Some(policy);
+        self
+    }
+
     /// Any other tool-loop setting, applied in order when the agent is built.
     pub fn configure<F>(mut self, configure: F) -> Self
     where
@@ -446,7 +476,12 @@ impl AgentBuilder {
             interruptible: self.interruptible,
             tool_loop,
             on_call_end: self.on_call_end,
+            idle: None,
             tool_faults: None,
+        };
+        let agent = match self.idle {
+            Some(policy) => agent.with_idle(policy),
+            None => agent,
         };
         // Set only by whoever starts the process (`crewline eval` for a crew it starts).
         match ToolFaults::from_env()? {

@@ -53,6 +53,7 @@ pub mod agent;
 pub mod call;
 pub mod crew;
 pub mod eval_faults;
+pub mod idle;
 mod inbox;
 mod loop_agent;
 mod node;

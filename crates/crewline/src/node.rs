@@ -1,6 +1,6 @@
 //! Nodes: the agents of a crew, and the handle they act through.
 
-use std::{error::Error as StdError, fmt};
+use std::{error::Error as StdError, fmt, sync::Arc};
 
 use async_trait::async_trait;
 use crewline_core::Context;
@@ -8,7 +8,7 @@ use crewline_protocol::{Event, EventBody, SessionContext};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::{CallControl, turn::TurnStream};
+use crate::{CallControl, idle::IdlePolicy, turn::TurnStream};
 
 /// The agent behind an output node: it holds the conversation and answers LLM requests.
 ///
@@ -51,6 +51,8 @@ pub struct OutputNode {
     pub(crate) agent: Box<dyn OutputAgent>,
     pub(crate) interruptible: bool,
     pub(crate) echo: bool,
+    /// What the node does when the caller goes silent (none: nothing).
+    pub(crate) idle: Option<Arc<IdlePolicy>>,
 }
 
 impl OutputNode {
@@ -61,12 +63,25 @@ impl OutputNode {
             agent: Box::new(agent),
             interruptible: true,
             echo: true,
+            idle: None,
         }
     }
 
     /// Whether the caller may interrupt this node (default `true`).
     pub fn interruptible(mut self, interruptible: bool) -> Self {
         self.interruptible = interruptible;
+        self
+    }
+
+    /// Nudges a silent caller, then says goodbye and ends the call, as `policy` says (see
+    /// [`crate::idle`]); off by default.
+    pub fn idle(self, policy: IdlePolicy) -> Self {
+        self.idle_shared(Arc::new(policy))
+    }
+
+    /// [`idle`](Self::idle) with a policy shared by every call (an agent's).
+    pub(crate) fn idle_shared(mut self, policy: Arc<IdlePolicy>) -> Self {
+        self.idle = Some(policy);
         self
     }
 

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     crew::{BackgroundNode, NodeError, NodeHandle, OutputNode},
+    idle::{IdleDue, IdleStep, IdleWatch},
     inbox::{LineInterrupt, NodeIo},
 };
 
@@ -20,6 +21,14 @@ use crate::{
 async fn next_interrupt(line: &mut Option<mpsc::Receiver<LineInterrupt>>) -> Option<LineInterrupt> {
     match line {
         Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for what the caller's silence has due (forever when the node has no idle watch).
+async fn idle_due(idle: &mut Option<Box<IdleWatch>>) -> IdleDue {
+    match idle {
+        Some(watch) => std::future::poll_fn(|cx| watch.poll_due(cx)).await,
         None => std::future::pending().await,
     }
 }
@@ -115,15 +124,25 @@ struct OutputRunner {
     kept: VecDeque<Box<Event>>,
     /// How many events this node has taken from its inbox (see [`LineInterrupt::before`]).
     taken: u64,
+    /// The caller's silence, when the node has an idle policy for this call (boxed: most
+    /// nodes have none, and their task stays small).
+    idle: Option<Box<IdleWatch>>,
 }
 
 /// Runs an output node until its inbox closes.
-pub(crate) async fn run_output(node: OutputNode, io: NodeIo) {
+pub(crate) async fn run_output(mut node: OutputNode, io: NodeIo) {
+    let conversation_type = io.handle.session_context().conversation_type;
+    let idle = node
+        .idle
+        .take()
+        .and_then(|policy| IdleWatch::new(policy, conversation_type))
+        .map(Box::new);
     let mut runner = OutputRunner {
         node,
         io,
         kept: VecDeque::new(),
         taken: 0,
+        idle,
     };
     if let Err(error) = guarded(runner.node.agent.on_start(&runner.io.handle)).await {
         report(&runner.io, "on_start", &error, Severity::Fatal).await;
@@ -146,6 +165,12 @@ pub(crate) async fn run_output(node: OutputNode, io: NodeIo) {
                     }
                     None => break,
                 },
+                // Last (the select is biased): a caller's event that came with the deadline is
+                // taken first, so a nudge is never said after the caller started speaking.
+                due = idle_due(&mut runner.idle) => {
+                    Box::pin(runner.idle_due(due)).await;
+                    continue;
+                }
             }
         };
         runner.process(event).await;
@@ -159,6 +184,9 @@ impl OutputRunner {
 
     /// Handles one event in order: framework routing, the user's hook, then the echo.
     async fn process(&mut self, event: Box<Event>) {
+        if let Some(idle) = &mut self.idle {
+            idle.observe(&event.body);
+        }
         match &event.body {
             // Interruptible nodes got this on their interrupt line already.
             EventBody::Interrupt if self.interruptible() => return,
@@ -172,6 +200,9 @@ impl OutputRunner {
                 } else if !Box::pin(self.answer(request)).await {
                     // The reference never echoes a request whose answer was interrupted.
                     return;
+                }
+                if let Some(idle) = &mut self.idle {
+                    idle.reply_ended();
                 }
             }
             EventBody::TranscriptUpdate(update) => self.add_transcript(update),
@@ -195,6 +226,9 @@ impl OutputRunner {
     /// stale generation work queued before it (never a transcript), then process the
     /// interrupt. Work queued after it is the caller's next turn and stays.
     async fn interrupted(&mut self, interrupt: LineInterrupt) {
+        if let Some(idle) = &mut self.idle {
+            idle.observe(&interrupt.event.body);
+        }
         while self.taken < interrupt.before {
             let Some(event) = self.io.inbox.try_recv() else {
                 break;
@@ -209,6 +243,46 @@ impl OutputRunner {
             }
         }
         self.after_routing(interrupt.event).await;
+    }
+
+    /// The caller's silence is over, or a generated step's words are ready: says the step.
+    /// The node's loop polls the interrupt line and the inbox before the silence, so a
+    /// caller's event that reached the node is always taken first, and decides again.
+    async fn idle_due(&mut self, due: IdleDue) {
+        let Some(idle) = self.idle.as_mut() else {
+            return;
+        };
+        if self.io.handle.call().handoff_requested() {
+            // A tool ended or transferred the call: nobody is left to nudge.
+            self.idle = None;
+            return;
+        }
+        let (step, words) = match due {
+            IdleDue::Silence => {
+                let conversation = self.node.agent.context().messages();
+                match idle.silence_over(conversation) {
+                    (step, Some(words)) => (step, words),
+                    // Being worded: said when the words are ready.
+                    (_, None) => return,
+                }
+            }
+            IdleDue::Worded(step, worded) => (step, idle.words(step, worded)),
+        };
+        tracing::info!(?step, "the caller is silent");
+        let log = idle.log(step);
+        let handle = &self.io.handle;
+        handle.emit(log).await;
+        let said = handle.call().speak(words).await;
+        match step {
+            IdleStep::Nudge(_) if said.is_ok() => idle.nudged(),
+            IdleStep::Nudge(_) => self.idle = None,
+            IdleStep::Goodbye => {
+                if let Err(error) = handle.call().end_call().await {
+                    tracing::debug!(%error, "the idle goodbye could not end the call");
+                }
+                self.idle = None;
+            }
+        }
     }
 
     fn add_transcript(&mut self, update: &TranscriptUpdate) {

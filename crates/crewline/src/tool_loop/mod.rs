@@ -293,6 +293,11 @@ impl ToolLoop {
         &self.config
     }
 
+    /// The model every turn asks.
+    pub(crate) fn llm(&self) -> &Arc<dyn LlmClient> {
+        &self.llm
+    }
+
     /// The loop's tools.
     pub fn tools(&self) -> &Arc<ToolRegistry> {
         &self.tools
