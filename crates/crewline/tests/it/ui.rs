@@ -2,8 +2,9 @@
 //! message and the span the user sees. Regenerate with `TRYBUILD=overwrite`, then review.
 //!
 //! trybuild compiles the cases in a project of its own, so it builds a second copy of the
-//! dependencies (about 5 minutes cold on two cores): it runs only with `CREWLINE_FULL_TESTS=1`
-//! (CI sets it), so that a first `cargo test --workspace` stays affordable.
+//! dependencies (3-5 minutes and 0.9 GB cold on two cores): it runs only with
+//! `CREWLINE_FULL_TESTS=1` (CI sets it), so that a first `cargo test --workspace` stays
+//! affordable.
 
 use std::io::Write as _;
 
@@ -14,7 +15,7 @@ fn ui() {
         let _ = writeln!(
             std::io::stderr(),
             "SKIPPED: trybuild UI suite: set CREWLINE_FULL_TESTS=1 (builds a second copy of the \
-             dependencies, ~5 min)"
+             dependencies, ~3-5 min)"
         );
         return;
     }
