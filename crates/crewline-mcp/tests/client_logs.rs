@@ -3,6 +3,9 @@
 //! tells a deployment to keep it at), and the server's handshake answer too. The client
 //! screens them first.
 
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
 use std::time::Duration;
 
 use crewline_mcp::McpClient;

@@ -4,6 +4,9 @@
 //! tools on stdio (so it needs no libtest harness, whose output would corrupt stdout);
 //! otherwise it runs the test, which spawns it that way.
 
+// A binary of its own, not in tests/it: `harness = false`, it runs itself as the MCP child.
+
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::{process::ExitCode, sync::Arc, time::Duration};

@@ -1,6 +1,10 @@
 //! Tool results, arguments and error texts never reach a log line whole: an MCP client that
 //! gets a tool to return (or fail with) a megabyte costs the logs at most an excerpt.
 
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
+#[path = "it/common/mod.rs"]
 mod common;
 
 use async_trait::async_trait;

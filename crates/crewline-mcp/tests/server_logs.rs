@@ -4,6 +4,10 @@
 //! the `rmcp=info` SECURITY.md tells a deployment to keep. The server screens them first, on
 //! stdio and over HTTP; the session goes on.
 
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::{collections::HashMap, sync::Arc};

@@ -2,6 +2,10 @@
 //! with their count (issue 30, the same class as the refusal log): a token holder opening call
 //! after call with a wrong first frame, or sending bad frames, must not write a line each.
 
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
+#[path = "it/common/mod.rs"]
 mod common;
 
 use common::*;

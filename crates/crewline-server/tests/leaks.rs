@@ -6,6 +6,9 @@
 //!
 //! CI runs 1,000 cycles; `CREWLINE_LONG_TESTS=1` runs 10,000; `CREWLINE_LEAK_CYCLES=N` runs N.
 
+// A binary of its own, not in tests/it: it asserts on the process's resident memory.
+
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::{

@@ -2,6 +2,10 @@
 //! `OPENAI_API_KEY` is that endpoint (a local server needs no key), and the crew says at start
 //! which model serves it and at which URL, never a key. The environment is the process's, so
 //! each case runs in a child process of this test binary with its own variables.
+
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
 #![cfg(feature = "clap")]
 
 use std::{process::Command, time::Duration};

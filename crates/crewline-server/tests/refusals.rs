@@ -1,6 +1,10 @@
 //! Refused requests (issue 30, points 7 and 8): one request is one guess, a refusal closes its
 //! connection, and a flood of refusals writes one log line per interval, not one each.
 
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::time::Duration;

@@ -3,7 +3,12 @@
 //! (the LLM API key, the server's token) reaches the logs (every target, at TRACE) or an
 //! `agent.error` payload, also when the LLM server echoes the key back.
 
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
+#[path = "it/common/mod.rs"]
 mod common;
+#[path = "it/fake_llm/mod.rs"]
 mod fake_llm;
 
 use std::{

@@ -14,7 +14,11 @@
 //!
 //! It prints one line of figures at the end (SECURITY.md quotes them).
 
+// A binary of its own, not in tests/it: it asserts on the process's resident memory.
+
+#[path = "it/common/mod.rs"]
 mod common;
+#[path = "it/fake_llm/mod.rs"]
 mod fake_llm;
 
 use std::{

@@ -1,6 +1,10 @@
 //! What a server says about its own access when it starts: once, and a warning only when
 //! strangers can reach it.
 
+// A binary of its own, not in tests/it: it installs the process's one global log subscriber
+// (`CapturedLogs`) with its own filter and asserts on every line it captured.
+
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::time::Duration;

@@ -5,10 +5,14 @@
 //! missing, unless `CREWLINE_REQUIRE_ESPEAK=1`. The others stand in a program that neither
 //! reads nor writes (so a closed pipe cannot end it): only the kill on drop can.
 
+// A binary of its own, not in tests/it: it counts the process's espeak-ng children, which
+// the espeak tests in tests/it would add to.
+
 use std::{path::PathBuf, time::Duration};
 
 use crewline_speech::{Aplay, Audio, AudioFormat, AudioPlayer, EspeakNg, TextToSpeech};
 
+#[path = "it/common/mod.rs"]
 mod common;
 use common::espeak_available;
 

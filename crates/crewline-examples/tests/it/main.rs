@@ -1,0 +1,8 @@
+//! The integration tests as one binary (one link, one copy of the dependencies' code
+//! instead of one per file); a test that needs a process of its own stays a file of
+//! its own in `tests/`.
+
+mod bank_crash;
+mod fallback_flags;
+mod shared_breakers;
+mod voice_agent_idle;

@@ -1,5 +1,0 @@
-//! The whole `TaskStore` contract, run against a real `redis-server` (one per test).
-
-mod common;
-
-crewline_remote::store_contract_tests!(common::RedisBackend::open());
