@@ -4,8 +4,8 @@
 //! CI workflow, `.env.example` and a README with its two commands (`cargo run`, `cargo test`).
 //!
 //! The templates are files under `src/new/templates/`, embedded with `include_str!` (only
-//! `src/` is packaged). Each is written as a real crate named `crew-template`, so it can be
-//! built and linted as it is; generating replaces that name (`crew-template`, and
+//! `src/` is packaged). Each is written as a real crate named `crew-template` (its manifest
+//! `Cargo.toml.in`), so it reads and lints as Rust; generating replaces that name (`crew-template`, and
 //! `crew_template` in Rust paths) with the project's, and `%%…%%` placeholders with the
 //! dependencies' source (`version = "0.1"`, or `path = "…"` into a crewline checkout) and the
 //! template's own README lines.
@@ -212,7 +212,8 @@ const COMMON: &[TemplateFile] = &[
 macro_rules! crate_files {
     ($dir:literal) => {
         &[
-            file!("Cargo.toml", $dir, "Cargo.toml"),
+            // Not `Cargo.toml`: cargo leaves a folder with a manifest out of a package.
+            file!("Cargo.toml", $dir, "Cargo.toml.in"),
             file!("src/lib.rs", $dir, "src/lib.rs"),
             file!("src/main.rs", $dir, "src/main.rs"),
             file!("tests/crew.rs", $dir, "tests/crew.rs"),
@@ -281,7 +282,7 @@ impl Template {
                 "The tool comes from a client. In a second terminal run\n\n\
                  ```sh\ncargo run -- --client --url http://127.0.0.1:8080\n```\n\n\
                  which prints `task_id=task_...`; give that id to the call \
-                 (`chat --url ws://127.0.0.1:8080/ws --var task_id=task_...`) and ask \
+                 (`crewline chat --url ws://127.0.0.1:8080/ws --var task_id=task_...`) and ask \
                  \"what's the weather in Oslo?\": the lookup runs in the client's process."
             }
         }
@@ -374,7 +375,12 @@ pub fn check_name(name: &str) -> Result<(), NewError> {
     if KEYWORDS.contains(&ident.as_str()) {
         return Err(invalid("it is a Rust keyword"));
     }
-    if RESERVED.contains(&name) || RESERVED.contains(&ident.as_str()) {
+    // `crewline_server` and `crewline-server` are one library name to rustc.
+    let kebab = name.replace('_', "-");
+    if [name, ident.as_str(), kebab.as_str()]
+        .iter()
+        .any(|form| RESERVED.contains(form))
+    {
         return Err(invalid(
             "cargo reserves it, or the project depends on a crate of that name",
         ));
@@ -460,9 +466,9 @@ fn ensure_empty(dir: &Path) -> Result<(), NewError> {
         // A file (or a link to one) is the user's: never replaced by a directory.
         return Err(not_empty());
     }
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) if entries.next().is_some() => Err(not_empty()),
-        Ok(_) => Ok(()),
+    match std::fs::read_dir(dir).map(|mut entries| entries.next().is_none()) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(not_empty()),
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir).map_err(fail)
         }
@@ -565,7 +571,7 @@ mod tests {
             ),
             "{by_path}"
         );
-        assert!(!by_path.contains("version = \"0"), "{by_path}");
+        assert!(!by_path.contains("crewline = { version"), "{by_path}");
     }
 
     #[test]
