@@ -1,6 +1,7 @@
 //! `crewline new` from the outside: the binary writes a project, refuses what it must, and
-//! (with `CREWLINE_FULL_TESTS=1`) each template's project passes its own `cargo fmt --check`
-//! and `cargo test --offline` on the first try and serves a call over the real WebSocket.
+//! (with `CREWLINE_FULL_TESTS=1`) each template's project passes its own `cargo fmt --check`,
+//! `cargo clippy -D warnings` and `cargo test --offline` on the first try and serves a call
+//! over the real WebSocket.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -239,10 +240,11 @@ fn run(dir: &Path, command: &mut Command) {
 }
 
 /// The end to end check: each template's project, generated with its crewline dependencies
-/// pointing at this workspace, passes `cargo fmt --check` and `cargo test --offline` (with the
-/// workspace's Cargo.lock: the same versions, nothing to download), and its binary serves a
-/// call. It builds a second copy of the dependencies (in `<target>/tests/crewline-new`, shared
-/// by the three templates), so it runs only with `CREWLINE_FULL_TESTS=1`.
+/// pointing at this workspace, passes what its CI runs (`cargo fmt --check`, `cargo clippy
+/// --all-targets -D warnings`, `cargo test --offline` with the workspace's Cargo.lock: the same
+/// versions, nothing to download), and its binary serves a call. It builds a second copy of
+/// the dependencies (in `<target>/tests/crewline-new`, shared by the three templates), so it
+/// runs only with `CREWLINE_FULL_TESTS=1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_templates_project_passes_its_own_tests_and_serves_a_call() {
     if std::env::var_os("CREWLINE_FULL_TESTS").is_none_or(|value| value != "1") {
@@ -260,7 +262,11 @@ async fn each_templates_project_passes_its_own_tests_and_serves_a_call() {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let root = scratch("e2e");
     for template in ["voice-agent", "router", "remote-tools"] {
-        let name = format!("my-{template}");
+        // One name as long as allowed: the generated code stays formatted whatever the name.
+        let name = match template {
+            "router" => "my-router-crew-whose-name-is-forty-chars".to_owned(),
+            _ => format!("my-{template}"),
+        };
         let dir = root.join(&name);
         let output = crewline_new(&[
             &name,
@@ -276,6 +282,20 @@ async fn each_templates_project_passes_its_own_tests_and_serves_a_call() {
 
         let started = Instant::now();
         run(&dir, Command::new(&cargo).args(["fmt", "--check"]));
+        // What the project's CI workflow runs, in its order.
+        run(
+            &dir,
+            Command::new(&cargo)
+                .args([
+                    "clippy",
+                    "--offline",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+                .env("CARGO_TARGET_DIR", &target),
+        );
         run(
             &dir,
             Command::new(&cargo)
@@ -287,7 +307,7 @@ async fn each_templates_project_passes_its_own_tests_and_serves_a_call() {
         // How long it took, for the report (no assertion: speed goals live in benches).
         let _ = writeln!(
             std::io::stderr(),
-            "crewline new end-to-end: {template}: fmt and cargo test in {:.0?}",
+            "crewline new end-to-end: {template}: fmt, clippy and cargo test in {:.0?}",
             started.elapsed()
         );
 

@@ -348,6 +348,10 @@ const KEYWORDS: &[&str] = &[
     "typeof", "unsized", "virtual", "yield",
 ];
 
+/// The longest name: the templates' longest `use <name>::{…};` line then stays within
+/// rustfmt's 100 columns, so the project passes `cargo fmt --check` whatever its name.
+pub const MAX_NAME_LEN: usize = 40;
+
 /// Checks that `name` can be the project's crate name.
 pub fn check_name(name: &str) -> Result<(), NewError> {
     let invalid = |reason| NewError::InvalidName {
@@ -357,8 +361,10 @@ pub fn check_name(name: &str) -> Result<(), NewError> {
     let Some(first) = name.chars().next() else {
         return Err(invalid("it is empty"));
     };
-    if name.len() > 64 {
-        return Err(invalid("it is longer than 64 characters"));
+    if name.len() > MAX_NAME_LEN {
+        return Err(invalid(
+            "it is longer than 40 characters (the generated code is formatted for up to 40)",
+        ));
     }
     if !first.is_ascii_alphabetic() {
         return Err(invalid("it must start with an ASCII letter"));
@@ -545,6 +551,22 @@ mod tests {
         assert!(file("README.md").starts_with("# my-crew\n"));
         assert!(file("Dockerfile").contains("--bin my-crew"));
         assert!(file("kubernetes/deployment.yaml").contains("image: my-crew:latest"));
+    }
+
+    #[test]
+    fn with_the_longest_name_every_rust_line_stays_within_rustfmts_width() {
+        let name = "a".repeat(MAX_NAME_LEN);
+        check_name(&name).unwrap();
+        check_name(&format!("{name}b")).unwrap_err();
+        for template in Template::ALL {
+            for (path, text) in render(template, &name, &CrewlineSource::Registry) {
+                if path.extension().is_some_and(|ext| ext == "rs") {
+                    for line in text.lines() {
+                        assert!(line.len() <= 100, "{template}: {}: {line}", path.display());
+                    }
+                }
+            }
+        }
     }
 
     #[test]

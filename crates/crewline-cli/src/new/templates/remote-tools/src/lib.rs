@@ -1,4 +1,4 @@
-//! The crew-template crew: a voice agent whose one tool, `get_weather`, runs in another
+//! The crew: a voice agent whose one tool, `get_weather`, runs in another
 //! process. The crew server serves the task API beside `/ws`; a client ([`station`], this
 //! binary with `--client`) registers its tools as a task and answers the crew's tool calls
 //! over HTTP. A call that carries the task's id in its `task_id` variable gets the client's
@@ -43,7 +43,9 @@ pub async fn crew(
     tasks: &TaskApi,
 ) -> Result<Crew, CrewError> {
     let mut registry = ToolRegistry::new();
-    let mut builder = Agent::builder(llm).name("crew-template").prompt(PROMPT);
+    let mut builder = Agent::builder(llm)
+        .name(env!("CARGO_PKG_NAME"))
+        .prompt(PROMPT);
     let call_id = setup.caller().and_then(|caller| caller.call_id.as_deref());
     if let Some(remote) = tasks
         .attach_call_for(setup.initial_variables(), call_id)

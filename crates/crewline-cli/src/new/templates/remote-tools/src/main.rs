@@ -1,4 +1,4 @@
-//! Serves the crew-template crew on `ws://127.0.0.1:8080/ws` and its task API on `/task`
+//! Serves the crew on `ws://127.0.0.1:8080/ws` and its task API on `/task`
 //! (`--port`, `--host`, `--token`, `--model`: see `--help`); with `--client --url
 //! http://127.0.0.1:8080`, runs the weather station that answers the crew's tool calls from
 //! this process instead. Without `OPENAI_API_KEY` or `OPENAI_BASE_URL` the crew runs on the
@@ -6,10 +6,11 @@
 
 use std::{io::Write, sync::Arc};
 
-use crew_template::{crew, scripted_model, station, task_api};
 use crewline::prelude::*;
 use crewline_remote::ClientConfig;
 use crewline_server::{BoxError, CrewArgs, CrewServer};
+
+use crew_template::{crew, scripted_model, station, task_api};
 
 /// The crew (`/ws` and the task API), or with `--client` the station.
 #[derive(Debug, clap::Parser)]

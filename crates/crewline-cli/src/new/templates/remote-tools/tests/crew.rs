@@ -3,22 +3,19 @@
 
 use std::sync::Arc;
 
-use crew_template::{crew, scripted_model, station, task_api};
 use crewline::prelude::*;
 use crewline_eval::{CheckOptions, CrewTarget, SuiteFailure, check_file_with};
-use crewline_remote::ClientConfig;
+use crewline_remote::{ClientConfig, TaskOutcome};
 use crewline_server::CrewServer;
 use crewline_testkit::TestCrew;
 use serde_json::json;
 use tokio::{sync::oneshot, task::JoinHandle};
 
+use crew_template::{CrewError, crew, scripted_model, station, task_api};
+
 /// The crew and its task API served on a free port, and a station registered with it: the
 /// crew, the task's id and the station's run.
-async fn serve_with_station() -> (
-    TestCrew,
-    String,
-    JoinHandle<Result<crewline_remote::TaskOutcome, crew_template::CrewError>>,
-) {
+async fn serve_with_station() -> (TestCrew, String, JoinHandle<Result<TaskOutcome, CrewError>>) {
     let llm: Arc<dyn LlmClient> = Arc::new(scripted_model());
     let tasks = task_api();
     let server = CrewServer::new({

@@ -1,4 +1,4 @@
-//! The crew-template crew: two sub-agents on crewline's deterministic router, each with its
+//! The crew: two sub-agents on crewline's deterministic router, each with its
 //! own prompt and one tool. Intake finds the caller's order (`find_order`); once the order is
 //! known, the router moves the call to returns, which books a return (`book_return`). The move
 //! is decided in code from what the tools wrote to the router's state, never by the model,

@@ -1,12 +1,13 @@
-//! Serves the crew-template crew on `ws://127.0.0.1:8080/ws` (`--port`, `--host`, `--token`,
+//! Serves the crew on `ws://127.0.0.1:8080/ws` (`--port`, `--host`, `--token`,
 //! `--model`: see `--help`). Without `OPENAI_API_KEY` or `OPENAI_BASE_URL` it runs on the
 //! offline scripted model.
 
 use std::sync::Arc;
 
-use crew_template::{crew, scripted_model};
 use crewline::prelude::*;
 use crewline_server::{BoxError, CrewArgs, CrewServer};
+
+use crew_template::{crew, scripted_model};
 
 /// Serves the crew on `/ws`.
 #[derive(Debug, clap::Parser)]

@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
-use crew_template::{crew, scripted_model};
 use crewline::prelude::*;
 use crewline_eval::{CrewTarget, SuiteFailure, check_file};
 use crewline_testkit::TestCrew;
 use serde_json::json;
+
+use crew_template::{crew, scripted_model};
 
 /// The crew served on a free port, on the scripted model.
 async fn serve() -> TestCrew {

@@ -1,4 +1,4 @@
-//! The crew-template crew: a voice agent with one tool, `get_weather`.
+//! The crew: a voice agent with one tool, `get_weather`.
 //!
 //! The agent is a model, a prompt and tools; the server gives every call its own conversation
 //! with it. Without `OPENAI_API_KEY` (or `OPENAI_BASE_URL`) it runs on [`scripted_model`], an
@@ -50,7 +50,7 @@ impl WeatherService {
 /// The agent on `llm`: what `CrewServer::new` serves, one conversation per call.
 pub fn agent(llm: impl LlmClient + 'static) -> Result<Agent, AgentError> {
     Agent::builder(llm)
-        .name("crew-template")
+        .name(env!("CARGO_PKG_NAME"))
         .prompt(PROMPT)
         .tools(WeatherService)
         // Said the moment the model asks for the weather, so the line is never silent.

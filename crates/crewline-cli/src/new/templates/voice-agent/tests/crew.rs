@@ -1,9 +1,10 @@
 //! The crew on its scripted model, called over a real WebSocket as the voice platform would.
 
-use crew_template::{agent, scripted_model};
 use crewline_eval::{CrewTarget, SuiteFailure, check_file};
 use crewline_testkit::TestCrew;
 use serde_json::json;
+
+use crew_template::{agent, scripted_model};
 
 #[tokio::test]
 async fn a_weather_question_calls_the_tool_and_reads_the_answer_back() {
