@@ -283,7 +283,10 @@ impl Template {
                  ```sh\ncargo run -- --client --url http://127.0.0.1:8080\n```\n\n\
                  which prints `task_id=task_...`; give that id to the call \
                  (`crewline chat --url ws://127.0.0.1:8080/ws --var task_id=task_...`) and ask \
-                 \"what's the weather in Oslo?\": the lookup runs in the client's process."
+                 \"what's the weather in Oslo?\": the lookup runs in the client's process. \
+                 The tasks live in the crew's memory: serve one replica, or keep them in Redis \
+                 (`TaskApi::with_store`, as crewline's `remote_weather` example does) before \
+                 running the three replicas of `kubernetes/deployment.yaml`."
             }
         }
     }
