@@ -4,7 +4,8 @@
 //! `crewline-testkit`, which holds the platform client, the mock model and the load engine;
 //! `playground` serves `crewline-playground`'s page; `ledger pending` lists the calls with
 //! effects a crash left with no outcome; `fake-bank` serves the testkit's fake bank for chaos
-//! runs; `eval` runs `crewline-eval`'s scenario files and writes their reports.
+//! runs; `eval` runs `crewline-eval`'s scenario files and writes their reports; `new` writes
+//! a crew project from a template.
 //!
 //! Nothing here prints on its own: the chat loop and the demo write to the writer they are
 //! given, so they can be tested with an in-memory buffer and reused by other tools.
@@ -17,5 +18,6 @@ pub mod fake_bank;
 pub mod ledger;
 pub mod load;
 pub mod mock_llm;
+pub mod new;
 pub mod playground;
 pub mod render;

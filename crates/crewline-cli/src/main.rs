@@ -8,9 +8,10 @@
 //! - `crewline ledger pending`: lists the calls with effects that have no outcome (a crash).
 //! - `crewline fake-bank`: a fake bank that counts transfers by idempotency key (chaos runs).
 //! - `crewline eval`: runs scenario files against a crew; fails when a scenario fails.
+//! - `crewline new`: writes a crew project of one's own from a template.
 //!
 //! Each command's flags and work live in the library (`crewline_cli::{chat, demo, mock_llm,
-//! load, playground, ledger, fake_bank, eval}`); this file only parses and dispatches.
+//! load, playground, ledger, fake_bank, eval, new}`); this file only parses and dispatches.
 
 use std::{io::Write, process::ExitCode};
 
@@ -26,8 +27,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "crewline",
     version,
-    about = "crewline's command line: chat with a crew, run the demo crew, serve a mock model, load-test, eval, and the playground.",
-    long_about = "crewline's command line: chat with a crewline (or atoms) crew as the voice \
+    about = "crewline's command line: start a crew project, chat with a crew, run the demo crew, serve a mock model, load-test, eval, and the playground.",
+    long_about = "crewline's command line: start a crew project of your own (new), chat with a crewline (or atoms) crew as the voice \
 platform does (chat), run or serve the demo weather crew (demo), serve an OpenAI-compatible \
 mock model with faults (mock-llm), load-test a crew (load), run eval scenarios (eval), serve \
 the browser playground (playground), read the tool ledger (ledger) and serve a fake bank for \
@@ -57,6 +58,8 @@ enum Command {
     FakeBank(crewline_cli::fake_bank::FakeBankArgs),
     /// Run scenario files against a crew: expectations, pass rates, budgets; JUnit and JSON.
     Eval(crewline_cli::eval::EvalArgs),
+    /// Write a crew project of your own: the crew, a test, an eval, Dockerfile, Kubernetes, CI.
+    New(crewline_cli::new::NewArgs),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -92,6 +95,9 @@ async fn main() -> ExitCode {
         Command::Eval(args) => crewline_cli::eval::run_cli(args, std::io::stdout())
             .await
             .map_err(Into::into),
+        Command::New(args) => {
+            crewline_cli::new::run_cli(args, std::io::stdout()).map_err(Into::into)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

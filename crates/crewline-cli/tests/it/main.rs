@@ -11,6 +11,7 @@ mod eval;
 mod eval_started_crew;
 mod ledger;
 mod load;
+mod new;
 mod platform;
 mod playground;
 mod voice;
