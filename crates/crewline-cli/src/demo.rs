@@ -1,7 +1,7 @@
 //! `crewline demo`: the weather crew served on a local port and a short scripted call driven
 //! through a real WebSocket with the platform client: a greeting, a weather question with two
 //! parallel tool calls, a barge-in while the answer streams, and a last turn. The crew is
-//! [`crewline_examples::voice_agent`]'s, the one the `voice_agent` example serves.
+//! `examples/voice_agent.rs`'s, the one the `voice_agent` example serves.
 //!
 //! With `--serve` it only serves the crew, for `crewline chat` to talk to; with `--playground`
 //! it serves the crew and the browser playground (`crewline-playground`) for it, and prints the
@@ -15,7 +15,7 @@ use std::{
 };
 
 use crewline::{agent::AgentError, llm::LlmError};
-use crewline_examples::voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew};
+use crate::voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew};
 use crewline_playground::{Playground, PlaygroundError};
 use crewline_server::{CrewServer, DEFAULT_PORT, ServeArgs, ServerError, model::ModelChoice};
 use tokio::net::TcpListener;

@@ -1,6 +1,6 @@
 //! The crewline command line as a library: the interactive `chat` loop (which can speak
 //! the replies with `crewline-speech`, like the platform would), and the `demo`, which runs
-//! the weather crew of `crewline-examples`; `load` and `mock-llm` are argument parsing over
+//! the weather crew of `examples/voice_agent.rs`; `load` and `mock-llm` are argument parsing over
 //! `crewline-testkit`, which holds the platform client, the mock model and the load engine;
 //! `playground` serves `crewline-playground`'s page; `ledger pending` lists the calls with
 //! effects a crash left with no outcome; `fake-bank` serves the testkit's fake bank for chaos
@@ -21,3 +21,8 @@ pub mod mock_llm;
 pub mod new;
 pub mod playground;
 pub mod render;
+// The demo's weather crew: `examples/voice_agent.rs` itself (src/voice_agent.rs is a link to it,
+// which `cargo package` ships as a file), so the demo is the example and the CLI publishes
+// without the unpublished examples crate. Its `main` and flags go unused here.
+#[allow(dead_code, unreachable_pub, missing_docs)]
+mod voice_agent;
