@@ -115,11 +115,17 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Classify for Struc
         // no tools, and some servers refuse tool messages without them.
         let mut messages = Vec::with_capacity(conversation.len() + 1);
         messages.push(Message::system(self.instruction.clone()));
-        messages.extend(conversation.iter().filter_map(|m| match (m.role(), m.text()) {
-            (Role::User, _) => Some(m.clone()),
-            (Role::Assistant, Some(text)) if !text.is_empty() => Some(Message::assistant(text)),
-            _ => None,
-        }));
+        messages.extend(
+            conversation
+                .iter()
+                .filter_map(|m| match (m.role(), m.text()) {
+                    (Role::User, _) => Some(m.clone()),
+                    (Role::Assistant, Some(text)) if !text.is_empty() => {
+                        Some(Message::assistant(text))
+                    }
+                    _ => None,
+                }),
+        );
         let answer = self.ask.ask(llm, messages).await?;
         Ok((self.record)(&answer))
     }

@@ -273,7 +273,8 @@ impl DeterministicRouter {
             "classification step failed: the sub-agent answers"
         );
         let Some(node) = &self.node else { return };
-        node.log(STRUCTURED_ERROR_LOG, error.to_log(sub_agent)).await;
+        node.log(STRUCTURED_ERROR_LOG, error.to_log(sub_agent))
+            .await;
     }
 
     /// Whether a tool of this turn ended or transferred the call.

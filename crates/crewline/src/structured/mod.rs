@@ -436,7 +436,10 @@ mod tests {
                 age: None
             })
         );
-        assert!(ask.parse("{\"name\": null}").is_err(), "a required null stays wrong");
+        assert!(
+            ask.parse("{\"name\": null}").is_err(),
+            "a required null stays wrong"
+        );
     }
 
     #[test]
