@@ -376,3 +376,34 @@ async fn the_async_openai_client_sends_the_strict_schema() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_model_answers_a_typed_question_from_its_schema() {
+    common::bounded(async {
+        // One rule for every request: typed questions get JSON made from their schema (the
+        // first desk, `billing`), the desks' turns get the text.
+        let script = Script::from_json(&json!({"replies": [
+            {"reply": {"answer_schema": true, "content_chunks": ["How can billing help?"]}},
+        ]}))
+        .unwrap();
+        let mock = MockLlm::new(script)
+            .spawn("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let client = mock
+            .client_builder()
+            .model("mock-gpt")
+            .max_retries(0)
+            .build()
+            .unwrap();
+        let mut call = call_on(Arc::new(client)).await;
+        let turn = say(&mut call, "Hello").await;
+        assert_eq!(turn.text, "How can billing help?");
+        assert_eq!(
+            logs(&turn, "agent.transition").last(),
+            Some(&json!({"from": "triage", "to": "billing", "state": {"desk": "billing"}}))
+        );
+        assert!(logs(&turn, STRUCTURED_ERROR_LOG).is_empty());
+    })
+    .await;
+}
