@@ -4,10 +4,10 @@
 //! of what the caller said wants a value, not prose. [`Structured<T>`] sends the request with
 //! OpenAI's `response_format: {"type": "json_schema", "strict": true, ...}`, the schema
 //! generated from `T` by `schemars` and rewritten the way strict mode wants it (every property
-//! required, objects closed: the same normaliser as tool parameters,
-//! [`normalize_schema`](crewline_tools::normalize_schema)). The answer is parsed into `T`; an
-//! answer that does not parse is asked for once more with the parse error in the messages, and
-//! then fails with a typed [`StructuredError`] holding the parse error and the raw text.
+//! required, objects closed: the same normaliser as tool parameters, [`normalize_schema`]).
+//! The answer is parsed into `T`; an answer that does not parse is asked for once more with
+//! the parse error in the messages, and then fails with a typed [`StructuredError`] holding
+//! the parse error and the raw text.
 //!
 //! An answer is read up to a cap ([`DEFAULT_MAX_ANSWER_BYTES`]): a model that runs on past any
 //! real answer is an error, not memory.
