@@ -442,6 +442,43 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn an_answer_past_the_cap_is_an_error_and_is_not_asked_again() {
+        let llm = crewline_llm::ScriptedLlm::new([crewline_llm::Reply::text(format!(
+            "{{\"name\": \"{}\"}}",
+            "a".repeat(100)
+        ))]);
+        let error = Structured::<Fields>::new()
+            .max_answer_bytes(64)
+            .ask(&llm, vec![Message::user("hi")])
+            .await
+            .err();
+        assert!(
+            matches!(error, Some(StructuredError::TooLarge { limit: 64, .. })),
+            "{error:?}"
+        );
+        assert_eq!(llm.requests().len(), 1, "no retry");
+    }
+
+    #[tokio::test]
+    async fn no_answer_and_a_failed_model_are_typed_errors() {
+        let llm = crewline_llm::ScriptedLlm::new([
+            crewline_llm::Reply::text("  "),
+            crewline_llm::Reply::Fail(crewline_llm::LlmError::Timeout(
+                std::time::Duration::from_secs(1),
+            )),
+        ]);
+        let ask = Structured::<Fields>::new();
+        let empty = ask.ask(&llm, vec![Message::user("hi")]).await.err();
+        assert_eq!(empty.as_ref().map(StructuredError::kind), Some("no_answer"));
+        let failed = ask.ask(&llm, vec![Message::user("hi")]).await.err();
+        assert_eq!(failed.as_ref().map(StructuredError::kind), Some("llm"));
+        let log = failed.map(|e| e.to_log("extract")).unwrap_or_default();
+        assert_eq!(log["step"], "extract");
+        assert_eq!(log["schema"], "Fields");
+        assert_eq!(log["raw"], Value::Null);
+    }
+
     #[test]
     fn names_and_raw_text_are_bounded() {
         assert_eq!(schema_name("Vec<Intent>"), "Vec_Intent_");
