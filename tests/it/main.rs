@@ -18,6 +18,7 @@ mod reference_parity_async_openai;
 mod remote_weather;
 mod rolling_restart;
 mod sentiment_background;
+mod support_triage;
 mod text_chat;
 mod text_tool_calls;
 mod tool_logs;

@@ -10,6 +10,7 @@
 //! | [`sentiment_background`] | the weather agent behind a background node that scores sentiment and escalates |
 //! | [`call_control`] | a support agent whose tools end and transfer the call |
 //! | [`collections_router`] | intake, verify and resolve on the deterministic router |
+//! | [`support_triage`] | a router that picks the desk from a typed answer; a tool that extracts an address |
 //! | [`bank_support`] | balances and transfers that run only after the caller's yes |
 //! | [`text_chat`] | a web shop's chat assistant answering in markdown |
 //! | [`remote_weather`] | a crew whose `get_weather` runs in a client's process |
@@ -54,6 +55,9 @@ pub mod remote_weather;
 #[allow(dead_code)]
 #[path = "../../../examples/sentiment_background.rs"]
 pub mod sentiment_background;
+#[allow(dead_code)]
+#[path = "../../../examples/support_triage.rs"]
+pub mod support_triage;
 #[allow(dead_code)]
 #[path = "../../../examples/text_chat.rs"]
 pub mod text_chat;

@@ -63,6 +63,7 @@ mod runner;
 pub mod session;
 pub mod session_store;
 mod setup;
+pub mod structured;
 mod tool_loop;
 
 /// One turn of an agent: the tool loop, its events and what it cost.

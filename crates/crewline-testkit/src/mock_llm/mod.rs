@@ -84,7 +84,7 @@ use tokio::{net::TcpListener, sync::watch, task::JoinHandle, time::Instant};
 use conn::{ConnCounters, ConnHandle, MockIo};
 pub use fault::{CutPoint, FAULT_HEADER, Fault};
 pub use schedule::{FaultSchedule, Phase, ScheduleError};
-pub use schema_args::{arguments_for_schema, first_tool_call};
+pub use schema_args::{answer_for_response_format, arguments_for_schema, first_tool_call};
 pub use script::{
     MAX_SSE_BODY_BYTES, Reply, Rule, Script, ScriptError, ScriptedCall, When, sse_transcript_body,
 };
@@ -925,7 +925,8 @@ struct Picked {
     index: usize,
     script: Arc<Script>,
     rule: Option<usize>,
-    /// The rule's reply made for this request (`call_first_tool`), when it differs.
+    /// The rule's reply made for this request (`call_first_tool`, `answer_schema`), when it
+    /// differs.
     own_reply: Option<Reply>,
     model: String,
     recorder: Recorder,

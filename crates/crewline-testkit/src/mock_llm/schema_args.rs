@@ -19,6 +19,18 @@ pub fn first_tool_call(body: &Value) -> Option<(String, Value)> {
     Some((name, arguments_for_schema(&schema)))
 }
 
+/// A JSON answer for an OpenAI chat request that asks for one by a schema
+/// (`response_format: {"type": "json_schema", "json_schema": {"schema": ...}}`); `None` for a
+/// request that does not.
+pub fn answer_for_response_format(body: &Value) -> Option<Value> {
+    let format = body.get("response_format")?;
+    if format.get("type")?.as_str()? != "json_schema" {
+        return None;
+    }
+    let schema = format.get("json_schema")?.get("schema")?;
+    Some(arguments_for_schema(schema))
+}
+
 /// A value that satisfies `schema`: every required property of an object, an enum's first
 /// value, a plausible string for a property's name (a `city` or `location` gets "Paris").
 pub fn arguments_for_schema(schema: &Value) -> Value {

@@ -66,6 +66,10 @@ pub struct Reply {
     /// Call the first tool of the request instead of `tool_calls`, with arguments made from
     /// its JSON schema; `tool_calls` are sent only to a request that offers no tool.
     pub call_first_tool: bool,
+    /// Answer a request that asks for JSON by a schema (`response_format` `json_schema`) with
+    /// a value made from that schema (a typed answer that parses), instead of
+    /// `content_chunks`; other requests get the reply as it is.
+    pub answer_schema: bool,
     /// The finish reason (default `tool_calls` with calls, else `stop`).
     pub finish_reason: Option<String>,
     /// A pause before every SSE event.
@@ -297,9 +301,20 @@ impl When {
 }
 
 impl Reply {
-    /// This reply as sent to a request with `body`: with `call_first_tool`, one call to the
-    /// request's first tool (`None`: the reply is sent as it is).
+    /// This reply as sent to a request with `body`: with `answer_schema`, a JSON answer by the
+    /// request's `response_format` schema; with `call_first_tool`, one call to the request's
+    /// first tool (`None`: the reply is sent as it is).
     pub fn for_request(&self, body: &Value) -> Option<Self> {
+        if self.answer_schema
+            && let Some(answer) = super::schema_args::answer_for_response_format(body)
+        {
+            return Some(Self {
+                content_chunks: vec![answer.to_string()],
+                tool_calls: Vec::new(),
+                call_first_tool: false,
+                ..self.clone()
+            });
+        }
         if !self.call_first_tool {
             return None;
         }
@@ -438,6 +453,7 @@ impl Reply {
             tool_calls,
             tool_calls_in_one_chunk: truthy(object.get("tool_calls_in_one_chunk")),
             call_first_tool: truthy(object.get("call_first_tool")),
+            answer_schema: truthy(object.get("answer_schema")),
             finish_reason,
             chunk_delay: millis(object, "chunk_delay_ms")?,
             first_byte_delay: millis(object, "first_byte_delay_ms")?,

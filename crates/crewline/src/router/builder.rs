@@ -7,7 +7,10 @@ use crewline_llm::LlmClient;
 use crewline_tools::{RegistryError, SessionScope, ToolRegistry};
 use serde_json::{Map, Value};
 
-use super::{DeterministicRouter, Predicate, RouterError, RouterState, Routes, Stage};
+use super::{
+    DeterministicRouter, Predicate, RouterError, RouterState, Routes, Stage,
+    classify::{Classify, StructuredStep},
+};
 use crate::{ToolLoop, turn::ToolLoopConfig};
 
 /// One specialist of a [`DeterministicRouter`]: its id, the system prompt used while it is
@@ -94,6 +97,7 @@ pub struct RouterBuilder {
     sub_agents: Vec<SubAgent>,
     transitions: Vec<Declared>,
     context_limits: ContextLimits,
+    classifiers: Vec<(String, Arc<dyn Classify>)>,
 }
 
 impl RouterBuilder {
@@ -107,6 +111,7 @@ impl RouterBuilder {
             sub_agents: Vec::new(),
             transitions: Vec::new(),
             context_limits: ContextLimits::default(),
+            classifiers: Vec::new(),
         }
     }
 
@@ -172,6 +177,23 @@ impl RouterBuilder {
         self
     }
 
+    /// Asks `step`'s typed question at the start of each turn of the sub-agent `at`, writes
+    /// the answer to the state, and tries `at`'s transitions at once: the sub-agent they pick
+    /// answers this turn (see [`StructuredStep`]).
+    ///
+    /// The step costs one model call before the first word of each of `at`'s turns; give it
+    /// a fast model in its [`Structured`](crate::structured::Structured) options. A step that
+    /// fails (no answer, or one that does not parse after its retry) moves nothing: `at`
+    /// answers, and the failure reaches the platform as an `agent.log`
+    /// [`STRUCTURED_ERROR_LOG`](crate::structured::STRUCTURED_ERROR_LOG) entry.
+    pub fn classify<T>(mut self, at: impl Into<String>, step: StructuredStep<T>) -> Self
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+    {
+        self.classifiers.push((at.into(), Arc::new(step)));
+        self
+    }
+
     /// Checks the graph and builds the router.
     ///
     /// Errors name the ids at fault: no sub-agents, a duplicate id, a start or transition end
@@ -227,11 +249,24 @@ impl RouterBuilder {
             }
         }
 
+        let mut classifiers: Vec<Option<Arc<dyn Classify>>> = vec![None; self.sub_agents.len()];
+        for (at, step) in self.classifiers {
+            let Some(&i) = index.get(at.as_str()) else {
+                return Err(RouterError::UnknownClassifier {
+                    sub_agent: at,
+                    known: known(),
+                });
+            };
+            if classifiers[i].replace(step).is_some() {
+                return Err(RouterError::DuplicateClassifier(at));
+            }
+        }
+
         let mut stages = Vec::with_capacity(self.sub_agents.len());
         // One conversation, one session: every step's calls share a scope (the call's, once
         // the router's node starts).
         let scope = SessionScope::new();
-        for sub in self.sub_agents {
+        for (sub, classify) in self.sub_agents.into_iter().zip(classifiers) {
             let names: Vec<&str> = sub.tools.iter().map(String::as_str).collect();
             let registry = self.tools.subset(&names).map_err(|error| match error {
                 RegistryError::DuplicateName(tool) => RouterError::DuplicateTool {
@@ -255,6 +290,7 @@ impl RouterBuilder {
                 id: sub.id,
                 prompt: sub.prompt,
                 tool_loop,
+                classify,
             });
         }
         warn_unreachable(&stages, &routes, start);
@@ -268,6 +304,7 @@ impl RouterBuilder {
             state: self.state,
             node: None,
             entered: false,
+            llm: self.llm,
         })
     }
 }

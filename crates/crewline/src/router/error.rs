@@ -65,4 +65,18 @@ pub enum RouterError {
         /// The tool's name.
         tool: String,
     },
+    /// A classification step names a sub-agent that was never added.
+    #[error(
+        "the classification step of `{sub_agent}` names no sub-agent (sub-agents: {})",
+        .known.join(", ")
+    )]
+    UnknownClassifier {
+        /// The id it names.
+        sub_agent: String,
+        /// The sub-agents' ids.
+        known: Vec<String>,
+    },
+    /// A sub-agent has two classification steps: the second would never run.
+    #[error("sub-agent `{0}` has two classification steps: give it one")]
+    DuplicateClassifier(String),
 }

@@ -35,10 +35,14 @@
 //! without more speech, and an interrupted or failed turn never moves the router.
 
 mod builder;
+mod classify;
 mod error;
 mod state;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::{
+    panic::{AssertUnwindSafe, catch_unwind},
+    sync::Arc,
+};
 
 use async_trait::async_trait;
 use crewline_core::{Context, Message, Role};
@@ -47,6 +51,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 
 pub use builder::{RouterBuilder, SubAgent};
+pub use classify::StructuredStep;
 pub use error::RouterError;
 pub use state::{RouterState, when};
 
@@ -54,6 +59,7 @@ use crate::{
     CallControl, ToolLoop, TurnEvent,
     crew::{NodeError, NodeHandle, OutputAgent},
     session_store::RouterCheckpoint,
+    structured::{STRUCTURED_ERROR_LOG, StructuredError},
     turn::TurnStream,
 };
 
@@ -68,6 +74,8 @@ struct Stage {
     id: String,
     prompt: String,
     tool_loop: ToolLoop,
+    /// The typed question asked at the start of each of its turns, if any.
+    classify: Option<Arc<dyn classify::Classify>>,
 }
 
 /// The transitions out of one sub-agent, by index.
@@ -116,6 +124,8 @@ pub struct DeterministicRouter {
     node: Option<NodeHandle>,
     /// Whether the start has been logged (on the first turn, as the reference does).
     entered: bool,
+    /// The model the classification steps ask.
+    llm: Arc<dyn LlmClient>,
 }
 
 impl DeterministicRouter {
@@ -231,6 +241,42 @@ impl DeterministicRouter {
         self.entered = true;
     }
 
+    /// Runs the active sub-agent's classification step, if it has one: the answer goes to
+    /// the state and the transitions are tried, so the sub-agent they pick answers this turn.
+    /// A failed step moves nothing and is logged.
+    async fn classify(&mut self) {
+        let Some(step) = self.stages[self.active].classify.clone() else {
+            return;
+        };
+        match step.classify(&*self.llm, self.context.messages()).await {
+            Ok(answer) => {
+                self.state.merge(answer);
+                let state = self.state.snapshot();
+                if let Some(next) = self.next_stage(&state)
+                    && next != self.active
+                {
+                    self.log_transition(Some(self.active), next, state).await;
+                    self.enter(next);
+                }
+            }
+            Err(error) => self.log_structured_error(step.name(), &error).await,
+        }
+    }
+
+    /// Logs a failed classification step (`agent.log` [`STRUCTURED_ERROR_LOG`]).
+    async fn log_structured_error(&self, schema: &str, error: &StructuredError) {
+        let sub_agent = &self.stages[self.active].id;
+        tracing::warn!(
+            %sub_agent,
+            schema,
+            error = %error.chain(),
+            "classification step failed: the sub-agent answers"
+        );
+        let Some(node) = &self.node else { return };
+        node.log(STRUCTURED_ERROR_LOG, error.to_log(sub_agent))
+            .await;
+    }
+
     /// Whether a tool of this turn ended or transferred the call.
     fn handed_off(call: Option<&CallControl>) -> bool {
         call.is_some_and(CallControl::handoff_requested)
@@ -255,6 +301,7 @@ impl OutputAgent for DeterministicRouter {
                 self.log_transition(None, self.active, self.state.snapshot()).await;
                 self.entered = true;
             }
+            self.classify().await;
             let call = self.node.as_ref().map(|n| n.call().clone());
             let stage = &self.stages[self.active];
             let mut report = None;
