@@ -283,7 +283,16 @@ mod tests {
         assert_eq!(parse_micros(".075"), Ok(75_000));
         assert_eq!(parse_micros("10"), Ok(10_000_000));
         assert_eq!(parse_micros("0.000001"), Ok(1));
-        for bad in ["", ".", "1.0000001", "-1", "1e3", "abc", "1.2.3", "99999999999999999999"] {
+        for bad in [
+            "",
+            ".",
+            "1.0000001",
+            "-1",
+            "1e3",
+            "abc",
+            "1.2.3",
+            "99999999999999999999",
+        ] {
             assert!(parse_micros(bad).is_err(), "{bad}");
         }
     }
@@ -309,15 +318,25 @@ mod tests {
 
     #[test]
     fn tables_read_entries_and_refuse_bad_ones() {
-        let table: PriceTable = "# prices\ngpt-4o-mini = 0.15, 0.075, 0.60\n\nlocal=0,0,0; big=5,2.5,15"
-            .parse()
-            .unwrap();
+        let table: PriceTable =
+            "# prices\ngpt-4o-mini = 0.15, 0.075, 0.60\n\nlocal=0,0,0; big=5,2.5,15"
+                .parse()
+                .unwrap();
         assert_eq!(table.models().count(), 3);
         assert_eq!(table.price("big").map(|p| p.completion), Some(15_000_000));
         assert_eq!(table.cost("local", &usage(5, 0, 5)), Some(Money::ZERO));
         assert_eq!(table.cost("nope", &usage(5, 0, 5)), None);
-        assert!(matches!("m=1,2".parse::<PriceTable>(), Err(PriceError::Entry(_))));
-        assert!(matches!("=1,2,3".parse::<PriceTable>(), Err(PriceError::Entry(_))));
-        assert!(matches!("m=1,x,3".parse::<PriceTable>(), Err(PriceError::Number(_))));
+        assert!(matches!(
+            "m=1,2".parse::<PriceTable>(),
+            Err(PriceError::Entry(_))
+        ));
+        assert!(matches!(
+            "=1,2,3".parse::<PriceTable>(),
+            Err(PriceError::Entry(_))
+        ));
+        assert!(matches!(
+            "m=1,x,3".parse::<PriceTable>(),
+            Err(PriceError::Number(_))
+        ));
     }
 }

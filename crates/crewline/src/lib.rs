@@ -64,6 +64,7 @@ pub mod session;
 pub mod session_store;
 mod setup;
 mod tool_loop;
+pub mod usage;
 
 /// One turn of an agent: the tool loop, its events and what it cost.
 pub mod turn {
