@@ -996,6 +996,14 @@
         provider.title = "the model provider that answered this turn (the crew's fallback client)";
         label.appendChild(provider);
       }
+      if (turn.tokens || turn.cost !== null) {
+        const tokens = turn.tokens ? `${turn.tokens.prompt} + ${turn.tokens.completion} tokens` : "";
+        const money = turn.cost !== null ? `cost ${turn.cost}` : "";
+        const text = [tokens, money].filter(Boolean).join(" · ");
+        const cost = testid(el("div", "provider", text), "turn-cost");
+        cost.title = "what this turn cost (the crew's llm_usage log): prompt + completion tokens, money in its price table's currency";
+        label.appendChild(cost);
+      }
       row.appendChild(label);
 
       const track = el("div", "turn-track");
