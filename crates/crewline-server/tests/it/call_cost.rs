@@ -3,7 +3,7 @@
 //! tokens and money on `/metrics` after two calls, a model server that reports no usage, and a
 //! fallback whose backup answered (its provider, its model, its price).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
