@@ -26,6 +26,11 @@
 //! never over the caller or a reply. Off by default, as in every crew: the platform may
 //! handle a silent line itself.
 //!
+//! What each call cost: every turn's tokens (prompt, completion, cached, reasoning) are on its
+//! `crewline.turn` span and in `/metrics`; `--prices 'gpt-4o-mini=0.15,0.075,0.60'` (per
+//! million tokens, or `@prices.txt`) adds money, and `--log-usage` sends each turn's usage and
+//! the call's running total to the platform as an `llm_usage` log (see [`WeatherCrew::with_cost`]).
+//!
 //! `--service-delay-ms N` sets the pretend weather service's time per call (default 300; the
 //! load benchmarks use 0, like the reference's tool). Calls run on one single-threaded
 //! runtime per CPU (`CrewServer::worker_runtimes`); `--worker-runtimes 0` runs them on one
@@ -50,7 +55,7 @@ use std::{sync::Arc, time::Duration};
 use crewline::{
     agent::AgentError,
     idle::IdlePolicy,
-    llm::{ChatRequest, LlmError, Reply, ScriptedLlm},
+    llm::{ChatRequest, LlmError, PriceTable, Reply, ScriptedLlm},
     prelude::*,
     turn::ToolLoop,
     types::Message,
@@ -126,6 +131,12 @@ async fn serve(args: Args) -> Result<(), BoxError> {
     if args.idle {
         weather = weather.with_idle(IdlePolicy::phone_call());
     }
+    // What each call cost: tokens always (the turn's span, /metrics), money with --prices,
+    // an `llm_usage` log to the platform with --log-usage.
+    weather = weather.with_cost(
+        args.crew.model.price_table()?.map(Arc::new),
+        args.crew.model.log_usage,
+    );
     let mut server = CrewServer::new(weather.agent().clone());
     if args.worker_runtimes > 0 {
         server = server.worker_runtimes(args.worker_runtimes);
@@ -220,6 +231,16 @@ impl WeatherCrew {
     /// model when the policy says `nudge_generated`).
     pub fn with_idle(mut self, policy: IdlePolicy) -> Self {
         self.agent = self.agent.with_idle(policy);
+        self
+    }
+
+    /// The same crew pricing each turn with `prices` (a model it does not name is reported
+    /// without money), and sending each turn's usage to the platform when `log_usage`.
+    pub fn with_cost(mut self, prices: Option<Arc<PriceTable>>, log_usage: bool) -> Self {
+        if let Some(prices) = prices {
+            self.agent = self.agent.with_prices(prices);
+        }
+        self.agent = self.agent.with_log_usage(log_usage);
         self
     }
 

@@ -175,3 +175,49 @@ async fn an_interrupt_before_the_model_answers_means_no_filler_at_all() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn with_prices_and_log_usage_each_turn_says_what_it_and_the_call_cost() {
+    let llm = Arc::new(weather::scripted_weather_model(Duration::ZERO));
+    // The scripted model's usage is counted under `scripted`; priced like a small model.
+    let prices: crewline::llm::PriceTable = "scripted=0.15,0.075,0.60".parse().expect("prices");
+    let crew = weather::WeatherCrew::new(llm, Duration::ZERO)
+        .expect("the weather tools register")
+        .with_cost(Some(Arc::new(prices)), true);
+    let url = common::serve(CrewServer::new(crew.agent().clone())).await;
+    let mut client = connect(&url).await;
+    let mut costs = Vec::new();
+    for (turns, words) in [(1, "Hi there!"), (2, "What's the weather in Paris?")] {
+        let turn = client
+            .user_turn(words)
+            .expect("turn")
+            .finish()
+            .await
+            .expect("turn finished");
+        let usage: Vec<&serde_json::Map<String, serde_json::Value>> = turn
+            .frames
+            .iter()
+            .filter_map(|f| match &f.frame {
+                CrewFrame::Log { name, payload } if name == "llm_usage" => Some(payload),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(usage.len(), 1, "one usage log a turn: {:?}", turn.frames);
+        let log = usage[0];
+        assert_eq!(log["model"], "scripted", "{log:?}");
+        assert!(log["usage"]["prompt_tokens"].as_u64() > Some(0), "{log:?}");
+        let cost = log["cost"].as_str().expect("priced").to_owned();
+        assert_eq!(log["call"]["turns"], turns, "{log:?}");
+        costs.push((cost, log["call"]["cost"].clone()));
+    }
+    // The call's total after two turns is the sum of theirs, exactly.
+    let picos = |text: &str| -> u64 {
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        let fraction = format!("{fraction:0<12}");
+        whole.parse::<u64>().expect("whole") * 1_000_000_000_000
+            + fraction.parse::<u64>().expect("fraction")
+    };
+    let total = picos(costs[1].1.as_str().expect("a total"));
+    assert_eq!(total, picos(&costs[0].0) + picos(&costs[1].0), "{costs:?}");
+    client.close().await.expect("closed");
+}

@@ -119,6 +119,14 @@ async fn serve_with_playground(
     mut out: impl Write,
 ) -> Result<(), DemoError> {
     let (crew, description) = demo_crew(config)?;
+    // The page shows what each turn cost: the crew logs its usage (`llm_usage`), priced by
+    // CREWLINE_PRICES when set (`model=prompt,cached,completion` per million tokens, or @FILE).
+    let prices = crewline_server::ModelArgs {
+        prices: std::env::var("CREWLINE_PRICES").ok(),
+        ..crewline_server::ModelArgs::default()
+    }
+    .price_table()?;
+    let crew = crew.with_cost(prices.map(std::sync::Arc::new), true);
     let (listener, bound) = bind_crew(args).await?;
     let crew_url = crew_url_for_page(bound);
     let page_listener = crewline_playground::listen(args.playground_port).await?;
@@ -257,6 +265,9 @@ pub enum DemoError {
     /// `--playground`: the page could not be served.
     #[error(transparent)]
     Playground(#[from] PlaygroundError),
+    /// `--playground`: `CREWLINE_PRICES` is not a price table.
+    #[error("CREWLINE_PRICES")]
+    Prices(#[from] crewline_server::PricesError),
     /// `--serve`: the crew server could not start or failed.
     #[error("the crew server failed")]
     Serve(#[source] Box<ServerError>),

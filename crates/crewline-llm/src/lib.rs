@@ -27,6 +27,7 @@ mod error;
 pub mod fallback;
 mod limits;
 mod openai;
+mod price;
 mod request;
 mod scripted;
 mod stream;
@@ -49,6 +50,7 @@ pub use fallback::{
 };
 pub use limits::AnswerLimits;
 pub use openai::{OpenAiClient, OpenAiClientBuilder};
+pub use price::{Money, Price, PriceError, PriceTable};
 pub use request::{
     ChatRequest, JsonSchemaFormat, MaxTokensField, RequestOptions, ResponseFormat, ToolChoice,
 };

@@ -1,6 +1,7 @@
 //! A whole call traced into a stand-in OTLP/HTTP collector (JSON): one trace per turn, rooted at
 //! `crewline.turn` with the platform's call id and the turn's request id, with the LLM requests
-//! (time to first token) and the tool call below it, and the model provider that answered.
+//! (time to first token) and the tool call below it, the model provider that answered, and
+//! what the turn cost (model, tokens, money).
 
 use std::{
     collections::HashMap,
@@ -114,6 +115,11 @@ async fn each_turn_is_one_trace_with_its_llm_requests_and_tool_calls() {
     let agent = Agent::builder(client)
         .prompt("You are a weather line.")
         .tool(GetWeatherTool)
+        .prices(
+            "gpt-4o-mini=0.15,0.075,0.60"
+                .parse::<crewline::llm::PriceTable>()
+                .expect("prices"),
+        )
         .build()
         .expect("agent");
     let server = CrewServer::new(move |setup: SessionSetup| {
@@ -159,6 +165,25 @@ async fn each_turn_is_one_trace_with_its_llm_requests_and_tool_calls() {
         assert_eq!(root["request_id"], json!(request_id));
         assert_eq!(root["outcome"], json!("completed"));
         assert_eq!(root["provider"], json!("primary"));
+        // What the turn cost: the model, the tokens the mock model reported, the money.
+        assert_eq!(root["model"], json!("gpt-4o-mini"));
+        let tokens = |kind: &str| -> u64 {
+            let value = &root[kind];
+            value
+                .as_u64()
+                .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+                .unwrap_or_else(|| panic!("{kind} on the turn's span: {root:?}"))
+        };
+        assert!(tokens("prompt_tokens") > 0, "{root:?}");
+        assert!(tokens("completion_tokens") > 0, "{root:?}");
+        let _ = (tokens("cached_tokens"), tokens("reasoning_tokens"));
+        let picos = (tokens("prompt_tokens") - tokens("cached_tokens")) * 150_000
+            + tokens("cached_tokens") * 75_000
+            + tokens("completion_tokens") * 600_000;
+        assert_eq!(
+            root["cost"],
+            json!(crewline::llm::Money::from_picos(picos).to_string())
+        );
         assert_eq!(
             turn["links"].as_array().map(Vec::len),
             Some(1),

@@ -43,6 +43,9 @@
       feed: [], // what the conversation panel shows: {kind, turn?, text?}
       strayChunks: 0,
       spoken: [], // {t, text}: what was handed to the synthesizer
+      // What the whole call cost so far, as the crew's last `llm_usage` log said (an exact
+      // decimal string in its price table's currency); null until one names money.
+      cost: null,
     };
   }
 
@@ -105,6 +108,10 @@
       // Which model provider answered (the crew's `llm_provider` log, from a fallback
       // client); null on a crew with one model.
       provider: null,
+      // What the turn cost and on which model (the crew's `llm_usage` log, with --log-usage);
+      // cost is the crew's exact decimal string, null without prices.
+      cost: null,
+      model: null,
     };
   }
 
@@ -275,6 +282,10 @@
       applyProvider(payload);
       return;
     }
+    if (name === "llm_usage") {
+      applyUsage(payload);
+      return;
+    }
     if (name !== "tool_call_start" && name !== "tool_call_end" && name !== "tool_call_error") return;
     const turn = answering() || lastTurn();
     if (!turn) return;
@@ -318,19 +329,36 @@
     }
   }
 
+  /** The turn a crew's log names by its `turn_id` (a request id), else the one answering. */
+  function loggedTurn(payload) {
+    const id = payload.turn_id == null ? null : String(payload.turn_id);
+    for (let i = call.turns.length - 1; i >= 0 && id !== null; i--) {
+      if (call.turns[i].requestId === id) return call.turns[i];
+    }
+    return answering() || lastTurn();
+  }
+
   /** The provider that answered a turn: the turn whose request id the log names, else the one answering. */
   function applyProvider(payload) {
     if (payload.provider == null) return;
-    const id = payload.turn_id == null ? null : String(payload.turn_id);
-    let turn = null;
-    for (let i = call.turns.length - 1; i >= 0 && id !== null; i--) {
-      if (call.turns[i].requestId === id) {
-        turn = call.turns[i];
-        break;
-      }
-    }
-    turn = turn || answering() || lastTurn();
+    const turn = loggedTurn(payload);
     if (turn) turn.provider = short(String(payload.provider), 80);
+  }
+
+  /**
+   * What a turn cost (`llm_usage`): its model, provider and money; the call's running total is
+   * the crew's own exact sum, never added up here in floating point. Its tokens are read by
+   * noteTokens like any frame's `usage`.
+   */
+  function applyUsage(payload) {
+    const turn = loggedTurn(payload);
+    if (turn) {
+      if (typeof payload.model === "string") turn.model = short(payload.model, 80);
+      if (typeof payload.provider === "string") turn.provider = short(payload.provider, 80);
+      if (typeof payload.cost === "string") turn.cost = short(payload.cost, 40);
+    }
+    const total = payload.call && typeof payload.call === "object" ? payload.call.cost : null;
+    if (typeof total === "string") call.cost = short(total, 40);
   }
 
   /** Token counts where a frame reports them (`usage` objects, `*_tokens` fields). */
@@ -844,6 +872,8 @@
       handoff: turn.handoff ? turn.handoff.kind : null,
       fatal: turn.fatal,
       provider: turn.provider,
+      model: turn.model,
+      cost: turn.cost,
       reply: turn.text,
     }));
     const ttfc = turns.map((t) => t.timeToFirstChunk).filter((x) => x !== null);
@@ -863,6 +893,7 @@
         tokens: tokens.length
           ? tokens.reduce((n, t) => n + t.tokens.prompt + t.tokens.completion, 0)
           : null,
+        cost: call.cost,
         frames: call.frames.length,
         errors: call.errors.length,
       },
@@ -965,6 +996,14 @@
         provider.title = "the model provider that answered this turn (the crew's fallback client)";
         label.appendChild(provider);
       }
+      if (turn.tokens || turn.cost !== null) {
+        const tokens = turn.tokens ? `${turn.tokens.prompt} + ${turn.tokens.completion} tokens` : "";
+        const money = turn.cost !== null ? `cost ${turn.cost}` : "";
+        const text = [tokens, money].filter(Boolean).join(" · ");
+        const cost = testid(el("div", "provider", text), "turn-cost");
+        cost.title = "what this turn cost (the crew's llm_usage log): prompt + completion tokens, money in its price table's currency";
+        label.appendChild(cost);
+      }
       row.appendChild(label);
 
       const track = el("div", "turn-track");
@@ -1054,6 +1093,7 @@
       ["tool time", fmt(f.call.toolCalls ? f.call.toolTime : null), "call-tool-time"],
       ["barge-ins", String(f.call.bargeIns), "call-barge-ins"],
       ["tokens", f.call.tokens === null ? "not reported" : String(f.call.tokens), "call-tokens"],
+      ["cost", f.call.cost === null ? "not reported" : f.call.cost, "call-cost"],
     ];
     for (const [label, value, id] of cards) {
       const card = testid(el("div", "figure"), id);
@@ -1071,6 +1111,8 @@
       if (t.handoff) notes.push(t.handoff);
       if (t.fatal) notes.push("fatal error");
       if (t.provider !== null) notes.push(`answered by ${t.provider}`);
+      if (t.model !== null) notes.push(`on ${t.model}`);
+      if (t.cost !== null) notes.push(`cost ${t.cost}`);
       const cells = [
         [String(t.index), "index"],
         [t.user, "said"],

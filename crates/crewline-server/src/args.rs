@@ -187,6 +187,34 @@ pub struct ModelArgs {
     /// said (never spoken twice). Needs --fallback-base-url.
     #[arg(long = "after-text", value_enum, value_name = "POLICY")]
     pub after_text: Option<AfterTextPolicy>,
+    /// What tokens cost per model, to turn each turn's usage into money (the call's tally,
+    /// the turn's span, /metrics, --log-usage): `model=prompt,cached_prompt,completion` per
+    /// million tokens, entries separated by `;`, or `@FILE` for a file of them, one a line
+    /// (`#` comments). A model it does not name is reported without money.
+    #[arg(long, value_name = "PRICES|@FILE", env = "CREWLINE_PRICES")]
+    pub prices: Option<String>,
+    /// Send each answered turn's token usage and cost to the platform as an `agent.log`
+    /// entry (`llm_usage`), which the platform may ignore.
+    #[arg(long = "log-usage")]
+    pub log_usage: bool,
+}
+
+/// Why `--prices` could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PricesError {
+    /// The file `@FILE` names could not be read.
+    #[error("cannot read the price file {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The prices are not a price table.
+    #[error("--prices")]
+    Table(#[from] crewline::llm::PriceError),
 }
 
 /// The floor of `--hedge p95` when none is given.
@@ -248,6 +276,37 @@ pub enum LlmClientKind {
 }
 
 impl ModelArgs {
+    /// The price table `--prices` (or `CREWLINE_PRICES`) gives, read from its file for
+    /// `@FILE`; `None` without one.
+    ///
+    /// ```
+    /// use clap::Parser;
+    /// use crewline_server::ModelArgs;
+    ///
+    /// #[derive(Parser)]
+    /// struct Args {
+    ///     #[command(flatten)]
+    ///     model: ModelArgs,
+    /// }
+    /// let args = Args::parse_from(["my_crew", "--prices", "gpt-4o-mini=0.15,0.075,0.60"]);
+    /// let prices = args.model.price_table()?.expect("given");
+    /// assert_eq!(prices.price("gpt-4o-mini").map(|p| p.prompt), Some(150_000));
+    /// # Ok::<(), crewline_server::PricesError>(())
+    /// ```
+    pub fn price_table(&self) -> Result<Option<crewline::llm::PriceTable>, PricesError> {
+        let Some(spec) = self.prices.as_deref() else {
+            return Ok(None);
+        };
+        let text = match spec.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path).map_err(|source| PricesError::Read {
+                path: path.to_owned(),
+                source,
+            })?,
+            None => spec.to_owned(),
+        };
+        Ok(Some(text.parse()?))
+    }
+
     /// What the flags ask for.
     pub fn choice(&self) -> ModelChoice {
         match (self.scripted, self.llm_client) {

@@ -81,7 +81,7 @@ pub mod model;
 #[cfg(feature = "clap")]
 pub use args::{
     AfterTextPolicy, CrewArgs, DEFAULT_P95_HEDGE_FLOOR, DEFAULT_PORT, LlmClientKind, ModelArgs,
-    ServeArgs,
+    PricesError, ServeArgs,
 };
 pub use crewline_auth::{Credential, CredentialError, Principal, TOKEN_ENV};
 pub use error::{BoxError, ServerError, SetupError};

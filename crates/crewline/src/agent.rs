@@ -5,7 +5,9 @@ pub use crate::loop_agent::{CallEndHook, LoopAgent};
 use std::{fmt, sync::Arc};
 
 use crewline_core::{Context, ContextLimits, ToolCall};
-use crewline_llm::{AnswerLimits, LlmClient, RequestOptions, TextToolCallFormat, TextToolCalls};
+use crewline_llm::{
+    AnswerLimits, LlmClient, PriceTable, RequestOptions, TextToolCallFormat, TextToolCalls,
+};
 use crewline_tools::{RegistryError, Tool, ToolProvider, ToolRegistry};
 
 use crate::{
@@ -71,6 +73,8 @@ pub struct Agent {
     on_call_end: Option<CallEndHook>,
     /// What every call does when the caller goes silent (none: nothing).
     idle: Option<Arc<IdlePolicy>>,
+    /// Whether each answered turn's usage goes to the platform (`agent.log`).
+    log_usage: bool,
     /// Tool faults for an eval (see [`crate::eval_faults`]); none in production.
     tool_faults: Option<ToolFaults>,
 }
@@ -113,6 +117,7 @@ impl Agent {
             text_tool_calls: Vec::new(),
             on_call_end: None,
             idle: None,
+            log_usage: false,
         }
     }
 
@@ -164,7 +169,8 @@ impl Agent {
     /// The call's output node (named [`name`](Self::name)), for a crew with other nodes.
     pub fn node(&self, setup: &SessionSetup) -> OutputNode {
         let node = OutputNode::new(self.name.to_string(), self.loop_agent(setup))
-            .interruptible(self.interruptible);
+            .interruptible(self.interruptible)
+            .log_usage(self.log_usage);
         match &self.idle {
             Some(policy) => node.idle_shared(Arc::clone(policy)),
             None => node,
@@ -176,6 +182,20 @@ impl Agent {
     pub fn with_idle(mut self, policy: IdlePolicy) -> Self {
         let options = &self.tool_loop.config().options;
         self.idle = Some(Arc::new(policy.or_model(self.tool_loop.llm(), options)));
+        self
+    }
+
+    /// The same agent pricing each turn's tokens with `prices` (see
+    /// [`AgentBuilder::prices`]).
+    pub fn with_prices(mut self, prices: Arc<PriceTable>) -> Self {
+        self.tool_loop = self.tool_loop.with_prices(prices);
+        self
+    }
+
+    /// The same agent sending each answered turn's usage to the platform, or not (see
+    /// [`AgentBuilder::log_usage`]).
+    pub fn with_log_usage(mut self, log: bool) -> Self {
+        self.log_usage = log;
         self
     }
 
@@ -269,6 +289,7 @@ pub struct AgentBuilder {
     text_tool_calls: Vec<TextToolCallFormat>,
     on_call_end: Option<CallEndHook>,
     idle: Option<IdlePolicy>,
+    log_usage: bool,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -448,6 +469,23 @@ impl AgentBuilder {
         self
     }
 
+    /// Prices each turn's tokens with `prices` (per model, per million tokens; see
+    /// [`crewline_llm::PriceTable`]): the money goes to the call's tally, the turn's span,
+    /// `/metrics` and, with [`log_usage`](Self::log_usage), the platform. Without it, usage is
+    /// reported without money.
+    pub fn prices(self, prices: impl Into<Arc<PriceTable>>) -> Self {
+        let prices = prices.into();
+        self.configure(move |tool_loop| tool_loop.with_prices(prices))
+    }
+
+    /// Sends each answered turn's token usage (and cost, with [`prices`](Self::prices)) to the
+    /// platform as an `agent.log` entry (see [`crate::usage`]). Off by default: the platform
+    /// may ignore the entry, but a crew's wire stays the reference's unless asked.
+    pub fn log_usage(mut self, log: bool) -> Self {
+        self.log_usage = log;
+        self
+    }
+
     /// Any other tool-loop setting, applied in order when the agent is built.
     pub fn configure<F>(mut self, configure: F) -> Self
     where
@@ -477,6 +515,7 @@ impl AgentBuilder {
             tool_loop,
             on_call_end: self.on_call_end,
             idle: None,
+            log_usage: self.log_usage,
             tool_faults: None,
         };
         let agent = match self.idle {

@@ -239,6 +239,8 @@ struct State {
     handed_off: bool,
     /// What the checkpoint keeps beyond the hand-off.
     kept: Kept,
+    /// What the call's answered turns cost so far (this connection's: not checkpointed).
+    usage: crate::usage::CallUsage,
 }
 
 /// The parts of the checkpoint the call holds between turns.
@@ -465,6 +467,20 @@ impl CallControl {
         if changed {
             self.mark_dirty();
         }
+    }
+
+    /// What the call's answered turns cost so far: tokens, and money when the agent has
+    /// prices (see [`crate::usage`]). Counted on this connection: a call resumed on another
+    /// starts again from zero.
+    pub fn usage(&self) -> crate::usage::CallUsage {
+        self.state().usage
+    }
+
+    /// Adds an answered turn's usage to the call's tally; returns the new total.
+    pub(crate) fn add_usage(&self, report: &crate::turn::TurnReport) -> crate::usage::CallUsage {
+        let mut state = self.state();
+        state.usage.add(report);
+        state.usage
     }
 
     /// The note telling the model the outcomes the caller has not heard, if any.

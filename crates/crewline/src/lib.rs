@@ -65,6 +65,7 @@ pub mod session_store;
 mod setup;
 pub mod structured;
 mod tool_loop;
+pub mod usage;
 
 /// One turn of an agent: the tool loop, its events and what it cost.
 pub mod turn {

@@ -53,6 +53,8 @@ pub struct OutputNode {
     pub(crate) echo: bool,
     /// What the node does when the caller goes silent (none: nothing).
     pub(crate) idle: Option<Arc<IdlePolicy>>,
+    /// Whether each answered turn's usage goes to the platform as an `agent.log` entry.
+    pub(crate) log_usage: bool,
 }
 
 impl OutputNode {
@@ -64,7 +66,15 @@ impl OutputNode {
             interruptible: true,
             echo: true,
             idle: None,
+            log_usage: false,
         }
+    }
+
+    /// Sends each answered turn's token usage and cost to the platform as an `agent.log`
+    /// entry (see [`crate::usage`]); off by default, so a crew's wire stays the reference's.
+    pub fn log_usage(mut self, log: bool) -> Self {
+        self.log_usage = log;
+        self
     }
 
     /// Whether the caller may interrupt this node (default `true`).

@@ -7,7 +7,7 @@ use crate::common;
 use std::process::Stdio;
 
 use common::bounded;
-use crewline_testkit::platform::{PlatformClient, PlatformConfig};
+use crewline_testkit::platform::{CrewFrame, PlatformClient, PlatformConfig};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// Starts the binary with `args` and returns it with the first `lines` lines of its output.
@@ -133,6 +133,17 @@ async fn demo_playground_serves_the_crew_with_the_token_beside_the_page() {
     let turn = client.user_turn("Hi there!").unwrap();
     let summary = bounded(turn.finish()).await.unwrap();
     assert!(summary.text.contains("weather"), "{}", summary.text);
+    // The page's cost figures come from the crew's usage log, on in the playground's crew.
+    let usage = summary.frames.iter().find_map(|f| match &f.frame {
+        CrewFrame::Log { name, payload } if name == "llm_usage" => Some(payload),
+        _ => None,
+    });
+    let usage = usage.expect("an llm_usage log in the turn");
+    assert_eq!(usage["model"], "scripted", "{usage:?}");
+    assert!(
+        usage["usage"]["prompt_tokens"].as_u64() > Some(0),
+        "{usage:?}"
+    );
     client.close().await.unwrap();
     assert!(
         bounded(PlatformClient::connect(PlatformConfig::new(crew_url)))

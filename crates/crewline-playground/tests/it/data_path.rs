@@ -1,7 +1,8 @@
 //! The page's data path without a browser: its script run by Node (with a stand-in DOM) on a
 //! recorded call, read back through `figures()`. Which model provider answered each turn
 //! comes from the crew's `agent.log` named `llm_provider` (`{"turn_id", "provider"}`), matched
-//! to the turn by its request id; a turn without one names none.
+//! to the turn by its request id; a turn without one names none. What each turn cost comes
+//! from the `llm_usage` log (tokens, model, money), the call's total from its running `call.cost`.
 //!
 //! Where `node` is missing the test prints a note and passes, unless `CREWLINE_REQUIRE_NODE`
 //! is set; the browser tests (tests/it/browser.rs) cover the same in Chromium.
@@ -192,4 +193,70 @@ fn the_download_is_capped_and_its_last_line_says_what_was_left_out() {
     };
     assert_eq!(replayed["call"]["frames"], kept);
     assert_eq!(replayed["call"]["errors"], 1);
+}
+
+fn usage(turn_id: &str, usage: Value, cost: Value, call_cost: Value) -> Value {
+    json!({"type": "agent.log", "name": "llm_usage", "payload": {
+        "turn_id": turn_id, "model": "gpt-4o-mini", "provider": null,
+        "usage": usage, "cost": cost,
+        "call": {"turns": 1, "usage": null, "cost": call_cost, "priced_turns": 1}}})
+}
+
+#[test]
+fn each_turn_shows_its_tokens_and_cost_and_the_call_its_total_from_the_usage_log() {
+    let tokens = json!({"prompt_tokens": 1200, "completion_tokens": 7, "total_tokens": 1207,
+        "reasoning_tokens": 3, "cached_tokens": 1024});
+    let Some(figures) = figures(&[
+        (0, "out", request("Hello?")),
+        (5, "in", start("t1")),
+        (9, "in", chunk("Hi.")),
+        (
+            10,
+            "in",
+            usage("t1", tokens.clone(), json!("0.0001074"), json!("0.0001074")),
+        ),
+        (11, "in", end()),
+        (20, "out", request("Again?")),
+        (25, "in", start("t2")),
+        (29, "in", chunk("Yes.")),
+        (
+            30,
+            "in",
+            usage("t2", tokens, json!("0.0001074"), json!("0.0002148")),
+        ),
+        (31, "in", end()),
+    ]) else {
+        return;
+    };
+    let turns = figures["turns"].as_array().expect("turns");
+    for turn in turns {
+        assert_eq!(turn["cost"], json!("0.0001074"), "{figures}");
+        assert_eq!(turn["model"], json!("gpt-4o-mini"), "{figures}");
+        assert_eq!(turn["tokens"]["prompt"], json!(1200), "{figures}");
+        assert_eq!(turn["tokens"]["completion"], json!(7), "{figures}");
+    }
+    // The call's cost is the crew's exact running total, not a float sum of the turns'.
+    assert_eq!(figures["call"]["cost"], json!("0.0002148"), "{figures}");
+    assert_eq!(figures["call"]["tokens"], json!(2414), "{figures}");
+}
+
+#[test]
+fn a_usage_log_without_usage_leaves_tokens_and_cost_not_reported() {
+    let Some(figures) = figures(&[
+        (0, "out", request("Hello?")),
+        (5, "in", start("t1")),
+        (9, "in", chunk("Hi.")),
+        (10, "in", usage("t1", Value::Null, Value::Null, Value::Null)),
+        (11, "in", end()),
+    ]) else {
+        return;
+    };
+    assert_eq!(figures["call"]["tokens"], Value::Null, "{figures}");
+    assert_eq!(figures["call"]["cost"], Value::Null, "{figures}");
+    assert_eq!(figures["turns"][0]["cost"], Value::Null, "{figures}");
+    assert_eq!(
+        figures["turns"][0]["model"],
+        json!("gpt-4o-mini"),
+        "{figures}"
+    );
 }

@@ -191,7 +191,7 @@ impl Collector for Exporter {
         {
             let mut metric = e.encode_descriptor(
                 "crewline_llm_tokens",
-                "Tokens the model servers reported, by model and kind (prompt, completion, cached).",
+                "Tokens the model servers reported, by model and kind (prompt, completion, cached, reasoning).",
                 None,
                 MetricType::Counter,
             )?;
@@ -200,6 +200,21 @@ impl Collector for Exporter {
                     metric
                         .encode_family(&[("model", &**model), ("kind", *kind)])?
                         .encode_counter::<NoLabelSet, _, u64>(&counter.load(Relaxed), None)?;
+                }
+            }
+        }
+        {
+            let mut metric = e.encode_descriptor(
+                "crewline_llm_cost_micros",
+                "What the priced turns cost, by model, in micro-units of the price table's currency.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (model, stats) in &models {
+                if let Some(micros) = stats.cost_micros() {
+                    metric
+                        .encode_family(&[("model", &**model)])?
+                        .encode_counter::<NoLabelSet, _, u64>(&micros, None)?;
                 }
             }
         }

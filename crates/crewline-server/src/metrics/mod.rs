@@ -14,7 +14,7 @@ use std::{
     collections::HashMap,
     fmt,
     sync::{
-        Arc, RwLock,
+        Arc, Mutex, RwLock,
         atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
     time::Duration,
@@ -55,12 +55,27 @@ const MAX_MODEL_LABELS: usize = 32;
 const MAX_WATCHED_CLIENTS: usize = 16;
 
 /// The token kinds counted per model, in `crewline_llm_tokens_total{kind}`.
-const TOKEN_KINDS: [&str; 3] = ["prompt", "completion", "cached"];
+const TOKEN_KINDS: [&str; 4] = ["prompt", "completion", "cached", "reasoning"];
 
-/// One model's token counts, by [`TOKEN_KINDS`].
+/// One model's token counts, by [`TOKEN_KINDS`], and what its priced turns cost.
 #[derive(Default)]
 struct TokenStats {
     tokens: [AtomicU64; TOKEN_KINDS.len()],
+    /// Pico-units of money over the model's priced turns (none until one was priced): an
+    /// exact integer sum, 128 bits so a long-lived server never wraps; locked once per
+    /// priced turn, never per chunk.
+    cost_picos: Mutex<Option<u128>>,
+}
+
+impl TokenStats {
+    /// The model's money so far in whole micro-units, if any turn of it was priced.
+    fn cost_micros(&self) -> Option<u64> {
+        let picos = (*self
+            .cost_picos
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner))?;
+        Some(u64::try_from(picos / 1_000_000).unwrap_or(u64::MAX))
+    }
 }
 
 /// One tool's measurements.
@@ -79,7 +94,10 @@ struct ToolStats {
 /// `crewline_node_errors_total{severity}`, `crewline_errors_total{kind}`,
 /// `crewline_dropped_frames_total{reason}`, `crewline_dropped_events_total{reason}`,
 /// `crewline_handshake_failures_total{reason}`, `crewline_llm_tokens_total{model,kind}` (kind
-/// `prompt`, `completion` or `cached`, as the model server reported them); with a
+/// `prompt`, `completion`, `cached` or `reasoning`, as the model server reported them),
+/// `crewline_llm_cost_micros_total{model}` (what the turns cost in micro-units of the agent's
+/// price table's currency, for models it prices; see
+/// [`AgentBuilder::prices`](crewline::agent::AgentBuilder::prices)); with a
 /// [`FallbackLlm`] watched ([`Metrics::watch_providers`]), per provider:
 /// `crewline_llm_provider_requests_total`, `crewline_llm_provider_answered_total`,
 /// `crewline_llm_provider_failures_total`, `crewline_llm_provider_failovers_total`,
@@ -291,7 +309,19 @@ impl Metrics {
         self.turns[turn_index(outcome)].load(Relaxed)
     }
 
-    /// Tokens of `kind` (`prompt`, `completion` or `cached`) that `model` used since the start.
+    /// What `model`'s priced turns cost since the start, in whole micro-units of the price
+    /// table's currency; `None` when no turn of it was priced.
+    pub fn cost_micros(&self, model: &str) -> Option<u64> {
+        let model = crewline::types::prefix(model, MAX_MODEL_LABEL);
+        self.tokens
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(model)
+            .and_then(|stats| stats.cost_micros())
+    }
+
+    /// Tokens of `kind` (`prompt`, `completion`, `cached` or `reasoning`) that `model` used
+    /// since the start.
     pub fn tokens(&self, model: &str, kind: &str) -> u64 {
         let Some(index) = TOKEN_KINDS.iter().position(|k| *k == kind) else {
             return 0;
@@ -442,9 +472,17 @@ impl Observer for Metrics {
                     usage.prompt_tokens,
                     usage.completion_tokens,
                     usage.cached_tokens,
+                    usage.reasoning_tokens,
                 ];
                 for (counter, count) in stats.tokens.iter().zip(counts) {
                     counter.fetch_add(u64::from(count), Relaxed);
+                }
+                if let Some(cost) = report.cost {
+                    let mut picos = stats
+                        .cost_picos
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    *picos.get_or_insert(0) += u128::from(cost.picos());
                 }
             }
         }

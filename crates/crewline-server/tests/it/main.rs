@@ -8,6 +8,7 @@ mod fake_llm;
 mod auth;
 mod bad_input;
 mod balancer;
+mod call_cost;
 mod calls;
 mod drain_under_load;
 mod endpoints;

@@ -71,8 +71,11 @@ impl OutputRunner {
             .await;
         let outcome = self.end_turn(&turn_id, &ending).await;
         span.record("outcome", outcome.as_str());
-        if let Some(provider) = ending.report.as_ref().and_then(TurnReport::provider) {
-            span.record("provider", provider);
+        if let Some(report) = &ending.report {
+            if let Some(provider) = report.provider() {
+                span.record("provider", provider);
+            }
+            crate::usage::record_on_span(&span, report);
         }
         match ending.interrupt {
             Some(event) => {
@@ -177,6 +180,20 @@ impl OutputRunner {
             && let Some(provider) = ending.report.as_ref().and_then(TurnReport::provider)
         {
             handle.emit(provider_log(turn_id, provider)).await;
+        }
+        // What the turn cost: into the call's tally always (once per turn, never per chunk),
+        // to the platform only when the crew asked; never after a barge-in, like the provider.
+        if let Some(report) = &ending.report {
+            let call = handle.call().add_usage(report);
+            if self.node.log_usage && ending.interrupt.is_none() {
+                let payload = crate::usage::usage_payload(turn_id, report, call);
+                handle
+                    .emit(EventBody::Log {
+                        name: crate::usage::USAGE_LOG.to_owned(),
+                        payload,
+                    })
+                    .await;
+            }
         }
         handle.emit(EventBody::ResponseEnd).await;
         // The turn boundary: after its end is sent, never on the chunks' path.
@@ -285,6 +302,14 @@ fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
         outcome = tracing::field::Empty,
         // Which model provider answered (from a fallback client), at the turn's end.
         provider = tracing::field::Empty,
+        // What the turn cost (see `crate::usage`), at its end: the model its tokens are
+        // counted under, the tokens the server reported, the money with prices.
+        model = tracing::field::Empty,
+        prompt_tokens = tracing::field::Empty,
+        completion_tokens = tracing::field::Empty,
+        cached_tokens = tracing::field::Empty,
+        reasoning_tokens = tracing::field::Empty,
+        cost = tracing::field::Empty,
     );
     span.follows_from(tracing::Span::current());
     span

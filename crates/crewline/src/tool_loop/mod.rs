@@ -12,7 +12,7 @@ use turn::Turn;
 use std::sync::Arc;
 
 use crewline_core::{Context, ToolCall, ToolDefinition, ToolErrorKind, ToolResult};
-use crewline_llm::{AnswerLimits, LlmClient, LlmError, RequestOptions};
+use crewline_llm::{AnswerLimits, LlmClient, LlmError, PriceTable, RequestOptions};
 use crewline_tools::{CallArguments, CallContext, SessionScope, Target, ToolRegistry, ToolRun};
 use futures::{StreamExt, stream::BoxStream};
 use serde_json::Value;
@@ -137,6 +137,8 @@ pub struct ToolLoop {
     /// The model the loop's requests ask for (the options' override, else the client's), to
     /// label each turn's usage; computed once, shared by every turn.
     model: Option<Arc<str>>,
+    /// What tokens cost per model, to price each turn (none: usage without money).
+    prices: Option<Arc<PriceTable>>,
 }
 
 /// The model requests ask for: `options.model`, else the client's own.
@@ -202,7 +204,20 @@ impl ToolLoop {
             config,
             filler: None,
             scope: SessionScope::new(),
+            prices: None,
         }
+    }
+
+    /// The same loop pricing each turn's usage with `prices` ([`TurnReport::cost`]); a model
+    /// the table does not name is reported without money (warned once).
+    pub fn with_prices(mut self, prices: Arc<PriceTable>) -> Self {
+        self.prices = Some(prices);
+        self
+    }
+
+    /// What tokens cost per model, if the loop prices its turns.
+    pub fn prices(&self) -> Option<&Arc<PriceTable>> {
+        self.prices.as_ref()
     }
 
     /// The same loop for the session `scope` (a call's [`CallControl::scope`]): every turn's

@@ -2,15 +2,19 @@
 
 use std::{sync::Arc, time::Duration};
 
-use crewline_llm::Usage;
+use crewline_llm::{Money, Usage};
 
 /// What one turn cost.
 #[derive(Debug, Clone, Default)]
 pub struct TurnReport {
     /// One entry per LLM request.
     pub rounds: Vec<RoundReport>,
-    /// Tokens over all requests.
+    /// Tokens over all requests (zeros when the server reported none: see
+    /// [`usage_reported`](Self::usage_reported)).
     pub usage: Usage,
+    /// What the tokens cost, when the loop has prices for the model
+    /// ([`ToolLoop::with_prices`](super::ToolLoop::with_prices)).
+    pub cost: Option<Money>,
     /// The model the requests asked for, when known (to count tokens by model).
     pub model: Option<Arc<str>>,
     /// Time from the turn's start to its first text.
@@ -46,6 +50,11 @@ impl TurnReport {
             .find_map(|round| round.provider.as_deref())
     }
 
+    /// Whether the model server reported the usage of any of the turn's requests.
+    pub fn usage_reported(&self) -> bool {
+        self.rounds.iter().any(|round| round.usage.is_some())
+    }
+
     pub(super) fn trace(&self) {
         tracing::info!(
             rounds = self.rounds.len(),
@@ -54,6 +63,9 @@ impl TurnReport {
             total_ms = self.total.as_secs_f64() * 1e3,
             prompt_tokens = self.usage.prompt_tokens,
             completion_tokens = self.usage.completion_tokens,
+            cached_tokens = self.usage.cached_tokens,
+            reasoning_tokens = self.usage.reasoning_tokens,
+            cost = self.cost.map(tracing::field::display),
             hit_round_cap = self.hit_round_cap,
             "turn finished"
         );

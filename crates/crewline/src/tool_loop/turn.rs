@@ -357,6 +357,12 @@ impl<'a> Turn<'a> {
 
     fn finish(&mut self) -> TurnReport {
         self.report.total = self.started.elapsed();
+        // Priced once per turn, never per chunk: a lookup and three multiplications.
+        if let (Some(prices), Some(model)) = (&self.tool_loop.prices, &self.report.model)
+            && self.report.usage_reported()
+        {
+            self.report.cost = prices.cost(model, &self.report.usage);
+        }
         self.span.in_scope(|| self.report.trace());
         std::mem::take(&mut self.report)
     }
