@@ -11,6 +11,7 @@
 //! | [`call_control`] | a support agent whose tools end and transfer the call |
 //! | [`collections_router`] | intake, verify and resolve on the deterministic router |
 //! | [`bank_support`] | balances and transfers that run only after the caller's yes |
+//! | [`slow_booking`] | a restaurant line: a search that reports progress, a booking in the background |
 //! | [`text_chat`] | a web shop's chat assistant answering in markdown |
 //! | [`remote_weather`] | a crew whose `get_weather` runs in a client's process |
 //! | [`azure_weather`] | the weather crew on a team's own Azure OpenAI client |
@@ -54,6 +55,9 @@ pub mod remote_weather;
 #[allow(dead_code)]
 #[path = "../../../examples/sentiment_background.rs"]
 pub mod sentiment_background;
+#[allow(dead_code)]
+#[path = "../../../examples/slow_booking.rs"]
+pub mod slow_booking;
 #[allow(dead_code)]
 #[path = "../../../examples/text_chat.rs"]
 pub mod text_chat;
