@@ -113,10 +113,11 @@ pub fn scripted_restaurant_model() -> ScriptedLlm {
         let last = request.messages.last();
         match last {
             // A background booking landed: tell the caller.
-            Some(message) if message.role() == Role::System => {
-                if message.text().is_some_and(|text| text.contains("R-7")) {
-                    return Reply::text(BOOKED);
-                }
+            Some(message)
+                if message.role() == Role::System
+                    && message.text().is_some_and(|text| text.contains("R-7")) =>
+            {
+                return Reply::text(BOOKED);
             }
             Some(Message::Tool { content, .. }) => {
                 return Reply::text(if content.contains("started") {

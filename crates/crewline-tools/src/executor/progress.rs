@@ -242,3 +242,59 @@ impl Progress {
         self.notices.sender.try_send(notice).is_ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn progress_is_bounded_per_update_per_call_and_by_the_queue() {
+        let (notices, mut inbox) = ToolNotices::channel(DEFAULT_MAX_BACKGROUND);
+        let long = "é".repeat(MAX_PROGRESS_BYTES);
+        let said = notices
+            .scope("call_1", "search", async {
+                let progress = Progress::current().expect("set inside the call");
+                let first = progress.say(long.clone());
+                let kept = (1..MAX_PROGRESS_UPDATES + 5)
+                    .filter(|_| progress.log("more"))
+                    .count();
+                (first, kept)
+            })
+            .await;
+        assert_eq!(
+            said,
+            (true, usize::try_from(MAX_PROGRESS_UPDATES - 1).unwrap())
+        );
+        let Some(ToolNotice::Progress { text, speak, .. }) = inbox.recv().await else {
+            panic!("a progress notice first");
+        };
+        assert!(speak && text.len() <= MAX_PROGRESS_BYTES && !text.is_empty());
+
+        // A session that reads nothing gets at most the queue's worth.
+        let mut queued = MAX_PROGRESS_UPDATES as usize - 1;
+        for call in 0..4 {
+            queued += notices
+                .scope(&format!("call_{call}"), "search", async {
+                    let progress = Progress::current().expect("set inside the call");
+                    (0..MAX_PROGRESS_UPDATES)
+                        .filter(|_| progress.log("x"))
+                        .count()
+                })
+                .await;
+        }
+        assert_eq!(queued, NOTICE_QUEUE);
+        assert!(Progress::current().is_none());
+    }
+
+    #[test]
+    fn a_background_call_starts_once_and_a_resumed_session_knows_it() {
+        let (notices, _inbox) = ToolNotices::channel(1);
+        assert_eq!(notices.first_start("book:abc".to_owned()), Some(true));
+        assert_eq!(notices.first_start("book:abc".to_owned()), Some(false));
+        let (resumed, _inbox) = ToolNotices::channel(1);
+        let resumed = resumed.with_started(notices.started());
+        assert_eq!(resumed.first_start("book:abc".to_owned()), Some(false));
+        let _slot = resumed.background_slot().expect("one free slot");
+        assert!(resumed.background_slot().is_none(), "one at once");
+    }
+}

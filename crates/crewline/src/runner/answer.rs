@@ -139,7 +139,7 @@ impl OutputRunner {
                     {
                         return relay.end(Some(event), None);
                     }
-                    if let Some(words) = relay.to_say() {
+                    if let Some(words) = relay.progress_due() {
                         // Spoken between sentences; a closed session ends the turn anyway.
                         let _ = handle.call().speak(words).await;
                     }
@@ -166,7 +166,7 @@ impl OutputRunner {
                 return relay.end(Some(event), None);
             }
             // Progress held back for the end of a sentence is said once it ended.
-            if let Some(words) = relay.to_say() {
+            if let Some(words) = relay.progress_due() {
                 let _ = handle.call().speak(words).await;
             }
         };
@@ -296,7 +296,7 @@ impl<'t> Relay<'t> {
 
     /// Takes a tool's notice during the turn: the `agent.log` entry to send now, if any. A
     /// spoken progress is said at once between sentences, else when the sentence ends
-    /// ([`to_say`](Self::to_say)); a background result waits for the end of the reply.
+    /// ([`progress_due`](Self::progress_due)); a background result waits for the end of the reply.
     fn notice(
         &mut self,
         notice: ToolNotice,
@@ -326,7 +326,7 @@ impl<'t> Relay<'t> {
     }
 
     /// Progress to say now: held, and the text said so far ends a sentence.
-    fn to_say(&mut self) -> Option<String> {
+    fn progress_due(&mut self) -> Option<String> {
         if self.between_sentences {
             self.to_say.take()
         } else {
