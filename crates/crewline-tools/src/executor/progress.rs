@@ -70,6 +70,8 @@ pub struct ToolNotices {
     running: Arc<Semaphore>,
     /// The background calls started in this session (tool and arguments): each runs once.
     started: Arc<Mutex<HashSet<String>>>,
+    /// Those an earlier connection of the call started (their outcome is not known here).
+    inherited: Arc<HashSet<String>>,
 }
 
 impl fmt::Debug for ToolNotices {
@@ -91,6 +93,7 @@ impl ToolNotices {
             ended: CancellationToken::new(),
             running: Arc::new(Semaphore::new(max_background)),
             started: Arc::default(),
+            inherited: Arc::default(),
         };
         (notices, receiver)
     }
@@ -108,12 +111,19 @@ impl ToolNotices {
 
     /// The same channel, knowing the background calls an earlier connection of the same
     /// call started (as [`started`](Self::started) gave them): they do not run again.
-    pub fn with_started(self, started: impl IntoIterator<Item = String>) -> Self {
+    pub fn with_started(mut self, started: impl IntoIterator<Item = String>) -> Self {
+        let inherited: HashSet<String> = started.into_iter().collect();
         self.started
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .extend(started);
+            .extend(inherited.iter().cloned());
+        self.inherited = Arc::new(inherited);
         self
+    }
+
+    /// Whether the background call `key` was started by an earlier connection of the call.
+    pub(crate) fn is_inherited(&self, key: &str) -> bool {
+        self.inherited.contains(key)
     }
 
     /// The background calls this session started (tool name and a hash of the arguments),
@@ -142,15 +152,15 @@ impl ToolNotices {
 
     /// Marks the background call `key` started; `false` if it was already (it runs once),
     /// or if the session holds [`MAX_BACKGROUND_CALLS`] already.
-    pub(crate) fn first_start(&self, key: String) -> Option<bool> {
+    pub(crate) fn first_start(&self, key: &str) -> Option<bool> {
         let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
-        if started.contains(&key) {
+        if started.contains(key) {
             return Some(false);
         }
         if started.len() >= MAX_BACKGROUND_CALLS {
             return None;
         }
-        started.insert(key);
+        started.insert(key.to_owned());
         Some(true)
     }
 
@@ -289,11 +299,12 @@ mod tests {
     #[test]
     fn a_background_call_starts_once_and_a_resumed_session_knows_it() {
         let (notices, _inbox) = ToolNotices::channel(1);
-        assert_eq!(notices.first_start("book:abc".to_owned()), Some(true));
-        assert_eq!(notices.first_start("book:abc".to_owned()), Some(false));
+        assert_eq!(notices.first_start("book:abc"), Some(true));
+        assert_eq!(notices.first_start("book:abc"), Some(false));
         let (resumed, _inbox) = ToolNotices::channel(1);
         let resumed = resumed.with_started(notices.started());
-        assert_eq!(resumed.first_start("book:abc".to_owned()), Some(false));
+        assert_eq!(resumed.first_start("book:abc"), Some(false));
+        assert!(resumed.is_inherited("book:abc") && !notices.is_inherited("book:abc"));
         let _slot = resumed.background_slot().expect("one free slot");
         assert!(resumed.background_slot().is_none(), "one at once");
     }

@@ -20,6 +20,12 @@ pub(crate) const STARTED_MESSAGE: &str = "Started in the background; its result 
 const ALREADY_STARTED_MESSAGE: &str = "This call was already started in this conversation and \
      runs once; its result comes (or came) in its own message. Do not call it again.";
 
+/// What the model reads for a call that an earlier connection of the call started: the line
+/// dropped, which cancelled it, maybe after it took effect.
+const STARTED_BEFORE_MESSAGE: &str = "This call was started before the line dropped, which \
+     stopped it; whether it took effect is not known, so it is not run again. Tell the caller \
+     it may not have gone through and offer to check by other means.";
+
 /// Starts `call` of `entry` as a task of the session `notices` serves, under `limit`; the
 /// model reads that it started (or why it did not).
 pub(crate) fn start(
@@ -48,8 +54,11 @@ pub(crate) fn start(
             "too many tasks already run in the background; wait for one to finish and try again",
         ));
     };
-    match notices.first_start(key) {
+    match notices.first_start(&key) {
         Some(true) => {}
+        Some(false) if notices.is_inherited(&key) => {
+            return Ok(json!({"status": "outcome_unknown", "message": STARTED_BEFORE_MESSAGE}));
+        }
         Some(false) => {
             return Ok(json!({"status": "already_started", "message": ALREADY_STARTED_MESSAGE}));
         }
