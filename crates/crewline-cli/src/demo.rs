@@ -14,8 +14,8 @@ use std::{
     time::Duration,
 };
 
-use crewline::{agent::AgentError, llm::LlmError};
 use crate::voice_agent::{self, WEATHER_SERVICE_DELAY, WeatherCrew};
+use crewline::{agent::AgentError, llm::LlmError};
 use crewline_playground::{Playground, PlaygroundError};
 use crewline_server::{CrewServer, DEFAULT_PORT, ServeArgs, ServerError, model::ModelChoice};
 use tokio::net::TcpListener;
