@@ -426,3 +426,39 @@ fn tool_finished(turn_id: &str, run: ToolRun, arguments: Value) -> EventBody {
         .into_body(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(text: &str) -> ToolNotice {
+        ToolNotice::Progress {
+            tool_call_id: "call_1".to_owned(),
+            name: "search".to_owned(),
+            text: text.to_owned(),
+            speak: true,
+        }
+    }
+
+    #[test]
+    fn progress_waits_for_the_end_of_a_sentence_and_the_latest_replaces_an_unsaid_one() {
+        let observer: Arc<dyn Observer> = Arc::new(crate::observer::NoopObserver);
+        let mut relay = Relay::new("turn", Instant::now(), observer);
+        let mut notices = None;
+        // Nothing said yet: at once.
+        assert!(
+            relay
+                .notice(progress("One moment."), &mut notices)
+                .is_some()
+        );
+        assert_eq!(relay.progress_due().as_deref(), Some("One moment."));
+        // Mid-sentence: held, and a newer update replaces it.
+        relay.body(TurnEvent::Text("Let me".to_owned()));
+        relay.notice(progress("Still looking..."), &mut notices);
+        relay.notice(progress("Nearly there..."), &mut notices);
+        assert_eq!(relay.progress_due(), None);
+        relay.body(TurnEvent::Text(" check. ".to_owned()));
+        assert_eq!(relay.progress_due().as_deref(), Some("Nearly there..."));
+        assert_eq!(relay.progress_due(), None);
+    }
+}
