@@ -76,6 +76,16 @@ impl Desk {
         Ok("12 left".to_owned())
     }
 
+    /// Pay the deposit (never cut off half-way).
+    #[function_tool(cancellable = false)]
+    async fn pay_deposit(&self, amount: u32) -> Result<String, ToolError> {
+        if let Some(progress) = Progress::current() {
+            progress.say("Still talking to the bank...");
+        }
+        tokio::time::sleep(SLOW).await;
+        Ok(format!("{amount} paid"))
+    }
+
     /// Book a table.
     #[function_tool(background, timeout_ms = 120000)]
     async fn book_table(&self, people: u32) -> Result<String, ToolError> {
@@ -108,6 +118,9 @@ fn model() -> ScriptedLlm {
                 Reply::tool_call("search_menu", json!({"dish": "soup"})).with_text("Let me look. ")
             }
             _ if text.contains("stock") => Reply::tool_call("check_stock", json!({"dish": "soup"})),
+            _ if text.contains("deposit") => {
+                Reply::tool_call("pay_deposit", json!({"amount": 20})).with_text("Sure. ")
+            }
             _ if text.contains("book") => Reply::tool_call("book_table", json!({"people": 2})),
             _ => Reply::text("Sure."),
         }
@@ -198,6 +211,20 @@ async fn progress_is_spoken_after_the_sentence_while_the_tool_runs() {
         .unwrap();
     assert_eq!(progress.1["function_name"], "search_menu");
     assert_eq!(progress.1["spoken"], true);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_cannot_be_cancelled_reports_progress_too() {
+    let (crew, _desk, _model) = serve().await;
+    let mut client = call(&crew).await;
+    let summary = client
+        .user_turn("Can I pay the deposit?")
+        .unwrap()
+        .finish()
+        .await
+        .unwrap();
+    assert_eq!(summary.speeches, ["Still talking to the bank..."]);
+    assert_eq!(summary.text, "Sure. Here you go: 20 paid.");
 }
 
 #[tokio::test(start_paused = true)]

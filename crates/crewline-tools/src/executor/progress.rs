@@ -178,7 +178,7 @@ impl ToolNotices {
         tool_call_id: &str,
         name: &str,
         future: F,
-    ) -> impl Future<Output = F::Output> {
+    ) -> impl Future<Output = F::Output> + use<F> {
         let progress = Progress {
             notices: self.clone(),
             tool_call_id: tool_call_id.into(),
