@@ -12,6 +12,7 @@
 //! | [`collections_router`] | intake, verify and resolve on the deterministic router |
 //! | [`support_triage`] | a router that picks the desk from a typed answer; a tool that extracts an address |
 //! | [`bank_support`] | balances and transfers that run only after the caller's yes |
+//! | [`slow_booking`] | a restaurant line: a search that reports progress, a booking in the background |
 //! | [`text_chat`] | a web shop's chat assistant answering in markdown |
 //! | [`remote_weather`] | a crew whose `get_weather` runs in a client's process |
 //! | [`azure_weather`] | the weather crew on a team's own Azure OpenAI client |
@@ -58,6 +59,9 @@ pub mod sentiment_background;
 #[allow(dead_code)]
 #[path = "../../../examples/support_triage.rs"]
 pub mod support_triage;
+#[allow(dead_code)]
+#[path = "../../../examples/slow_booking.rs"]
+pub mod slow_booking;
 #[allow(dead_code)]
 #[path = "../../../examples/text_chat.rs"]
 pub mod text_chat;

@@ -31,7 +31,7 @@ pub(crate) fn default_crate_path() -> Path {
 }
 
 /// The options of `#[function_tool(name = "..", description = "..", cancellable = false,
-/// timeout_ms = N, confirm, cache_ttl_s = N, strict, dedupes_by_key, crate = path)]`.
+/// timeout_ms = N, confirm, cache_ttl_s = N, strict, dedupes_by_key, background, crate = path)]`.
 #[derive(Default)]
 pub(crate) struct ToolOptions {
     pub(crate) name: Option<LitStr>,
@@ -50,6 +50,9 @@ pub(crate) struct ToolOptions {
     /// Whether its downstream dedupes by the call's idempotency key (`dedupes_by_key` or
     /// `dedupes_by_key = bool`).
     pub(crate) dedupes_by_key: Option<bool>,
+    /// Whether calls run in the background of the session (`background` or
+    /// `background = bool`).
+    pub(crate) background: Option<bool>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -105,6 +108,8 @@ impl ToolOptions {
             set_once(&mut self.strict, meta, "strict", flag)
         } else if meta.path.is_ident("dedupes_by_key") {
             set_once(&mut self.dedupes_by_key, meta, "dedupes_by_key", flag)
+        } else if meta.path.is_ident("background") {
+            set_once(&mut self.background, meta, "background", flag)
         } else if meta.path.is_ident("export") {
             set_once(&mut self.export, meta, "export", |meta| {
                 ExportList::parse(&meta.value()?.parse()?)
@@ -113,7 +118,7 @@ impl ToolOptions {
             set_once(&mut self.krate, meta, "crate", parse_crate_path)
         } else {
             Err(meta.error(format!(
-                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `strict`, `dedupes_by_key`, `export = \"crew,mcp,remote\"` or `crate = path`",
+                "unknown `#[function_tool]` option `{}`; expected `name = \"..\"`, `description = \"..\"`, `cancellable = false`, `timeout_ms = N`, `confirm`, `cache_ttl_s = N`, `strict`, `dedupes_by_key`, `background`, `export = \"crew,mcp,remote\"` or `crate = path`",
                 path_text(&meta.path)
             )))
         }

@@ -133,7 +133,8 @@ pub(crate) fn tool_items(
         || spec.cache_ttl_s.is_some()
         || spec.export.is_some()
         || spec.strict.is_some()
-        || spec.dedupes_by_key)
+        || spec.dedupes_by_key
+        || spec.background)
         .then(|| {
             let timeout = spec
                 .timeout_ms
@@ -155,6 +156,7 @@ pub(crate) fn tool_items(
             let cancellable = (!spec.cancellable).then(|| quote!(.cancellable(false)));
             let strict = spec.strict.map(|strict| quote!(.strict(#strict)));
             let dedupes = spec.dedupes_by_key.then(|| quote!(.dedupes_by_key(true)));
+            let background = spec.background.then(|| quote!(.background(true)));
             quote! {
                 fn policy(&self) -> #private::ToolPolicy {
                     #private::ToolPolicy::new()
@@ -165,6 +167,7 @@ pub(crate) fn tool_items(
                         #exports
                         #strict
                         #dedupes
+                        #background
                 }
             }
         });

@@ -105,7 +105,9 @@ use proc_macro::TokenStream;
 ///   default, the crew only: MCP and remote exports are opt-in), and `strict` (or
 ///   `strict = false`: OpenAI strict mode, checked at registration; default: its registry's),
 ///   and `dedupes_by_key` (its downstream dedupes by `IdempotencyKey::current()`, so a call
-///   whose outcome is unknown may run again under the same key).
+///   whose outcome is unknown may run again under the same key), and `background` (the call
+///   answers "started" at once and its result comes back into the conversation when it
+///   lands; see `crewline_tools::progress`).
 #[proc_macro_attribute]
 pub fn function_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     free_fn::expand(attr.into(), item.into()).into()

@@ -76,6 +76,8 @@ pub(crate) struct ToolSpec {
     pub(crate) strict: Option<bool>,
     /// Whether its downstream dedupes by the call's idempotency key.
     pub(crate) dedupes_by_key: bool,
+    /// Whether calls run in the background of the session.
+    pub(crate) background: bool,
     /// The type whose JSON Schema is the result schema (if it has one): the `T` of a
     /// `Result<T, E>`, otherwise the return type (`None` for `()` and `impl Trait`).
     pub(crate) result_ty: Option<Type>,
@@ -330,6 +332,7 @@ pub(crate) fn analyze(
         export: options.export,
         strict: options.strict,
         dedupes_by_key: options.dedupes_by_key.unwrap_or(false),
+        background: options.background.unwrap_or(false),
         result_ty,
         receiver,
         args,

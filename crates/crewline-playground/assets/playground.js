@@ -286,6 +286,17 @@
       applyUsage(payload);
       return;
     }
+    if (name === "tool_progress" || name === "tool_background") {
+      // A slow tool: its progress (said ones are heard as agent.speak too) and the result of a
+      // background call as it lands.
+      const tool = String(payload.function_name || "?");
+      const text =
+        name === "tool_progress"
+          ? `${tool}${payload.spoken ? " (said)" : ""}: ${String(payload.text || "")}`
+          : `${tool} finished in the background${payload.error ? `: ${String(payload.error)}` : ""}`;
+      call.feed.push({ kind: "system", text });
+      return;
+    }
     if (name !== "tool_call_start" && name !== "tool_call_end" && name !== "tool_call_error") return;
     const turn = answering() || lastTurn();
     if (!turn) return;

@@ -155,6 +155,14 @@ pub struct ToolPolicy {
     /// only then may a call whose outcome is unknown (its replica died mid-call) run again,
     /// under the same key (default `false`). `#[function_tool(dedupes_by_key)]` sets it.
     pub dedupes_by_key: bool,
+    /// Whether a call answers "started" at once and runs on as a task of the session, its
+    /// result coming back into the conversation when it lands (default `false`): for slow
+    /// work the caller need not wait for (a booking, a search). Only in sessions that take
+    /// tool notices ([`SessionScope::with_tool_notices`](crate::SessionScope::with_tool_notices),
+    /// as a served crew's calls do); elsewhere the call runs like any other. The session's end
+    /// cancels it; one call of the same arguments runs once per session.
+    /// `#[function_tool(background)]` sets it.
+    pub background: bool,
 }
 
 impl Default for ToolPolicy {
@@ -167,6 +175,7 @@ impl Default for ToolPolicy {
             exports: None,
             strict: None,
             dedupes_by_key: false,
+            background: false,
         }
     }
 }
@@ -199,6 +208,12 @@ impl ToolPolicy {
     /// outcome may be retried under it.
     pub fn dedupes_by_key(mut self, dedupes: bool) -> Self {
         self.dedupes_by_key = dedupes;
+        self
+    }
+
+    /// Whether calls run in the background of the session (see [`background`](Self::background)).
+    pub fn background(mut self, background: bool) -> Self {
+        self.background = background;
         self
     }
 

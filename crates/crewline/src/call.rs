@@ -77,7 +77,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crewline_protocol::{
     Event, EventBody, HoldMusic, SessionContext, SystemInit, TransferCall, TransferOptions,
 };
-use crewline_tools::{DetachedTasks, SessionScope};
+use crewline_tools::{
+    DetachedTasks, SessionScope, ToolNotice, ToolNotices,
+    executor::progress::DEFAULT_MAX_BACKGROUND,
+};
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc};
@@ -182,7 +185,22 @@ struct Inner {
     store: Option<Attached>,
     /// The checkpoint this call resumed from.
     resumed: Option<Checkpoint>,
+    /// Where the call's tools report progress and background results (on its scope).
+    notices: ToolNotices,
+    /// The receiving end, taken by the call's output node.
+    notice_inbox: Mutex<Option<mpsc::Receiver<ToolNotice>>>,
 }
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // No background call outlives its call.
+        self.notices.end();
+    }
+}
+
+/// The checkpoint key under which a call keeps the background calls it started, so that a
+/// resumed call does not start them again.
+const BACKGROUND_CALLS_KEY: &str = "crewline.background_calls";
 
 /// A call's place in a [`CallStore`].
 pub(crate) struct Attached {
@@ -283,6 +301,17 @@ impl CallControl {
             Some(tasks) => scope.with_detached_tasks(tasks),
             None => scope,
         };
+        let (notices, notice_inbox) = ToolNotices::channel(DEFAULT_MAX_BACKGROUND);
+        // Background calls an earlier connection of this call started do not run again.
+        let notices = match resumed
+            .as_ref()
+            .and_then(|checkpoint| checkpoint.nodes.get(BACKGROUND_CALLS_KEY))
+            .and_then(|started| serde_json::from_value::<Vec<String>>(started.clone()).ok())
+        {
+            Some(started) => notices.with_started(started),
+            None => notices,
+        };
+        let scope = scope.with_tool_notices(notices.clone());
         let mut state = State::default();
         if let Some(checkpoint) = &resumed {
             state.handed_off = checkpoint.handoff.is_some();
@@ -305,6 +334,8 @@ impl CallControl {
                 state: Mutex::new(state),
                 store,
                 resumed,
+                notices,
+                notice_inbox: Mutex::new(Some(notice_inbox)),
             }),
         }
     }
@@ -481,6 +512,47 @@ impl CallControl {
         let mut state = self.state();
         state.usage.add(report);
         state.usage
+    }
+
+    /// The receiving end of the call's tool notices (progress, background results), for the
+    /// output node that speaks them: the first to ask gets it.
+    pub(crate) fn take_tool_notices(&self) -> Option<mpsc::Receiver<ToolNotice>> {
+        self.inner
+            .notice_inbox
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// The call's tool notices: [`ToolNotices::end`] cancels its background calls.
+    pub(crate) fn tool_notices(&self) -> &ToolNotices {
+        &self.inner.notices
+    }
+
+    /// Keeps the background calls started so far in the checkpoint (a resume must not start
+    /// them again); nothing for a call that started none.
+    pub(crate) fn record_background_calls(&self) {
+        let started = self.inner.notices.started();
+        if started.is_empty() {
+            return;
+        }
+        if let Err(error) = self.checkpoint_put(BACKGROUND_CALLS_KEY, &started) {
+            tracing::warn!(%error, "the background calls could not be kept in the checkpoint");
+        }
+    }
+
+    /// Every outcome held has been told to the caller (outside a turn).
+    pub(crate) fn outcomes_told(&self) {
+        let told = {
+            let mut state = self.state();
+            let held = !state.kept.untold.is_empty();
+            state.kept.untold.clear();
+            state.kept.changed |= held;
+            held
+        };
+        if told {
+            self.mark_dirty();
+        }
     }
 
     /// The note telling the model the outcomes the caller has not heard, if any.

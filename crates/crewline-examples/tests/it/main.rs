@@ -5,4 +5,5 @@
 mod bank_crash;
 mod fallback_flags;
 mod shared_breakers;
+mod slow_booking;
 mod voice_agent_idle;

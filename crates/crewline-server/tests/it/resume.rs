@@ -392,3 +392,66 @@ async fn a_call_that_starts_while_its_store_fails_over_is_still_checkpointed() {
     );
     assert_eq!(*resumed.lock().unwrap(), vec![false, true]);
 }
+
+/// A booking that runs in the background and never finishes, counting its runs.
+struct Booking {
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Booking {
+    fn name(&self) -> &str {
+        "book_table"
+    }
+    fn description(&self) -> &str {
+        "Books a table."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    fn policy(&self) -> ToolPolicy {
+        ToolPolicy::new().background(true)
+    }
+    async fn call(&self, _arguments: Value) -> Result<Value, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_background_call_started_before_a_reconnect_is_not_started_again() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut registry = ToolRegistry::new();
+    registry.register(Booking { runs: runs.clone() }).unwrap();
+    let registry = Arc::new(registry);
+    let llm: Arc<dyn crewline::llm::LlmClient> = Arc::new(ScriptedLlm::from_fn(
+        |request: &ChatRequest| match request.messages.last() {
+            Some(Message::Tool { content, .. }) => Reply::text(content.clone()),
+            _ => Reply::tool_call("book_table", json!({})),
+        },
+    ));
+    let server = CrewServer::new(move |_setup: SessionSetup| {
+        let agent = LoopAgent::new(
+            "You book tables.",
+            ToolLoop::new(llm.clone(), registry.clone()),
+        );
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new("desk", agent));
+        crew
+    })
+    .call_store(MemoryCallStore::new())
+    .allow_unauthenticated();
+    let server = TestServer::ready(server).await;
+
+    let mut first = phone_call(&server, "call-booking").await;
+    let (_, answer) = first.turn("Book a table").await;
+    assert!(answer.contains(r#""status":"started""#), "{answer}");
+    // Let the checkpointer write the turn's checkpoint; the line drops, which stops the call.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.close().await;
+
+    let mut second = phone_call(&server, "call-booking").await;
+    let (_, answer) = second.turn("Did you book it? Book a table").await;
+    assert!(answer.contains(r#""status":"outcome_unknown""#), "{answer}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the booking ran twice");
+}

@@ -10,3 +10,4 @@ mod mock_faults;
 mod mock_llm;
 mod platform_bounds;
 mod reference_frames;
+mod slow_tools;

@@ -39,6 +39,7 @@ mod fingerprint;
 mod idempotency;
 mod interrupted;
 mod pipeline;
+pub mod progress;
 mod result_size;
 mod scope;
 mod stage;
@@ -67,6 +68,7 @@ pub use self::{
     detached_tasks::DetachedTasks,
     error::ToolCallError,
     idempotency::IdempotencyKey,
+    progress::{Progress, ToolNotice, ToolNotices},
     scope::SessionScope,
     sync::{RunSyncError, run_sync},
 };

@@ -13,7 +13,7 @@
 
 use std::{cmp::Ordering, fmt, hash, sync::Arc};
 
-use super::detached_tasks::DetachedTasks;
+use super::{detached_tasks::DetachedTasks, progress::ToolNotices};
 
 /// An opaque key naming one session; cloning shares it, [`new`](Self::new) mints a fresh one.
 ///
@@ -24,6 +24,8 @@ pub struct SessionScope {
     key: Arc<str>,
     /// Where the session's detached tools are tracked; `None`: its owner named none.
     tasks: DetachedTasks,
+    /// Where the session's tools report progress and background results; `None`: nowhere.
+    notices: Option<ToolNotices>,
 }
 
 impl SessionScope {
@@ -37,6 +39,7 @@ impl SessionScope {
         Self {
             key,
             tasks: DetachedTasks::new(),
+            notices: None,
         }
     }
 
@@ -49,6 +52,19 @@ impl SessionScope {
     pub fn with_detached_tasks(mut self, tasks: DetachedTasks) -> Self {
         self.tasks = tasks;
         self
+    }
+
+    /// The same scope, whose tools report progress to `notices` and whose
+    /// [`background`](crate::ToolPolicy::background) tools run as tasks of the session that
+    /// deliver their results there (see [`progress`](super::progress)).
+    pub fn with_tool_notices(mut self, notices: ToolNotices) -> Self {
+        self.notices = Some(notices);
+        self
+    }
+
+    /// Where the session's tools report progress and background results, if anywhere.
+    pub fn tool_notices(&self) -> Option<&ToolNotices> {
+        self.notices.as_ref()
     }
 
     /// Where this session's calls track the tools they leave running.

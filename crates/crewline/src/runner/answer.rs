@@ -7,12 +7,15 @@ use crewline_core::{Message, Role};
 use crewline_protocol::{
     EventBody, LlmRequest, Messages, Severity, ToolCallEnd, ToolCallError, ToolCallStart,
 };
-use crewline_tools::ToolRun;
+use crewline_tools::{ToolNotice, ToolRun};
 use futures::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
 use tracing::Instrument;
 
-use super::{OutputRunner, emit_unless_interrupted, error_event, next_interrupt};
+use super::{
+    OutputRunner, emit_unless_interrupted, error_event, next_interrupt,
+    notices::{Notices, next_notice_in_turn, progress_log},
+};
 use crate::{
     TurnEvent,
     crew::{NodeError, NodeHandle},
@@ -130,6 +133,21 @@ impl OutputRunner {
                 Some(event) = next_interrupt(&mut self.io.interrupt) => {
                     return relay.end(Some(event), None);
                 }
+                // What a tool says while the turn runs (its tools are running then): said
+                // between sentences, else held for later.
+                Some(notice) = next_notice_in_turn(&mut self.notices) => {
+                    if let Some(log) = relay.notice(notice, &mut self.notices)
+                        && let Some(event) =
+                            emit_unless_interrupted(&handle, &mut self.io.interrupt, log).await
+                    {
+                        return relay.end(Some(event), None);
+                    }
+                    if let Some(words) = relay.progress_due() {
+                        // Spoken between sentences; a closed session ends the turn anyway.
+                        let _ = handle.call().speak(words).await;
+                    }
+                    continue;
+                }
                 item = next => item,
             };
             let body = match item {
@@ -149,6 +167,10 @@ impl OutputRunner {
                 emit_unless_interrupted(&handle, &mut self.io.interrupt, body).await
             {
                 return relay.end(Some(event), None);
+            }
+            // Progress held back for the end of a sentence is said once it ended.
+            if let Some(words) = relay.progress_due() {
+                let _ = handle.call().speak(words).await;
             }
         };
         relay.end(None, failure)
@@ -196,6 +218,8 @@ impl OutputRunner {
             }
         }
         handle.emit(EventBody::ResponseEnd).await;
+        // The background calls the turn started go into the checkpoint with the turn.
+        handle.call().record_background_calls();
         // The turn boundary: after its end is sent, never on the chunks' path.
         handle.call().turn_finished(completed);
         let outcome = match (&ending.interrupt, &ending.failure) {
@@ -226,6 +250,11 @@ struct Relay<'t> {
     /// Each running call's arguments as its start log showed them, for its end log.
     tool_arguments: HashMap<String, Value>,
     report: Option<TurnReport>,
+    /// Whether the text said so far ends a sentence (or nothing was said): progress may be
+    /// spoken now.
+    between_sentences: bool,
+    /// The latest progress to say, held until the current sentence ends.
+    to_say: Option<String>,
 }
 
 impl<'t> Relay<'t> {
@@ -237,6 +266,8 @@ impl<'t> Relay<'t> {
             observer,
             tool_arguments: HashMap::new(),
             report: None,
+            between_sentences: true,
+            to_say: None,
         }
     }
 
@@ -248,9 +279,12 @@ impl<'t> Relay<'t> {
                     self.first_chunk = false;
                     self.observer.first_chunk(self.received.elapsed());
                 }
+                self.between_sentences = ends_sentence(&text);
                 Some(EventBody::ResponseChunk { text })
             }
             TurnEvent::ToolStarted { call, arguments } => {
+                // The round's text is complete when its tools start.
+                self.between_sentences = true;
                 let log = ToolCallStart {
                     turn_id: self.turn_id,
                     tool_call_id: &call.id,
@@ -277,6 +311,46 @@ impl<'t> Relay<'t> {
         }
     }
 
+    /// Takes a tool's notice during the turn: the `agent.log` entry to send now, if any. A
+    /// spoken progress is said at once between sentences, else when the sentence ends
+    /// ([`progress_due`](Self::progress_due)); a background result waits for the end of the reply.
+    fn notice(
+        &mut self,
+        notice: ToolNotice,
+        notices: &mut Option<Box<Notices>>,
+    ) -> Option<EventBody> {
+        match notice {
+            ToolNotice::Progress {
+                tool_call_id,
+                name,
+                text,
+                speak,
+            } => {
+                let log = progress_log(&tool_call_id, &name, &text, speak);
+                if speak && !text.trim().is_empty() {
+                    // The latest replaces an unsaid one: a caller needs the news, not a queue.
+                    self.to_say = Some(text);
+                }
+                Some(log)
+            }
+            landed => {
+                if let Some(notices) = notices {
+                    notices.hold(landed);
+                }
+                None
+            }
+        }
+    }
+
+    /// Progress to say now: held, and the text said so far ends a sentence.
+    fn progress_due(&mut self) -> Option<String> {
+        if self.between_sentences {
+            self.to_say.take()
+        } else {
+            None
+        }
+    }
+
     fn end(self, interrupt: Option<LineInterrupt>, failure: Option<NodeError>) -> TurnEnding {
         TurnEnding {
             interrupt,
@@ -284,6 +358,12 @@ impl<'t> Relay<'t> {
             report: self.report,
         }
     }
+}
+
+/// Whether `text` ends a sentence (trailing spaces aside).
+fn ends_sentence(text: &str) -> bool {
+    text.trim_end()
+        .ends_with(['.', '!', '?', ':', ';', '…', '。'])
 }
 
 /// The root span of one turn's trace (`debug`: built only when a layer such as crewline-otel's
@@ -369,5 +449,41 @@ fn tool_finished(turn_id: &str, run: ToolRun, arguments: Value) -> EventBody {
             latency_ms,
         }
         .into_body(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(text: &str) -> ToolNotice {
+        ToolNotice::Progress {
+            tool_call_id: "call_1".to_owned(),
+            name: "search".to_owned(),
+            text: text.to_owned(),
+            speak: true,
+        }
+    }
+
+    #[test]
+    fn progress_waits_for_the_end_of_a_sentence_and_the_latest_replaces_an_unsaid_one() {
+        let observer: Arc<dyn Observer> = Arc::new(crate::observer::NoopObserver);
+        let mut relay = Relay::new("turn", Instant::now(), observer);
+        let mut notices = None;
+        // Nothing said yet: at once.
+        assert!(
+            relay
+                .notice(progress("One moment."), &mut notices)
+                .is_some()
+        );
+        assert_eq!(relay.progress_due().as_deref(), Some("One moment."));
+        // Mid-sentence: held, and a newer update replaces it.
+        relay.body(TurnEvent::Text("Let me".to_owned()));
+        relay.notice(progress("Still looking..."), &mut notices);
+        relay.notice(progress("Nearly there..."), &mut notices);
+        assert_eq!(relay.progress_due(), None);
+        relay.body(TurnEvent::Text(" check. ".to_owned()));
+        assert_eq!(relay.progress_due().as_deref(), Some("Nearly there..."));
+        assert_eq!(relay.progress_due(), None);
     }
 }

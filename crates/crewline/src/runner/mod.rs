@@ -1,6 +1,7 @@
 //! The tasks that run nodes: the framework's protocol work around user agents.
 
 mod answer;
+mod notices;
 
 use std::{collections::VecDeque, panic::AssertUnwindSafe};
 
@@ -16,6 +17,8 @@ use crate::{
     idle::{IdleDue, IdleStep, IdleWatch},
     inbox::{LineInterrupt, NodeIo},
 };
+
+use self::notices::{Notices, next_notice};
 
 /// Waits for the next interrupt on an optional line (forever when there is none).
 async fn next_interrupt(line: &mut Option<mpsc::Receiver<LineInterrupt>>) -> Option<LineInterrupt> {
@@ -116,6 +119,15 @@ pub(crate) async fn run_background(mut node: BackgroundNode, mut io: NodeIo) {
     }
 }
 
+/// Ends the call's tool notices when dropped: no background call outlives its output node.
+struct EndNotices(crate::CallControl);
+
+impl Drop for EndNotices {
+    fn drop(&mut self) {
+        self.0.tool_notices().end();
+    }
+}
+
 /// An output node at work: its agent, and events kept back from its inbox by an interrupt.
 struct OutputRunner {
     node: OutputNode,
@@ -127,6 +139,8 @@ struct OutputRunner {
     /// The caller's silence, when the node has an idle policy for this call (boxed: most
     /// nodes have none, and their task stays small).
     idle: Option<Box<IdleWatch>>,
+    /// What the call's tools say while the conversation goes on (boxed, like `idle`).
+    notices: Option<Box<Notices>>,
 }
 
 /// Runs an output node until its inbox closes.
@@ -137,12 +151,23 @@ pub(crate) async fn run_output(mut node: OutputNode, io: NodeIo) {
         .take()
         .and_then(|policy| IdleWatch::new(policy, conversation_type))
         .map(Box::new);
+    // The first output node of the call speaks its tools' progress and background results.
+    let notices = io
+        .handle
+        .call()
+        .take_tool_notices()
+        .map(|inbox| Box::new(Notices::new(inbox)));
+    // The node's end is the call's: its background calls are cancelled with it.
+    let _ended = notices
+        .is_some()
+        .then(|| EndNotices(io.handle.call().clone()));
     let mut runner = OutputRunner {
         node,
         io,
         kept: VecDeque::new(),
         taken: 0,
         idle,
+        notices,
     };
     if let Err(error) = guarded(runner.node.agent.on_start(&runner.io.handle)).await {
         report(&runner.io, "on_start", &error, Severity::Fatal).await;
@@ -165,6 +190,12 @@ pub(crate) async fn run_output(mut node: OutputNode, io: NodeIo) {
                     }
                     None => break,
                 },
+                // After the caller's events (the select is biased), before the silence: what a
+                // tool says is said between turns, never while the caller speaks.
+                Some(notice) = next_notice(&mut runner.notices) => {
+                    Box::pin(runner.notice(notice)).await;
+                    continue;
+                }
                 // Last (the select is biased): a caller's event that came with the deadline is
                 // taken first, so a nudge is never said after the caller started speaking.
                 due = idle_due(&mut runner.idle) => {
@@ -187,6 +218,9 @@ impl OutputRunner {
         if let Some(idle) = &mut self.idle {
             idle.observe(&event.body);
         }
+        if let Some(notices) = &mut self.notices {
+            notices.observe(&event.body);
+        }
         match &event.body {
             // Interruptible nodes got this on their interrupt line already.
             EventBody::Interrupt if self.interruptible() => return,
@@ -203,6 +237,9 @@ impl OutputRunner {
                 }
                 if let Some(idle) = &mut self.idle {
                     idle.reply_ended();
+                }
+                if let Some(notices) = &mut self.notices {
+                    notices.reply_ended();
                 }
             }
             EventBody::TranscriptUpdate(update) => self.add_transcript(update),
@@ -228,6 +265,9 @@ impl OutputRunner {
     async fn interrupted(&mut self, interrupt: LineInterrupt) {
         if let Some(idle) = &mut self.idle {
             idle.observe(&interrupt.event.body);
+        }
+        if let Some(notices) = &mut self.notices {
+            notices.observe(&interrupt.event.body);
         }
         while self.taken < interrupt.before {
             let Some(event) = self.io.inbox.try_recv() else {

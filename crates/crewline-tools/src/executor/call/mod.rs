@@ -8,12 +8,13 @@
 //! Error kinds: [`ToolErrorKind::Timeout`], [`ToolErrorKind::Cancelled`], and the tool's own
 //! ([`ToolErrorKind::ToolError`], a panic's included: [`PANIC_MESSAGE`]).
 
+mod background;
 mod stage;
 
 use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use crewline_core::{ToolCall, ToolErrorKind};
-use futures::FutureExt;
+use futures::{FutureExt, future::Either};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -87,6 +88,11 @@ async fn call_tool(
     };
     // A key of its own, minted only if the tool asks for it (no store is involved).
     let guarded = IdempotencyKey::lazily(handle.clone().scope(guarded_call(entry, arguments)));
+    // Its progress goes to the session, when the session takes it (no allocation either way).
+    let guarded = match context.scope.tool_notices() {
+        Some(notices) => Either::Left(notices.scope(&call.id, &call.name, guarded)),
+        None => Either::Right(guarded),
+    };
     // Dropping the tool's future is what stops it, on timeout and on cancellation alike.
     let raced = tokio::select! {
         biased;

@@ -22,6 +22,21 @@ impl Stage for Invoke {
             Some(left) if left < timeout => (left, true),
             _ => (timeout, false),
         };
+        // A background call runs on as a task of the session that takes its result; it is
+        // answered "started" at once (a session without notices runs it like any other).
+        if call.policy.background
+            && let Some(notices) = call.context.scope.tool_notices()
+        {
+            let arguments = std::mem::take(&mut call.arguments);
+            return Outcome::Ran(super::background::start(
+                notices,
+                call.entry,
+                call.call,
+                arguments,
+                timeout,
+                executor.max_result_bytes,
+            ));
+        }
         if !call.policy.cancellable {
             return Outcome::Ran(executor.run_detached(call, limit).await);
         }

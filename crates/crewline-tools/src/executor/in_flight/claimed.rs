@@ -10,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+use futures::future::Either;
 use serde_json::{Value, json};
 
 use super::{outcome_unknown, still_running, unclaimable};
@@ -80,6 +81,13 @@ impl Executor {
                 // The tool starts now, under its key.
                 call.trace.detached = true;
                 let tool = guarded_call(call.entry, std::mem::take(&mut call.arguments));
+                // Its progress goes to the session too, when the session takes it.
+                let tool = match call.context.scope().tool_notices() {
+                    Some(notices) => {
+                        Either::Left(notices.scope(&call.call.id, &call.call.name, tool))
+                    }
+                    None => Either::Right(tool),
+                };
                 let waiter = self.in_flight.start(
                     key.clone(),
                     call.context.scope().detached_tasks(),

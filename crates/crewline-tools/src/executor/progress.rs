@@ -1,0 +1,311 @@
+//! What a tool says while it runs, and the outcome of a background call when it lands.
+//!
+//! A session that wants them ([`SessionScope::with_tool_notices`](super::SessionScope::with_tool_notices))
+//! gets a [`ToolNotices`] channel: a tool reports progress through [`Progress::current`] (a
+//! tokio task-local the executor sets around the tool's future, like
+//! [`IdempotencyKey::current`](super::IdempotencyKey::current)), and a tool whose policy says
+//! [`background`](crate::ToolPolicy::background) answers "started" at once while its call runs
+//! on as a task of the session, whose result comes back as [`ToolNotice::Landed`]. Without the
+//! channel, progress goes nowhere and a background tool runs like any other.
+//!
+//! Every buffer here is bounded: the queue ([`NOTICE_QUEUE`], progress beyond it is dropped),
+//! each update's text ([`MAX_PROGRESS_BYTES`]), the updates of one call
+//! ([`MAX_PROGRESS_UPDATES`]), and the background calls running at once
+//! ([`DEFAULT_MAX_BACKGROUND`]).
+
+use std::{
+    collections::HashSet,
+    fmt,
+    future::Future,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU32, Ordering},
+    },
+};
+
+use crewline_core::ToolResult;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+tokio::task_local! {
+    static CURRENT: Progress;
+}
+
+/// The most bytes of one progress update that are kept (cut at a character boundary).
+pub const MAX_PROGRESS_BYTES: usize = 300;
+/// The most progress updates one call may send; later ones are dropped.
+pub const MAX_PROGRESS_UPDATES: u32 = 16;
+/// How many notices wait for the session at most; progress past it is dropped.
+pub const NOTICE_QUEUE: usize = 32;
+/// How many background calls one session may start in all (each is remembered, to run once).
+pub const MAX_BACKGROUND_CALLS: usize = 64;
+/// How many background calls of one session run at once by default.
+pub const DEFAULT_MAX_BACKGROUND: usize = 4;
+
+/// Something a tool call tells its session while the conversation goes on.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ToolNotice {
+    /// A running call's progress.
+    Progress {
+        /// The call's id.
+        tool_call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The words, at most [`MAX_PROGRESS_BYTES`].
+        text: String,
+        /// Whether it is for the caller's ears (else for the call's log only).
+        speak: bool,
+    },
+    /// A background call finished (or failed, or timed out): its result.
+    Landed(ToolResult),
+}
+
+/// The session's end of the notices: the sending side shared by its calls, the background
+/// calls' limit and their cancellation. Cheap to clone; every clone is the same session's.
+#[derive(Clone)]
+pub struct ToolNotices {
+    sender: mpsc::Sender<ToolNotice>,
+    ended: CancellationToken,
+    running: Arc<Semaphore>,
+    /// The background calls started in this session (tool and arguments): each runs once.
+    started: Arc<Mutex<HashSet<String>>>,
+    /// Those an earlier connection of the call started (their outcome is not known here).
+    inherited: Arc<HashSet<String>>,
+}
+
+impl fmt::Debug for ToolNotices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolNotices")
+            .field("ended", &self.ended.is_cancelled())
+            .field("free_background_slots", &self.running.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolNotices {
+    /// A channel for one session, running at most `max_background` background calls at once;
+    /// the receiver is the session's to read.
+    pub fn channel(max_background: usize) -> (Self, mpsc::Receiver<ToolNotice>) {
+        let (sender, receiver) = mpsc::channel(NOTICE_QUEUE);
+        let notices = Self {
+            sender,
+            ended: CancellationToken::new(),
+            running: Arc::new(Semaphore::new(max_background)),
+            started: Arc::default(),
+            inherited: Arc::default(),
+        };
+        (notices, receiver)
+    }
+
+    /// The session ended: its background calls are cancelled (their futures dropped), and
+    /// no new one starts.
+    pub fn end(&self) {
+        self.ended.cancel();
+    }
+
+    /// Whether the session ended.
+    pub fn is_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// The same channel, knowing the background calls an earlier connection of the same
+    /// call started (as [`started`](Self::started) gave them): they do not run again.
+    pub fn with_started(mut self, started: impl IntoIterator<Item = String>) -> Self {
+        let inherited: HashSet<String> = started.into_iter().collect();
+        self.started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(inherited.iter().cloned());
+        self.inherited = Arc::new(inherited);
+        self
+    }
+
+    /// Whether the background call `key` was started by an earlier connection of the call.
+    pub(crate) fn is_inherited(&self, key: &str) -> bool {
+        self.inherited.contains(key)
+    }
+
+    /// The background calls this session started (tool name and a hash of the arguments),
+    /// for a checkpoint to carry over a reconnect.
+    pub fn started(&self) -> Vec<String> {
+        let mut started: Vec<String> = self
+            .started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect();
+        started.sort();
+        started
+    }
+
+    /// Fires when the session ends.
+    pub(crate) fn ended(&self) -> &CancellationToken {
+        &self.ended
+    }
+
+    /// A slot for one more background call, if the session has one free.
+    pub(crate) fn background_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.running).try_acquire_owned().ok()
+    }
+
+    /// Marks the background call `key` started; `false` if it was already (it runs once),
+    /// or if the session holds [`MAX_BACKGROUND_CALLS`] already.
+    pub(crate) fn first_start(&self, key: &str) -> Option<bool> {
+        let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        if started.contains(key) {
+            return Some(false);
+        }
+        if started.len() >= MAX_BACKGROUND_CALLS {
+            return None;
+        }
+        started.insert(key.to_owned());
+        Some(true)
+    }
+
+    /// Hands a background call's result to the session (waits for room: it is never dropped
+    /// while the session lives).
+    pub(crate) async fn landed(&self, result: ToolResult) {
+        if self.sender.send(ToolNotice::Landed(result)).await.is_err() {
+            tracing::debug!("a background call landed after its session ended");
+        }
+    }
+
+    /// Runs `future` (the tool call `tool_call_id` of `name`) with its [`Progress`] set.
+    pub(crate) fn scope<F: Future>(
+        &self,
+        tool_call_id: &str,
+        name: &str,
+        future: F,
+    ) -> impl Future<Output = F::Output> + use<F> {
+        let progress = Progress {
+            notices: self.clone(),
+            tool_call_id: tool_call_id.into(),
+            name: name.into(),
+            sent: Arc::new(AtomicU32::new(0)),
+        };
+        CURRENT.scope(progress, future)
+    }
+}
+
+/// What the current tool call reports its progress through; see the [module](self).
+///
+/// # Examples
+///
+/// ```
+/// use crewline_tools::Progress;
+///
+/// // Inside a tool: `if let Some(progress) = Progress::current() { progress.say("Still looking...") }`.
+/// // Outside a tool's call there is none.
+/// assert!(Progress::current().is_none());
+/// ```
+#[derive(Clone)]
+pub struct Progress {
+    notices: ToolNotices,
+    tool_call_id: Arc<str>,
+    name: Arc<str>,
+    sent: Arc<AtomicU32>,
+}
+
+impl fmt::Debug for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Progress")
+            .field("tool_call_id", &self.tool_call_id)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Progress {
+    /// The progress of the call the current tool runs for; `None` outside a tool's call or
+    /// in a session that takes no notices.
+    pub fn current() -> Option<Self> {
+        CURRENT.try_with(Clone::clone).ok()
+    }
+
+    /// Says `text` to the caller (between the agent's sentences, never over the caller);
+    /// `false` if it was dropped (a full queue, or past [`MAX_PROGRESS_UPDATES`]).
+    pub fn say(&self, text: impl Into<String>) -> bool {
+        self.send(text.into(), true)
+    }
+
+    /// Adds `text` to the call's log (`agent.log`) without saying it; `false` if dropped.
+    pub fn log(&self, text: impl Into<String>) -> bool {
+        self.send(text.into(), false)
+    }
+
+    fn send(&self, mut text: String, speak: bool) -> bool {
+        if self.sent.fetch_add(1, Ordering::Relaxed) >= MAX_PROGRESS_UPDATES {
+            tracing::debug!(tool = %self.name, "progress past the per-call cap dropped");
+            return false;
+        }
+        let kept = crewline_core::prefix(&text, MAX_PROGRESS_BYTES).len();
+        text.truncate(kept);
+        let notice = ToolNotice::Progress {
+            tool_call_id: self.tool_call_id.to_string(),
+            name: self.name.to_string(),
+            text,
+            speak,
+        };
+        // Progress is advice: a session that has not read the last ones gets no more.
+        self.notices.sender.try_send(notice).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn progress_is_bounded_per_update_per_call_and_by_the_queue() {
+        let (notices, mut inbox) = ToolNotices::channel(DEFAULT_MAX_BACKGROUND);
+        let long = "é".repeat(MAX_PROGRESS_BYTES);
+        let said = notices
+            .scope("call_1", "search", async {
+                let progress = Progress::current().expect("set inside the call");
+                let first = progress.say(long.clone());
+                let kept = (1..MAX_PROGRESS_UPDATES + 5)
+                    .filter(|_| progress.log("more"))
+                    .count();
+                (first, kept)
+            })
+            .await;
+        assert_eq!(
+            said,
+            (true, usize::try_from(MAX_PROGRESS_UPDATES - 1).unwrap())
+        );
+        let Some(ToolNotice::Progress { text, speak, .. }) = inbox.recv().await else {
+            panic!("a progress notice first");
+        };
+        assert!(speak && text.len() <= MAX_PROGRESS_BYTES && !text.is_empty());
+
+        // A session that reads nothing gets at most the queue's worth.
+        let mut queued = MAX_PROGRESS_UPDATES as usize - 1;
+        for call in 0..4 {
+            queued += notices
+                .scope(&format!("call_{call}"), "search", async {
+                    let progress = Progress::current().expect("set inside the call");
+                    (0..MAX_PROGRESS_UPDATES)
+                        .filter(|_| progress.log("x"))
+                        .count()
+                })
+                .await;
+        }
+        assert_eq!(queued, NOTICE_QUEUE);
+        assert!(Progress::current().is_none());
+    }
+
+    #[test]
+    fn a_background_call_starts_once_and_a_resumed_session_knows_it() {
+        let (notices, _inbox) = ToolNotices::channel(1);
+        assert_eq!(notices.first_start("book:abc"), Some(true));
+        assert_eq!(notices.first_start("book:abc"), Some(false));
+        let (resumed, _inbox) = ToolNotices::channel(1);
+        let resumed = resumed.with_started(notices.started());
+        assert_eq!(resumed.first_start("book:abc"), Some(false));
+        assert!(resumed.is_inherited("book:abc") && !notices.is_inherited("book:abc"));
+        let _slot = resumed.background_slot().expect("one free slot");
+        assert!(resumed.background_slot().is_none(), "one at once");
+    }
+}
