@@ -57,11 +57,11 @@ pub mod remote_weather;
 #[path = "../../../examples/sentiment_background.rs"]
 pub mod sentiment_background;
 #[allow(dead_code)]
-#[path = "../../../examples/support_triage.rs"]
-pub mod support_triage;
-#[allow(dead_code)]
 #[path = "../../../examples/slow_booking.rs"]
 pub mod slow_booking;
+#[allow(dead_code)]
+#[path = "../../../examples/support_triage.rs"]
+pub mod support_triage;
 #[allow(dead_code)]
 #[path = "../../../examples/text_chat.rs"]
 pub mod text_chat;
