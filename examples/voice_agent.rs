@@ -22,14 +22,14 @@
 //!
 //! A caller who goes quiet is a phone line's other silence: with `--idle` the crew checks in
 //! after 10 s without a word ("Are you still there?", twice), then says goodbye and ends the
-//! call (`IdlePolicy::phone_call`, see [`WeatherCrew::with_idle`]); never in a `chat`, and
+//! call (`IdlePolicy::phone_call`, see `WeatherCrew::with_idle`); never in a `chat`, and
 //! never over the caller or a reply. Off by default, as in every crew: the platform may
 //! handle a silent line itself.
 //!
 //! What each call cost: every turn's tokens (prompt, completion, cached, reasoning) are on its
 //! `crewline.turn` span and in `/metrics`; `--prices 'gpt-4o-mini=0.15,0.075,0.60'` (per
 //! million tokens, or `@prices.txt`) adds money, and `--log-usage` sends each turn's usage and
-//! the call's running total to the platform as an `llm_usage` log (see [`WeatherCrew::with_cost`]).
+//! the call's running total to the platform as an `llm_usage` log (see `WeatherCrew::with_cost`).
 //!
 //! `--service-delay-ms N` sets the pretend weather service's time per call (default 300; the
 //! load benchmarks use 0, like the reference's tool). Calls run on one single-threaded
