@@ -27,66 +27,7 @@ use proc_macro::TokenStream;
 ///
 /// # Examples
 ///
-/// ```
-/// use crewline::prelude::function_tool;
-/// use crewline::tool::{ExecuteOptions, Tool, ToolError, ToolRegistry};
-/// use crewline::types::ToolCall;
-/// use serde::{Deserialize, Serialize};
-/// use serde_json::json;
-///
-/// #[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
-/// #[serde(rename_all = "lowercase")]
-/// enum Unit {
-///     Celsius,
-///     Fahrenheit,
-/// }
-///
-/// #[derive(Serialize, schemars::JsonSchema)]
-/// struct Weather {
-///     location: String,
-///     temperature: f64,
-/// }
-///
-/// /// Get the current weather for a location.
-/// ///
-/// /// # Arguments
-/// /// * `location` - City and state, e.g. San Francisco, CA
-/// /// * `unit` - Temperature unit
-/// #[function_tool(timeout_ms = 5000)]
-/// async fn get_weather(
-///     location: String,
-///     #[arg(default = Unit::Celsius)] unit: Unit,
-///     days: Option<u8>,
-/// ) -> Result<Weather, ToolError> {
-///     let _ = days;
-///     let temperature = match unit {
-///         Unit::Celsius => 21.0,
-///         Unit::Fahrenheit => 69.8,
-///     };
-///     Ok(Weather { location, temperature })
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // What the model is told.
-/// assert_eq!(GetWeatherTool.description(), "Get the current weather for a location.");
-/// let schema = GetWeatherTool.parameters();
-/// assert_eq!(schema["properties"]["location"]["description"], "City and state, e.g. San Francisco, CA");
-/// assert_eq!(schema["required"], json!(["location"])); // `unit` has a default, `days` is an Option
-/// assert!(GetWeatherTool.result_schema().is_some()); // `Weather` is `JsonSchema`
-/// assert_eq!(GetWeatherTool.policy().timeout, Some(std::time::Duration::from_secs(5)));
-///
-/// let mut tools = ToolRegistry::new();
-/// tools.register(GetWeatherTool)?;
-/// let call = ToolCall::new("call_1", "get_weather", r#"{"location": "Paris", "unit": "fahrenheit"}"#);
-/// let result = &tools.execute(&[call], ExecuteOptions::new()).await[0].result;
-/// assert_eq!(result.value(), Some(&json!({"location": "Paris", "temperature": 69.8})));
-///
-/// // The function itself stays an ordinary function.
-/// let oslo = get_weather("Oslo".into(), Unit::Celsius, None).await;
-/// assert!(matches!(oslo, Ok(Weather { temperature: 21.0, .. })));
-/// # Ok(()) }
-/// ```
+#[doc = include_str!("doc/function_tool.md")]
 ///
 /// - The description is the doc comment before its first heading; each argument's description
 ///   comes from the `# Arguments` list (`* \`name\` - text`, `- \`name\`: text` or
@@ -118,53 +59,7 @@ pub fn function_tool(attr: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// # Examples
 ///
-/// ```
-/// use std::{collections::HashMap, sync::Arc};
-///
-/// use crewline::tool::{ExecuteOptions, ToolError, ToolRegistry};
-/// use crewline::types::ToolCall;
-/// use crewline::prelude::{function_tool, tools};
-///
-/// struct WeatherAgent {
-///     forecasts: HashMap<String, String>,
-/// }
-///
-/// #[tools]
-/// impl WeatherAgent {
-///     /// Get the weather for a city.
-///     #[function_tool]
-///     async fn get_weather(&self, location: String) -> Result<String, ToolError> {
-///         self.forecast(&location)
-///             .ok_or_else(|| ToolError::new(format!("No forecast for {location}.")))
-///     }
-///
-///     /// The cities with a forecast.
-///     #[function_tool]
-///     fn list_cities(&self) -> Vec<String> {
-///         self.forecasts.keys().cloned().collect()
-///     }
-///
-///     fn forecast(&self, location: &str) -> Option<String> {
-///         self.forecasts.get(location).cloned() // not a tool
-///     }
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let agent = WeatherAgent { forecasts: [("Paris".into(), "Sunny".into())].into() };
-/// let mut registry = ToolRegistry::new();
-/// registry.discover(&Arc::new(agent))?;
-/// assert_eq!(registry.names(), ["get_weather", "list_cities"]); // in method order
-///
-/// let calls = [
-///     ToolCall::new("call_1", "get_weather", r#"{"location": "Paris"}"#),
-///     ToolCall::new("call_2", "list_cities", "{}"),
-/// ];
-/// let runs = registry.execute(&calls, ExecuteOptions::new()).await;
-/// assert_eq!(runs[0].result.content(), "Sunny"); // a `String` is the content as is
-/// assert_eq!(runs[1].result.value(), Some(&serde_json::json!(["Paris"])));
-/// # Ok(()) }
-/// ```
+#[doc = include_str!("doc/tools.md")]
 ///
 /// Tool methods take `&self` (or no receiver); the type must be `Send + Sync + 'static` and
 /// the impl block not generic. Each tool holds an `Arc` of the agent; the type implements

@@ -314,6 +314,8 @@ impl CallControl {
         let scope = scope.with_tool_notices(notices.clone());
         let mut state = State::default();
         if let Some(checkpoint) = &resumed {
+            state.usage =
+                crate::usage::CallUsage::from_kept(checkpoint.nodes.get(crate::usage::USAGE_KEY));
             state.handed_off = checkpoint.handoff.is_some();
             state.kept = Kept {
                 turns: checkpoint.turns,
@@ -501,17 +503,24 @@ impl CallControl {
     }
 
     /// What the call's answered turns cost so far: tokens, and money when the agent has
-    /// prices (see [`crate::usage`]). Counted on this connection: a call resumed on another
-    /// starts again from zero.
+    /// prices (see [`crate::usage`]). Kept in the call's checkpoint: a call resumed on another
+    /// connection or replica goes on from the total of its last finished turn.
     pub fn usage(&self) -> crate::usage::CallUsage {
         self.state().usage
     }
 
-    /// Adds an answered turn's usage to the call's tally; returns the new total.
+    /// Adds an answered turn's usage to the call's tally, and the tally to the checkpoint
+    /// (written with the turn); returns the new total.
     pub(crate) fn add_usage(&self, report: &crate::turn::TurnReport) -> crate::usage::CallUsage {
-        let mut state = self.state();
-        state.usage.add(report);
-        state.usage
+        let usage = {
+            let mut state = self.state();
+            state.usage.add(report);
+            state.usage
+        };
+        if let Err(error) = self.checkpoint_put(crate::usage::USAGE_KEY, &usage.kept()) {
+            tracing::warn!(%error, "the call's usage could not be kept in the checkpoint");
+        }
+        usage
     }
 
     /// The receiving end of the call's tool notices (progress, background results), for the

@@ -119,6 +119,13 @@ pub use crate::{
 #[doc(hidden)]
 pub use crewline_macros::{function_tool, tools};
 
+/// The examples in `#[function_tool]`'s and `#[tools]`'s docs, run as this crate's doctests:
+/// their code expands against this crate, which crewline-macros does not depend on.
+#[cfg(doctest)]
+#[doc = include_str!("../../crewline-macros/src/doc/function_tool.md")]
+#[doc = include_str!("../../crewline-macros/src/doc/tools.md")]
+pub struct MacroExamples;
+
 #[doc(hidden)]
 pub use crewline_tools::__private;
 

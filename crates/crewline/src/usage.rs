@@ -26,12 +26,26 @@
 //! request is dropped before it.
 
 use crewline_llm::{Money, Usage};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::turn::TurnReport;
 
 /// The name of the `agent.log` entry that carries a turn's usage.
 pub const USAGE_LOG: &str = "llm_usage";
+
+/// The key of the call's tally in its checkpoint, so a resumed call goes on counting.
+pub(crate) const USAGE_KEY: &str = "crewline.usage";
+
+/// The call's tally as the checkpoint keeps it (money as an exact integer of pico-units).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct KeptUsage {
+    turns: u64,
+    reported_turns: u64,
+    usage: Usage,
+    cost_picos: Option<u64>,
+    priced_turns: u64,
+}
 
 /// What one call's answered turns cost so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,6 +73,35 @@ impl CallUsage {
         if let Some(cost) = report.cost {
             self.priced_turns += 1;
             *self.cost.get_or_insert(Money::ZERO) += cost;
+        }
+    }
+
+    /// The tally as the checkpoint keeps it.
+    pub(crate) fn kept(self) -> Value {
+        let kept = KeptUsage {
+            turns: self.turns,
+            reported_turns: self.reported_turns,
+            usage: self.usage,
+            cost_picos: self.cost.map(Money::picos),
+            priced_turns: self.priced_turns,
+        };
+        serde_json::to_value(kept).unwrap_or(Value::Null)
+    }
+
+    /// The tally a checkpoint kept; zero when there is none or it does not read (a checkpoint
+    /// of another version: the call goes on, counting from zero).
+    pub(crate) fn from_kept(kept: Option<&Value>) -> Self {
+        let Some(kept) =
+            kept.and_then(|kept| serde_json::from_value::<KeptUsage>(kept.clone()).ok())
+        else {
+            return Self::default();
+        };
+        Self {
+            turns: kept.turns,
+            reported_turns: kept.reported_turns,
+            usage: kept.usage,
+            cost: kept.cost_picos.map(Money::from_picos),
+            priced_turns: kept.priced_turns,
         }
     }
 

@@ -455,3 +455,49 @@ async fn a_background_call_started_before_a_reconnect_is_not_started_again() {
     assert!(answer.contains(r#""status":"outcome_unknown""#), "{answer}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the booking ran twice");
 }
+
+/// The `call` object of the turn's `llm_usage` entry.
+fn call_usage(frames: &[Value]) -> Value {
+    let entry = frames
+        .iter()
+        .find(|frame| frame["type"] == "agent.log" && frame["name"] == "llm_usage")
+        .unwrap_or_else(|| panic!("no llm_usage entry in {frames:?}"));
+    entry["payload"]["call"].clone()
+}
+
+#[tokio::test]
+async fn a_resumed_call_goes_on_counting_what_it_cost() {
+    let llm: Arc<dyn crewline::llm::LlmClient> =
+        Arc::new(ScriptedLlm::from_fn(|_: &ChatRequest| Reply::text("Sure.")));
+    let server = CrewServer::new(move |_setup: SessionSetup| {
+        let agent = LoopAgent::new(
+            "You help.",
+            ToolLoop::new(llm.clone(), Arc::new(ToolRegistry::new())),
+        );
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new("desk", agent).log_usage(true));
+        crew
+    })
+    .call_store(MemoryCallStore::new())
+    .allow_unauthenticated();
+    let server = TestServer::ready(server).await;
+
+    let mut first = phone_call(&server, "call-cost").await;
+    first.turn("Hi").await;
+    let (frames, _) = first.turn("Still there?").await;
+    let before = call_usage(&frames);
+    assert_eq!(before["turns"], 2, "{before}");
+    // Let the checkpointer write the turn's checkpoint; the line drops.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.close().await;
+
+    let mut second = phone_call(&server, "call-cost").await;
+    let (frames, _) = second.turn("And now?").await;
+    let after = call_usage(&frames);
+    assert_eq!(
+        after["turns"], 3,
+        "the resumed call counted from zero: {after}"
+    );
+    let tokens = |usage: &Value| usage["usage"]["total_tokens"].as_u64().unwrap();
+    assert!(tokens(&after) > tokens(&before), "{before} {after}");
+}

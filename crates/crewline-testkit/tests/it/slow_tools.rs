@@ -86,6 +86,12 @@ impl Desk {
         Ok(format!("{amount} paid"))
     }
 
+    /// Text the booking's reference to the caller.
+    #[function_tool]
+    async fn send_confirmation(&self, reference: String) -> Result<String, ToolError> {
+        Ok(format!("confirmation {reference} sent"))
+    }
+
     /// Book a table.
     #[function_tool(background, timeout_ms = 120000)]
     async fn book_table(&self, people: u32) -> Result<String, ToolError> {
@@ -151,6 +157,10 @@ fn word(frame: CrewFrame) -> String {
     match frame {
         CrewFrame::Log { name, payload } => format!("log:{name}:{}", summary(&payload)),
         CrewFrame::Speak { text } => format!("speak:{text}"),
+        CrewFrame::ToolStart(log) => format!("tool_start:{}", log.name),
+        CrewFrame::ToolEnd(log) => {
+            format!("tool_end:{}:{}", log.name, log.response.unwrap_or_default())
+        }
         other => other.wire_type().to_owned(),
     }
 }
@@ -281,6 +291,73 @@ async fn a_background_tool_answers_at_once_and_its_result_is_told_when_it_lands(
     assert!(note.text().unwrap().contains("book_table"), "{note:?}");
     assert_eq!(desk.bookings.load(Ordering::SeqCst), 1);
     assert!(!desk.cancelled.load(Ordering::SeqCst));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_turn_that_tells_a_result_logs_its_tools_and_counts_its_usage() {
+    // Told a landed booking, this model first texts the reference, then says it.
+    let model = ScriptedLlm::from_fn(|request: &ChatRequest| {
+        let last = request.messages.last().unwrap();
+        let text = last.text().unwrap_or_default();
+        match last.role() {
+            Role::System if text.contains("T-42") => {
+                Reply::tool_call("send_confirmation", json!({"reference": "T-42"}))
+            }
+            Role::Tool if text.contains("\"started\"") => Reply::text("I'm booking it now."),
+            Role::Tool => Reply::text(TOLD),
+            _ => Reply::tool_call("book_table", json!({"people": 2})),
+        }
+    });
+    let agent = Agent::builder(model)
+        .prompt("You are a restaurant line.")
+        .tools(Arc::new(Desk::default()))
+        .log_usage(true)
+        .build()
+        .unwrap();
+    let crew = TestCrew::serve(agent).await.unwrap();
+    let mut client = call(&crew).await;
+    let summary = client
+        .user_turn("Please book a table for two.")
+        .unwrap()
+        .finish()
+        .await
+        .unwrap();
+    let turns_of = |payload: &Map<String, Value>| payload["call"]["turns"].as_u64().unwrap();
+    let booked = summary
+        .logs
+        .iter()
+        .find(|(name, _)| name == "llm_usage")
+        .unwrap();
+    assert_eq!(turns_of(&booked.1), 1);
+
+    // When the booking lands: its log, the telling turn's tool logs, its usage, its words.
+    let deadline = Instant::now() + SLOW * 2;
+    let mut heard = Vec::new();
+    let mut told_usage = None;
+    while let Some(frame) = client
+        .recv_idle(deadline.saturating_duration_since(Instant::now()))
+        .await
+        .unwrap()
+    {
+        if let CrewFrame::Log { name, payload } = &frame.frame
+            && name == "llm_usage"
+        {
+            told_usage = Some(payload.clone());
+        }
+        heard.push(word(frame.frame));
+    }
+    assert_eq!(
+        heard,
+        [
+            "log:tool_background:table for 2 booked, reference T-42".to_owned(),
+            "tool_start:send_confirmation".to_owned(),
+            "tool_end:send_confirmation:\"confirmation T-42 sent\"".to_owned(),
+            "log:llm_usage:".to_owned(),
+            format!("speak:{TOLD}"),
+        ]
+    );
+    // The telling turn is in the call's tally.
+    assert_eq!(turns_of(&told_usage.unwrap()), 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -242,7 +242,7 @@ struct TurnEnding {
 }
 
 /// Turns a turn's events into the platform's events: chunks, tool logs.
-struct Relay<'t> {
+pub(super) struct Relay<'t> {
     turn_id: &'t str,
     received: Instant,
     first_chunk: bool,
@@ -258,7 +258,7 @@ struct Relay<'t> {
 }
 
 impl<'t> Relay<'t> {
-    fn new(turn_id: &'t str, received: Instant, observer: Arc<dyn Observer>) -> Self {
+    pub(super) fn new(turn_id: &'t str, received: Instant, observer: Arc<dyn Observer>) -> Self {
         Self {
             turn_id,
             received,
@@ -272,7 +272,7 @@ impl<'t> Relay<'t> {
     }
 
     /// What the platform gets for `event`, if anything.
-    fn body(&mut self, event: TurnEvent) -> Option<EventBody> {
+    pub(super) fn body(&mut self, event: TurnEvent) -> Option<EventBody> {
         match event {
             TurnEvent::Text(text) => {
                 if self.first_chunk {
@@ -349,6 +349,11 @@ impl<'t> Relay<'t> {
         } else {
             None
         }
+    }
+
+    /// What the turn reported at its end, if it got there.
+    pub(super) fn into_report(self) -> Option<TurnReport> {
+        self.report
     }
 
     fn end(self, interrupt: Option<LineInterrupt>, failure: Option<NodeError>) -> TurnEnding {

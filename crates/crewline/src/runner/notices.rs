@@ -2,7 +2,7 @@
 //! agent's sentences, never over the caller, or only logged) and the results of background
 //! calls, which the model is asked to tell the caller when they land.
 
-use std::collections::VecDeque;
+use std::{collections::VecDeque, time::Instant};
 
 use crewline_core::{Message, ToolResult};
 use crewline_protocol::EventBody;
@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use super::{OutputRunner, next_interrupt};
+use super::{OutputRunner, answer::Relay, emit_unless_interrupted, next_interrupt};
 use crate::TurnEvent;
 
 /// The most notices taken off the queue while a reply streams, to handle after it.
@@ -204,6 +204,10 @@ impl OutputRunner {
         let context = self.node.agent.context();
         context.add(Message::system(format!("{note}\n\n{REPORT_INSTRUCTION}")));
         let mut words = String::new();
+        // A turn of the crew's own: the tools it calls are logged as any turn's are, under
+        // its own id, and what it cost goes into the call's tally.
+        let turn_id = uuid::Uuid::new_v4().simple().to_string();
+        let mut relay = Relay::new(&turn_id, Instant::now(), self.io.observer.clone());
         let mut turn = self.node.agent.generate_response();
         loop {
             let next = tokio::select! {
@@ -222,7 +226,16 @@ impl OutputRunner {
                         words.push_str(&text);
                     }
                 }
-                Some(Ok(_)) => {}
+                Some(Ok(event)) => {
+                    if let Some(log) = relay.body(event)
+                        && let Some(interrupt) =
+                            emit_unless_interrupted(&handle, &mut self.io.interrupt, log).await
+                    {
+                        drop(turn);
+                        Box::pin(self.interrupted(interrupt)).await;
+                        return;
+                    }
+                }
                 Some(Err(error)) => {
                     tracing::warn!(%error, "the model could not word a background result; it is told in the next turn");
                     return;
@@ -231,6 +244,18 @@ impl OutputRunner {
             }
         }
         drop(turn);
+        if let Some(report) = relay.into_report() {
+            let call = handle.call().add_usage(&report);
+            if self.node.log_usage {
+                let payload = crate::usage::usage_payload(&turn_id, &report, call);
+                handle
+                    .emit(EventBody::Log {
+                        name: crate::usage::USAGE_LOG.to_owned(),
+                        payload,
+                    })
+                    .await;
+            }
+        }
         let words = crewline_core::prefix(words.trim(), MAX_REPORT_BYTES).to_owned();
         if words.is_empty() {
             return;

@@ -5,6 +5,9 @@
 //! OpenAI's `response_format: {"type": "json_schema", "strict": true, ...}`, the schema
 //! generated from `T` by `schemars` and rewritten the way strict mode wants it (every property
 //! required, objects closed: the same normaliser as tool parameters, [`normalize_schema`]).
+//! A `T` that is not a struct (an enum of intents, a list, a number) is asked for inside an
+//! object, `{"answer": ...}`, since strict mode takes only an object at the top level, and
+//! unwrapped when it is parsed; the crew sees only its `T`.
 //! The answer is parsed into `T`; an answer that does not parse is asked for once more with
 //! the parse error in the messages, and then fails with a typed [`StructuredError`] holding
 //! the parse error and the raw text.
@@ -77,8 +80,8 @@ pub const DEFAULT_RETRIES: u32 = 1;
 
 /// Asks `llm` for a `T` over `messages`, with the default settings of [`Structured`].
 ///
-/// `T` must describe a JSON object (a struct): OpenAI's structured outputs take nothing else
-/// at the top level.
+/// A `T` that is not a struct is asked for as `{"answer": T}` and unwrapped (see the module's
+/// docs).
 pub async fn ask<T: JsonSchema + DeserializeOwned>(
     llm: &(impl LlmClient + ?Sized),
     messages: impl Into<Arc<Vec<Message>>>,
@@ -120,6 +123,8 @@ pub async fn ask<T: JsonSchema + DeserializeOwned>(
 /// ```
 pub struct Structured<T> {
     format: JsonSchemaFormat,
+    /// Whether `T` is asked for inside [`WRAPPER_PROPERTY`] (it is not an object).
+    wrapped: bool,
     max_answer_bytes: usize,
     retries: u32,
     options: RequestOptions,
@@ -130,6 +135,7 @@ impl<T> Clone for Structured<T> {
     fn clone(&self) -> Self {
         Self {
             format: self.format.clone(),
+            wrapped: self.wrapped,
             max_answer_bytes: self.max_answer_bytes,
             retries: self.retries,
             options: self.options.clone(),
@@ -158,13 +164,15 @@ impl<T: JsonSchema + DeserializeOwned> Structured<T> {
     /// A typed answer named after `T`, strict, capped at [`DEFAULT_MAX_ANSWER_BYTES`], retried
     /// [`DEFAULT_RETRIES`] time.
     pub fn new() -> Self {
+        let (schema, wrapped) = top_level_object(schema_for::<T>());
         Self {
             format: JsonSchemaFormat {
                 name: schema_name(&T::schema_name()),
                 description: None,
-                schema: normalize_schema(schema_for::<T>()),
+                schema: normalize_schema(schema),
                 strict: Some(true),
             },
+            wrapped,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
             retries: DEFAULT_RETRIES,
             options: RequestOptions::default(),
@@ -271,6 +279,9 @@ impl<T: DeserializeOwned> Structured<T> {
     /// not take is read as the property left out (so `#[serde(default)]` applies).
     pub fn parse(&self, text: &str) -> Result<T, serde_json::Error> {
         let body = unfence(text);
+        if self.wrapped {
+            return parse_wrapped(body);
+        }
         let first = match serde_json::from_str::<T>(body) {
             Ok(answer) => return Ok(answer),
             Err(error) => error,
@@ -322,6 +333,63 @@ impl<T: DeserializeOwned> Structured<T> {
             });
         }
         Ok(text)
+    }
+}
+
+/// The property a non-object `T` is asked for in: `{"answer": ...}`.
+pub const WRAPPER_PROPERTY: &str = "answer";
+
+/// `schema` with an object at its top level, and whether it had to be wrapped in one.
+///
+/// Strict mode rejects any other top level (an enum's `{"type": "string", "enum": ..}`, a
+/// tagged enum's `oneOf`, an array), so such a schema becomes the one required property
+/// [`WRAPPER_PROPERTY`] of an object; its definitions stay at the root, where its `$ref`s
+/// point.
+fn top_level_object(schema: Value) -> (Value, bool) {
+    if schema.get("type").and_then(Value::as_str) == Some("object") {
+        return (schema, false);
+    }
+    let mut inner = match schema {
+        Value::Object(inner) => inner,
+        other => return (wrap(other, None), true),
+    };
+    let definitions = inner.remove("$defs");
+    for noise in ["$schema", "title"] {
+        inner.remove(noise);
+    }
+    (wrap(Value::Object(inner), definitions), true)
+}
+
+/// `{"type": "object", "properties": {"answer": inner}, "required": ["answer"], "$defs": ..}`.
+fn wrap(inner: Value, definitions: Option<Value>) -> Value {
+    let mut properties = serde_json::Map::new();
+    properties.insert(WRAPPER_PROPERTY.to_owned(), inner);
+    let mut outer = serde_json::Map::new();
+    outer.insert("type".to_owned(), Value::from("object"));
+    outer.insert("properties".to_owned(), Value::Object(properties));
+    outer.insert("required".to_owned(), Value::from(vec![WRAPPER_PROPERTY]));
+    if let Some(definitions) = definitions {
+        outer.insert("$defs".to_owned(), definitions);
+    }
+    Value::Object(outer)
+}
+
+/// Parses a wrapped answer, `{"answer": T}`; a model that answered the bare `T` (no strict
+/// mode) is taken as well.
+fn parse_wrapped<T: DeserializeOwned>(body: &str) -> Result<T, serde_json::Error> {
+    let value: Value = serde_json::from_str(body)?;
+    match value {
+        Value::Object(mut outer) if outer.len() == 1 && outer.contains_key(WRAPPER_PROPERTY) => {
+            let mut inner = outer.remove(WRAPPER_PROPERTY).unwrap_or(Value::Null);
+            match serde_json::from_value::<T>(inner.clone()) {
+                Ok(answer) => Ok(answer),
+                Err(first) if strip_nulls(&mut inner) => {
+                    serde_json::from_value(inner).map_err(|_| first)
+                }
+                Err(first) => Err(first),
+            }
+        }
+        bare => serde_json::from_value(bare),
     }
 }
 
@@ -440,6 +508,101 @@ mod tests {
             ask.parse("{\"name\": null}").is_err(),
             "a required null stays wrong"
         );
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "snake_case")]
+    enum Desk {
+        Billing,
+        TechSupport,
+    }
+
+    #[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum Step {
+        Transfer { desk: Desk },
+        Answer { text: String },
+    }
+
+    #[test]
+    fn an_object_type_is_not_wrapped() {
+        let ask = Structured::<Fields>::new();
+        let ResponseFormat::JsonSchema { json_schema } = ask.response_format() else {
+            panic!("a json_schema format");
+        };
+        assert!(
+            json_schema.schema["properties"]
+                .get(WRAPPER_PROPERTY)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn an_enum_is_asked_for_inside_an_object_and_unwrapped() {
+        let ask = Structured::<Desk>::new();
+        let ResponseFormat::JsonSchema { json_schema } = ask.response_format() else {
+            panic!("a json_schema format");
+        };
+        // Strict mode takes only an object at the top level.
+        assert_eq!(json_schema.schema["type"], "object");
+        assert_eq!(
+            json_schema.schema["required"],
+            serde_json::json!(["answer"])
+        );
+        assert_eq!(json_schema.schema["additionalProperties"], false);
+        assert_eq!(
+            json_schema.schema["properties"]["answer"]["enum"],
+            serde_json::json!(["billing", "tech_support"])
+        );
+        assert_eq!(
+            ask.parse(r#"{"answer": "tech_support"}"#).ok(),
+            Some(Desk::TechSupport)
+        );
+        // A model without strict mode may answer the bare value.
+        assert_eq!(ask.parse(r#""billing""#).ok(), Some(Desk::Billing));
+        assert!(ask.parse(r#"{"answer": "sales"}"#).is_err());
+    }
+
+    #[test]
+    fn a_tagged_enum_and_a_list_keep_their_definitions_when_wrapped() {
+        let step = Structured::<Step>::new();
+        let ResponseFormat::JsonSchema { json_schema } = step.response_format() else {
+            panic!("a json_schema format");
+        };
+        let text = json_schema.schema.to_string();
+        assert!(!text.contains("$ref") && !text.contains("oneOf"), "{text}");
+        assert_eq!(
+            step.parse(r#"{"answer": {"kind": "transfer", "desk": "billing"}}"#)
+                .ok(),
+            Some(Step::Transfer {
+                desk: Desk::Billing
+            })
+        );
+
+        let list = Structured::<Vec<Fields>>::new();
+        assert_eq!(
+            list.parse(r#"{"answer": [{"name": "Ada", "tags": null, "age": 36}]}"#)
+                .ok(),
+            Some(vec![Fields {
+                name: "Ada".into(),
+                tags: Vec::new(),
+                age: Some(36)
+            }])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wrapped_answer_that_does_not_parse_is_retried_with_the_error() {
+        let llm = crewline_llm::ScriptedLlm::new([
+            crewline_llm::Reply::text(r#"{"answer": "sales"}"#),
+            crewline_llm::Reply::text(r#"{"answer": "billing"}"#),
+        ]);
+        let desk = Structured::<Desk>::new()
+            .ask(&llm, vec![Message::user("I was charged twice.")])
+            .await
+            .ok();
+        assert_eq!(desk, Some(Desk::Billing));
+        assert_eq!(llm.requests().len(), 2);
     }
 
     #[tokio::test]
