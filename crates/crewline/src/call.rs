@@ -622,17 +622,13 @@ impl CallControl {
         let (Some(attached), Some(key)) = (self.attached(), self.call_key()) else {
             return Ok(());
         };
-        let _writes = self.lock_writes().await;
-        let json = self
-            .checkpoint()
-            .to_json()
-            .map_err(CheckpointError::Store)?;
-        let saved = tokio::time::timeout(
-            RECORD_TIMEOUT,
-            attached.store.save(key, &attached.token, &json),
-        )
-        .await;
-        match saved {
+        // The wait for a write under way (the checkpointer's) counts in the bound too.
+        let save = async {
+            let _writes = self.lock_writes().await;
+            let json = self.checkpoint().to_json()?;
+            attached.store.save(key, &attached.token, &json).await
+        };
+        match tokio::time::timeout(RECORD_TIMEOUT, save).await {
             Ok(Ok(Fenced::Owner)) => Ok(()),
             Ok(Ok(Fenced::Lost)) => {
                 attached.lost.set();
