@@ -27,10 +27,10 @@ pub mod __private;
 pub use catalog::is_valid_tool_name;
 pub use error::RegistryError;
 pub use executor::{
-    CallContext, CutShort, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW, DetachedTasks, Executor,
-    ExecutorBuilder, INTERRUPTED_MESSAGE, IdempotencyKey, PANIC_MESSAGE, Progress, RunSyncError,
-    SessionScope, ToolCallError, ToolNotice, ToolNotices, ToolRun, run_sync,
-    validation::CallArguments,
+    BackgroundRecord, CallContext, CutShort, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RETRY_WINDOW,
+    DetachedTasks, Executor, ExecutorBuilder, INTERRUPTED_MESSAGE, IdempotencyKey, PANIC_MESSAGE,
+    Progress, RunSyncError, SessionScope, ToolCallError, ToolNotice, ToolNotices, ToolRun,
+    run_sync, validation::CallArguments,
 };
 pub use exports::{ExportError, Exports, NameRules, PYTHON_KEYWORDS, Target};
 pub use registry::{DEFAULT_MAX_CONCURRENCY, ExecuteOptions, ToolRegistry};

@@ -72,13 +72,16 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::{
+    sync::{Arc, Mutex, PoisonError, Weak},
+    time::Duration,
+};
 
 use crewline_protocol::{
     Event, EventBody, HoldMusic, SessionContext, SystemInit, TransferCall, TransferOptions,
 };
 use crewline_tools::{
-    DetachedTasks, SessionScope, ToolNotice, ToolNotices,
+    BackgroundRecord, DetachedTasks, SessionScope, ToolNotice, ToolNotices,
     executor::progress::DEFAULT_MAX_BACKGROUND,
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -86,8 +89,8 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc};
 
 use crate::session_store::{
-    CallStore, Checkpoint, MAX_CHECKPOINT_BYTES, MAX_OUTCOME_BYTES, MAX_UNTOLD_OUTCOMES,
-    RouterCheckpoint,
+    CallStore, CallStoreError, Checkpoint, Fenced, MAX_CHECKPOINT_BYTES, MAX_OUTCOME_BYTES,
+    MAX_UNTOLD_OUTCOMES, RouterCheckpoint,
 };
 
 /// A hand-off that ends the crew's part in the call.
@@ -156,6 +159,15 @@ pub enum CheckpointError {
         /// The limit.
         limit: usize,
     },
+    /// The checkpoint could not be written to the call's store.
+    #[error("the call's checkpoint could not be written to its store")]
+    Store(#[source] CallStoreError),
+    /// The store did not answer in time; the write may or may not have been taken.
+    #[error("the call's store did not answer within {0:?}")]
+    StoreTimeout(Duration),
+    /// A newer connection owns the call: nothing was written.
+    #[error("a newer connection owns the call; its checkpoint was not written")]
+    Superseded,
 }
 
 /// The most bytes the crew's own checkpoint values take: half the checkpoint, leaving the
@@ -189,6 +201,9 @@ struct Inner {
     notices: ToolNotices,
     /// The receiving end, taken by the call's output node.
     notice_inbox: Mutex<Option<mpsc::Receiver<ToolNotice>>>,
+    /// Held by each checkpoint write, its snapshot taken under it: a write that started
+    /// earlier never lands after a later one with an older snapshot.
+    writes: tokio::sync::Mutex<()>,
 }
 
 impl Drop for Inner {
@@ -201,6 +216,33 @@ impl Drop for Inner {
 /// The checkpoint key under which a call keeps the background calls it started, so that a
 /// resumed call does not start them again.
 const BACKGROUND_CALLS_KEY: &str = "crewline.background_calls";
+
+/// The checkpoint key under which a call keeps the background calls that landed, so that a
+/// resumed call asked for one again says it ran (not that its outcome is unknown).
+const BACKGROUND_LANDED_KEY: &str = "crewline.background_landed";
+
+/// The longest a background call's start waits for its record in the store: the turn waits
+/// with it, and a store that slow is failing (the call is then not started).
+const RECORD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Records a call's background starts in its checkpoint, written to its store before each
+/// call starts (held weakly: the call's notices belong to the call).
+struct StartsInCheckpoint(Weak<Inner>);
+
+#[async_trait::async_trait]
+impl BackgroundRecord for StartsInCheckpoint {
+    async fn record(
+        &self,
+        started: Vec<String>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let Some(inner) = self.0.upgrade() else {
+            return Err(Box::new(CallControlError::SessionEnded));
+        };
+        let call = CallControl { inner };
+        call.save_background_calls(&started).await?;
+        Ok(())
+    }
+}
 
 /// A call's place in a [`CallStore`].
 pub(crate) struct Attached {
@@ -303,15 +345,20 @@ impl CallControl {
         };
         let (notices, notice_inbox) = ToolNotices::channel(DEFAULT_MAX_BACKGROUND);
         // Background calls an earlier connection of this call started do not run again.
-        let notices = match resumed
-            .as_ref()
-            .and_then(|checkpoint| checkpoint.nodes.get(BACKGROUND_CALLS_KEY))
-            .and_then(|started| serde_json::from_value::<Vec<String>>(started.clone()).ok())
-        {
+        let kept = |name: &str| {
+            resumed
+                .as_ref()
+                .and_then(|checkpoint| checkpoint.nodes.get(name))
+                .and_then(|keys| serde_json::from_value::<Vec<String>>(keys.clone()).ok())
+        };
+        let notices = match kept(BACKGROUND_CALLS_KEY) {
             Some(started) => notices.with_started(started),
             None => notices,
         };
-        let scope = scope.with_tool_notices(notices.clone());
+        let notices = match kept(BACKGROUND_LANDED_KEY) {
+            Some(landed) => notices.with_landed(landed),
+            None => notices,
+        };
         let mut state = State::default();
         if let Some(checkpoint) = &resumed {
             state.usage =
@@ -327,19 +374,29 @@ impl CallControl {
                 changed: false,
             };
         }
-        Self {
-            inner: Arc::new(Inner {
+        // A call kept in a store records each background call's start there before the
+        // call starts: a crash after the start finds the record.
+        let recorded = store.is_some() && key.is_some();
+        let inner = Arc::new_cyclic(|this: &Weak<Inner>| {
+            let notices = if recorded {
+                notices.with_record(Arc::new(StartsInCheckpoint(this.clone())))
+            } else {
+                notices
+            };
+            Inner {
                 init,
                 key,
-                scope,
+                scope: scope.with_tool_notices(notices.clone()),
                 outbound,
                 state: Mutex::new(state),
                 store,
                 resumed,
                 notices,
                 notice_inbox: Mutex::new(Some(notice_inbox)),
-            }),
-        }
+                writes: tokio::sync::Mutex::new(()),
+            }
+        });
+        Self { inner }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -538,8 +595,8 @@ impl CallControl {
         &self.inner.notices
     }
 
-    /// Keeps the background calls started so far in the checkpoint (a resume must not start
-    /// them again); nothing for a call that started none.
+    /// Keeps the background calls started and landed so far in the checkpoint (a resume
+    /// must not start them again); nothing for a call that started none.
     pub(crate) fn record_background_calls(&self) {
         let started = self.inner.notices.started();
         if started.is_empty() {
@@ -548,6 +605,44 @@ impl CallControl {
         if let Err(error) = self.checkpoint_put(BACKGROUND_CALLS_KEY, &started) {
             tracing::warn!(%error, "the background calls could not be kept in the checkpoint");
         }
+        let landed = self.inner.notices.landed_calls();
+        if landed.is_empty() {
+            return;
+        }
+        if let Err(error) = self.checkpoint_put(BACKGROUND_LANDED_KEY, &landed) {
+            tracing::warn!(%error, "the landed background calls could not be kept in the checkpoint");
+        }
+    }
+
+    /// Puts `started` into the checkpoint and writes it to the call's store now, returning
+    /// once the store took it: a background call starts only after this (record first, then
+    /// start), so a replica killed while the call runs leaves the record for the resume.
+    async fn save_background_calls(&self, started: &[String]) -> Result<(), CheckpointError> {
+        self.checkpoint_put(BACKGROUND_CALLS_KEY, &started)?;
+        let (Some(attached), Some(key)) = (self.attached(), self.call_key()) else {
+            return Ok(());
+        };
+        // The wait for a write under way (the checkpointer's) counts in the bound too.
+        let save = async {
+            let _writes = self.lock_writes().await;
+            let json = self.checkpoint().to_json()?;
+            attached.store.save(key, &attached.token, &json).await
+        };
+        match tokio::time::timeout(RECORD_TIMEOUT, save).await {
+            Ok(Ok(Fenced::Owner)) => Ok(()),
+            Ok(Ok(Fenced::Lost)) => {
+                attached.lost.set();
+                Err(CheckpointError::Superseded)
+            }
+            Ok(Err(error)) => Err(CheckpointError::Store(error)),
+            Err(_) => Err(CheckpointError::StoreTimeout(RECORD_TIMEOUT)),
+        }
+    }
+
+    /// Waits for the call's checkpoint writes to be this caller's alone; take the snapshot
+    /// to write under it.
+    pub(crate) async fn lock_writes(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.writes.lock().await
     }
 
     /// Every outcome held has been told to the caller (outside a turn).

@@ -389,6 +389,9 @@ pub(crate) async fn run_checkpointer(call: crate::CallControl) {
             }
         };
         let result = if write {
+            // The snapshot is taken under the write lock: a background call's start recorded
+            // meanwhile is in it or in a write that lands after it.
+            let _writes = call.lock_writes().await;
             match call.checkpoint().to_json() {
                 Ok(json) => attached.store.save(&key, &attached.token, &json).await,
                 Err(error) => {
@@ -454,17 +457,17 @@ pub(crate) async fn flush(call: &crate::CallControl) {
     if attached.lost.is_set() {
         return;
     }
-    let Ok(json) = call.checkpoint().to_json() else {
-        return;
+    // The wait for another write (a background call's record) counts in the bound too.
+    let write = async {
+        let _writes = call.lock_writes().await;
+        match call.checkpoint().to_json() {
+            Ok(json) => Some(attached.store.save(key, &attached.token, &json).await),
+            Err(_) => None,
+        }
     };
-    match tokio::time::timeout(
-        FLUSH_TIMEOUT,
-        attached.store.save(key, &attached.token, &json),
-    )
-    .await
-    {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => {
+    match tokio::time::timeout(FLUSH_TIMEOUT, write).await {
+        Ok(None | Some(Ok(_))) => {}
+        Ok(Some(Err(error))) => {
             tracing::warn!(error = %error_chain(&error), "last call checkpoint not written")
         }
         Err(_) => {

@@ -40,8 +40,8 @@ const PREFIX: &str = "bank-crash:";
 /// How long any step may take before the test fails instead of hanging.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A `redis-server` on a free loopback port, killed when dropped.
-struct Redis {
+/// A `redis-server` on a free loopback port, killed when dropped (also `background_crash`'s).
+pub(crate) struct Redis {
     child: Child,
     port: u16,
     dir: std::path::PathBuf,
@@ -50,7 +50,7 @@ struct Redis {
 impl Redis {
     /// A fresh server (RDB snapshots configured, as a stock one has, so crewline's
     /// persistence check accepts it), or `None` with a note where `redis-server` is missing.
-    fn start() -> Option<Self> {
+    pub(crate) fn start() -> Option<Self> {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
@@ -102,7 +102,7 @@ impl Redis {
             && &reply == b"+PONG\r\n"
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 }

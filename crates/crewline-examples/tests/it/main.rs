@@ -2,6 +2,7 @@
 //! instead of one per file); a test that needs a process of its own stays a file of
 //! its own in `tests/`.
 
+mod background_crash;
 mod bank_crash;
 mod fallback_flags;
 mod shared_breakers;

@@ -501,3 +501,234 @@ async fn a_resumed_call_goes_on_counting_what_it_cost() {
     let tokens = |usage: &Value| usage["usage"]["total_tokens"].as_u64().unwrap();
     assert!(tokens(&after) > tokens(&before), "{before} {after}");
 }
+
+/// The desk's crew: `tool` and a model that books on any words, reads each tool result back,
+/// and says `TOLD` when told that a booking landed.
+fn booking_server(
+    tool: impl Tool + 'static,
+    store: impl crewline::session_store::CallStore,
+) -> CrewServer {
+    let mut registry = ToolRegistry::new();
+    registry.register(tool).unwrap();
+    let registry = Arc::new(registry);
+    let llm: Arc<dyn crewline::llm::LlmClient> = Arc::new(ScriptedLlm::from_fn(
+        |request: &ChatRequest| match request.messages.last() {
+            Some(Message::Tool { content, .. }) => Reply::text(content.clone()),
+            Some(message) if message.role() == crewline::types::Role::System => Reply::text(TOLD),
+            _ => Reply::tool_call("book_table", json!({})),
+        },
+    ));
+    CrewServer::new(move |_setup: SessionSetup| {
+        let agent = LoopAgent::new(
+            "You book tables.",
+            ToolLoop::new(llm.clone(), registry.clone()),
+        );
+        let mut crew = Crew::new();
+        crew.add_node(OutputNode::new("desk", agent));
+        crew
+    })
+    .call_store(store)
+    .allow_unauthenticated()
+}
+
+/// What the model says when a booking landed.
+const TOLD: &str = "Your table is booked.";
+
+/// A booking that, when it runs, reads what the call's store holds of its start.
+struct CheckedBooking {
+    store: MemoryCallStore,
+    call_id: &'static str,
+    /// Per run: whether the store held the record of this booking's start.
+    recorded: Arc<Mutex<Vec<bool>>>,
+}
+
+#[async_trait]
+impl Tool for CheckedBooking {
+    fn name(&self) -> &str {
+        "book_table"
+    }
+    fn description(&self) -> &str {
+        "Books a table."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    fn policy(&self) -> ToolPolicy {
+        ToolPolicy::new().background(true)
+    }
+    async fn call(&self, _arguments: Value) -> Result<Value, ToolError> {
+        use crewline::session_store::CallStore as _;
+        let kept = self
+            .store
+            .load(self.call_id)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        let recorded = crewline::Checkpoint::from_json(&kept)
+            .ok()
+            .and_then(|checkpoint| checkpoint.nodes.get("crewline.background_calls").cloned())
+            .and_then(|started| started.as_array().cloned())
+            .is_some_and(|started| {
+                started.iter().any(|key| {
+                    key.as_str()
+                        .is_some_and(|key| key.starts_with("book_table:"))
+                })
+            });
+        self.recorded.lock().unwrap().push(recorded);
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_background_call_starts_only_once_its_start_is_in_the_store() {
+    // Record first, then start: a replica killed right after the start must leave the record
+    // for the resume, or the booking runs a second time there.
+    let store = MemoryCallStore::new();
+    let recorded = Arc::new(Mutex::new(Vec::new()));
+    let booking = CheckedBooking {
+        store: store.clone(),
+        call_id: "call-order",
+        recorded: recorded.clone(),
+    };
+    let server = TestServer::ready(booking_server(booking, store)).await;
+    let mut call = phone_call(&server, "call-order").await;
+    let (_, answer) = call.turn("Book a table").await;
+    assert!(answer.contains(r#""status":"started""#), "{answer}");
+    common::eventually("the booking ran", || {
+        let recorded = recorded.clone();
+        async move { !recorded.lock().unwrap().is_empty() }
+    })
+    .await;
+    assert_eq!(
+        *recorded.lock().unwrap(),
+        [true],
+        "the booking started before its start was in the store"
+    );
+}
+
+/// A memory store whose saves fail while `down` is set.
+struct SavesFail {
+    inner: MemoryCallStore,
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait]
+impl crewline::session_store::CallStore for SavesFail {
+    async fn claim(&self, call: &str) -> Result<String, crewline::session_store::CallStoreError> {
+        self.inner.claim(call).await
+    }
+    async fn load(
+        &self,
+        call: &str,
+    ) -> Result<Option<String>, crewline::session_store::CallStoreError> {
+        self.inner.load(call).await
+    }
+    async fn save(
+        &self,
+        call: &str,
+        token: &str,
+        json: &str,
+    ) -> Result<crewline::session_store::Fenced, crewline::session_store::CallStoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(crewline::session_store::CallStoreError::Backend(
+                "the primary is down".into(),
+            ));
+        }
+        self.inner.save(call, token, json).await
+    }
+    async fn renew(
+        &self,
+        call: &str,
+        token: &str,
+    ) -> Result<crewline::session_store::Fenced, crewline::session_store::CallStoreError> {
+        self.inner.renew(call, token).await
+    }
+    async fn release(
+        &self,
+        call: &str,
+        token: &str,
+    ) -> Result<(), crewline::session_store::CallStoreError> {
+        self.inner.release(call, token).await
+    }
+}
+
+#[tokio::test]
+async fn a_background_call_whose_start_cannot_be_recorded_does_not_start() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let store = SavesFail {
+        inner: MemoryCallStore::new(),
+        down: down.clone(),
+    };
+    let booking = Booking { runs: runs.clone() };
+    let server = TestServer::ready(booking_server(booking, store)).await;
+    let mut call = phone_call(&server, "call-unrecorded").await;
+
+    down.store(true, Ordering::SeqCst);
+    let (_, answer) = call.turn("Book a table").await;
+    assert!(answer.contains("was not started"), "{answer}");
+    assert!(answer.contains("ToolError"), "{answer}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "it ran without a record");
+
+    // The store is back: the same booking may start now (nothing ran before).
+    down.store(false, Ordering::SeqCst);
+    let (_, answer) = call.turn("Book a table").await;
+    assert!(answer.contains(r#""status":"started""#), "{answer}");
+    common::eventually("the booking ran", || {
+        let runs = runs.clone();
+        async move { runs.load(Ordering::SeqCst) == 1 }
+    })
+    .await;
+}
+
+/// A booking that lands at once, counting its runs.
+struct QuickBooking {
+    runs: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for QuickBooking {
+    fn name(&self) -> &str {
+        "book_table"
+    }
+    fn description(&self) -> &str {
+        "Books a table."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    fn policy(&self) -> ToolPolicy {
+        ToolPolicy::new().background(true)
+    }
+    async fn call(&self, _arguments: Value) -> Result<Value, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(json!("booked, reference R-7"))
+    }
+}
+
+#[tokio::test]
+async fn a_background_call_that_landed_before_a_reconnect_is_told_as_done() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let booking = QuickBooking { runs: runs.clone() };
+    let server = TestServer::ready(booking_server(booking, MemoryCallStore::new())).await;
+
+    let mut first = phone_call(&server, "call-landed").await;
+    let (_, answer) = first.turn("Book a table").await;
+    assert!(answer.contains(r#""status":"started""#), "{answer}");
+    // It lands, and the caller is told.
+    loop {
+        let frame = first.recv().await;
+        if frame["type"] == "agent.speak" {
+            assert_eq!(frame["text"], TOLD, "{frame}");
+            break;
+        }
+    }
+    // Let the checkpointer write what the landing changed; the line drops.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.close().await;
+
+    let mut second = phone_call(&server, "call-landed").await;
+    let (_, answer) = second.turn("Did you book it? Book a table").await;
+    assert!(answer.contains(r#""status":"already_done""#), "{answer}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the booking ran twice");
+}

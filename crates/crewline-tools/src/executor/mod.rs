@@ -68,7 +68,7 @@ pub use self::{
     detached_tasks::DetachedTasks,
     error::ToolCallError,
     idempotency::IdempotencyKey,
-    progress::{Progress, ToolNotice, ToolNotices},
+    progress::{BackgroundRecord, Progress, ToolNotice, ToolNotices},
     scope::SessionScope,
     sync::{RunSyncError, run_sync},
 };

@@ -12,6 +12,12 @@
 //! each update's text ([`MAX_PROGRESS_BYTES`]), the updates of one call
 //! ([`MAX_PROGRESS_UPDATES`]), and the background calls running at once
 //! ([`DEFAULT_MAX_BACKGROUND`]).
+//!
+//! A background call runs once per call, also across a crash: a session whose call is kept in
+//! a shared store sets a [`BackgroundRecord`], and each background call starts only after the
+//! record of its start is written there (record first, then start). A replica killed while
+//! the call runs leaves the record behind, and the call's resume answers `outcome_unknown`
+//! instead of running it a second time.
 
 use std::{
     collections::HashSet,
@@ -23,6 +29,7 @@ use std::{
     },
 };
 
+use async_trait::async_trait;
 use crewline_core::ToolResult;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -41,6 +48,20 @@ pub const NOTICE_QUEUE: usize = 32;
 pub const MAX_BACKGROUND_CALLS: usize = 64;
 /// How many background calls of one session run at once by default.
 pub const DEFAULT_MAX_BACKGROUND: usize = 4;
+
+/// Where a session keeps the background calls it started, durably (the call's checkpoint in
+/// a store the replicas share), so that a resume of the call after a crash does not start
+/// them again.
+#[async_trait]
+pub trait BackgroundRecord: Send + Sync + 'static {
+    /// Writes `started` (every background call the session started, the one about to start
+    /// included) where a resume finds it, and returns once it is written; an error leaves the
+    /// call unstarted.
+    async fn record(
+        &self,
+        started: Vec<String>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
+}
 
 /// Something a tool call tells its session while the conversation goes on.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +93,10 @@ pub struct ToolNotices {
     started: Arc<Mutex<HashSet<String>>>,
     /// Those an earlier connection of the call started (their outcome is not known here).
     inherited: Arc<HashSet<String>>,
+    /// The background calls that landed (this session's, and an earlier connection's).
+    landed: Arc<Mutex<HashSet<String>>>,
+    /// Where each start is recorded before the call starts; `None`: in this process only.
+    record: Option<Arc<dyn BackgroundRecord>>,
 }
 
 impl fmt::Debug for ToolNotices {
@@ -79,6 +104,7 @@ impl fmt::Debug for ToolNotices {
         f.debug_struct("ToolNotices")
             .field("ended", &self.ended.is_cancelled())
             .field("free_background_slots", &self.running.available_permits())
+            .field("recorded", &self.record.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -94,6 +120,8 @@ impl ToolNotices {
             running: Arc::new(Semaphore::new(max_background)),
             started: Arc::default(),
             inherited: Arc::default(),
+            landed: Arc::default(),
+            record: None,
         };
         (notices, receiver)
     }
@@ -113,11 +141,23 @@ impl ToolNotices {
     /// call started (as [`started`](Self::started) gave them): they do not run again.
     pub fn with_started(mut self, started: impl IntoIterator<Item = String>) -> Self {
         let inherited: HashSet<String> = started.into_iter().collect();
-        self.started
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(inherited.iter().cloned());
+        lock(&self.started).extend(inherited.iter().cloned());
         self.inherited = Arc::new(inherited);
+        self
+    }
+
+    /// The same channel, knowing the background calls of an earlier connection of the same
+    /// call that landed (as [`landed_calls`](Self::landed_calls) gave them): asked again, the
+    /// model reads that they ran, not that their outcome is unknown.
+    pub fn with_landed(self, landed: impl IntoIterator<Item = String>) -> Self {
+        lock(&self.landed).extend(landed);
+        self
+    }
+
+    /// The same channel, recording each background call's start in `record` before the call
+    /// starts.
+    pub fn with_record(mut self, record: Arc<dyn BackgroundRecord>) -> Self {
+        self.record = Some(record);
         self
     }
 
@@ -126,16 +166,43 @@ impl ToolNotices {
         self.inherited.contains(key)
     }
 
+    /// Whether the background call `key` landed (here or on an earlier connection).
+    pub(crate) fn has_landed(&self, key: &str) -> bool {
+        lock(&self.landed).contains(key)
+    }
+
+    /// Marks the background call `key` landed.
+    pub(crate) fn mark_landed(&self, key: &str) {
+        lock(&self.landed).insert(key.to_owned());
+    }
+
+    /// The background calls that landed (tool name and a hash of the arguments), for a
+    /// checkpoint to carry over a reconnect.
+    pub fn landed_calls(&self) -> Vec<String> {
+        let mut landed: Vec<String> = lock(&self.landed).iter().cloned().collect();
+        landed.sort();
+        landed
+    }
+
+    /// Writes the calls started so far to the session's [`BackgroundRecord`], if it has one.
+    pub(crate) async fn record_started(
+        &self,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        match &self.record {
+            Some(record) => record.record(self.started()).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets that `key` started: its start could not be recorded, so it did not start.
+    pub(crate) fn forget_start(&self, key: &str) {
+        lock(&self.started).remove(key);
+    }
+
     /// The background calls this session started (tool name and a hash of the arguments),
     /// for a checkpoint to carry over a reconnect.
     pub fn started(&self) -> Vec<String> {
-        let mut started: Vec<String> = self
-            .started
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .cloned()
-            .collect();
+        let mut started: Vec<String> = lock(&self.started).iter().cloned().collect();
         started.sort();
         started
     }
@@ -153,7 +220,7 @@ impl ToolNotices {
     /// Marks the background call `key` started; `false` if it was already (it runs once),
     /// or if the session holds [`MAX_BACKGROUND_CALLS`] already.
     pub(crate) fn first_start(&self, key: &str) -> Option<bool> {
-        let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut started = lock(&self.started);
         if started.contains(key) {
             return Some(false);
         }
@@ -187,6 +254,11 @@ impl ToolNotices {
         };
         CURRENT.scope(progress, future)
     }
+}
+
+/// A set of calls' keys; each update is one insert or remove, so a poisoned set is whole.
+fn lock(set: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<String>> {
+    set.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What the current tool call reports its progress through; see the [module](self).

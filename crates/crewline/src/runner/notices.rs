@@ -195,6 +195,8 @@ impl OutputRunner {
         if handle.call().handoff_requested() {
             return;
         }
+        // Written with the outcome: a resume asked for the call again says that it ran.
+        handle.call().record_background_calls();
         if let Err(error) = handle.call().push_outcome(outcome_note(&result)) {
             tracing::warn!(%error, "a background result could not be kept as untold");
         }

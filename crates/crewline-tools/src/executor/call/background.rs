@@ -1,9 +1,13 @@
 //! A background call: answered "started" at once, run on as a task of the session, its result
 //! handed to the session when it lands ([`ToolNotice::Landed`](crate::ToolNotice::Landed)).
+//!
+//! The order that makes it run once across a crash: the start is recorded (the session's
+//! [`BackgroundRecord`](crate::BackgroundRecord), the call's checkpoint in a shared store)
+//! and only then is the task spawned. A replica killed between the two has started nothing.
 
 use std::time::Duration;
 
-use crewline_core::{ToolCall, ToolErrorKind, ToolFailure, ToolResult};
+use crewline_core::{ToolCall, ToolErrorKind, ToolFailure, ToolResult, error_chain};
 use serde_json::{Value, json};
 
 use super::{guarded_call, human_duration};
@@ -26,9 +30,19 @@ const STARTED_BEFORE_MESSAGE: &str = "This call was started before the line drop
      stopped it; whether it took effect is not known, so it is not run again. Tell the caller \
      it may not have gone through and offer to check by other means.";
 
-/// Starts `call` of `entry` as a task of the session `notices` serves, under `limit`; the
-/// model reads that it started (or why it did not).
-pub(crate) fn start(
+/// What the model reads for a call that an earlier connection of the call started and saw
+/// land: it ran, and its result was (or is being) told.
+const ALREADY_DONE_MESSAGE: &str = "This call already ran to completion earlier in this \
+     conversation, before the line dropped; its result was given then (or comes in its own \
+     message). It is not run again.";
+
+/// What the model reads when the start of a background call could not be recorded.
+const UNRECORDED_MESSAGE: &str = "This call was not started: the record that makes it run only \
+     once could not be written. Nothing was done; try again in a moment.";
+
+/// Starts `call` of `entry` as a task of the session `notices` serves, under `limit`, once its
+/// start is recorded; the model reads that it started (or why it did not).
+pub(crate) async fn start(
     notices: &ToolNotices,
     entry: &Entry,
     call: &ToolCall,
@@ -56,6 +70,9 @@ pub(crate) fn start(
     };
     match notices.first_start(&key) {
         Some(true) => {}
+        Some(false) if notices.is_inherited(&key) && notices.has_landed(&key) => {
+            return Ok(json!({"status": "already_done", "message": ALREADY_DONE_MESSAGE}));
+        }
         Some(false) if notices.is_inherited(&key) => {
             return Ok(json!({"status": "outcome_unknown", "message": STARTED_BEFORE_MESSAGE}));
         }
@@ -67,6 +84,16 @@ pub(crate) fn start(
                 "this call started all the background tasks it may; answer without one",
             ));
         }
+    }
+    // Record first, then start: a crash after this write leaves a record a resume reads (the
+    // call answers `outcome_unknown` there); a crash before it has started nothing.
+    if let Err(error) = notices.record_started().await {
+        notices.forget_start(&key);
+        tracing::warn!(tool = %call.name, error = %error_chain(error.as_ref()), "background call not started: its start could not be recorded");
+        return Err(
+            ToolCallError::new(ToolErrorKind::ToolError, UNRECORDED_MESSAGE)
+                .with_detail(error_chain(error.as_ref())),
+        );
     }
     let ended = notices.ended().clone();
     let notices = notices.clone();
@@ -96,6 +123,7 @@ pub(crate) fn start(
             tracing::warn!(tool = %call.name, kind = %error.kind, "background call failed");
         }
         let result = ToolResult::new(&call, outcome.map_err(ToolFailure::from));
+        notices.mark_landed(&key);
         notices.landed(result).await;
     });
     Ok(json!({"status": "started", "message": STARTED_MESSAGE}))

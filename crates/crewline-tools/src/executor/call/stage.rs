@@ -28,14 +28,17 @@ impl Stage for Invoke {
             && let Some(notices) = call.context.scope.tool_notices()
         {
             let arguments = std::mem::take(&mut call.arguments);
-            return Outcome::Ran(super::background::start(
-                notices,
-                call.entry,
-                call.call,
-                arguments,
-                timeout,
-                executor.max_result_bytes,
-            ));
+            return Outcome::Ran(
+                super::background::start(
+                    notices,
+                    call.entry,
+                    call.call,
+                    arguments,
+                    timeout,
+                    executor.max_result_bytes,
+                )
+                .await,
+            );
         }
         if !call.policy.cancellable {
             return Outcome::Ran(executor.run_detached(call, limit).await);
