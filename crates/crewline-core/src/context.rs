@@ -302,9 +302,10 @@ impl Context {
             sizes.push(size);
         }
         // The server's count holds while the messages it counted are the same.
-        self.reported = self
-            .reported
-            .filter(|r| list.get(..r.messages).is_some_and(|new| old.get(..r.messages) == Some(new)));
+        self.reported = self.reported.filter(|r| {
+            list.get(..r.messages)
+                .is_some_and(|new| old.get(..r.messages) == Some(new))
+        });
         self.messages = Arc::new(list);
         self.sizes = sizes;
         self.total();
@@ -360,7 +361,10 @@ impl Context {
     /// messages since as counted (or estimated).
     pub fn tokens(&self) -> usize {
         match self.reported {
-            Some(r) => self.tokens.saturating_sub(r.estimated).saturating_add(r.tokens),
+            Some(r) => self
+                .tokens
+                .saturating_sub(r.estimated)
+                .saturating_add(r.tokens),
             None => self.tokens,
         }
     }
@@ -676,7 +680,10 @@ mod tests {
             let counted = words.0.load(std::sync::atomic::Ordering::Relaxed) - before;
             assert_eq!(counted, 2, "turn {i}: only the new messages are tokenized");
         }
-        assert_eq!(context.tokens(), (1 + 100) * MESSAGE_OVERHEAD_TOKENS + 3 + 100 * 2);
+        assert_eq!(
+            context.tokens(),
+            (1 + 100) * MESSAGE_OVERHEAD_TOKENS + 3 + 100 * 2
+        );
         // A context past a token bound drops its oldest turns; the counts stay right.
         context.set_limits(ContextLimits::default().with_max_tokens(60));
         assert!(context.tokens() <= 60, "{}", context.tokens());

@@ -169,11 +169,17 @@ impl Summarizer {
     /// The tokens past which the context is summarized.
     fn threshold(&self, context: &Context) -> usize {
         let max = context.limits().max_tokens;
-        let budget = self
-            .budget
-            .unwrap_or(if max == usize::MAX { DEFAULT_SUMMARY_BUDGET } else { max });
+        let budget = self.budget.unwrap_or(if max == usize::MAX {
+            DEFAULT_SUMMARY_BUDGET
+        } else {
+            max
+        });
         // A share of a token count: exact enough in f64 for any real budget.
-        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
         let threshold = (budget as f64 * self.share) as usize;
         threshold
     }
@@ -239,7 +245,10 @@ impl SummaryNote {
         payload.insert("messages".to_owned(), Value::from(self.messages));
         payload.insert("tokens_before".to_owned(), Value::from(self.tokens_before));
         payload.insert("tokens_after".to_owned(), Value::from(self.tokens_after));
-        payload.insert("summary_tokens".to_owned(), Value::from(self.summary_tokens));
+        payload.insert(
+            "summary_tokens".to_owned(),
+            Value::from(self.summary_tokens),
+        );
         crewline_protocol::EventBody::Log {
             name: SUMMARY_LOG.to_owned(),
             payload,
@@ -518,8 +527,7 @@ mod tests {
     }
 
     #[test]
-    fn the_oldest_turns_are_chosen_never_the_prompt_or_the_last_ones_and_calls_stay_with_results()
-    {
+    fn the_oldest_turns_are_chosen_never_the_prompt_or_the_last_ones_and_calls_stay_with_results() {
         let mut messages = vec![Message::system("You are Ava.")];
         messages.extend(call_turn("a"));
         messages.push(Message::assistant("It's found."));
