@@ -15,10 +15,13 @@ pub trait TokenCounter: Send + Sync + fmt::Debug {
 
 /// Bytes per token of the estimate a [`Context`] makes without a [`TokenCounter`].
 ///
-/// English chat text runs 4 to 4.5 bytes a token in OpenAI's `o200k_base` and `cl100k_base`
-/// (measured on a phone conversation: see the crate's CHANGELOG); 4 over-counts a little, so a
-/// budget is reached early rather than late. Text in scripts of several bytes a character
-/// (Cyrillic, CJK) is counted lower than a tokenizer would: give such crews a tokenizer.
+/// OpenAI's rule of thumb for English: on a phone call's transcript full of numbers and dates,
+/// `o200k_base` measured 3.84 bytes a token (`benches/context_tokens.rs`), plain prose runs
+/// nearer 4.5, so the estimate is within a few percent either way, and the per-message
+/// overhead ([`MESSAGE_OVERHEAD_TOKENS`], one more than OpenAI's 3) adds a margin. It matters
+/// little once the model server reports usage: the estimate then covers only the messages
+/// since its last request. Text in scripts of several bytes a character (Cyrillic, CJK) is
+/// counted low: give such crews a tokenizer.
 pub const ESTIMATE_BYTES_PER_TOKEN: usize = 4;
 
 /// Tokens a message costs beyond its text (its role and separators): OpenAI's chat format

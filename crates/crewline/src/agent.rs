@@ -213,6 +213,25 @@ impl Agent {
         self
     }
 
+    /// The same agent counting each call's context in tokens by `counter` (see
+    /// [`AgentBuilder::token_counter`]).
+    pub fn with_token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.token_counter = Some(counter);
+        self
+    }
+
+    /// The same agent summarizing each call's oldest turns as `summarizer` says (see
+    /// [`AgentBuilder::summarize`]).
+    pub fn with_summarizer(mut self, summarizer: Summarizer) -> Self {
+        self.summarizer = Some(Arc::new(summarizer));
+        self
+    }
+
+    /// How every call summarizes its oldest turns, if it does.
+    pub fn summarizer(&self) -> Option<&Summarizer> {
+        self.summarizer.as_deref()
+    }
+
     /// How every call handles a silent caller, if it does.
     pub fn idle(&self) -> Option<&IdlePolicy> {
         self.idle.as_deref()
