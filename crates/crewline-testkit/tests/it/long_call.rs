@@ -164,6 +164,16 @@ async fn summary_log(client: &mut PlatformClient) -> Option<Map<String, Value>> 
     }
 }
 
+/// A caller's turn, to its end: the `context_summary` entry among its frames, if one came.
+async fn said_summary(client: &mut PlatformClient, words: &str) -> Option<Map<String, Value>> {
+    let said = client.user_turn(words).unwrap().finish().await.unwrap();
+    assert!(said.ended, "{said:?}");
+    said.frames.into_iter().find_map(|f| match f.frame {
+        CrewFrame::Log { name, payload } if name == SUMMARY_LOG => Some(payload),
+        _ => None,
+    })
+}
+
 fn is_summary(message: &Message) -> bool {
     matches!(message, Message::User { content } if content.starts_with(SUMMARY_PREFIX))
 }
@@ -201,8 +211,11 @@ async fn past_the_share_the_oldest_turns_are_summarized_and_stay_summarized() {
         json!({"role": "assistant", "content": "Found: room 12 is free on the 3rd floor."}),
     ]);
     let mut turns = 1;
+    // The summary lands between two turns, or as the next request comes (its log is then among
+    // that turn's frames).
+    let mut logged = None;
     while setup.summary_requests.lock().unwrap().is_empty() {
-        say(
+        logged = said_summary(
             &mut client,
             &format!("Question {turns}: what about breakfast and parking?"),
         )
@@ -224,7 +237,10 @@ async fn past_the_share_the_oldest_turns_are_summarized_and_stay_summarized() {
     let last_question = format!("Question {}:", turns - 1);
     assert!(!transcript.contains(&last_question), "{transcript}");
 
-    let log = summary_log(&mut client).await.expect("the summary lands");
+    let log = match logged {
+        Some(log) => log,
+        None => summary_log(&mut client).await.expect("the summary lands"),
+    };
     assert!(
         log["tokens_after"].as_u64() < log["tokens_before"].as_u64(),
         "{log:?}"
@@ -350,5 +366,60 @@ async fn a_crew_without_a_summarizer_never_asks_for_one_nor_logs_one() {
         model.requests().last().unwrap().messages.len(),
         1 + 30 * 2 - 1
     );
+    client.close().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_router_node_summarizes_its_long_call_too() {
+    use crewline::router::{DeterministicRouter, SubAgent};
+
+    let model = Arc::new(ScriptedLlm::from_fn(|_| {
+        Reply::text("Noted, thank you. Is there anything else I can do for you today?")
+    }));
+    let (cancelled, _) = mpsc::unbounded_channel();
+    let summarizer = Summarizer::new(Arc::new(SummaryModel {
+        mode: Summaries::Answer,
+        requests: Arc::new(Mutex::new(Vec::new())),
+        cancelled,
+    }))
+    .budget(400)
+    .at_share(0.6)
+    .keep_last(2);
+    let llm = Arc::clone(&model);
+    let crew = TestCrew::serve(move |_setup: SessionSetup| {
+        let router = DeterministicRouter::builder("desk", Arc::clone(&llm) as Arc<dyn LlmClient>)
+            .sub_agent(SubAgent::new("desk", PROMPT))
+            .build()
+            .unwrap();
+        let mut crew = Crew::new();
+        crew.add_node(
+            OutputNode::new("router", router)
+                .log_usage(true)
+                .summarize(summarizer.clone()),
+        );
+        crew
+    })
+    .await
+    .unwrap();
+    let mut client = call(&crew).await;
+    // The summary lands between two turns, or as the next request comes (its log is then
+    // among that turn's frames): either way before the turn's request is answered.
+    let mut landed = false;
+    for turn in 0..20 {
+        landed = said_summary(
+            &mut client,
+            &format!("Question {turn}: what about breakfast and parking?"),
+        )
+        .await
+        .is_some();
+        if landed {
+            break;
+        }
+    }
+    assert!(landed, "the summary landed");
+    say(&mut client, "And the checkout time?").await;
+    let messages = last_request(&model);
+    assert_eq!(messages[0], Message::system(PROMPT));
+    assert!(is_summary(&messages[1]), "{messages:?}");
     client.close().await.unwrap();
 }
