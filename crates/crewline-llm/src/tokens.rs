@@ -71,3 +71,34 @@ impl TokenCounter for TiktokenCounter {
         self.name
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewline_core::{ByteEstimate, Context, MESSAGE_OVERHEAD_TOKENS, Message};
+    use std::sync::Arc;
+
+    const SAID: &str = "Could you tell me whether the hotel has parking, and what breakfast costs \
+                        for two people on the 14th?";
+
+    #[test]
+    fn openai_models_count_by_their_tokenizer_and_the_estimate_is_near() {
+        let o200k = TiktokenCounter::for_model("gpt-4o").map(|c| c.count(SAID));
+        let cl100k = TiktokenCounter::for_model("gpt-3.5-turbo").map(|c| c.count(SAID));
+        assert_eq!(o200k, Some(23));
+        assert_eq!(cl100k, Some(23));
+        assert_eq!(
+            TiktokenCounter::for_model("gpt-5-mini").map(|c| c.name().to_owned()),
+            Some("o200k_base".to_owned())
+        );
+        // 101 bytes at 4 a token: 26, three more than the tokenizers.
+        assert_eq!(ByteEstimate.count(SAID), 26);
+    }
+
+    #[test]
+    fn a_context_counts_each_message_by_the_tokenizer() {
+        let context = Context::from(vec![Message::user(SAID)])
+            .with_token_counter(Arc::new(TiktokenCounter::o200k()));
+        assert_eq!(context.tokens(), 23 + MESSAGE_OVERHEAD_TOKENS);
+    }
+}

@@ -32,6 +32,8 @@ const SUMMARY: &str = "The caller booked room 12 for two nights and asked about 
 enum Summaries {
     Answer,
     Fail,
+    /// Answers past the summary's cap (4 KiB).
+    TooLong,
     /// Never answers; the request's end (a cancel) is reported.
     Hang,
 }
@@ -59,6 +61,11 @@ impl LlmClient for SummaryModel {
         match self.mode {
             Summaries::Answer => {
                 ScriptedLlm::new([Reply::text(SUMMARY)])
+                    .stream_chat(request)
+                    .await
+            }
+            Summaries::TooLong => {
+                ScriptedLlm::new([Reply::text("and then ".repeat(1_000))])
                     .stream_chat(request)
                     .await
             }
@@ -311,6 +318,25 @@ async fn a_failed_summary_leaves_truncation_as_before_and_the_call_goes_on() {
         messages.last().and_then(Message::text),
         Some("Question 29: what about breakfast and parking?")
     );
+    client.close().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_over_long_summary_is_dropped_and_the_call_goes_on() {
+    let setup = serve(Summaries::TooLong, None).await;
+    let mut client = call(&setup.crew).await;
+    for turn in 0..20 {
+        let logged = said_summary(
+            &mut client,
+            &format!("Question {turn}: what about breakfast and parking?"),
+        )
+        .await;
+        assert!(logged.is_none(), "no summary lands: {logged:?}");
+    }
+    assert!(!setup.summary_requests.lock().unwrap().is_empty());
+    let messages = last_request(&setup.agent_model);
+    assert!(!messages.iter().any(is_summary));
+    assert_eq!(messages.len(), 1 + 20 * 2 - 1, "every turn kept, as before");
     client.close().await.unwrap();
 }
 
