@@ -7,7 +7,7 @@
 //! without them). Before the groups, the tokenizer's one-off load time and resident memory are
 //! printed (`load:` lines).
 
-use std::{hint::black_box, sync::Arc, time::Instant};
+use std::{hint::black_box, io::Write as _, sync::Arc, time::Instant};
 
 use crewline::{
     llm::TiktokenCounter,
@@ -59,7 +59,9 @@ fn load() {
         .collect::<Vec<_>>()
         .join("\n");
     let tokens = counter.count(&text);
-    println!(
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
         "load: o200k_base in {:.0} ms, +{} MiB resident; this call's text: {} bytes, {} o200k \
          tokens ({:.2} bytes a token), estimate {} tokens",
         loaded.as_secs_f64() * 1e3,
@@ -71,7 +73,8 @@ fn load() {
     );
     let start = Instant::now();
     let _ = TiktokenCounter::cl100k();
-    println!(
+    let _ = writeln!(
+        out,
         "load: cl100k_base in {:.0} ms, {} MiB resident now",
         start.elapsed().as_secs_f64() * 1e3,
         rss_kib() / 1024

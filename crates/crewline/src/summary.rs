@@ -549,16 +549,15 @@ mod tests {
     #[test]
     fn a_summary_replaces_its_run_and_what_came_before_it_and_only_that_run() {
         let summary = Message::user(format!("{SUMMARY_PREFIX}they asked twice"));
-        let turns = vec![
+        let mut turns = vec![
             Message::user("dropped by a limit"),
             Message::user("one"),
             Message::assistant("two"),
             Message::user("three"),
         ];
         let covers = [turns[1].digest(), turns[2].digest()];
-        let mut spliced = turns.clone();
-        assert!(splice(&mut spliced, &covers, &summary));
-        assert_eq!(spliced, [summary.clone(), Message::user("three")]);
+        assert!(splice(&mut turns, &covers, &summary));
+        assert_eq!(turns, [summary.clone(), Message::user("three")]);
         // A history that changed inside the run: not spliced.
         let mut changed = vec![Message::user("one"), Message::assistant("TWO")];
         assert!(!splice(&mut changed, &covers, &summary));
