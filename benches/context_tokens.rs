@@ -102,6 +102,22 @@ fn bench(c: &mut Criterion) {
             criterion::BatchSize::LargeInput,
         );
     });
+    // A crew with no setting: the estimate, and the server's count of the last request kept
+    // while the history it counted comes back unchanged.
+    group.bench_function("estimate_with_reported_usage", |b| {
+        b.iter_batched(
+            || {
+                let mut context = prepared(None);
+                context.report_prompt_tokens(context.len(), 15_000);
+                (context, next.clone())
+            },
+            |(mut context, next)| {
+                context.replace(next);
+                black_box(context.tokens())
+            },
+            criterion::BatchSize::LargeInput,
+        );
+    });
     group.bench_function("o200k_new_messages_only", |b| {
         b.iter_batched(
             || (prepared(Some(Arc::clone(&o200k))), next.clone()),
