@@ -263,10 +263,12 @@ impl Context {
     /// change. Messages the context already holds keep their token counts (found by content):
     /// only new ones are measured.
     pub fn replace(&mut self, messages: impl IntoIterator<Item = Message>) {
+        let messages = messages.into_iter();
         let old = std::mem::take(&mut self.messages);
         let old_sizes = std::mem::take(&mut self.sizes);
-        let mut list = Vec::new();
-        let mut sizes = Vec::new();
+        let room = self.prompts() + messages.size_hint().0;
+        let mut list = Vec::with_capacity(room);
+        let mut sizes = Vec::with_capacity(room);
         for (message, size) in old.iter().zip(&old_sizes) {
             if message.role() == Role::System {
                 list.push(message.clone());
@@ -313,6 +315,14 @@ impl Context {
         self.sizes = sizes;
         self.total();
         self.trim();
+    }
+
+    /// How many system prompts lead the conversation (a guess of the room to keep for them).
+    fn prompts(&self) -> usize {
+        self.messages
+            .iter()
+            .take_while(|m| m.role() == Role::System)
+            .count()
     }
 
     /// Drops every message but the system prompts.
