@@ -31,6 +31,13 @@
 //! million tokens, or `@prices.txt`) adds money, and `--log-usage` sends each turn's usage and
 //! the call's running total to the platform as an `llm_usage` log (see `WeatherCrew::with_cost`).
 //!
+//! A long call: with `--summarize` the crew counts each call's context in tokens (by OpenAI's
+//! tokenizer for an OpenAI model name, else 4 bytes a token; the server's reported prompt
+//! tokens replace the count when they come) and, past 75% of 16k tokens, has the oldest turns
+//! summarized in the background by `--summary-model` (default: the crew's model), keeping the
+//! last 4 turns (`Summarizer`, see `WeatherCrew::with_long_call`). With `--log-usage` each
+//! summary is also logged to the platform (`context_summary`).
+//!
 //! `--service-delay-ms N` sets the pretend weather service's time per call (default 300; the
 //! load benchmarks use 0, like the reference's tool). Calls run on one single-threaded
 //! runtime per CPU (`CrewServer::worker_runtimes`); `--worker-runtimes 0` runs them on one
@@ -55,8 +62,9 @@ use std::{sync::Arc, time::Duration};
 use crewline::{
     agent::AgentError,
     idle::IdlePolicy,
-    llm::{ChatRequest, LlmError, PriceTable, Reply, ScriptedLlm},
+    llm::{ChatRequest, LlmError, PriceTable, Reply, ScriptedLlm, TiktokenCounter},
     prelude::*,
+    summary::Summarizer,
     turn::ToolLoop,
     types::Message,
 };
@@ -90,6 +98,13 @@ pub struct Args {
     /// (`IdlePolicy::phone_call`: 10 s of silence, two nudges).
     #[arg(long)]
     pub idle: bool,
+    /// Summarize a long call's oldest turns in the background (past 75% of 16k tokens, the
+    /// last 4 turns kept).
+    #[arg(long)]
+    pub summarize: bool,
+    /// The (cheaper) model that writes the summaries (default: the crew's).
+    #[arg(long, value_name = "NAME", requires = "summarize")]
+    pub summary_model: Option<String>,
 }
 
 fn parse_millis(text: &str) -> Result<Duration, std::num::ParseIntError> {
@@ -130,6 +145,14 @@ async fn serve(args: Args) -> Result<(), BoxError> {
     let mut weather = WeatherCrew::new(model.llm.clone(), service_delay)?;
     if args.idle {
         weather = weather.with_idle(IdlePolicy::phone_call());
+    }
+    // A long call: its context counted in tokens, its oldest turns summarized.
+    if args.summarize {
+        weather = weather.with_long_call(
+            Arc::clone(&model.llm),
+            args.crew.model.model.as_deref(),
+            args.summary_model.clone(),
+        );
     }
     // What each call cost: tokens always (the turn's span, /metrics), money with --prices,
     // an `llm_usage` log to the platform with --log-usage.
@@ -241,6 +264,28 @@ impl WeatherCrew {
             self.agent = self.agent.with_prices(prices);
         }
         self.agent = self.agent.with_log_usage(log_usage);
+        self
+    }
+
+    /// The same crew counting each call's context in tokens (by OpenAI's tokenizer when
+    /// `model` names an OpenAI model, else estimated from bytes) and summarizing a long call's
+    /// oldest turns with `llm` (asking for `summary_model` when given) as a phone call would:
+    /// past 75% of 16k tokens, the last 4 turns kept.
+    pub fn with_long_call(
+        mut self,
+        llm: Arc<dyn LlmClient>,
+        model: Option<&str>,
+        summary_model: Option<String>,
+    ) -> Self {
+        // Loaded here, once per process, while the crew is built: never on a turn.
+        if let Some(counter) = model.and_then(TiktokenCounter::for_model) {
+            self.agent = self.agent.with_token_counter(Arc::new(counter));
+        }
+        let mut summarizer = Summarizer::new(llm);
+        if let Some(name) = summary_model {
+            summarizer = summarizer.model(name);
+        }
+        self.agent = self.agent.with_summarizer(summarizer);
         self
     }
 

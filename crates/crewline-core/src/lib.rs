@@ -24,7 +24,10 @@ mod message;
 mod panic;
 mod tool_call;
 
-pub use context::{Context, ContextLimits};
+pub use context::{
+    ByteEstimate, Context, ContextLimits, ESTIMATE_BYTES_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS,
+    TokenCounter,
+};
 pub use definition::{OpenAiTool, ToolDefinition};
 pub use error::{CoreError, ErrorChain, ErrorDetail, ToolErrorKind, error_chain};
 pub use excerpt::{Excerpt, LOG_EXCERPT_BYTES, MAX_ID_BYTES, excerpt, id_excerpt, prefix};

@@ -27,7 +27,7 @@ pub enum Role {
 /// Reading is lenient where real platforms differ: `developer` is read as `system`, `content`
 /// may be a string, `null`, or an array of content parts (their text is joined), and unknown
 /// fields are ignored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     /// Instructions for the model.
@@ -106,6 +106,15 @@ impl Message {
     pub fn to_openai(&self) -> serde_json::Value {
         // Serialising these plain types cannot fail: no maps with non-string keys, no floats.
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// A 64-bit digest of the whole message (role, text, tool calls), the same for equal
+    /// messages within a process: to recognise a message again without keeping a copy.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.hash(&mut hasher);
+        hasher.finish()
     }
 
     /// Who wrote the message.

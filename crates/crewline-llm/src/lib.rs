@@ -32,6 +32,8 @@ mod request;
 mod scripted;
 mod stream;
 mod text_tool_calls;
+#[cfg(feature = "tiktoken")]
+mod tokens;
 mod transport;
 
 pub use assembler::{ToolCallAssembler, ToolCallDelta};
@@ -57,4 +59,6 @@ pub use request::{
 pub use scripted::{REQUEST_LOG_LIMIT, Reply, ScriptError, ScriptedLlm};
 pub use stream::{ChatResponse, FinishReason, LlmStream, StreamItem, Usage, collect};
 pub use text_tool_calls::{TextToolCallFormat, TextToolCalls};
+#[cfg(feature = "tiktoken")]
+pub use tokens::TiktokenCounter;
 pub use transport::{ConnectionCounts, TlsRoots};

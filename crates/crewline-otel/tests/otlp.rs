@@ -177,6 +177,8 @@ async fn each_turn_is_one_trace_with_its_llm_requests_and_tool_calls() {
         assert!(tokens("prompt_tokens") > 0, "{root:?}");
         assert!(tokens("completion_tokens") > 0, "{root:?}");
         let _ = (tokens("cached_tokens"), tokens("reasoning_tokens"));
+        // The context's size after the turn, in tokens.
+        assert!(tokens("context_tokens") > 0, "{root:?}");
         let picos = (tokens("prompt_tokens") - tokens("cached_tokens")) * 150_000
             + tokens("cached_tokens") * 75_000
             + tokens("completion_tokens") * 600_000;

@@ -46,6 +46,8 @@
       // What the whole call cost so far, as the crew's last `llm_usage` log said (an exact
       // decimal string in its price table's currency); null until one names money.
       cost: null,
+      // Summaries of the oldest turns that landed (`context_summary` logs).
+      summaries: 0,
     };
   }
 
@@ -112,6 +114,9 @@
       // cost is the crew's exact decimal string, null without prices.
       cost: null,
       model: null,
+      // The conversation's size in tokens after the turn (the `llm_usage` log's
+      // `context_tokens`), null when not logged.
+      contextTokens: null,
     };
   }
 
@@ -286,6 +291,16 @@
       applyUsage(payload);
       return;
     }
+    if (name === "context_summary") {
+      // A long call: the oldest turns were summarized (between turns), shown as a note.
+      const n = (x) => (typeof x === "number" ? x : "?");
+      call.summaries += 1;
+      call.feed.push({
+        kind: "system",
+        text: `summarized ${n(payload.messages)} messages: context ${n(payload.tokens_before)} → ${n(payload.tokens_after)} tokens`,
+      });
+      return;
+    }
     if (name === "tool_progress" || name === "tool_background") {
       // A slow tool: its progress (said ones are heard as agent.speak too) and the result of a
       // background call as it lands.
@@ -367,6 +382,7 @@
       if (typeof payload.model === "string") turn.model = short(payload.model, 80);
       if (typeof payload.provider === "string") turn.provider = short(payload.provider, 80);
       if (typeof payload.cost === "string") turn.cost = short(payload.cost, 40);
+      if (typeof payload.context_tokens === "number") turn.contextTokens = payload.context_tokens;
     }
     const total = payload.call && typeof payload.call === "object" ? payload.call.cost : null;
     if (typeof total === "string") call.cost = short(total, 40);
@@ -885,6 +901,7 @@
       provider: turn.provider,
       model: turn.model,
       cost: turn.cost,
+      contextTokens: turn.contextTokens,
       reply: turn.text,
     }));
     const ttfc = turns.map((t) => t.timeToFirstChunk).filter((x) => x !== null);
@@ -905,6 +922,7 @@
           ? tokens.reduce((n, t) => n + t.tokens.prompt + t.tokens.completion, 0)
           : null,
         cost: call.cost,
+        summaries: call.summaries,
         frames: call.frames.length,
         errors: call.errors.length,
       },
@@ -1010,7 +1028,8 @@
       if (turn.tokens || turn.cost !== null) {
         const tokens = turn.tokens ? `${turn.tokens.prompt} + ${turn.tokens.completion} tokens` : "";
         const money = turn.cost !== null ? `cost ${turn.cost}` : "";
-        const text = [tokens, money].filter(Boolean).join(" · ");
+        const context = turn.contextTokens !== null ? `context ${turn.contextTokens} tokens` : "";
+        const text = [tokens, money, context].filter(Boolean).join(" · ");
         const cost = testid(el("div", "provider", text), "turn-cost");
         cost.title = "what this turn cost (the crew's llm_usage log): prompt + completion tokens, money in its price table's currency";
         label.appendChild(cost);

@@ -4,7 +4,7 @@ pub use crate::loop_agent::{CallEndHook, LoopAgent};
 
 use std::{fmt, sync::Arc};
 
-use crewline_core::{Context, ContextLimits, ToolCall};
+use crewline_core::{Context, ContextLimits, TokenCounter, ToolCall};
 use crewline_llm::{
     AnswerLimits, LlmClient, PriceTable, RequestOptions, TextToolCallFormat, TextToolCalls,
 };
@@ -15,6 +15,7 @@ use crate::{
     crew::OutputNode,
     eval_faults::{CallTurns, ToolFaultError, ToolFaults},
     idle::IdlePolicy,
+    summary::Summarizer,
 };
 
 /// The node name of an agent that was not given one.
@@ -75,6 +76,10 @@ pub struct Agent {
     idle: Option<Arc<IdlePolicy>>,
     /// Whether each answered turn's usage goes to the platform (`agent.log`).
     log_usage: bool,
+    /// The tokenizer every call's context counts by (none: the byte estimate).
+    token_counter: Option<Arc<dyn TokenCounter>>,
+    /// How every call summarizes its oldest turns (none: it does not).
+    summarizer: Option<Arc<Summarizer>>,
     /// Tool faults for an eval (see [`crate::eval_faults`]); none in production.
     tool_faults: Option<ToolFaults>,
 }
@@ -118,6 +123,8 @@ impl Agent {
             on_call_end: None,
             idle: None,
             log_usage: false,
+            token_counter: None,
+            summarizer: None,
         }
     }
 
@@ -159,6 +166,9 @@ impl Agent {
         if let Some(limits) = self.limits {
             agent = agent.context_limits(limits);
         }
+        if let Some(counter) = &self.token_counter {
+            agent = agent.token_counter(Arc::clone(counter));
+        }
         // A dry run (the server's start-up check) is not a call: nothing ended.
         match &self.on_call_end {
             Some(hook) if !setup.is_dry_run() => agent.on_end(Arc::clone(hook)),
@@ -171,6 +181,10 @@ impl Agent {
         let node = OutputNode::new(self.name.to_string(), self.loop_agent(setup))
             .interruptible(self.interruptible)
             .log_usage(self.log_usage);
+        let node = match &self.summarizer {
+            Some(summarizer) => node.summarize_shared(Arc::clone(summarizer)),
+            None => node,
+        };
         match &self.idle {
             Some(policy) => node.idle_shared(Arc::clone(policy)),
             None => node,
@@ -197,6 +211,25 @@ impl Agent {
     pub fn with_log_usage(mut self, log: bool) -> Self {
         self.log_usage = log;
         self
+    }
+
+    /// The same agent counting each call's context in tokens by `counter` (see
+    /// [`AgentBuilder::token_counter`]).
+    pub fn with_token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.token_counter = Some(counter);
+        self
+    }
+
+    /// The same agent summarizing each call's oldest turns as `summarizer` says (see
+    /// [`AgentBuilder::summarize`]).
+    pub fn with_summarizer(mut self, summarizer: Summarizer) -> Self {
+        self.summarizer = Some(Arc::new(summarizer));
+        self
+    }
+
+    /// How every call summarizes its oldest turns, if it does.
+    pub fn summarizer(&self) -> Option<&Summarizer> {
+        self.summarizer.as_deref()
     }
 
     /// How every call handles a silent caller, if it does.
@@ -290,6 +323,8 @@ pub struct AgentBuilder {
     on_call_end: Option<CallEndHook>,
     idle: Option<IdlePolicy>,
     log_usage: bool,
+    token_counter: Option<Arc<dyn TokenCounter>>,
+    summarizer: Option<Summarizer>,
 }
 
 impl fmt::Debug for AgentBuilder {
@@ -486,6 +521,23 @@ impl AgentBuilder {
         self
     }
 
+    /// Counts each call's context in tokens by `counter`, the model's tokenizer (e.g.
+    /// `TiktokenCounter::for_model("gpt-4o")` with the `tiktoken` feature; build it here, with
+    /// the crew: its tables load once per process). Without it tokens are estimated from bytes
+    /// ([`ESTIMATE_BYTES_PER_TOKEN`](crewline_core::ESTIMATE_BYTES_PER_TOKEN)); either way the
+    /// model server's reported prompt tokens replace the count of what they counted.
+    pub fn token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.token_counter = Some(counter);
+        self
+    }
+
+    /// Summarizes each call's oldest turns in the background when its context passes a share
+    /// of its token budget (see [`crate::summary`]). Off by default.
+    pub fn summarize(mut self, summarizer: Summarizer) -> Self {
+        self.summarizer = Some(summarizer);
+        self
+    }
+
     /// Any other tool-loop setting, applied in order when the agent is built.
     pub fn configure<F>(mut self, configure: F) -> Self
     where
@@ -516,6 +568,8 @@ impl AgentBuilder {
             on_call_end: self.on_call_end,
             idle: None,
             log_usage: self.log_usage,
+            token_counter: self.token_counter,
+            summarizer: self.summarizer.map(Arc::new),
             tool_faults: None,
         };
         let agent = match self.idle {

@@ -64,6 +64,7 @@ pub mod session;
 pub mod session_store;
 mod setup;
 pub mod structured;
+pub mod summary;
 mod tool_loop;
 pub mod usage;
 

@@ -6,7 +6,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use crewline_core::{Context, ContextLimits};
+use crewline_core::{Context, ContextLimits, TokenCounter};
 
 use crate::{
     CallControl, ToolLoop,
@@ -68,6 +68,14 @@ impl LoopAgent {
     #[must_use]
     pub fn context_limits(mut self, limits: ContextLimits) -> Self {
         self.context.set_limits(limits);
+        self
+    }
+
+    /// Counts the conversation's tokens by `counter` (the model's tokenizer) instead of the
+    /// byte estimate.
+    #[must_use]
+    pub fn token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.context.set_token_counter(Some(counter));
         self
     }
 

@@ -8,7 +8,7 @@ use crewline_protocol::{Event, EventBody, SessionContext};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::{CallControl, idle::IdlePolicy, turn::TurnStream};
+use crate::{CallControl, idle::IdlePolicy, summary::Summarizer, turn::TurnStream};
 
 /// The agent behind an output node: it holds the conversation and answers LLM requests.
 ///
@@ -55,6 +55,8 @@ pub struct OutputNode {
     pub(crate) idle: Option<Arc<IdlePolicy>>,
     /// Whether each answered turn's usage goes to the platform as an `agent.log` entry.
     pub(crate) log_usage: bool,
+    /// How the node summarizes a long call's oldest turns (none: it does not).
+    pub(crate) summarizer: Option<Arc<Summarizer>>,
 }
 
 impl OutputNode {
@@ -67,7 +69,20 @@ impl OutputNode {
             echo: true,
             idle: None,
             log_usage: false,
+            summarizer: None,
         }
+    }
+
+    /// Summarizes the call's oldest turns in the background when its context passes a share
+    /// of its token budget (see [`crate::summary`]); off by default.
+    pub fn summarize(self, summarizer: Summarizer) -> Self {
+        self.summarize_shared(Arc::new(summarizer))
+    }
+
+    /// [`summarize`](Self::summarize) with a summarizer shared by every call (an agent's).
+    pub(crate) fn summarize_shared(mut self, summarizer: Arc<Summarizer>) -> Self {
+        self.summarizer = Some(summarizer);
+        self
     }
 
     /// Sends each answered turn's token usage and cost to the platform as an `agent.log`

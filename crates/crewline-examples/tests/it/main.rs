@@ -8,3 +8,4 @@ mod fallback_flags;
 mod shared_breakers;
 mod slow_booking;
 mod voice_agent_idle;
+mod voice_agent_long_call;

@@ -260,3 +260,33 @@ fn a_usage_log_without_usage_leaves_tokens_and_cost_not_reported() {
         "{figures}"
     );
 }
+
+#[test]
+fn each_turn_shows_its_context_size_and_a_summary_is_a_note() {
+    let tokens = json!({"prompt_tokens": 1200, "completion_tokens": 7, "total_tokens": 1207,
+        "reasoning_tokens": 0, "cached_tokens": 0});
+    let mut logged = usage("t1", tokens, Value::Null, Value::Null);
+    logged["payload"]["context_tokens"] = json!(12_480);
+    let Some(figures) = figures(&[
+        (0, "out", request("Hello?")),
+        (5, "in", start("t1")),
+        (9, "in", chunk("Hi.")),
+        (10, "in", logged),
+        (11, "in", end()),
+        (
+            40,
+            "in",
+            json!({"type": "agent.log", "name": "context_summary", "payload": {
+                "messages": 14, "tokens_before": 12_480, "tokens_after": 3_120,
+                "summary_tokens": 160}}),
+        ),
+    ]) else {
+        return;
+    };
+    assert_eq!(
+        figures["turns"][0]["contextTokens"],
+        json!(12_480),
+        "{figures}"
+    );
+    assert_eq!(figures["call"]["summaries"], json!(1), "{figures}");
+}

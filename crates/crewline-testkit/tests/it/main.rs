@@ -6,6 +6,7 @@ mod conversation;
 mod idle;
 mod in_process;
 mod load_mock_faults;
+mod long_call;
 mod mock_faults;
 mod mock_llm;
 mod platform_bounds;

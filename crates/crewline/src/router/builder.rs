@@ -2,7 +2,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use crewline_core::{Context, ContextLimits};
+use crewline_core::{Context, ContextLimits, TokenCounter};
 use crewline_llm::LlmClient;
 use crewline_tools::{RegistryError, SessionScope, ToolRegistry};
 use serde_json::{Map, Value};
@@ -97,6 +97,7 @@ pub struct RouterBuilder {
     sub_agents: Vec<SubAgent>,
     transitions: Vec<Declared>,
     context_limits: ContextLimits,
+    token_counter: Option<Arc<dyn TokenCounter>>,
     classifiers: Vec<(String, Arc<dyn Classify>)>,
 }
 
@@ -111,8 +112,17 @@ impl RouterBuilder {
             sub_agents: Vec::new(),
             transitions: Vec::new(),
             context_limits: ContextLimits::default(),
+            token_counter: None,
             classifiers: Vec::new(),
         }
+    }
+
+    /// Counts the conversation's tokens by `counter` (the model's tokenizer) instead of the
+    /// byte estimate, across transitions; a router node summarizes with
+    /// [`OutputNode::summarize`](crate::crew::OutputNode::summarize).
+    pub fn token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Self {
+        self.token_counter = Some(counter);
+        self
     }
 
     /// How much of the conversation the router keeps (default [`ContextLimits::default`]);
@@ -296,8 +306,12 @@ impl RouterBuilder {
         warn_unreachable(&stages, &routes, start);
 
         Ok(DeterministicRouter {
-            context: Context::with_system(stages[start].prompt.clone())
-                .with_limits(self.context_limits),
+            context: {
+                let mut context = Context::with_system(stages[start].prompt.clone())
+                    .with_limits(self.context_limits);
+                context.set_token_counter(self.token_counter);
+                context
+            },
             stages,
             routes,
             active: start,

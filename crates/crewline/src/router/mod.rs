@@ -200,9 +200,17 @@ impl DeterministicRouter {
             .filter(|m| m.role() != Role::System)
             .cloned()
             .collect();
-        let limits = self.context.limits();
-        self.context = Context::with_system(self.stages[to].prompt.clone()).with_limits(limits);
+        self.context = self.fresh_context(to);
         self.context.add_many(conversation);
+    }
+
+    /// A context with the prompt of the sub-agent at `index` and the current one's limits and
+    /// token counter (a long call's budget holds across transitions).
+    fn fresh_context(&self, index: usize) -> Context {
+        let mut context = Context::with_system(self.stages[index].prompt.clone())
+            .with_limits(self.context.limits());
+        context.set_token_counter(self.context.token_counter().cloned());
+        context
     }
 
     /// Puts the router's place into the call's checkpoint (a checkpointed call only: it
@@ -233,9 +241,7 @@ impl DeterministicRouter {
         self.state.merge(place.state.clone());
         if index != self.active {
             self.active = index;
-            let limits = self.context.limits();
-            self.context =
-                Context::with_system(self.stages[index].prompt.clone()).with_limits(limits);
+            self.context = self.fresh_context(index);
         }
         // The start was logged by the call's first connection.
         self.entered = true;

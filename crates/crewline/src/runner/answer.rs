@@ -35,7 +35,7 @@ impl OutputRunner {
                 return;
             }
         };
-        let incoming: Vec<Message> = parsed
+        let mut incoming: Vec<Message> = parsed
             .filter_map(|message| {
                 message
                     .map_err(|error| {
@@ -58,13 +58,21 @@ impl OutputRunner {
                     .cloned(),
             );
         }
-        context.replace(incoming);
+        // A summary in effect replaces the turns it covers in the platform's copy too.
+        if let Some(summaries) = &mut self.summaries {
+            summaries.apply_to_incoming(&mut incoming);
+        }
+        self.node.agent.context().replace(incoming);
     }
 
     /// Answers one LLM request: `start`, chunks and tool logs, `end`. Returns `false` when an
     /// interrupt stopped it (the interrupt has then been processed too).
     pub(super) async fn answer(&mut self, request: &LlmRequest) -> bool {
         let received = Instant::now();
+        // A summary that landed with this request is in effect for it.
+        if self.summaries.is_some() {
+            self.summary_landed().await;
+        }
         self.prepare_context(request);
         let turn_id = self.begin_turn().await;
         let span = turn_span(&self.io.handle, &turn_id);
@@ -74,6 +82,11 @@ impl OutputRunner {
             .await;
         let outcome = self.end_turn(&turn_id, &ending).await;
         span.record("outcome", outcome.as_str());
+        let context = self.node.agent.context();
+        span.record("context_tokens", context.tokens());
+        if let Some(summaries) = &mut self.summaries {
+            summaries.after_turn(context);
+        }
         if let Some(report) = &ending.report {
             if let Some(provider) = report.provider() {
                 span.record("provider", provider);
@@ -207,8 +220,11 @@ impl OutputRunner {
         // to the platform only when the crew asked; never after a barge-in, like the provider.
         if let Some(report) = &ending.report {
             let call = handle.call().add_usage(report);
+            let context = self.node.agent.context();
+            take_prompt_count(context, report);
             if self.node.log_usage && ending.interrupt.is_none() {
-                let payload = crate::usage::usage_payload(turn_id, report, call);
+                let mut payload = crate::usage::usage_payload(turn_id, report, call);
+                payload.insert("context_tokens".to_owned(), context.tokens().into());
                 handle
                     .emit(EventBody::Log {
                         name: crate::usage::USAGE_LOG.to_owned(),
@@ -231,6 +247,20 @@ impl OutputRunner {
             .observer
             .turn_finished(outcome, ending.report.as_ref());
         outcome
+    }
+}
+
+/// Takes the server's prompt count of the turn's last request: it carried every message but
+/// the answer the turn ended with.
+fn take_prompt_count(context: &mut crewline_core::Context, report: &TurnReport) {
+    let Some(usage) = report.rounds.last().and_then(|round| round.usage) else {
+        return;
+    };
+    if let Some(Message::Assistant { tool_calls, .. }) = context.last()
+        && tool_calls.is_empty()
+    {
+        let carried = context.len() - 1;
+        context.report_prompt_tokens(carried, usage.prompt_tokens as usize);
     }
 }
 
@@ -395,6 +425,8 @@ fn turn_span(handle: &NodeHandle, turn_id: &str) -> tracing::Span {
         cached_tokens = tracing::field::Empty,
         reasoning_tokens = tracing::field::Empty,
         cost = tracing::field::Empty,
+        // The context's size in tokens after the turn (see `Context::tokens`).
+        context_tokens = tracing::field::Empty,
     );
     span.follows_from(tracing::Span::current());
     span

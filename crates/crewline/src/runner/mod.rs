@@ -16,6 +16,7 @@ use crate::{
     crew::{BackgroundNode, NodeError, NodeHandle, OutputNode},
     idle::{IdleDue, IdleStep, IdleWatch},
     inbox::{LineInterrupt, NodeIo},
+    summary::CallSummaries,
 };
 
 use self::notices::{Notices, next_notice};
@@ -32,6 +33,14 @@ async fn next_interrupt(line: &mut Option<mpsc::Receiver<LineInterrupt>>) -> Opt
 async fn idle_due(idle: &mut Option<Box<IdleWatch>>) -> IdleDue {
     match idle {
         Some(watch) => std::future::poll_fn(|cx| watch.poll_due(cx)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits for the running summary's result (forever when none runs).
+async fn summary_finished(summaries: &mut Option<Box<CallSummaries>>) {
+    match summaries {
+        Some(summaries) => summaries.finished().await,
         None => std::future::pending().await,
     }
 }
@@ -141,6 +150,8 @@ struct OutputRunner {
     idle: Option<Box<IdleWatch>>,
     /// What the call's tools say while the conversation goes on (boxed, like `idle`).
     notices: Option<Box<Notices>>,
+    /// The call's summaries, when the node summarizes (boxed, like `idle`).
+    summaries: Option<Box<CallSummaries>>,
 }
 
 /// Runs an output node until its inbox closes.
@@ -161,6 +172,11 @@ pub(crate) async fn run_output(mut node: OutputNode, io: NodeIo) {
     let _ended = notices
         .is_some()
         .then(|| EndNotices(io.handle.call().clone()));
+    // Dropped with the runner at the call's end: a summary still being written is cancelled.
+    let summaries = node
+        .summarizer
+        .take()
+        .map(|summarizer| Box::new(CallSummaries::new(summarizer)));
     let mut runner = OutputRunner {
         node,
         io,
@@ -168,6 +184,7 @@ pub(crate) async fn run_output(mut node: OutputNode, io: NodeIo) {
         taken: 0,
         idle,
         notices,
+        summaries,
     };
     if let Err(error) = guarded(runner.node.agent.on_start(&runner.io.handle)).await {
         report(&runner.io, "on_start", &error, Severity::Fatal).await;
@@ -194,6 +211,11 @@ pub(crate) async fn run_output(mut node: OutputNode, io: NodeIo) {
                 // tool says is said between turns, never while the caller speaks.
                 Some(notice) = next_notice(&mut runner.notices) => {
                     Box::pin(runner.notice(notice)).await;
+                    continue;
+                }
+                // Between turns only: a summary that landed replaces the turns it covers.
+                () = summary_finished(&mut runner.summaries) => {
+                    Box::pin(runner.summary_landed()).await;
                     continue;
                 }
                 // Last (the select is biased): a caller's event that came with the deadline is
@@ -322,6 +344,20 @@ impl OutputRunner {
                 }
                 self.idle = None;
             }
+        }
+    }
+
+    /// Applies a summary that landed to the context (between turns), and logs it when the
+    /// node logs its usage.
+    async fn summary_landed(&mut self) {
+        let Some(summaries) = self.summaries.as_mut() else {
+            return;
+        };
+        let Some(note) = summaries.land(self.node.agent.context()) else {
+            return;
+        };
+        if self.node.log_usage {
+            self.io.handle.emit(note.log()).await;
         }
     }
 

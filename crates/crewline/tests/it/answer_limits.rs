@@ -149,6 +149,7 @@ async fn an_answer_larger_than_the_context_may_hold_is_refused() {
     let mut context = context().with_limits(ContextLimits {
         max_messages: 100,
         max_bytes: 4 << 10,
+        ..ContextLimits::default()
     });
     let before = context.clone();
 
@@ -237,6 +238,7 @@ async fn a_rounds_results_are_cut_to_fit_the_context() {
     let limits = ContextLimits {
         max_messages: 100,
         max_bytes: 8 << 10,
+        ..ContextLimits::default()
     };
     let mut context = context().with_limits(limits);
 

@@ -161,6 +161,7 @@ async fn a_routers_bound_holds_across_its_transitions() {
         .context_limits(ContextLimits {
             max_messages: 8,
             max_bytes: usize::MAX,
+            ..ContextLimits::default()
         })
         .build()
         .expect("the router builds");
