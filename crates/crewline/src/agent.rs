@@ -223,7 +223,7 @@ impl Agent {
     /// The same agent summarizing each call's oldest turns as `summarizer` says (see
     /// [`AgentBuilder::summarize`]).
     pub fn with_summarizer(mut self, summarizer: Summarizer) -> Self {
-        self.summarizer = Some(Arc::new(summarizer));
+        self.summarizer = Some(Arc::new(summarizer.or_prices(self.tool_loop.prices())));
         self
     }
 
@@ -559,6 +559,11 @@ impl AgentBuilder {
             ToolLoop::new(model, Arc::new(registry)),
             |tool_loop, configure| configure(tool_loop),
         );
+        // The summaries are priced as the agent's turns are, unless they have prices of their
+        // own.
+        let summarizer = self
+            .summarizer
+            .map(|summarizer| Arc::new(summarizer.or_prices(tool_loop.prices())));
         let agent = Agent {
             name: self.name,
             prompt: self.prompt,
@@ -569,7 +574,7 @@ impl AgentBuilder {
             idle: None,
             log_usage: self.log_usage,
             token_counter: self.token_counter,
-            summarizer: self.summarizer.map(Arc::new),
+            summarizer,
             tool_faults: None,
         };
         let agent = match self.idle {

@@ -566,6 +566,23 @@ impl CallControl {
         self.state().usage
     }
 
+    /// Adds a summary request's tokens and money to the call's tally (and the checkpoint);
+    /// returns the new total.
+    pub(crate) fn add_summary_usage(
+        &self,
+        spent: crate::summary::Spent,
+    ) -> crate::usage::CallUsage {
+        let usage = {
+            let mut state = self.state();
+            state.usage.add_summary(spent);
+            state.usage
+        };
+        if let Err(error) = self.checkpoint_put(crate::usage::USAGE_KEY, &usage.kept()) {
+            tracing::warn!(%error, "the call's usage could not be kept in the checkpoint");
+        }
+        usage
+    }
+
     /// Adds an answered turn's usage to the call's tally, and the tally to the checkpoint
     /// (written with the turn); returns the new total.
     pub(crate) fn add_usage(&self, report: &crate::turn::TurnReport) -> crate::usage::CallUsage {

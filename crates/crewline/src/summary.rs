@@ -28,7 +28,7 @@
 use std::{fmt, sync::Arc, time::Duration};
 
 use crewline_core::{Context, Message, Role};
-use crewline_llm::{ChatRequest, LlmClient, LlmError, RequestOptions};
+use crewline_llm::{ChatRequest, LlmClient, LlmError, Money, PriceTable, RequestOptions, Usage};
 use serde_json::{Map, Value};
 use tokio::task::JoinHandle;
 
@@ -74,6 +74,8 @@ pub struct Summarizer {
     prompt: Arc<str>,
     max_bytes: usize,
     timeout: Duration,
+    /// What the summary requests cost per model (the agent's, unless set).
+    prices: Option<Arc<PriceTable>>,
 }
 
 impl fmt::Debug for Summarizer {
@@ -100,7 +102,25 @@ impl Summarizer {
             prompt: Arc::from(DEFAULT_SUMMARY_PROMPT),
             max_bytes: 4 << 10,
             timeout: Duration::from_secs(30),
+            prices: None,
         }
+    }
+
+    /// Prices the summary requests' tokens (default: the agent's
+    /// [`prices`](crate::agent::AgentBuilder::prices)); what they cost goes into the call's
+    /// tally ([`CallUsage::summaries`](crate::usage::CallUsage::summaries)).
+    #[must_use]
+    pub fn prices(mut self, prices: impl Into<Arc<PriceTable>>) -> Self {
+        self.prices = Some(prices.into());
+        self
+    }
+
+    /// This summarizer with `prices` unless it has its own.
+    pub(crate) fn or_prices(mut self, prices: Option<&Arc<PriceTable>>) -> Self {
+        if self.prices.is_none() {
+            self.prices = prices.cloned();
+        }
+        self
     }
 
     /// The model name the summary requests ask for (the client's default otherwise).
@@ -198,10 +218,23 @@ enum SummaryError {
 
 /// A summary being written: the task, and what it covers.
 struct Running {
-    task: JoinHandle<Result<String, SummaryError>>,
+    task: JoinHandle<Result<Answer, SummaryError>>,
     /// The task's result, once taken from it.
-    result: Option<Result<String, SummaryError>>,
+    result: Option<Result<Answer, SummaryError>>,
     cover: Cover,
+}
+
+/// A summary model's answer: its text and what it cost.
+struct Answer {
+    text: String,
+    spent: Option<Spent>,
+}
+
+/// The tokens a summary request used, and their money with prices for its model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spent {
+    pub(crate) usage: Usage,
+    pub(crate) cost: Option<Money>,
 }
 
 impl Drop for Running {
@@ -240,8 +273,28 @@ pub(crate) struct SummaryNote {
 
 impl SummaryNote {
     /// The `agent.log` entry ([`SUMMARY_LOG`]) of this summary.
-    pub(crate) fn log(&self) -> crewline_protocol::EventBody {
+    ///
+    /// With what the request cost (`usage`, `cost`: `null` when not reported or not priced)
+    /// and the call's running total (`call`, as in the `llm_usage` entry).
+    pub(crate) fn log(
+        &self,
+        spent: Option<Spent>,
+        call: Option<crate::usage::CallUsage>,
+    ) -> crewline_protocol::EventBody {
         let mut payload = Map::new();
+        payload.insert(
+            "usage".to_owned(),
+            spent.map_or(Value::Null, |spent| crate::usage::usage_json(&spent.usage)),
+        );
+        payload.insert(
+            "cost".to_owned(),
+            spent
+                .and_then(|spent| spent.cost)
+                .map_or(Value::Null, |cost| Value::String(cost.to_string())),
+        );
+        if let Some(call) = call {
+            payload.insert("call".to_owned(), call.to_json());
+        }
         payload.insert("messages".to_owned(), Value::from(self.messages));
         payload.insert("tokens_before".to_owned(), Value::from(self.tokens_before));
         payload.insert("tokens_after".to_owned(), Value::from(self.tokens_after));
@@ -261,6 +314,8 @@ pub(crate) struct CallSummaries {
     summarizer: Arc<Summarizer>,
     running: Option<Running>,
     landed: Option<Landed>,
+    /// What the last summary request that finished cost, until taken.
+    spent: Option<Spent>,
 }
 
 impl CallSummaries {
@@ -269,7 +324,14 @@ impl CallSummaries {
             summarizer,
             running: None,
             landed: None,
+            spent: None,
         }
+    }
+
+    /// What the last finished summary request cost (once): its tokens go into the call's
+    /// tally, used or not.
+    pub(crate) fn take_spent(&mut self) -> Option<Spent> {
+        self.spent.take()
     }
 
     /// Waits for the running summary's result (forever when none runs); cancel-safe.
@@ -331,9 +393,25 @@ impl CallSummaries {
             tokens = context.tokens(),
             "summarizing the oldest turns"
         );
+        let prices = self.summarizer.prices.clone();
         let task = tokio::spawn(async move {
+            // The model the tokens are counted under: the request's, else the client's.
+            let priced_as = request
+                .options
+                .model
+                .clone()
+                .or_else(|| model.model_id().map(str::to_owned));
             match tokio::time::timeout(within, model.chat(request)).await {
-                Ok(Ok(answer)) => Ok(answer.content),
+                Ok(Ok(answer)) => Ok(Answer {
+                    spent: answer.usage.map(|usage| Spent {
+                        usage,
+                        cost: prices
+                            .as_deref()
+                            .zip(priced_as.as_deref())
+                            .and_then(|(prices, model)| prices.cost(model, &usage)),
+                    }),
+                    text: answer.content,
+                }),
                 Ok(Err(error)) => Err(SummaryError::Model(error)),
                 Err(_) => Err(SummaryError::Timeout(within)),
             }
@@ -360,7 +438,11 @@ impl CallSummaries {
         let mut running = self.running.take()?;
         let result = running.result.take()?;
         let text = match result {
-            Ok(text) => text,
+            Ok(answer) => {
+                // Paid for whether or not it is used.
+                self.spent = answer.spent;
+                answer.text
+            }
             Err(error) => {
                 tracing::warn!(error = %crewline_core::ErrorChain(&error), "no summary: the context is truncated as before");
                 return None;

@@ -45,6 +45,8 @@ struct KeptUsage {
     usage: Usage,
     cost_picos: Option<u64>,
     priced_turns: u64,
+    #[serde(default)]
+    summaries: u64,
 }
 
 /// What one call's answered turns cost so far.
@@ -60,6 +62,9 @@ pub struct CallUsage {
     pub cost: Option<Money>,
     /// Turns with a price (the rest were on models the table does not name).
     pub priced_turns: u64,
+    /// Summary requests of a long call ([`crate::summary`]): their tokens and money are in
+    /// `usage` and `cost` too, but they are not turns.
+    pub summaries: u64,
 }
 
 impl CallUsage {
@@ -76,6 +81,15 @@ impl CallUsage {
         }
     }
 
+    /// Adds one summary request's tokens and money (a long call's; not a turn).
+    pub(crate) fn add_summary(&mut self, spent: crate::summary::Spent) {
+        self.summaries += 1;
+        self.usage += spent.usage;
+        if let Some(cost) = spent.cost {
+            *self.cost.get_or_insert(Money::ZERO) += cost;
+        }
+    }
+
     /// The tally as the checkpoint keeps it.
     pub(crate) fn kept(self) -> Value {
         let kept = KeptUsage {
@@ -84,6 +98,7 @@ impl CallUsage {
             usage: self.usage,
             cost_picos: self.cost.map(Money::picos),
             priced_turns: self.priced_turns,
+            summaries: self.summaries,
         };
         serde_json::to_value(kept).unwrap_or(Value::Null)
     }
@@ -102,21 +117,23 @@ impl CallUsage {
             usage: kept.usage,
             cost: kept.cost_picos.map(Money::from_picos),
             priced_turns: kept.priced_turns,
+            summaries: kept.summaries,
         }
     }
 
     /// The `call` object of the usage entry.
-    fn to_json(self) -> Value {
+    pub(crate) fn to_json(self) -> Value {
         json!({
             "turns": self.turns,
             "usage": (self.reported_turns > 0).then(|| usage_json(&self.usage)),
             "cost": self.cost.map(|cost| cost.to_string()),
             "priced_turns": self.priced_turns,
+            "summaries": self.summaries,
         })
     }
 }
 
-fn usage_json(usage: &Usage) -> Value {
+pub(crate) fn usage_json(usage: &Usage) -> Value {
     json!({
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,

@@ -449,3 +449,71 @@ async fn a_router_node_summarizes_its_long_call_too() {
     assert!(is_summary(&messages[1]), "{messages:?}");
     client.close().await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_summary_request_is_counted_in_what_the_call_cost() {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let (cancelled, _cancels) = mpsc::unbounded_channel();
+    let summary_model = Arc::new(SummaryModel {
+        mode: Summaries::Answer,
+        requests: Arc::clone(&requests),
+        cancelled,
+    });
+    // Only the summary model has a price: what the call cost is its summary.
+    let prices: crewline::llm::PriceTable = "small-model=1,0.5,2".parse().unwrap();
+    let agent = Agent::builder(ScriptedLlm::from_fn(|_: &ChatRequest| {
+        Reply::text("Noted, thank you. Is there anything else I can do for you today?")
+    }))
+    .prompt(PROMPT)
+    .log_usage(true)
+    .prices(prices)
+    .summarize(
+        Summarizer::new(summary_model)
+            .model("small-model")
+            .budget(400)
+            .at_share(0.6)
+            .keep_last(2),
+    )
+    .build()
+    .unwrap();
+    let crew = TestCrew::serve(agent).await.unwrap();
+    let mut client = call(&crew).await;
+    let mut log = None;
+    let mut turns = 0;
+    while log.is_none() {
+        turns += 1;
+        assert!(turns < 40, "no summary landed");
+        log = said_summary(
+            &mut client,
+            &format!("Question {turns}: what about breakfast and parking?"),
+        )
+        .await;
+        if log.is_none() && !requests.lock().unwrap().is_empty() {
+            log = summary_log(&mut client).await;
+        }
+    }
+    let log = log.unwrap();
+    // The summary request's tokens, priced by the agent's table for the summary's model.
+    assert!(
+        log["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{log:?}"
+    );
+    assert!(log["cost"].is_string(), "{log:?}");
+    assert_eq!(log["call"]["summaries"], 1, "{log:?}");
+    assert_eq!(log["call"]["cost"], log["cost"], "{log:?}");
+
+    // The next turn's running total still holds it.
+    let said = client
+        .user_turn("And the checkout time?")
+        .unwrap()
+        .finish()
+        .await
+        .unwrap();
+    let (_, usage) = said
+        .logs
+        .iter()
+        .find(|(name, _)| name == "llm_usage")
+        .unwrap();
+    assert_eq!(usage["call"]["summaries"], 1, "{usage:?}");
+    assert_eq!(usage["call"]["cost"], log["cost"], "{usage:?}");
+}

@@ -353,11 +353,15 @@ impl OutputRunner {
         let Some(summaries) = self.summaries.as_mut() else {
             return;
         };
-        let Some(note) = summaries.land(self.node.agent.context()) else {
+        let landed = summaries.land(self.node.agent.context());
+        // The request was paid for whether or not its summary is used.
+        let spent = summaries.take_spent();
+        let call = spent.map(|spent| self.io.handle.call().add_summary_usage(spent));
+        let Some(note) = landed else {
             return;
         };
         if self.node.log_usage {
-            self.io.handle.emit(note.log()).await;
+            self.io.handle.emit(note.log(spent, call)).await;
         }
     }
 
