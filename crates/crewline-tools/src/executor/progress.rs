@@ -18,7 +18,7 @@ use std::{
     fmt,
     future::Future,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicU32, Ordering},
     },
 };
@@ -28,7 +28,34 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 tokio::task_local! {
-    static CURRENT: Progress;
+    static CURRENT: Slot;
+}
+
+/// What the executor sets around a tool's call: what its [`Progress`] is made of, made only
+/// when the tool asks for it. Most tools never report progress, and their calls pay one
+/// allocation here (the id and name), not the handle's three (issue 36's bench).
+struct Slot {
+    notices: ToolNotices,
+    /// The call's id followed by the tool's name.
+    call: String,
+    /// Where the id ends in `call`.
+    id_len: usize,
+    progress: OnceLock<Progress>,
+}
+
+impl Slot {
+    /// The call's handle, the same for every [`Progress::current`] of the call (they share
+    /// its cap on updates).
+    fn progress(&self) -> &Progress {
+        self.progress.get_or_init(|| {
+            Progress(Arc::new(Shared {
+                notices: self.notices.clone(),
+                call: self.call.clone(),
+                id_len: self.id_len,
+                sent: AtomicU32::new(0),
+            }))
+        })
+    }
 }
 
 /// The most bytes of one progress update that are kept (cut at a character boundary).
@@ -179,13 +206,16 @@ impl ToolNotices {
         name: &str,
         future: F,
     ) -> impl Future<Output = F::Output> + use<F> {
-        let progress = Progress {
+        let mut call = String::with_capacity(tool_call_id.len() + name.len());
+        call.push_str(tool_call_id);
+        call.push_str(name);
+        let slot = Slot {
             notices: self.clone(),
-            tool_call_id: tool_call_id.into(),
-            name: name.into(),
-            sent: Arc::new(AtomicU32::new(0)),
+            call,
+            id_len: tool_call_id.len(),
+            progress: OnceLock::new(),
         };
-        CURRENT.scope(progress, future)
+        CURRENT.scope(slot, future)
     }
 }
 
@@ -201,18 +231,33 @@ impl ToolNotices {
 /// assert!(Progress::current().is_none());
 /// ```
 #[derive(Clone)]
-pub struct Progress {
+pub struct Progress(Arc<Shared>);
+
+/// One call's progress, shared by every handle of it.
+struct Shared {
     notices: ToolNotices,
-    tool_call_id: Arc<str>,
-    name: Arc<str>,
-    sent: Arc<AtomicU32>,
+    /// The call's id followed by the tool's name, as in [`Slot`].
+    call: String,
+    id_len: usize,
+    /// Updates sent so far (capped at [`MAX_PROGRESS_UPDATES`]).
+    sent: AtomicU32,
+}
+
+impl Shared {
+    fn tool_call_id(&self) -> &str {
+        self.call.get(..self.id_len).unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.call.get(self.id_len..).unwrap_or_default()
+    }
 }
 
 impl fmt::Debug for Progress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Progress")
-            .field("tool_call_id", &self.tool_call_id)
-            .field("name", &self.name)
+            .field("tool_call_id", &self.0.tool_call_id())
+            .field("name", &self.0.name())
             .finish_non_exhaustive()
     }
 }
@@ -221,7 +266,7 @@ impl Progress {
     /// The progress of the call the current tool runs for; `None` outside a tool's call or
     /// in a session that takes no notices.
     pub fn current() -> Option<Self> {
-        CURRENT.try_with(Clone::clone).ok()
+        CURRENT.try_with(|slot| slot.progress().clone()).ok()
     }
 
     /// Says `text` to the caller (between the agent's sentences, never over the caller);
@@ -236,20 +281,24 @@ impl Progress {
     }
 
     fn send(&self, mut text: String, speak: bool) -> bool {
-        if self.sent.fetch_add(1, Ordering::Relaxed) >= MAX_PROGRESS_UPDATES {
-            tracing::debug!(tool = %self.name, "progress past the per-call cap dropped");
+        let shared = &*self.0;
+        if shared.sent.fetch_add(1, Ordering::Relaxed) >= MAX_PROGRESS_UPDATES {
+            tracing::debug!(
+                tool = shared.name(),
+                "progress past the per-call cap dropped"
+            );
             return false;
         }
         let kept = crewline_core::prefix(&text, MAX_PROGRESS_BYTES).len();
         text.truncate(kept);
         let notice = ToolNotice::Progress {
-            tool_call_id: self.tool_call_id.to_string(),
-            name: self.name.to_string(),
+            tool_call_id: shared.tool_call_id().to_owned(),
+            name: shared.name().to_owned(),
             text,
             speak,
         };
         // Progress is advice: a session that has not read the last ones gets no more.
-        self.notices.sender.try_send(notice).is_ok()
+        shared.notices.sender.try_send(notice).is_ok()
     }
 }
 
@@ -294,6 +343,41 @@ mod tests {
         }
         assert_eq!(queued, NOTICE_QUEUE);
         assert!(Progress::current().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_handles_of_one_call_share_its_cap_and_name_it() {
+        let (notices, mut inbox) = ToolNotices::channel(DEFAULT_MAX_BACKGROUND);
+        let kept = notices
+            .scope("call_7", "lookup", async {
+                // Made on the first ask; the second ask is the same call's handle.
+                let first = Progress::current().expect("set inside the call");
+                let second = Progress::current().expect("set inside the call");
+                let kept = (0..MAX_PROGRESS_UPDATES)
+                    .filter(|_| first.log("first"))
+                    .count();
+                kept + usize::from(second.log("second"))
+            })
+            .await;
+        assert_eq!(
+            kept, MAX_PROGRESS_UPDATES as usize,
+            "a second handle does not get a cap of its own"
+        );
+        let Some(ToolNotice::Progress {
+            tool_call_id, name, ..
+        }) = inbox.recv().await
+        else {
+            panic!("a progress notice");
+        };
+        assert_eq!((tool_call_id.as_str(), name.as_str()), ("call_7", "lookup"));
+        // A call that never asks sends nothing, and the next call's handle is its own.
+        notices.scope("call_8", "lookup", async {}).await;
+        let fresh = notices
+            .scope("call_9", "lookup", async {
+                Progress::current().is_some_and(|progress| progress.say("again"))
+            })
+            .await;
+        assert!(fresh, "a new call starts with a fresh cap");
     }
 
     #[test]
