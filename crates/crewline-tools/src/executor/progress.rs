@@ -89,9 +89,13 @@ pub enum ToolNotice {
 }
 
 /// The session's end of the notices: the sending side shared by its calls, the background
-/// calls' limit and their cancellation. Cheap to clone; every clone is the same session's.
+/// calls' limit and their cancellation. Cheap to clone (one reference count: the executor
+/// clones it for every tool call); every clone is the same session's.
 #[derive(Clone)]
-pub struct ToolNotices {
+pub struct ToolNotices(Arc<Session>);
+
+/// What every clone of one session's [`ToolNotices`] shares.
+struct Session {
     sender: mpsc::Sender<ToolNotice>,
     ended: CancellationToken,
     running: Arc<Semaphore>,
@@ -104,8 +108,8 @@ pub struct ToolNotices {
 impl fmt::Debug for ToolNotices {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolNotices")
-            .field("ended", &self.ended.is_cancelled())
-            .field("free_background_slots", &self.running.available_permits())
+            .field("ended", &self.0.ended.is_cancelled())
+            .field("free_background_slots", &self.0.running.available_permits())
             .finish_non_exhaustive()
     }
 }
@@ -115,48 +119,56 @@ impl ToolNotices {
     /// the receiver is the session's to read.
     pub fn channel(max_background: usize) -> (Self, mpsc::Receiver<ToolNotice>) {
         let (sender, receiver) = mpsc::channel(NOTICE_QUEUE);
-        let notices = Self {
+        let notices = Self(Arc::new(Session {
             sender,
             ended: CancellationToken::new(),
             running: Arc::new(Semaphore::new(max_background)),
             started: Arc::default(),
             inherited: Arc::default(),
-        };
+        }));
         (notices, receiver)
     }
 
     /// The session ended: its background calls are cancelled (their futures dropped), and
     /// no new one starts.
     pub fn end(&self) {
-        self.ended.cancel();
+        self.0.ended.cancel();
     }
 
     /// Whether the session ended.
     pub fn is_ended(&self) -> bool {
-        self.ended.is_cancelled()
+        self.0.ended.is_cancelled()
     }
 
     /// The same channel, knowing the background calls an earlier connection of the same
     /// call started (as [`started`](Self::started) gave them): they do not run again.
-    pub fn with_started(mut self, started: impl IntoIterator<Item = String>) -> Self {
+    pub fn with_started(self, started: impl IntoIterator<Item = String>) -> Self {
         let inherited: HashSet<String> = started.into_iter().collect();
-        self.started
+        let session = &*self.0;
+        session
+            .started
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(inherited.iter().cloned());
-        self.inherited = Arc::new(inherited);
-        self
+        Self(Arc::new(Session {
+            sender: session.sender.clone(),
+            ended: session.ended.clone(),
+            running: Arc::clone(&session.running),
+            started: Arc::clone(&session.started),
+            inherited: Arc::new(inherited),
+        }))
     }
 
     /// Whether the background call `key` was started by an earlier connection of the call.
     pub(crate) fn is_inherited(&self, key: &str) -> bool {
-        self.inherited.contains(key)
+        self.0.inherited.contains(key)
     }
 
     /// The background calls this session started (tool name and a hash of the arguments),
     /// for a checkpoint to carry over a reconnect.
     pub fn started(&self) -> Vec<String> {
         let mut started: Vec<String> = self
+            .0
             .started
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -169,18 +181,22 @@ impl ToolNotices {
 
     /// Fires when the session ends.
     pub(crate) fn ended(&self) -> &CancellationToken {
-        &self.ended
+        &self.0.ended
     }
 
     /// A slot for one more background call, if the session has one free.
     pub(crate) fn background_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.running).try_acquire_owned().ok()
+        Arc::clone(&self.0.running).try_acquire_owned().ok()
     }
 
     /// Marks the background call `key` started; `false` if it was already (it runs once),
     /// or if the session holds [`MAX_BACKGROUND_CALLS`] already.
     pub(crate) fn first_start(&self, key: &str) -> Option<bool> {
-        let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut started = self
+            .0
+            .started
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if started.contains(key) {
             return Some(false);
         }
@@ -194,7 +210,13 @@ impl ToolNotices {
     /// Hands a background call's result to the session (waits for room: it is never dropped
     /// while the session lives).
     pub(crate) async fn landed(&self, result: ToolResult) {
-        if self.sender.send(ToolNotice::Landed(result)).await.is_err() {
+        if self
+            .0
+            .sender
+            .send(ToolNotice::Landed(result))
+            .await
+            .is_err()
+        {
             tracing::debug!("a background call landed after its session ended");
         }
     }
@@ -298,7 +320,7 @@ impl Progress {
             speak,
         };
         // Progress is advice: a session that has not read the last ones gets no more.
-        shared.notices.sender.try_send(notice).is_ok()
+        shared.notices.0.sender.try_send(notice).is_ok()
     }
 }
 
