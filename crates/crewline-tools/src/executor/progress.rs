@@ -24,7 +24,7 @@ use std::{
     fmt,
     future::Future,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc, Mutex, OnceLock, PoisonError,
         atomic::{AtomicU32, Ordering},
     },
 };
@@ -35,7 +35,34 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 tokio::task_local! {
-    static CURRENT: Progress;
+    static CURRENT: Slot;
+}
+
+/// What the executor sets around a tool's call: what its [`Progress`] is made of, made only
+/// when the tool asks for it. Most tools never report progress, and their calls pay one
+/// allocation here (the id and name), not the handle's three (issue 36's bench).
+struct Slot {
+    notices: ToolNotices,
+    /// The call's id followed by the tool's name.
+    call: String,
+    /// Where the id ends in `call`.
+    id_len: usize,
+    progress: OnceLock<Progress>,
+}
+
+impl Slot {
+    /// The call's handle, the same for every [`Progress::current`] of the call (they share
+    /// its cap on updates).
+    fn progress(&self) -> &Progress {
+        self.progress.get_or_init(|| {
+            Progress(Arc::new(Shared {
+                notices: self.notices.clone(),
+                call: self.call.clone(),
+                id_len: self.id_len,
+                sent: AtomicU32::new(0),
+            }))
+        })
+    }
 }
 
 /// The most bytes of one progress update that are kept (cut at a character boundary).
@@ -83,9 +110,13 @@ pub enum ToolNotice {
 }
 
 /// The session's end of the notices: the sending side shared by its calls, the background
-/// calls' limit and their cancellation. Cheap to clone; every clone is the same session's.
+/// calls' limit and their cancellation. Cheap to clone (one reference count: the executor
+/// clones it for every tool call); every clone is the same session's.
 #[derive(Clone)]
-pub struct ToolNotices {
+pub struct ToolNotices(Arc<Session>);
+
+/// What every clone of one session's [`ToolNotices`] shares.
+struct Session {
     sender: mpsc::Sender<ToolNotice>,
     ended: CancellationToken,
     running: Arc<Semaphore>,
@@ -99,12 +130,28 @@ pub struct ToolNotices {
     record: Option<Arc<dyn BackgroundRecord>>,
 }
 
+impl Session {
+    /// Another handle on the same session's state (the channel, the token, the sets), for a
+    /// builder that changes one field.
+    fn copy(&self) -> Self {
+        Self {
+            sender: self.sender.clone(),
+            ended: self.ended.clone(),
+            running: Arc::clone(&self.running),
+            started: Arc::clone(&self.started),
+            inherited: Arc::clone(&self.inherited),
+            landed: Arc::clone(&self.landed),
+            record: self.record.clone(),
+        }
+    }
+}
+
 impl fmt::Debug for ToolNotices {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolNotices")
-            .field("ended", &self.ended.is_cancelled())
-            .field("free_background_slots", &self.running.available_permits())
-            .field("recorded", &self.record.is_some())
+            .field("ended", &self.0.ended.is_cancelled())
+            .field("free_background_slots", &self.0.running.available_permits())
+            .field("recorded", &self.0.record.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -114,7 +161,7 @@ impl ToolNotices {
     /// the receiver is the session's to read.
     pub fn channel(max_background: usize) -> (Self, mpsc::Receiver<ToolNotice>) {
         let (sender, receiver) = mpsc::channel(NOTICE_QUEUE);
-        let notices = Self {
+        let notices = Self(Arc::new(Session {
             sender,
             ended: CancellationToken::new(),
             running: Arc::new(Semaphore::new(max_background)),
@@ -122,64 +169,69 @@ impl ToolNotices {
             inherited: Arc::default(),
             landed: Arc::default(),
             record: None,
-        };
+        }));
         (notices, receiver)
     }
 
     /// The session ended: its background calls are cancelled (their futures dropped), and
     /// no new one starts.
     pub fn end(&self) {
-        self.ended.cancel();
+        self.0.ended.cancel();
     }
 
     /// Whether the session ended.
     pub fn is_ended(&self) -> bool {
-        self.ended.is_cancelled()
+        self.0.ended.is_cancelled()
     }
 
     /// The same channel, knowing the background calls an earlier connection of the same
     /// call started (as [`started`](Self::started) gave them): they do not run again.
-    pub fn with_started(mut self, started: impl IntoIterator<Item = String>) -> Self {
+    pub fn with_started(self, started: impl IntoIterator<Item = String>) -> Self {
         let inherited: HashSet<String> = started.into_iter().collect();
-        lock(&self.started).extend(inherited.iter().cloned());
-        self.inherited = Arc::new(inherited);
-        self
+        lock(&self.0.started).extend(inherited.iter().cloned());
+        let session = &*self.0;
+        Self(Arc::new(Session {
+            inherited: Arc::new(inherited),
+            ..session.copy()
+        }))
     }
 
     /// The same channel, knowing the background calls of an earlier connection of the same
     /// call that landed (as [`landed_calls`](Self::landed_calls) gave them): asked again, the
     /// model reads that they ran, not that their outcome is unknown.
     pub fn with_landed(self, landed: impl IntoIterator<Item = String>) -> Self {
-        lock(&self.landed).extend(landed);
+        lock(&self.0.landed).extend(landed);
         self
     }
 
     /// The same channel, recording each background call's start in `record` before the call
     /// starts.
-    pub fn with_record(mut self, record: Arc<dyn BackgroundRecord>) -> Self {
-        self.record = Some(record);
-        self
+    pub fn with_record(self, record: Arc<dyn BackgroundRecord>) -> Self {
+        Self(Arc::new(Session {
+            record: Some(record),
+            ..self.0.copy()
+        }))
     }
 
     /// Whether the background call `key` was started by an earlier connection of the call.
     pub(crate) fn is_inherited(&self, key: &str) -> bool {
-        self.inherited.contains(key)
+        self.0.inherited.contains(key)
     }
 
     /// Whether the background call `key` landed (here or on an earlier connection).
     pub(crate) fn has_landed(&self, key: &str) -> bool {
-        lock(&self.landed).contains(key)
+        lock(&self.0.landed).contains(key)
     }
 
     /// Marks the background call `key` landed.
     pub(crate) fn mark_landed(&self, key: &str) {
-        lock(&self.landed).insert(key.to_owned());
+        lock(&self.0.landed).insert(key.to_owned());
     }
 
     /// The background calls that landed (tool name and a hash of the arguments), for a
     /// checkpoint to carry over a reconnect.
     pub fn landed_calls(&self) -> Vec<String> {
-        let mut landed: Vec<String> = lock(&self.landed).iter().cloned().collect();
+        let mut landed: Vec<String> = lock(&self.0.landed).iter().cloned().collect();
         landed.sort();
         landed
     }
@@ -188,7 +240,7 @@ impl ToolNotices {
     pub(crate) async fn record_started(
         &self,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        match &self.record {
+        match &self.0.record {
             Some(record) => record.record(self.started()).await,
             None => Ok(()),
         }
@@ -196,31 +248,31 @@ impl ToolNotices {
 
     /// Forgets that `key` started: its start could not be recorded, so it did not start.
     pub(crate) fn forget_start(&self, key: &str) {
-        lock(&self.started).remove(key);
+        lock(&self.0.started).remove(key);
     }
 
     /// The background calls this session started (tool name and a hash of the arguments),
     /// for a checkpoint to carry over a reconnect.
     pub fn started(&self) -> Vec<String> {
-        let mut started: Vec<String> = lock(&self.started).iter().cloned().collect();
+        let mut started: Vec<String> = lock(&self.0.started).iter().cloned().collect();
         started.sort();
         started
     }
 
     /// Fires when the session ends.
     pub(crate) fn ended(&self) -> &CancellationToken {
-        &self.ended
+        &self.0.ended
     }
 
     /// A slot for one more background call, if the session has one free.
     pub(crate) fn background_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        Arc::clone(&self.running).try_acquire_owned().ok()
+        Arc::clone(&self.0.running).try_acquire_owned().ok()
     }
 
     /// Marks the background call `key` started; `false` if it was already (it runs once),
     /// or if the session holds [`MAX_BACKGROUND_CALLS`] already.
     pub(crate) fn first_start(&self, key: &str) -> Option<bool> {
-        let mut started = lock(&self.started);
+        let mut started = lock(&self.0.started);
         if started.contains(key) {
             return Some(false);
         }
@@ -234,7 +286,13 @@ impl ToolNotices {
     /// Hands a background call's result to the session (waits for room: it is never dropped
     /// while the session lives).
     pub(crate) async fn landed(&self, result: ToolResult) {
-        if self.sender.send(ToolNotice::Landed(result)).await.is_err() {
+        if self
+            .0
+            .sender
+            .send(ToolNotice::Landed(result))
+            .await
+            .is_err()
+        {
             tracing::debug!("a background call landed after its session ended");
         }
     }
@@ -246,13 +304,16 @@ impl ToolNotices {
         name: &str,
         future: F,
     ) -> impl Future<Output = F::Output> + use<F> {
-        let progress = Progress {
+        let mut call = String::with_capacity(tool_call_id.len() + name.len());
+        call.push_str(tool_call_id);
+        call.push_str(name);
+        let slot = Slot {
             notices: self.clone(),
-            tool_call_id: tool_call_id.into(),
-            name: name.into(),
-            sent: Arc::new(AtomicU32::new(0)),
+            call,
+            id_len: tool_call_id.len(),
+            progress: OnceLock::new(),
         };
-        CURRENT.scope(progress, future)
+        CURRENT.scope(slot, future)
     }
 }
 
@@ -273,18 +334,33 @@ fn lock(set: &Mutex<HashSet<String>>) -> std::sync::MutexGuard<'_, HashSet<Strin
 /// assert!(Progress::current().is_none());
 /// ```
 #[derive(Clone)]
-pub struct Progress {
+pub struct Progress(Arc<Shared>);
+
+/// One call's progress, shared by every handle of it.
+struct Shared {
     notices: ToolNotices,
-    tool_call_id: Arc<str>,
-    name: Arc<str>,
-    sent: Arc<AtomicU32>,
+    /// The call's id followed by the tool's name, as in [`Slot`].
+    call: String,
+    id_len: usize,
+    /// Updates sent so far (capped at [`MAX_PROGRESS_UPDATES`]).
+    sent: AtomicU32,
+}
+
+impl Shared {
+    fn tool_call_id(&self) -> &str {
+        self.call.get(..self.id_len).unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.call.get(self.id_len..).unwrap_or_default()
+    }
 }
 
 impl fmt::Debug for Progress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Progress")
-            .field("tool_call_id", &self.tool_call_id)
-            .field("name", &self.name)
+            .field("tool_call_id", &self.0.tool_call_id())
+            .field("name", &self.0.name())
             .finish_non_exhaustive()
     }
 }
@@ -293,7 +369,7 @@ impl Progress {
     /// The progress of the call the current tool runs for; `None` outside a tool's call or
     /// in a session that takes no notices.
     pub fn current() -> Option<Self> {
-        CURRENT.try_with(Clone::clone).ok()
+        CURRENT.try_with(|slot| slot.progress().clone()).ok()
     }
 
     /// Says `text` to the caller (between the agent's sentences, never over the caller);
@@ -308,20 +384,24 @@ impl Progress {
     }
 
     fn send(&self, mut text: String, speak: bool) -> bool {
-        if self.sent.fetch_add(1, Ordering::Relaxed) >= MAX_PROGRESS_UPDATES {
-            tracing::debug!(tool = %self.name, "progress past the per-call cap dropped");
+        let shared = &*self.0;
+        if shared.sent.fetch_add(1, Ordering::Relaxed) >= MAX_PROGRESS_UPDATES {
+            tracing::debug!(
+                tool = shared.name(),
+                "progress past the per-call cap dropped"
+            );
             return false;
         }
         let kept = crewline_core::prefix(&text, MAX_PROGRESS_BYTES).len();
         text.truncate(kept);
         let notice = ToolNotice::Progress {
-            tool_call_id: self.tool_call_id.to_string(),
-            name: self.name.to_string(),
+            tool_call_id: shared.tool_call_id().to_owned(),
+            name: shared.name().to_owned(),
             text,
             speak,
         };
         // Progress is advice: a session that has not read the last ones gets no more.
-        self.notices.sender.try_send(notice).is_ok()
+        shared.notices.0.sender.try_send(notice).is_ok()
     }
 }
 
@@ -366,6 +446,41 @@ mod tests {
         }
         assert_eq!(queued, NOTICE_QUEUE);
         assert!(Progress::current().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_handles_of_one_call_share_its_cap_and_name_it() {
+        let (notices, mut inbox) = ToolNotices::channel(DEFAULT_MAX_BACKGROUND);
+        let kept = notices
+            .scope("call_7", "lookup", async {
+                // Made on the first ask; the second ask is the same call's handle.
+                let first = Progress::current().expect("set inside the call");
+                let second = Progress::current().expect("set inside the call");
+                let kept = (0..MAX_PROGRESS_UPDATES)
+                    .filter(|_| first.log("first"))
+                    .count();
+                kept + usize::from(second.log("second"))
+            })
+            .await;
+        assert_eq!(
+            kept, MAX_PROGRESS_UPDATES as usize,
+            "a second handle does not get a cap of its own"
+        );
+        let Some(ToolNotice::Progress {
+            tool_call_id, name, ..
+        }) = inbox.recv().await
+        else {
+            panic!("a progress notice");
+        };
+        assert_eq!((tool_call_id.as_str(), name.as_str()), ("call_7", "lookup"));
+        // A call that never asks sends nothing, and the next call's handle is its own.
+        notices.scope("call_8", "lookup", async {}).await;
+        let fresh = notices
+            .scope("call_9", "lookup", async {
+                Progress::current().is_some_and(|progress| progress.say("again"))
+            })
+            .await;
+        assert!(fresh, "a new call starts with a fresh cap");
     }
 
     #[test]

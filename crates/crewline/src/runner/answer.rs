@@ -146,8 +146,12 @@ impl OutputRunner {
                 Some(event) = next_interrupt(&mut self.io.interrupt) => {
                     return relay.end(Some(event), None);
                 }
+                item = next => item,
                 // What a tool says while the turn runs (its tools are running then): said
-                // between sentences, else held for later.
+                // between sentences, else held for later. After the turn's own stream, so the
+                // notices are polled only when the stream waits (as it does while a tool
+                // runs), not on every chunk (BENCHMARKS.md, issue 36's row); a notice waits
+                // until the stream next waits, or the turn's end and then the node's loop.
                 Some(notice) = next_notice_in_turn(&mut self.notices) => {
                     if let Some(log) = relay.notice(notice, &mut self.notices)
                         && let Some(event) =
@@ -161,7 +165,6 @@ impl OutputRunner {
                     }
                     continue;
                 }
-                item = next => item,
             };
             let body = match item {
                 Ok(Some(Ok(event))) => match relay.body(event) {

@@ -88,7 +88,8 @@ async fn call_tool(
     };
     // A key of its own, minted only if the tool asks for it (no store is involved).
     let guarded = IdempotencyKey::lazily(handle.clone().scope(guarded_call(entry, arguments)));
-    // Its progress goes to the session, when the session takes it (no allocation either way).
+    // Its progress goes to the session, when the session takes it (one allocation, the id and
+    // name; the handle itself only if the tool asks for it).
     let guarded = match context.scope.tool_notices() {
         Some(notices) => Either::Left(notices.scope(&call.id, &call.name, guarded)),
         None => Either::Right(guarded),
