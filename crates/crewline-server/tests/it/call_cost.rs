@@ -70,6 +70,14 @@ fn usage_log(frames: &[Value]) -> Value {
     let mut payload = logs[0]["payload"].clone();
     assert_eq!(payload["turn_id"], start["request_id"], "{payload}");
     payload["turn_id"] = json!("<turn>");
+    // The context's size after the turn (a long call's figure): there, and a count.
+    let context = payload
+        .as_object_mut()
+        .and_then(|payload| payload.remove("context_tokens"));
+    assert!(
+        context.is_some_and(|tokens| tokens.as_u64() > Some(0)),
+        "{payload}"
+    );
     payload
 }
 
@@ -104,7 +112,8 @@ async fn each_turn_logs_its_usage_and_cost_and_the_call_total_and_metrics_add_up
                 "provider": null,
                 "usage": turn_usage,
                 "cost": TURN_COST,
-                "call": {"turns": 1, "usage": turn_usage, "cost": TURN_COST, "priced_turns": 1},
+                "call": {"turns": 1, "usage": turn_usage, "cost": TURN_COST, "priced_turns": 1,
+                    "summaries": 0},
             })
         );
         // The last entry of the call holds what the whole call cost.
@@ -117,6 +126,7 @@ async fn each_turn_logs_its_usage_and_cost_and_the_call_total_and_metrics_add_up
                     "total_tokens": 2414, "reasoning_tokens": 6, "cached_tokens": 2048},
                 "cost": "0.0002148",
                 "priced_turns": 2,
+                "summaries": 0,
             })
         );
         call.close().await;
@@ -191,7 +201,8 @@ async fn a_model_server_that_reports_no_usage_is_said_so_and_the_call_goes_on() 
                 "provider": null,
                 "usage": null,
                 "cost": null,
-                "call": {"turns": turns, "usage": null, "cost": null, "priced_turns": 0},
+                "call": {"turns": turns, "usage": null, "cost": null, "priced_turns": 0,
+                    "summaries": 0},
             })
         );
     }
