@@ -119,10 +119,14 @@ async fn a_barge_in_on_a_remote_call_is_an_unknown_outcome_and_a_call_no_client_
     .await;
     assert_eq!(result.error_kind(), Some(ToolErrorKind::OutcomeUnknown));
     let event = taken.expect("taken");
-    // The withdraw runs behind the barge-in: let its round trip land first (an answer that
-    // comes before it is taken as the call's outcome, by design). 200 ms was not enough on a
-    // loaded two-core machine.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The withdraw runs behind the barge-in: wait until the store marks the call abandoned
+    // (an answer that comes before it is taken as the call's outcome, by design). A fixed
+    // pause (200 ms, then 2 s) was not enough on a loaded two-core machine.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !abandoned(&server, &task, &event.id).await {
+        assert!(Instant::now() < deadline, "the cut call was not abandoned");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         store
             .answer(&task, &event.id, ToolAnswer::ok(json!("paid")))
@@ -132,6 +136,31 @@ async fn a_barge_in_on_a_remote_call_is_an_unknown_outcome_and_a_call_no_client_
 }
 
 /// The bytes the store holds, all tasks together.
+/// Whether the store marked the call `event` of `task` abandoned (its state `x`), read from
+/// Redis itself: the withdraw behind a barge-in is not observable through the store's API.
+async fn abandoned(server: &RedisServer, task: &str, event: &str) -> bool {
+    let client = redis::Client::open(server.url()).expect("a client");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connected");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*calls:{task}"))
+        .query_async(&mut connection)
+        .await
+        .expect("KEYS");
+    let Some(key) = keys.first() else {
+        return false;
+    };
+    let state: Option<String> = redis::cmd("HGET")
+        .arg(key)
+        .arg(format!("c:{event}"))
+        .query_async(&mut connection)
+        .await
+        .expect("HGET");
+    state.as_deref() == Some("x")
+}
+
 async fn bytes(store: &RedisStore) -> usize {
     store.usage().await.expect("usage").bytes
 }
