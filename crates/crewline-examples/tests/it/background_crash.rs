@@ -40,7 +40,7 @@ use crewline_testkit::{
 };
 use serde_json::json;
 
-use crate::bank_crash::Redis;
+use crate::replicas::{Redis, Replica, WAIT, say};
 
 /// Set in a child process of this test binary: it is a replica.
 const REPLICA_VARIABLE: &str = "CREWLINE_TEST_BOOKING_REPLICA";
@@ -48,8 +48,6 @@ const REPLICA_VARIABLE: &str = "CREWLINE_TEST_BOOKING_REPLICA";
 const CHUNK_DELAY_VARIABLE: &str = "CREWLINE_TEST_BOOKING_CHUNK_DELAY_MS";
 /// The key prefix the replicas and the test share.
 const PREFIX: &str = "background-crash:";
-/// How long any step may take before the test fails instead of hanging.
-const WAIT: Duration = Duration::from_secs(20);
 /// The deposit a booking for two pays, in cents.
 const DEPOSIT: i64 = 2_000;
 /// What the model says when told that the booking landed.
@@ -142,87 +140,28 @@ fn replica_process() {
     });
 }
 
-/// A replica in a process of its own; killed (SIGKILL) when dropped.
-struct Replica {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Replica {
-    /// A replica whose model speaks a chunk every `chunk_delay`.
-    fn start(redis: &Redis, bank: &RunningBank, chunk_delay: Duration) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("this test binary"))
-            .args([
-                "background_crash::replica_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(REPLICA_VARIABLE, "1")
-            .env(CHUNK_DELAY_VARIABLE, chunk_delay.as_millis().to_string())
-            .env("CREWLINE_REDIS_URL", redis.url())
-            .env("CREWLINE_REDIS_PREFIX", PREFIX)
-            .env(BANK_URL_VARIABLE, bank.url())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("a replica process");
-        let stdout = child.stdout.take().expect("its stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let port = loop {
-            let line = lines
-                .next()
-                .expect("the replica printed its port")
-                .expect("a line");
-            // libtest writes `test replica_process ... ` before it, on the same line.
-            if let Some((_, port)) = line.split_once("PORT=") {
-                break port.trim().parse::<u16>().expect("a port");
-            }
-        };
-        // The rest of its output is not read: keep the pipe drained so it never blocks.
-        std::thread::spawn(move || for _ in lines {});
-        Self {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
-    }
-
-    /// SIGKILL: no polite path, nothing flushed or released.
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A replica serving the restaurant line, its model speaking a chunk every `chunk_delay`.
+fn replica(redis: &Redis, bank: &RunningBank, chunk_delay: Duration) -> Replica {
+    replica(
+        "background_crash::replica_process",
+        &[
+            (REPLICA_VARIABLE, "1".to_owned()),
+            (CHUNK_DELAY_VARIABLE, chunk_delay.as_millis().to_string()),
+            ("CREWLINE_REDIS_URL", redis.url()),
+            ("CREWLINE_REDIS_PREFIX", PREFIX.to_owned()),
+            (BANK_URL_VARIABLE, bank.url()),
+        ],
+    )
 }
 
 /// The platform's connection for the phone call `call_id` to `replica`.
 async fn phone_call(replica: &Replica, call_id: &str) -> PlatformClient {
-    let mut config = PlatformConfig::new(format!("ws://{}/ws", replica.addr));
-    config.conversation_type = crewline::protocol::ConversationType::TelephonyInbound;
-    config.caller = Some(crewline::protocol::Caller {
-        call_id: Some(call_id.to_owned()),
-        ..Default::default()
-    });
-    tokio::time::timeout(WAIT, PlatformClient::connect(config))
+    replica
+        .call(
+            call_id,
+            Some(crewline::protocol::ConversationType::TelephonyInbound),
+        )
         .await
-        .expect("the handshake ended in time")
-        .expect("handshake")
-}
-
-/// Sends the caller's `words` and waits for the crew's whole turn.
-async fn say(client: &mut PlatformClient, words: &str) -> TurnSummary {
-    let turn = client.user_turn(words).expect("turn sent").finish();
-    tokio::time::timeout(WAIT, turn)
-        .await
-        .expect("the turn ended in time")
-        .expect("turn finished")
 }
 
 /// The `status` the turn's only tool call answered with.
@@ -288,7 +227,7 @@ async fn a_booking_whose_replica_is_killed_while_it_runs_is_not_run_again() {
 
     // A speaks slowly, so the kill falls before its turn ends (the turn's own checkpoint
     // write): only a record written before the booking started survives it.
-    let a = Replica::start(&redis, &bank, Duration::from_millis(400));
+    let a = replica(&redis, &bank, Duration::from_millis(400));
     let mut on_a = phone_call(&a, call_id).await;
     let asked = on_a
         .user_turn("Please book a table for 2 tonight.")
@@ -302,7 +241,7 @@ async fn a_booking_whose_replica_is_killed_while_it_runs_is_not_run_again() {
     drop(on_a);
 
     // The platform reconnects the call to B; the caller heard nothing back and asks again.
-    let b = Replica::start(&redis, &bank, Duration::from_millis(5));
+    let b = replica(&redis, &bank, Duration::from_millis(5));
     let mut on_b = phone_call(&b, call_id).await;
     on_b.set_messages(vec![
         json!({"role": "user", "content": "Please book a table for 2 tonight."}),
@@ -334,7 +273,7 @@ async fn a_booking_that_landed_before_its_replica_is_killed_is_not_run_again() {
         .expect("the fake bank");
     let call_id = "call-booking-crash-2";
 
-    let a = Replica::start(&redis, &bank, Duration::from_millis(5));
+    let a = replica(&redis, &bank, Duration::from_millis(5));
     let mut on_a = phone_call(&a, call_id).await;
     let started = say(&mut on_a, "Please book a table for 2 tonight.").await;
     assert_eq!(status(&started), "started");
@@ -355,7 +294,7 @@ async fn a_booking_that_landed_before_its_replica_is_killed_is_not_run_again() {
     until_checkpointed(&redis, call_id, "crewline.background_landed").await;
     a.kill();
 
-    let b = Replica::start(&redis, &bank, Duration::from_millis(5));
+    let b = replica(&redis, &bank, Duration::from_millis(5));
     let mut on_b = phone_call(&b, call_id).await;
     let mut heard = on_a.messages().to_vec();
     heard.push(json!({"role": "assistant", "content": BOOKED}));

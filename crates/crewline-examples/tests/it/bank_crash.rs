@@ -31,89 +31,14 @@ use crewline_testkit::{
 };
 use serde_json::json;
 
+use crate::replicas::{Redis, Replica, WAIT, say};
+
 /// Set in a child process of this test binary: it is a replica.
 const REPLICA_VARIABLE: &str = "CREWLINE_TEST_BANK_REPLICA";
 /// Set in a child process: the scripted model's pause between chunks, in milliseconds.
 const CHUNK_DELAY_VARIABLE: &str = "CREWLINE_TEST_BANK_CHUNK_DELAY_MS";
 /// The key prefix the replicas and the test share.
 const PREFIX: &str = "bank-crash:";
-/// How long any step may take before the test fails instead of hanging.
-const WAIT: Duration = Duration::from_secs(20);
-
-/// A `redis-server` on a free loopback port, killed when dropped (also `background_crash`'s).
-pub(crate) struct Redis {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Redis {
-    /// A fresh server (RDB snapshots configured, as a stock one has, so crewline's
-    /// persistence check accepts it), or `None` with a note where `redis-server` is missing.
-    pub(crate) fn start() -> Option<Self> {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("crewline-bank-crash-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("the server's directory");
-        let child = match Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "3600 1", "--appendonly", "no", "--dir"])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(error) => {
-                assert!(
-                    std::env::var("CREWLINE_REQUIRE_REDIS").as_deref() != Ok("1"),
-                    "redis-server is not installed, and CREWLINE_REQUIRE_REDIS=1 requires it"
-                );
-                // Past the test harness's capture, so that every run shows what it skipped.
-                {
-                    use std::io::Write as _;
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "SKIPPED: redis-server could not be started ({error})"
-                    );
-                }
-                return None;
-            }
-        };
-        let redis = Self { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !redis.pong() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Some(redis)
-    }
-
-    fn pong(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
-            return false;
-        };
-        let mut reply = [0; 7];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG\r\n"
-    }
-
-    pub(crate) fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Not a test on its own: in a child process started by a [`Replica`] (the variable set),
 /// serves the bank crew as `examples/bank_support.rs` does (transfers booked by the bank at
@@ -150,90 +75,28 @@ fn replica_process() {
     });
 }
 
-/// A replica in a process of its own; killed (SIGKILL) when dropped.
-struct Replica {
-    child: Child,
-    addr: SocketAddr,
+/// A replica serving the bank crew, its model speaking a chunk every 5 ms.
+fn replica(redis: &Redis, bank: &RunningBank) -> Replica {
+    replica_speaking_every(redis, bank, Duration::from_millis(5))
 }
 
-impl Replica {
-    fn start(redis: &Redis, bank: &RunningBank) -> Self {
-        Self::start_speaking_every(redis, bank, Duration::from_millis(5))
-    }
-
-    /// A replica whose model speaks a chunk every `chunk_delay`.
-    fn start_speaking_every(redis: &Redis, bank: &RunningBank, chunk_delay: Duration) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("this test binary"))
-            .args([
-                "bank_crash::replica_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(REPLICA_VARIABLE, "1")
-            .env(CHUNK_DELAY_VARIABLE, chunk_delay.as_millis().to_string())
-            .env("CREWLINE_REDIS_URL", redis.url())
-            .env("CREWLINE_REDIS_PREFIX", PREFIX)
-            .env(bank::BANK_URL_VARIABLE, bank.url())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("a replica process");
-        let stdout = child.stdout.take().expect("its stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let port = loop {
-            let line = lines
-                .next()
-                .expect("the replica printed its port")
-                .expect("a line");
-            // libtest writes `test replica_process ... ` before it, on the same line.
-            if let Some((_, port)) = line.split_once("PORT=") {
-                break port.trim().parse::<u16>().expect("a port");
-            }
-        };
-        // The rest of its output is not read: keep the pipe drained so it never blocks.
-        std::thread::spawn(move || for _ in lines {});
-        Self {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
-    }
-
-    /// SIGKILL: no polite path, nothing flushed or released.
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A replica whose model speaks a chunk every `chunk_delay`.
+fn replica_speaking_every(redis: &Redis, bank: &RunningBank, chunk_delay: Duration) -> Replica {
+    replica(
+        "bank_crash::replica_process",
+        &[
+            (REPLICA_VARIABLE, "1".to_owned()),
+            (CHUNK_DELAY_VARIABLE, chunk_delay.as_millis().to_string()),
+            ("CREWLINE_REDIS_URL", redis.url()),
+            ("CREWLINE_REDIS_PREFIX", PREFIX.to_owned()),
+            (bank::BANK_URL_VARIABLE, bank.url()),
+        ],
+    )
 }
 
 /// The platform's connection for the phone call `call_id` to `replica`.
 async fn phone_call(replica: &Replica, call_id: &str) -> PlatformClient {
-    let mut config = PlatformConfig::new(format!("ws://{}/ws", replica.addr));
-    config.caller = Some(crewline::protocol::Caller {
-        call_id: Some(call_id.to_owned()),
-        ..Default::default()
-    });
-    tokio::time::timeout(WAIT, PlatformClient::connect(config))
-        .await
-        .expect("the handshake ended in time")
-        .expect("handshake")
-}
-
-/// Sends the caller's `words` and waits for the crew's whole turn.
-async fn say(client: &mut PlatformClient, words: &str) -> TurnSummary {
-    let turn = client.user_turn(words).expect("turn sent").finish();
-    tokio::time::timeout(WAIT, turn)
-        .await
-        .expect("the turn ended in time")
-        .expect("turn finished")
+    replica.call(call_id, None).await
 }
 
 /// Waits until the call's checkpoint in Redis holds the question the agent asked (written
@@ -276,7 +139,7 @@ async fn a_yes_after_the_asking_replica_is_killed_sends_once_and_is_not_asked_ag
         .expect("the fake bank");
     let call_id = "call-bank-crash-1";
 
-    let a = Replica::start(&redis, &bank);
+    let a = replica(&redis, &bank);
     let mut on_a = phone_call(&a, call_id).await;
     let ask = say(&mut on_a, "Please send $50 to Alice.").await;
     assert_eq!(ask.text, "Shall I transfer $50.00 to Alice?");
@@ -285,7 +148,7 @@ async fn a_yes_after_the_asking_replica_is_killed_sends_once_and_is_not_asked_ag
     // Replica A dies while the caller thinks; the platform reconnects the call to B with the
     // same call id and the conversation so far, and the caller says yes.
     a.kill();
-    let b = Replica::start(&redis, &bank);
+    let b = replica(&redis, &bank);
     let mut on_b = phone_call(&b, call_id).await;
     on_b.set_messages(on_a.messages().to_vec());
     drop(on_a);
@@ -320,7 +183,7 @@ async fn a_yes_after_a_kill_mid_question_approves_nothing_the_caller_did_not_hea
     let call_id = "call-bank-crash-2";
 
     // A speaks slowly, so the kill falls while it asks, after the transfer was parked.
-    let a = Replica::start_speaking_every(&redis, &bank, Duration::from_millis(400));
+    let a = replica_speaking_every(&redis, &bank, Duration::from_millis(400));
     let mut on_a = phone_call(&a, call_id).await;
     let mut ask = on_a
         .user_turn("Please send $50 to Alice.")
@@ -340,7 +203,7 @@ async fn a_yes_after_a_kill_mid_question_approves_nothing_the_caller_did_not_hea
     drop(on_a);
 
     // The caller heard no question; their "yes" on B answers something else.
-    let b = Replica::start(&redis, &bank);
+    let b = replica(&redis, &bank);
     let mut on_b = phone_call(&b, call_id).await;
     on_b.set_messages(vec![
         json!({"role": "user", "content": "Please send $50 to Alice."}),

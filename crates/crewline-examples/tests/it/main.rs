@@ -5,6 +5,7 @@
 mod background_crash;
 mod bank_crash;
 mod fallback_flags;
+mod replicas;
 mod shared_breakers;
 mod slow_booking;
 mod voice_agent_idle;
