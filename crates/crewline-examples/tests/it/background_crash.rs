@@ -19,9 +19,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    io::{BufRead, BufReader},
     net::SocketAddr,
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -36,7 +34,7 @@ use crewline_redis::{RedisCheckpoints, RedisConfig};
 use crewline_server::{CrewServer, call_store_from_env};
 use crewline_testkit::{
     bank::{FakeBank, RunningBank},
-    platform::{CrewFrame, PlatformClient, PlatformConfig, ToolOutcome, TurnSummary},
+    platform::{CrewFrame, PlatformClient, ToolOutcome, TurnSummary},
 };
 use serde_json::json;
 
@@ -142,7 +140,7 @@ fn replica_process() {
 
 /// A replica serving the restaurant line, its model speaking a chunk every `chunk_delay`.
 fn replica(redis: &Redis, bank: &RunningBank, chunk_delay: Duration) -> Replica {
-    replica(
+    Replica::start(
         "background_crash::replica_process",
         &[
             (REPLICA_VARIABLE, "1".to_owned()),

@@ -13,9 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
-    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
-    process::{Child, Command, Stdio},
+    net::SocketAddr,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -27,7 +25,7 @@ use crewline_server::CrewServer;
 use crewline_server::call_store_from_env;
 use crewline_testkit::{
     bank::{FakeBank, RunningBank},
-    platform::{CrewFrame, PlatformClient, PlatformConfig, TurnSummary},
+    platform::{CrewFrame, PlatformClient},
 };
 use serde_json::json;
 
@@ -82,7 +80,7 @@ fn replica(redis: &Redis, bank: &RunningBank) -> Replica {
 
 /// A replica whose model speaks a chunk every `chunk_delay`.
 fn replica_speaking_every(redis: &Redis, bank: &RunningBank, chunk_delay: Duration) -> Replica {
-    replica(
+    Replica::start(
         "bank_crash::replica_process",
         &[
             (REPLICA_VARIABLE, "1".to_owned()),

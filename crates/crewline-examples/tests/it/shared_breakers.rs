@@ -10,8 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    io::{Read, Write},
-    net::{Ipv4Addr, TcpListener, TcpStream},
+    io::Read,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -29,87 +28,14 @@ use crewline_testkit::mock_llm::{
 };
 use serde_json::json;
 
+use crate::replicas::Redis;
+
 /// Set in a child process: which replica it is (`a` or `b`).
 const ROLE_VARIABLE: &str = "CREWLINE_TEST_FALLBACK_REPLICA";
 /// The backup provider's key, in the variable `--fallback-api-key-env` names.
 const BACKUP_KEY: &str = "sk-backup-test-7d1f";
 /// Generous: only reached when the test is about to fail.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-/// A `redis-server` on a free loopback port, killed when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Redis {
-    fn start() -> Option<Self> {
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "crewline-shared-breakers-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("the server's directory");
-        let child = match Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "3600 1", "--appendonly", "no", "--dir"])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(error) => {
-                assert!(
-                    std::env::var("CREWLINE_REQUIRE_REDIS").as_deref() != Ok("1"),
-                    "redis-server is not installed, and CREWLINE_REQUIRE_REDIS=1 requires it"
-                );
-                // Past the test harness's capture, so that every run shows what it skipped.
-                {
-                    use std::io::Write as _;
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "SKIPPED: redis-server could not be started ({error})"
-                    );
-                }
-                return None;
-            }
-        };
-        let redis = Self { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !redis.pong() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Some(redis)
-    }
-
-    fn pong(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
-            return false;
-        };
-        let mut reply = [0; 7];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG\r\n"
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// A child process killed when dropped.
 struct Replica(Child);
