@@ -124,7 +124,11 @@ async fn a_barge_in_on_a_remote_call_is_an_unknown_outcome_and_a_call_no_client_
     // pause (200 ms, then 2 s) was not enough on a loaded two-core machine.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !abandoned(&server, &task, &event.id).await {
-        assert!(Instant::now() < deadline, "the cut call was not abandoned");
+        assert!(
+            Instant::now() < deadline,
+            "the cut call was not abandoned: {:?}",
+            dump(&server, &task).await
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(
@@ -159,6 +163,40 @@ async fn abandoned(server: &RedisServer, task: &str, event: &str) -> bool {
         .await
         .expect("HGET");
     state.as_deref() == Some("x")
+}
+
+async fn dump(server: &RedisServer, task: &str) -> Vec<(String, String)> {
+    let client = redis::Client::open(server.url()).expect("a client");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connected");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*{task}*"))
+        .query_async(&mut connection)
+        .await
+        .expect("KEYS");
+    let mut out = Vec::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .expect("TYPE");
+        if kind == "hash" {
+            let all: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(&key)
+                .query_async(&mut connection)
+                .await
+                .expect("HGETALL");
+            for (f, v) in all {
+                out.push((format!("{key} {f}"), v.chars().take(60).collect()));
+            }
+        } else {
+            out.push((key, kind));
+        }
+    }
+    out
 }
 
 async fn bytes(store: &RedisStore) -> usize {

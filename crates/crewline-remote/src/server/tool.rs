@@ -17,7 +17,7 @@ use crewline_tools::{
 use serde_json::Value;
 
 use super::store::{StoreError, TaskStore, Withdrawn};
-use crate::wire::{CustomTool, TaskStatus, ToolAnswer};
+use crate::wire::{CustomTool, TaskEvent, TaskStatus, ToolAnswer};
 
 /// The most bytes of JSON a task's output may hold: what a call concluded, not its transcript.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -285,36 +285,26 @@ impl Tool for RemoteTool {
         if let Some(cut) = &cut {
             cut.reads(Err(unknown(CUT_AFTER_SENT)));
         }
-        let event = store
-            .emit_tool_call(&self.task_id, &self.spec.name, arguments)
-            .await
-            .map_err(|error| {
-                let message = match error {
-                    // The request may have reached the store, and a poller may have taken
-                    // the call before the reply was lost: it may run.
-                    StoreError::Backend(_) => return unknown(UNKNOWN_STORE).with_detail(error),
-                    StoreError::TaskBudget(_)
-                    | StoreError::OwnerBudget(_)
-                    | StoreError::FullBytes(_) => {
-                        "the remote tool was not called: its task holds as much as it may"
-                    }
-                    StoreError::UnknownTool { .. } => {
-                        "the remote tool was not called: its client never registered it"
-                    }
-                    StoreError::Unreachable(_) => {
-                        "the remote tool was not called: the task store is unavailable"
-                    }
-                    _ => "the remote tool is not available: its client's task has ended",
-                };
-                ToolError::new(message).with_detail(error)
-            })?;
-        let mut waiting = Waiting {
-            store: &self.store,
-            task_id: &self.task_id,
-            event_id: &event.id,
-            answered: false,
-            cut,
-        };
+        let (event, mut waiting) = self.emit(arguments, cut).await.map_err(|error| {
+            let message = match error {
+                // The request may have reached the store, and a poller may have taken
+                // the call before the reply was lost: it may run.
+                StoreError::Backend(_) => return unknown(UNKNOWN_STORE).with_detail(error),
+                StoreError::TaskBudget(_)
+                | StoreError::OwnerBudget(_)
+                | StoreError::FullBytes(_) => {
+                    "the remote tool was not called: its task holds as much as it may"
+                }
+                StoreError::UnknownTool { .. } => {
+                    "the remote tool was not called: its client never registered it"
+                }
+                StoreError::Unreachable(_) => {
+                    "the remote tool was not called: the task store is unavailable"
+                }
+                _ => "the remote tool is not available: its client's task has ended",
+            };
+            ToolError::new(message).with_detail(error)
+        })?;
         let deadline = tokio::time::Instant::now() + self.timeout;
         let answer = loop {
             match tokio::time::timeout_at(deadline, store.wait_answer(&self.task_id, &event.id))
@@ -385,6 +375,49 @@ impl Tool for RemoteTool {
     }
 }
 
+impl RemoteTool {
+    /// Emits the call for the client to take, and the guard that withdraws it if this call is
+    /// dropped before its answer. The emit runs as a task of its own that makes the guard as
+    /// soon as the store has the call: a barge-in that drops this call while the store is
+    /// writing it (the store has it, a client may take it, its id is not back here yet) still
+    /// withdraws it, as a cut call is withdrawn; otherwise it would wait in the store, and take
+    /// a late answer, forever.
+    async fn emit(
+        &self,
+        arguments: Value,
+        cut: Option<CutShort>,
+    ) -> Result<(TaskEvent, Waiting), StoreError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let store = Arc::clone(&self.store);
+        let (task_id, tool) = (self.task_id.clone(), self.spec.name.clone());
+        tokio::spawn(async move {
+            let emitted = store
+                .emit_tool_call(&task_id, &tool, arguments)
+                .await
+                .map(|event| {
+                    let waiting = Waiting {
+                        store: Arc::clone(&store),
+                        task_id,
+                        event_id: event.id.clone(),
+                        answered: false,
+                        cut,
+                    };
+                    (event, waiting)
+                });
+            // Not taken (the call was dropped meanwhile): the guard drops here, or with the
+            // channel, and withdraws the call.
+            let _ = sender.send(emitted);
+        });
+        receiver.await.unwrap_or_else(|_| {
+            // The emit's task panicked or its runtime is shutting down: whether the store
+            // holds the call is not known.
+            Err(StoreError::Backend(crewline_core::ErrorDetail::new(
+                "the tool call's emit did not finish",
+            )))
+        })
+    }
+}
+
 /// What the model reads when the caller interrupted once the call was sent, and whether a
 /// client took it cannot be told at once (a shared store needs a round trip).
 const CUT_AFTER_SENT: &str = "the caller interrupted after the remote tool's call was sent to \
@@ -425,21 +458,21 @@ fn unknown(message: &str) -> ToolError {
 
 /// Withdraws the call if its future is dropped before the answer (a barge-in, the
 /// executor's timeout), and tells the executor what that means for the model.
-struct Waiting<'a> {
-    store: &'a Arc<dyn TaskStore>,
-    task_id: &'a str,
-    event_id: &'a str,
+struct Waiting {
+    store: Arc<dyn TaskStore>,
+    task_id: String,
+    event_id: String,
     answered: bool,
     /// What the call reads if it is cut short (set to "may have run" before the emit).
     cut: Option<CutShort>,
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for Waiting {
     fn drop(&mut self) {
         if self.answered {
             return;
         }
-        let said = match self.store.withdraw_now(self.task_id, self.event_id) {
+        let said = match self.store.withdraw_now(&self.task_id, &self.event_id) {
             // No client took it, and none ever will: cancelled, as the executor says.
             Some(Withdrawn::NeverHandedOut) => None,
             Some(Withdrawn::HandedOut) => Some(Err(unknown(CUT_AFTER_TAKEN))),
@@ -450,7 +483,7 @@ impl Drop for Waiting<'_> {
                 // client takes it from now on.
                 match tokio::runtime::Handle::try_current() {
                     Ok(runtime) => {
-                        let store = Arc::clone(self.store);
+                        let store = Arc::clone(&self.store);
                         let (task_id, event_id) =
                             (self.task_id.to_owned(), self.event_id.to_owned());
                         runtime.spawn(async move {
@@ -465,7 +498,7 @@ impl Drop for Waiting<'_> {
                             }
                         });
                     }
-                    Err(_) => self.store.abandon(self.task_id, self.event_id),
+                    Err(_) => self.store.abandon(&self.task_id, &self.event_id),
                 }
                 return;
             }
