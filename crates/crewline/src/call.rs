@@ -583,21 +583,20 @@ impl CallControl {
         &self,
         spent: crate::summary::Spent,
     ) -> crate::usage::CallUsage {
-        let usage = {
-            let mut state = self.state();
-            state.usage.add_summary(spent);
-            state.usage
-        };
-        self.keep_usage(usage);
-        usage
+        self.tally(|usage| usage.add_summary(spent))
     }
 
     /// Adds an answered turn's usage to the call's tally, and the tally to the checkpoint
     /// (written with the turn); returns the new total.
     pub(crate) fn add_usage(&self, report: &crate::turn::TurnReport) -> crate::usage::CallUsage {
+        self.tally(|usage| usage.add(report))
+    }
+
+    /// Changes the call's tally by `add` and keeps it; returns the new total.
+    fn tally(&self, add: impl FnOnce(&mut crate::usage::CallUsage)) -> crate::usage::CallUsage {
         let usage = {
             let mut state = self.state();
-            state.usage.add(report);
+            add(&mut state.usage);
             state.usage
         };
         self.keep_usage(usage);
